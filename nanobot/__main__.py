@@ -1,0 +1,3 @@
+from nanobot.cli.app import main
+
+main()

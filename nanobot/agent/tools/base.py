@@ -1,0 +1,83 @@
+"""Tool interface: a name, a JSON schema and an async execute that returns text for the LLM."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Who a tool call is for: the chat the turn belongs to."""
+
+    channel: str = "cli"
+    chat_id: str = "direct"
+    session_key: str = "cli:direct"
+    sender_id: str = "user"
+    is_group: bool = False
+
+
+class ToolError(Exception):
+    """A failure to report to the LLM as the tool's result (the turn goes on)."""
+
+
+class Tool(ABC):
+    name: str = ""
+    description: str = ""
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}
+
+    @abstractmethod
+    async def execute(self, ctx: ToolContext, **kwargs: Any) -> str:
+        """Run the tool; raise ToolError for an expected failure."""
+
+    def to_schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def validate(self, args: dict[str, Any]) -> list[str]:
+        """Problems with `args` against the schema (empty when valid)."""
+        return validate_against_schema(args, self.parameters, "")
+
+
+def validate_against_schema(value: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """A small JSON-schema subset: type, required, properties, enum, items, minimum/maximum."""
+    errors: list[str] = []
+    where = path or "arguments"
+    expected = schema.get("type")
+    if isinstance(expected, str) and expected in _JSON_TYPES:
+        ok = isinstance(value, _JSON_TYPES[expected])
+        if expected in ("integer", "number") and isinstance(value, bool):
+            ok = False
+        if not ok:
+            return [f"{where}: expected {expected}, got {type(value).__name__}"]
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{where}: must be one of {schema['enum']}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(f"{where}: must be >= {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append(f"{where}: must be <= {schema['maximum']}")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in value:
+                errors.append(f"{path + '.' if path else ''}{key}: required")
+        for key, sub in props.items():
+            if key in value and value[key] is not None:
+                errors.extend(validate_against_schema(value[key], sub, f"{path + '.' if path else ''}{key}"))
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            errors.extend(validate_against_schema(item, schema["items"], f"{where}[{i}]"))
+    return errors

@@ -1,0 +1,76 @@
+"""ToolRegistry: the tools of one agent, their schemas, and safe execution."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loguru import logger
+
+from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+
+
+class ToolRegistry:
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+
+    def register(self, tool: Tool) -> None:
+        self._tools[tool.name] = tool
+
+    def unregister(self, name: str) -> None:
+        self._tools.pop(name, None)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def schemas(self, only: set[str] | None = None) -> list[dict[str, Any]]:
+        """Schemas sorted by name, so the tool list is byte-stable across turns (prompt cache)."""
+        return [t.to_schema() for n, t in sorted(self._tools.items()) if only is None or n in only]
+
+    async def execute(self, name: str, arguments: dict[str, Any] | str, ctx: ToolContext) -> str:
+        """Run a tool and return its text result. Never raises: every failure becomes an error text."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return f"Error: unknown tool '{name}'. Available tools: {', '.join(sorted(self._tools))}"
+        args = parse_arguments(arguments)
+        if isinstance(args, str):
+            return f"Error: invalid arguments for {name}: {args}"
+        problems = tool.validate(args)
+        if problems:
+            return f"Error: invalid arguments for {name}: " + "; ".join(problems)
+        try:
+            return await tool.execute(ctx, **args)
+        except ToolError as exc:
+            return f"Error: {exc}"
+        except TypeError as exc:
+            return f"Error: invalid arguments for {name}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a tool bug must not kill the turn
+            logger.opt(exception=exc).warning("tool {} failed", name)
+            return f"Error: {name} failed: {type(exc).__name__}: {exc}"
+
+
+def parse_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any] | str:
+    """Tool-call arguments as a dict, or a message saying why they are not usable."""
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            return f"not valid JSON ({exc.msg} at position {exc.pos})"
+        if isinstance(parsed, dict):
+            return parsed
+        return "expected a JSON object"
+    return f"expected a JSON object, got {type(arguments).__name__}"

@@ -1,0 +1,44 @@
+"""MessageBus: two bounded asyncio queues, inbound (channels → agent) and outbound (agent → channels).
+
+Back-pressure policy: both queues are bounded. `publish_inbound` waits while the inbound queue is
+full, which slows the channel's own polling (Telegram/Discord keep the undelivered updates on their
+side, nothing is dropped). Outbound progress/typing/stream events are best-effort: when the outbound
+queue is full they are dropped; replies always wait for room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from loguru import logger
+
+from nanobot.bus.events import InboundMessage, OutboundMessage
+
+DEFAULT_MAX_QUEUE = 1000
+_BEST_EFFORT_KINDS = frozenset({"progress", "tool_hint", "typing", "stream_delta"})
+
+
+class MessageBus:
+    def __init__(self, max_queue: int = DEFAULT_MAX_QUEUE) -> None:
+        self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue(maxsize=max_queue)
+        self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue(maxsize=max_queue)
+        self.dropped_events = 0
+
+    async def publish_inbound(self, msg: InboundMessage) -> None:
+        await self.inbound.put(msg)
+
+    async def consume_inbound(self) -> InboundMessage:
+        return await self.inbound.get()
+
+    async def publish_outbound(self, msg: OutboundMessage) -> None:
+        if msg.kind in _BEST_EFFORT_KINDS:
+            try:
+                self.outbound.put_nowait(msg)
+            except asyncio.QueueFull:
+                self.dropped_events += 1
+                logger.debug("outbound queue full: dropped a {} event", msg.kind)
+            return
+        await self.outbound.put(msg)
+
+    async def consume_outbound(self) -> OutboundMessage:
+        return await self.outbound.get()

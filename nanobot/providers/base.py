@@ -1,0 +1,79 @@
+"""The LLM provider interface: one chat call, optionally streamed, returning text and tool calls."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+StreamCallback = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any] | str  # a str when the model sent JSON we could not parse
+
+    def to_message_dict(self) -> dict[str, Any]:
+        import json
+
+        args = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments, ensure_ascii=False)
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": args}}
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+
+
+@dataclass
+class LLMResponse:
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str = "stop"
+    usage: Usage = field(default_factory=Usage)
+    reasoning: str | None = None
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return bool(self.tool_calls)
+
+
+class LLMError(Exception):
+    """The provider failed after its retries; the message is safe to show a user."""
+
+
+class LLMProvider(ABC):
+    """What the agent needs from a model."""
+
+    name: str = "base"
+    #: core tools only / small prompt budgets for tiny local models
+    is_small_local: bool = False
+
+    @property
+    @abstractmethod
+    def default_model(self) -> str: ...
+
+    @abstractmethod
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        on_delta: StreamCallback | None = None,
+    ) -> LLMResponse:
+        """One completion. `on_delta` (when given) receives text deltas as they stream in."""
+
+    async def aclose(self) -> None:  # pragma: no cover - default no-op
+        return None

@@ -1,0 +1,232 @@
+"""A scripted OpenAI-compatible server on 127.0.0.1 for tests and benchmarks.
+
+Reached through the real litellm path (`providers.custom.apiBase = server.url`). Serves
+`/v1/chat/completions` (plain and `stream: true` SSE, tool calls, error statuses) and `/v1/embeddings`
+(deterministic hashed bag-of-words vectors). Runs in a thread so subprocess tests can use it too.
+
+Script replies with `server.push(...)` (consumed in order) or set `server.responder` to a function
+of the request body; otherwise the reply is "ok".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    content: str | None = "ok"
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"name", "arguments"}
+    status: int = 200
+    error_message: str = "scripted error"
+    delay_s: float = 0.0
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+
+
+Responder = Callable[[dict[str, Any]], "Reply | dict[str, Any] | str"]
+
+
+def _as_reply(value: Reply | dict[str, Any] | str) -> Reply:
+    if isinstance(value, Reply):
+        return value
+    if isinstance(value, str):
+        return Reply(content=value)
+    return Reply(**value)
+
+
+def hashed_embedding(text: str, dim: int = 64) -> list[float]:
+    """A deterministic bag-of-words vector: texts sharing words point the same way."""
+    vec = [0.0] * dim
+    for word in re.findall(r"\w+", text.lower()):
+        h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little")
+        vec[h % dim] += 1.0 if (h >> 16) & 1 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
+
+class FakeLLMServer:
+    def __init__(self, embedding_dim: int = 64) -> None:
+        self.script: list[Reply] = []
+        self.responder: Responder | None = None
+        self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []
+        self.embedding_dim = embedding_dim
+        self.default_delay_s = 0.0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._make_handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> FakeLLMServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- scripting
+    def push(self, *replies: Reply | dict[str, Any] | str) -> None:
+        with self._lock:
+            self.script.extend(_as_reply(r) for r in replies)
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            self.requests.append(body)
+            if self.script:
+                return self.script.pop(0)
+        if self.responder is not None:
+            return _as_reply(self.responder(body))
+        return Reply(delay_s=self.default_delay_s)
+
+    # ---------------------------------------------------------------- HTTP
+    def _make_handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                return
+
+            def _read_json(self) -> dict[str, Any]:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b"{}"
+                return json.loads(raw or b"{}")
+
+            def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path.rstrip("/").endswith("/models"):
+                    self._send_json(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+                else:
+                    self._send_json(404, {"error": {"message": "not found"}})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self._read_json()
+                if self.path.endswith("/embeddings"):
+                    server.embedding_requests.append(body)
+                    inputs = body.get("input", [])
+                    inputs = [inputs] if isinstance(inputs, str) else inputs
+                    data = [
+                        {"object": "embedding", "index": i, "embedding": hashed_embedding(str(t), server.embedding_dim)}
+                        for i, t in enumerate(inputs)
+                    ]
+                    self._send_json(200, {"object": "list", "data": data, "model": body.get("model", "fake"),
+                                          "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+                    return
+                if not self.path.endswith("/chat/completions"):
+                    self._send_json(404, {"error": {"message": f"unknown path {self.path}"}})
+                    return
+                reply = server._next_reply(body)
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                if reply.status != 200:
+                    self._send_json(reply.status, {"error": {"message": reply.error_message,
+                                                             "type": "scripted", "code": str(reply.status)}})
+                    return
+                if body.get("stream"):
+                    self._stream(body, reply)
+                else:
+                    self._send_json(200, _completion(body, reply))
+
+            def _stream(self, body: dict[str, Any], reply: Reply) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
+                        "model": body.get("model", "fake")}
+
+                def emit(delta: dict[str, Any], finish: str | None = None, usage: dict | None = None) -> None:
+                    chunk = dict(base, choices=[{"index": 0, "delta": delta, "finish_reason": finish}])
+                    if usage:
+                        chunk["usage"] = usage
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+
+                emit({"role": "assistant", "content": ""})
+                text = reply.content or ""
+                for piece in re.findall(r"\S+\s*|\s+", text):
+                    emit({"content": piece})
+                for i, call in enumerate(reply.tool_calls):
+                    emit({"tool_calls": [{"index": i, "id": call.get("id", f"call_{i}"), "type": "function",
+                                          "function": {"name": call["name"],
+                                                       "arguments": _args_text(call.get("arguments", {}))}}]})
+                finish = "tool_calls" if reply.tool_calls else "stop"
+                emit({}, finish, {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                                  "total_tokens": reply.prompt_tokens + reply.completion_tokens})
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+        return Handler
+
+
+def _args_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.get("id", f"call_{i}"), "type": "function",
+             "function": {"name": c["name"], "arguments": _args_text(c.get("arguments", {}))}}
+            for i, c in enumerate(reply.tool_calls)
+        ]
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "fake"),
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+        "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                  "total_tokens": reply.prompt_tokens + reply.completion_tokens},
+    }
+
+
+def main() -> None:
+    """Run standalone (for manual checks and subprocess benchmarks): prints the base URL."""
+    import sys
+
+    srv = FakeLLMServer().start()
+    print(srv.url, flush=True)
+    try:
+        sys.stdin.read()
+    finally:
+        srv.stop()
+
+
+if __name__ == "__main__":
+    main()
