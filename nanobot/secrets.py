@@ -1,0 +1,66 @@
+"""A registry of secret values (API keys, bot tokens) and a masker for anything that is logged."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+MIN_SECRET_CHARS = 6  # shorter values would mask ordinary words
+_MASK = "***"
+_lock = threading.Lock()
+_secrets: set[str] = set()
+_pattern: re.Pattern[str] | None = None
+
+# Token shapes that must never be logged even if nobody registered them.
+_SHAPES = re.compile(
+    r"(?P<tg>/bot\d{5,}:[A-Za-z0-9_-]{20,})"  # Telegram bot URLs
+    r"|(?P<sk>\bsk-[A-Za-z0-9_-]{16,})"  # OpenAI-style keys
+    r"|(?P<bearer>(?i:bearer)\s+[A-Za-z0-9._~+/-]{16,}=*)"
+)
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret so `mask` hides it wherever it appears."""
+    global _pattern
+    if not value or len(value) < MIN_SECRET_CHARS:
+        return
+    with _lock:
+        if value in _secrets:
+            return
+        _secrets.add(value)
+        ordered = sorted(_secrets, key=len, reverse=True)
+        _pattern = re.compile("|".join(re.escape(s) for s in ordered))
+
+
+def _mask_shape(match: re.Match[str]) -> str:
+    if match.group("tg"):
+        return "/bot" + _MASK
+    if match.group("bearer"):
+        return "Bearer " + _MASK
+    return _MASK
+
+
+def mask(text: str) -> str:
+    """`text` with every registered secret and every known token shape replaced by ***."""
+    pattern = _pattern
+    if pattern is not None:
+        text = pattern.sub(_MASK, text)
+    return _SHAPES.sub(_mask_shape, text)
+
+
+def register_config_secrets(config: object) -> None:
+    """Register every provider key and channel token found in a Config."""
+    providers = getattr(config, "providers", None)
+    if providers is not None:
+        for name in type(providers).model_fields:
+            register_secret(getattr(getattr(providers, name), "api_key", ""))
+    channels = getattr(config, "channels", None)
+    if channels is not None:
+        for name in ("telegram", "discord"):
+            register_secret(getattr(getattr(channels, name, None), "token", ""))
+    tools = getattr(config, "tools", None)
+    if tools is not None:
+        register_secret(tools.web.search.api_key)
+    memory = getattr(config, "memory", None)
+    if memory is not None:
+        register_secret(memory.search.embedding_api_key)
