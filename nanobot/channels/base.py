@@ -1,0 +1,241 @@
+"""Channel: what every chat platform adapter shares.
+
+The allow-list (DESIGN A2), publishing to the bus, the typing indicator, send retries with
+backoff, a state for `nanobot status`, and the dispatch of outbound kinds. Platform classes
+implement the I/O: `start`, `stop`, `_send_text`, `_send_typing`, `_retry_delay`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+from loguru import logger
+
+from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.queue import MessageBus
+from nanobot.config.schema import ChannelsConfig, ProvidersConfig
+
+ChannelState = Literal["created", "starting", "running", "retrying", "failed", "stopped"]
+T = TypeVar("T")
+
+SLASH_COMMANDS: dict[str, str] = {
+    "new": "Archive this conversation and start a new one",
+    "stop": "Stop the running answer",
+    "help": "Show the available commands",
+    "status": "Show model, session and memory status",
+}
+TYPING_MAX_S = 300.0  # a turn longer than this stops showing "typing…"
+RETRY_BASE_DELAY_S = 0.5
+RETRY_MAX_DELAY_S = 30.0
+RETRY_AFTER_MAX_S = 300.0  # never sleep longer than this on a platform's retry_after
+
+
+class PermanentChannelError(Exception):
+    """A failure retrying cannot fix (rejected token, missing configuration)."""
+
+
+class Channel(ABC):
+    """Base class of chat platform adapters. One instance per platform, owned by ChannelManager."""
+
+    name: ClassVar[str] = "channel"
+    max_message_chars: ClassVar[int] = 4000
+    typing_interval_s: ClassVar[float] = 4.0  # how often the platform needs the typing signal renewed
+
+    def __init__(
+        self,
+        config: Any,
+        bus: MessageBus,
+        workspace: Path,
+        *,
+        channels: ChannelsConfig | None = None,
+        providers: ProvidersConfig | None = None,
+    ) -> None:
+        self.config = config
+        self.bus = bus
+        self.workspace = Path(workspace)
+        self.channels_config = channels or ChannelsConfig()
+        self.providers = providers or ProvidersConfig()
+        self.allow_from: list[str] = [str(a).strip() for a in getattr(config, "allow_from", [])]
+        self.state: ChannelState = "created"
+        self.last_error: str | None = None
+        self.retry_base_delay_s = RETRY_BASE_DELAY_S
+        self.typing_max_s = TYPING_MAX_S
+        self._denied_logged: set[str] = set()
+        self._typing: dict[str, asyncio.Task[None]] = {}
+
+    # ------------------------------------------------------------------ lifecycle (platform)
+    @abstractmethod
+    async def start(self) -> None:
+        """Connect and begin receiving. Returns promptly; failures show in `state`, never raise."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Disconnect and release everything. Idempotent."""
+
+    @abstractmethod
+    async def _send_text(self, msg: OutboundMessage) -> None:
+        """Deliver a text message (split and formatted for the platform)."""
+
+    @abstractmethod
+    async def _send_typing(self, chat_id: str) -> None:
+        """Show the typing indicator once (the platform expires it after a few seconds)."""
+
+    @abstractmethod
+    def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:
+        """Seconds to wait before retrying after `exc`, or None when it must not be retried."""
+
+    async def _send_stream_delta(self, msg: OutboundMessage) -> None:  # noqa: B027 (optional hook)
+        """Show a partial reply. Channels without streaming ignore deltas."""
+
+    @property
+    def streaming(self) -> bool:
+        return bool(getattr(self.config, "streaming", False))
+
+    # ------------------------------------------------------------------ outbound
+    async def send(self, msg: OutboundMessage) -> None:
+        """Deliver one outbound event of any kind (the manager has already filtered by config)."""
+        if msg.kind == "stream_delta":
+            if self.streaming:
+                await self._send_stream_delta(msg)
+            return
+        if msg.kind == "typing":
+            self.start_typing(msg.chat_id)
+            return
+        if msg.kind == "stream_end":
+            return
+        if msg.kind == "message":
+            await self.stop_typing(msg.chat_id)
+        await self._send_text(msg)
+
+    def _backoff(self, attempt: int) -> float:
+        return min(RETRY_MAX_DELAY_S, self.retry_base_delay_s * (2**attempt))
+
+    async def _with_retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run one platform API call, retrying on rate limits and transient failures."""
+        max_retries = self.channels_config.send_max_retries
+        attempt = 0
+        while True:
+            try:
+                return await call()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = self._retry_delay(exc, attempt)
+                if delay is None or attempt >= max_retries:
+                    raise
+                delay = min(max(delay, 0.0), RETRY_AFTER_MAX_S)
+                logger.warning(
+                    "{}: {} failed ({}: {}); retry {}/{} in {:.1f}s",
+                    self.name, what, type(exc).__name__, exc, attempt + 1, max_retries, delay,
+                )  # fmt: skip
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    # ------------------------------------------------------------------ allow-list and inbound
+    def is_allowed(self, sender_id: str, username: str | None = None) -> bool:
+        """DESIGN A2: ["*"] allows everyone, [] no one; entries match the id or the @username."""
+        if "*" in self.allow_from:
+            return True
+        sid = str(sender_id)
+        name = username.lstrip("@").lower() if username else ""
+        return any(entry == sid or (name and entry.lstrip("@").lower() == name) for entry in self.allow_from)
+
+    def _warn_if_nobody_allowed(self) -> None:
+        if not self.allow_from:
+            logger.warning(
+                "{}: allowFrom is empty, so NOBODY can talk to this bot. Add user ids to "
+                'channels.{}.allowFrom (or ["*"] to allow everyone).',
+                self.name, self.name,
+            )  # fmt: skip
+
+    def _admit(self, sender_id: str, username: str | None = None) -> bool:
+        """`is_allowed`, logging a denied sender once (not once per message)."""
+        if self.is_allowed(sender_id, username):
+            return True
+        if sender_id not in self._denied_logged:
+            self._denied_logged.add(sender_id)
+            logger.warning(
+                "{}: ignoring messages from sender {} (username {!r}): not in allowFrom (logged once per sender)",
+                self.name, sender_id, username,
+            )  # fmt: skip
+        return False
+
+    async def _publish(self, msg: InboundMessage, username: str | None = None) -> bool:
+        """Publish an inbound message if its sender is allowed; start typing. False when denied."""
+        if not self._admit(msg.sender_id, username):
+            return False
+        await self.bus.publish_inbound(msg)
+        self.start_typing(msg.chat_id)
+        return True
+
+    # ------------------------------------------------------------------ typing indicator
+    def start_typing(self, chat_id: str) -> None:
+        """Keep the typing indicator on in `chat_id` until `stop_typing` or `typing_max_s`."""
+        task = self._typing.get(chat_id)
+        if task is not None and not task.done():
+            return
+        self._typing[chat_id] = asyncio.create_task(self._typing_loop(chat_id))
+
+    async def stop_typing(self, chat_id: str) -> None:
+        task = self._typing.pop(chat_id, None)
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _stop_all_typing(self) -> None:
+        for chat_id in list(self._typing):
+            await self.stop_typing(chat_id)
+
+    async def _typing_loop(self, chat_id: str) -> None:
+        deadline = time.monotonic() + self.typing_max_s
+        while time.monotonic() < deadline:
+            try:
+                await self._send_typing(chat_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # typing is cosmetic: never let it disturb a turn
+                logger.debug("{}: typing indicator failed in {}: {}", self.name, chat_id, exc)
+            await asyncio.sleep(self.typing_interval_s)
+        self._typing.pop(chat_id, None)
+
+    # ------------------------------------------------------------------ state
+    def _set_state(self, state: ChannelState, error: str | None = None) -> None:
+        if state == self.state and error == self.last_error:
+            return
+        self.state = state
+        if error is not None or state in ("running", "stopped"):
+            self.last_error = error
+        if state == "failed":
+            logger.error("{}: channel failed: {}", self.name, error)
+        elif state == "retrying":
+            logger.warning("{}: connection problem, retrying: {}", self.name, error)
+        else:
+            logger.info("{}: {}", self.name, state)
+
+    def status(self) -> dict[str, Any]:
+        return {"state": self.state, "error": self.last_error}
+
+    def media_dir(self) -> Path:
+        path = self.workspace / "media"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def outbound_media(self, msg: OutboundMessage) -> list[Path]:
+        """The message's attachments that are real files inside the workspace (others are refused)."""
+        root = self.workspace.resolve()
+        files: list[Path] = []
+        for item in msg.media:
+            path = Path(item) if Path(item).is_absolute() else root / item
+            path = path.resolve()
+            if not path.is_relative_to(root) or not path.is_file():
+                logger.warning("{}: attachment missing or outside the workspace: {}", self.name, item)
+                continue
+            files.append(path)
+        return files

@@ -1,0 +1,155 @@
+"""ChannelManager: starts the enabled channels and routes outbound messages to them.
+
+Isolation: each channel has its own outbound queue and worker, so a channel that is rate limited,
+retrying or failed never delays another; a failure starting or sending is logged and reflected in
+`status()`, never raised into the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from loguru import logger
+
+from nanobot.bus.events import OutboundMessage
+from nanobot.bus.queue import MessageBus
+from nanobot.channels.base import Channel
+from nanobot.config.schema import Config
+
+STOP_TIMEOUT_S = 5.0  # per channel
+DEFAULT_DRAIN_TIMEOUT_S = 3.0
+
+
+class ChannelManager:
+    def __init__(
+        self,
+        config: Config,
+        bus: MessageBus,
+        workspace: Path,
+        channels: dict[str, Channel] | None = None,
+    ) -> None:
+        self.config = config
+        self.bus = bus
+        self.workspace = Path(workspace)
+        self.channels: dict[str, Channel] = {}
+        self._load_errors: dict[str, str] = {}
+        self._queues: dict[str, asyncio.Queue[OutboundMessage]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._dispatcher: asyncio.Task[None] | None = None
+        if channels is not None:
+            self.channels = dict(channels)
+        else:
+            self._build_enabled()
+
+    def _build_enabled(self) -> None:
+        cfg = self.config.channels
+        common = {"channels": cfg, "providers": self.config.providers}
+        if cfg.telegram.enabled:
+            try:
+                from nanobot.channels.telegram import TelegramChannel
+
+                self.channels["telegram"] = TelegramChannel(cfg.telegram, self.bus, self.workspace, **common)
+            except ImportError as exc:
+                self._load_errors["telegram"] = f"python-telegram-bot is not installed ({exc}); pip install 'nanobot[telegram]'"
+        if cfg.discord.enabled:
+            try:
+                from nanobot.channels.discord import DiscordChannel
+
+                self.channels["discord"] = DiscordChannel(cfg.discord, self.bus, self.workspace, **common)
+            except ImportError as exc:
+                self._load_errors["discord"] = f"discord.py is not installed ({exc}); pip install 'nanobot[discord]'"
+        for name, error in self._load_errors.items():
+            logger.error("{}: channel failed: {}", name, error)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start_all(self) -> None:
+        """Start every channel (a failure is isolated to that channel) and the outbound dispatcher."""
+        for name, channel in self.channels.items():
+            try:
+                await channel.start()
+            except Exception as exc:
+                logger.exception("{}: failed to start", name)
+                channel._set_state("failed", f"{type(exc).__name__}: {exc}")
+            self._queues[name] = asyncio.Queue()
+            self._workers[name] = asyncio.create_task(self._worker(name, channel), name=f"send-{name}")
+        self._dispatcher = asyncio.create_task(self._dispatch(), name="channel-dispatcher")
+        if not self.channels and not self._load_errors:
+            logger.warning("no channels are enabled (channels.telegram.enabled / channels.discord.enabled)")
+
+    async def stop_all(self, drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> None:
+        """Deliver what is already queued (up to `drain_timeout_s`), then stop every channel."""
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._dispatcher
+            self._dispatcher = None
+        # Route what the agent already published so final replies are not lost on shutdown.
+        while not self.bus.outbound.empty():
+            self._route(self.bus.outbound.get_nowait())
+        pending = [q.join() for q in self._queues.values()]
+        if pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*pending), drain_timeout_s)
+        for task in self._workers.values():
+            task.cancel()
+        for task in self._workers.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._workers.clear()
+        self._queues.clear()
+        for name, channel in self.channels.items():
+            try:
+                await asyncio.wait_for(channel.stop(), STOP_TIMEOUT_S)
+            except Exception as exc:
+                logger.warning("{}: did not stop cleanly: {}", name, exc)
+
+    def status(self) -> dict[str, dict[str, str | None]]:
+        """Per channel: {"state": ..., "error": ...}, including channels that could not be loaded."""
+        out: dict[str, dict[str, str | None]] = {
+            name: {"state": "failed", "error": error} for name, error in self._load_errors.items()
+        }
+        for name, channel in self.channels.items():
+            out[name] = {"state": channel.state, "error": channel.last_error}
+        return out
+
+    # ------------------------------------------------------------------ routing
+    def wanted(self, msg: OutboundMessage, channel: Channel) -> bool:
+        """Config filter on kinds: progress and tool hints are opt-in/out; deltas need streaming."""
+        cfg = self.config.channels
+        if msg.kind == "progress":
+            return cfg.send_progress
+        if msg.kind == "tool_hint":
+            return cfg.send_tool_hints
+        if msg.kind == "stream_delta":
+            return channel.streaming
+        return True
+
+    def _route(self, msg: OutboundMessage) -> None:
+        channel = self.channels.get(msg.channel)
+        queue = self._queues.get(msg.channel)
+        if channel is None or queue is None:
+            logger.debug("outbound {} for channel {!r}, which is not running: dropped", msg.kind, msg.channel)
+            return
+        if self.wanted(msg, channel):
+            queue.put_nowait(msg)
+
+    async def _dispatch(self) -> None:
+        while True:
+            msg = await self.bus.consume_outbound()
+            self._route(msg)
+
+    async def _worker(self, name: str, channel: Channel) -> None:
+        queue = self._queues[name]
+        while True:
+            msg = await queue.get()
+            try:
+                await channel.send(msg)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.error("{}: could not deliver a {} to chat {}: {}: {}", name, msg.kind, msg.chat_id,
+                             type(exc).__name__, exc)  # fmt: skip
+            finally:
+                queue.task_done()

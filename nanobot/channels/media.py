@@ -1,0 +1,86 @@
+"""Received media: file naming under `<workspace>/media/`, media types, voice transcription."""
+
+from __future__ import annotations
+
+import mimetypes
+import re
+from pathlib import Path
+
+import httpx
+from loguru import logger
+
+from nanobot.config.schema import ProvidersConfig, TranscriptionConfig
+
+MAX_MEDIA_BYTES = 20 * 1024 * 1024  # the Bot API's own download limit; Discord's free tier is lower
+TRANSCRIPTION_TIMEOUT_S = 60.0
+MAX_FILENAME_CHARS = 80
+# Whisper-compatible endpoints known by provider name; `custom` (or any) may set its own apiBase.
+DEFAULT_TRANSCRIPTION_BASES = {
+    "openai": "https://api.openai.com/v1",
+    "groq": "https://api.groq.com/openai/v1",
+}
+
+
+class TranscriptionError(Exception):
+    pass
+
+
+def safe_filename(channel: str, message_id: str | int, name: str) -> str:
+    """`<channel>_<message id>_<name>` with anything but [A-Za-z0-9._-] replaced, no path parts."""
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).name).strip("._") or "file"
+    return f"{channel}_{message_id}_{base}"[-MAX_FILENAME_CHARS:]
+
+
+def media_type(mime: str | None, filename: str, voice: bool = False) -> str:
+    """One of "image", "voice", "audio", "video", "document"."""
+    if voice:
+        return "voice"
+    mime = mime or mimetypes.guess_type(filename)[0] or ""
+    for kind in ("image", "audio", "video"):
+        if mime.startswith(kind + "/"):
+            return kind
+    return "document"
+
+
+def transcription_enabled(cfg: TranscriptionConfig) -> bool:
+    return bool(cfg.provider)
+
+
+async def transcribe(path: Path, cfg: TranscriptionConfig, providers: ProvidersConfig) -> str:
+    """POST the audio to `<apiBase>/audio/transcriptions` (the OpenAI Whisper API) and return the text."""
+    provider = getattr(providers, cfg.provider, None)
+    if provider is None or not hasattr(provider, "api_key"):
+        raise TranscriptionError(f"unknown transcription provider {cfg.provider!r}")
+    base = (provider.api_base or DEFAULT_TRANSCRIPTION_BASES.get(cfg.provider, "")).rstrip("/")
+    if not base:
+        raise TranscriptionError(f"providers.{cfg.provider}.apiBase is not set")
+    headers = {"Authorization": f"Bearer {provider.api_key}"} if provider.api_key else {}
+    headers.update(provider.extra_headers)
+    mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    async with httpx.AsyncClient(timeout=TRANSCRIPTION_TIMEOUT_S) as client:
+        with path.open("rb") as fh:
+            response = await client.post(
+                f"{base}/audio/transcriptions",
+                headers=headers,
+                data={"model": cfg.model},
+                files={"file": (path.name, fh, mime)},
+            )
+    if response.status_code != 200:
+        raise TranscriptionError(f"HTTP {response.status_code}: {response.text[:200]}")
+    try:
+        text = response.json().get("text", "")
+    except ValueError:
+        text = response.text
+    return str(text).strip()
+
+
+async def voice_note_text(path: Path, rel: str, cfg: TranscriptionConfig, providers: ProvidersConfig) -> str:
+    """The line added to the message content for a voice note: its transcript or a note why not."""
+    if not transcription_enabled(cfg):
+        return f"[voice message saved as {rel}; transcription is not configured]"
+    try:
+        text = await transcribe(path, cfg, providers)
+    except (TranscriptionError, httpx.HTTPError, OSError) as exc:
+        logger.warning("voice transcription failed for {}: {}", rel, exc)
+        return f"[voice message saved as {rel}; transcription failed]"
+    return f"[voice transcription] {text}" if text else f"[voice message saved as {rel}; no speech recognised]"

@@ -1,0 +1,104 @@
+"""The one message splitter every channel uses.
+
+Long replies are cut at the platform limit, preferring paragraph, then line, then word boundaries.
+A cut inside a ``` code fence closes the fence at the end of the part and reopens it (with the same
+language tag) at the start of the next, so every part renders on its own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+TELEGRAM_MAX_CHARS = 4096
+DISCORD_MAX_CHARS = 2000
+
+_FENCE_LINE = re.compile(r"^ {0,3}(```+|~~~+)(.*)$")
+_CLOSE = "\n```"
+_SEPARATORS = ("\n\n", "\n", " ")
+# A boundary is only preferred when the part it ends uses at least this share of the room.
+_MIN_FILL = 0.5
+
+
+def utf16_len(text: str) -> int:
+    """Length in UTF-16 code units, the way Telegram and Discord count message characters."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+Measure = Callable[[str], int]
+
+
+def _fit(text: str, budget: int, measure: Measure) -> int:
+    """The largest k such that measure(text[:k]) <= budget."""
+    if measure(text) <= budget:
+        return len(text)
+    lo, hi = 0, min(len(text), budget)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if measure(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _find_cut(window: str) -> tuple[int, int]:
+    """(cut, skip): the part is window[:cut]; `skip` separator characters are dropped after it."""
+    for sep in _SEPARATORS:
+        idx = window.rfind(sep)
+        if idx >= max(1, int(len(window) * _MIN_FILL)):
+            return idx, len(sep)
+    for sep in _SEPARATORS:
+        idx = window.rfind(sep)
+        if idx > 0:
+            return idx, len(sep)
+    return len(window), 0
+
+
+def _fence_after(open_fence: str | None, chunk: str) -> str | None:
+    """The fence opener still open after `chunk` (None when outside any code block)."""
+    for line in chunk.split("\n"):
+        m = _FENCE_LINE.match(line)
+        if not m:
+            continue
+        if open_fence is None:
+            open_fence = line.strip()
+        elif not m.group(2).strip():
+            open_fence = None
+    return open_fence
+
+
+def split_message(text: str, max_chars: int, measure: Measure = utf16_len) -> list[str]:
+    """Split `text` into parts of at most `max_chars` (as counted by `measure`).
+
+    Returns [] for blank text. Code fences cut by a split are closed and reopened.
+    """
+    if not text.strip():
+        return []
+    if measure(text) <= max_chars:
+        return [text]
+    if max_chars < 32:
+        raise ValueError("max_chars too small to split with code fences")
+    parts: list[str] = []
+    open_fence: str | None = None
+    remaining = text
+    while remaining:
+        prefix = f"{open_fence}\n" if open_fence else ""
+        room = max_chars - measure(prefix)
+        if measure(remaining) <= room:
+            parts.append(prefix + remaining)
+            break
+        # Reserve room for a closing fence; the fence opener is reused, so reserve its length too.
+        window = remaining[: _fit(remaining, room - len(_CLOSE), measure)]
+        cut, skip = _find_cut(window)
+        chunk = remaining[:cut]
+        open_fence = _fence_after(open_fence, chunk)
+        if open_fence is not None and measure(f"{open_fence}\n") > max_chars // 4:
+            open_fence = "```"  # a pathological opener line: do not let it eat the next part
+        part = prefix + chunk
+        if open_fence is not None:
+            part += _CLOSE
+        if part.strip():
+            parts.append(part)
+        remaining = remaining[cut + skip :]
+    return parts

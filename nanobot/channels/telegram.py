@@ -1,0 +1,357 @@
+"""Telegram channel: long polling through python-telegram-bot's Bot, replies as HTML.
+
+The polling loop is ours (on `Bot.get_updates`) so the channel's state is exact: "running" while
+polls succeed, "retrying" with backoff on 429/5xx/network drops, "failed" once on a rejected token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from loguru import logger
+from telegram import Bot, BotCommand, Message, ReplyParameters, Update
+from telegram.constants import ChatAction
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
+from telegram.request import HTTPXRequest
+
+from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.channels import media as media_util
+from nanobot.channels.base import SLASH_COMMANDS, Channel
+from nanobot.channels.markdown import markdown_to_telegram_html
+from nanobot.channels.split import TELEGRAM_MAX_CHARS, split_message
+from nanobot.secrets import register_secret
+
+REQUEST_TIMEOUT_S = 20.0
+CONNECT_TIMEOUT_S = 10.0
+POLL_READ_SLACK_S = 10.0  # added to the long-poll timeout before the read times out
+STOP_CONFIRM_TIMEOUT_S = 2.0
+STREAM_EDIT_INTERVAL_S = 0.5  # at most two edits a second per streamed reply (Telegram flood limits)
+RECONNECT_MAX_DELAY_S = 30.0
+CONNECTION_POOL_SIZE = 16
+_GROUP_TYPES = frozenset({"group", "supergroup"})
+
+
+@dataclass
+class _Stream:
+    chat_id: str
+    message_id: int | None = None
+    text: str = ""
+    shown: str = ""
+    last_edit: float = 0.0
+    flush: asyncio.Task[None] | None = None
+
+
+def _retry_after_s(exc: RetryAfter) -> float:
+    value: Any = getattr(exc, "_retry_after", None) or exc.retry_after
+    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+
+
+class TelegramChannel(Channel):
+    name = "telegram"
+    max_message_chars = TELEGRAM_MAX_CHARS
+    typing_interval_s = 4.0  # Telegram shows a chat action for 5 s
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bot: Bot | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._offset: int | None = None
+        self._bot_id: int | None = None
+        self._bot_username = ""
+        self._streams: dict[str, _Stream] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        register_secret(self.config.token)
+        self._warn_if_nobody_allowed()
+        if not self.config.token:
+            self._set_state("failed", "channels.telegram.token is empty")
+            return
+        self._set_state("starting")
+        self.bot = self._make_bot()
+        self._task = asyncio.create_task(self._run(), name="telegram-poll")
+
+    def _make_bot(self) -> Bot:
+        proxy = self.config.proxy or None
+        request = HTTPXRequest(
+            connection_pool_size=CONNECTION_POOL_SIZE, proxy=proxy, read_timeout=REQUEST_TIMEOUT_S,
+            write_timeout=REQUEST_TIMEOUT_S, connect_timeout=CONNECT_TIMEOUT_S, pool_timeout=REQUEST_TIMEOUT_S,
+        )  # fmt: skip
+        updates_request = HTTPXRequest(
+            connection_pool_size=1, proxy=proxy, read_timeout=POLL_READ_SLACK_S,
+            connect_timeout=CONNECT_TIMEOUT_S, pool_timeout=CONNECT_TIMEOUT_S,
+        )  # fmt: skip
+        return Bot(
+            self.config.token,
+            base_url=self.config.base_url,
+            base_file_url=self.config.base_file_url,
+            request=request,
+            get_updates_request=updates_request,
+        )
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        await self._stop_all_typing()
+        for stream in self._streams.values():
+            if stream.flush is not None:
+                stream.flush.cancel()
+        self._streams.clear()
+        if self.bot is not None:
+            if self._offset is not None and self.state != "failed":
+                # Confirm handled updates so a restart does not see them again.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.bot.get_updates(offset=self._offset, timeout=0), STOP_CONFIRM_TIMEOUT_S)
+            with contextlib.suppress(Exception):
+                await self.bot.shutdown()
+            self.bot = None
+        if self.state != "failed":
+            self._set_state("stopped")
+
+    async def _connect(self) -> None:
+        assert self.bot is not None
+        await self.bot.initialize()  # getMe: rejects a bad token with InvalidToken
+        self._bot_id, self._bot_username = self.bot.id, self.bot.username or ""
+        await self.bot.delete_webhook(drop_pending_updates=False)
+        commands = [BotCommand(name, description) for name, description in SLASH_COMMANDS.items()]
+        await self.bot.set_my_commands(commands)
+        logger.info("telegram: connected as @{}", self._bot_username)
+
+    async def _run(self) -> None:
+        assert self.bot is not None
+        failures = 0
+        connected = False
+        while True:
+            try:
+                if not connected:
+                    await self._connect()
+                    connected = True
+                updates = await self.bot.get_updates(
+                    offset=self._offset, timeout=self.config.poll_timeout_s, allowed_updates=["message"]
+                )
+                if self.state != "running":
+                    self._set_state("running")
+                failures = 0
+                for update in updates:
+                    self._offset = update.update_id + 1
+                    await self._handle_update(update)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except InvalidToken:
+                self._set_state(
+                    "failed",
+                    "the bot token was rejected by Telegram (401 Unauthorized); check channels.telegram.token",
+                )
+                return
+            except RetryAfter as exc:
+                delay = _retry_after_s(exc)
+                self._set_state("retrying", f"rate limited by Telegram (retry after {delay:.0f}s)")
+            except TelegramError as exc:  # network drops, 5xx, timeouts, a competing poller (Conflict)
+                delay = min(RECONNECT_MAX_DELAY_S, self.retry_base_delay_s * (2**failures))
+                self._set_state("retrying", f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # a bug handling one update must not stop the channel
+                logger.exception("telegram: unexpected error in the polling loop")
+                delay = min(RECONNECT_MAX_DELAY_S, self.retry_base_delay_s * (2**failures))
+                self._set_state("retrying", f"{type(exc).__name__}: {exc}")
+            failures += 1
+            await asyncio.sleep(delay)
+
+    # ------------------------------------------------------------------ inbound
+    def _addressed(self, message: Message, text: str) -> bool:
+        """In a group under groupPolicy "mention": is this message for the bot?"""
+        reply = message.reply_to_message
+        if reply is not None and reply.from_user is not None and reply.from_user.id == self._bot_id:
+            return True
+        if self._bot_username and f"@{self._bot_username.lower()}" in text.lower():
+            return True
+        return text.startswith("/") and text[1:].split(maxsplit=1)[0].split("@")[0] in SLASH_COMMANDS
+
+    async def _handle_update(self, update: Update) -> None:
+        message = update.message
+        if message is None or message.from_user is None or message.from_user.is_bot:
+            return
+        user, chat = message.from_user, message.chat
+        text = message.text or message.caption or ""
+        is_group = chat.type in _GROUP_TYPES
+        if is_group and self.config.group_policy == "mention" and not self._addressed(message, text):
+            return
+        # Check the sender before downloading anything they sent.
+        if not self._admit(str(user.id), user.username):
+            return
+        if self._bot_username:
+            text = re.sub(rf"@{re.escape(self._bot_username)}\b", "", text, flags=re.I).strip()
+        paths, types, notes = await self._download_media(message)
+        content = "\n".join(part for part in [text, *notes] if part)
+        metadata: dict[str, Any] = {
+            "message_id": message.message_id, "username": user.username, "first_name": user.first_name,
+            "chat_type": str(chat.type), "media_types": types,
+        }  # fmt: skip
+        if message.reply_to_message is not None:
+            metadata["reply_to_message_id"] = message.reply_to_message.message_id
+        inbound = InboundMessage(
+            channel=self.name, sender_id=str(user.id), chat_id=str(chat.id), content=content,
+            media=paths, is_group=is_group, metadata=metadata,
+        )  # fmt: skip
+        await self._publish(inbound, user.username)
+
+    async def _download_media(self, message: Message) -> tuple[list[str], list[str], list[str]]:
+        """Download photo/document/voice/audio/video into workspace/media: (paths, types, notes)."""
+        candidates: list[tuple[Any, str, str | None, bool]] = []
+        if message.photo:
+            candidates.append((message.photo[-1], "photo.jpg", "image/jpeg", False))
+        if message.document:
+            doc = message.document
+            candidates.append((doc, doc.file_name or "document", doc.mime_type, False))
+        if message.voice:
+            candidates.append((message.voice, "voice.ogg", message.voice.mime_type, True))
+        if message.audio:
+            candidates.append((message.audio, message.audio.file_name or "audio", message.audio.mime_type, False))
+        if message.video:
+            candidates.append((message.video, message.video.file_name or "video.mp4", message.video.mime_type, False))
+        paths: list[str] = []
+        types: list[str] = []
+        notes: list[str] = []
+        for item, filename, mime, voice in candidates:
+            size = getattr(item, "file_size", None) or 0
+            if size > media_util.MAX_MEDIA_BYTES:
+                notes.append(f"[{filename}: {size} bytes, too large to download]")
+                continue
+            path = self.media_dir() / media_util.safe_filename(self.name, message.message_id, filename)
+            try:
+                assert self.bot is not None
+                tg_file = await self._with_retry("getFile", lambda i=item: self.bot.get_file(i.file_id))
+                await tg_file.download_to_drive(path)
+            except (TelegramError, OSError) as exc:
+                logger.warning("telegram: could not download {}: {}", filename, exc)
+                notes.append(f"[{filename}: download failed]")
+                continue
+            kind = media_util.media_type(mime, filename, voice=voice)
+            paths.append(str(path))
+            types.append(kind)
+            rel = path.relative_to(self.workspace).as_posix()
+            if voice or kind == "audio":
+                cfg = self.channels_config.transcription
+                notes.append(await media_util.voice_note_text(path, rel, cfg, self.providers))
+        return paths, types, notes
+
+    # ------------------------------------------------------------------ outbound
+    def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:
+        if isinstance(exc, RetryAfter):
+            return _retry_after_s(exc)
+        if isinstance(exc, (BadRequest, Forbidden, InvalidToken, ChatMigrated)):
+            return None
+        if isinstance(exc, (TimedOut, NetworkError)):  # 5xx answers arrive as NetworkError
+            return self._backoff(attempt)
+        return None
+
+    async def _send_typing(self, chat_id: str) -> None:
+        if self.bot is not None and self.state == "running":
+            await self.bot.send_chat_action(chat_id, ChatAction.TYPING)
+
+    async def _send_text(self, msg: OutboundMessage) -> None:
+        if self.bot is None:
+            raise RuntimeError("telegram channel is not started")
+        stream = self._streams.pop(str(msg.metadata.get("stream_id", "")), None)
+        if stream is not None and stream.flush is not None:
+            stream.flush.cancel()  # only edits run late; the final edit below supersedes them
+            with contextlib.suppress(asyncio.CancelledError):
+                await stream.flush
+        for index, part in enumerate(split_message(msg.content, TELEGRAM_MAX_CHARS)):
+            if index == 0 and stream is not None and stream.message_id is not None:
+                await self._edit_part(msg.chat_id, stream.message_id, part)
+            else:
+                reply_to = msg.reply_to if index == 0 else None
+                await self._send_part(msg.chat_id, part, reply_to)
+        for path in self.outbound_media(msg):
+            await self._with_retry("sendDocument", lambda p=path: self._send_document(msg.chat_id, p))
+
+    async def _send_document(self, chat_id: str, path: Any) -> None:
+        assert self.bot is not None
+        with open(path, "rb") as fh:
+            await self.bot.send_document(chat_id, document=fh, filename=path.name)
+
+    async def _send_part(self, chat_id: str, part: str, reply_to: str | None) -> Message:
+        assert self.bot is not None
+        bot = self.bot
+        reply = ReplyParameters(int(reply_to), allow_sending_without_reply=True) if reply_to else None
+        html = markdown_to_telegram_html(part)
+        try:
+            return await self._with_retry(
+                "sendMessage", lambda: bot.send_message(chat_id, html, parse_mode="HTML", reply_parameters=reply)
+            )
+        except BadRequest as exc:
+            logger.info("telegram: HTML rejected ({}); resending as plain text", exc)
+            return await self._with_retry(
+                "sendMessage", lambda: bot.send_message(chat_id, part, reply_parameters=reply)
+            )
+
+    async def _edit_part(self, chat_id: str, message_id: int, part: str) -> None:
+        assert self.bot is not None
+        bot = self.bot
+        html = markdown_to_telegram_html(part)
+        try:
+            await self._with_retry(
+                "editMessageText",
+                lambda: bot.edit_message_text(html, chat_id=chat_id, message_id=message_id, parse_mode="HTML"),
+            )
+        except BadRequest as exc:
+            if "not modified" in str(exc).lower():
+                return
+            logger.info("telegram: HTML rejected ({}); editing as plain text", exc)
+            with contextlib.suppress(BadRequest):  # "not modified" when the plain text is already shown
+                await self._with_retry(
+                    "editMessageText", lambda: bot.edit_message_text(part, chat_id=chat_id, message_id=message_id)
+                )
+
+    # ------------------------------------------------------------------ streaming
+    async def _send_stream_delta(self, msg: OutboundMessage) -> None:
+        key = str(msg.metadata.get("stream_id", msg.chat_id))
+        stream = self._streams.setdefault(key, _Stream(chat_id=msg.chat_id))
+        stream.text += msg.content
+        if stream.flush is not None and not stream.flush.done():
+            return  # an edit is already scheduled; it will show the accumulated text
+        wait_s = stream.last_edit + STREAM_EDIT_INTERVAL_S - time.monotonic()
+        if stream.message_id is None or wait_s <= 0:
+            await self._flush_stream(stream)
+        else:
+            stream.flush = asyncio.create_task(self._flush_later(stream, wait_s))
+
+    async def _flush_later(self, stream: _Stream, wait_s: float) -> None:
+        await asyncio.sleep(wait_s)
+        await self._flush_stream(stream)
+
+    async def _flush_stream(self, stream: _Stream) -> None:
+        """Show the accumulated text (plain, truncated to the limit) by sending or editing one message."""
+        assert self.bot is not None
+        text = stream.text[:TELEGRAM_MAX_CHARS]
+        if not text.strip() or text == stream.shown:
+            return
+        stream.last_edit = time.monotonic()
+        try:
+            if stream.message_id is None:
+                sent = await self.bot.send_message(stream.chat_id, text)
+                stream.message_id = sent.message_id
+            else:
+                await self.bot.edit_message_text(text, chat_id=stream.chat_id, message_id=stream.message_id)
+            stream.shown = text
+        except TelegramError as exc:  # partial output is best-effort; the final message still arrives
+            logger.debug("telegram: stream update failed: {}", exc)
