@@ -1,0 +1,156 @@
+"""`nanobot cron list|add|remove|run`: manage the jobs in workspace/cron/jobs.json.
+
+A running gateway picks up changes made here within a few seconds (it watches the file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import typer
+
+from nanobot.cli.common import EXIT_USAGE, ConfigOption, err, fail, load_cli_config
+from nanobot.config.schema import Config
+from nanobot.scheduler.cron import (
+    CronJob,
+    CronService,
+    CronStoreError,
+    DeliverTo,
+    cron_session_key,
+    job_prompt,
+    jobs_path,
+)
+
+app = typer.Typer(help="Manage scheduled jobs.", no_args_is_help=True)
+
+
+async def _run_job_once(config: Config, job: CronJob) -> str:
+    """Run one job through a freshly built agent, in the job's own session; returns the reply."""
+    from nanobot.agent.factory import build_agent
+
+    agent = build_agent(config)
+    target = job.deliver_to or DeliverTo("cli", "direct")
+    try:
+        return await agent.process_direct(
+            job_prompt(job),
+            session_key=cron_session_key(job.id),
+            channel=target.channel,
+            chat_id=target.chat_id,
+        )
+    finally:
+        await agent.aclose()
+
+
+def _service(config: Config) -> CronService:
+    return CronService(
+        jobs_path(config.workspace_path),
+        on_job=lambda job: _run_job_once(config, job),
+        timezone=config.agents.defaults.timezone,
+    )
+
+
+def _load(service: CronService) -> list[CronJob]:
+    try:
+        return service.list()
+    except CronStoreError as exc:
+        fail(f"Error: {exc}")
+
+
+@app.command("list")
+def list_jobs(
+    config: ConfigOption = None,
+    as_json: bool = typer.Option(False, "--json", help="Print the jobs as JSON."),
+) -> None:
+    """List all jobs."""
+    jobs = _load(_service(load_cli_config(config)))
+    if as_json:
+        typer.echo(json.dumps([j.to_dict() for j in jobs], indent=2, ensure_ascii=False))
+        return
+    if not jobs:
+        err("No scheduled jobs.")
+        return
+    for job in jobs:
+        target = f"{job.deliver_to.channel}:{job.deliver_to.chat_id}" if job.deliver_to else "-"
+        state = "enabled" if job.enabled else "disabled"
+        typer.echo(
+            f"{job.id}\t{job.name}\t{job.schedule.describe()}\t{state}\tnext={job.next_run_at or '-'}"
+            f"\tto={target}\tlast={job.last_status or '-'}"
+        )
+
+
+@app.command("add")
+def add(
+    message: str = typer.Option(..., "--message", "-m", help="What the agent should do when the job runs."),
+    name: str = typer.Option("", "--name", "-n", help="Short label (default: the message)."),
+    every: int | None = typer.Option(None, "--every", help="Repeat every SECONDS."),
+    cron: str | None = typer.Option(None, "--cron", help="Crontab expression, e.g. '0 9 * * 1-5'."),
+    tz: str = typer.Option(
+        "", "--tz", help="IANA time zone for --cron/--at (default: agents.defaults.timezone)."
+    ),
+    at: str | None = typer.Option(None, "--at", help="Run once at this ISO-8601 time."),
+    channel: str = typer.Option(
+        "", "--channel", help="Channel that receives the result (telegram, discord)."
+    ),
+    to: str = typer.Option("", "--to", help="Chat id that receives the result."),
+    config: ConfigOption = None,
+) -> None:
+    """Add a job; prints its id."""
+    if bool(channel) != bool(to):
+        fail("Error: --channel and --to go together", EXIT_USAGE)
+    service = _service(load_cli_config(config))
+    try:
+        job = service.add(
+            name or message[:80],
+            message,
+            at=at,
+            every_s=every,
+            expr=cron,
+            tz=tz,
+            deliver_to=DeliverTo(channel, to) if channel else None,
+        )
+    except ValueError as exc:
+        fail(f"Error: {exc}", EXIT_USAGE)
+    except CronStoreError as exc:
+        fail(f"Error: {exc}")
+    if job.deliver_to is None:
+        err("Note: no --channel/--to given; the gateway will only log this job's results.")
+    err(f"Added job {job.id} ({job.schedule.describe()}), next run {job.next_run_at}")
+    typer.echo(job.id)
+
+
+@app.command("remove")
+def remove(
+    job_id: str = typer.Argument(..., help="The job id (see `nanobot cron list`)."),
+    config: ConfigOption = None,
+) -> None:
+    """Remove a job."""
+    service = _service(load_cli_config(config))
+    try:
+        removed = service.remove(job_id)
+    except CronStoreError as exc:
+        fail(f"Error: {exc}")
+    if not removed:
+        fail(f"Error: no job {job_id!r}")
+    err(f"Removed job {job_id}")
+
+
+@app.command("run")
+def run(
+    job_id: str = typer.Argument(..., help="The job id (see `nanobot cron list`)."),
+    config: ConfigOption = None,
+) -> None:
+    """Run a job once now through the agent and print its reply (its schedule is unchanged)."""
+    service = _service(load_cli_config(config))
+    try:
+        result = asyncio.run(service.run_now(job_id))
+        job = service.get(job_id)
+    except KeyError:
+        fail(f"Error: no job {job_id!r}")
+    except CronStoreError as exc:
+        fail(f"Error: {exc}")
+    status = job.last_status if job else None
+    if status and status.startswith("error"):
+        fail(f"Error: job {job_id} failed: {status}")
+    if result:
+        typer.echo(result)

@@ -1,0 +1,399 @@
+"""CronService: scheduled agent jobs kept in `workspace/cron/jobs.json`, timed by APScheduler.
+
+jobs.json is the single source of truth (see cron_store.py); APScheduler only holds in-memory
+timers built from it. A running gateway notices jobs that the CLI adds or removes by polling the
+file's signature every `reload_interval_s`.
+
+Runs missed while nothing was running: each job records `next_run_at`. On start (and when a job is
+first seen), a `next_run_at` in the past that is at most MISFIRE_GRACE_S old fires once right away;
+an older one is skipped and recorded as `missed` (a one-shot `at` job is then disabled). While
+running, APScheduler applies the same grace and coalesces a backlog into one run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from apscheduler.events import EVENT_JOB_MISSED, JobExecutionEvent
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from loguru import logger
+
+from nanobot.scheduler.cron_store import (
+    MAX_JOBS,
+    MAX_STATUS_CHARS,
+    CronJob,
+    CronSchedule,
+    CronStore,
+    CronStoreError,
+    DeliverTo,
+    build_trigger,
+    make_schedule,
+    new_job_id,
+    next_fire,
+    parse_iso,
+    to_iso,
+)
+from nanobot.timeutil import now as tz_now
+from nanobot.timeutil import resolve_tz
+
+__all__ = [
+    "CronJob",
+    "CronSchedule",
+    "CronService",
+    "CronStoreError",
+    "DeliverTo",
+    "MISFIRE_GRACE_S",
+    "cron_session_key",
+    "job_prompt",
+    "jobs_path",
+]
+
+MISFIRE_GRACE_S = 300  # a run missed by at most this long still happens once, late
+RELOAD_CHECK_S = 2.0  # how often a running service looks for changes made by other processes
+STOP_TIMEOUT_S = 5.0  # how long stop() waits for cancelled in-flight runs to unwind
+CRON_SESSION_PREFIX = "cron:"
+
+OnJob = Callable[[CronJob], Awaitable[str | None]]
+Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
+
+
+def jobs_path(workspace: Path) -> Path:
+    """Where a workspace keeps its jobs (DESIGN A4)."""
+    return workspace / "cron" / "jobs.json"
+
+
+def cron_session_key(job_id: str) -> str:
+    """The session a job's runs use: its own, so a job never pollutes the chat's history."""
+    return f"{CRON_SESSION_PREFIX}{job_id}"
+
+
+def job_prompt(job: CronJob) -> str:
+    """The user message the agent receives when a job runs."""
+    return (
+        f"[Scheduled job '{job.name}' ({job.schedule.describe()}) is due now. Carry it out; "
+        f"your reply is delivered to the chat that scheduled it.]\n\n{job.message}"
+    )
+
+
+def _status(text: str) -> str:
+    return text if len(text) <= MAX_STATUS_CHARS else text[: MAX_STATUS_CHARS - 1] + "…"
+
+
+class CronService:
+    """Add/list/remove jobs (usable without start(), e.g. by the CLI) and run them on time."""
+
+    def __init__(
+        self,
+        store_path: Path,
+        on_job: OnJob,
+        timezone: str = "",
+        *,
+        deliver: Deliver | None = None,
+        misfire_grace_s: int = MISFIRE_GRACE_S,
+        reload_interval_s: float = RELOAD_CHECK_S,
+    ) -> None:
+        self.store = CronStore(store_path)
+        self.tz = resolve_tz(timezone)
+        self._on_job = on_job
+        self._deliver = deliver
+        self.misfire_grace_s = misfire_grace_s
+        self.reload_interval_s = reload_interval_s
+        self._scheduler: AsyncIOScheduler | None = None
+        self._scheduled: dict[str, CronSchedule] = {}  # job id -> the schedule its timer was built from
+        self._seen_sig: tuple[int, int, int] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ management
+    @property
+    def running(self) -> bool:
+        return self._scheduler is not None
+
+    def list(self) -> builtins.list[CronJob]:
+        return self.store.load()
+
+    def get(self, job_id: str) -> CronJob | None:
+        return next((j for j in self.store.load() if j.id == job_id), None)
+
+    def add(
+        self,
+        name: str,
+        message: str,
+        *,
+        at: str | None = None,
+        every_s: int | None = None,
+        expr: str | None = None,
+        tz: str = "",
+        deliver_to: DeliverTo | None = None,
+    ) -> CronJob:
+        """Validate and save a job; raises ValueError with a user-facing reason."""
+        if not message.strip():
+            raise ValueError("the job needs a message (what the agent should do)")
+        moment = tz_now(self.tz)
+        schedule = make_schedule(at=at, every_s=every_s, expr=expr, tz=tz, default_tz=self.tz, now=moment)
+        job_id = new_job_id()
+        job = CronJob(
+            id=job_id,
+            name=name.strip() or job_id,
+            message=message.strip(),
+            schedule=schedule,
+            deliver_to=deliver_to,
+            created_at=to_iso(moment),
+        )
+        first = next_fire(job, self.tz, moment)
+        job.next_run_at = to_iso(first) if first else None
+
+        def append(jobs: builtins.list[CronJob]) -> None:
+            if len(jobs) >= MAX_JOBS:
+                raise ValueError(f"too many jobs ({MAX_JOBS}); remove some first")
+            jobs.append(job)
+
+        self.store.mutate(append)
+        logger.info("cron: added job {} ({}) {}", job.id, job.name, schedule.describe())
+        self._resync()
+        return job
+
+    def remove(self, job_id: str) -> bool:
+        def drop(jobs: builtins.list[CronJob]) -> bool:
+            before = len(jobs)
+            jobs[:] = [j for j in jobs if j.id != job_id]
+            return len(jobs) != before
+
+        removed = self.store.mutate(drop)
+        if removed:
+            logger.info("cron: removed job {}", job_id)
+            self._resync()
+        return removed
+
+    def enable(self, job_id: str, enabled: bool = True) -> CronJob | None:
+        """Switch a job on or off; re-enabling recomputes its next run from now."""
+        moment = tz_now(self.tz)
+
+        def toggle(jobs: builtins.list[CronJob]) -> CronJob | None:
+            for job in jobs:
+                if job.id == job_id:
+                    job.enabled = enabled
+                    nxt = next_fire(job, self.tz, moment) if enabled else None
+                    job.next_run_at = to_iso(nxt) if nxt else None
+                    return job
+            return None
+
+        job = self.store.mutate(toggle)
+        if job is not None:
+            self._resync()
+        return job
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._scheduler is not None:
+            return
+        self._scheduler = AsyncIOScheduler(
+            timezone=self.tz,
+            job_defaults={"misfire_grace_time": self.misfire_grace_s, "coalesce": True, "max_instances": 1},
+        )
+        self._scheduler.add_listener(self._on_missed, EVENT_JOB_MISSED)
+        self._scheduler.start()
+        try:
+            self._sync()
+        except CronStoreError as exc:
+            logger.error("cron: {}; no jobs scheduled until the file is fixed", exc)
+        self._watcher = asyncio.create_task(self._watch(), name="cron-watch")
+        logger.info("cron: started with {} scheduled job(s)", len(self._scheduled))
+
+    async def stop(self) -> None:
+        """Stop the timers and cancel runs in flight (their status is not recorded)."""
+        if self._scheduler is None:
+            return
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+            self._watcher = None
+        self._scheduler.shutdown(wait=False)
+        self._scheduler = None
+        self._scheduled.clear()
+        for task in list(self._inflight):
+            task.cancel()
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=STOP_TIMEOUT_S)
+
+    async def run_now(self, job_id: str) -> str | None:
+        """Run a job once right now (it keeps its schedule); raises KeyError for an unknown id."""
+        job = self.get(job_id)
+        if job is None:
+            raise KeyError(job_id)
+        return await self._execute(job, scheduled=False)
+
+    # ------------------------------------------------------------------ timers
+    def _resync(self) -> None:
+        if self._scheduler is not None:
+            self._sync()
+
+    def _sync(self) -> None:
+        """Make the timers match jobs.json: drop removed/disabled/changed jobs, schedule new ones."""
+        assert self._scheduler is not None
+        self._seen_sig = self.store.signature()
+        jobs = self.store.load()
+        moment = tz_now(self.tz)
+        wanted = {j.id: j for j in jobs if j.enabled}
+        changed: set[str] = set()
+        for job_id, schedule in list(self._scheduled.items()):
+            job = wanted.get(job_id)
+            if job is None or job.schedule != schedule:
+                self._unschedule(job_id)
+                if job is not None:
+                    changed.add(job_id)
+        updates: dict[str, dict[str, Any]] = {}
+        for job in wanted.values():
+            if job.id not in self._scheduled:
+                update = self._schedule(job, moment, catch_up_allowed=job.id not in changed)
+                if update:
+                    updates[job.id] = update
+        if updates:
+            self._apply(updates)
+
+    def _schedule(self, job: CronJob, moment: datetime, catch_up_allowed: bool) -> dict[str, Any]:
+        """Add a timer for `job`; returns the fields of the job to update on disk."""
+        assert self._scheduler is not None
+        update: dict[str, Any] = {}
+        try:
+            due_text = job.next_run_at or (job.schedule.at if job.schedule.kind == "at" else None)
+            due = parse_iso(due_text, self.tz) if due_text else None
+            trigger = build_trigger(job, self.tz)
+            upcoming = next_fire(job, self.tz, moment)
+        except ValueError as exc:
+            logger.error("cron: job {} has an unusable schedule: {}", job.id, exc)
+            return {"enabled": False, "next_run_at": None, "last_status": _status(f"error: {exc}")}
+        run_time = upcoming
+        if due is not None and due < moment and catch_up_allowed:
+            late_s = (moment - due).total_seconds()
+            if late_s <= self.misfire_grace_s:
+                logger.info(
+                    "cron: job {} missed its run at {} by {:.0f}s; running it now", job.id, due_text, late_s
+                )
+                run_time = moment
+            else:
+                logger.warning(
+                    "cron: job {} missed its run at {} by {:.0f}s; skipped", job.id, due_text, late_s
+                )
+                update["last_status"] = _status(
+                    f"missed: due {due_text}, {late_s:.0f}s late (grace {self.misfire_grace_s}s)"
+                )
+        if run_time is None:  # a one-shot job whose time has passed
+            update.update(enabled=False, next_run_at=None)
+            return update
+        self._scheduler.add_job(
+            self._fire,
+            trigger=trigger,
+            args=[job.id],
+            id=job.id,
+            name=job.name,
+            next_run_time=run_time,
+            replace_existing=True,
+        )
+        self._scheduled[job.id] = job.schedule
+        if job.next_run_at != to_iso(run_time):
+            update["next_run_at"] = to_iso(run_time)
+        return update
+
+    def _unschedule(self, job_id: str) -> None:
+        self._scheduled.pop(job_id, None)
+        if self._scheduler is not None:
+            with contextlib.suppress(JobLookupError):  # a one-shot timer removes itself after firing
+                self._scheduler.remove_job(job_id)
+
+    def _apply(self, updates: dict[str, dict[str, Any]]) -> None:
+        """Write field updates for jobs that still exist; others' changes in the file are kept."""
+
+        def change(jobs: builtins.list[CronJob]) -> None:
+            for job in jobs:
+                for key, value in updates.get(job.id, {}).items():
+                    setattr(job, key, value)
+
+        try:
+            self.store.mutate(change)
+        except CronStoreError as exc:
+            logger.error("cron: cannot record job state: {}", exc)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.reload_interval_s)
+            try:
+                if self.store.signature() != self._seen_sig:
+                    logger.debug("cron: jobs.json changed on disk; reloading")
+                    self._sync()
+            except CronStoreError as exc:
+                logger.error("cron: {}", exc)
+            except Exception as exc:  # noqa: BLE001 - the watcher must outlive one bad reload
+                logger.opt(exception=exc).error("cron: reload failed")
+
+    def _on_missed(self, event: JobExecutionEvent) -> None:
+        """APScheduler skipped a run (e.g. the machine slept longer than the grace time)."""
+        when = to_iso(event.scheduled_run_time)
+        logger.warning("cron: job {} missed its run at {}", event.job_id, when)
+        self._apply({event.job_id: {"last_status": f"missed: due {when}"}})
+
+    # ------------------------------------------------------------------ runs
+    async def _fire(self, job_id: str) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight.add(task)
+        try:
+            job = self.get(job_id)
+            if job is None or not job.enabled:
+                self._unschedule(job_id)
+                return
+            await self._execute(job, scheduled=True)
+        except CronStoreError as exc:
+            logger.error("cron: cannot run job {}: {}", job_id, exc)
+        finally:
+            if task is not None:
+                self._inflight.discard(task)
+
+    async def _execute(self, job: CronJob, scheduled: bool) -> str | None:
+        started = tz_now(self.tz)
+        logger.info("cron: running job {} ({})", job.id, job.name)
+        result: str | None = None
+        try:
+            result = await self._on_job(job)
+            status = "ok"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one failing job must not stop the others
+            logger.opt(exception=exc).error("cron: job {} failed", job.id)
+            status = f"error: {type(exc).__name__}: {exc}"
+        if result and result.strip() and status == "ok":
+            status = await self._deliver_result(job, result)
+        update: dict[str, Any] = {"last_run_at": to_iso(started), "last_status": _status(status)}
+        if scheduled:
+            if job.schedule.kind == "at":
+                update.update(enabled=False, next_run_at=None)
+            else:
+                timer = self._scheduler.get_job(job.id) if self._scheduler is not None else None
+                nxt = timer.next_run_time if timer is not None else None
+                update["next_run_at"] = to_iso(nxt) if nxt else None
+        self._apply({job.id: update})
+        if scheduled and job.schedule.kind == "at":
+            self._scheduled.pop(job.id, None)
+        return result
+
+    async def _deliver_result(self, job: CronJob, result: str) -> str:
+        if job.deliver_to is None or self._deliver is None:
+            logger.info("cron: job {} produced a result with no chat to deliver it to", job.id)
+            return "ok"
+        try:
+            await self._deliver(job.deliver_to.channel, job.deliver_to.chat_id, result)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - record it; the next run tries again
+            logger.opt(exception=exc).error(
+                "cron: delivering job {} to {} failed", job.id, job.deliver_to.channel
+            )
+            return f"error: delivery failed: {type(exc).__name__}: {exc}"
+        return "ok"

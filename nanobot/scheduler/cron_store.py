@@ -1,0 +1,328 @@
+"""Cron jobs on disk: the CronJob model, schedule parsing, and `cron/jobs.json` (atomic, locked).
+
+The file is owned by CronService; the gateway and a one-shot CLI can both hold a service on the
+same file. Every change is a read-modify-write under an exclusive `fcntl` lock on a side file, and
+the new content replaces the old one atomically (temp file + `os.replace`), so readers never see a
+half-written file and two writers never lose each other's jobs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, tzinfo
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+FILE_FORMAT = 1
+MAX_JOBS = 500  # a runaway agent must not grow jobs.json without bound
+MIN_EVERY_S = 1
+MAX_STATUS_CHARS = 300
+
+ScheduleKind = Literal["at", "every", "cron"]
+T = TypeVar("T")
+
+
+class CronStoreError(Exception):
+    """jobs.json cannot be read or written (e.g. invalid JSON); it is never overwritten then."""
+
+
+@dataclass
+class CronSchedule:
+    """When a job runs: once `at` a moment, `every` N seconds, or on a `cron` expression in `tz`."""
+
+    kind: ScheduleKind
+    at: str | None = None  # ISO-8601 with offset
+    every_s: int | None = None
+    expr: str | None = None  # five-field crontab: minute hour day month weekday
+    tz: str = ""  # empty: the service's time zone
+
+    def describe(self) -> str:
+        if self.kind == "at":
+            return f"at {self.at}"
+        if self.kind == "every":
+            return f"every {self.every_s}s"
+        return f"cron '{self.expr}'" + (f" ({self.tz})" if self.tz else "")
+
+
+@dataclass
+class DeliverTo:
+    """The chat that receives a job's result (the chat that created it)."""
+
+    channel: str
+    chat_id: str
+
+
+@dataclass
+class CronJob:
+    id: str
+    name: str
+    message: str
+    schedule: CronSchedule
+    deliver_to: DeliverTo | None = None
+    enabled: bool = True
+    created_at: str = ""
+    last_run_at: str | None = None
+    last_status: str | None = None  # "ok", "error: ...", "missed: ..."
+    next_run_at: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept on rewrite
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        extra = data.pop("extra")
+        return {**extra, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CronJob:
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+        sched = data.get("schedule") or {}
+        target = data.get("deliver_to")
+        return cls(
+            id=str(data["id"]),
+            name=str(data.get("name") or data["id"]),
+            message=str(data.get("message") or ""),
+            schedule=CronSchedule(
+                kind=sched.get("kind", "every"),
+                at=sched.get("at"),
+                every_s=sched.get("every_s"),
+                expr=sched.get("expr"),
+                tz=sched.get("tz") or "",
+            ),
+            deliver_to=DeliverTo(str(target["channel"]), str(target["chat_id"])) if target else None,
+            enabled=bool(data.get("enabled", True)),
+            created_at=str(data.get("created_at") or ""),
+            last_run_at=data.get("last_run_at"),
+            last_status=data.get("last_status"),
+            next_run_at=data.get("next_run_at"),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+# ----------------------------------------------------------------------------- time helpers
+
+
+def job_zone(name: str, default: tzinfo) -> tzinfo:
+    """A job's time zone: an IANA name (ValueError when unknown), or `default` when empty."""
+    if not name.strip():
+        return default
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"unknown time zone {name!r} (use an IANA name such as 'Europe/Berlin' or 'UTC')"
+        ) from None
+
+
+def to_iso(moment: datetime) -> str:
+    """ISO-8601 with a UTC offset and whole seconds, e.g. `2025-03-01T09:00:00+01:00`."""
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    return moment.isoformat(timespec="seconds")
+
+
+def parse_iso(text: str, tz: tzinfo) -> datetime:
+    """Parse ISO-8601; a value without an offset is wall time in `tz`. ValueError when malformed."""
+    moment = datetime.fromisoformat(text.strip())
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=tz)
+
+
+# ----------------------------------------------------------------------------- schedules
+
+_WEEKDAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+
+
+def _weekday_number(token: str) -> int:
+    token = token.strip().lower()
+    if token in _WEEKDAYS:
+        return _WEEKDAYS.index(token)
+    if token.isdigit() and int(token) <= 7:
+        return int(token) % 7  # 0 and 7 are both Sunday
+    raise ValueError(f"bad day of week {token!r}")
+
+
+def _weekday_field(field: str) -> str:
+    """Standard crontab weekdays (0/7 = Sunday) as APScheduler names.
+
+    APScheduler 3 counts 0 as Monday, so `1-5` would silently mean Tuesday to Saturday; spelling
+    the days out keeps the usual crontab meaning.
+    """
+    if field == "*":
+        return field
+    days: list[int] = []
+    for part in field.split(","):
+        base, _, step_text = part.partition("/")
+        step = int(step_text) if step_text else 1
+        if step < 1:
+            raise ValueError(f"bad step in {part!r}")
+        if base == "*":
+            lo, hi = 0, 6
+        elif "-" in base:
+            first, last = base.split("-", 1)
+            lo, hi = _weekday_number(first), _weekday_number(last)
+            hi = 7 if hi == 0 and lo > 0 else hi  # `5-7` / `fri-sun` end on Sunday
+        else:
+            lo = _weekday_number(base)
+            hi = 6 if step_text else lo
+        if lo > hi:
+            raise ValueError(f"bad day-of-week range {part!r}")
+        days.extend(d % 7 for d in range(lo, hi + 1, step))
+    return ",".join(_WEEKDAYS[d] for d in sorted(set(days)))
+
+
+def crontab_trigger(expr: str, tz: tzinfo) -> CronTrigger:
+    """A five-field crontab (minute hour day-of-month month day-of-week) in `tz`."""
+    fields = expr.split()
+    if len(fields) != 5:
+        raise ValueError(f"expected 5 fields (minute hour day month weekday), got {len(fields)}")
+    minute, hour, day, month, weekday = fields
+    return CronTrigger(
+        minute=minute, hour=hour, day=day, month=month, day_of_week=_weekday_field(weekday), timezone=tz
+    )
+
+
+def make_schedule(
+    *,
+    at: str | None = None,
+    every_s: int | None = None,
+    expr: str | None = None,
+    tz: str = "",
+    default_tz: tzinfo,
+    now: datetime,
+) -> CronSchedule:
+    """Validate exactly one of at/every_s/expr; raises ValueError with a user-facing message.
+
+    A naive `at` is wall time in `tz` (or `default_tz`) and is stored with its offset.
+    """
+    given = [
+        name for name, value in (("at", at), ("every", every_s), ("cron", expr)) if value not in (None, "")
+    ]
+    if len(given) != 1:
+        raise ValueError("give exactly one schedule: at (ISO time), every (seconds) or cron (expression)")
+    zone = job_zone(tz, default_tz)
+    if at:
+        try:
+            moment = parse_iso(at, zone)
+        except ValueError:
+            raise ValueError(
+                f"'at' must be an ISO-8601 time such as 2025-03-01T09:00:00+01:00, got {at!r}"
+            ) from None
+        if moment <= now:
+            raise ValueError(f"'at' time {to_iso(moment)} is in the past")
+        return CronSchedule(kind="at", at=to_iso(moment), tz=tz)
+    if every_s is not None:
+        if isinstance(every_s, bool) or not isinstance(every_s, int) or every_s < MIN_EVERY_S:
+            raise ValueError(f"'every' must be a whole number of seconds >= {MIN_EVERY_S}")
+        return CronSchedule(kind="every", every_s=every_s, tz=tz)
+    expr = " ".join(str(expr).split())
+    try:
+        crontab_trigger(expr, zone)
+    except ValueError as exc:
+        raise ValueError(f"invalid cron expression {expr!r}: {exc}") from None
+    return CronSchedule(kind="cron", expr=expr, tz=tz)
+
+
+def build_trigger(job: CronJob, default_tz: tzinfo) -> BaseTrigger:
+    """The APScheduler trigger for a job. `every` is anchored on the creation time, one interval on."""
+    sched = job.schedule
+    zone = job_zone(sched.tz, default_tz)
+    if sched.kind == "at":
+        return DateTrigger(run_date=parse_iso(str(sched.at), zone), timezone=zone)
+    if sched.kind == "every":
+        created = parse_iso(job.created_at, zone) if job.created_at else datetime.now(zone)
+        every = int(sched.every_s or MIN_EVERY_S)
+        return IntervalTrigger(seconds=every, start_date=created + timedelta(seconds=every), timezone=zone)
+    return crontab_trigger(str(sched.expr), zone)
+
+
+def next_fire(job: CronJob, default_tz: tzinfo, now: datetime) -> datetime | None:
+    """The next run at or after `now`; None when a one-shot job's time has passed."""
+    if job.schedule.kind == "at":
+        due = parse_iso(str(job.schedule.at), default_tz)
+        return due if due >= now else None
+    return build_trigger(job, default_tz).get_next_fire_time(None, now)
+
+
+# ----------------------------------------------------------------------------- the file
+
+
+class CronStore:
+    """jobs.json: `{"version": 1, "jobs": [...]}`, replaced atomically under an fcntl lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock_path = path.with_name(f".{path.name}.lock")
+
+    def signature(self) -> tuple[int, int, int] | None:
+        """(inode, mtime_ns, size): changes on every replacement, so a poller notices other writers."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def load(self) -> list[CronJob]:
+        """All jobs. No lock needed: the file is only ever replaced whole."""
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise CronStoreError(f"{self.path}: cannot read ({exc.strerror})") from None
+        if not raw.strip():
+            return []
+        try:
+            data = json.loads(raw)
+            items = data["jobs"] if isinstance(data, dict) else data
+            return [CronJob.from_dict(item) for item in items]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise CronStoreError(f"{self.path}: not a valid jobs file ({exc}); fix or remove it") from None
+
+    def mutate(self, change: Callable[[list[CronJob]], T]) -> T:
+        """Run `change` on the current jobs (it edits the list in place) and save, all under the lock."""
+        with self._locked():
+            jobs = self.load()
+            result = change(jobs)
+            self._write(jobs)
+            return result
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _write(self, jobs: list[CronJob]) -> None:
+        text = json.dumps(
+            {"version": FILE_FORMAT, "jobs": [j.to_dict() for j in jobs]}, indent=2, ensure_ascii=False
+        )
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -1,0 +1,144 @@
+"""HeartbeatService: every `interval_s`, read HEARTBEAT.md and, when it holds tasks, let the agent do them.
+
+"Actionable" means HEARTBEAT.md has at least one line of real content once these are ignored:
+HTML comments (`<!-- ... -->`, also across lines), headings (`# ...`), blank lines, horizontal
+rules (`---`, `***`, `___`) and empty list items (`-`, `*`, `+`, `1.`, `- [ ]`, `- [x]` with no
+text). The shipped template holds only headings and comments, so a fresh workspace costs nothing:
+the heartbeat stays silent and never calls the LLM.
+
+When there are tasks, `on_tasks(prompt)` runs them (the gateway gives it its own session) and the
+reply goes to `resolve_target()` (gateway.heartbeat.target, or the most recently active private
+chat of an allowed user). A reply that is empty or just HEARTBEAT_OK is not delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from loguru import logger
+
+HEARTBEAT_FILE = "HEARTBEAT.md"
+HEARTBEAT_OK = "HEARTBEAT_OK"
+HEARTBEAT_SESSION_KEY = "heartbeat:main"
+MAX_HEARTBEAT_CHARS = 20_000  # more than this is not a task list; the rest is cut off
+
+HEARTBEAT_PROMPT = (
+    "[Heartbeat] This is a periodic check of your task list in HEARTBEAT.md, shown below. "
+    "Do the tasks that are due now. If there is nothing to do or report, reply exactly "
+    f"{HEARTBEAT_OK} and nothing else; otherwise reply with what the user should know.\n\n"
+)
+
+OnTasks = Callable[[str], Awaitable[str | None]]
+ResolveTarget = Callable[[], tuple[str, str] | None]
+Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
+
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_HEADING = re.compile(r"^#{1,6}(\s|$)")
+_RULE = re.compile(r"^([-*_])(\s*\1){2,}$")
+_EMPTY_ITEM = re.compile(r"^(?:[-*+]|\d+[.)])(?:\s+\[[ xX]?\])?$")
+_OK_DECORATION = "*_`'\". \t\r\n"
+
+
+def task_lines(text: str) -> list[str]:
+    """The lines of a HEARTBEAT.md that count as content (see the module docstring)."""
+    lines = []
+    for raw in _COMMENT.sub("", text).splitlines():
+        line = raw.strip()
+        if not line or _HEADING.match(line) or _RULE.match(line) or _EMPTY_ITEM.match(line):
+            continue
+        lines.append(line)
+    return lines
+
+
+def is_actionable(text: str) -> bool:
+    return bool(task_lines(text))
+
+
+def is_heartbeat_ok(reply: str | None) -> bool:
+    """Empty, or HEARTBEAT_OK give or take Markdown emphasis, quotes and a final full stop."""
+    return not reply or reply.strip(_OK_DECORATION) in ("", HEARTBEAT_OK)
+
+
+def parse_target(value: str) -> tuple[str, str] | None:
+    """`channel:chat_id` (e.g. `telegram:12345`) as a pair; None when empty or malformed."""
+    channel, sep, chat_id = (value or "").strip().partition(":")
+    if not sep or not channel.strip() or not chat_id.strip():
+        return None
+    return channel.strip(), chat_id.strip()
+
+
+class HeartbeatService:
+    def __init__(
+        self,
+        workspace: Path,
+        interval_s: int,
+        on_tasks: OnTasks,
+        resolve_target: ResolveTarget,
+        deliver: Deliver,
+    ) -> None:
+        self.workspace = workspace
+        self.interval_s = interval_s
+        self._on_tasks = on_tasks
+        self._resolve_target = resolve_target
+        self._deliver = deliver
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def file(self) -> Path:
+        return self.workspace / HEARTBEAT_FILE
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="heartbeat")
+            logger.info("heartbeat: every {}s from {}", self.interval_s, self.file)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one bad beat must not end the heartbeat
+                logger.opt(exception=exc).error("heartbeat: tick failed")
+
+    def read_tasks(self) -> str | None:
+        """HEARTBEAT.md's text when it is actionable, else None."""
+        try:
+            text = self.file.read_text(encoding="utf-8", errors="replace")[:MAX_HEARTBEAT_CHARS]
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            logger.warning("heartbeat: cannot read {}: {}", self.file, exc.strerror)
+            return None
+        return text if is_actionable(text) else None
+
+    async def tick(self) -> str | None:
+        """One beat; returns the text delivered, or None when it stayed silent."""
+        tasks = self.read_tasks()
+        if tasks is None:
+            logger.debug("heartbeat: nothing to do")
+            return None
+        target = self._resolve_target()
+        if target is None:
+            # Running tasks nobody will hear about would spend tokens for nothing.
+            logger.info("heartbeat: tasks found but no chat to report to; set gateway.heartbeat.target")
+            return None
+        logger.info("heartbeat: running tasks from {}", self.file.name)
+        reply = await self._on_tasks(HEARTBEAT_PROMPT + tasks.strip())
+        if is_heartbeat_ok(reply):
+            logger.debug("heartbeat: agent reports nothing to say")
+            return None
+        assert reply is not None
+        channel, chat_id = target
+        await self._deliver(channel, chat_id, reply)
+        return reply

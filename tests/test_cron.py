@@ -1,0 +1,516 @@
+"""CronService, jobs.json, the cron tool and `nanobot cron`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from typer.testing import CliRunner
+
+from nanobot.agent.tools.base import ToolContext, ToolError
+from nanobot.agent.tools.cron import CronTool
+from nanobot.agent.tools.registry import ToolRegistry
+from nanobot.cli import cron as cron_cli
+from nanobot.scheduler.cron import CronJob, CronService, CronStoreError, DeliverTo, job_prompt, jobs_path
+from nanobot.scheduler.cron_store import CronStore, make_schedule, next_fire, to_iso
+
+UTCZ = ZoneInfo("UTC")
+WAIT_S = 5.0
+
+
+class Recorder:
+    """An on_job + deliver pair that remembers calls and can be awaited."""
+
+    def __init__(self, reply: str | None = "done", fail: Exception | None = None) -> None:
+        self.jobs: list[CronJob] = []
+        self.delivered: list[tuple[str, str, str]] = []
+        self.reply = reply
+        self.fail = fail
+        self.event = asyncio.Event()
+
+    async def on_job(self, job: CronJob) -> str | None:
+        self.jobs.append(job)
+        self.event.set()
+        if self.fail is not None:
+            raise self.fail
+        return self.reply
+
+    async def deliver(self, channel: str, chat_id: str, text: str) -> None:
+        self.delivered.append((channel, chat_id, text))
+
+    async def wait_calls(self, n: int, timeout_s: float = WAIT_S) -> None:
+        async def until() -> None:
+            while len(self.jobs) < n:
+                self.event.clear()
+                await self.event.wait()
+
+        await asyncio.wait_for(until(), timeout_s)
+
+
+def service(path: Path, rec: Recorder, **kw) -> CronService:
+    return CronService(path, rec.on_job, "UTC", deliver=rec.deliver, **kw)
+
+
+def write_job(path: Path, job: CronJob) -> None:
+    CronStore(path).mutate(lambda jobs: jobs.append(job))
+
+
+# ------------------------------------------------------------------------ schedules
+
+
+def test_schedule_parsing_and_time_zones() -> None:
+    now = datetime(2025, 1, 15, 12, 0, tzinfo=UTC)
+    at = make_schedule(at="2025-07-01T09:00:00", tz="Europe/Berlin", default_tz=UTCZ, now=now)
+    assert at.kind == "at" and at.at == "2025-07-01T09:00:00+02:00"  # naive wall time, summer offset
+    at2 = make_schedule(at="2025-01-16T09:00:00-05:00", default_tz=UTCZ, now=now)
+    assert at2.at == "2025-01-16T09:00:00-05:00"
+    every = make_schedule(every_s=90, default_tz=UTCZ, now=now)
+    assert (every.kind, every.every_s) == ("every", 90)
+    cron = make_schedule(expr="0  9 * * 1-5", tz="America/New_York", default_tz=UTCZ, now=now)
+    assert (cron.kind, cron.expr, cron.tz) == ("cron", "0 9 * * 1-5", "America/New_York")
+
+    job = CronJob(id="j", name="n", message="m", schedule=cron, created_at=to_iso(now))
+    # 12:00 UTC is 07:00 in New York, so the next 09:00 there is 14:00 UTC the same day.
+    assert next_fire(job, UTCZ, now) == datetime(2025, 1, 15, 14, 0, tzinfo=UTC)
+    # On a Friday evening the next weekday 09:00 is Monday.
+    friday = datetime(2025, 1, 17, 23, 0, tzinfo=UTC)
+    assert next_fire(job, UTCZ, friday) == datetime(2025, 1, 20, 14, 0, tzinfo=UTC)
+    job_at = CronJob(id="a", name="n", message="m", schedule=at2)
+    assert next_fire(job_at, UTCZ, now) == datetime(2025, 1, 16, 14, 0, tzinfo=UTC)
+    job_every = CronJob(id="e", name="n", message="m", schedule=every, created_at=to_iso(now))
+    assert next_fire(job_every, UTCZ, now) == now + timedelta(seconds=90)
+    assert next_fire(job_every, UTCZ, now + timedelta(seconds=100)) == now + timedelta(seconds=180)
+    assert next_fire(job_at, UTCZ, datetime(2025, 1, 17, tzinfo=UTC)) is None
+
+
+@pytest.mark.parametrize(
+    ("weekday", "expected"),
+    [
+        ("*", "*"),
+        ("1-5", "mon,tue,wed,thu,fri"),
+        ("0", "sun"),
+        ("7", "sun"),
+        ("5-7", "sun,fri,sat"),
+        ("sat,sun", "sun,sat"),
+        ("mon-wed", "mon,tue,wed"),
+        ("*/2", "sun,tue,thu,sat"),
+        ("1-5/2", "mon,wed,fri"),
+    ],
+)
+def test_crontab_weekdays_keep_the_standard_meaning(weekday: str, expected: str) -> None:
+    from nanobot.scheduler.cron_store import _weekday_field
+
+    assert _weekday_field(weekday) == expected
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({}, "exactly one"),
+        ({"every_s": 60, "expr": "* * * * *"}, "exactly one"),
+        ({"every_s": 0}, ">= 1"),
+        ({"expr": "61 * * * *"}, "invalid cron"),
+        ({"expr": "* * *"}, "invalid cron"),
+        ({"expr": "0 9 * * 8"}, "invalid cron"),
+        ({"expr": "0 9 * * 5-1"}, "invalid cron"),
+        ({"expr": "0 9 * * *", "tz": "Mars/Olympus"}, "unknown time zone"),
+        ({"at": "tomorrow"}, "ISO-8601"),
+        ({"at": "2020-01-01T00:00:00+00:00"}, "in the past"),
+    ],
+)
+def test_schedule_rejects_bad_input(kwargs: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        make_schedule(default_tz=UTCZ, now=datetime(2025, 1, 15, tzinfo=UTC), **kwargs)
+
+
+# ------------------------------------------------------------------------ persistence and firing
+
+
+async def test_job_persists_across_restart_and_fires(tmp_path: Path) -> None:
+    path = jobs_path(tmp_path)
+    first = Recorder()
+    svc1 = service(path, first)
+    await svc1.start()
+    job = svc1.add("water", "remind me to drink water", every_s=1, deliver_to=DeliverTo("telegram", "42"))
+    await svc1.stop()  # "restart" before it ever fires
+    assert first.jobs == []
+
+    on_disk = json.loads(path.read_text())
+    assert on_disk["jobs"][0]["id"] == job.id and on_disk["jobs"][0]["schedule"]["every_s"] == 1
+
+    rec = Recorder(reply="Drink some water!")
+    svc2 = service(path, rec)
+    await svc2.start()
+    try:
+        await rec.wait_calls(2)
+    finally:
+        await svc2.stop()
+    assert rec.jobs[0].id == job.id and rec.jobs[0].message == "remind me to drink water"
+    assert rec.delivered[:2] == [("telegram", "42", "Drink some water!")] * 2
+    saved = svc2.get(job.id)
+    assert saved is not None and saved.last_status == "ok" and saved.last_run_at is not None
+    assert saved.next_run_at is not None and saved.enabled
+
+
+async def test_one_shot_at_job_fires_once_then_is_disabled(tmp_path: Path) -> None:
+    rec = Recorder()
+    svc = service(tmp_path / "jobs.json", rec)
+    await svc.start()
+    try:
+        when = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+        job = svc.add("once", "say hi", at=when, deliver_to=DeliverTo("discord", "7"))
+        await rec.wait_calls(1)
+        await asyncio.sleep(0.3)
+    finally:
+        await svc.stop()
+    assert len(rec.jobs) == 1 and rec.delivered == [("discord", "7", "done")]
+    saved = svc.get(job.id)
+    assert saved is not None and not saved.enabled and saved.next_run_at is None and saved.last_status == "ok"
+
+
+async def _start_with_missed(tmp_path: Path, kind: str, late_s: int) -> tuple[Recorder, CronService, str]:
+    path = tmp_path / "jobs.json"
+    now = datetime.now(UTC)
+    due = now - timedelta(seconds=late_s)
+    if kind == "every":
+        sched = make_schedule(every_s=3600, default_tz=UTCZ, now=now)
+    else:
+        sched = make_schedule(at=to_iso(now + timedelta(hours=1)), default_tz=UTCZ, now=now)
+        sched.at = to_iso(due)
+    job = CronJob(
+        id="missed1",
+        name="m",
+        message="check",
+        schedule=sched,
+        deliver_to=DeliverTo("telegram", "1"),
+        created_at=to_iso(due - timedelta(hours=2)),
+        next_run_at=to_iso(due),
+    )
+    write_job(path, job)
+    rec = Recorder()
+    svc = service(path, rec)
+    await svc.start()
+    return rec, svc, job.id
+
+
+@pytest.mark.parametrize("kind", ["every", "at"])
+async def test_missed_run_within_grace_fires_once_on_start(tmp_path: Path, kind: str) -> None:
+    rec, svc, job_id = await _start_with_missed(tmp_path, kind, late_s=30)
+    try:
+        await rec.wait_calls(1)
+        await asyncio.sleep(0.3)
+    finally:
+        await svc.stop()
+    assert len(rec.jobs) == 1
+    saved = svc.get(job_id)
+    assert saved is not None and saved.last_status == "ok"
+    if kind == "at":
+        assert not saved.enabled
+    else:
+        assert saved.enabled and datetime.fromisoformat(saved.next_run_at) > datetime.now(UTC)
+
+
+@pytest.mark.parametrize("kind", ["every", "at"])
+async def test_missed_run_beyond_grace_is_skipped_and_recorded(tmp_path: Path, kind: str) -> None:
+    rec, svc, job_id = await _start_with_missed(tmp_path, kind, late_s=1000)
+    try:
+        await asyncio.sleep(0.5)
+    finally:
+        await svc.stop()
+    assert rec.jobs == []
+    saved = svc.get(job_id)
+    assert (
+        saved is not None
+        and saved.last_status.startswith("missed: due ")
+        and "(grace 300s)" in saved.last_status
+    )
+    if kind == "at":
+        assert not saved.enabled and saved.next_run_at is None
+    else:
+        assert datetime.fromisoformat(saved.next_run_at) > datetime.now(UTC)
+
+
+async def test_running_service_picks_up_jobs_added_and_removed_by_another_process(tmp_path: Path) -> None:
+    path = tmp_path / "cron" / "jobs.json"
+    rec = Recorder()
+    gateway = service(path, rec, reload_interval_s=0.1)
+    await gateway.start()
+    try:
+        cli = CronService(path, rec.on_job, "UTC")  # never started, like `nanobot cron add`
+        job = cli.add("ping", "ping", every_s=1, deliver_to=DeliverTo("telegram", "5"))
+        await rec.wait_calls(1)
+        assert cli.remove(job.id)
+        await asyncio.sleep(0.3)  # the gateway notices the removal
+        calls = len(rec.jobs)
+        await asyncio.sleep(1.3)
+        assert len(rec.jobs) == calls
+    finally:
+        await gateway.stop()
+    assert rec.jobs[0].id == job.id and rec.delivered[0] == ("telegram", "5", "done")
+
+
+async def test_disabled_job_does_not_fire_and_enable_brings_it_back(tmp_path: Path) -> None:
+    rec = Recorder()
+    svc = service(tmp_path / "jobs.json", rec)
+    await svc.start()
+    try:
+        job = svc.add("tick", "tick", every_s=1)
+        assert svc.enable(job.id, False) is not None
+        await asyncio.sleep(1.4)
+        assert rec.jobs == []
+        svc.enable(job.id, True)
+        await rec.wait_calls(1)
+    finally:
+        await svc.stop()
+    assert svc.enable("nope") is None
+
+
+async def test_failures_are_recorded_not_raised(tmp_path: Path) -> None:
+    rec = Recorder(fail=RuntimeError("llm down"))
+    svc = service(tmp_path / "jobs.json", rec)
+    job = svc.add("x", "x", every_s=3600, deliver_to=DeliverTo("telegram", "1"))
+    assert await svc.run_now(job.id) is None
+    assert svc.get(job.id).last_status == "error: RuntimeError: llm down"
+
+    async def broken_deliver(channel: str, chat_id: str, text: str) -> None:
+        raise ConnectionError("telegram unreachable")
+
+    svc2 = CronService(tmp_path / "jobs.json", Recorder().on_job, "UTC", deliver=broken_deliver)
+    assert await svc2.run_now(job.id) == "done"
+    saved = svc2.get(job.id)
+    assert saved.last_status.startswith("error: delivery failed: ConnectionError")
+    assert saved.next_run_at == job.next_run_at  # a manual run keeps the schedule
+    with pytest.raises(KeyError):
+        await svc2.run_now("missing")
+
+
+# ------------------------------------------------------------------------ the file
+
+
+def test_concurrent_adds_from_two_services_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.json"
+    a, b = (CronService(path, Recorder().on_job, "UTC") for _ in range(2))
+
+    def add_many(svc: CronService, tag: str) -> None:
+        for i in range(25):
+            svc.add(f"{tag}{i}", "m", every_s=60)
+
+    threads = [threading.Thread(target=add_many, args=(s, t)) for s, t in ((a, "a"), (b, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    names = sorted(j.name for j in a.list())
+    assert len(names) == 50 and names == sorted([f"a{i}" for i in range(25)] + [f"b{i}" for i in range(25)])
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_concurrent_adds_from_two_processes(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.json"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from nanobot.scheduler.cron import CronService
+        async def noop(job): return None
+        svc = CronService(Path({str(path)!r}), noop, "UTC")
+        for i in range(20):
+            svc.add(sys.argv[1] + str(i), "m", every_s=60)
+        """
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, tag]) for tag in ("p", "q")]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    assert len(CronStore(path).load()) == 40
+
+
+def test_corrupt_file_is_reported_and_never_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.json"
+    path.write_text("{not json")
+    svc = CronService(path, Recorder().on_job, "UTC")
+    with pytest.raises(CronStoreError, match="not a valid jobs file"):
+        svc.list()
+    with pytest.raises(CronStoreError):
+        svc.add("x", "x", every_s=60)
+    assert path.read_text() == "{not json"
+
+
+def test_unknown_keys_survive_a_rewrite(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.json"
+    svc = CronService(path, Recorder().on_job, "UTC")
+    job = svc.add("x", "x", every_s=60)
+    data = json.loads(path.read_text())
+    data["jobs"][0]["future_field"] = {"a": 1}
+    path.write_text(json.dumps(data))
+    svc.add("y", "y", every_s=60)
+    kept = next(j for j in json.loads(path.read_text())["jobs"] if j["id"] == job.id)
+    assert kept["future_field"] == {"a": 1}
+
+
+# ------------------------------------------------------------------------ the tool
+
+
+@pytest.fixture
+def tool(tmp_path: Path) -> CronTool:
+    return CronTool(CronService(tmp_path / "jobs.json", Recorder().on_job, "UTC"))
+
+
+TG = ToolContext(channel="telegram", chat_id="42", session_key="telegram:42")
+DC = ToolContext(channel="discord", chat_id="9", session_key="discord:9")
+
+
+async def test_tool_add_list_remove_scoped_to_the_chat(tool: CronTool) -> None:
+    out = await tool.execute(
+        TG,
+        action="add",
+        name="standup",
+        message="Post the standup reminder",
+        cron_expr="0 9 * * 1-5",
+        tz="Europe/Berlin",
+    )
+    assert out.startswith("Scheduled job ")
+    job = tool.service.list()[0]
+    assert job.deliver_to == DeliverTo("telegram", "42") and job.schedule.tz == "Europe/Berlin"
+    await tool.execute(DC, action="add", message="other chat", every_seconds=3600)
+
+    listing = await tool.execute(TG, action="list")
+    assert job.id in listing and "standup" in listing and "other chat" not in listing
+    with pytest.raises(ToolError, match="no job"):
+        await tool.execute(DC, action="remove", job_id=job.id)
+    assert "Removed job" in await tool.execute(TG, action="remove", job_id=job.id)
+    assert await tool.execute(TG, action="list") == "No scheduled jobs for this chat."
+    assert len(tool.service.list()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ({"action": "add"}, "'message' is required"),
+        ({"action": "add", "message": "m"}, "exactly one"),
+        ({"action": "add", "message": "m", "every_seconds": 3600, "cron_expr": "* * * * *"}, "exactly one"),
+        ({"action": "add", "message": "m", "cron_expr": "every day"}, "invalid cron"),
+        ({"action": "add", "message": "m", "at": "2001-01-01T00:00:00Z"}, "in the past"),
+        ({"action": "remove"}, "'job_id' is required"),
+    ],
+)
+async def test_tool_rejects_bad_arguments(tool: CronTool, args: dict, needle: str) -> None:
+    with pytest.raises(ToolError, match=needle):
+        await tool.execute(TG, **args)
+    assert tool.service.list() == []
+
+
+async def test_tool_through_registry_validates_schema_and_blocks_jobs_from_jobs(tool: CronTool) -> None:
+    reg = ToolRegistry()
+    reg.register(tool)
+    out = await reg.execute("cron", {"action": "add", "message": "m", "every_seconds": 5}, TG)
+    assert out.startswith("Error: invalid arguments") and ">= 60" in out
+    out = await reg.execute("cron", '{"action": "explode"}', TG)
+    assert out.startswith("Error: invalid arguments") and "must be one of" in out
+    in_job = ToolContext(channel="telegram", chat_id="42", session_key="cron:abc")
+    out = await reg.execute("cron", {"action": "add", "message": "m", "every_seconds": 60}, in_job)
+    assert out == "Error: a scheduled job cannot schedule further jobs"
+    assert tool.service.list() == []
+
+
+# ------------------------------------------------------------------------ the CLI
+
+
+@pytest.fixture
+def cli_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("NANOBOT_HOME", str(tmp_path / "home"))
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        json.dumps({"agents": {"defaults": {"workspace": str(tmp_path / "ws"), "timezone": "UTC"}}})
+    )
+    return cfg
+
+
+def test_cli_add_list_remove(cli_config: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(
+        cron_cli.app,
+        [
+            "add",
+            "-c",
+            str(cli_config),
+            "--name",
+            "news",
+            "-m",
+            "Summarise the news",
+            "--cron",
+            "30 7 * * *",
+            "--tz",
+            "Asia/Tokyo",
+            "--channel",
+            "telegram",
+            "--to",
+            "42",
+        ],
+    )
+    assert res.exit_code == 0, res.stderr
+    job_id = res.stdout.strip()
+    stored = json.loads((tmp_path / "ws" / "cron" / "jobs.json").read_text())["jobs"]
+    assert stored[0]["id"] == job_id and stored[0]["deliver_to"] == {"channel": "telegram", "chat_id": "42"}
+    assert stored[0]["next_run_at"].endswith("+09:00")
+
+    res = runner.invoke(cron_cli.app, ["list", "-c", str(cli_config)])
+    assert res.exit_code == 0 and job_id in res.stdout and "cron '30 7 * * *' (Asia/Tokyo)" in res.stdout
+    res = runner.invoke(cron_cli.app, ["list", "-c", str(cli_config), "--json"])
+    assert json.loads(res.stdout)[0]["schedule"]["expr"] == "30 7 * * *"
+
+    res = runner.invoke(cron_cli.app, ["remove", job_id, "-c", str(cli_config)])
+    assert res.exit_code == 0 and res.stdout == ""
+    res = runner.invoke(cron_cli.app, ["remove", job_id, "-c", str(cli_config)])
+    assert res.exit_code == 1 and "no job" in res.stderr
+    res = runner.invoke(cron_cli.app, ["list", "-c", str(cli_config)])
+    assert res.exit_code == 0 and res.stdout == "" and "No scheduled jobs" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-m", "x"],
+        ["-m", "x", "--every", "60", "--cron", "* * * * *"],
+        ["-m", "x", "--every", "60", "--channel", "telegram"],
+        ["-m", "x", "--cron", "0 9 * * *", "--tz", "Nowhere/City"],
+        ["-m", "x", "--at", "yesterday"],
+    ],
+)
+def test_cli_add_usage_errors_exit_2(cli_config: Path, args: list[str]) -> None:
+    res = CliRunner().invoke(cron_cli.app, ["add", "-c", str(cli_config), *args])
+    assert res.exit_code == 2 and res.stdout == "" and "Error" in res.stderr
+
+
+def test_cli_run_executes_once_and_records(cli_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    job_id = runner.invoke(
+        cron_cli.app, ["add", "-c", str(cli_config), "-m", "weather", "--every", "3600"]
+    ).stdout
+    seen: list[str] = []
+
+    async def fake_run(config, job: CronJob) -> str:
+        seen.append(job_prompt(job))
+        return "Sunny, 21°C"
+
+    monkeypatch.setattr(cron_cli, "_run_job_once", fake_run)
+    res = runner.invoke(cron_cli.app, ["run", job_id.strip(), "-c", str(cli_config)])
+    assert res.exit_code == 0 and res.stdout == "Sunny, 21°C\n"
+    assert "weather" in seen[0]
+    listed = json.loads(runner.invoke(cron_cli.app, ["list", "--json", "-c", str(cli_config)]).stdout)
+    assert listed[0]["last_status"] == "ok" and listed[0]["last_run_at"]
+
+    async def broken(config, job: CronJob) -> str:
+        raise RuntimeError("no provider")
+
+    monkeypatch.setattr(cron_cli, "_run_job_once", broken)
+    res = runner.invoke(cron_cli.app, ["run", job_id.strip(), "-c", str(cli_config)])
+    assert res.exit_code == 1 and "no provider" in res.stderr and res.stdout == ""
+    res = runner.invoke(cron_cli.app, ["run", "nope", "-c", str(cli_config)])
+    assert res.exit_code == 1 and "no job" in res.stderr
