@@ -1,0 +1,162 @@
+"""`nanobot service install|uninstall|status [--user]`: the gateway as a systemd service."""
+
+from __future__ import annotations
+
+import getpass
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nanobot.cli.common import EXIT_USAGE, ConfigOption, err, fail, load_cli_config
+from nanobot.config.paths import default_config_path, nanobot_home
+from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary
+from nanobot.service.systemd import (
+    ServiceError,
+    Systemctl,
+    UnitSpec,
+    default_unit_path,
+    install_unit,
+    linger_hint,
+    uninstall_unit,
+    unit_status,
+    userns_available,
+)
+
+app = typer.Typer(help="Run the gateway as a systemd service.", no_args_is_help=True)
+
+UserOption = Annotated[
+    bool, typer.Option("--user", help="A user unit (~/.config/systemd/user) instead of a system one.")
+]
+UnitDirOption = Annotated[
+    Path | None,
+    typer.Option("--unit-dir", help="Write the unit into this folder instead of systemd's (for packaging)."),
+]
+NoStartOption = Annotated[
+    bool, typer.Option("--no-start", help="Only write the unit; do not call systemctl.")
+]
+
+
+def nanobot_executable() -> str:
+    """The absolute path of the `nanobot` being run, so the unit starts this very install."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    candidates = [argv0] if argv0 is not None and argv0.name == "nanobot" else []
+    candidates.append(Path(sys.executable).parent / "nanobot")
+    found = shutil.which("nanobot")
+    if found:
+        candidates.append(Path(found))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate.absolute())
+    fail("Error: cannot find the nanobot executable (is nanobot installed in this environment?)")
+
+
+def _unit_path(user: bool, unit_dir: Path | None) -> Path:
+    return (unit_dir / "nanobot.service") if unit_dir is not None else default_unit_path(user)
+
+
+def _systemctl(user: bool, no_start: bool) -> Systemctl | None:
+    return None if no_start else Systemctl(user)
+
+
+@app.command("install")
+def install(
+    config: ConfigOption = None,
+    user: UserOption = False,
+    watchdog_sec: Annotated[
+        int,
+        typer.Option("--watchdog-sec", help="systemd restarts a gateway silent this long (0: off).", min=0),
+    ] = 0,
+    no_sandbox: Annotated[
+        bool, typer.Option("--no-sandbox", help="Leave out namespace sandboxing (no user namespaces).")
+    ] = False,
+    unit_dir: UnitDirOption = None,
+    no_start: NoStartOption = False,
+) -> None:
+    """Write the unit (Restart=on-failure, hardened) and enable it with systemctl."""
+    cfg = load_cli_config(config)
+    interval_s = cfg.gateway.watchdog_interval_s
+    if 0 < watchdog_sec < interval_s * 2:
+        fail(
+            f"Error: --watchdog-sec must be at least twice gateway.watchdogIntervalS ({interval_s:g}s); "
+            f"try {math.ceil(interval_s * WATCHDOG_STALE_FACTOR)}",
+            EXIT_USAGE,
+        )
+    config_path = (config or default_config_path()).expanduser().absolute()
+    if not config_path.exists():
+        err(f"Warning: {config_path} does not exist yet; run `nanobot onboard` before starting the service")
+    home = nanobot_home().absolute()
+    workspace = cfg.workspace_path
+    extra = () if workspace.is_relative_to(home) else (workspace,)
+    run_as = None if user else (os.environ.get("SUDO_USER") or getpass.getuser())
+    spec = UnitSpec(
+        executable=nanobot_executable(),
+        config_path=config_path,
+        home=home,
+        user_unit=user,
+        run_as=run_as,
+        watchdog_sec=watchdog_sec,
+        sandbox=not no_sandbox,
+        extra_rw_paths=extra,
+    )
+    # ProtectSystem=strict only lets the service write paths that exist when it starts.
+    for folder in (home, *extra):
+        folder.mkdir(parents=True, exist_ok=True)
+        if run_as and os.geteuid() == 0 and run_as != "root":
+            shutil.chown(folder, user=run_as)
+    if user and spec.sandbox and userns_available() is False:
+        err(
+            "Warning: unprivileged user namespaces are off here; the sandboxed user unit may fail to start. "
+            "Re-run with --no-sandbox if it does."
+        )
+    try:
+        notes = install_unit(spec, _unit_path(user, unit_dir), _systemctl(user, no_start))
+    except ServiceError as exc:
+        fail(f"Error: {exc}")
+    for note in notes:
+        err(note)
+    if user:
+        err(linger_hint(getpass.getuser()))
+
+
+@app.command("uninstall")
+def uninstall(
+    user: UserOption = False, unit_dir: UnitDirOption = None, no_start: NoStartOption = False
+) -> None:
+    """Stop and disable the service and remove its unit."""
+    try:
+        notes = uninstall_unit(_unit_path(user, unit_dir), _systemctl(user, no_start))
+    except ServiceError as exc:
+        fail(f"Error: {exc}")
+    for note in notes:
+        err(note)
+
+
+@app.command("status")
+def status(
+    config: ConfigOption = None,
+    user: UserOption = False,
+    unit_dir: UnitDirOption = None,
+    no_start: NoStartOption = False,
+) -> None:
+    """Where the unit is, what systemd says of it, and whether a gateway runs on the workspace."""
+    cfg = load_cli_config(config)
+    try:
+        info = unit_status(_unit_path(user, unit_dir), _systemctl(user, no_start))
+    except ServiceError as exc:
+        fail(f"Error: {exc}")
+    print(f"unit: {info['path']} ({'installed' if info['installed'] else 'not installed'})")
+    if "active" in info:
+        print(f"active: {info['active']}")
+        print(f"enabled: {info['enabled']}")
+    summary = gateway_summary(cfg.workspace_path)
+    if summary["running"]:
+        uptime = summary["uptime_s"]
+        up = f", up {uptime:.0f}s" if uptime is not None else ""
+        print(f"gateway: running (pid {summary['pid']}{up}) on {cfg.workspace_path}")
+    else:
+        print(f"gateway: not running on {cfg.workspace_path}")

@@ -1,0 +1,291 @@
+"""Gateway lifecycle on disk: one gateway per workspace (a lock file) and its live state (a JSON file).
+
+`<workspace>/.gateway.lock` is held with `fcntl.flock` for the gateway's whole life and holds its pid;
+the kernel drops the lock when the process dies, so a crash never leaves a stale lock behind.
+`<workspace>/.gateway.json` is rewritten atomically by the running gateway on every watchdog beat:
+`nanobot status` and `nanobot health` read it without talking to the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+LOCK_FILE_NAME = ".gateway.lock"
+STATE_FILE_NAME = ".gateway.json"
+STATE_FORMAT = 1
+# `nanobot health` calls a watchdog stale after this many missed beats (Docker and systemd use it).
+WATCHDOG_STALE_FACTOR = 3.0
+# `status`/`health` probe the lock for microseconds; a starting gateway retries this long before it
+# concludes that an unnamed holder is a real gateway.
+ACQUIRE_RETRY_S = 0.5
+ACQUIRE_RETRY_STEP_S = 0.02
+
+
+class GatewayAlreadyRunning(RuntimeError):
+    """Another process holds the workspace's gateway lock."""
+
+    def __init__(self, workspace: Path, pid: int | None) -> None:
+        self.workspace = workspace
+        self.pid = pid
+        who = f"pid {pid}" if pid else "a process whose pid is not recorded"
+        super().__init__(
+            f"another gateway ({who}) is already running on workspace {workspace}; "
+            "stop it first, or give this one another workspace"
+        )
+
+
+def lock_path(workspace: Path) -> Path:
+    return Path(workspace) / LOCK_FILE_NAME
+
+
+def state_path(workspace: Path) -> Path:
+    return Path(workspace) / STATE_FILE_NAME
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists (even one we may not signal)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class GatewayLock:
+    """An exclusive, non-blocking flock on `<workspace>/.gateway.lock` that records the holder's pid."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = Path(workspace)
+        self.path = lock_path(self.workspace)
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock or raise GatewayAlreadyRunning naming the holder's pid."""
+        if self._fd is not None:
+            return
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        # Never unlink the lock file: a waiter could lock the old inode while we lock a new one.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        deadline = time.monotonic() + ACQUIRE_RETRY_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+            holder = _read_pid(self.path)
+            if holder is not None or time.monotonic() >= deadline:
+                os.close(fd)
+                raise GatewayAlreadyRunning(self.workspace, holder)
+            time.sleep(ACQUIRE_RETRY_STEP_S)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self._fd = fd
+        logger.debug("gateway lock {} taken by pid {}", self.path, os.getpid())
+
+    def release(self) -> None:
+        """Drop the lock (idempotent). The pid is cleared first so readers never see a stale one."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def __enter__(self) -> GatewayLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_holder(workspace: Path) -> int | None:
+    """The pid recorded by the process holding the lock; None when nobody holds it.
+
+    Returns 0 when the lock is held but the pid is not readable yet (the holder is mid-start).
+    """
+    path = lock_path(workspace)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return _read_pid(path) or 0
+        raise
+    finally:
+        os.close(fd)  # closing drops our probe lock if we got it
+    return None
+
+
+def gateway_running(workspace: Path) -> bool:
+    """True when a process holds the workspace lock and its recorded pid (if any yet) is alive."""
+    pid = lock_holder(workspace)
+    if pid is None:
+        return False
+    # A forked child that inherited the lock can outlive the gateway: trust the pid, not the flock.
+    return pid == 0 or pid_alive(pid)
+
+
+def read_state(workspace: Path) -> dict[str, Any] | None:
+    """The last state the gateway wrote, or None when there is none (or it is unreadable)."""
+    try:
+        data = json.loads(state_path(workspace).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        logger.warning("unreadable gateway state {}: {}", state_path(workspace), exc)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _age_s(state: dict[str, Any], key: str, now: float) -> float | None:
+    value = state.get(key)
+    return max(0.0, now - float(value)) if isinstance(value, int | float) else None
+
+
+def gateway_summary(workspace: Path, now: float | None = None) -> dict[str, Any]:
+    """What `nanobot status` shows: running, pid, uptime_s, watchdog_age_s, channels, pending_tasks.
+
+    State from a previous, dead gateway is ignored (its pid differs from the lock holder's).
+    """
+    now = time.time() if now is None else now
+    running = gateway_running(workspace)
+    pid = lock_holder(workspace) if running else None
+    state = read_state(workspace) if running else None
+    if state is not None and pid and state.get("pid") != pid:
+        state = None
+    state = state or {}
+    return {
+        "running": running,
+        "pid": pid or None,
+        "uptime_s": _age_s(state, "started_at", now),
+        "watchdog_age_s": _age_s(state, "watchdog_at", now),
+        "channels": dict(state.get("channels") or {}),
+        "pending_tasks": int(state.get("pending_tasks") or 0),
+    }
+
+
+def is_healthy(workspace: Path, max_age_s: float, now: float | None = None) -> tuple[bool, str]:
+    """(healthy, one-line reason): a gateway holds this workspace and beat within `max_age_s`."""
+    now = time.time() if now is None else now
+    summary = gateway_summary(workspace, now)
+    if not summary["running"]:
+        return False, f"no gateway is running on workspace {workspace}"
+    pid, age = summary["pid"], summary["watchdog_age_s"]
+    if age is None:
+        return False, f"gateway pid {pid} has not written its state yet ({state_path(workspace).name})"
+    if age > max_age_s:
+        return False, f"gateway pid {pid} watchdog stale: last beat {age:.0f}s ago (limit {max_age_s:.0f}s)"
+    failing = sorted(name for name, ch in summary["channels"].items() if (ch or {}).get("error"))
+    note = f"; channels with errors: {', '.join(failing)}" if failing else ""
+    uptime = summary["uptime_s"] or 0.0
+    return True, f"gateway pid {pid} healthy: up {uptime:.0f}s, last beat {age:.1f}s ago{note}"
+
+
+class GatewayState:
+    """The running gateway's view of itself, written atomically to `<workspace>/.gateway.json`."""
+
+    def __init__(self, workspace: Path, clock: Callable[[], float] = time.time) -> None:
+        self.workspace = Path(workspace)
+        self.path = state_path(self.workspace)
+        self._clock = clock
+        self.pid = os.getpid()
+        self.started_at = clock()
+        self.watchdog_at = self.started_at
+        self.channels: dict[str, dict[str, str | None]] = {}
+        self.pending_tasks = 0
+
+    def set_channel(self, name: str, state: str, error: str | None = None) -> None:
+        """Record a channel's state (e.g. starting, running, stopped, failed) and its last error."""
+        self.channels[name] = {"state": state, "error": error}
+
+    def set_pending_tasks(self, count: int) -> None:
+        self.pending_tasks = max(0, int(count))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "watchdog_at": self.watchdog_at,
+            "channels": {name: dict(info) for name, info in sorted(self.channels.items())},
+            "pending_tasks": self.pending_tasks,
+        }
+
+    def write(self) -> None:
+        """Write the current state (temp file + os.replace: readers never see half a file)."""
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f"{self.path.name}.{self.pid}.tmp")
+        tmp.write_text(json.dumps(self.as_dict(), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def beat(self) -> None:
+        """A watchdog beat: refresh watchdog_at and write."""
+        self.watchdog_at = self._clock()
+        self.write()
+
+    def clear(self) -> None:
+        """Remove the state file on a clean shutdown (only if it is still ours)."""
+        current = read_state(self.workspace)
+        if current is not None and current.get("pid") != self.pid:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+async def run_watchdog(
+    state: GatewayState,
+    interval_s: float,
+    refresh: Callable[[GatewayState], None] | None = None,
+    notify: Callable[[str], bool] | None = None,
+) -> None:
+    """Beat every `interval_s` until cancelled: refresh the state, write it, ping systemd.
+
+    `refresh` fills in channels and pending tasks; `notify` defaults to sd_notify (a no-op
+    outside systemd). A failing refresh or write is logged and the loop goes on: a stuck disk must
+    show up as a stale watchdog, not kill the gateway.
+    """
+    if notify is None:
+        from nanobot.service.systemd import sd_notify as notify
+    while True:
+        try:
+            if refresh is not None:
+                refresh(state)
+            state.beat()
+            notify("WATCHDOG=1")
+        except Exception as exc:  # the loop must survive any one bad beat
+            logger.warning("gateway watchdog beat failed: {}", exc)
+        await asyncio.sleep(interval_s)
