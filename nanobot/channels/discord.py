@@ -1,0 +1,246 @@
+"""Discord channel through discord.py: DMs, guild channels and threads; replies keep Markdown.
+
+discord.py reconnects and resumes the gateway itself; we restart the client with backoff only when
+it gives up (login over an unreachable API, a closed gateway), and stop for good on a bad token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from typing import Any
+
+import aiohttp
+import discord
+import yarl
+from discord.gateway import DiscordWebSocket
+from loguru import logger
+
+from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.channels import media as media_util
+from nanobot.channels.base import SLASH_COMMANDS, Channel
+from nanobot.channels.markdown import markdown_to_discord
+from nanobot.channels.split import DISCORD_MAX_CHARS, split_message
+from nanobot.secrets import register_secret
+
+GUILD_READY_TIMEOUT_S = 2.0  # discord.py's wait for GUILD_CREATEs after READY
+REIDENTIFY_DELAY_S = 5.0  # discord.py's default pause before a non-initial IDENTIFY
+RECONNECT_MAX_DELAY_S = 60.0
+STOP_TIMEOUT_S = 5.0
+MESSAGE_CACHE = 200  # messages discord.py keeps (it resolves replies from this cache)
+_BAD_TOKEN_CLOSE = 4004
+_NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=False)
+
+
+class _Client(discord.Client):
+    """discord.Client forwarding events to its DiscordChannel."""
+
+    def __init__(self, owner: DiscordChannel, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.owner = owner
+
+    async def on_ready(self) -> None:
+        self.owner._set_state("running")
+        logger.info("discord: connected as {} ({})", self.user, getattr(self.user, "id", "?"))
+
+    async def on_resumed(self) -> None:
+        self.owner._set_state("running")
+
+    async def on_message(self, message: discord.Message) -> None:
+        try:
+            await self.owner._on_message(message)
+        except Exception:  # one bad message must not disturb the gateway task
+            logger.exception("discord: failed to handle message {}", message.id)
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        if not initial:
+            await asyncio.sleep(self.owner.reidentify_delay_s)
+
+
+class DiscordChannel(Channel):
+    name = "discord"
+    max_message_chars = DISCORD_MAX_CHARS
+    typing_interval_s = 8.0  # Discord shows typing for 10 s
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.client: _Client | None = None
+        self.guild_ready_timeout_s = GUILD_READY_TIMEOUT_S
+        self.reidentify_delay_s = REIDENTIFY_DELAY_S
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        register_secret(self.config.token)
+        self._warn_if_nobody_allowed()
+        if not self.config.token:
+            self._set_state("failed", "channels.discord.token is empty")
+            return
+        # discord.py reads both endpoints from class attributes: one Discord bot per process.
+        discord.http.Route.BASE = self.config.api_base.rstrip("/")
+        DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.config.gateway_url)
+        self._stopping = False
+        self._set_state("starting")
+        self._task = asyncio.create_task(self._run(), name="discord-gateway")
+
+    def _make_client(self) -> _Client:
+        # Voice is never used: skip discord.py's "PyNaCl/davey is not installed" warnings.
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
+        intents = discord.Intents.default()
+        intents.message_content = True
+        return _Client(
+            self, intents=intents, chunk_guilds_at_startup=False, max_messages=MESSAGE_CACHE,
+            guild_ready_timeout=self.guild_ready_timeout_s, allowed_mentions=_NO_MENTIONS_BUT_USERS,
+        )  # fmt: skip
+
+    async def _run(self) -> None:
+        failures = 0
+        while not self._stopping:
+            client = self.client = self._make_client()
+            try:
+                await client.start(self.config.token, reconnect=True)
+                if self._stopping:
+                    return
+                raise ConnectionError("the gateway connection closed")
+            except asyncio.CancelledError:
+                raise
+            except discord.LoginFailure:
+                self._set_state("failed", "the bot token was rejected by Discord (401); check channels.discord.token")
+                return
+            except discord.PrivilegedIntentsRequired:
+                self._set_state("failed", "enable the Message Content intent for this bot in the Developer Portal")
+                return
+            except discord.ConnectionClosed as exc:
+                if exc.code == _BAD_TOKEN_CLOSE:
+                    self._set_state("failed", "the gateway rejected the bot token (4004)")
+                    return
+                error = f"gateway closed ({exc.code})"
+            except Exception as exc:  # API down, DNS, 5xx during login: retry
+                error = f"{type(exc).__name__}: {exc}"
+            finally:
+                if not client.is_closed():
+                    with contextlib.suppress(Exception):
+                        await client.close()
+            if self._stopping:
+                return
+            self._set_state("retrying", error)
+            await asyncio.sleep(min(RECONNECT_MAX_DELAY_S, self.retry_base_delay_s * (2**failures)))
+            failures += 1
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await self._stop_all_typing()
+        if self.client is not None and not self.client.is_closed():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.client.close(), STOP_TIMEOUT_S)
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
+            except (asyncio.CancelledError, Exception):
+                self._task.cancel()
+            self._task = None
+        self.client = None
+        if self.state != "failed":
+            self._set_state("stopped")
+
+    # ------------------------------------------------------------------ inbound
+    def _addressed(self, message: discord.Message, me_id: int) -> bool:
+        """In a guild under groupPolicy "mention": a mention of the bot, a reply to it, or a command."""
+        if any(user.id == me_id for user in message.mentions):
+            return True
+        ref = message.reference
+        if ref is not None and isinstance(ref.resolved, discord.Message) and ref.resolved.author.id == me_id:
+            return True
+        text = message.content.strip()
+        command = text[1:].split(maxsplit=1)[0] if text.startswith("/") and len(text) > 1 else ""
+        return command in SLASH_COMMANDS
+
+    async def _on_message(self, message: discord.Message) -> None:
+        assert self.client is not None and self.client.user is not None
+        me_id = self.client.user.id
+        if message.author.bot or message.author.id == me_id:
+            return
+        is_group = message.guild is not None
+        if is_group and self.config.group_policy == "mention" and not self._addressed(message, me_id):
+            return
+        sender = str(message.author.id)
+        if not self._admit(sender):  # checked before downloading anything they sent
+            return
+        content = re.sub(rf"<@!?{me_id}>", "", message.content).strip()
+        paths, types, notes = await self._download_attachments(message)
+        content = "\n".join(part for part in [content, *notes] if part)
+        channel = message.channel
+        metadata: dict[str, Any] = {
+            "message_id": str(message.id), "username": message.author.name,
+            "display_name": message.author.display_name, "media_types": types,
+            "guild_id": str(message.guild.id) if message.guild else None,
+        }  # fmt: skip
+        if isinstance(channel, discord.Thread):
+            metadata["thread_id"], metadata["parent_id"] = str(channel.id), str(channel.parent_id)
+        inbound = InboundMessage(
+            channel=self.name, sender_id=sender, chat_id=str(channel.id), content=content,
+            media=paths, is_group=is_group, metadata=metadata,
+        )  # fmt: skip
+        await self._publish(inbound)
+
+    async def _download_attachments(self, message: discord.Message) -> tuple[list[str], list[str], list[str]]:
+        paths: list[str] = []
+        types: list[str] = []
+        notes: list[str] = []
+        voice = bool(message.flags.voice)
+        for attachment in message.attachments:
+            if attachment.size > media_util.MAX_MEDIA_BYTES:
+                notes.append(f"[{attachment.filename}: {attachment.size} bytes, too large to download]")
+                continue
+            path = self.media_dir() / media_util.safe_filename(self.name, message.id, attachment.filename)
+            try:
+                await attachment.save(path)
+            except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+                logger.warning("discord: could not download {}: {}", attachment.filename, exc)
+                notes.append(f"[{attachment.filename}: download failed]")
+                continue
+            kind = media_util.media_type(attachment.content_type, attachment.filename, voice=voice)
+            paths.append(str(path))
+            types.append(kind)
+            if kind in ("voice", "audio"):
+                rel = path.relative_to(self.workspace).as_posix()
+                cfg = self.channels_config.transcription
+                notes.append(await media_util.voice_note_text(path, rel, cfg, self.providers))
+        return paths, types, notes
+
+    # ------------------------------------------------------------------ outbound
+    def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:
+        if isinstance(exc, discord.RateLimited):
+            return exc.retry_after
+        if isinstance(exc, discord.DiscordServerError):
+            return self._backoff(attempt)
+        if isinstance(exc, discord.HTTPException):
+            return self._backoff(attempt) if exc.status == 429 else None
+        if isinstance(exc, (aiohttp.ClientError, OSError, asyncio.TimeoutError)):
+            return self._backoff(attempt)
+        return None
+
+    def _target(self, chat_id: str) -> discord.PartialMessageable:
+        if self.client is None:
+            raise RuntimeError("discord channel is not started")
+        return self.client.get_partial_messageable(int(chat_id))
+
+    async def _send_typing(self, chat_id: str) -> None:
+        if self.client is not None and self.state == "running":
+            await self.client.http.send_typing(int(chat_id))
+
+    async def _send_text(self, msg: OutboundMessage) -> None:
+        target = self._target(msg.chat_id)
+        for index, part in enumerate(split_message(markdown_to_discord(msg.content), DISCORD_MAX_CHARS)):
+            reference = None
+            if index == 0 and msg.reply_to:
+                reference = discord.MessageReference(
+                    message_id=int(msg.reply_to), channel_id=int(msg.chat_id), fail_if_not_exists=False
+                )
+            await self._with_retry("send", lambda p=part, r=reference: target.send(p, reference=r))  # type: ignore[misc]
+        files = self.outbound_media(msg)
+        if files:
+            await self._with_retry("send files", lambda: target.send(files=[discord.File(p) for p in files]))
