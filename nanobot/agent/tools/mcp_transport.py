@@ -1,0 +1,126 @@
+"""Opening an MCP transport (stdio, SSE, streamable HTTP) and keeping a stdio server's stderr tail."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import deque
+from contextlib import AsyncExitStack
+from typing import Any
+from urllib.parse import urlsplit
+
+from loguru import logger
+
+from nanobot.config.schema import MCPServerConfig
+
+STDERR_TAIL_LINES = 20
+STDERR_TAIL_MAX_CHARS = 2000
+STDERR_DRAIN_WAIT_S = 0.5  # after a failed start: time for the reader thread to catch the last lines
+HTTP_TIMEOUT_S = 30.0  # connect/write; tool calls have their own timeout (toolTimeout)
+HTTP_READ_TIMEOUT_S = 300.0  # the server-to-client SSE stream may stay quiet for long
+_EXPIRED_WORDS = ("not found", "terminated", "expired")
+
+
+def detect_type(cfg: MCPServerConfig) -> str:
+    """The transport: explicit ``type``, else stdio for a command, SSE for a URL ending in /sse."""
+    if cfg.type:
+        return cfg.type
+    if cfg.command:
+        return "stdio"
+    if cfg.url:
+        return "sse" if urlsplit(cfg.url).path.rstrip("/").endswith("/sse") else "streamableHttp"
+    return ""
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    from mcp import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    if isinstance(exc, MCPError):
+        # A restarted or idle-expired streamable-HTTP server answers 404: "Session not found" from the
+        # server's body, or "Session terminated" synthesised by the client when there is no body.
+        message = exc.message.lower()
+        expired = "session" in message and any(w in message for w in _EXPIRED_WORDS)
+        return exc.code == CONNECTION_CLOSED or expired
+    return isinstance(exc, (OSError, EOFError)) or type(exc).__module__.split(".")[0] in ("anyio", "httpx2")
+
+
+def describe_error(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
+
+
+class StderrTail:
+    """A pipe for a stdio server's stderr: lines go to debug logs, the last few are kept for error reports.
+
+    A pipe and a reader thread, not a file: a chatty server in a long-running gateway must not grow
+    anything without bound, and a server that fails to start should say why in our report.
+    """
+
+    def __init__(self, server: str) -> None:
+        read_fd, write_fd = os.pipe()
+        self.writer = os.fdopen(write_fd, "w")
+        self._reader = os.fdopen(read_fd, "rb")
+        self._server = server
+        self._lines: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._thread = threading.Thread(target=self._pump, name=f"mcp-stderr-{server}", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        with self._reader:
+            for raw in self._reader:
+                line = raw.decode("utf-8", errors="replace").rstrip()
+                if line:
+                    self._lines.append(line)
+                    logger.debug("MCP server {} stderr: {}", self._server, line)
+
+    def close_writer(self) -> None:
+        """Drop our copy of the write end once the child holds its own (EOF then follows its exit)."""
+        if not self.writer.closed:
+            self.writer.close()
+
+    async def tail(self) -> str:
+        self.close_writer()
+        await asyncio.to_thread(self._thread.join, STDERR_DRAIN_WAIT_S)
+        return " | ".join(self._lines)[-STDERR_TAIL_MAX_CHARS:]
+
+
+async def open_transport(
+    stack: AsyncExitStack, kind: str, cfg: MCPServerConfig, stderr: StderrTail | None
+) -> tuple[Any, Any]:
+    """Enter the transport for `kind` on `stack` and return its (read, write) streams."""
+    if kind == "stdio":
+        from mcp import StdioServerParameters, stdio_client
+
+        if not cfg.command:
+            raise ValueError("stdio server without a command")
+        # The SDK passes only a safe default environment (PATH, HOME, ...) plus `env`: provider keys
+        # and channel tokens of this process never reach the server.
+        params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=dict(cfg.env) or None)
+        try:
+            if stderr is None:
+                return await stack.enter_async_context(stdio_client(params))
+            return await stack.enter_async_context(stdio_client(params, errlog=stderr.writer))
+        finally:
+            if stderr is not None:
+                stderr.close_writer()
+    if kind == "sse":
+        from mcp.client.sse import sse_client
+
+        if not cfg.url:
+            raise ValueError("sse server without a url")
+        return await stack.enter_async_context(sse_client(cfg.url, headers=dict(cfg.headers) or None))
+    if kind == "streamableHttp":
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        if not cfg.url:
+            raise ValueError("streamableHttp server without a url")
+        timeout = httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S)
+        http = httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout)
+        client = await stack.enter_async_context(http)
+        return await stack.enter_async_context(streamable_http_client(cfg.url, http_client=client))
+    raise ValueError("no transport: set command (stdio) or url (streamableHttp/sse)")
