@@ -1,0 +1,151 @@
+"""memory_search and memory_get: the agent's recall tools over the indexed memory files.
+
+In group chats both refuse unless memory.shareInGroups is true (the owner's memory stays private).
+memory_get reads only memory files (memory/**/*.md, the root MEMORY.md/HISTORY.md, and session
+transcripts when they are indexed); absolute paths, `..`, dot-folders and symlinks leading out
+are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.memory.index import ROOT_SOURCES, MemoryIndex
+
+MAX_GET_LINES = 400
+MAX_GET_CHARS = 20_000
+DEFAULT_GET_LINES = 120
+
+MEMORY_RECALL_PROMPT = """## Memory recall
+Before answering anything about past work, decisions, dates, people, preferences or to-dos,
+call `memory_search` with a short query and use what it finds; read more lines around a hit
+with `memory_get` (path and line numbers from the result). Cite what you use as `path#Lx-Ly`.
+If the search finds nothing relevant, say that you checked and do not remember, rather than guess."""
+
+_GROUP_REFUSAL = (
+    "{name} is not available in group chats: the owner's memory is private here "
+    "(set memory.shareInGroups to true to allow it)."
+)
+
+
+def memory_prompt_section(enabled: bool = True) -> str:
+    """The system-prompt section telling the agent to search memory (empty when search is off)."""
+    return MEMORY_RECALL_PROMPT if enabled else ""
+
+
+class MemorySearchTool(Tool):
+    name = "memory_search"
+    description = (
+        "Search your long-term memory (MEMORY.md, HISTORY.md, dated daily and session notes) by "
+        "meaning and keywords. Use it before answering about past work, people, preferences, dates "
+        "and decisions. Returns JSON: mode and results with path, line range, score, snippet, citation."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What to look for: a question or keywords."},
+            "maxResults": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Default 6."},
+            "minScore": {"type": "number", "minimum": 0, "maximum": 1, "description": "Default 0.35."},
+        },
+        "required": ["query"],
+    }
+
+    def __init__(self, index: MemoryIndex, *, share_in_groups: bool = False):
+        self.index = index
+        self.share_in_groups = share_in_groups
+
+    async def execute(self, ctx: ToolContext, **kwargs: Any) -> str:
+        if ctx.is_group and not self.share_in_groups:
+            raise ToolError(_GROUP_REFUSAL.format(name=self.name))
+        query = str(kwargs.get("query") or "").strip()
+        if not query:
+            raise ToolError("query must not be empty")
+        response = await self.index.search(query, kwargs.get("maxResults"), kwargs.get("minScore"))
+        return json.dumps(response.to_json(), ensure_ascii=False)
+
+
+class MemoryGetTool(Tool):
+    name = "memory_get"
+    description = (
+        "Read lines of a memory file (e.g. a memory_search hit): path relative to the workspace such "
+        "as memory/2025-01-31.md, optional 1-based start line `from` and number of `lines`."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "e.g. memory/MEMORY.md or memory/2025-01-31.md"},
+            "from": {"type": "integer", "minimum": 1, "description": "First line, 1-based (default 1)."},
+            "lines": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_GET_LINES,
+                "description": "How many lines.",
+            },
+        },
+        "required": ["path"],
+    }
+
+    def __init__(self, index: MemoryIndex, *, share_in_groups: bool = False):
+        self.index = index
+        self.share_in_groups = share_in_groups
+
+    def resolve(self, raw: str) -> tuple[str, Path]:
+        """(relative path, absolute path) of an allowed memory file, else ToolError."""
+        workspace = self.index.workspace.resolve()
+        text = raw.strip().replace("\\", "/")
+        if not text or text.startswith("/") or Path(text).is_absolute() or "\x00" in text:
+            raise ToolError(
+                f"memory_get reads memory files only, by a path relative to the workspace: {raw!r}"
+            )
+        parts = [p for p in text.split("/") if p not in ("", ".")]
+        if any(p == ".." or p.startswith(".") for p in parts):
+            raise ToolError(f"memory_get refuses {raw!r}: no '..' or hidden folders")
+        if (
+            parts
+            and parts[0] not in ("memory", "sessions")
+            and len(parts) == 1
+            and parts[0] not in ROOT_SOURCES
+        ):
+            parts = ["memory", *parts]  # "2025-01-31.md" means memory/2025-01-31.md
+        rel = "/".join(parts)
+        allowed = (
+            (parts[:1] == ["memory"] and len(parts) > 1 and rel.endswith(".md"))
+            or (len(parts) == 1 and rel in ROOT_SOURCES)
+            or (self.index.config.include_sessions and parts[:1] == ["sessions"] and rel.endswith(".jsonl"))
+        )
+        if not allowed:
+            raise ToolError(f"memory_get reads memory files only (memory/*.md): {raw!r}")
+        path = (workspace / rel).resolve()
+        if not path.is_relative_to(workspace) or path.relative_to(workspace).as_posix() != rel:
+            raise ToolError(f"memory_get refuses {raw!r}: it leads outside the memory files")
+        if not path.is_file():
+            raise ToolError(f"no such memory file: {rel}")
+        return rel, path
+
+    async def execute(self, ctx: ToolContext, **kwargs: Any) -> str:
+        if ctx.is_group and not self.share_in_groups:
+            raise ToolError(_GROUP_REFUSAL.format(name=self.name))
+        rel, path = self.resolve(str(kwargs.get("path") or ""))
+        start = max(1, int(kwargs.get("from") or 1))
+        count = min(MAX_GET_LINES, max(1, int(kwargs.get("lines") or DEFAULT_GET_LINES)))
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        chosen = lines[start - 1 : start - 1 + count]
+        text = "\n".join(chosen)
+        truncated = len(text) > MAX_GET_CHARS
+        if truncated:
+            text = text[:MAX_GET_CHARS]
+        end = start + len(chosen) - 1 if chosen else start - 1
+        return json.dumps(
+            {
+                "path": rel,
+                "from": start,
+                "to": end,
+                "totalLines": len(lines),
+                "truncated": truncated,
+                "text": text,
+            },
+            ensure_ascii=False,
+        )

@@ -1,0 +1,93 @@
+"""`nanobot memory search|reindex|status`: the memory search index from the command line.
+
+Only results go to stdout; progress and errors go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated
+
+import typer
+
+from nanobot.cli.common import ConfigOption, fail, load_cli_config
+from nanobot.config.schema import Config
+from nanobot.memory.embeddings import EmbeddingError
+from nanobot.memory.index import MemoryIndex, build_index
+
+app = typer.Typer(help="Search and maintain the memory index.", no_args_is_help=True)
+
+
+def _index(config: Config) -> MemoryIndex:
+    try:
+        return build_index(config)
+    except EmbeddingError as exc:
+        fail(f"Error: {exc}", 2)
+
+
+@app.command("search")
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    max_results: Annotated[int | None, typer.Option("--max-results", "-n", min=1, max=50)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON: {mode, results}.")] = False,
+    config_path: ConfigOption = None,
+) -> None:
+    """Search memory like the memory_search tool."""
+    config = load_cli_config(config_path)
+    index = _index(config)
+    try:
+        response = asyncio.run(index.search(query, max_results=max_results))
+    except EmbeddingError as exc:
+        fail(f"Error: {exc}")
+    finally:
+        index.close()
+    if as_json:
+        typer.echo(json.dumps(response.to_json(), ensure_ascii=False))
+        return
+    if not response.results:
+        typer.echo(f"No memories found ({response.mode} search).")
+        return
+    for i, r in enumerate(response.results, 1):
+        typer.echo(f"[{i}] {r.citation}  score {r.score:.2f}")
+        typer.echo("    " + r.snippet.replace("\n", "\n    "))
+
+
+@app.command("reindex")
+def reindex(config_path: ConfigOption = None) -> None:
+    """Rebuild the memory index from the memory files."""
+    config = load_cli_config(config_path)
+    index = _index(config)
+    try:
+        stats = asyncio.run(index.sync(force=True))
+    except EmbeddingError as exc:
+        fail(f"Error: {exc}")
+    finally:
+        index.close()
+    typer.echo(
+        f"Indexed {stats.files_indexed} files, {stats.chunks_indexed} chunks "
+        f"({stats.chunks_embedded} embedded, {stats.embedding_cache_hits} from cache) "
+        f"in {stats.duration_s:.2f}s"
+    )
+    if stats.embedding_errors:
+        fail("Warning: some chunks could not be embedded; keyword search covers them.")
+
+
+@app.command("status")
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    config_path: ConfigOption = None,
+) -> None:
+    """Show what is indexed."""
+    config = load_cli_config(config_path)
+    index = _index(config)
+    try:
+        asyncio.run(index.sync())
+        info = index.status()
+    finally:
+        index.close()
+    if as_json:
+        typer.echo(json.dumps(info))
+        return
+    for key, value in info.items():
+        typer.echo(f"{key}: {value}")

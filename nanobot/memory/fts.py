@@ -1,0 +1,91 @@
+"""Text preparation for the FTS5 side of memory search: CJK bigrams, keywords, MATCH queries.
+
+FTS5's unicode61 tokenizer keeps a whole run of Chinese/Japanese/Korean characters as one token
+and the trigram tokenizer cannot match two-character words, so CJK runs are rewritten as
+overlapping bigrams ("记忆检索" -> "记忆 忆检 检索") both when indexing and when querying.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Han (incl. extension A and compatibility), kana, Hangul syllables and jamo.
+_CJK_CLASS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+# Words of letters/digits that are not CJK; "_" is kept out so snake_case splits like FTS5 does.
+_WORD = re.compile(f"[^\\W_{_CJK_CLASS}]+|[{_CJK_CLASS}]+")
+
+MAX_QUERY_TERMS = 32  # an FTS OR-query over more terms gets slow and no better
+
+_STOPWORD_TEXT = """
+a about above after again against all also am an and any are as at be because been before being
+below between both but by can could did do does doing done down during each else ever few for
+from further get got had has have having he her here hers herself him himself his how i if in
+into is it its itself just let me more most much my myself no nor not now of off on once only or
+other our ours ourselves out over own please same she should so some such than that the their
+theirs them themselves then there these they this those through to too under until up very was
+we were what when where which while who whom whose why will with would yet you your yours
+yourself yourselves tell know remember recall did anything something thing things think say said
+ever 的 了 是 在 我 你 他 她 它 们 吗
+呢 吧 啊 和 与 或 也 都 就 还 又 什么
+怎么 哪里 为什么 一个 这个 那个 我们 你们 他们 之前 以前 は
+が を に の
+で と も へ か ね よ 이 가 은 는 을 를 에 의 도
+"""
+STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
+
+
+def is_cjk_char(ch: str) -> bool:
+    return bool(_CJK_RUN.fullmatch(ch))
+
+
+def cjk_bigrams(run: str) -> list[str]:
+    """Overlapping bigrams of a CJK run; a single character stays a unigram."""
+    if len(run) < 2:
+        return [run] if run else []
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def to_fts_text(text: str) -> str:
+    """The text as stored in the FTS5 column: CJK runs replaced by space-separated bigrams."""
+    return _CJK_RUN.sub(lambda m: " " + " ".join(cjk_bigrams(m.group(0))) + " ", text)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased search terms: words for alphabetic scripts, bigrams for CJK runs."""
+    terms: list[str] = []
+    for match in _WORD.finditer(text.lower()):
+        token = match.group(0)
+        if _CJK_RUN.fullmatch(token):
+            terms.extend(cjk_bigrams(token))
+        else:
+            terms.append(token)
+    return terms
+
+
+def keywords(query: str) -> list[str]:
+    """Distinct query terms without stopwords (all terms when only stopwords were given)."""
+    terms = tokenize(query)
+    kept = [t for t in terms if t not in STOPWORDS and not (len(t) == 1 and t.isascii())]
+    chosen = kept or terms
+    seen: dict[str, None] = {}
+    for term in chosen:
+        seen.setdefault(term, None)
+    return list(seen)[:MAX_QUERY_TERMS]
+
+
+def match_query(terms: list[str]) -> str:
+    """An FTS5 MATCH expression: every keyword as its own quoted query, merged with OR.
+
+    BM25 then ranks a chunk higher the more (and the rarer) keywords it contains, which is the
+    merge of the per-keyword result lists. Quoting keeps FTS5 operators in user text inert.
+    """
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def term_hits(line: str, terms: list[str]) -> int:
+    """How many keyword occurrences a line holds (used to place snippets)."""
+    if not terms:
+        return 0
+    low = line.lower()
+    return sum(low.count(t) for t in terms)

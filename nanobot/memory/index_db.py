@@ -1,0 +1,309 @@
+"""The SQLite file behind memory search: files, chunks (+ vectors), an FTS5 table, an embedding cache.
+
+Two connections in WAL mode: the writer (used by sync, in a worker thread) and the reader (used
+by search), so a search never waits for a sync. A file that is not a valid index is deleted and
+created anew; it only holds data derived from the memory files.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from nanobot.memory.chunking import Chunk
+from nanobot.memory.fts import to_fts_text
+
+SCHEMA_VERSION = "1"
+BUSY_TIMEOUT_MS = 5000
+FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files(
+    path TEXT PRIMARY KEY, source TEXT NOT NULL, hash TEXT NOT NULL,
+    mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks(
+    id INTEGER PRIMARY KEY, path TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
+    text TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB);
+CREATE INDEX IF NOT EXISTS chunks_path ON chunks(path);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(body, tokenize='{FTS_TOKENIZER}');
+CREATE TABLE IF NOT EXISTS embedding_cache(
+    provider TEXT NOT NULL, model TEXT NOT NULL, hash TEXT NOT NULL, dims INTEGER NOT NULL,
+    vector BLOB NOT NULL, PRIMARY KEY(provider, model, hash));
+"""
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    id: int
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    embedding: bytes | None
+
+
+def _connect_module(use_sqlite_vec: bool) -> tuple[Any, bool]:
+    """The DB-API module to use: sqlean (can load sqlite-vec) when asked and installed."""
+    if use_sqlite_vec:
+        try:
+            import sqlean
+            import sqlite_vec  # noqa: F401
+
+            return sqlean, True
+        except ImportError:
+            logger.warning("memory search: sqlite-vec backend needs sqlean.py and sqlite-vec; using NumPy")
+    return sqlite3, False
+
+
+class IndexDB:
+    """Owns the index file and its two connections."""
+
+    def __init__(self, path: Path, *, use_sqlite_vec: bool = False):
+        self.path = path
+        self._module, self.sqlite_vec = _connect_module(use_sqlite_vec)
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._writer: Any = None
+        self._reader: Any = None
+        self.rebuilt = False  # True when the last open replaced a corrupt file
+
+    # ------------------------------------------------------------------ lifecycle
+    def _connect(self) -> Any:
+        conn = self._module.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn.isolation_level = None  # transactions are opened explicitly (BEGIN IMMEDIATE)
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        if self.sqlite_vec:
+            import sqlite_vec
+
+            conn.enable_load_extension(True)
+            sqlite_vec.load(conn)
+            conn.enable_load_extension(False)
+        return conn
+
+    def _open_once(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        writer = self._connect()
+        try:
+            writer.execute("PRAGMA journal_mode=WAL")
+            writer.execute("PRAGMA synchronous=NORMAL")
+            writer.executescript(_SCHEMA)
+            check = writer.execute("PRAGMA quick_check").fetchone()
+            if not check or check[0] != "ok":
+                raise sqlite3.DatabaseError(f"quick_check: {check}")
+            if self._meta(writer, "schema_version") not in (None, SCHEMA_VERSION):
+                raise sqlite3.DatabaseError("index schema version changed")
+            writer.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+            writer.commit()
+        except Exception:
+            writer.close()
+            raise
+        self._writer = writer
+        self._reader = self._connect()
+
+    def open(self) -> None:
+        """Open (creating if needed); a corrupt or foreign file is replaced by an empty index."""
+        self.rebuilt = False
+        try:
+            self._open_once()
+        except (sqlite3.DatabaseError, self._module.DatabaseError) as exc:
+            logger.warning("memory index {} is unusable ({}); rebuilding it", self.path, exc)
+            self.close()
+            self.delete_files()
+            self._open_once()
+            self.rebuilt = True
+
+    def close(self) -> None:
+        for conn in (self._reader, self._writer):
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception as exc:  # closing a broken handle must not mask the real error
+                    logger.debug("closing memory index connection: {}", exc)
+        self._reader = self._writer = None
+
+    def delete_files(self) -> None:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(str(self.path) + suffix).unlink(missing_ok=True)
+
+    def is_database_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, (sqlite3.DatabaseError, self._module.DatabaseError))
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _meta(conn: Any, key: str) -> str | None:
+        row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    @contextmanager
+    def write(self) -> Iterator[Any]:
+        """One write transaction on the writer connection."""
+        with self._write_lock:
+            conn = self._writer
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                yield conn
+                conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
+                conn.execute("INSERT OR IGNORE INTO meta VALUES('generation', '1')")
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        with self._read_lock:
+            yield self._reader
+
+    def get_meta(self, key: str) -> str | None:
+        with self.read() as conn:
+            return self._meta(conn, key)
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        with self.write() as conn:
+            conn.executemany("INSERT OR REPLACE INTO meta VALUES(?, ?)", list(values.items()))
+
+    def generation(self) -> int:
+        value = self.get_meta("generation")
+        return int(value) if value else 0
+
+    # ------------------------------------------------------------------ sync side
+    def file_rows(self) -> dict[str, tuple[str, int, int]]:
+        with self._write_lock:
+            rows = self._writer.execute("SELECT path, hash, mtime_ns, size FROM files").fetchall()
+        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+    def replace_file(
+        self,
+        path: str,
+        source: str,
+        digest: str,
+        mtime_ns: int,
+        size: int,
+        chunks: list[tuple[Chunk, bytes | None]],
+    ) -> None:
+        with self.write() as conn:
+            self._delete_chunks(conn, path)
+            for chunk, vector in chunks:
+                cur = conn.execute(
+                    "INSERT INTO chunks(path, start_line, end_line, text, hash, embedding) "
+                    "VALUES(?,?,?,?,?,?)",
+                    (path, chunk.start_line, chunk.end_line, chunk.text, chunk.hash, vector),
+                )
+                conn.execute(
+                    "INSERT INTO chunks_fts(rowid, body) VALUES(?, ?)",
+                    (cur.lastrowid, to_fts_text(chunk.text)),
+                )
+            conn.execute(
+                "INSERT OR REPLACE INTO files VALUES(?,?,?,?,?)", (path, source, digest, mtime_ns, size)
+            )
+
+    def touch_file(self, path: str, mtime_ns: int, size: int) -> None:
+        with self.write() as conn:
+            conn.execute("UPDATE files SET mtime_ns=?, size=? WHERE path=?", (mtime_ns, size, path))
+
+    def delete_file(self, path: str) -> None:
+        with self.write() as conn:
+            self._delete_chunks(conn, path)
+            conn.execute("DELETE FROM files WHERE path=?", (path,))
+
+    @staticmethod
+    def _delete_chunks(conn: Any, path: str) -> None:
+        conn.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE path=?)", (path,))
+        conn.execute("DELETE FROM chunks WHERE path=?", (path,))
+
+    def clear_all(self) -> None:
+        with self.write() as conn:
+            conn.execute("DELETE FROM chunks_fts")
+            conn.execute("DELETE FROM chunks")
+            conn.execute("DELETE FROM files")
+
+    def clear_embeddings(self) -> None:
+        with self.write() as conn:
+            conn.execute("UPDATE chunks SET embedding=NULL")
+
+    def chunks_without_embedding(self) -> list[tuple[int, str, str]]:
+        with self._write_lock:
+            return self._writer.execute(
+                "SELECT id, text, hash FROM chunks WHERE embedding IS NULL"
+            ).fetchall()
+
+    def set_embeddings(self, rows: Iterable[tuple[int, bytes]]) -> None:
+        with self.write() as conn:
+            conn.executemany("UPDATE chunks SET embedding=? WHERE id=?", [(v, i) for i, v in rows])
+
+    def cache_get(self, provider: str, model: str, hashes: list[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        with self._write_lock:
+            for start in range(0, len(hashes), 500):  # stay under SQLite's variable limit
+                part = hashes[start : start + 500]
+                marks = ",".join("?" * len(part))
+                rows = self._writer.execute(
+                    "SELECT hash, vector FROM embedding_cache "
+                    f"WHERE provider=? AND model=? AND hash IN ({marks})",
+                    (provider, model, *part),
+                ).fetchall()
+                found.update({h: v for h, v in rows})
+        return found
+
+    def cache_put(self, provider: str, model: str, dims: int, items: list[tuple[str, bytes]]) -> None:
+        with self.write() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO embedding_cache VALUES(?,?,?,?,?)",
+                [(provider, model, h, dims, v) for h, v in items],
+            )
+
+    # ------------------------------------------------------------------ search side
+    def fts_search(self, match: str, limit: int, ids: list[int] | None = None) -> list[tuple[int, float]]:
+        """(chunk id, bm25) best first; bm25 is FTS5's value, negative, lower is better."""
+        sql = "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+        params: list[Any] = [match]
+        if ids is not None:
+            if not ids:
+                return []
+            sql += f" AND rowid IN ({','.join('?' * len(ids))})"
+            params.extend(ids)
+        sql += " ORDER BY bm25(chunks_fts) LIMIT ?"
+        params.append(limit)
+        with self.read() as conn:
+            return [(int(r[0]), float(r[1])) for r in conn.execute(sql, params).fetchall()]
+
+    def chunk_rows(self, ids: list[int]) -> dict[int, ChunkRow]:
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        with self.read() as conn:
+            rows = conn.execute(
+                f"SELECT id, path, start_line, end_line, text, embedding FROM chunks WHERE id IN ({marks})",
+                ids,
+            ).fetchall()
+        return {r[0]: ChunkRow(*r) for r in rows}
+
+    def all_vectors(self) -> list[tuple[int, bytes]]:
+        with self.read() as conn:
+            return conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL").fetchall()
+
+    def vec_knn(self, query: bytes, limit: int) -> list[tuple[int, float]]:
+        """sqlite-vec brute force over the chunk vectors: (id, cosine similarity) best first."""
+        with self.read() as conn:
+            rows = conn.execute(
+                "SELECT id, vec_distance_cosine(embedding, ?) AS d FROM chunks "
+                "WHERE embedding IS NOT NULL ORDER BY d LIMIT ?",
+                (query, limit),
+            ).fetchall()
+        return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        with self.read() as conn:
+            files = conn.execute("SELECT count(*) FROM files").fetchone()[0]
+            chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            embedded = conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
+            cached = conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+        return {"files": files, "chunks": chunks, "embeddedChunks": embedded, "cachedEmbeddings": cached}

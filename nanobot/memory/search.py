@@ -1,0 +1,195 @@
+"""Scoring for memory search: BM25 normalisation, hybrid merge, min-score rule, decay, MMR, snippets.
+
+BM25 normalisation: FTS5's bm25() is negative with lower meaning better. With s = max(0, -bm25)
+the BM25 part is s / (1 + s): monotone, in [0, 1), independent of the other results (a lone weak
+hit does not get 1.0). BM25's idf is ~0 in a tiny corpus (a word in half of three files scores
+nothing), so the text score also counts query coverage, the share of the query's keywords the
+chunk contains: text = (1 - c) * s / (1 + s) + c * coverage, c = COVERAGE_WEIGHT. The vector
+score is the cosine similarity clipped to [0, 1]. Hybrid: (w_v * vector + w_t * text) / (w_v + w_t).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date
+
+import numpy as np
+
+from nanobot.memory.fts import term_hits, tokenize
+
+SNIPPET_MAX_CHARS = 700
+COVERAGE_WEIGHT = 0.25
+_DATED_NAME = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+_NEVER_DECAY = frozenset({"MEMORY.md"})
+
+
+@dataclass
+class Candidate:
+    """A chunk under consideration, with its component and final scores."""
+
+    id: int
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    vector_score: float = 0.0
+    text_score: float = 0.0
+    keyword_hit: bool = False
+    score: float = 0.0
+    embedding: np.ndarray | None = field(default=None, repr=False)
+
+
+def bm25_to_score(bm25: float) -> float:
+    s = max(0.0, -bm25)
+    return s / (1.0 + s)
+
+
+def coverage(text: str, terms: list[str]) -> float:
+    """Share of the keywords found in the text (case-insensitive substring match)."""
+    if not terms:
+        return 0.0
+    low = text.lower()
+    return sum(1 for t in terms if t in low) / len(terms)
+
+
+def text_score(bm25: float, coverage_share: float) -> float:
+    return (1.0 - COVERAGE_WEIGHT) * bm25_to_score(bm25) + COVERAGE_WEIGHT * coverage_share
+
+
+def cosine_to_score(cosine: float) -> float:
+    return min(1.0, max(0.0, cosine))
+
+
+def hybrid_score(vector_score: float, text_score: float, vector_weight: float, text_weight: float) -> float:
+    total = vector_weight + text_weight
+    if total <= 0:
+        return 0.0
+    return (vector_weight * vector_score + text_weight * text_score) / total
+
+
+def file_date(path: str) -> date | None:
+    """The date in a dated memory file's name (YYYY-MM-DD...), or None for undated files."""
+    name = path.rsplit("/", 1)[-1]
+    if name in _NEVER_DECAY:
+        return None
+    match = _DATED_NAME.search(name)
+    if not match:
+        return None
+    try:
+        return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    except ValueError:
+        return None
+
+
+def decay_factor(age_days: float, half_life_days: float) -> float:
+    """Exponential decay: 1.0 today, exactly 0.5 at one half-life; future dates do not boost."""
+    if half_life_days <= 0:
+        return 1.0
+    return math.pow(0.5, max(0.0, age_days) / half_life_days)
+
+
+def apply_decay(candidates: list[Candidate], today: date, half_life_days: float) -> None:
+    for cand in candidates:
+        when = file_date(cand.path)
+        if when is not None:
+            cand.score *= decay_factor((today - when).days, half_life_days)
+
+
+def select_by_min_score(candidates: list[Candidate], min_score: float, limit: int) -> list[Candidate]:
+    """Candidates at or above min_score; when none pass, the keyword hits are re-admitted."""
+    ranked = sorted(candidates, key=lambda c: c.score, reverse=True)
+    passing = [c for c in ranked if c.score >= min_score]
+    if passing:
+        return passing
+    return [c for c in ranked if c.keyword_hit][:limit]
+
+
+def _similarity(a: Candidate, b: Candidate, token_sets: dict[int, set[str]]) -> float:
+    if a.embedding is not None and b.embedding is not None:
+        return float(np.dot(a.embedding, b.embedding))
+    ta, tb = token_sets[a.id], token_sets[b.id]
+    if not ta or not tb:
+        return 0.0
+    return len(ta & tb) / len(ta | tb)
+
+
+def mmr_rerank(candidates: Sequence[Candidate], limit: int, lam: float) -> list[Candidate]:
+    """Maximal marginal relevance: lam * relevance - (1 - lam) * max similarity to those chosen."""
+    pool = list(candidates)
+    token_sets = {c.id: set(tokenize(c.text)) for c in pool}
+    chosen: list[Candidate] = []
+    while pool and len(chosen) < limit:
+        best = max(
+            pool,
+            key=lambda c: (
+                lam * c.score - (1 - lam) * max((_similarity(c, s, token_sets) for s in chosen), default=0.0)
+            ),
+        )
+        chosen.append(best)
+        pool.remove(best)
+    return chosen
+
+
+def make_snippet(
+    text: str, start_line: int, end_line: int, terms: list[str], max_chars: int = SNIPPET_MAX_CHARS
+) -> tuple[str, int, int]:
+    """At most max_chars of the chunk, from the run of whole lines holding the most keyword hits.
+
+    Returns (snippet, first line, last line) of what the snippet shows; when the chunk's lines do
+    not map one-to-one onto file lines (a split long line, a transcript) the chunk's range is kept.
+    """
+    lines = text.split("\n")
+    if len(text) <= max_chars:
+        return text, start_line, end_line
+    hits = [term_hits(line, terms) for line in lines]
+    best_start, best_end, best_hits = 0, 1, -1
+    for first in range(len(lines)):
+        used, total, last = 0, 0, first
+        while last < len(lines) and used + len(lines[last]) + (1 if last > first else 0) <= max_chars:
+            used += len(lines[last]) + (1 if last > first else 0)
+            total += hits[last]
+            last += 1
+        if last == first:  # one line longer than the budget
+            last, total = first + 1, hits[first]
+        if total > best_hits:
+            best_start, best_end, best_hits = first, last, total
+    snippet = "\n".join(lines[best_start:best_end])[:max_chars]
+    if len(lines) != end_line - start_line + 1:
+        return snippet, start_line, end_line
+    return snippet, start_line + best_start, start_line + best_end - 1
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    path: str  # relative to the workspace, "/"-separated
+    start_line: int  # 1-based, inclusive
+    end_line: int  # 1-based, inclusive
+    score: float
+    snippet: str
+    citation: str  # "path#Lx-Ly"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "startLine": self.start_line,
+            "endLine": self.end_line,
+            "score": round(self.score, 4),
+            "snippet": self.snippet,
+            "citation": self.citation,
+        }
+
+
+@dataclass(frozen=True)
+class SearchResponse:
+    mode: str  # hybrid | keyword | qmd
+    results: list[SearchResult]
+
+    def to_json(self) -> dict[str, object]:
+        return {"mode": self.mode, "results": [r.to_json() for r in self.results]}
+
+
+def citation(path: str, start_line: int, end_line: int) -> str:
+    return f"{path}#L{start_line}-L{end_line}"
