@@ -514,3 +514,46 @@ def test_cli_run_executes_once_and_records(cli_config: Path, monkeypatch: pytest
     assert res.exit_code == 1 and "no provider" in res.stderr and res.stdout == ""
     res = runner.invoke(cron_cli.app, ["run", "nope", "-c", str(cli_config)])
     assert res.exit_code == 1 and "no job" in res.stderr
+
+
+async def test_job_runs_through_litellm_against_the_fake_llm_server(tmp_path: Path) -> None:
+    """A persisted job fires after a restart; its prompt reaches a real socket through litellm."""
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    from tests.fakes.llm_server import FakeLLMServer
+
+    path = tmp_path / "jobs.json"
+    job = CronService(path, Recorder().on_job, "UTC").add(
+        "plants", "Remind me to water the plants", every_s=1, deliver_to=DeliverTo("discord", "77")
+    )
+    delivered: list[tuple[str, str, str]] = []
+    got_one = asyncio.Event()
+
+    async def deliver(channel: str, chat_id: str, text: str) -> None:
+        delivered.append((channel, chat_id, text))
+        got_one.set()
+
+    with FakeLLMServer() as server:
+        server.responder = lambda body: "Water the plants now!"
+
+        async def on_job(j: CronJob) -> str | None:
+            resp = await litellm.acompletion(
+                model="openai/fake",
+                api_base=server.url,
+                api_key="x",
+                messages=[{"role": "user", "content": job_prompt(j)}],
+            )
+            return resp.choices[0].message.content
+
+        svc = CronService(path, on_job, "UTC", deliver=deliver)
+        await svc.start()
+        try:
+            await asyncio.wait_for(got_one.wait(), WAIT_S)
+        finally:
+            await svc.stop()
+        assert "Remind me to water the plants" in server.requests[0]["messages"][0]["content"]
+    assert delivered[0] == ("discord", "77", "Water the plants now!")
+    assert svc.get(job.id).last_status == "ok"

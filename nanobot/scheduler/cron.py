@@ -26,6 +26,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from loguru import logger
 
 from nanobot.scheduler.cron_store import (
+    CRON_SESSION_PREFIX,
     MAX_JOBS,
     MAX_STATUS_CHARS,
     CronJob,
@@ -34,6 +35,9 @@ from nanobot.scheduler.cron_store import (
     CronStoreError,
     DeliverTo,
     build_trigger,
+    cron_session_key,
+    job_prompt,
+    jobs_path,
     make_schedule,
     new_job_id,
     next_fire,
@@ -44,6 +48,7 @@ from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import resolve_tz
 
 __all__ = [
+    "CRON_SESSION_PREFIX",
     "CronJob",
     "CronSchedule",
     "CronService",
@@ -58,28 +63,9 @@ __all__ = [
 MISFIRE_GRACE_S = 300  # a run missed by at most this long still happens once, late
 RELOAD_CHECK_S = 2.0  # how often a running service looks for changes made by other processes
 STOP_TIMEOUT_S = 5.0  # how long stop() waits for cancelled in-flight runs to unwind
-CRON_SESSION_PREFIX = "cron:"
 
 OnJob = Callable[[CronJob], Awaitable[str | None]]
 Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
-
-
-def jobs_path(workspace: Path) -> Path:
-    """Where a workspace keeps its jobs (DESIGN A4)."""
-    return workspace / "cron" / "jobs.json"
-
-
-def cron_session_key(job_id: str) -> str:
-    """The session a job's runs use: its own, so a job never pollutes the chat's history."""
-    return f"{CRON_SESSION_PREFIX}{job_id}"
-
-
-def job_prompt(job: CronJob) -> str:
-    """The user message the agent receives when a job runs."""
-    return (
-        f"[Scheduled job '{job.name}' ({job.schedule.describe()}) is due now. Carry it out; "
-        f"your reply is delivered to the chat that scheduled it.]\n\n{job.message}"
-    )
 
 
 def _status(text: str) -> str:
@@ -217,6 +203,7 @@ class CronService:
             self._watcher = None
         self._scheduler.shutdown(wait=False)
         self._scheduler = None
+        await asyncio.sleep(0)  # shutdown is queued on the loop; let it run before we return
         self._scheduled.clear()
         for task in list(self._inflight):
             task.cancel()

@@ -30,6 +30,7 @@ FILE_FORMAT = 1
 MAX_JOBS = 500  # a runaway agent must not grow jobs.json without bound
 MIN_EVERY_S = 1
 MAX_STATUS_CHARS = 300
+CRON_SESSION_PREFIX = "cron:"
 
 ScheduleKind = Literal["at", "every", "cron"]
 T = TypeVar("T")
@@ -112,6 +113,24 @@ class CronJob:
 
 def new_job_id() -> str:
     return uuid.uuid4().hex[:10]
+
+
+def jobs_path(workspace: Path) -> Path:
+    """Where a workspace keeps its jobs (DESIGN A4)."""
+    return workspace / "cron" / "jobs.json"
+
+
+def cron_session_key(job_id: str) -> str:
+    """The session a job's runs use: its own, so a job never pollutes the chat's history."""
+    return f"{CRON_SESSION_PREFIX}{job_id}"
+
+
+def job_prompt(job: CronJob) -> str:
+    """The user message the agent receives when a job runs."""
+    return (
+        f"[Scheduled job '{job.name}' ({job.schedule.describe()}) is due now. Carry it out; "
+        f"your reply is delivered to the chat that scheduled it.]\n\n{job.message}"
+    )
 
 
 # ----------------------------------------------------------------------------- time helpers

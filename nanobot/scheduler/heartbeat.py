@@ -70,11 +70,25 @@ def parse_target(value: str) -> tuple[str, str] | None:
     return channel.strip(), chat_id.strip()
 
 
+def resolve_heartbeat_target(
+    configured: str, last_private_chat: Callable[[], tuple[str, str] | None]
+) -> tuple[str, str] | None:
+    """gateway.heartbeat.target when set (any chat, groups included: the user chose it); otherwise
+    the most recently active private chat, which `last_private_chat` must never answer with a group.
+    A malformed target delivers nowhere rather than somewhere unexpected."""
+    if configured.strip():
+        target = parse_target(configured)
+        if target is None:
+            logger.warning("heartbeat: gateway.heartbeat.target {!r} is not channel:chat_id", configured)
+        return target
+    return last_private_chat()
+
+
 class HeartbeatService:
     def __init__(
         self,
         workspace: Path,
-        interval_s: int,
+        interval_s: float,
         on_tasks: OnTasks,
         resolve_target: ResolveTarget,
         deliver: Deliver,

@@ -1,0 +1,216 @@
+"""HeartbeatService: silent without tasks, runs and delivers with them, HEARTBEAT_OK stays quiet."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from nanobot.scheduler.heartbeat import (
+    HEARTBEAT_OK,
+    HeartbeatService,
+    is_actionable,
+    is_heartbeat_ok,
+    parse_target,
+    resolve_heartbeat_target,
+    task_lines,
+)
+from tests.fakes.llm_server import FakeLLMServer
+
+TEMPLATE = """# Heartbeat tasks
+
+<!-- nanobot reads this file every gateway.heartbeat.intervalS seconds.
+Add tasks below as list items, e.g.
+- check the weather and tell me if it will rain
+-->
+
+## Active tasks
+
+-
+- [ ]
+
+## Completed
+
+---
+"""
+
+
+class Calls:
+    def __init__(self, reply: str | None = "It will rain at 5 pm.") -> None:
+        self.prompts: list[str] = []
+        self.delivered: list[tuple[str, str, str]] = []
+        self.reply = reply
+        self.target: tuple[str, str] | None = ("telegram", "42")
+
+    async def on_tasks(self, prompt: str) -> str | None:
+        self.prompts.append(prompt)
+        return self.reply
+
+    def resolve_target(self) -> tuple[str, str] | None:
+        return self.target
+
+    async def deliver(self, channel: str, chat_id: str, text: str) -> None:
+        self.delivered.append((channel, chat_id, text))
+
+
+def make(tmp_path: Path, content: str | None, calls: Calls, interval_s: float = 1800) -> HeartbeatService:
+    if content is not None:
+        (tmp_path / "HEARTBEAT.md").write_text(content, encoding="utf-8")
+    return HeartbeatService(tmp_path, interval_s, calls.on_tasks, calls.resolve_target, calls.deliver)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "actionable"),
+    [
+        (TEMPLATE, False),
+        ("", False),
+        ("# Only a heading\n\n   \n", False),
+        ("<!-- a comment\nspanning lines -->\n* \n1.\n- [x]\n***\n", False),
+        ("<!-- never closed\n- do something", False),
+        (TEMPLATE + "- check the weather\n", True),
+        ("Remind me to stretch", True),
+        ("#hashtag is not a heading", True),
+        ("- [ ] call mum", True),
+    ],
+)
+def test_actionable(text: str, actionable: bool) -> None:
+    assert is_actionable(text) is actionable
+
+
+def test_task_lines_keep_only_content() -> None:
+    assert task_lines(TEMPLATE + "- water the plants\n<!-- x -->Send the report\n") == [
+        "- water the plants",
+        "Send the report",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reply", "ok"),
+    [
+        (None, True),
+        ("", True),
+        ("  \n", True),
+        (HEARTBEAT_OK, True),
+        ("**HEARTBEAT_OK**", True),
+        ("`HEARTBEAT_OK`.", True),
+        ("HEARTBEAT_OK but also the server is down", False),
+        ("Rain at 5", False),
+    ],
+)
+def test_heartbeat_ok_detection(reply: str | None, ok: bool) -> None:
+    assert is_heartbeat_ok(reply) is ok
+
+
+def test_parse_target() -> None:
+    assert parse_target("telegram:12345") == ("telegram", "12345")
+    assert parse_target(" discord : 99 ") == ("discord", "99")
+    assert parse_target("") is None
+    assert parse_target("telegram") is None
+    assert parse_target("telegram:") is None
+
+
+def test_target_resolution_prefers_configured_then_last_private_chat() -> None:
+    last = lambda: ("telegram", "7")  # noqa: E731
+    assert resolve_heartbeat_target("discord:123", last) == ("discord", "123")
+    assert resolve_heartbeat_target("", last) == ("telegram", "7")
+    assert resolve_heartbeat_target("", lambda: None) is None
+    assert resolve_heartbeat_target("nonsense", last) is None
+
+
+async def test_template_only_file_is_skipped_silently(tmp_path: Path) -> None:
+    calls = Calls()
+    hb = make(tmp_path, TEMPLATE, calls)
+    assert await hb.tick() is None
+    assert calls.prompts == [] and calls.delivered == []
+
+
+async def test_missing_file_is_skipped(tmp_path: Path) -> None:
+    calls = Calls()
+    assert await make(tmp_path, None, calls).tick() is None
+    assert calls.prompts == []
+
+
+async def test_tasks_run_and_reply_goes_to_the_target(tmp_path: Path) -> None:
+    calls = Calls()
+    hb = make(tmp_path, TEMPLATE + "- check the weather and tell me if it will rain\n", calls)
+    assert await hb.tick() == "It will rain at 5 pm."
+    assert len(calls.prompts) == 1 and "check the weather and tell me if it will rain" in calls.prompts[0]
+    assert HEARTBEAT_OK in calls.prompts[0]
+    assert calls.delivered == [("telegram", "42", "It will rain at 5 pm.")]
+
+
+@pytest.mark.parametrize("reply", [HEARTBEAT_OK, "", None, " **HEARTBEAT_OK** "])
+async def test_heartbeat_ok_reply_delivers_nothing(tmp_path: Path, reply: str | None) -> None:
+    calls = Calls(reply=reply)
+    hb = make(tmp_path, "- anything due?\n", calls)
+    assert await hb.tick() is None
+    assert len(calls.prompts) == 1 and calls.delivered == []
+
+
+async def test_no_target_means_no_llm_call(tmp_path: Path) -> None:
+    calls = Calls()
+    calls.target = None
+    hb = make(tmp_path, "- anything due?\n", calls)
+    assert await hb.tick() is None
+    assert calls.prompts == [] and calls.delivered == []
+
+
+async def test_loop_beats_and_survives_a_failing_beat(tmp_path: Path) -> None:
+    calls = Calls()
+    outcomes: list[str] = []
+
+    async def flaky(prompt: str) -> str | None:
+        outcomes.append(prompt)
+        if len(outcomes) == 1:
+            raise RuntimeError("provider down")
+        return "done"
+
+    hb = HeartbeatService(tmp_path, 0.05, flaky, calls.resolve_target, calls.deliver)  # type: ignore[arg-type]
+    (tmp_path / "HEARTBEAT.md").write_text("- do it\n")
+    await hb.start()
+    try:
+        for _ in range(100):
+            if calls.delivered:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await hb.stop()
+    assert len(outcomes) >= 2 and calls.delivered[0] == ("telegram", "42", "done")
+
+
+async def test_through_litellm_and_the_fake_llm_server(tmp_path: Path) -> None:
+    """The real litellm client against the local fake server: run path, OK path and skip path."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    calls = Calls()
+    with FakeLLMServer() as server:
+
+        async def on_tasks(prompt: str) -> str | None:
+            resp = await litellm.acompletion(
+                model="openai/fake",
+                api_base=server.url,
+                api_key="x",
+                messages=[{"role": "user", "content": prompt}],
+            )
+            return resp.choices[0].message.content
+
+        hb = HeartbeatService(tmp_path, 1800, on_tasks, calls.resolve_target, calls.deliver)
+        hb_file = tmp_path / "HEARTBEAT.md"
+
+        hb_file.write_text(TEMPLATE)
+        assert await hb.tick() is None
+        assert server.requests == []  # nothing to do: no LLM call at all
+
+        hb_file.write_text(TEMPLATE + "- remind me to water the plants\n")
+        server.push("Time to water the plants!")
+        assert await hb.tick() == "Time to water the plants!"
+        assert calls.delivered == [("telegram", "42", "Time to water the plants!")]
+        sent = server.requests[-1]["messages"][-1]["content"]
+        assert "remind me to water the plants" in sent
+
+        server.push(HEARTBEAT_OK)
+        assert await hb.tick() is None
+        assert len(server.requests) == 2 and len(calls.delivered) == 1
