@@ -206,6 +206,10 @@ class SessionStore:
     def load_archived(self, path: Path) -> Session:
         return self._load(path.stem, path)
 
+    def release(self, session: Session) -> None:
+        """Close the file handle of a session that is no longer used (e.g. an archived one)."""
+        self._close_handle(session.key)
+
     def _close_handle(self, key: str) -> None:
         fh = self._handles.pop(key, None)
         if fh is not None and not fh.closed:

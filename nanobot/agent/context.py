@@ -1,0 +1,207 @@
+"""ContextBuilder: the system prompt (stable across turns) and the per-turn runtime block.
+
+The system prompt holds identity, bootstrap files within their budget, MEMORY.md (private chats
+only, in its own reserved budget) and skills. It is rebuilt only when one of its files changes, so
+it stays byte-identical across a session's turns (prompt-cache friendly). Time, channel, chat id and
+query-dependent memory context go into a small runtime block on the user message instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import mimetypes
+from dataclasses import dataclass
+from datetime import tzinfo
+from pathlib import Path
+from typing import Any, Protocol
+
+from loguru import logger
+
+from nanobot.memory.store import MemoryStore
+from nanobot.timeutil import now as tz_now
+
+BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
+HEAD_SHARE = 0.7
+TAIL_SHARE = 0.2
+IMAGE_MAX_BYTES = 5_000_000
+RUNTIME_HEADER = "[Runtime context: metadata for this message, not instructions]"
+
+
+class SkillsSource(Protocol):
+    def always_on_content(self, max_chars: int) -> str: ...
+    def summary(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Budget:
+    per_file_chars: int = 20_000
+    total_chars: int = 24_000
+    memory_chars: int = 12_000
+
+
+def fit_to_budget(name: str, text: str, max_chars: int) -> str:
+    """Head 70% and tail 20% of an oversized file around a marker naming it and how to read it."""
+    if len(text) <= max_chars:
+        return text
+    head = int(max_chars * HEAD_SHARE)
+    tail = int(max_chars * TAIL_SHARE)
+    marker = (f"\n\n[... {name} is {len(text)} characters; {len(text) - head - tail} omitted here. "
+              f"Read the whole file with read_file(\"{name}\") ...]\n\n")
+    return text[:head] + marker + text[-tail:]
+
+
+class ContextBuilder:
+    def __init__(
+        self,
+        workspace: Path,
+        memory: MemoryStore,
+        tz: tzinfo,
+        *,
+        budget: Budget | None = None,
+        skills: SkillsSource | None = None,
+        extra_sections: list[str] | None = None,
+        share_memory_in_groups: bool = False,
+        model_name: str = "",
+    ) -> None:
+        self.workspace = workspace
+        self.memory = memory
+        self.tz = tz
+        self.budget = budget or Budget()
+        self.skills = skills
+        self.extra_sections = [s for s in (extra_sections or []) if s]
+        self.share_memory_in_groups = share_memory_in_groups
+        self.model_name = model_name
+        self._cache: dict[bool, tuple[tuple[Any, ...], str]] = {}
+        self._warned: dict[str, tuple[int, int]] = {}
+
+    # ------------------------------------------------------------------ system prompt
+    def _signature(self) -> tuple[Any, ...]:
+        sig: list[Any] = []
+        for path in [*(self.workspace / n for n in BOOTSTRAP_FILES), self.memory.memory_path]:
+            try:
+                st = path.stat()
+                sig.append((st.st_mtime_ns, st.st_size))
+            except FileNotFoundError:
+                sig.append(None)
+        skills_dir = self.workspace / "skills"
+        sig.append(skills_dir.stat().st_mtime_ns if skills_dir.exists() else None)
+        return tuple(sig)
+
+    def system_prompt(self, is_group: bool = False) -> str:
+        """The system prompt; identical bytes for as long as its files do not change."""
+        private = not is_group or self.share_memory_in_groups
+        signature = self._signature()
+        cached = self._cache.get(private)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        text = self._build(private)
+        self._cache[private] = (signature, text)
+        return text
+
+    def _warn_once(self, name: str, size: int, cap: int) -> None:
+        path = self.workspace / name
+        try:
+            key = (path.stat().st_mtime_ns, size)
+        except FileNotFoundError:
+            key = (0, size)
+        if self._warned.get(name) != key:
+            self._warned[name] = key
+            logger.warning("{} is {} characters, over its {}-character budget: truncated in the prompt",
+                           name, size, cap)
+
+    def _build(self, private: bool) -> str:
+        parts = [self._identity()]
+        remaining = self.budget.total_chars
+        for name in BOOTSTRAP_FILES:
+            path = self.workspace / name
+            if not path.is_file():
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace").strip()
+            if not text:
+                continue
+            cap = min(self.budget.per_file_chars, max(remaining, 0))
+            if cap < 200:
+                self._warn_once(name, len(text), cap)
+                parts.append(f"## {name}\n\n[{name} left out: the bootstrap budget is used up; "
+                             f"read it with read_file(\"{name}\")]")
+                continue
+            if len(text) > cap:
+                self._warn_once(name, len(text), cap)
+            fitted = fit_to_budget(name, text, cap)
+            remaining -= len(fitted)
+            parts.append(f"## {name}\n\n{fitted}")
+        if self.skills is not None:
+            always = self.skills.always_on_content(max(remaining, 0) + self.budget.per_file_chars // 4)
+            if always.strip():
+                parts.append(f"# Skills (always on)\n\n{always.strip()}")
+            summary = self.skills.summary()
+            if summary.strip():
+                parts.append(f"# Other skills\n\nRead a skill's SKILL.md with read_file when a task needs it.\n\n"
+                             f"{summary.strip()}")
+        parts.append(self._memory_section(private))
+        parts.extend(self.extra_sections)
+        return "\n\n---\n\n".join(p for p in parts if p)
+
+    def _identity(self) -> str:
+        ws = self.workspace
+        return f"""# nanobot
+
+You are nanobot, a helpful personal AI assistant. You can read and write files, run shell commands,
+fetch web pages, schedule tasks, and remember things across conversations.
+
+Workspace: {ws}
+- Long-term memory: memory/MEMORY.md (facts about the user and their world; kept in this prompt)
+- History log: memory/HISTORY.md (one timestamped paragraph per past conversation chunk)
+- Daily notes: memory/YYYY-MM-DD.md; session notes: memory/YYYY-MM-DD-<topic>.md
+- Skills: skills/<name>/SKILL.md
+
+Answer directly and concisely. Reply in the user's language. Use tools when they help; never invent
+tool results. Each user message starts with a runtime block (time, channel, chat): it is metadata,
+not a request."""
+
+    def _memory_section(self, private: bool) -> str:
+        if not private:
+            return ("# Memory\n\nThis is a group chat: the owner's long-term memory (MEMORY.md) is private "
+                    "and not available here. Do not reveal personal facts about the owner.")
+        text = self.memory.read_memory().strip()
+        if not text:
+            return "# Memory\n\n(MEMORY.md is empty so far.)"
+        if len(text) > self.budget.memory_chars:
+            self._warn_once("memory/MEMORY.md", len(text), self.budget.memory_chars)
+        return f"# Memory (memory/MEMORY.md)\n\n{fit_to_budget('memory/MEMORY.md', text, self.budget.memory_chars)}"
+
+    # ------------------------------------------------------------------ per turn
+    def runtime_block(self, channel: str, chat_id: str, sender_id: str = "", is_group: bool = False,
+                      memory_context: str = "") -> str:
+        now = tz_now(self.tz)
+        offset = now.strftime("%z")
+        tz_label = getattr(self.tz, "key", None) or now.tzname() or "local"
+        lines = [
+            RUNTIME_HEADER,
+            f"Time: {now.strftime('%Y-%m-%d %H:%M')} ({now.strftime('%A')}), {tz_label} (UTC{offset[:3]}:{offset[3:]})",
+            f"Channel: {channel} | Chat: {chat_id}" + (f" | Sender: {sender_id}" if sender_id else "")
+            + (" | group chat" if is_group else ""),
+        ]
+        if memory_context.strip():
+            lines.append(memory_context.strip())
+        return "\n".join(lines)
+
+    def user_message(self, text: str, runtime: str, media: list[str] | None = None,
+                     vision: bool = False) -> dict[str, Any]:
+        """The user message for the LLM: runtime block + text, images as content parts when supported."""
+        body = f"{runtime}\n\n{text}"
+        notes: list[str] = []
+        images: list[dict[str, Any]] = []
+        for raw in media or []:
+            path = Path(raw)
+            mime = mimetypes.guess_type(path.name)[0] or ""
+            if vision and mime.startswith("image/") and path.is_file() and path.stat().st_size <= IMAGE_MAX_BYTES:
+                data = base64.b64encode(path.read_bytes()).decode()
+                images.append({"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}})
+            else:
+                notes.append(f"[attached file: {path} ({mime or 'unknown type'})]")
+        if notes:
+            body += "\n\n" + "\n".join(notes)
+        if images:
+            return {"role": "user", "content": [{"type": "text", "text": body}, *images]}
+        return {"role": "user", "content": body}

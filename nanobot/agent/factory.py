@@ -1,0 +1,114 @@
+"""build_agent: wire provider, stores, tools, context and memory lifecycle from a Config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loguru import logger
+
+from nanobot.agent.agent import Agent, AgentSettings
+from nanobot.agent.context import Budget, ContextBuilder
+from nanobot.agent.runner import TurnRunner
+from nanobot.agent.subagents import SubagentManager
+from nanobot.agent.tools.files import file_tools
+from nanobot.agent.tools.message import MessageTool
+from nanobot.agent.tools.registry import ToolRegistry
+from nanobot.agent.tools.shell import ExecTool
+from nanobot.agent.tools.spawn import SpawnTool
+from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
+from nanobot.bus.queue import MessageBus
+from nanobot.config.schema import Config
+from nanobot.memory.consolidator import Consolidator
+from nanobot.memory.flush import MemoryFlusher
+from nanobot.memory.lifecycle import LifecycleSettings, MemoryLifecycle
+from nanobot.memory.store import MemoryStore
+from nanobot.providers.base import LLMProvider
+from nanobot.providers.registry import resolve_provider
+from nanobot.session.store import SessionStore
+from nanobot.timeutil import resolve_tz
+
+SMALL_LOCAL_WINDOW_TOKENS = 8192
+
+
+def ensure_workspace(workspace: Path) -> None:
+    for sub in ("memory", "sessions", "media", "skills"):
+        (workspace / sub).mkdir(parents=True, exist_ok=True)
+
+
+def build_agent(config: Config, bus: MessageBus | None = None, *, provider: LLMProvider | None = None,
+                config_path: str = "config.json") -> Agent:
+    """The whole agent for a config. Raises ProviderConfigError when no provider can be built."""
+    d = config.agents.defaults
+    provider = provider or resolve_provider(config, config_path)
+    bus = bus or MessageBus()
+    workspace = config.workspace_path
+    ensure_workspace(workspace)
+    tz = resolve_tz(d.timezone)
+    small = provider.is_small_local
+    model: str | None = None  # the provider already carries the resolved model name
+
+    memory = MemoryStore(workspace, tz, backups_kept=config.memory.backups_kept)
+    sessions = SessionStore(workspace, fsync=config.gateway.fsync)
+    tools = ToolRegistry()
+    restrict = config.tools.restrict_to_workspace
+    for tool in file_tools(workspace, memory, restrict, config.tools.max_file_bytes):
+        tools.register(tool)
+    tools.register(ExecTool(workspace, config.tools.exec, restrict))
+    tools.register(WebFetchTool(config.tools.web))
+    tools.register(WebSearchTool(config.tools.web.search, config.tools.web.timeout_s))
+    tools.register(MessageTool(bus))
+
+    window = min(d.context_window_tokens, SMALL_LOCAL_WINDOW_TOKENS) if small else d.context_window_tokens
+    max_tokens = min(d.max_tokens, config.providers.local.max_tokens) if small else d.max_tokens
+    if small:
+        from nanobot.providers.local import CORE_TOOLS, LOCAL_BOOTSTRAP_MAX_CHARS
+
+        budget = Budget(LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_BOOTSTRAP_MAX_CHARS // 2)
+        tool_names: set[str] | None = set(CORE_TOOLS)
+    else:
+        budget = Budget(d.bootstrap_max_chars, d.bootstrap_total_max_chars, d.memory_max_chars)
+        tool_names = None
+
+    context = ContextBuilder(workspace, memory, tz, budget=budget, skills=_skills(workspace),
+                             share_memory_in_groups=config.memory.share_in_groups)
+    runner = TurnRunner(provider, tools, model=model, max_iterations=d.max_tool_iterations,
+                        max_tokens=max_tokens, temperature=d.temperature,
+                        max_tool_result_chars=d.max_tool_result_chars)
+    lifecycle = MemoryLifecycle(
+        sessions, memory,
+        Consolidator(provider, memory, model=model, context_window_tokens=window, max_tokens=max_tokens),
+        MemoryFlusher(provider, memory, model=model),
+        LifecycleSettings(
+            context_window_tokens=window, max_tokens=max_tokens,
+            safety_buffer_tokens=min(config.memory.safety_buffer_tokens, window // 8),
+            max_rounds=config.memory.max_consolidation_rounds,
+            max_failures=config.memory.max_consolidation_failures,
+            flush_enabled=config.memory.flush.enabled,
+            flush_soft_tokens=config.memory.flush.soft_threshold_tokens,
+            share_in_groups=config.memory.share_in_groups,
+        ),
+        model=model,
+    )
+    agent = Agent(
+        provider=provider, bus=bus, sessions=sessions, tools=tools, context=context, runner=runner,
+        lifecycle=lifecycle, memory=memory, config=config,
+        settings=AgentSettings(model=model, max_user_message_chars=d.max_user_message_chars,
+                               max_tool_result_chars=d.max_tool_result_chars, stream=d.stream,
+                               tool_names=tool_names),
+    )
+    if not small:
+        agent.subagents = SubagentManager(
+            TurnRunner(provider, tools, model=model, max_iterations=15, max_tokens=max_tokens,
+                       temperature=d.temperature, max_tool_result_chars=d.max_tool_result_chars),
+            bus, workspace_note=f"Workspace: {workspace}")
+        tools.register(SpawnTool(agent.subagents))
+    logger.debug("agent built: provider {}, model {}, {} tools", provider.name, provider.default_model, len(tools))
+    return agent
+
+
+def _skills(workspace: Path):  # noqa: ANN202 - optional component
+    try:
+        from nanobot.skills.loader import SkillsLoader
+    except ImportError:
+        return None
+    return SkillsLoader(workspace)

@@ -1,0 +1,137 @@
+"""TurnRunner: one turn of LLM ↔ tools iterations, up to maxToolIterations.
+
+Independent tool calls of one response run concurrently. Each finished iteration (the assistant
+message with its tool results) is handed to `on_messages` at once, so the caller can persist it
+before anything else happens: a cancelled turn never leaves half a tool group on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loguru import logger
+
+from nanobot.agent.tools.base import ToolContext
+from nanobot.agent.tools.registry import ToolRegistry
+from nanobot.providers.base import LLMProvider, StreamCallback, Usage
+from nanobot.session.history import truncate_middle
+
+MessagesCallback = Callable[[list[dict[str, Any]]], Awaitable[None] | None]
+ProgressCallback = Callable[[str, str], Awaitable[None]]  # (kind, text): kind "progress" | "tool_hint"
+TOOL_HINT_MAX_CHARS = 80
+
+
+@dataclass
+class TurnResult:
+    content: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    iterations: int = 0
+    tools_used: list[str] = field(default_factory=list)
+    hit_iteration_limit: bool = False
+
+
+def tool_hint(name: str, arguments: Any) -> str:
+    """A one-line description of a tool call, e.g. `exec("ls -la")`."""
+    if isinstance(arguments, dict) and arguments:
+        first = next(iter(arguments.values()))
+        shown = first if isinstance(first, str) else json.dumps(first, ensure_ascii=False)
+        if len(shown) > TOOL_HINT_MAX_CHARS:
+            shown = shown[: TOOL_HINT_MAX_CHARS - 1] + "…"
+        return f'{name}("{shown}")'
+    return f"{name}()"
+
+
+class TurnRunner:
+    def __init__(
+        self,
+        provider: LLMProvider,
+        tools: ToolRegistry,
+        *,
+        model: str | None = None,
+        max_iterations: int = 40,
+        max_tokens: int = 8192,
+        temperature: float = 0.1,
+        max_tool_result_chars: int = 16_000,
+    ) -> None:
+        self.provider = provider
+        self.tools = tools
+        self.model = model
+        self.max_iterations = max_iterations
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.max_tool_result_chars = max_tool_result_chars
+
+    async def run(
+        self,
+        messages: list[dict[str, Any]],
+        ctx: ToolContext,
+        *,
+        tool_names: set[str] | None = None,
+        on_messages: MessagesCallback | None = None,
+        on_progress: ProgressCallback | None = None,
+        on_delta: StreamCallback | None = None,
+    ) -> TurnResult:
+        """Run the loop on `messages` (system + history + the new user message)."""
+        convo = list(messages)
+        result = TurnResult(content="")
+        schemas = self.tools.schemas(tool_names)
+        for iteration in range(1, self.max_iterations + 1):
+            result.iterations = iteration
+            response = await self.provider.chat(
+                convo, schemas or None, model=self.model, max_tokens=self.max_tokens,
+                temperature=self.temperature, on_delta=on_delta,
+            )
+            result.usage.add(response.usage)
+            if not response.has_tool_calls:
+                final = {"role": "assistant", "content": response.content or ""}
+                result.content = response.content or ""
+                result.messages.append(final)
+                await _emit(on_messages, [final])
+                return result
+            if on_progress is not None:
+                if response.content and response.content.strip():
+                    await on_progress("progress", response.content.strip())
+                await on_progress("tool_hint", ", ".join(tool_hint(c.name, c.arguments) for c in response.tool_calls))
+            assistant = {
+                "role": "assistant",
+                "content": response.content or "",
+                "tool_calls": [c.to_message_dict() for c in response.tool_calls],
+            }
+            outputs = await asyncio.gather(
+                *(self.tools.execute(c.name, c.arguments, ctx) for c in response.tool_calls)
+            )
+            group = [assistant]
+            for call, output in zip(response.tool_calls, outputs, strict=True):
+                result.tools_used.append(call.name)
+                group.append({
+                    "role": "tool",
+                    "tool_call_id": call.id,
+                    "name": call.name,
+                    "content": truncate_middle(output, self.max_tool_result_chars),
+                })
+            convo.extend(group)
+            result.messages.extend(group)
+            await _emit(on_messages, group)
+        logger.warning("turn stopped at the tool-iteration limit ({})", self.max_iterations)
+        result.hit_iteration_limit = True
+        result.content = (
+            f"I stopped after {self.max_iterations} tool steps without finishing. "
+            "Tell me to continue, or narrow the task."
+        )
+        final = {"role": "assistant", "content": result.content}
+        result.messages.append(final)
+        await _emit(on_messages, [final])
+        return result
+
+
+async def _emit(callback: MessagesCallback | None, messages: list[dict[str, Any]]) -> None:
+    if callback is None:
+        return
+    outcome = callback(messages)
+    if asyncio.iscoroutine(outcome):
+        await outcome

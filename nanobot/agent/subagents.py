@@ -1,0 +1,77 @@
+"""Sub-agents: background turns with a reduced tool set; results return to the originating chat.
+
+The result is published as an inbound `system` message into the originating session, so the main
+agent (serial per session, one owner of the transcript) tells the user about it in its own words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from loguru import logger
+
+from nanobot.agent.runner import TurnRunner
+from nanobot.agent.tools.base import ToolContext
+from nanobot.bus.events import InboundMessage
+from nanobot.bus.queue import MessageBus
+
+SUBAGENT_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir", "exec", "web_fetch", "web_search"})
+MAX_SUBAGENT_ITERATIONS = 15
+MAX_RESULT_CHARS = 8_000
+
+SUBAGENT_SYSTEM = """You are a sub-agent of nanobot, working on one task in the background.
+Complete the task with the tools you have, then answer with a concise report of the result
+(what you did, what you found, file paths you wrote). You cannot talk to the user directly."""
+
+
+class SubagentManager:
+    def __init__(self, runner: TurnRunner, bus: MessageBus, workspace_note: str = "") -> None:
+        self.runner = runner
+        self.bus = bus
+        self.workspace_note = workspace_note
+        self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
+
+    def spawn(self, task: str, label: str, ctx: ToolContext) -> str:
+        task_id = uuid.uuid4().hex[:8]
+        job = asyncio.create_task(self._run(task_id, task, label, ctx), name=f"subagent:{task_id}")
+        self._tasks[task_id] = (ctx.session_key, job)
+        job.add_done_callback(lambda _t: self._tasks.pop(task_id, None))
+        return task_id
+
+    def running(self, session_key: str | None = None) -> int:
+        return sum(1 for key, _ in self._tasks.values() if session_key is None or key == session_key)
+
+    def cancel_for(self, session_key: str) -> int:
+        jobs = [job for key, job in self._tasks.values() if key == session_key and not job.done()]
+        for job in jobs:
+            job.cancel()
+        return len(jobs)
+
+    async def drain(self, timeout_s: float) -> None:
+        jobs = [job for _, job in self._tasks.values()]
+        if jobs:
+            _, left = await asyncio.wait(jobs, timeout=timeout_s)
+            for job in left:
+                job.cancel()
+
+    async def _run(self, task_id: str, task: str, label: str, ctx: ToolContext) -> None:
+        messages = [
+            {"role": "system", "content": SUBAGENT_SYSTEM + ("\n\n" + self.workspace_note if self.workspace_note else "")},
+            {"role": "user", "content": task},
+        ]
+        try:
+            result = await self.runner.run(messages, ctx, tool_names=set(SUBAGENT_TOOLS))
+            status, text = "finished", result.content
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported back to the chat instead
+            logger.warning("sub-agent {} failed: {}", task_id, exc)
+            status, text = "failed", f"{type(exc).__name__}: {exc}"
+        content = (f"[Sub-agent '{label}' {status}]\n\nTask: {task}\n\nResult:\n{text[:MAX_RESULT_CHARS]}\n\n"
+                   "Tell the user about this result briefly.")
+        await self.bus.publish_inbound(InboundMessage(
+            channel="system", sender_id="subagent", chat_id=ctx.chat_id, content=content,
+            session_key_override=ctx.session_key, is_group=ctx.is_group,
+            metadata={"origin_channel": ctx.channel, "origin_chat_id": ctx.chat_id, "subagent_id": task_id},
+        ))

@@ -1,0 +1,167 @@
+"""File tools: read_file, write_file, edit_file, list_dir — workspace-restricted by default.
+
+Writes under `memory/` go through the MemoryStore (its lock, its atomic writes); `sessions/`,
+`cron/` and the memory index are never writable by tools (one owner per file on disk).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.memory.store import MemoryStore
+
+MAX_READ_CHARS = 100_000
+MAX_LIST_ENTRIES = 500
+_PROTECTED_DIRS = ("sessions", "cron")
+_PROTECTED_FILES = (".index.sqlite", ".gateway.lock", ".gateway.json")
+
+
+class PathGuard:
+    """Resolves tool paths against the workspace and enforces restrictToWorkspace."""
+
+    def __init__(self, workspace: Path, restrict: bool) -> None:
+        self.workspace = workspace.resolve()
+        self.restrict = restrict
+
+    def resolve(self, raw: str) -> Path:
+        if not isinstance(raw, str) or not raw.strip():
+            raise ToolError("path must be a non-empty string")
+        if "\x00" in raw:
+            raise ToolError("path contains a NUL byte")
+        path = Path(raw).expanduser()
+        path = (path if path.is_absolute() else self.workspace / path).resolve()
+        if self.restrict and not self.inside(path):
+            raise ToolError(f"path '{raw}' is outside the workspace ({self.workspace}); access denied")
+        return path
+
+    def inside(self, path: Path) -> bool:
+        try:
+            path.resolve().relative_to(self.workspace)
+            return True
+        except ValueError:
+            return False
+
+    def check_writable(self, path: Path) -> None:
+        if not self.inside(path):
+            return
+        rel = path.relative_to(self.workspace)
+        if rel.parts and (rel.parts[0] in _PROTECTED_DIRS or rel.name in _PROTECTED_FILES):
+            raise ToolError(f"'{rel}' is managed by nanobot itself and cannot be written by tools")
+
+
+class _FileTool(Tool):
+    def __init__(self, guard: PathGuard, memory: MemoryStore, max_bytes: int) -> None:
+        self.guard = guard
+        self.memory = memory
+        self.max_bytes = max_bytes
+
+    def _write(self, path: Path, text: str) -> None:
+        self.guard.check_writable(path)
+        if len(text.encode("utf-8")) > self.max_bytes:
+            raise ToolError(f"content is larger than the {self.max_bytes}-byte limit")
+        if self.memory.is_memory_path(path):
+            try:
+                self.memory.write_file(str(path.relative_to(self.memory.dir.resolve())), text)
+            except ValueError as exc:
+                raise ToolError(str(exc)) from None
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+class ReadFileTool(_FileTool):
+    name = "read_file"
+    description = "Read a text file. Relative paths are inside the workspace."
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path"},
+            "offset": {"type": "integer", "minimum": 1, "description": "First line (1-based)"},
+            "limit": {"type": "integer", "minimum": 1, "description": "Number of lines"},
+        },
+        "required": ["path"],
+    }
+
+    async def execute(self, ctx: ToolContext, path: str, offset: int = 1, limit: int | None = None,
+                      **_: Any) -> str:
+        target = self.guard.resolve(path)
+        if not target.is_file():
+            raise ToolError(f"file not found: {path}")
+        if target.stat().st_size > self.max_bytes * 10:
+            raise ToolError(f"file is too large ({target.stat().st_size} bytes); read it with offset/limit via exec")
+        text = target.read_text(encoding="utf-8", errors="replace")
+        if offset > 1 or limit:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[offset - 1 : offset - 1 + limit if limit else None])
+        if len(text) > MAX_READ_CHARS:
+            shown = text[:MAX_READ_CHARS]
+            return f"{shown}\n\n[... {len(text) - MAX_READ_CHARS} more characters; use offset/limit to read on]"
+        return text or "(empty file)"
+
+
+class WriteFileTool(_FileTool):
+    name = "write_file"
+    description = "Create or overwrite a text file (parent folders are created)."
+    parameters = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    }
+
+    async def execute(self, ctx: ToolContext, path: str, content: str, **_: Any) -> str:
+        target = self.guard.resolve(path)
+        self._write(target, content)
+        return f"Wrote {len(content)} characters to {path}"
+
+
+class EditFileTool(_FileTool):
+    name = "edit_file"
+    description = "Replace an exact piece of text in a file (it must occur exactly once unless replace_all)."
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "old_text": {"type": "string"},
+            "new_text": {"type": "string"},
+            "replace_all": {"type": "boolean"},
+        },
+        "required": ["path", "old_text", "new_text"],
+    }
+
+    async def execute(self, ctx: ToolContext, path: str, old_text: str, new_text: str,
+                      replace_all: bool = False, **_: Any) -> str:
+        target = self.guard.resolve(path)
+        if not target.is_file():
+            raise ToolError(f"file not found: {path}")
+        text = target.read_text(encoding="utf-8")
+        count = text.count(old_text) if old_text else 0
+        if count == 0:
+            raise ToolError("old_text was not found in the file (it must match exactly, whitespace included)")
+        if count > 1 and not replace_all:
+            raise ToolError(f"old_text occurs {count} times; give more context or set replace_all")
+        self._write(target, text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1))
+        return f"Replaced {count if replace_all else 1} occurrence(s) in {path}"
+
+
+class ListDirTool(_FileTool):
+    name = "list_dir"
+    description = "List a folder's entries (folders end with /)."
+    parameters = {"type": "object", "properties": {"path": {"type": "string"}}, "required": []}
+
+    async def execute(self, ctx: ToolContext, path: str = ".", **_: Any) -> str:
+        target = self.guard.resolve(path)
+        if not target.is_dir():
+            raise ToolError(f"not a folder: {path}")
+        entries = sorted(target.iterdir(), key=lambda p: (not p.is_dir(), p.name))
+        lines = [f"{p.name}/" if p.is_dir() else f"{p.name} ({p.stat().st_size} bytes)" for p in
+                 entries[:MAX_LIST_ENTRIES]]
+        if len(entries) > MAX_LIST_ENTRIES:
+            lines.append(f"... and {len(entries) - MAX_LIST_ENTRIES} more")
+        return "\n".join(lines) or "(empty folder)"
+
+
+def file_tools(workspace: Path, memory: MemoryStore, restrict: bool, max_bytes: int) -> list[Tool]:
+    guard = PathGuard(workspace, restrict)
+    return [cls(guard, memory, max_bytes) for cls in (ReadFileTool, WriteFileTool, EditFileTool, ListDirTool)]

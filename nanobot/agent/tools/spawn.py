@@ -1,0 +1,33 @@
+"""The `spawn` tool: hand a task to a background sub-agent; its result comes back to this chat."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from nanobot.agent.tools.base import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from nanobot.agent.subagents import SubagentManager
+
+
+class SpawnTool(Tool):
+    name = "spawn"
+    description = (
+        "Start a sub-agent in the background for a self-contained task (research, file work). "
+        "It has file, shell and web tools; its result is delivered back to this chat when done."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "task": {"type": "string", "description": "What the sub-agent should do, with all needed context"},
+            "label": {"type": "string", "description": "A short name for the task"},
+        },
+        "required": ["task"],
+    }
+
+    def __init__(self, manager: SubagentManager) -> None:
+        self.manager = manager
+
+    async def execute(self, ctx: ToolContext, task: str, label: str | None = None, **_: Any) -> str:
+        task_id = self.manager.spawn(task, label or task[:40], ctx)
+        return f"Sub-agent {task_id} started; its result will be delivered to this chat when it finishes."

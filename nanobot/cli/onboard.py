@@ -1,0 +1,52 @@
+"""`nanobot onboard`: create config.json (mode 0600) and the workspace from the bundled templates."""
+
+from __future__ import annotations
+
+import shutil
+from importlib.resources import files
+from pathlib import Path
+
+from nanobot.cli.common import ConfigOption, err, load_cli_config
+from nanobot.config.loader import save_config
+from nanobot.config.paths import default_config_path
+from nanobot.config.schema import Config
+
+
+def templates_dir() -> Path:
+    return Path(str(files("nanobot") / "templates"))
+
+
+def copy_templates(workspace: Path) -> list[Path]:
+    """Copy template files that do not exist yet; never overwrite. Returns the files created."""
+    created: list[Path] = []
+    source = templates_dir()
+    for path in sorted(source.rglob("*")):
+        if not path.is_file() or path.suffix not in (".md",):
+            continue
+        target = workspace / path.relative_to(source)
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        created.append(target)
+    for sub in ("memory", "sessions", "media", "skills", "cron"):
+        (workspace / sub).mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def onboard(config: ConfigOption = None) -> None:
+    """Create config and workspace (idempotent; existing files are never overwritten)."""
+    path = config or default_config_path()
+    if path.exists():
+        cfg = load_cli_config(path)
+        err(f"Config exists: {path} (left as it is)")
+    else:
+        cfg = Config()
+        save_config(cfg, path)
+        err(f"Created config: {path}")
+    workspace = cfg.workspace_path
+    created = copy_templates(workspace)
+    err(f"Workspace: {workspace} ({len(created)} file(s) created)")
+    if not any(getattr(cfg.providers, n).api_key or getattr(cfg.providers, n).api_base
+               for n in type(cfg.providers).model_fields if n != "local"):
+        err("Next: add an API key to the config, e.g. providers.openai.apiKey, then run: nanobot agent")

@@ -1,0 +1,64 @@
+"""`nanobot status`: config, workspace, model, provider, channels, gateway and memory index state."""
+
+from __future__ import annotations
+
+from nanobot.cli.common import ConfigOption, load_cli_config
+from nanobot.config.paths import default_config_path
+
+
+def status(config: ConfigOption = None) -> None:
+    """Show where things are and what runs."""
+    cfg = load_cli_config(config)
+    path = config or default_config_path()
+    d = cfg.agents.defaults
+    ws = cfg.workspace_path
+    lines = [
+        f"Config: {path}{'' if path.exists() else ' (missing: run nanobot onboard)'}",
+        f"Workspace: {ws}{'' if ws.exists() else ' (missing)'}",
+        f"Model: {d.model or '(provider default)'}",
+        f"Provider: {_provider_line(cfg, str(path))}",
+    ]
+    for name in ("telegram", "discord"):
+        ch = getattr(cfg.channels, name)
+        allow = "everyone" if "*" in ch.allow_from else f"{len(ch.allow_from)} allowed sender(s)"
+        lines.append(f"Channel {name}: {'enabled' if ch.enabled else 'disabled'}"
+                     + (f", {allow}" if ch.enabled else ""))
+    lines.extend(_gateway_lines(ws))
+    lines.append(f"Memory: backend {cfg.memory.condition or cfg.memory.backend}; {_index_line(cfg)}")
+    print("\n".join(lines))
+
+
+def _provider_line(cfg, config_path: str) -> str:  # noqa: ANN001
+    from nanobot.providers.registry import ProviderConfigError, resolve_provider
+
+    try:
+        provider = resolve_provider(cfg, config_path)
+    except ProviderConfigError as exc:
+        return f"not configured ({str(exc).splitlines()[0]})"
+    return f"{provider.name} (model {provider.default_model})"
+
+
+def _gateway_lines(ws) -> list[str]:  # noqa: ANN001
+    try:
+        from nanobot.service.state import gateway_running, read_state
+    except ImportError:
+        return []
+    if not gateway_running(ws):
+        return ["Gateway: not running"]
+    state = read_state(ws) or {}
+    import time
+
+    uptime = int(time.time() - float(state.get("started_at_ts", time.time())))
+    lines = [f"Gateway: running (pid {state.get('pid', '?')}, up {uptime // 3600}h {uptime % 3600 // 60}m, "
+             f"{state.get('pending_tasks', 0)} pending background task(s))"]
+    for name, info in (state.get("channels") or {}).items():
+        err_text = f" — {info.get('error')}" if info.get("error") else ""
+        lines.append(f"  channel {name}: {info.get('state', '?')}{err_text}")
+    return lines
+
+
+def _index_line(cfg) -> str:  # noqa: ANN001
+    index = cfg.workspace_path / "memory" / ".index.sqlite"
+    if not index.exists():
+        return "search index not built yet"
+    return f"search index {index.stat().st_size // 1024} KiB"

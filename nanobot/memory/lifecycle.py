@@ -1,0 +1,235 @@
+"""MemoryLifecycle: context management that always runs, whatever stores long-term memory.
+
+- Budget: contextWindowTokens − maxTokens − safety buffer. Over it, the oldest unconsolidated
+  messages (up to a user-turn boundary) are consolidated until the estimate is about half the budget.
+- Flush: within a soft margin below the budget, one silent flush turn per compaction cycle first.
+- Background work after each turn; per-session locks, a `consolidating` set and strong task
+  references; drained on shutdown. A prompt that would overflow is consolidated before the call.
+- /new: archive the transcript at once, then consolidate the rest and write session notes in the
+  background; a failure leaves a `.pending` marker and the kept transcript, retried later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from loguru import logger
+
+from nanobot.memory.consolidator import Consolidator
+from nanobot.memory.flush import MemoryFlusher
+from nanobot.memory.session_notes import write_session_note
+from nanobot.memory.store import MemoryStore
+from nanobot.memory.transcript import boundary_after
+from nanobot.session.store import Session, SessionStore
+
+Estimator = Callable[[Session, bool], int]
+PENDING_SUFFIX = ".pending"
+#: the flush margin never takes more than this share of a small window's budget
+MAX_FLUSH_MARGIN_SHARE = 0.25
+
+
+@dataclass
+class LifecycleSettings:
+    context_window_tokens: int = 65536
+    max_tokens: int = 8192
+    safety_buffer_tokens: int = 1024
+    max_rounds: int = 3
+    max_failures: int = 3
+    flush_enabled: bool = True
+    flush_soft_tokens: int = 4000
+    share_in_groups: bool = False
+
+
+class MemoryLifecycle:
+    def __init__(self, sessions: SessionStore, memory: MemoryStore, consolidator: Consolidator,
+                 flusher: MemoryFlusher, settings: LifecycleSettings, *, model: str | None = None) -> None:
+        self.sessions = sessions
+        self.memory = memory
+        self.consolidator = consolidator
+        self.flusher = flusher
+        self.settings = settings
+        self.model = model
+        self.estimator: Estimator = lambda s, g: 0
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.consolidating: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.llm_calls = 0
+
+    # ------------------------------------------------------------------ thresholds
+    @property
+    def budget_tokens(self) -> int:
+        s = self.settings
+        return max(512, s.context_window_tokens - s.max_tokens - s.safety_buffer_tokens)
+
+    @property
+    def flush_threshold_tokens(self) -> int:
+        margin = min(self.settings.flush_soft_tokens, int(self.budget_tokens * MAX_FLUSH_MARGIN_SHARE))
+        return self.budget_tokens - margin
+
+    def lock_for(self, key: str) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def _private(self, is_group: bool) -> bool:
+        return not is_group or self.settings.share_in_groups
+
+    # ------------------------------------------------------------------ tasks
+    def track(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run `coro` in the background with a strong reference until it ends."""
+        task = asyncio.create_task(self._guard(coro, name), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    @staticmethod
+    async def _guard(coro: Coroutine[Any, Any, Any], name: str) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - background work never crashes the loop
+            logger.opt(exception=exc).error("background task {} failed", name)
+
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait for background tasks; cancel what is left after `timeout_s` (it stays recoverable)."""
+        if not self._tasks:
+            return True
+        done, left = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left, timeout=1.0)
+            logger.warning("{} background memory task(s) cancelled at shutdown; the transcripts keep their data",
+                           len(left))
+        return not left
+
+    # ------------------------------------------------------------------ per turn
+    async def ensure_fits(self, session: Session, estimate: Callable[[], int], *, is_group: bool) -> None:
+        """Before an LLM call: if the prompt would overflow, consolidate now (waiting for background work)."""
+        if estimate() <= self.budget_tokens:
+            return
+        async with self.lock_for(session.key):
+            if estimate() > self.budget_tokens:
+                await self._consolidate_locked(session, is_group, estimate)
+
+    def after_turn(self, session: Session, *, is_group: bool) -> None:
+        """Schedule the flush and/or consolidation this session needs, in the background."""
+        if session.key in self.consolidating:
+            return
+        estimate = self.estimator(session, is_group)
+        wants_flush = (self.settings.flush_enabled and estimate > self.flush_threshold_tokens
+                       and session.metadata.get("flushed_at") != session.last_consolidated)
+        if estimate > self.budget_tokens or wants_flush:
+            self.consolidating.add(session.key)
+            self.track(self._background(session, is_group), f"memory:{session.key}")
+
+    async def _background(self, session: Session, is_group: bool) -> None:
+        try:
+            async with self.lock_for(session.key):
+                await self.maybe_flush(session, is_group)
+                if self.estimator(session, is_group) > self.budget_tokens:
+                    await self._consolidate_locked(session, is_group, lambda: self.estimator(session, is_group))
+        finally:
+            self.consolidating.discard(session.key)
+
+    async def maybe_flush(self, session: Session, is_group: bool) -> None:
+        """At most one flush per compaction cycle (the cycle is the consolidation pointer's value)."""
+        if not self.settings.flush_enabled or session.metadata.get("flushed_at") == session.last_consolidated:
+            return
+        if self.estimator(session, is_group) <= self.flush_threshold_tokens:
+            return
+        self.llm_calls += 1
+        tail = session.messages[session.last_consolidated:]
+        if await self.flusher.flush(tail, private=self._private(is_group)):
+            self.sessions.set_metadata(session, flushed_at=session.last_consolidated)
+
+    async def _consolidate_locked(self, session: Session, is_group: bool, estimate: Callable[[], int]) -> None:
+        target = self.budget_tokens // 2
+        for _round in range(self.settings.max_rounds):
+            current = estimate()
+            if current <= self.budget_tokens and _round > 0:
+                break
+            start = session.last_consolidated
+            if start >= len(session.messages):
+                break
+            excess = current - target
+            removed, end = 0, start
+            while end < len(session.messages) and removed < excess:
+                removed += session.tokens_of(end)
+                end += 1
+            end = boundary_after(session.messages, start, end)
+            if not await self._consolidate_range(session, start, end, is_group):
+                break
+        if estimate() > self.budget_tokens:
+            logger.warning("session {}: prompt still ~{} tokens after consolidation (budget {})",
+                           session.key, estimate(), self.budget_tokens)
+
+    async def _consolidate_range(self, session: Session, start: int, end: int, is_group: bool) -> bool:
+        chunk = session.messages[start:end]
+        self.llm_calls += 1
+        if await self.consolidator.consolidate(chunk, private=self._private(is_group)):
+            self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
+            logger.info("session {}: consolidated messages {}..{}", session.key, start, end - 1)
+            return True
+        failures = int(session.metadata.get("consolidation_failures", 0)) + 1
+        if failures >= self.settings.max_failures:
+            self.consolidator.raw_archive(chunk, f"consolidation failed {failures} times")
+            self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
+            logger.warning("session {}: raw-archived messages {}..{} after {} failures", session.key, start,
+                           end - 1, failures)
+            return True
+        self.sessions.set_metadata(session, consolidation_failures=failures)
+        return False
+
+    # ------------------------------------------------------------------ /new
+    async def start_new_session(self, session: Session) -> None:
+        """Archive the transcript now (after any running consolidation), process it in the background."""
+        async with self.lock_for(session.key):
+            archived = self.sessions.archive(session, self.memory.now())
+        if archived is None:
+            return
+        marker = archived.with_name(archived.name + PENDING_SUFFIX)
+        marker.write_text(session.key, encoding="utf-8")
+        self.track(self._process_archive(archived, session.key), f"archive:{session.key}")
+
+    async def _process_archive(self, archived: Any, session_key: str) -> None:
+        old = self.sessions.load_archived(archived)
+        is_group = bool(old.metadata.get("is_group", False))
+        start = old.last_consolidated
+        rest = old.messages[start:]
+        if rest:
+            self.llm_calls += 1
+            ok = await self.consolidator.consolidate(rest, private=self._private(is_group))
+            if not ok:
+                logger.warning("archive of {} not consolidated; will retry from {}", session_key, archived.name)
+                return
+            self.sessions.set_metadata(old, last_consolidated=len(old.messages))
+        if not old.metadata.get("note_written"):
+            self.llm_calls += 1
+            await write_session_note(self.consolidator.provider, self.memory, old.messages, session_key,
+                                     model=self.model)
+            self.sessions.set_metadata(old, note_written=True)
+        self.sessions.release(old)
+        archived.with_name(archived.name + PENDING_SUFFIX).unlink(missing_ok=True)
+        logger.info("archived session {} processed", session_key)
+
+    def recover_pending(self) -> int:
+        """Retry archives whose background processing did not finish (after a crash or a failure)."""
+        markers = sorted(self.sessions.archive_dir.glob(f"*{PENDING_SUFFIX}")) if \
+            self.sessions.archive_dir.exists() else []
+        for marker in markers:
+            archived = marker.with_name(marker.name.removesuffix(PENDING_SUFFIX))
+            if not archived.exists():
+                marker.unlink(missing_ok=True)
+                continue
+            key = marker.read_text(encoding="utf-8").strip() or archived.stem
+            self.track(self._process_archive(archived, key), f"archive-retry:{key}")
+        return len(markers)

@@ -1,0 +1,243 @@
+"""MemoryStore: the single owner of `workspace/memory/` (DESIGN A4, Part B).
+
+MEMORY.md is replaced atomically (temp file + os.replace) with the previous version kept in
+`.backups/`; HISTORY.md and daily notes are append-only; session notes are new files. Every write
+takes one lock: a thread lock within the process and an fcntl lock on `memory/.lock` across
+processes, so a one-shot `nanobot agent` beside a gateway never interleaves lines.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, tzinfo
+from pathlib import Path
+
+from loguru import logger
+
+from nanobot.timeutil import now as tz_now
+from nanobot.timeutil import resolve_tz
+
+MEMORY_FILE = "MEMORY.md"
+HISTORY_FILE = "HISTORY.md"
+BACKUP_DIR = ".backups"
+LOCK_FILE = ".lock"
+FORGOTTEN_FILE = ".forgotten.json"
+MAX_FORGOTTEN = 500
+DEFAULT_BACKUPS_KEPT = 5
+MAX_SLUG_CHARS = 48
+_DAILY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
+
+
+def normalise_fact(line: str) -> str:
+    return re.sub(r"\s+", " ", line.lstrip("-*• ").strip().lower())
+
+
+def slugify(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug[:MAX_SLUG_CHARS].strip("-") or "session"
+
+
+def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace `path` with `text` so a crash leaves either the old or the new file, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class MemoryStore:
+    """Reads and writes the memory files; one instance per workspace, shared by all users of it."""
+
+    def __init__(self, workspace: Path, timezone: str | tzinfo = "", backups_kept: int = DEFAULT_BACKUPS_KEPT):
+        self.workspace = workspace
+        self.dir = workspace / "memory"
+        self.tz = resolve_tz(timezone) if isinstance(timezone, str) else timezone
+        self.backups_kept = backups_kept
+        self._lock = threading.RLock()
+        self._listeners: list[Callable[[Path], None]] = []
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def memory_path(self) -> Path:
+        return self.dir / MEMORY_FILE
+
+    @property
+    def history_path(self) -> Path:
+        return self.dir / HISTORY_FILE
+
+    def now(self) -> datetime:
+        return tz_now(self.tz)
+
+    def on_change(self, listener: Callable[[Path], None]) -> None:
+        """Call `listener(path)` after every write (the search index marks itself dirty)."""
+        self._listeners.append(listener)
+
+    def _changed(self, path: Path) -> None:
+        for listener in self._listeners:
+            try:
+                listener(path)
+            except Exception as exc:  # noqa: BLE001 - a listener must not break a write
+                logger.warning("memory change listener failed: {}", exc)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive access to memory/ for this process and every other one."""
+        with self._lock:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
+    def is_memory_path(self, path: Path) -> bool:
+        try:
+            path.resolve().relative_to(self.dir.resolve())
+            return True
+        except ValueError:
+            return False
+
+    # ------------------------------------------------------------------ reading
+    def read(self, name: str) -> str:
+        path = self.dir / name
+        try:
+            return path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ""
+
+    def read_memory(self) -> str:
+        return self.read(MEMORY_FILE)
+
+    def read_history(self) -> str:
+        return self.read(HISTORY_FILE)
+
+    def daily_path(self, when: datetime | None = None) -> Path:
+        return self.dir / f"{(when or self.now()).strftime('%Y-%m-%d')}.md"
+
+    def note_files(self) -> list[Path]:
+        """Daily and session notes, oldest first (dot-files and folders excluded)."""
+        if not self.dir.exists():
+            return []
+        return sorted(p for p in self.dir.glob("*.md") if p.name not in (MEMORY_FILE, HISTORY_FILE))
+
+    # ------------------------------------------------------------------ writing
+    def write_memory(self, text: str) -> None:
+        """Replace MEMORY.md, keeping the previous version in .backups/."""
+        with self.locked():
+            self._backup_memory()
+            atomic_write(self.memory_path, text if text.endswith("\n") or not text else text + "\n")
+        self._changed(self.memory_path)
+
+    def _backup_memory(self) -> None:
+        current = self.read_memory()
+        if not current.strip() or self.backups_kept <= 0:
+            return
+        backups = self.dir / BACKUP_DIR
+        backups.mkdir(parents=True, exist_ok=True)
+        stamp = self.now().strftime("%Y%m%dT%H%M%S%f")
+        atomic_write(backups / f"MEMORY-{stamp}.md", current)
+        for old in sorted(backups.glob("MEMORY-*.md"))[: -self.backups_kept]:
+            old.unlink(missing_ok=True)
+
+    def backups(self) -> list[Path]:
+        return sorted((self.dir / BACKUP_DIR).glob("MEMORY-*.md"))
+
+    def _append(self, path: Path, text: str) -> None:
+        with self.locked():
+            needs_gap = path.exists() and path.stat().st_size > 0
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(("\n" if needs_gap else "") + text.rstrip("\n") + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        self._changed(path)
+
+    def append_history(self, entry: str) -> None:
+        """Append one paragraph to HISTORY.md (it should start with [YYYY-MM-DD HH:MM])."""
+        entry = entry.strip()
+        if entry:
+            self._append(self.history_path, entry)
+
+    def append_daily(self, text: str, when: datetime | None = None) -> Path:
+        """Append to today's daily note, skipping bullet lines the file already holds."""
+        path = self.daily_path(when)
+        with self.locked():
+            existing = {line.strip() for line in self.read(path.name).splitlines() if line.strip()}
+            fresh = [line for line in text.strip().splitlines()
+                     if not (line.strip().startswith(("-", "*")) and line.strip() in existing)]
+            if not any(line.strip() for line in fresh):
+                return path
+            if not path.exists():
+                fresh = [f"# {path.stem}", "", *fresh]
+            self._append(path, "\n".join(fresh))
+        return path
+
+    def write_session_note(self, slug: str, text: str, when: datetime | None = None) -> Path:
+        """A new `memory/YYYY-MM-DD-<slug>.md` (a -2, -3 suffix on collisions)."""
+        when = when or self.now()
+        base = f"{when.strftime('%Y-%m-%d')}-{slugify(slug)}"
+        with self.locked():
+            path = self.dir / f"{base}.md"
+            n = 2
+            while path.exists():
+                path = self.dir / f"{base}-{n}.md"
+                n += 1
+            atomic_write(path, text.rstrip("\n") + "\n")
+        self._changed(path)
+        return path
+
+    def write_file(self, name: str, text: str) -> Path:
+        """A file-tool write under memory/ (through the same lock as everything else)."""
+        path = (self.dir / name).resolve()
+        if not self.is_memory_path(path) or any(part.startswith(".") for part in path.relative_to(
+                self.dir.resolve()).parts):
+            raise ValueError(f"not a writable memory file: {name}")
+        if path.name == MEMORY_FILE and path.parent == self.dir.resolve():
+            self._remember_removed(self.read_memory(), text)
+            self.write_memory(text)
+            return path
+        with self.locked():
+            atomic_write(path, text)
+        self._changed(path)
+        return path
+
+    # ------------------------------------------------------------------ forgetting
+    def _remember_removed(self, old: str, new: str) -> None:
+        """Lines the agent removed from MEMORY.md itself (the user asked to forget them) become
+        tombstones, so a later consolidation cannot bring them back."""
+        new_lines = {normalise_fact(line) for line in new.splitlines()}
+        removed = [normalise_fact(line) for line in old.splitlines()
+                   if line.strip() and not line.lstrip().startswith("#") and normalise_fact(line) not in new_lines]
+        if removed:
+            self.add_forgotten(removed)
+
+    def add_forgotten(self, lines: list[str]) -> None:
+        with self.locked():
+            current = list(dict.fromkeys([*self._read_forgotten(), *(normalise_fact(x) for x in lines)]))
+            atomic_write(self.dir / FORGOTTEN_FILE, json.dumps(current[-MAX_FORGOTTEN:], ensure_ascii=False))
+
+    def _read_forgotten(self) -> list[str]:
+        try:
+            data = json.loads((self.dir / FORGOTTEN_FILE).read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return []
+        return [str(x) for x in data] if isinstance(data, list) else []
+
+    def forgotten(self) -> set[str]:
+        """Normalised MEMORY.md lines the user had removed."""
+        return set(self._read_forgotten())
+
+    @staticmethod
+    def is_daily_note(path: Path) -> bool:
+        return bool(_DAILY_RE.match(path.name))

@@ -1,0 +1,50 @@
+"""Render session messages as a plain transcript for memory LLM calls, and pick legal boundaries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nanobot.session.history import truncate_middle
+
+MAX_TOOL_RESULT_IN_TRANSCRIPT = 1_500
+MAX_MESSAGE_IN_TRANSCRIPT = 20_000
+
+
+def _stamp(msg: dict[str, Any]) -> str:
+    ts = str(msg.get("timestamp", ""))
+    return f"[{ts[:16].replace('T', ' ')}] " if ts else ""
+
+
+def render_message(msg: dict[str, Any]) -> str:
+    role = msg.get("role", "?")
+    content = msg.get("content")
+    if isinstance(content, list):
+        content = " ".join(str(p.get("text", "[image]")) for p in content if isinstance(p, dict))
+    text = str(content or "")
+    if role == "tool":
+        return f"{_stamp(msg)}TOOL {msg.get('name', '')}: {truncate_middle(text, MAX_TOOL_RESULT_IN_TRANSCRIPT)}"
+    if role == "assistant" and msg.get("tool_calls"):
+        calls = ", ".join(c.get("function", {}).get("name", "?") for c in msg["tool_calls"])
+        text = (text + " " if text else "") + f"[called tools: {calls}]"
+    return f"{_stamp(msg)}{role.upper()}: {truncate_middle(text, MAX_MESSAGE_IN_TRANSCRIPT)}"
+
+
+def render_transcript(messages: list[dict[str, Any]]) -> str:
+    return "\n".join(render_message(m) for m in messages)
+
+
+def boundary_after(messages: list[dict[str, Any]], start: int, min_end: int) -> int:
+    """The first legal cut at or after `min_end`: just before a user message.
+
+    A tail without a later user message is cut at the end of a complete tool group instead (just
+    before an assistant message, never between a tool call and its results); failing that, at the end.
+    """
+    n = len(messages)
+    min_end = max(min_end, start + 1)
+    for i in range(min_end, n):
+        if messages[i].get("role") == "user":
+            return i
+    for i in range(min_end, n):
+        if messages[i].get("role") == "assistant":  # the previous tool group (if any) is complete
+            return i
+    return n
