@@ -21,6 +21,7 @@ from nanobot.memory.search import SNIPPET_MAX_CHARS, SearchResponse, SearchResul
 QMD_MODES = ("search", "vsearch", "query")
 MAX_QMD_OUTPUT_BYTES = 4_000_000
 _HUNK = re.compile(r"@@\s*-(\d+)(?:,(\d+))?")
+_HUNK_LINE = re.compile(r"^\s*@@[^\n]*\n?")  # the diff-style position header qmd puts on a snippet
 
 
 class QmdBackend:
@@ -108,7 +109,7 @@ class QmdBackend:
             length = int(hunk.group(2)) if hunk.group(2) else None
         if not isinstance(start, int) or start < 1:
             start = 1
-        body = _HUNK.sub("", snippet, count=1).strip("\n")
+        body = _HUNK_LINE.sub("", snippet, count=1).strip("\n")
         end = start + max(0, (length or len(body.splitlines()) or 1) - 1)
         try:
             score = float(item.get("score", 0.0))

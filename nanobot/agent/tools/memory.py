@@ -103,12 +103,7 @@ class MemoryGetTool(Tool):
         parts = [p for p in text.split("/") if p not in ("", ".")]
         if any(p == ".." or p.startswith(".") for p in parts):
             raise ToolError(f"memory_get refuses {raw!r}: no '..' or hidden folders")
-        if (
-            parts
-            and parts[0] not in ("memory", "sessions")
-            and len(parts) == 1
-            and parts[0] not in ROOT_SOURCES
-        ):
+        if len(parts) == 1 and not (parts[0] in ROOT_SOURCES and (workspace / parts[0]).is_file()):
             parts = ["memory", *parts]  # "2025-01-31.md" means memory/2025-01-31.md
         rel = "/".join(parts)
         allowed = (

@@ -1,0 +1,321 @@
+"""MemoryIndex: sync, incremental re-embedding (through litellm and the fake server), rebuilds, search."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nanobot.config.schema import MemorySearchConfig
+from nanobot.memory import index as index_mod
+from nanobot.memory.embeddings import LiteLLMEmbedder, normalise
+from nanobot.memory.fts import keywords, match_query
+from nanobot.memory.index import MemoryIndex
+from nanobot.memory.search import cosine_to_score, coverage, hybrid_score, text_score
+from tests.fakes.llm_server import FakeLLMServer, hashed_embedding
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class FakeEmbedder:
+    """Hashed bag-of-words vectors in process; counts the texts it embedded; can be held at a gate."""
+
+    provider = "fake"
+
+    def __init__(self, model: str = "bow-64", dim: int = 64):
+        self.model = model
+        self.dim = dim
+        self.embedded: list[str] = []
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+
+    async def embed_documents(self, texts: list[str]) -> np.ndarray:
+        self.entered.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        self.embedded.extend(texts)
+        return normalise(np.array([hashed_embedding(t, self.dim) for t in texts]))
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        return normalise(np.array(hashed_embedding(text, self.dim)))[0]
+
+
+def write(ws: Path, rel: str, text: str) -> Path:
+    path = ws / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    write(
+        tmp_path, "memory/MEMORY.md", "# Memory\n- The user prefers PostgreSQL for analytics.\n- Cat: Miso.\n"
+    )
+    write(tmp_path, "memory/2025-03-01.md", "## Notes\n- Deployed the billing API on Friday.\n- Met Alice.\n")
+    return tmp_path
+
+
+def inputs(server: FakeLLMServer) -> list[str]:
+    out: list[str] = []
+    for req in server.embedding_requests:
+        batch = req["input"]
+        out.extend([batch] if isinstance(batch, str) else batch)
+    return out
+
+
+async def test_incremental_sync_through_litellm_and_fake_server(ws: Path) -> None:
+    with FakeLLMServer() as server:
+        embedder = LiteLLMEmbedder("openai/fake-embed", api_base=server.url, api_key="sk-test")
+        idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="litellm"), embedder=embedder)
+        first = await idx.sync()
+        assert first.files_indexed == 2 and first.chunks_embedded == first.chunks_indexed == 2
+        assert len(inputs(server)) == 2
+
+        # Nothing changed: nothing is read, chunked or embedded.
+        again = await idx.sync()
+        assert (again.files_unchanged, again.files_indexed, again.chunks_embedded) == (2, 0, 0)
+        assert len(inputs(server)) == 2
+
+        # Same content, new mtime: hashed, found unchanged, not re-chunked.
+        os.utime(ws / "memory/MEMORY.md", ns=(1, 1))
+        touched = await idx.sync()
+        assert touched.files_indexed == 0 and touched.files_unchanged == 2
+
+        # One new file: only its chunk goes to the embedding server.
+        write(ws, "memory/2025-03-02.md", "- Bought a standing desk for the home office.\n")
+        third = await idx.sync()
+        assert third.files_indexed == 1 and third.chunks_embedded == 1
+        sent = inputs(server)
+        assert len(sent) == 3 and "standing desk" in sent[-1]
+
+        response = await idx.search("standing desk office")
+        assert response.mode == "hybrid"
+        assert response.results[0].path == "memory/2025-03-02.md"
+        assert response.results[0].citation == "memory/2025-03-02.md#L1-L1"
+        idx.close()
+
+
+async def test_model_change_reembeds_everything_and_cache_serves_the_old_model(ws: Path) -> None:
+    cfg = MemorySearchConfig(embedding_provider="litellm")
+    with FakeLLMServer() as server:
+        idx = MemoryIndex(ws, cfg, embedder=LiteLLMEmbedder("openai/model-a", server.url, "k"))
+        await idx.sync()
+        idx.close()
+        assert len(inputs(server)) == 2
+
+        idx = MemoryIndex(ws, cfg, embedder=LiteLLMEmbedder("openai/model-b", server.url, "k"))
+        stats = await idx.sync()
+        assert stats.full_reindex and stats.chunks_embedded == 2
+        assert stats.chunks_indexed == 0  # the text did not change: no re-chunking
+        assert len(inputs(server)) == 4
+        assert idx.status()["embeddingModel"] == "openai/model-b"
+        idx.close()
+
+        # Back to model A: every vector comes from the embedding cache.
+        idx = MemoryIndex(ws, cfg, embedder=LiteLLMEmbedder("openai/model-a", server.url, "k"))
+        back = await idx.sync()
+        assert back.chunks_embedded == 0 and back.embedding_cache_hits == 2
+        assert len(inputs(server)) == 4
+        idx.close()
+
+
+async def test_dimension_change_reembeds(ws: Path) -> None:
+    cfg = MemorySearchConfig(embedding_provider="fake")
+    idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder(dim=64))
+    await idx.sync()
+    idx.close()
+    # Same provider and model name, other output size (e.g. a dimensions setting changed).
+    wider = FakeEmbedder(dim=32)
+    write(ws, "memory/2025-03-03.md", "- New note about the garden.\n")
+    idx = MemoryIndex(ws, cfg, embedder=wider)
+    stats = await idx.sync()
+    assert stats.full_reindex
+    assert idx.status()["dims"] == 32 and idx.status()["embeddedChunks"] == 3
+    assert (await idx.search("garden")).results[0].path == "memory/2025-03-03.md"
+    idx.close()
+
+
+async def test_keyword_mode_without_embeddings(ws: Path) -> None:
+    idx = MemoryIndex(ws, MemorySearchConfig())
+    response = await idx.search("What did we deploy on Friday?")
+    assert response.mode == "keyword"
+    assert response.results and response.results[0].path == "memory/2025-03-01.md"
+    assert "billing API" in response.results[0].snippet
+    assert keywords("What did we deploy on Friday?") == ["deploy", "friday"]
+    assert match_query(["deploy", "friday"]) == '"deploy" OR "friday"'
+    assert (await idx.search("zebra xylophone")).results == []
+    idx.close()
+
+
+async def test_hybrid_merge_arithmetic(ws: Path) -> None:
+    cfg = MemorySearchConfig(embedding_provider="fake", min_score=0.0)
+    embedder = FakeEmbedder()
+    idx = MemoryIndex(ws, cfg, embedder=embedder)
+    query = "PostgreSQL analytics"
+    response = await idx.search(query, max_results=2)
+    assert response.mode == "hybrid"
+    top = response.results[0]
+    assert top.path == "memory/MEMORY.md"
+    text = (ws / top.path).read_text().strip("\n")
+    qvec = await embedder.embed_query(query)
+    cvec = normalise(np.array(hashed_embedding(text)))[0]
+    terms = keywords(query)
+    (bm25,) = [b for _, b in idx._db.fts_search(match_query(terms), 10)][:1]
+    expected = hybrid_score(
+        cosine_to_score(float(cvec @ qvec)), text_score(bm25, coverage(text, terms)), 0.7, 0.3
+    )
+    assert top.score == pytest.approx(expected, abs=1e-6)
+    idx.close()
+
+
+async def test_temporal_decay_halves_a_note_one_half_life_old(tmp_path: Path) -> None:
+    today = date(2025, 6, 30)
+    old = today - timedelta(days=30)
+    body = "- Renewed the passport at the embassy.\n"
+    write(tmp_path, f"memory/{today.isoformat()}.md", body)
+    write(tmp_path, f"memory/{old.isoformat()}.md", body)
+    write(tmp_path, "memory/MEMORY.md", body)
+    cfg = MemorySearchConfig(temporal_decay=True, half_life_days=30, min_score=0.0)
+    idx = MemoryIndex(tmp_path, cfg, today=lambda: today)
+    scores = {r.path: r.score for r in (await idx.search("passport embassy")).results}
+    assert scores[f"memory/{old.isoformat()}.md"] == pytest.approx(
+        scores[f"memory/{today.isoformat()}.md"] * 0.5
+    )
+    assert scores["memory/MEMORY.md"] == pytest.approx(scores[f"memory/{today.isoformat()}.md"])
+    idx.close()
+
+
+async def test_cjk_two_character_words_are_found(tmp_path: Path) -> None:
+    write(tmp_path, "memory/MEMORY.md", "# 记忆\n- 用户喜欢喝咖啡，不喜欢茶。\n- 项目截止日期是五月。\n")
+    write(tmp_path, "memory/2025-01-02.md", "- 東京で寿司を食べた。\n- 서울에서 회의를 했다.\n")
+    idx = MemoryIndex(tmp_path, MemorySearchConfig())
+    coffee = await idx.search("咖啡")
+    assert coffee.results and coffee.results[0].path == "memory/MEMORY.md"
+    assert "咖啡" in coffee.results[0].snippet
+    assert (await idx.search("用户什么时候截止日期")).results[0].path == "memory/MEMORY.md"
+    assert (await idx.search("寿司")).results[0].path == "memory/2025-01-02.md"
+    assert (await idx.search("회의")).results[0].path == "memory/2025-01-02.md"
+    assert (await idx.search("啤酒")).results == []
+    idx.close()
+
+
+async def test_corrupt_or_missing_index_is_rebuilt(ws: Path) -> None:
+    idx = MemoryIndex(ws, MemorySearchConfig())
+    await idx.sync()
+    idx.close()
+    index_file = ws / "memory" / ".index.sqlite"
+    for suffix in ("-wal", "-shm"):
+        Path(str(index_file) + suffix).unlink(missing_ok=True)
+    index_file.write_bytes(b"this is not a database" * 100)
+    idx = MemoryIndex(ws, MemorySearchConfig())
+    response = await idx.search("PostgreSQL")
+    assert response.results[0].path == "memory/MEMORY.md"
+    assert idx._db.rebuilt
+    idx.close()
+
+    index_file.unlink()
+    idx = MemoryIndex(ws, MemorySearchConfig())
+    assert (await idx.search("billing")).results[0].path == "memory/2025-03-01.md"
+    idx.close()
+
+
+async def test_index_broken_while_open_is_rebuilt_on_search(ws: Path) -> None:
+    idx = MemoryIndex(ws, MemorySearchConfig())
+    await idx.sync()
+    with idx._db.write() as conn:
+        conn.execute("DROP TABLE chunks_fts")
+    assert (await idx.search("PostgreSQL")).results[0].path == "memory/MEMORY.md"
+    idx.close()
+
+
+async def test_search_works_while_a_sync_runs(ws: Path) -> None:
+    embedder = FakeEmbedder()
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="fake"), embedder=embedder)
+    await idx.sync()
+    embedder.gate = asyncio.Event()
+    embedder.entered.clear()
+    write(ws, "memory/2025-03-05.md", "- Planted tomatoes in the garden.\n")
+    sync_task = asyncio.create_task(idx.sync())
+    await asyncio.wait_for(embedder.entered.wait(), 5)
+    assert idx.status()["syncing"]
+    # The running sync holds the writer; a search still answers at once from committed data.
+    response = await asyncio.wait_for(idx.search("PostgreSQL analytics"), 2)
+    assert response.results[0].path == "memory/MEMORY.md"
+    tomatoes = await asyncio.wait_for(idx.search("tomatoes garden"), 2)
+    assert (
+        tomatoes.results and tomatoes.results[0].path == "memory/2025-03-05.md"
+    )  # text is in, vector pending
+    embedder.gate.set()
+    stats = await asyncio.wait_for(sync_task, 5)
+    assert stats.chunks_embedded == 1
+    idx.close()
+
+
+async def test_mark_dirty_and_hand_edits_trigger_sync(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    idx = MemoryIndex(ws, MemorySearchConfig())
+    await idx.sync()
+    write(ws, "memory/2025-03-06.md", "- Adopted a parrot named Kiwi.\n")
+    idx.mark_dirty()
+    assert (await idx.search("parrot")).results[0].path == "memory/2025-03-06.md"
+    await idx.drain()
+
+    monkeypatch.setattr(index_mod, "STALE_CHECK_INTERVAL_S", 0.0)
+    write(ws, "memory/2025-03-07.md", "- The violin lesson moved to Tuesdays.\n")  # by hand, no mark_dirty
+    assert (await idx.search("violin lesson")).results[0].path == "memory/2025-03-07.md"
+    (ws / "memory/2025-03-07.md").unlink()
+    assert (await idx.search("violin lesson")).results == []
+    idx.close()
+
+
+async def test_dot_folders_never_indexed_and_sessions_optional(ws: Path) -> None:
+    write(ws, "memory/.backups/MEMORY-1.md", "- secret backup walrus\n")
+    line = '{"role": "user", "content": "remember the kayak trip", "timestamp": "2025-01-01T10:00:00+00:00"}'
+    write(ws, "sessions/cli_direct.jsonl", '{"_type": "metadata", "format": 1}\n' + line + "\n")
+    idx = MemoryIndex(ws, MemorySearchConfig())
+    assert (await idx.search("walrus")).results == []
+    assert (await idx.search("kayak")).results == []
+    idx.close()
+    idx = MemoryIndex(ws, MemorySearchConfig(include_sessions=True))
+    hit = (await idx.search("kayak trip")).results[0]
+    assert (hit.path, hit.start_line, hit.end_line) == ("sessions/cli_direct.jsonl", 2, 2)
+    assert (await idx.search("walrus")).results == []
+    idx.close()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sqlite-vec"])
+async def test_vector_backends_agree(ws: Path, backend: str) -> None:
+    if backend == "sqlite-vec":
+        pytest.importorskip("sqlean")
+        pytest.importorskip("sqlite_vec")
+    cfg = MemorySearchConfig(
+        embedding_provider="fake", vector_backend=backend, text_weight=0.0, min_score=0.0
+    )
+    idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
+    await idx.sync()
+    assert idx.status()["vectorBackend"] == backend
+    response = await idx.search("Deployed the billing API", max_results=2)
+    assert [r.path for r in response.results][0] == "memory/2025-03-01.md"
+    idx.close()
+
+
+def test_keyword_mode_never_imports_litellm(ws: Path) -> None:
+    code = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from nanobot.config.schema import MemorySearchConfig\n"
+        "from nanobot.memory.index import MemoryIndex\n"
+        f"idx = MemoryIndex(Path({str(ws)!r}), MemorySearchConfig())\n"
+        "r = asyncio.run(idx.search('PostgreSQL'))\n"
+        "assert r.results, r\n"
+        "print('litellm' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
