@@ -138,6 +138,7 @@ class MCPServerConnection:
         self._gen: _Generation | None = None
         self._lock = asyncio.Lock()
         self._failures = 0
+        self._reported = ""  # the start failure already logged as a warning
         self._retry_at = 0.0
         self._closed = False
 
@@ -174,16 +175,17 @@ class MCPServerConnection:
         self.remote_tools = [t for t in listing if tool_enabled(self.name, t.name, patterns)]
         if self._failures:
             logger.info("MCP server {} is back ({} tools)", self.name, len(self.remote_tools))
-        self.state, self.error, self._failures = "ready", "", 0
+        self.state, self.error, self._failures, self._reported = "ready", "", 0, ""
         return True
 
     def _mark_failed(self, error: str) -> None:
         self._failures += 1
         backoff = min(self.retry_base_s * 2 ** (self._failures - 1), RETRY_MAX_S)
         self._retry_at = time.monotonic() + backoff
-        if self.state != "failed" or self.error != error:
+        if error != self._reported:
             # Reported once per distinct problem; later retries of the same failure stay quiet.
-            logger.warning("MCP server {} could not start: {} (retry in {:.0f}s)", self.name, error, backoff)
+            logger.warning("MCP server {} could not start: {} (retry in {:g}s)", self.name, error, backoff)
+            self._reported = error
         else:
             logger.debug("MCP server {} still failing: {}", self.name, error)
         self.state, self.error = "failed", error

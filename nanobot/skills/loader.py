@@ -1,0 +1,220 @@
+"""SkillsLoader: built-in skills (nanobot/skills/<name>/SKILL.md) plus workspace skills
+(workspace/skills/<name>/SKILL.md, which override built-ins of the same name).
+
+A SKILL.md starts with YAML frontmatter:
+
+    ---
+    name: github              # default: the folder name
+    description: Work with GitHub through the gh CLI.
+    always: false             # true: the body is inlined in the system prompt
+    requires: {bins: [gh], env: [GITHUB_TOKEN]}
+    ---
+
+Everything here is deterministic for the same files and environment, so the system prompt built
+from it stays byte-identical across turns (prompt cache).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from loguru import logger
+
+BUILTIN_SKILLS_DIR = Path(__file__).resolve().parent
+SKILL_FILE = "SKILL.md"
+MAX_SUMMARY_DESCRIPTION_CHARS = 200
+MIN_INLINE_BODY_CHARS = 80  # below this a truncated always-on skill is only pointed at
+_FRONTMATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)^---[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_BLOCK_SEPARATOR = "\n\n"
+
+
+class SkillError(ValueError):
+    """A SKILL.md that cannot be used; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Skill:
+    name: str
+    description: str
+    path: Path
+    source: str  # "builtin" | "workspace"
+    always: bool = False
+    available: bool = True
+    missing: list[str] = field(default_factory=list)  # "bin:<name>" / "env:<NAME>"
+    body: str = field(default="", repr=False)
+
+
+def parse_skill_file(path: Path, source: str) -> Skill:
+    """Parse one SKILL.md; raises SkillError naming the problem."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    match = _FRONTMATTER.match(text)
+    if match is None:
+        raise SkillError("no YAML frontmatter (the file must start with a '---' block holding a description)")
+    try:
+        meta = yaml.safe_load(match.group(1))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""
+        raise SkillError(
+            f"malformed YAML frontmatter{where}: {getattr(exc, 'problem', None) or exc}"
+        ) from None
+    if not isinstance(meta, dict):
+        raise SkillError("frontmatter must be a mapping of keys (name, description, always, requires)")
+    name = meta.get("name", path.parent.name)
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise SkillError(f"invalid name {name!r} (letters, digits, '.', '_', '-'; at most 64)")
+    description = meta.get("description")
+    if not isinstance(description, str) or not description.strip():
+        raise SkillError("missing 'description' (a non-empty string)")
+    always = meta.get("always", False)
+    if not isinstance(always, bool):
+        raise SkillError(f"'always' must be true or false, not {always!r}")
+    bins, env = _requirements(meta.get("requires"))
+    missing = [f"bin:{b}" for b in bins if shutil.which(b) is None]
+    missing += [f"env:{e}" for e in env if not os.environ.get(e)]
+    return Skill(
+        name=name,
+        description=" ".join(description.split()),
+        path=path,
+        source=source,
+        always=always,
+        available=not missing,
+        missing=missing,
+        body=text[match.end() :].strip(),
+    )
+
+
+def _requirements(raw: Any) -> tuple[list[str], list[str]]:
+    if raw is None:
+        return [], []
+    if not isinstance(raw, dict):
+        raise SkillError("'requires' must be a mapping like {bins: [...], env: [...]}")
+    unknown = sorted(set(raw) - {"bins", "env"})
+    if unknown:
+        raise SkillError(f"unknown key(s) in 'requires': {', '.join(map(str, unknown))}")
+    lists: list[list[str]] = []
+    for key in ("bins", "env"):
+        value = raw.get(key) or []
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise SkillError(f"'requires.{key}' must be a list of names")
+        lists.append([v.strip() for v in value])
+    return lists[0], lists[1]
+
+
+class SkillsLoader:
+    """Finds, parses and renders skills; workspace skills override built-ins by name."""
+
+    def __init__(self, workspace: Path, builtin_dir: Path | None = None) -> None:
+        self.workspace = workspace
+        self.skills_dir = workspace / "skills"
+        self.builtin_dir = builtin_dir if builtin_dir is not None else BUILTIN_SKILLS_DIR
+        self._warned: dict[Path, tuple[int, int]] = {}
+
+    def _files(self) -> list[tuple[Path, str]]:
+        found: list[tuple[Path, str]] = []
+        for base, source in ((self.builtin_dir, "builtin"), (self.skills_dir, "workspace")):
+            if base.is_dir():
+                found += [(p, source) for p in sorted(base.glob(f"*/{SKILL_FILE}")) if p.is_file()]
+        return found
+
+    def _warn_once(self, path: Path, problem: str) -> None:
+        """One warning per file version: the loader runs every time the prompt is rebuilt."""
+        try:
+            st = path.stat()
+            key = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            key = (0, 0)
+        if self._warned.get(path) != key:
+            self._warned[path] = key
+            logger.warning("Skill {} skipped: {}", path, problem)
+
+    def list_skills(self) -> list[Skill]:
+        """Every usable skill, sorted by name; a workspace skill replaces a built-in of the same name."""
+        chosen: dict[str, Skill] = {}
+        for path, source in self._files():
+            try:
+                skill = parse_skill_file(path, source)
+            except (SkillError, OSError) as exc:
+                self._warn_once(path, str(exc))
+                continue
+            previous = chosen.get(skill.name)
+            if previous is not None and previous.source == source:
+                self._warn_once(
+                    path, f"another {source} skill is already named {skill.name!r} ({previous.path})"
+                )
+                continue
+            chosen[skill.name] = skill  # builtins come first, so a workspace skill wins
+        return [chosen[name] for name in sorted(chosen)]
+
+    def signature(self) -> tuple[tuple[str, int, int], ...]:
+        """Changes whenever a SKILL.md is added, removed or edited (for prompt-cache invalidation)."""
+        sig = []
+        for path, _ in self._files():
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            sig.append((str(path), st.st_mtime_ns, st.st_size))
+        return tuple(sig)
+
+    def display_path(self, skill: Skill) -> str:
+        """Workspace skills relative to the workspace (what read_file expects); built-ins absolute."""
+        try:
+            return skill.path.relative_to(self.workspace).as_posix()
+        except ValueError:
+            return skill.path.as_posix()
+
+    def always_on_content(self, max_chars: int) -> str:
+        """The available always-on skills' bodies, sharing `max_chars` fairly (never more in total)."""
+        skills = [s for s in self.list_skills() if s.always and s.available]
+        if not skills or max_chars <= 0:
+            return ""
+        blocks = {s.name: f"## Skill: {s.name}\n\n{s.body}".rstrip() for s in skills}
+        room = max_chars - len(_BLOCK_SEPARATOR) * (len(skills) - 1)
+        if sum(len(b) for b in blocks.values()) <= room:
+            return _BLOCK_SEPARATOR.join(blocks[s.name] for s in skills)
+        # Water-filling: small skills fit whole; the rest split what is left evenly.
+        shares: dict[str, int] = {}
+        left, count = room, len(skills)
+        for s in sorted(skills, key=lambda s: (len(blocks[s.name]), s.name)):
+            shares[s.name] = min(len(blocks[s.name]), max(left, 0) // count)
+            left -= shares[s.name]
+            count -= 1
+        parts = [self._fit(s, blocks[s.name], shares[s.name]) for s in skills]
+        return _BLOCK_SEPARATOR.join(p for p in parts if p)[:max_chars]
+
+    def _fit(self, skill: Skill, block: str, share: int) -> str:
+        if len(block) <= share:
+            return block
+        where = self.display_path(skill)
+        marker = f'\n\n[... skill truncated for the prompt budget; read the rest with read_file("{where}")]'
+        keep = share - len(marker)
+        if keep >= len(f"## Skill: {skill.name}\n\n") + MIN_INLINE_BODY_CHARS:
+            return block[:keep].rstrip() + marker
+        pointer = (
+            f'## Skill: {skill.name}\n\n[left out for the prompt budget; read it with read_file("{where}")]'
+        )
+        return pointer if len(pointer) <= share else ""
+
+    def summary(self) -> str:
+        """One line per skill that is not inlined: name, description, where to read it, availability."""
+        lines = []
+        for s in self.list_skills():
+            if s.always and s.available:
+                continue
+            text = s.description
+            if len(text) > MAX_SUMMARY_DESCRIPTION_CHARS:
+                text = text[: MAX_SUMMARY_DESCRIPTION_CHARS - 1].rstrip() + "…"
+            line = f"- {s.name}: {text} ({self.display_path(s)})"
+            if not s.available:
+                line += " [unavailable, missing " + ", ".join(s.missing) + "]"
+            lines.append(line)
+        return "\n".join(lines)

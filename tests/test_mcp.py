@@ -1,0 +1,294 @@
+"""MCP client: naming and rendering units, then real SDK servers (stdio subprocess, streamable HTTP
+and SSE on 127.0.0.1) for discovery, calls, errors, timeouts, crashes, reconnection and filtering."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from loguru import logger
+from typer.testing import CliRunner
+
+from nanobot.agent.tools.base import ToolContext
+from nanobot.agent.tools.mcp import TOOL_NAME_RE, MCPManager, render_result, tool_enabled, tool_name
+from nanobot.agent.tools.mcp_transport import detect_type, is_connection_lost
+from nanobot.agent.tools.registry import ToolRegistry
+from nanobot.cli.mcp import app as mcp_app
+from nanobot.config.schema import MCPServerConfig
+from tests.fakes import mcp_servers as fakes
+
+CTX = ToolContext()
+
+
+@pytest.fixture
+def http_server() -> Iterator[fakes.HTTPServerThread]:
+    server = fakes.HTTPServerThread("http").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(m.record["message"]), level="WARNING")
+    yield lines
+    logger.remove(sink)
+
+
+def stdio_config(**kwargs: object) -> MCPServerConfig:
+    command, args = fakes.stdio_command()
+    return MCPServerConfig(command=command, args=args, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------ units
+
+
+def test_tool_names_are_sanitised_bounded_and_unique() -> None:
+    assert tool_name("my server", "read.file") == "mcp_my_server_read_file"
+    long = tool_name("srv", "x" * 100)
+    assert len(long) == 64 and TOOL_NAME_RE.match(long)
+    assert long == tool_name("srv", "x" * 100)  # deterministic
+    assert long != tool_name("srv", "x" * 99 + "y")  # the hash tells truncated names apart
+    clash = tool_name("s", "a_b", taken={"mcp_s_a_b"})
+    assert clash != "mcp_s_a_b" and TOOL_NAME_RE.match(clash)
+    assert TOOL_NAME_RE.match(tool_name("ü/ñ", "héllo wörld!"))
+
+
+def test_transport_type_is_detected_from_command_or_url() -> None:
+    assert detect_type(MCPServerConfig(command="npx")) == "stdio"
+    assert detect_type(MCPServerConfig(url="http://127.0.0.1:9/mcp")) == "streamableHttp"
+    assert detect_type(MCPServerConfig(url="http://127.0.0.1:9/sse")) == "sse"
+    assert detect_type(MCPServerConfig(type="sse", url="http://127.0.0.1:9/events")) == "sse"
+    assert detect_type(MCPServerConfig()) == ""
+
+
+def test_enabled_tools_are_globs_over_either_name() -> None:
+    assert tool_enabled("fs", "read", ["*"])
+    assert tool_enabled("fs", "read", ["read"]) and not tool_enabled("fs", "write", ["read"])
+    assert tool_enabled("fs", "read_file", ["read_*"])
+    assert tool_enabled("fs", "write", ["mcp_fs_write"])
+    assert not tool_enabled("fs", "read", [])
+
+
+def test_results_render_as_text() -> None:
+    import mcp_types as t
+
+    ok = t.CallToolResult(
+        content=[
+            t.TextContent(type="text", text="line one"),
+            t.ImageContent(type="image", data="QUJD", mime_type="image/png"),
+            t.EmbeddedResource(
+                type="resource", resource=t.TextResourceContents(uri="file:///a.txt", text="embedded")
+            ),
+        ]
+    )
+    assert render_result(ok) == "line one\n[image image/png, 4 base64 chars]\nembedded"
+    structured = t.CallToolResult(content=[], structured_content={"n": 1})
+    assert render_result(structured) == '{"n": 1}'
+    failed = t.CallToolResult(content=[t.TextContent(type="text", text="nope")], is_error=True)
+    assert render_result(failed) == "Error: nope"
+    assert render_result(t.CallToolResult(content=[])) == "(no output)"
+
+
+def test_connection_errors_are_told_from_tool_errors() -> None:
+    from mcp import MCPError
+
+    assert is_connection_lost(MCPError(-32000, "Connection closed"))
+    assert is_connection_lost(MCPError(-32600, "Session not found"))
+    assert is_connection_lost(MCPError(-32600, "Session terminated"))
+    assert is_connection_lost(BrokenPipeError())
+    assert not is_connection_lost(MCPError(-32602, "Invalid params"))
+    assert not is_connection_lost(ValueError("bad"))
+
+
+# ------------------------------------------------------------------------------------ failures
+
+
+async def test_server_that_cannot_start_is_reported_once_and_others_work(
+    http_server: fakes.HTTPServerThread, warnings: list[str]
+) -> None:
+    manager = MCPManager(
+        {
+            "broken": MCPServerConfig(command="/nonexistent/mcp-server"),
+            "dies": MCPServerConfig(command=sys.executable, args=["-c", "import sys; sys.exit('bad token')"]),
+            "empty": MCPServerConfig(),
+            "web": MCPServerConfig(url=http_server.url),
+        },
+        retry_base_s=0.05,
+    )
+    try:
+        names = [t.name for t in await manager.tools()]
+        assert "mcp_web_echo" in names and not any("broken" in n or "dies" in n for n in names)
+        status = {row["name"]: row for row in manager.status()}
+        assert (
+            status["broken"]["state"] == "failed" and "/nonexistent/mcp-server" in status["broken"]["error"]
+        )
+        assert "bad token" in status["dies"]["error"]  # the server's stderr explains the failure
+        assert status["empty"]["state"] == "failed" and "no transport" in status["empty"]["error"]
+        assert status["web"]["state"] == "ready" and "mcp_web_echo" in status["web"]["tools"]
+        assert len([w for w in warnings if "broken" in w]) == 1
+        await asyncio.sleep(0.1)  # past the backoff: the failed servers are retried, quietly
+        await manager.tools()
+        assert len([w for w in warnings if "broken" in w]) == 1
+        assert manager.connections["broken"]._failures == 2
+    finally:
+        await manager.aclose()
+
+
+# ------------------------------------------------------------------------------------- stdio
+
+
+async def test_stdio_calls_errors_timeout_crash_and_reconnect(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One test, three server processes: each start of the SDK server costs seconds of imports."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    manager = MCPManager({"local": stdio_config(env={"GREETING": "hello"}, tool_timeout=1.0)})
+    registry = ToolRegistry()
+    try:
+        names = await manager.register_into(registry)
+        assert "mcp_local_add" in names and "mcp_local_odd_name" in names
+        assert all(TOOL_NAME_RE.match(n) for n in names)
+        add_schema = registry.get("mcp_local_add").to_schema()["function"]["parameters"]  # type: ignore[union-attr]
+        assert add_schema["properties"]["a"]["type"] == "integer" and add_schema["required"] == ["a", "b"]
+
+        assert await registry.execute("mcp_local_add", '{"a": 2, "b": 40}', CTX) == "42"
+        assert await registry.execute("mcp_local_odd_name", {}, CTX) == "odd ok"
+        error = await registry.execute("mcp_local_fail", {"message": "disk full"}, CTX)
+        assert error.startswith("Error:") and "disk full" in error
+        assert await registry.execute("mcp_local_getenv", {"name": "GREETING"}, CTX) == "hello"
+        assert await registry.execute("mcp_local_getenv", {"name": "OPENAI_API_KEY"}, CTX) == "<unset>"
+
+        # A hung call times out on its own while other calls go on.
+        started = time.monotonic()
+        slow, fast = await asyncio.gather(
+            registry.execute("mcp_local_sleep", {"seconds": 10}, CTX),
+            registry.execute("mcp_local_echo", {"text": "not blocked"}, CTX),
+        )
+        assert slow == "Error: MCP tool 'sleep' on server 'local' timed out after 1s"
+        assert fast == "not blocked"
+        assert 0.9 < time.monotonic() - started < 4.0
+        # The hung call was abandoned, not the session: the same server still answers.
+        first_pid = int(await registry.execute("mcp_local_pid", {}, CTX))
+        assert manager.status()[0]["state"] == "ready"
+
+        # The first attempt kills the server mid-call; one reconnect and retry answers.
+        marker = tmp_path / "crashed"
+        assert await registry.execute("mcp_local_crash", {"marker": str(marker)}, CTX) == "survived"
+        assert marker.exists()
+        second_pid = int(await registry.execute("mcp_local_pid", {}, CTX))
+        assert second_pid != first_pid
+
+        # A crash while idle is noticed by the next call, which reconnects transparently.
+        os.kill(second_pid, 9)
+        await asyncio.sleep(0.2)
+        assert await registry.execute("mcp_local_echo", {"text": "back"}, CTX) == "back"
+        assert int(await registry.execute("mcp_local_pid", {}, CTX)) not in (first_pid, second_pid)
+    finally:
+        started = time.monotonic()
+        await manager.aclose()
+        assert time.monotonic() - started < 5.0
+    assert manager.status()[0]["state"] == "idle"
+    closed = await registry.execute("mcp_local_echo", {"text": "x"}, CTX)
+    assert closed.startswith("Error: MCP server 'local' is not available")
+
+
+# ------------------------------------------------------------------------------------- HTTP
+
+
+async def test_http_headers_filtering_and_timeout(http_server: fakes.HTTPServerThread) -> None:
+    manager = MCPManager(
+        {
+            "web": MCPServerConfig(
+                url=http_server.url,
+                headers={"X-Test-Token": "t0k"},
+                enabled_tools=["echo", "head*", "mcp_web_sleep"],
+                tool_timeout=0.5,
+            ),
+            "all": MCPServerConfig(type="streamableHttp", url=http_server.url),
+        }
+    )
+    try:
+        names = [t.name for t in await manager.tools()]
+        assert [n for n in names if n.startswith("mcp_web_")] == [
+            "mcp_web_echo",
+            "mcp_web_header",
+            "mcp_web_sleep",
+        ]
+        assert "mcp_all_add" in names and "mcp_all_crash" in names
+        tools = {t.name: t for t in await manager.tools()}
+        assert await tools["mcp_web_header"].execute(CTX, name="X-Test-Token") == "t0k"
+        assert await tools["mcp_all_header"].execute(CTX, name="X-Test-Token") == "<unset>"
+        result = await tools["mcp_web_sleep"].execute(CTX, seconds=5)
+        assert result == "Error: MCP tool 'sleep' on server 'web' timed out after 0.5s"
+        unknown = await manager.connections["web"].call("no_such_tool", {})
+        assert unknown.startswith("Error:") and "no_such_tool" in unknown
+        assert await tools["mcp_web_echo"].execute(CTX, text="ok") == "ok"
+    finally:
+        await manager.aclose()
+
+
+async def test_http_restart_expires_session_then_reconnects(http_server: fakes.HTTPServerThread) -> None:
+    manager = MCPManager({"web": MCPServerConfig(url=http_server.url)}, retry_base_s=0.1)
+    try:
+        echo = {t.name: t for t in await manager.tools()}["mcp_web_echo"]
+        assert await echo.execute(CTX, text="one") == "one"
+        http_server.stop()  # every session is gone with the process state
+        http_server.start()
+        assert await echo.execute(CTX, text="two") == "two"  # 404 for the old session: reconnect + retry
+
+        http_server.stop()
+        down = await echo.execute(CTX, text="three")
+        assert down.startswith("Error: MCP server 'web'")
+        assert manager.status()[0]["state"] == "failed"
+        http_server.start()
+        await asyncio.sleep(0.15)  # past the backoff
+        assert await echo.execute(CTX, text="four") == "four"
+        assert manager.status()[0]["state"] == "ready"
+    finally:
+        await manager.aclose()
+
+
+async def test_sse_transport() -> None:
+    server = fakes.HTTPServerThread("sse").start()
+    manager = MCPManager({"legacy": MCPServerConfig(url=server.url)})
+    try:
+        tools = {t.name: t for t in await manager.tools()}
+        assert manager.status()[0]["type"] == "sse"
+        assert await tools["mcp_legacy_add"].execute(CTX, a=1, b=2) == "3"
+    finally:
+        await manager.aclose()
+        server.stop()
+
+
+# -------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_mcp_list(http_server: fakes.HTTPServerThread, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    servers = {
+        "web": {"url": http_server.url, "enabledTools": ["echo", "add"]},
+        "gone": {"command": "/nonexistent/x"},
+    }
+    config.write_text(json.dumps({"tools": {"mcpServers": servers}}))
+    runner = CliRunner()
+    result = runner.invoke(mcp_app, ["list", "-c", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "web" in result.stdout and "ready" in result.stdout and "mcp_web_echo" in result.stdout
+    assert "gone" in result.stdout and "failed" in result.stdout and "/nonexistent/x" in result.stdout
+
+    result = runner.invoke(mcp_app, ["list", "-c", str(config), "--json"])
+    assert result.exit_code == 0
+    rows = {row["name"]: row for row in json.loads(result.stdout)["servers"]}
+    assert rows["web"]["tools"] == ["mcp_web_add", "mcp_web_echo"] and rows["gone"]["state"] == "failed"
+
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    result = runner.invoke(mcp_app, ["list", "-c", str(empty)])
+    assert result.exit_code == 0 and result.stdout == ""
