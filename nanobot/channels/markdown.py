@@ -17,12 +17,16 @@ _LINK = re.compile(r"\[([^\]\n]+)\]\((\S+?)(?:\s+\"[^\"]*\")?\)")
 _AUTOLINK = re.compile(r"<(https?://[^\s>]+)>")
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
-_ITALIC = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=\S)\*(?![\w*])|(?<!\w)_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)")
+_ITALIC = re.compile(
+    r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=\S)\*(?![\w*])"  # *italic*, not **bold** or 2*3*4
+    r"|(?<!\w)_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)"  # _italic_, not snake_case
+)
 _STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
 _SPOILER = re.compile(r"\|\|(?=\S)(.+?)(?<=\S)\|\|")
 _BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
 _HR = re.compile(r"^ {0,3}([-*_])( *\1){2,} *$", re.M)
 _QUOTE_LINE = re.compile(r"^&gt; ?(.*)$", re.M)
+_INLINE_TAG = re.compile(r"<(/?)(b|i|s|tg-spoiler)>")
 _PLACEHOLDER = "\x00{}\x00"
 _PLACEHOLDER_RE = re.compile(r"\x00(\d+)\x00")
 _SAFE_URL = re.compile(r"^(https?|mailto|tg|ftp)://|^mailto:", re.I)
@@ -50,12 +54,27 @@ class _Stash:
         return text
 
 
+def _well_nested(text: str) -> bool:
+    stack: list[str] = []
+    for closing, tag in _INLINE_TAG.findall(text):
+        if not closing:
+            stack.append(tag)
+        elif not stack or stack.pop() != tag:
+            return False
+    return not stack
+
+
 def _inline(text: str, stash: _Stash) -> str:
-    """Render inline Markdown on already-escaped text (one paragraph or line)."""
-    text = _BOLD.sub(lambda m: f"<b>{m.group(1) or m.group(2)}</b>", text)
-    text = _ITALIC.sub(lambda m: f"<i>{m.group(1) or m.group(2)}</i>", text)
-    text = _STRIKE.sub(lambda m: f"<s>{m.group(1)}</s>", text)
-    return _SPOILER.sub(lambda m: f"<tg-spoiler>{m.group(1)}</tg-spoiler>", text)
+    """Render inline Markdown on already-escaped text (one line).
+
+    Overlapping emphasis (`*a **b* c**`) would give crossing tags, which Telegram rejects: such a
+    line keeps its Markdown markers as plain text instead.
+    """
+    out = _BOLD.sub(lambda m: f"<b>{m.group(1) or m.group(2)}</b>", text)
+    out = _ITALIC.sub(lambda m: f"<i>{m.group(1) or m.group(2)}</i>", out)
+    out = _STRIKE.sub(lambda m: f"<s>{m.group(1)}</s>", out)
+    out = _SPOILER.sub(lambda m: f"<tg-spoiler>{m.group(1)}</tg-spoiler>", out)
+    return out if _well_nested(out) else text
 
 
 def markdown_to_telegram_html(markdown: str) -> str:

@@ -144,6 +144,7 @@ class TelegramChannel(Channel):
                 if not connected:
                     await self._connect()
                     connected = True
+                    self._set_state("running")
                 updates = await self.bot.get_updates(
                     offset=self._offset, timeout=self.config.poll_timeout_s, allowed_updates=["message"]
                 )

@@ -17,6 +17,7 @@ from aiohttp import web
 
 T = TypeVar("T")
 WAIT_POLL_S = 0.002
+SHUTDOWN_TIMEOUT_S = 0.2
 
 
 @dataclass
@@ -47,7 +48,8 @@ class ThreadedAiohttpServer:
         return self
 
     async def _start(self) -> None:
-        self._runner = web.AppRunner(self.build_app(), access_log=None)
+        # Long polls still open when the test ends must not hold shutdown for their full timeout.
+        self._runner = web.AppRunner(self.build_app(), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -62,7 +64,11 @@ class ThreadedAiohttpServer:
 
     async def _shutdown(self) -> None:
         assert self._runner is not None
+        self.closing()
         await self._runner.cleanup()
+
+    def closing(self) -> None:
+        """Hook: release long-running handlers before shutdown (overridden)."""
 
     def run(self, coro: Any, timeout: float = 10.0) -> Any:
         """Run a coroutine on the server's loop from any other thread and wait for its result."""

@@ -91,6 +91,7 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(100)
         self._new_update: asyncio.Event | None = None
+        self._closed = False
 
     # ---------------------------------------------------------------- addresses
     @property
@@ -115,6 +116,11 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         body.update(payload)
         with self._lock:
             self._failures.setdefault(method, []).extend([(status, body)] * count)
+
+    def drop_next(self, method: str, count: int = 1) -> None:
+        """The next `count` calls of `method` lose their connection without any answer."""
+        with self._lock:
+            self._failures.setdefault(method, []).extend([(0, {})] * count)
 
     def push_update(self, update: dict[str, Any]) -> int:
         """Queue an update (update_id assigned here) and wake any pending getUpdates."""
@@ -167,6 +173,11 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         self.files[file_id] = (file_path, content)
         return {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(content)}
 
+    def closing(self) -> None:
+        self._closed = True
+        if self._new_update is not None:
+            self._new_update.set()
+
     # ---------------------------------------------------------------- handlers
     async def _params(self, request: web.Request) -> dict[str, Any]:
         if request.content_type == "application/json":
@@ -188,6 +199,10 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         if failure:
             if method == "getUpdates":
                 self.record(method, {**params, "_failed": failure[0]})
+            if failure[0] == 0:  # a network drop: close the socket mid-request
+                assert request.transport is not None
+                request.transport.close()
+                raise ConnectionResetError("dropped by the test")
             return self._json(failure[1], failure[0])
         handler = getattr(self, f"_m_{method}", None)
         if handler is None:
@@ -216,7 +231,7 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         deadline = time.monotonic() + timeout
         while True:
             self.updates = [u for u in self.updates if u["update_id"] >= offset]
-            if self.updates or time.monotonic() >= deadline:
+            if self.updates or self._closed or time.monotonic() >= deadline:
                 return self._ok(list(self.updates))
             self._new_update.clear()
             try:

@@ -1,0 +1,344 @@
+"""Telegram channel through the real python-telegram-bot against the fake Bot API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from loguru import logger
+
+from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.queue import MessageBus
+from nanobot.channels.manager import ChannelManager
+from nanobot.channels.telegram import TelegramChannel
+from nanobot.config.schema import Config
+from nanobot.secrets import mask
+from tests.fakes._aiohttp_thread import ThreadedAiohttpServer
+from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegramServer, parse_html, utf16_len
+
+TOKEN = "123456789:AAFakeTokenForTests_abcdefghijklmnop"
+FAST_RETRY_S = 0.02
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeTelegramServer]:
+    srv = FakeTelegramServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def logs() -> Iterator[list[str]]:
+    records: list[str] = []
+    sink = logger.add(lambda m: records.append(str(m)), format="{level} {message}", level="DEBUG")
+    yield records
+    logger.remove(sink)
+
+
+def make_config(server: FakeTelegramServer, **telegram: Any) -> Config:
+    section = {"enabled": True, "token": TOKEN, "allowFrom": ["*"], "baseUrl": server.base_url,
+               "baseFileUrl": server.base_file_url, "pollTimeoutS": 5, **telegram}  # fmt: skip
+    return Config.model_validate({"channels": {"telegram": section}})
+
+
+async def wait_state(channel: TelegramChannel, state: str, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while channel.state != state:
+            await asyncio.sleep(0.005)
+
+
+async def echo(bus: MessageBus, delay_s: float = 0.0) -> None:
+    """The in-process responder: replies to every inbound message (after `delay_s`, a slow turn)."""
+    while True:
+        msg = await bus.consume_inbound()
+        await asyncio.sleep(delay_s)
+        reply = OutboundMessage(channel=msg.channel, chat_id=msg.chat_id, content=f"echo: {msg.content}")
+        await bus.publish_outbound(reply)
+
+
+class Gateway:
+    """A ChannelManager over one Telegram channel, optionally with the echo responder."""
+
+    def __init__(self, config: Config, workspace: Path) -> None:
+        self.bus = MessageBus()
+        self.manager = ChannelManager(config, self.bus, workspace)
+        self.channel: TelegramChannel = self.manager.channels["telegram"]  # type: ignore[assignment]
+        self.channel.retry_base_delay_s = FAST_RETRY_S
+        self.responder: asyncio.Task[None] | None = None
+
+    async def start(self, respond: bool = True, state: str = "running", delay_s: float = 0.0) -> Gateway:
+        await self.manager.start_all()
+        if respond:
+            self.responder = asyncio.create_task(echo(self.bus, delay_s))
+        await wait_state(self.channel, state)
+        return self
+
+    async def inbound(self, timeout: float = 5.0) -> InboundMessage:
+        return await asyncio.wait_for(self.bus.consume_inbound(), timeout)
+
+    async def stop(self) -> None:
+        if self.responder:
+            self.responder.cancel()
+        await self.manager.stop_all()
+
+
+@pytest.fixture
+async def gateway_factory(tmp_path: Path) -> AsyncIterator[Any]:
+    made: list[Gateway] = []
+
+    def make(config: Config) -> Gateway:
+        made.append(Gateway(config, tmp_path))
+        return made[-1]
+
+    yield make
+    for gw in made:
+        await gw.stop()
+
+
+async def test_round_trip_registers_commands_and_shows_typing(server, gateway_factory, logs) -> None:
+    gw = await gateway_factory(make_config(server)).start(delay_s=0.3)
+    gw.channel.typing_interval_s = 0.1  # renewals during the 0.3 s turn
+    commands = (await server.wait_for("setMyCommands"))[0].params["commands"]
+    assert {c["command"] for c in commands} == {"new", "stop", "help", "status"}
+    server.push_message("hello **there**", chat_id=555, user_id=555)
+    sent = (await server.wait_for("sendMessage"))[0].params
+    assert sent["chat_id"] == "555" and sent["parse_mode"] == "HTML"
+    assert sent["text"] == "echo: hello <b>there</b>"
+    typing = server.calls_to("sendChatAction")
+    assert len(typing) >= 2 and typing[0].params == {"chat_id": "555", "action": "typing"}
+    await asyncio.sleep(0.3)
+    assert len(server.calls_to("sendChatAction")) == len(typing)  # stopped by the reply
+    assert gw.manager.status() == {"telegram": {"state": "running", "error": None}}
+    assert TOKEN not in "\n".join(logs)
+    assert TOKEN not in mask(f"POST {server.base_url}{TOKEN}/getUpdates")
+
+
+async def test_slash_command_is_plain_content(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    server.push_message("/new")
+    msg = await gw.inbound()
+    assert (msg.content, msg.session_key, msg.is_group) == ("/new", "telegram:555", False)
+    assert msg.metadata["username"] == "alice" and msg.metadata["message_id"] >= 100
+
+
+async def test_allow_list_by_id_and_username_and_denied_logged_once(server, gateway_factory, logs) -> None:
+    gw = await gateway_factory(make_config(server, allowFrom=["@Alice", "42"])).start(respond=False)
+    server.push_message("from alice", user_id=555, chat_id=555, username="alice")
+    server.push_message("from 42", user_id=42, chat_id=42, username="bob")
+    for _ in range(3):
+        server.push_message("let me in", user_id=666, chat_id=666, username="mallory")
+    server.push_message("last", user_id=555, chat_id=555, username="alice")
+    got = [await gw.inbound() for _ in range(3)]
+    assert [m.content for m in got] == ["from alice", "from 42", "last"]
+    assert gw.bus.inbound.empty()
+    denied = [line for line in logs if "666" in line and "allowFrom" in line]
+    assert len(denied) == 1
+    assert not [c for c in server.calls_to("sendChatAction") if c.params["chat_id"] == "666"]
+
+
+async def test_empty_allow_list_denies_everyone_and_warns(server, gateway_factory, logs) -> None:
+    gw = await gateway_factory(make_config(server, allowFrom=[])).start(respond=False)
+    assert any("NOBODY" in line for line in logs)
+    server.push_message("hello")
+    await asyncio.sleep(0.2)
+    assert gw.bus.inbound.empty()
+    assert not server.calls_to("sendMessage")
+
+
+async def test_group_mention_policy(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    group = {"chat_id": -100123, "chat_type": "supergroup"}
+    server.push_message("just chatting", **group)
+    server.push_message(f"@{BOT_USERNAME} what time is it?", **group)
+    server.push_message("and you?", reply_to_bot=True, **group)
+    server.push_message(f"/status@{BOT_USERNAME}", **group)
+    got = [await gw.inbound() for _ in range(3)]
+    assert [m.content for m in got] == ["what time is it?", "and you?", "/status"]
+    assert all(m.is_group and m.chat_id == "-100123" for m in got)
+    await asyncio.sleep(0.1)
+    assert gw.bus.inbound.empty()
+
+
+async def test_group_open_policy_answers_everything(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server, groupPolicy="open")).start(respond=False)
+    server.push_message("just chatting", chat_id=-5, chat_type="group")
+    assert (await gw.inbound()).content == "just chatting"
+
+
+async def test_long_reply_is_split_formatted_and_fenced(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    code = "```python\n" + "".join(f"x_{i} = {i} < {i + 1}\n" for i in range(300)) + "```"
+    reply = ("**Intro** & more. " * 100) + "\n\n" + code + "\n\n" + ("tail words " * 300)
+    assert len(reply) >= 10_000
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content=reply))
+    await asyncio.sleep(0.05)
+    sends = await server.wait_for("sendMessage", count=3)
+    await asyncio.sleep(0.1)
+    sends = server.calls_to("sendMessage")
+    visible = []
+    for call in sends:
+        text, error = parse_html(call.params["text"])
+        assert error is None and call.params["parse_mode"] == "HTML"
+        assert utf16_len(text) <= 4096
+        visible.append(text)
+    joined = "".join(visible)
+    assert all(f"x_{i} = {i} < {i + 1}" in joined for i in range(300))
+    assert joined.index("Intro") < joined.index("x_0 =") < joined.index("x_299") < joined.index("tail words")
+    assert any('<pre><code class="language-python">x_' in c.params["text"] for c in sends[1:])
+
+
+async def test_rejected_html_is_resent_as_plain_text(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    server.fail_next("sendMessage", 400, description="Bad Request: can't parse entities: unsupported tag")
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="**hi** <there>"))
+    sends = await server.wait_for("sendMessage", count=2)
+    assert sends[0].params["parse_mode"] == "HTML"
+    assert sends[1].params == {"chat_id": "555", "text": "**hi** <there>"}
+
+
+async def test_send_survives_429_and_502(server, gateway_factory, logs) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    server.fail_next("sendMessage", 429, description="Too Many Requests: retry after 1", parameters={"retry_after": 1})
+    server.fail_next("sendMessage", 502, description="Bad Gateway")
+    started = asyncio.get_running_loop().time()
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="persistent"))
+    sends = await server.wait_for("sendMessage", count=3)
+    assert sends[-1].params["text"] == "persistent"
+    assert asyncio.get_running_loop().time() - started >= 1.0  # honoured retry_after
+    assert sum("retry" in line for line in logs) >= 2
+
+
+async def test_send_gives_up_after_max_retries_and_keeps_running(server, gateway_factory) -> None:
+    config = make_config(server)
+    config.channels.send_max_retries = 1
+    gw = await gateway_factory(config).start(respond=False)
+    server.fail_next("sendMessage", 502, count=2)
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="lost"))
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="next"))
+    sends = await server.wait_for("sendMessage", count=3)
+    assert [c.params["text"] for c in sends] == ["lost", "lost", "next"]
+    assert gw.channel.state == "running"
+
+
+async def test_polling_survives_502_429_and_dropped_connections(server, gateway_factory, logs) -> None:
+    server.fail_next("getUpdates", 502, count=2, description="Bad Gateway")
+    server.drop_next("getUpdates")
+    server.fail_next("getUpdates", 429, parameters={"retry_after": 1})
+    gw = await gateway_factory(make_config(server)).start(respond=True, state="retrying")
+    server.push_message("still there?")
+    sent = (await server.wait_for("sendMessage", timeout=10))[0].params
+    assert sent["text"] == "echo: still there?"
+    assert gw.channel.state == "running" and gw.channel.last_error is None
+    assert sum("retrying" in line for line in logs) >= 1
+
+
+async def test_invalid_token_fails_once_with_clear_error(server, gateway_factory, logs) -> None:
+    server.rejected_tokens.add(TOKEN)
+    gw = await gateway_factory(make_config(server)).start(state="failed")
+    await asyncio.sleep(0.2)
+    assert "token was rejected" in (gw.channel.last_error or "")
+    assert len([c for c in server.calls if c.method == "getMe"]) == 1
+    assert len([line for line in logs if line.startswith("ERROR")]) == 1
+    assert TOKEN not in "\n".join(logs)
+
+
+class FakeWhisper(ThreadedAiohttpServer):
+    def build_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        return app
+
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        upload = form["file"]
+        self.record("transcribe", {"model": form["model"], "bytes": len(upload.file.read()),  # type: ignore[union-attr]
+                                   "auth": request.headers.get("Authorization")})  # fmt: skip
+        return web.json_response({"text": "buy milk tomorrow"})
+
+
+async def test_media_downloaded_and_voice_transcribed(server, gateway_factory, tmp_path: Path) -> None:
+    whisper = FakeWhisper().start()
+    try:
+        config = make_config(server)
+        config.channels.transcription.provider = "custom"
+        config.providers.custom.api_base = f"http://127.0.0.1:{whisper.port}/v1"
+        config.providers.custom.api_key = "sk-whisper-test-key"
+        gw = await gateway_factory(config).start(respond=False)
+        sizes = [server.add_file("small", "photos/s.jpg", b"s"), server.add_file("big", "photos/b.jpg", b"JPEGDATA")]
+        photo = [{**size, "width": 90 * n, "height": 90 * n} for n, size in enumerate(sizes, start=1)]
+        server.push_message("look at this", photo=photo)
+        doc = server.add_file("doc1", "documents/report.pdf", b"%PDF-1.4")
+        server.push_message(None, document={**doc, "file_name": "../../report.pdf", "mime_type": "application/pdf"})
+        voice = server.add_file("v1", "voice/file_1.oga", b"OggS-voice")
+        server.push_message(None, voice={**voice, "duration": 2, "mime_type": "audio/ogg"})
+        first, second, third = [await gw.inbound() for _ in range(3)]
+        assert first.content == "look at this" and first.metadata["media_types"] == ["image"]
+        assert Path(first.media[0]).read_bytes() == b"JPEGDATA"
+        assert Path(second.media[0]).parent == tmp_path / "media"
+        assert Path(second.media[0]).name.endswith("report.pdf") and second.metadata["media_types"] == ["document"]
+        assert third.metadata["media_types"] == ["voice"]
+        assert "[voice transcription] buy milk tomorrow" in third.content
+        call = (await whisper.wait_for("transcribe"))[0].params
+        assert call == {"model": "whisper-1", "bytes": 10, "auth": "Bearer sk-whisper-test-key"}
+    finally:
+        whisper.stop()
+
+
+async def test_voice_without_transcription_gets_a_note(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    voice = server.add_file("v2", "voice/file_2.oga", b"OggS")
+    server.push_message(None, voice={**voice, "duration": 1})
+    msg = await gw.inbound()
+    assert "transcription is not configured" in msg.content and len(msg.media) == 1
+
+
+async def test_streaming_edits_one_message_then_finalises_it(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server, streaming=True)).start(respond=False)
+    meta = {"stream_id": "s1"}
+    for delta in ["Hello ", "**wor", "ld** and more"]:
+        await gw.bus.publish_outbound(OutboundMessage("telegram", "555", delta, kind="stream_delta", metadata=meta))
+        await asyncio.sleep(0.3)
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "Hello **world** and more", metadata=meta))
+    edits = await server.wait_for("editMessageText", count=2)
+    await asyncio.sleep(0.1)
+    sends = server.calls_to("sendMessage")
+    assert len(sends) == 1 and sends[0].params["text"] == "Hello "
+    edits = server.calls_to("editMessageText")
+    message_ids = {c.params["message_id"] for c in edits}
+    assert len(message_ids) == 1
+    assert edits[-1].params["text"] == "Hello <b>world</b> and more" and edits[-1].params["parse_mode"] == "HTML"
+
+
+async def test_deltas_ignored_without_streaming(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "partial", kind="stream_delta"))
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "final"))
+    sends = await server.wait_for("sendMessage")
+    await asyncio.sleep(0.1)
+    assert [c.params["text"] for c in server.calls_to("sendMessage")] == ["final"]
+    assert sends and not server.calls_to("editMessageText")
+
+
+async def test_clean_stop_confirms_offset_and_is_idempotent(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start()
+    server.push_message("one")
+    await server.wait_for("sendMessage")
+    await gw.stop()
+    assert gw.channel.state == "stopped" and gw.channel.bot is None
+    last_poll = server.calls_to("getUpdates")[-1].params
+    assert int(last_poll["offset"]) == max(u for u in server.pushed_at) + 1
+    await gw.channel.stop()
+    assert gw.channel.state == "stopped"
+    leftovers = [t for t in asyncio.all_tasks() if t.get_name() in ("telegram-poll", "send-telegram")]
+    assert not leftovers
