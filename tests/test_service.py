@@ -1,0 +1,371 @@
+"""systemd unit rendering/installing (never the real /etc or systemctl), sd_notify, and the
+`service` and `health` commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from nanobot.cli import service as service_cmd
+from nanobot.cli.health import health
+from nanobot.service.state import GatewayLock, GatewayState
+from nanobot.service.systemd import (
+    ServiceError,
+    Systemctl,
+    UnitSpec,
+    install_unit,
+    quote_arg,
+    render_unit,
+    sd_notify,
+    systemd_watchdog_interval_s,
+    uninstall_unit,
+    unit_status,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A stand-in systemctl: logs its arguments, answers is-active/is-enabled, fails on demand.
+FAKE_SYSTEMCTL = """#!/bin/sh
+echo "$*" >> "{log}"
+case "$*" in
+  *is-active*) echo active ;;
+  *is-enabled*) echo enabled ;;
+esac
+if [ -n "$FAKE_SYSTEMCTL_FAIL" ] && echo "$*" | grep -q "$FAKE_SYSTEMCTL_FAIL"; then
+  echo "Failed to $FAKE_SYSTEMCTL_FAIL: Access denied" >&2
+  exit 1
+fi
+exit 0
+"""
+
+
+def spec(tmp_path: Path, **kw: object) -> UnitSpec:
+    base: dict[str, object] = {
+        "executable": "/opt/nanobot/bin/nanobot",
+        "config_path": tmp_path / "home" / "config.json",
+        "home": tmp_path / "home",
+    }
+    base.update(kw)
+    return UnitSpec(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def fake_systemctl(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    log = tmp_path / "systemctl.log"
+    exe = bindir / "systemctl"
+    exe.write_text(FAKE_SYSTEMCTL.format(log=log))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    yield str(exe), log
+
+
+def lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+# ------------------------------------------------------------------------------------ render
+
+
+def test_system_unit_contract(tmp_path: Path) -> None:
+    text = render_unit(spec(tmp_path, run_as="alice", extra_rw_paths=(tmp_path / "ws",)))
+    home = tmp_path / "home"
+    assert f'ExecStart="/opt/nanobot/bin/nanobot" -c "{home}/config.json" gateway' in text
+    assert f'Environment="NANOBOT_HOME={home}"' in text
+    for line in (
+        "Type=notify",
+        "User=alice",
+        "Restart=on-failure",
+        "RestartPreventExitStatus=2",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        f'ReadWritePaths="{home}" "{tmp_path / "ws"}"',
+        "PrivateTmp=yes",
+        "KillMode=mixed",
+        "After=network-online.target",
+        "WantedBy=multi-user.target",
+    ):
+        assert line in text.splitlines(), line
+    stop_s = int(next(v for v in text.splitlines() if v.startswith("TimeoutStopSec=")).split("=")[1])
+    assert stop_s > 10  # longer than the gateway's own shutdown budget
+    assert "WatchdogSec" not in text
+
+
+def test_user_unit_and_options(tmp_path: Path) -> None:
+    text = render_unit(spec(tmp_path, user_unit=True, run_as="alice", watchdog_sec=30))
+    assert "User=" not in text
+    assert "network-online" not in text
+    assert "WantedBy=default.target" in text
+    assert "WatchdogSec=30" in text.splitlines()
+    assert "user namespaces" in text  # the sandboxing note for user units
+    bare = render_unit(spec(tmp_path, user_unit=True, sandbox=False))
+    assert "ProtectSystem" not in bare and "ReadWritePaths" not in bare
+    assert "NoNewPrivileges=yes" in bare  # needs no namespaces, so it always stays
+
+
+def test_quoting_escapes_specifiers_and_variables() -> None:
+    assert quote_arg('/a b/100%/$HOME/"x"') == '"/a b/100%%/$$HOME/\\"x\\""'
+    with pytest.raises(ServiceError):
+        quote_arg("/bad\npath")
+
+
+def test_template_in_scripts_matches_rendered_unit() -> None:
+    text = (ROOT / "scripts" / "nanobot.service").read_text()
+    _, body = text.split("\n\n", 1)  # the leading comment block explains the placeholders
+    expected = render_unit(
+        UnitSpec(
+            executable="@NANOBOT@", config_path=Path("@CONFIG@"), home=Path("@NANOBOT_HOME@"), run_as="@USER@"
+        )
+    )
+    assert body == expected
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@pytest.mark.parametrize("user_unit", [False, True])
+def test_systemd_analyze_verify_is_clean(tmp_path: Path, user_unit: bool) -> None:
+    home = tmp_path / "home dir"
+    home.mkdir()
+    unit = tmp_path / "unit" / "nanobot.service"
+    unit.parent.mkdir()
+    unit.write_text(
+        render_unit(
+            UnitSpec(
+                executable=sys.executable,
+                config_path=home / "config.json",
+                home=home,
+                user_unit=user_unit,
+                run_as=None if user_unit else "root",
+                watchdog_sec=30,
+            )
+        )
+    )
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    cmd = ["systemd-analyze", *(["--user"] if user_unit else []), "verify", str(unit)]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout + done.stderr == ""
+
+
+# ------------------------------------------------------------------------- install/uninstall
+
+
+def test_install_writes_unit_and_enables(tmp_path: Path, fake_systemctl: tuple[str, Path]) -> None:
+    exe, log = fake_systemctl
+    path = tmp_path / "units" / "nanobot.service"
+    notes = install_unit(spec(tmp_path, user_unit=True), path, Systemctl(True, exe))
+    assert path.read_text() == render_unit(spec(tmp_path, user_unit=True))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert lines(log) == ["--user daemon-reload", "--user enable --now nanobot.service"]
+    assert notes[-1] == "enabled and started nanobot.service"
+
+    status = unit_status(path, Systemctl(True, exe))
+    assert status == {"installed": True, "path": str(path), "active": "active", "enabled": "enabled"}
+
+    notes = uninstall_unit(path, Systemctl(True, exe))
+    assert not path.exists()
+    assert lines(log)[-2:] == ["--user disable --now nanobot.service", "--user daemon-reload"]
+    assert f"removed {path}" in notes
+    # Uninstalling again is harmless.
+    assert f"no unit at {path}" in uninstall_unit(path, Systemctl(True, exe))
+
+
+def test_install_without_systemctl_only_writes(tmp_path: Path) -> None:
+    path = tmp_path / "nanobot.service"
+    notes = install_unit(spec(tmp_path), path, None)
+    assert path.exists()
+    assert "systemctl daemon-reload && systemctl enable --now nanobot.service" in notes[-1]
+    assert Systemctl(False, "").available is False
+    assert unit_status(path, None) == {"installed": True, "path": str(path)}
+
+
+def test_failing_systemctl_is_reported(
+    tmp_path: Path, fake_systemctl: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exe, _ = fake_systemctl
+    monkeypatch.setenv("FAKE_SYSTEMCTL_FAIL", "enable")
+    with pytest.raises(
+        ServiceError, match="systemctl enable --now nanobot.service exited 1: .*Access denied"
+    ):
+        install_unit(spec(tmp_path), tmp_path / "nanobot.service", Systemctl(False, exe))
+
+
+# -------------------------------------------------------------------------------- sd_notify
+
+
+def test_sd_notify_over_a_real_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind(str(path))
+        server.settimeout(5)
+        monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+        for message in ("READY=1", "WATCHDOG=1", "STOPPING=1"):
+            assert sd_notify(message) is True
+            assert server.recv(256) == message.encode()
+
+
+def test_sd_notify_abstract_socket_and_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = f"nanobot-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind("\0" + name)
+        server.settimeout(5)
+        monkeypatch.setenv("NOTIFY_SOCKET", "@" + name)
+        assert sd_notify("READY=1")
+        assert server.recv(64) == b"READY=1"
+    assert sd_notify("READY=1") is False  # nobody listens any more
+    monkeypatch.delenv("NOTIFY_SOCKET")
+    assert sd_notify("READY=1") is False
+
+
+def test_systemd_watchdog_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    assert systemd_watchdog_interval_s() is None
+    monkeypatch.setenv("WATCHDOG_USEC", "30000000")
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    assert systemd_watchdog_interval_s() == 15.0
+    monkeypatch.setenv("WATCHDOG_PID", "1")  # meant for another process
+    assert systemd_watchdog_interval_s() is None
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def cli_app() -> typer.Typer:
+    """The commands wired as nanobot.cli.app wires them."""
+    app = typer.Typer()
+    app.command("health")(health)
+    app.add_typer(service_cmd.app, name="service")
+    return app
+
+
+def write_config(tmp_path: Path, watchdog_s: float = 10.0) -> tuple[Path, Path]:
+    ws = tmp_path / "ws"
+    cfg = tmp_path / "home" / "config.json"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text(
+        json.dumps(
+            {"agents": {"defaults": {"workspace": str(ws)}}, "gateway": {"watchdogIntervalS": watchdog_s}}
+        )
+    )
+    return cfg, ws
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_systemctl: tuple[str, Path]) -> Path:
+    exe, log = fake_systemctl
+    monkeypatch.setenv("NANOBOT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PATH", f"{Path(exe).parent}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_cli_install_user_unit(tmp_path: Path, cli_env: Path) -> None:
+    cfg, _ = write_config(tmp_path)
+    result = CliRunner().invoke(cli_app(), ["service", "install", "--user", "-c", str(cfg)])
+    assert result.exit_code == 0, result.output
+    unit = tmp_path / "xdg" / "systemd" / "user" / "nanobot.service"
+    text = unit.read_text()
+    exe = service_cmd.nanobot_executable()
+    assert Path(exe).is_absolute()
+    assert f'ExecStart="{exe}" -c "{cfg}" gateway' in text
+    assert f'Environment="NANOBOT_HOME={tmp_path / "home"}"' in text
+    # The workspace lies outside NANOBOT_HOME, so it must be writable too.
+    assert f'ReadWritePaths="{tmp_path / "home"}" "{tmp_path / "ws"}"' in text
+    assert "loginctl enable-linger" in result.stderr
+    assert lines(cli_env) == ["--user daemon-reload", "--user enable --now nanobot.service"]
+
+    result = CliRunner().invoke(cli_app(), ["service", "status", "--user", "-c", str(cfg)])
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == [
+        f"unit: {unit} (installed)",
+        "active: active",
+        "enabled: enabled",
+        f"gateway: not running on {tmp_path / 'ws'}",
+    ]
+
+    result = CliRunner().invoke(cli_app(), ["service", "uninstall", "--user"])
+    assert result.exit_code == 0
+    assert not unit.exists()
+
+
+def test_cli_system_unit_into_unit_dir(tmp_path: Path, cli_env: Path) -> None:
+    cfg, ws = write_config(tmp_path)
+    units = tmp_path / "etc"
+    args = ["--unit-dir", str(units), "--no-start", "-c", str(cfg)]
+    result = CliRunner().invoke(cli_app(), ["service", "install", "--watchdog-sec", "30", *args])
+    assert result.exit_code == 0, result.output
+    text = (units / "nanobot.service").read_text()
+    assert "User=" in text and "WatchdogSec=30" in text
+    assert lines(cli_env) == []  # --no-start: systemctl untouched
+    with GatewayLock(ws):
+        GatewayState(ws).beat()
+        result = CliRunner().invoke(cli_app(), ["service", "status", *args])
+    assert f"gateway: running (pid {os.getpid()}, up 0s) on {ws}" in result.stdout
+
+
+def test_cli_install_rejects_too_short_watchdog(tmp_path: Path, cli_env: Path) -> None:
+    cfg, _ = write_config(tmp_path, watchdog_s=10)
+    result = CliRunner().invoke(
+        cli_app(), ["service", "install", "--unit-dir", str(tmp_path), "--watchdog-sec", "15", "-c", str(cfg)]
+    )
+    assert result.exit_code == 2
+    assert "at least twice gateway.watchdogIntervalS" in result.stderr
+    assert not (tmp_path / "nanobot.service").exists()
+
+
+HEALTH_MAIN = "import typer; from nanobot.cli.health import health; typer.run(health)"
+
+
+def run_health(cfg: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", HEALTH_MAIN, "-c", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_health_command_in_a_real_process(tmp_path: Path) -> None:
+    cfg, ws = write_config(tmp_path, watchdog_s=5)
+    env = {**os.environ, "NANOBOT_HOME": str(tmp_path / "home")}
+    with GatewayLock(ws):
+        state = GatewayState(ws)
+        state.beat()
+        done = run_health(cfg, env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == ""
+        assert done.stderr.startswith(f"gateway pid {os.getpid()} healthy")
+        # Three missed beats (3 x 5 s) make the watchdog stale.
+        state.watchdog_at -= 16
+        state.write()
+        done = run_health(cfg, env)
+        assert done.returncode == 1
+        assert "watchdog stale" in done.stderr
+
+
+def test_health_command_without_gateway_or_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg, ws = write_config(tmp_path)
+    monkeypatch.setenv("NANOBOT_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(cli_app(), ["health", "-c", str(cfg)])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.strip() == f"no gateway is running on workspace {ws}"
+
+    cfg.write_text("{broken")
+    result = CliRunner().invoke(cli_app(), ["health", "-c", str(cfg)])
+    assert result.exit_code == 1  # not 2: Docker reserves exit 2 in health checks
+    assert result.stderr.startswith("unhealthy:") and len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,278 @@
+"""GatewayLock (one gateway per workspace), GatewayState (live state file) and health."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nanobot.service.state import (
+    LOCK_FILE_NAME,
+    STATE_FILE_NAME,
+    GatewayAlreadyRunning,
+    GatewayLock,
+    GatewayState,
+    gateway_running,
+    gateway_summary,
+    is_healthy,
+    lock_holder,
+    pid_alive,
+    read_state,
+    run_watchdog,
+)
+
+# A stand-in gateway process: takes the lock, writes one state beat, waits for a line on stdin.
+FAKE_GATEWAY = """
+import sys
+from pathlib import Path
+from nanobot.service.state import GatewayAlreadyRunning, GatewayLock, GatewayState
+ws = Path(sys.argv[1])
+try:
+    GatewayLock(ws).acquire()
+except GatewayAlreadyRunning as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(1)
+state = GatewayState(ws)
+state.set_channel("telegram", "running")
+state.set_pending_tasks(2)
+state.beat()
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def start_fake_gateway(workspace: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FAKE_GATEWAY, str(workspace)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "ready", proc.stderr.read() if proc.stderr else line
+    return proc
+
+
+@pytest.fixture
+def gateway_proc(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = start_fake_gateway(tmp_path / "ws")
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=10)
+    return proc.pid
+
+
+def test_lock_records_pid_and_release_clears_it(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    lock = GatewayLock(ws)
+    lock.acquire()
+    assert lock.held
+    assert (ws / LOCK_FILE_NAME).read_text().strip() == str(os.getpid())
+    assert lock_holder(ws) == os.getpid()
+    assert gateway_running(ws)
+    lock.release()
+    lock.release()  # idempotent
+    assert not lock.held
+    assert (ws / LOCK_FILE_NAME).read_text() == ""
+    assert lock_holder(ws) is None
+    assert not gateway_running(ws)
+
+
+def test_second_lock_in_same_process_is_refused_with_pid(tmp_path: Path) -> None:
+    with GatewayLock(tmp_path) as first:
+        assert first.held
+        with pytest.raises(GatewayAlreadyRunning) as info:
+            GatewayLock(tmp_path).acquire()
+        assert info.value.pid == os.getpid()
+        assert f"pid {os.getpid()}" in str(info.value)
+        assert str(tmp_path) in str(info.value)
+    # Released by the context manager: a new gateway may start.
+    with GatewayLock(tmp_path):
+        pass
+
+
+def test_second_gateway_process_is_refused(tmp_path: Path, gateway_proc: subprocess.Popen[str]) -> None:
+    ws = tmp_path / "ws"
+    with pytest.raises(GatewayAlreadyRunning) as info:
+        GatewayLock(ws).acquire()
+    assert info.value.pid == gateway_proc.pid
+    # The same through a second real process: it exits 1 with the clear message.
+    second = subprocess.run(
+        [sys.executable, "-c", FAKE_GATEWAY, str(ws)], input="", capture_output=True, text=True, timeout=30
+    )
+    assert second.returncode == 1
+    assert f"another gateway (pid {gateway_proc.pid}) is already running on workspace {ws}" in second.stderr
+
+
+def test_crashed_gateway_leaves_no_stale_lock(tmp_path: Path, gateway_proc: subprocess.Popen[str]) -> None:
+    ws = tmp_path / "ws"
+    assert gateway_running(ws)
+    gateway_proc.kill()
+    gateway_proc.wait(timeout=10)
+    # The pid is still written in the file, but nobody holds the flock: not running, and a new
+    # gateway starts without any manual clean-up.
+    assert (ws / LOCK_FILE_NAME).read_text().strip() == str(gateway_proc.pid)
+    assert not gateway_running(ws)
+    assert gateway_summary(ws)["running"] is False
+    with GatewayLock(ws):
+        assert lock_holder(ws) == os.getpid()
+
+
+def test_held_lock_with_dead_pid_is_not_running(tmp_path: Path) -> None:
+    with GatewayLock(tmp_path):
+        # Like a forked child that inherited the lock after the gateway died.
+        (tmp_path / LOCK_FILE_NAME).write_text(f"{dead_pid()}\n")
+        assert lock_holder(tmp_path) is not None
+        assert not gateway_running(tmp_path)
+
+
+def test_acquire_waits_out_a_brief_probe(tmp_path: Path) -> None:
+    # `nanobot health` probes with a shared lock for a moment; a gateway starting meanwhile waits.
+    (tmp_path / LOCK_FILE_NAME).write_text("")
+    fd = os.open(tmp_path / LOCK_FILE_NAME, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    timer = threading.Timer(0.1, os.close, args=(fd,))
+    timer.start()
+    try:
+        with GatewayLock(tmp_path) as lock:
+            assert lock.held
+    finally:
+        timer.join()
+
+
+def test_pid_alive() -> None:
+    assert pid_alive(os.getpid())
+    assert not pid_alive(dead_pid())
+
+
+def test_state_written_atomically_and_read_back(tmp_path: Path) -> None:
+    now = [1000.0]
+    state = GatewayState(tmp_path / "ws", clock=lambda: now[0])
+    state.set_channel("telegram", "running")
+    state.set_channel("discord", "failed", "401 Unauthorized")
+    state.set_pending_tasks(3)
+    state.write()
+    now[0] = 1012.5
+    state.beat()
+    data = read_state(tmp_path / "ws")
+    assert data == {
+        "format": 1,
+        "pid": os.getpid(),
+        "started_at": 1000.0,
+        "watchdog_at": 1012.5,
+        "channels": {
+            "discord": {"state": "failed", "error": "401 Unauthorized"},
+            "telegram": {"state": "running", "error": None},
+        },
+        "pending_tasks": 3,
+    }
+    assert [p.name for p in (tmp_path / "ws").iterdir()] == [STATE_FILE_NAME]  # no temp file left
+
+
+def test_read_state_missing_or_corrupt(tmp_path: Path) -> None:
+    assert read_state(tmp_path) is None
+    (tmp_path / STATE_FILE_NAME).write_text("{not json")
+    assert read_state(tmp_path) is None
+    (tmp_path / STATE_FILE_NAME).write_text("[1, 2]")
+    assert read_state(tmp_path) is None
+
+
+def test_clear_removes_only_our_state(tmp_path: Path) -> None:
+    state = GatewayState(tmp_path)
+    state.write()
+    state.clear()
+    assert not (tmp_path / STATE_FILE_NAME).exists()
+    state.clear()  # nothing to remove: fine
+    (tmp_path / STATE_FILE_NAME).write_text(json.dumps({"pid": os.getpid() + 1}))
+    state.clear()
+    assert (tmp_path / STATE_FILE_NAME).exists()
+
+
+def test_health_and_summary_of_a_running_gateway(tmp_path: Path, gateway_proc: subprocess.Popen[str]) -> None:
+    ws = tmp_path / "ws"
+    state = read_state(ws)
+    assert state is not None
+    summary = gateway_summary(ws, now=state["watchdog_at"] + 4)
+    assert summary["running"] is True
+    assert summary["pid"] == gateway_proc.pid
+    assert summary["watchdog_age_s"] == pytest.approx(4.0)
+    assert summary["uptime_s"] == pytest.approx(4.0, abs=0.5)
+    assert summary["channels"] == {"telegram": {"state": "running", "error": None}}
+    assert summary["pending_tasks"] == 2
+
+    healthy, reason = is_healthy(ws, max_age_s=30, now=state["watchdog_at"] + 4)
+    assert healthy, reason
+    assert f"gateway pid {gateway_proc.pid} healthy" in reason
+
+    healthy, reason = is_healthy(ws, max_age_s=30, now=state["watchdog_at"] + 31)
+    assert not healthy
+    assert "watchdog stale: last beat 31s ago (limit 30s)" in reason
+
+
+def test_health_without_gateway_or_state(tmp_path: Path) -> None:
+    healthy, reason = is_healthy(tmp_path, max_age_s=30)
+    assert not healthy and "no gateway is running" in reason
+    with GatewayLock(tmp_path):
+        healthy, reason = is_healthy(tmp_path, max_age_s=30)
+        assert not healthy and "has not written its state yet" in reason
+        # A state file left by a previous gateway (another pid) is not this gateway's beat.
+        (tmp_path / STATE_FILE_NAME).write_text(json.dumps({"pid": dead_pid(), "watchdog_at": time.time()}))
+        healthy, reason = is_healthy(tmp_path, max_age_s=30)
+        assert not healthy and "has not written its state yet" in reason
+        assert gateway_summary(tmp_path)["channels"] == {}
+
+
+def test_health_names_failing_channels(tmp_path: Path) -> None:
+    with GatewayLock(tmp_path):
+        state = GatewayState(tmp_path)
+        state.set_channel("discord", "failed", "bad token")
+        state.beat()
+        healthy, reason = is_healthy(tmp_path, max_age_s=30)
+        assert healthy
+        assert reason.endswith("channels with errors: discord")
+
+
+async def test_run_watchdog_beats_refreshes_and_notifies(tmp_path: Path) -> None:
+    state = GatewayState(tmp_path)
+    notes: list[str] = []
+    calls = {"n": 0}
+
+    def refresh(st: GatewayState) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("one bad beat")  # logged; the loop goes on
+        st.set_pending_tasks(calls["n"])
+
+    def notify(message: str) -> bool:
+        notes.append(message)
+        return True
+
+    task = asyncio.create_task(run_watchdog(state, 0.01, refresh=refresh, notify=notify))
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if calls["n"] >= 4:
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert calls["n"] >= 4
+    assert notes and set(notes) == {"WATCHDOG=1"}
+    data = read_state(tmp_path)
+    assert data is not None and data["pending_tasks"] >= 3
