@@ -47,8 +47,15 @@ def logs() -> Iterator[list[str]]:
 
 
 def make_config(server: FakeTelegramServer, **telegram: Any) -> Config:
-    section = {"enabled": True, "token": TOKEN, "allowFrom": ["*"], "baseUrl": server.base_url,
-               "baseFileUrl": server.base_file_url, "pollTimeoutS": 5, **telegram}  # fmt: skip
+    section = {
+        "enabled": True,
+        "token": TOKEN,
+        "allowFrom": ["*"],
+        "baseUrl": server.base_url,
+        "baseFileUrl": server.base_file_url,
+        "pollTimeoutS": 5,
+        **telegram,
+    }
     return Config.model_validate({"channels": {"telegram": section}})
 
 
@@ -201,7 +208,9 @@ async def test_long_reply_is_split_formatted_and_fenced(server, gateway_factory)
 async def test_rejected_html_is_resent_as_plain_text(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start(respond=False)
     server.fail_next("sendMessage", 400, description="Bad Request: can't parse entities: unsupported tag")
-    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="**hi** <there>"))
+    await gw.bus.publish_outbound(
+        OutboundMessage(channel="telegram", chat_id="555", content="**hi** <there>")
+    )
     sends = await server.wait_for("sendMessage", count=2)
     assert sends[0].params["parse_mode"] == "HTML"
     assert sends[1].params == {"chat_id": "555", "text": "**hi** <there>"}
@@ -209,7 +218,9 @@ async def test_rejected_html_is_resent_as_plain_text(server, gateway_factory) ->
 
 async def test_send_survives_429_and_502(server, gateway_factory, logs) -> None:
     gw = await gateway_factory(make_config(server)).start(respond=False)
-    server.fail_next("sendMessage", 429, description="Too Many Requests: retry after 1", parameters={"retry_after": 1})
+    server.fail_next(
+        "sendMessage", 429, description="Too Many Requests: retry after 1", parameters={"retry_after": 1}
+    )
     server.fail_next("sendMessage", 502, description="Bad Gateway")
     started = asyncio.get_running_loop().time()
     await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="persistent"))
@@ -262,8 +273,14 @@ class FakeWhisper(ThreadedAiohttpServer):
     async def _transcribe(self, request: web.Request) -> web.Response:
         form = await request.post()
         upload = form["file"]
-        self.record("transcribe", {"model": form["model"], "bytes": len(upload.file.read()),  # type: ignore[union-attr]
-                                   "auth": request.headers.get("Authorization")})  # fmt: skip
+        self.record(
+            "transcribe",
+            {
+                "model": form["model"],
+                "bytes": len(upload.file.read()),  # type: ignore[union-attr]
+                "auth": request.headers.get("Authorization"),
+            },
+        )
         return web.json_response({"text": "buy milk tomorrow"})
 
 
@@ -275,18 +292,25 @@ async def test_media_downloaded_and_voice_transcribed(server, gateway_factory, t
         config.providers.custom.api_base = f"http://127.0.0.1:{whisper.port}/v1"
         config.providers.custom.api_key = "sk-whisper-test-key"
         gw = await gateway_factory(config).start(respond=False)
-        sizes = [server.add_file("small", "photos/s.jpg", b"s"), server.add_file("big", "photos/b.jpg", b"JPEGDATA")]
+        sizes = [
+            server.add_file("small", "photos/s.jpg", b"s"),
+            server.add_file("big", "photos/b.jpg", b"JPEGDATA"),
+        ]
         photo = [{**size, "width": 90 * n, "height": 90 * n} for n, size in enumerate(sizes, start=1)]
         server.push_message("look at this", photo=photo)
         doc = server.add_file("doc1", "documents/report.pdf", b"%PDF-1.4")
-        server.push_message(None, document={**doc, "file_name": "../../report.pdf", "mime_type": "application/pdf"})
+        server.push_message(
+            None, document={**doc, "file_name": "../../report.pdf", "mime_type": "application/pdf"}
+        )
         voice = server.add_file("v1", "voice/file_1.oga", b"OggS-voice")
         server.push_message(None, voice={**voice, "duration": 2, "mime_type": "audio/ogg"})
         first, second, third = [await gw.inbound() for _ in range(3)]
         assert first.content == "look at this" and first.metadata["media_types"] == ["image"]
         assert Path(first.media[0]).read_bytes() == b"JPEGDATA"
         assert Path(second.media[0]).parent == tmp_path / "media"
-        assert Path(second.media[0]).name.endswith("report.pdf") and second.metadata["media_types"] == ["document"]
+        assert Path(second.media[0]).name.endswith("report.pdf") and second.metadata["media_types"] == [
+            "document"
+        ]
         assert third.metadata["media_types"] == ["voice"]
         assert "[voice transcription] buy milk tomorrow" in third.content
         call = (await whisper.wait_for("transcribe"))[0].params
@@ -307,9 +331,13 @@ async def test_streaming_edits_one_message_then_finalises_it(server, gateway_fac
     gw = await gateway_factory(make_config(server, streaming=True)).start(respond=False)
     meta = {"stream_id": "s1"}
     for delta in ["Hello ", "**wor", "ld** and more"]:
-        await gw.bus.publish_outbound(OutboundMessage("telegram", "555", delta, kind="stream_delta", metadata=meta))
+        await gw.bus.publish_outbound(
+            OutboundMessage("telegram", "555", delta, kind="stream_delta", metadata=meta)
+        )
         await asyncio.sleep(0.3)
-    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "Hello **world** and more", metadata=meta))
+    await gw.bus.publish_outbound(
+        OutboundMessage("telegram", "555", "Hello **world** and more", metadata=meta)
+    )
     edits = await server.wait_for("editMessageText", count=2)
     await asyncio.sleep(0.1)
     sends = server.calls_to("sendMessage")
@@ -317,7 +345,9 @@ async def test_streaming_edits_one_message_then_finalises_it(server, gateway_fac
     edits = server.calls_to("editMessageText")
     message_ids = {c.params["message_id"] for c in edits}
     assert len(message_ids) == 1
-    assert edits[-1].params["text"] == "Hello <b>world</b> and more" and edits[-1].params["parse_mode"] == "HTML"
+    assert (
+        edits[-1].params["text"] == "Hello <b>world</b> and more" and edits[-1].params["parse_mode"] == "HTML"
+    )
 
 
 async def test_deltas_ignored_without_streaming(server, gateway_factory) -> None:

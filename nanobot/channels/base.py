@@ -132,8 +132,14 @@ class Channel(ABC):
                 delay = min(max(delay, 0.0), RETRY_AFTER_MAX_S)
                 logger.warning(
                     "{}: {} failed ({}: {}); retry {}/{} in {:.1f}s",
-                    self.name, what, type(exc).__name__, exc, attempt + 1, max_retries, delay,
-                )  # fmt: skip
+                    self.name,
+                    what,
+                    type(exc).__name__,
+                    exc,
+                    attempt + 1,
+                    max_retries,
+                    delay,
+                )
                 attempt += 1
                 await asyncio.sleep(delay)
 
@@ -151,8 +157,9 @@ class Channel(ABC):
             logger.warning(
                 "{}: allowFrom is empty, so NOBODY can talk to this bot. Add user ids to "
                 'channels.{}.allowFrom (or ["*"] to allow everyone).',
-                self.name, self.name,
-            )  # fmt: skip
+                self.name,
+                self.name,
+            )
 
     def _admit(self, sender_id: str, username: str | None = None) -> bool:
         """`is_allowed`, logging a denied sender once (not once per message)."""
@@ -161,9 +168,12 @@ class Channel(ABC):
         if sender_id not in self._denied_logged:
             self._denied_logged.add(sender_id)
             logger.warning(
-                "{}: ignoring messages from sender {} (username {!r}): not in allowFrom (logged once per sender)",
-                self.name, sender_id, username,
-            )  # fmt: skip
+                "{}: ignoring messages from sender {} (username {!r}): not in allowFrom "
+                "(logged once per sender)",
+                self.name,
+                sender_id,
+                username,
+            )
         return False
 
     async def _publish(self, msg: InboundMessage, username: str | None = None) -> bool:

@@ -92,9 +92,13 @@ class DiscordChannel(Channel):
         intents = discord.Intents.default()
         intents.message_content = True
         return _Client(
-            self, intents=intents, chunk_guilds_at_startup=False, max_messages=MESSAGE_CACHE,
-            guild_ready_timeout=self.guild_ready_timeout_s, allowed_mentions=_NO_MENTIONS_BUT_USERS,
-        )  # fmt: skip
+            self,
+            intents=intents,
+            chunk_guilds_at_startup=False,
+            max_messages=MESSAGE_CACHE,
+            guild_ready_timeout=self.guild_ready_timeout_s,
+            allowed_mentions=_NO_MENTIONS_BUT_USERS,
+        )
 
     async def _run(self) -> None:
         failures = 0
@@ -108,10 +112,14 @@ class DiscordChannel(Channel):
             except asyncio.CancelledError:
                 raise
             except discord.LoginFailure:
-                self._set_state("failed", "the bot token was rejected by Discord (401); check channels.discord.token")
+                self._set_state(
+                    "failed", "the bot token was rejected by Discord (401); check channels.discord.token"
+                )
                 return
             except discord.PrivilegedIntentsRequired:
-                self._set_state("failed", "enable the Message Content intent for this bot in the Developer Portal")
+                self._set_state(
+                    "failed", "enable the Message Content intent for this bot in the Developer Portal"
+                )
                 return
             except discord.ConnectionClosed as exc:
                 if exc.code == _BAD_TOKEN_CLOSE:
@@ -174,16 +182,23 @@ class DiscordChannel(Channel):
         content = "\n".join(part for part in [content, *notes] if part)
         channel = message.channel
         metadata: dict[str, Any] = {
-            "message_id": str(message.id), "username": message.author.name,
-            "display_name": message.author.display_name, "media_types": types,
+            "message_id": str(message.id),
+            "username": message.author.name,
+            "display_name": message.author.display_name,
+            "media_types": types,
             "guild_id": str(message.guild.id) if message.guild else None,
-        }  # fmt: skip
+        }
         if isinstance(channel, discord.Thread):
             metadata["thread_id"], metadata["parent_id"] = str(channel.id), str(channel.parent_id)
         inbound = InboundMessage(
-            channel=self.name, sender_id=sender, chat_id=str(channel.id), content=content,
-            media=paths, is_group=is_group, metadata=metadata,
-        )  # fmt: skip
+            channel=self.name,
+            sender_id=sender,
+            chat_id=str(channel.id),
+            content=content,
+            media=paths,
+            is_group=is_group,
+            metadata=metadata,
+        )
         await self._publish(inbound)
 
     async def _download_attachments(self, message: discord.Message) -> tuple[list[str], list[str], list[str]]:

@@ -52,14 +52,18 @@ class ChannelManager:
 
                 self.channels["telegram"] = TelegramChannel(cfg.telegram, self.bus, self.workspace, **common)
             except ImportError as exc:
-                self._load_errors["telegram"] = f"python-telegram-bot is not installed ({exc}); pip install 'nanobot[telegram]'"
+                self._load_errors["telegram"] = (
+                    f"python-telegram-bot is not installed ({exc}); pip install 'nanobot[telegram]'"
+                )
         if cfg.discord.enabled:
             try:
                 from nanobot.channels.discord import DiscordChannel
 
                 self.channels["discord"] = DiscordChannel(cfg.discord, self.bus, self.workspace, **common)
             except ImportError as exc:
-                self._load_errors["discord"] = f"discord.py is not installed ({exc}); pip install 'nanobot[discord]'"
+                self._load_errors["discord"] = (
+                    f"discord.py is not installed ({exc}); pip install 'nanobot[discord]'"
+                )
         for name, error in self._load_errors.items():
             logger.error("{}: channel failed: {}", name, error)
 
@@ -132,6 +136,15 @@ class ChannelManager:
         if channel is None or queue is None:
             logger.debug("outbound {} for channel {!r}, which is not running: dropped", msg.kind, msg.channel)
             return
+        if channel.state == "failed":
+            if msg.kind == "message":
+                logger.warning(
+                    "{}: channel failed ({}); reply to chat {} dropped",
+                    msg.channel,
+                    channel.last_error,
+                    msg.chat_id,
+                )
+            return
         if self.wanted(msg, channel):
             queue.put_nowait(msg)
 
@@ -149,7 +162,13 @@ class ChannelManager:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                logger.error("{}: could not deliver a {} to chat {}: {}: {}", name, msg.kind, msg.chat_id,
-                             type(exc).__name__, exc)  # fmt: skip
+                logger.error(
+                    "{}: could not deliver a {} to chat {}: {}: {}",
+                    name,
+                    msg.kind,
+                    msg.chat_id,
+                    type(exc).__name__,
+                    exc,
+                )
             finally:
                 queue.task_done()

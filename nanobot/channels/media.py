@@ -83,4 +83,6 @@ async def voice_note_text(path: Path, rel: str, cfg: TranscriptionConfig, provid
     except (TranscriptionError, httpx.HTTPError, OSError) as exc:
         logger.warning("voice transcription failed for {}: {}", rel, exc)
         return f"[voice message saved as {rel}; transcription failed]"
-    return f"[voice transcription] {text}" if text else f"[voice message saved as {rel}; no speech recognised]"
+    return (
+        f"[voice transcription] {text}" if text else f"[voice message saved as {rel}; no speech recognised]"
+    )

@@ -89,13 +89,20 @@ class TelegramChannel(Channel):
     def _make_bot(self) -> Bot:
         proxy = self.config.proxy or None
         request = HTTPXRequest(
-            connection_pool_size=CONNECTION_POOL_SIZE, proxy=proxy, read_timeout=REQUEST_TIMEOUT_S,
-            write_timeout=REQUEST_TIMEOUT_S, connect_timeout=CONNECT_TIMEOUT_S, pool_timeout=REQUEST_TIMEOUT_S,
-        )  # fmt: skip
+            connection_pool_size=CONNECTION_POOL_SIZE,
+            proxy=proxy,
+            read_timeout=REQUEST_TIMEOUT_S,
+            write_timeout=REQUEST_TIMEOUT_S,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            pool_timeout=REQUEST_TIMEOUT_S,
+        )
         updates_request = HTTPXRequest(
-            connection_pool_size=1, proxy=proxy, read_timeout=POLL_READ_SLACK_S,
-            connect_timeout=CONNECT_TIMEOUT_S, pool_timeout=CONNECT_TIMEOUT_S,
-        )  # fmt: skip
+            connection_pool_size=1,
+            proxy=proxy,
+            read_timeout=POLL_READ_SLACK_S,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            pool_timeout=CONNECT_TIMEOUT_S,
+        )
         return Bot(
             self.config.token,
             base_url=self.config.base_url,
@@ -119,7 +126,9 @@ class TelegramChannel(Channel):
             if self._offset is not None and self.state != "failed":
                 # Confirm handled updates so a restart does not see them again.
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.bot.get_updates(offset=self._offset, timeout=0), STOP_CONFIRM_TIMEOUT_S)
+                    await asyncio.wait_for(
+                        self.bot.get_updates(offset=self._offset, timeout=0), STOP_CONFIRM_TIMEOUT_S
+                    )
             with contextlib.suppress(Exception):
                 await self.bot.shutdown()
             self.bot = None
@@ -160,7 +169,8 @@ class TelegramChannel(Channel):
             except InvalidToken:
                 self._set_state(
                     "failed",
-                    "the bot token was rejected by Telegram (401 Unauthorized); check channels.telegram.token",
+                    "the bot token was rejected by Telegram (401 Unauthorized); "
+                    "check channels.telegram.token",
                 )
                 return
             except RetryAfter as exc:
@@ -203,15 +213,23 @@ class TelegramChannel(Channel):
         paths, types, notes = await self._download_media(message)
         content = "\n".join(part for part in [text, *notes] if part)
         metadata: dict[str, Any] = {
-            "message_id": message.message_id, "username": user.username, "first_name": user.first_name,
-            "chat_type": str(chat.type), "media_types": types,
-        }  # fmt: skip
+            "message_id": message.message_id,
+            "username": user.username,
+            "first_name": user.first_name,
+            "chat_type": str(chat.type),
+            "media_types": types,
+        }
         if message.reply_to_message is not None:
             metadata["reply_to_message_id"] = message.reply_to_message.message_id
         inbound = InboundMessage(
-            channel=self.name, sender_id=str(user.id), chat_id=str(chat.id), content=content,
-            media=paths, is_group=is_group, metadata=metadata,
-        )  # fmt: skip
+            channel=self.name,
+            sender_id=str(user.id),
+            chat_id=str(chat.id),
+            content=content,
+            media=paths,
+            is_group=is_group,
+            metadata=metadata,
+        )
         await self._publish(inbound, user.username)
 
     async def _download_media(self, message: Message) -> tuple[list[str], list[str], list[str]]:
@@ -225,9 +243,13 @@ class TelegramChannel(Channel):
         if message.voice:
             candidates.append((message.voice, "voice.ogg", message.voice.mime_type, True))
         if message.audio:
-            candidates.append((message.audio, message.audio.file_name or "audio", message.audio.mime_type, False))
+            candidates.append(
+                (message.audio, message.audio.file_name or "audio", message.audio.mime_type, False)
+            )
         if message.video:
-            candidates.append((message.video, message.video.file_name or "video.mp4", message.video.mime_type, False))
+            candidates.append(
+                (message.video, message.video.file_name or "video.mp4", message.video.mime_type, False)
+            )
         paths: list[str] = []
         types: list[str] = []
         notes: list[str] = []
@@ -297,7 +319,8 @@ class TelegramChannel(Channel):
         html = markdown_to_telegram_html(part)
         try:
             return await self._with_retry(
-                "sendMessage", lambda: bot.send_message(chat_id, html, parse_mode="HTML", reply_parameters=reply)
+                "sendMessage",
+                lambda: bot.send_message(chat_id, html, parse_mode="HTML", reply_parameters=reply),
             )
         except BadRequest as exc:
             logger.info("telegram: HTML rejected ({}); resending as plain text", exc)
@@ -312,7 +335,9 @@ class TelegramChannel(Channel):
         try:
             await self._with_retry(
                 "editMessageText",
-                lambda: bot.edit_message_text(html, chat_id=chat_id, message_id=message_id, parse_mode="HTML"),
+                lambda: bot.edit_message_text(
+                    html, chat_id=chat_id, message_id=message_id, parse_mode="HTML"
+                ),
             )
         except BadRequest as exc:
             if "not modified" in str(exc).lower():
@@ -320,7 +345,8 @@ class TelegramChannel(Channel):
             logger.info("telegram: HTML rejected ({}); editing as plain text", exc)
             with contextlib.suppress(BadRequest):  # "not modified" when the plain text is already shown
                 await self._with_retry(
-                    "editMessageText", lambda: bot.edit_message_text(part, chat_id=chat_id, message_id=message_id)
+                    "editMessageText",
+                    lambda: bot.edit_message_text(part, chat_id=chat_id, message_id=message_id),
                 )
 
     # ------------------------------------------------------------------ streaming

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -31,8 +31,14 @@ _snowflakes = itertools.count(960000000000000001)
 
 
 def _user(user_id: int, name: str, bot: bool = False) -> dict[str, Any]:
-    return {"id": str(user_id), "username": name, "discriminator": "0", "global_name": name,
-            "avatar": None, "bot": bot}  # fmt: skip
+    return {
+        "id": str(user_id),
+        "username": name,
+        "discriminator": "0",
+        "global_name": name,
+        "avatar": None,
+        "bot": bot,
+    }
 
 
 class FakeDiscordServer(ThreadedAiohttpServer):
@@ -69,9 +75,14 @@ class FakeDiscordServer(ThreadedAiohttpServer):
 
     def add_attachment(self, name: str, content: bytes, content_type: str = "image/png") -> dict[str, Any]:
         self.attachments[name] = content
-        return {"id": str(next(_snowflakes)), "filename": name, "size": len(content),
-                "url": f"http://127.0.0.1:{self.port}/attachments/{name}",
-                "proxy_url": f"http://127.0.0.1:{self.port}/attachments/{name}", "content_type": content_type}  # fmt: skip
+        return {
+            "id": str(next(_snowflakes)),
+            "filename": name,
+            "size": len(content),
+            "url": f"http://127.0.0.1:{self.port}/attachments/{name}",
+            "proxy_url": f"http://127.0.0.1:{self.port}/attachments/{name}",
+            "content_type": content_type,
+        }
 
     def push_message(
         self,
@@ -89,20 +100,39 @@ class FakeDiscordServer(ThreadedAiohttpServer):
         """Dispatch MESSAGE_CREATE to every connected client; returns the message id."""
         message_id = str(next(_snowflakes))
         data: dict[str, Any] = {
-            "id": message_id, "channel_id": str(channel_id), "author": _user(author_id, author_name, author_bot),
-            "content": content, "timestamp": datetime.now(timezone.utc).isoformat(), "edited_timestamp": None,
-            "tts": False, "mention_everyone": False, "mention_roles": [], "attachments": attachments or [],
-            "embeds": [], "pinned": False, "type": 0,
+            "id": message_id,
+            "channel_id": str(channel_id),
+            "author": _user(author_id, author_name, author_bot),
+            "content": content,
+            "timestamp": datetime.now(UTC).isoformat(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mention_roles": [],
+            "attachments": attachments or [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
             "mentions": [_user(BOT_ID, "nanobot", True)] if mention_bot else [],
-        }  # fmt: skip
+        }
         if guild:
             data["guild_id"] = str(GUILD_ID)
-            data["member"] = {"roles": [], "joined_at": "2024-01-01T00:00:00+00:00", "deaf": False, "mute": False}
+            data["member"] = {
+                "roles": [],
+                "joined_at": "2024-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+            }
         if reply_to_bot:
             earlier = str(next(_snowflakes))
             data["message_reference"] = {"message_id": earlier, "channel_id": str(channel_id)}
-            data["referenced_message"] = {**data, "id": earlier, "author": _user(BOT_ID, "nanobot", True),
-                                          "content": "earlier answer", "mentions": []}  # fmt: skip
+            data["referenced_message"] = {
+                **data,
+                "id": earlier,
+                "author": _user(BOT_ID, "nanobot", True),
+                "content": "earlier answer",
+                "mentions": [],
+            }
             data["type"] = 19
         self.pushed_at[message_id] = time.perf_counter()
         self.call_soon(self._spawn_dispatch, "MESSAGE_CREATE", data)
@@ -123,20 +153,63 @@ class FakeDiscordServer(ThreadedAiohttpServer):
 
     # ---------------------------------------------------------------- gateway
     def _guild(self) -> dict[str, Any]:
-        channel = {"id": str(GUILD_CHANNEL_ID), "type": 0, "name": "general", "position": 0,
-                   "guild_id": str(GUILD_ID), "permission_overwrites": [], "nsfw": False, "parent_id": None}
-        thread = {"id": str(THREAD_ID), "type": 11, "name": "a thread", "guild_id": str(GUILD_ID),
-                  "parent_id": str(GUILD_CHANNEL_ID), "owner_id": str(USER_ID), "message_count": 0,
-                  "member_count": 1, "rate_limit_per_user": 0,
-                  "thread_metadata": {"archived": False, "auto_archive_duration": 1440,
-                                      "archive_timestamp": "2024-01-01T00:00:00+00:00", "locked": False}}
-        role = {"id": str(GUILD_ID), "name": "@everyone", "permissions": "1071698660929", "position": 0,
-                "color": 0, "hoist": False, "managed": False, "mentionable": False}
-        return {"id": str(GUILD_ID), "name": "Test guild", "owner_id": str(USER_ID), "member_count": 2,
-                "roles": [role], "emojis": [], "stickers": [], "features": [], "channels": [channel],
-                "threads": [thread], "members": [], "voice_states": [], "presences": [],
-                "stage_instances": [], "guild_scheduled_events": [], "soundboard_sounds": [],
-                "unavailable": False, "large": False}  # fmt: skip
+        channel = {
+            "id": str(GUILD_CHANNEL_ID),
+            "type": 0,
+            "name": "general",
+            "position": 0,
+            "guild_id": str(GUILD_ID),
+            "permission_overwrites": [],
+            "nsfw": False,
+            "parent_id": None,
+        }
+        thread = {
+            "id": str(THREAD_ID),
+            "type": 11,
+            "name": "a thread",
+            "guild_id": str(GUILD_ID),
+            "parent_id": str(GUILD_CHANNEL_ID),
+            "owner_id": str(USER_ID),
+            "message_count": 0,
+            "member_count": 1,
+            "rate_limit_per_user": 0,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": 1440,
+                "archive_timestamp": "2024-01-01T00:00:00+00:00",
+                "locked": False,
+            },
+        }
+        role = {
+            "id": str(GUILD_ID),
+            "name": "@everyone",
+            "permissions": "1071698660929",
+            "position": 0,
+            "color": 0,
+            "hoist": False,
+            "managed": False,
+            "mentionable": False,
+        }
+        return {
+            "id": str(GUILD_ID),
+            "name": "Test guild",
+            "owner_id": str(USER_ID),
+            "member_count": 2,
+            "roles": [role],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "channels": [channel],
+            "threads": [thread],
+            "members": [],
+            "voice_states": [],
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "soundboard_sounds": [],
+            "unavailable": False,
+            "large": False,
+        }
 
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
@@ -156,11 +229,19 @@ class FakeDiscordServer(ThreadedAiohttpServer):
                         await ws.close(code=4004, message=b"Authentication failed.")
                         break
                     self.sockets.append(ws)
-                    await self._dispatch(ws, "READY", {
-                        "v": 10, "user": _user(BOT_ID, "nanobot", True), "session_id": "fake-session",
-                        "resume_gateway_url": self.gateway_url, "guilds": [{"id": str(GUILD_ID), "unavailable": True}],
-                        "application": {"id": str(BOT_ID), "flags": 0}, "private_channels": [],
-                    })  # fmt: skip
+                    await self._dispatch(
+                        ws,
+                        "READY",
+                        {
+                            "v": 10,
+                            "user": _user(BOT_ID, "nanobot", True),
+                            "session_id": "fake-session",
+                            "resume_gateway_url": self.gateway_url,
+                            "guilds": [{"id": str(GUILD_ID), "unavailable": True}],
+                            "application": {"id": str(BOT_ID), "flags": 0},
+                            "private_channels": [],
+                        },
+                    )
                     await self._dispatch(ws, "GUILD_CREATE", self._guild())
                 elif op == 6:  # resume
                     self.sockets.append(ws)
@@ -173,7 +254,9 @@ class FakeDiscordServer(ThreadedAiohttpServer):
     # ---------------------------------------------------------------- REST
     def _json(self, body: Any, status: int = 200) -> web.Response:
         # Exactly "application/json": aiohttp's json_response would add "; charset=utf-8".
-        return web.Response(body=json.dumps(body).encode(), status=status, headers={"Content-Type": "application/json"})
+        return web.Response(
+            body=json.dumps(body).encode(), status=status, headers={"Content-Type": "application/json"}
+        )
 
     async def _rest(self, request: web.Request) -> web.Response:
         path, method = request.match_info["path"], request.method
@@ -188,14 +271,36 @@ class FakeDiscordServer(ThreadedAiohttpServer):
         if failure:
             return self._json(failure[1], failure[0])
         if action == "get_me":
-            return self._json(_user(BOT_ID, "nanobot", True) | {"verified": True, "mfa_enabled": False, "flags": 0})
+            return self._json(
+                _user(BOT_ID, "nanobot", True) | {"verified": True, "mfa_enabled": False, "flags": 0}
+            )
         if action == "application":
-            return self._json({"id": str(BOT_ID), "name": "nanobot", "description": "", "icon": None,
-                               "bot_public": False, "bot_require_code_grant": False, "verify_key": "00",
-                               "owner": _user(USER_ID, "alice"), "flags": 0})  # fmt: skip
+            return self._json(
+                {
+                    "id": str(BOT_ID),
+                    "name": "nanobot",
+                    "description": "",
+                    "icon": None,
+                    "bot_public": False,
+                    "bot_require_code_grant": False,
+                    "verify_key": "00",
+                    "owner": _user(USER_ID, "alice"),
+                    "flags": 0,
+                }
+            )
         if action == "gateway_bot":
-            return self._json({"url": self.gateway_url, "shards": 1, "session_start_limit": {
-                "total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}})  # fmt: skip
+            return self._json(
+                {
+                    "url": self.gateway_url,
+                    "shards": 1,
+                    "session_start_limit": {
+                        "total": 1000,
+                        "remaining": 1000,
+                        "reset_after": 0,
+                        "max_concurrency": 1,
+                    },
+                }
+            )
         if action == "typing":
             return web.Response(status=204)
         if action == "send_message":
@@ -232,10 +337,22 @@ class FakeDiscordServer(ThreadedAiohttpServer):
         return f"{method} {path}", params
 
     def _message(self, channel_id: str, content: str) -> dict[str, Any]:
-        return {"id": str(next(_snowflakes)), "channel_id": channel_id, "author": _user(BOT_ID, "nanobot", True),
-                "content": content, "timestamp": datetime.now(timezone.utc).isoformat(), "edited_timestamp": None,
-                "tts": False, "mention_everyone": False, "mentions": [], "mention_roles": [], "attachments": [],
-                "embeds": [], "pinned": False, "type": 0}  # fmt: skip
+        return {
+            "id": str(next(_snowflakes)),
+            "channel_id": channel_id,
+            "author": _user(BOT_ID, "nanobot", True),
+            "content": content,
+            "timestamp": datetime.now(UTC).isoformat(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+        }
 
     async def _attachment(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

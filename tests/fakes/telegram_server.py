@@ -9,9 +9,10 @@ editMessageText, sendChatAction, setMyCommands, getFile and file downloads. Unkn
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-import re
 import json
+import re
 import time
 from html.parser import HTMLParser
 from typing import Any
@@ -25,8 +26,24 @@ BOT_ID = 7000001
 BOT_USERNAME = "nano_test_bot"
 _TAG = re.compile(r"</?[a-zA-Z][\w-]*(\s[^<>]*)?>")
 _STRAY = re.compile(r"[<>]|&(?!#?\w+;)")  # searched in the text with the tags removed
-_ALLOWED_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "a", "code", "pre",
-                 "blockquote", "tg-spoiler", "span", "tg-emoji"}  # fmt: skip
+_ALLOWED_TAGS = {
+    "b",
+    "strong",
+    "i",
+    "em",
+    "u",
+    "ins",
+    "s",
+    "strike",
+    "del",
+    "a",
+    "code",
+    "pre",
+    "blockquote",
+    "tg-spoiler",
+    "span",
+    "tg-emoji",
+}
 
 
 class _EntityParser(HTMLParser):
@@ -40,12 +57,12 @@ class _EntityParser(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag not in _ALLOWED_TAGS:
-            self.error = self.error or f"unsupported start tag \"{tag}\""
+            self.error = self.error or f'unsupported start tag "{tag}"'
         self.stack.append(tag)
 
     def handle_endtag(self, tag: str) -> None:
         if not self.stack or self.stack[-1] != tag:
-            self.error = self.error or f"unmatched end tag \"{tag}\""
+            self.error = self.error or f'unmatched end tag "{tag}"'
         else:
             self.stack.pop()
 
@@ -59,7 +76,7 @@ def parse_html(text: str) -> tuple[str, str | None]:
     parser.feed(text)
     parser.close()
     if parser.stack and not parser.error:
-        parser.error = f"unclosed tag \"{parser.stack[-1]}\""
+        parser.error = f'unclosed tag "{parser.stack[-1]}"'
     stray = _STRAY.search(_TAG.sub("", text))
     if parser.error is None and stray:
         parser.error = f"unescaped {stray.group(0)!r} outside a tag"
@@ -155,18 +172,26 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         if chat_type != "private":
             chat["title"] = "A group"
         message: dict[str, Any] = {
-            "message_id": message_id, "date": int(time.time()), "chat": chat, "from": sender, **extra,
-        }  # fmt: skip
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": chat,
+            "from": sender,
+            **extra,
+        }
         if text is not None:
-            message["caption" if ("photo" in extra or "document" in extra or "voice" in extra) else "text"] = text
+            message[
+                "caption" if ("photo" in extra or "document" in extra or "voice" in extra) else "text"
+            ] = text
         if entities:
             message["entities"] = entities
         if reply_to_bot:
             message["reply_to_message"] = {
-                "message_id": 1, "date": int(time.time()), "chat": chat,
+                "message_id": 1,
+                "date": int(time.time()),
+                "chat": chat,
                 "from": {"id": BOT_ID, "is_bot": True, "first_name": "Nano", "username": BOT_USERNAME},
                 "text": "earlier answer",
-            }  # fmt: skip
+            }
         return self.push_update({"message": message})
 
     def add_file(self, file_id: str, file_path: str, content: bytes) -> dict[str, Any]:
@@ -219,9 +244,17 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         return self._json({"ok": False, "error_code": 400, "description": f"Bad Request: {description}"}, 400)
 
     async def _m_getMe(self, params: dict[str, Any]) -> web.Response:
-        return self._ok({"id": BOT_ID, "is_bot": True, "first_name": "Nano", "username": BOT_USERNAME,
-                         "can_join_groups": True, "can_read_all_group_messages": False,
-                         "supports_inline_queries": False})  # fmt: skip
+        return self._ok(
+            {
+                "id": BOT_ID,
+                "is_bot": True,
+                "first_name": "Nano",
+                "username": BOT_USERNAME,
+                "can_join_groups": True,
+                "can_read_all_group_messages": False,
+                "supports_inline_queries": False,
+            }
+        )
 
     async def _m_getUpdates(self, params: dict[str, Any]) -> web.Response:
         offset = int(params.get("offset") or 0)
@@ -234,19 +267,18 @@ class FakeTelegramServer(ThreadedAiohttpServer):
             if self.updates or self._closed or time.monotonic() >= deadline:
                 return self._ok(list(self.updates))
             self._new_update.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._new_update.wait(), deadline - time.monotonic())
-            except TimeoutError:
-                pass
 
     def _message(self, params: dict[str, Any], message_id: int | None = None) -> dict[str, Any]:
         chat_id = int(params["chat_id"])
         return {
-            "message_id": message_id or next(self._message_ids), "date": int(time.time()),
+            "message_id": message_id or next(self._message_ids),
+            "date": int(time.time()),
             "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
             "from": {"id": BOT_ID, "is_bot": True, "first_name": "Nano", "username": BOT_USERNAME},
             "text": str(params.get("text", "")),
-        }  # fmt: skip
+        }
 
     def _check_text(self, params: dict[str, Any]) -> str | None:
         text = str(params.get("text", ""))
@@ -283,8 +315,14 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         if file_id not in self.files:
             return self._bad_request("invalid file_id")
         path, content = self.files[file_id]
-        return self._ok({"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(content),
-                         "file_path": path})  # fmt: skip
+        return self._ok(
+            {
+                "file_id": file_id,
+                "file_unique_id": f"u{file_id}",
+                "file_size": len(content),
+                "file_path": path,
+            }
+        )
 
     async def _download(self, request: web.Request) -> web.Response:
         token, path = request.match_info["token"], request.match_info["path"]

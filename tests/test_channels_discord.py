@@ -1,0 +1,258 @@
+"""Discord channel through the real discord.py against the fake REST + gateway on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loguru import logger
+
+from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.queue import MessageBus
+from nanobot.channels.discord import DiscordChannel
+from nanobot.channels.manager import ChannelManager
+from nanobot.config.schema import Config
+from tests.fakes.discord_server import (
+    BOT_ID,
+    DM_CHANNEL_ID,
+    GUILD_CHANNEL_ID,
+    THREAD_ID,
+    USER_ID,
+    FakeDiscordServer,
+)
+
+TOKEN = "MTA5ODc2NTQzMjE.fake-discord-token.abcdefghijklmnop"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeDiscordServer]:
+    srv = FakeDiscordServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def logs() -> Iterator[list[str]]:
+    records: list[str] = []
+    sink = logger.add(lambda m: records.append(str(m)), format="{level} {message}", level="DEBUG")
+    yield records
+    logger.remove(sink)
+
+
+def make_config(server: FakeDiscordServer, **discord: Any) -> Config:
+    section = {
+        "enabled": True,
+        "token": TOKEN,
+        "allowFrom": ["*"],
+        "apiBase": server.api_base,
+        "gatewayUrl": server.gateway_url,
+        **discord,
+    }
+    return Config.model_validate({"channels": {"discord": section}})
+
+
+def fast(channel: DiscordChannel) -> DiscordChannel:
+    """Skip discord.py's waits meant for the real service (guild streaming, re-IDENTIFY pacing)."""
+    channel.guild_ready_timeout_s = 0.05
+    channel.reidentify_delay_s = 0.0
+    channel.retry_base_delay_s = 0.02
+    return channel
+
+
+async def wait_state(channel: DiscordChannel, state: str, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while channel.state != state:
+            await asyncio.sleep(0.005)
+
+
+class Gateway:
+    def __init__(self, config: Config, workspace: Path) -> None:
+        self.bus = MessageBus()
+        self.manager = ChannelManager(config, self.bus, workspace)
+        self.channel = fast(self.manager.channels["discord"])  # type: ignore[arg-type]
+        self.responder: asyncio.Task[None] | None = None
+
+    async def start(self, respond: bool = False, state: str = "running") -> Gateway:
+        await self.manager.start_all()
+        if respond:
+            self.responder = asyncio.create_task(self._echo())
+        await wait_state(self.channel, state)
+        return self
+
+    async def _echo(self) -> None:
+        while True:
+            msg = await self.bus.consume_inbound()
+            await self.bus.publish_outbound(OutboundMessage("discord", msg.chat_id, f"echo: {msg.content}"))
+
+    async def inbound(self, timeout: float = 5.0) -> InboundMessage:
+        return await asyncio.wait_for(self.bus.consume_inbound(), timeout)
+
+    async def stop(self) -> None:
+        if self.responder:
+            self.responder.cancel()
+        await self.manager.stop_all()
+
+
+@pytest.fixture
+async def gateway_factory(tmp_path: Path) -> AsyncIterator[Any]:
+    made: list[Gateway] = []
+
+    def make(config: Config) -> Gateway:
+        made.append(Gateway(config, tmp_path))
+        return made[-1]
+
+    yield make
+    for gw in made:
+        await gw.stop()
+
+
+async def test_dm_round_trip(server, gateway_factory, logs) -> None:
+    await gateway_factory(make_config(server)).start(respond=True)
+    assert server.calls_to("gateway_op_2")[0].params["token"] == TOKEN  # identified with our token
+    server.push_message("hello **there**")
+    sent = (await server.wait_for("send_message"))[0].params
+    assert sent["channel_id"] == str(DM_CHANNEL_ID) and sent["content"] == "echo: hello **there**"
+    assert sent["allowed_mentions"]["parse"] == ["users"]  # never @everyone or roles
+    assert TOKEN not in "\n".join(logs)
+
+
+async def test_inbound_fields_and_slash_command(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start()
+    server.push_message("/new")
+    msg = await gw.inbound()
+    assert (msg.content, msg.sender_id, msg.session_key) == ("/new", str(USER_ID), f"discord:{DM_CHANNEL_ID}")
+    assert not msg.is_group and msg.metadata["username"] == "alice"
+
+
+async def test_guild_mention_policy_and_threads(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start()
+    server.push_message("just chatting", channel_id=GUILD_CHANNEL_ID, guild=True)
+    server.push_message(f"<@{BOT_ID}> what now?", channel_id=GUILD_CHANNEL_ID, guild=True, mention_bot=True)
+    server.push_message("and you?", channel_id=GUILD_CHANNEL_ID, guild=True, reply_to_bot=True)
+    server.push_message(f"<@{BOT_ID}> in a thread", channel_id=THREAD_ID, guild=True, mention_bot=True)
+    got = [await gw.inbound() for _ in range(3)]
+    assert [m.content for m in got] == ["what now?", "and you?", "in a thread"]
+    assert all(m.is_group for m in got)
+    assert got[0].session_key == f"discord:{GUILD_CHANNEL_ID}"
+    assert got[2].session_key == f"discord:{THREAD_ID}"
+    assert got[2].metadata["thread_id"] == str(THREAD_ID) and got[2].metadata["parent_id"] == str(
+        GUILD_CHANNEL_ID
+    )
+    await asyncio.sleep(0.1)
+    assert gw.bus.inbound.empty()
+
+
+async def test_guild_open_policy(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server, groupPolicy="open")).start()
+    server.push_message("just chatting", channel_id=GUILD_CHANNEL_ID, guild=True)
+    assert (await gw.inbound()).content == "just chatting"
+
+
+async def test_ignores_bots_and_itself(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start()
+    server.push_message("beep", author_id=12345, author_name="otherbot", author_bot=True)
+    server.push_message("my own words", author_id=BOT_ID, author_name="nanobot", author_bot=True)
+    server.push_message("human")
+    assert (await gw.inbound()).content == "human"
+    assert gw.bus.inbound.empty()
+
+
+async def test_allow_list_matches_user_id_only_and_logs_denial_once(server, gateway_factory, logs) -> None:
+    gw = await gateway_factory(make_config(server, allowFrom=[str(USER_ID), "mallory"])).start()
+    for _ in range(3):
+        server.push_message("let me in", channel_id=941, author_id=777, author_name="mallory")
+    server.push_message("hi", author_id=USER_ID)
+    assert (await gw.inbound()).content == "hi"
+    await asyncio.sleep(0.1)
+    assert gw.bus.inbound.empty()
+    assert len([line for line in logs if "777" in line and "allowFrom" in line]) == 1
+    assert not server.calls_to("send_message")
+    assert not [c for c in server.calls_to("typing") if c.params["channel_id"] == "941"]
+
+
+async def test_long_reply_split_at_2000_with_fences(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start()
+    code = "```js\n" + "".join(f"let v{i} = {i};\n" for i in range(400)) + "```"
+    reply = ("Some prose here. " * 200) + "\n\n" + code + "\n\n" + ("closing words " * 200)
+    assert len(reply) >= 10_000
+    await gw.bus.publish_outbound(OutboundMessage("discord", str(DM_CHANNEL_ID), reply))
+    await server.wait_for("send_message", count=5)
+    await asyncio.sleep(0.2)
+    parts = [c.params["content"] for c in server.calls_to("send_message")]
+    assert all(len(p) <= 2000 for p in parts)
+    assert all(len(re.findall(r"^```", p, flags=re.M)) % 2 == 0 for p in parts)
+    joined = "".join(parts)
+    assert all(f"let v{i} = {i};" in joined for i in range(400))
+    assert any(p.startswith("```js\n") for p in parts[1:])
+
+
+async def test_attachments_downloaded(server, gateway_factory, tmp_path: Path) -> None:
+    gw = await gateway_factory(make_config(server)).start()
+    image = server.add_attachment("cat.png", b"\x89PNG-cat", "image/png")
+    note = server.add_attachment("notes.txt", b"remember", "text/plain")
+    server.push_message("see attached", attachments=[image, note])
+    msg = await gw.inbound()
+    assert msg.metadata["media_types"] == ["image", "document"]
+    assert [Path(p).read_bytes() for p in msg.media] == [b"\x89PNG-cat", b"remember"]
+    assert all(Path(p).parent == tmp_path / "media" for p in msg.media)
+
+
+async def test_send_survives_429_and_502(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start()
+    server.fail_next(
+        "send_message", 429, retry_after=0.1, message="You are being rate limited.", **{"global": False}
+    )
+    server.fail_next("send_message", 502, message="Bad Gateway")
+    await gw.bus.publish_outbound(OutboundMessage("discord", str(DM_CHANNEL_ID), "persistent"))
+    sends = await server.wait_for("send_message", count=3, timeout=10)
+    assert [c.params["content"] for c in sends] == ["persistent"] * 3
+    assert gw.channel.state == "running"
+
+
+async def test_typing_while_turn_runs(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start()
+    server.push_message("think hard")
+    msg = await gw.inbound()
+    typing = await server.wait_for("typing")
+    assert typing[0].params == {"channel_id": str(DM_CHANNEL_ID)}
+    await gw.bus.publish_outbound(OutboundMessage("discord", msg.chat_id, "done"))
+    await server.wait_for("send_message")
+    assert str(DM_CHANNEL_ID) not in gw.channel._typing
+
+
+async def test_gateway_drop_is_resumed_by_the_library(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=True)
+    server.drop_connections()
+    await server.wait_for("gateway_op_6", timeout=10)  # RESUME
+    async with asyncio.timeout(10):
+        while not server.sockets:
+            await asyncio.sleep(0.01)
+    server.push_message("after the drop")
+    sent = (await server.wait_for("send_message", timeout=10))[0].params
+    assert sent["content"] == "echo: after the drop"
+    assert gw.channel.state == "running"
+
+
+async def test_invalid_token_fails_once(server, gateway_factory, logs) -> None:
+    server.rejected_tokens.add(TOKEN)
+    gw = await gateway_factory(make_config(server)).start(state="failed")
+    await asyncio.sleep(0.2)
+    assert "token was rejected" in (gw.channel.last_error or "")
+    assert len(server.calls_to("get_me")) == 1
+    assert len([line for line in logs if line.startswith("ERROR")]) == 1
+    assert TOKEN not in "\n".join(logs)
+
+
+async def test_clean_stop(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start()
+    await gw.stop()
+    assert gw.channel.state == "stopped" and gw.channel.client is None
+    async with asyncio.timeout(2):
+        while server.sockets:
+            await asyncio.sleep(0.01)
+    await gw.channel.stop()
+    assert gw.channel.state == "stopped"
