@@ -255,6 +255,24 @@ async def test_http_restart_expires_session_then_reconnects(http_server: fakes.H
         await manager.aclose()
 
 
+async def test_cancelled_connect_is_resumed_not_restarted(http_server: fakes.HTTPServerThread) -> None:
+    manager = MCPManager({"web": MCPServerConfig(url=http_server.url)})
+    conn = manager.connections["web"]
+    try:
+        first = asyncio.create_task(manager.tools())
+        for _ in range(3):
+            await asyncio.sleep(0)  # the attempt is under way, the handshake not yet answered
+        attempt = conn._gen
+        first.cancel()  # e.g. /stop during the first turn
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert conn.state == "connecting"
+        assert "mcp_web_echo" in [t.name for t in await manager.tools()]
+        assert conn._gen is attempt and conn.state == "ready"
+    finally:
+        await manager.aclose()
+
+
 async def test_sse_transport() -> None:
     server = fakes.HTTPServerThread("sse").start()
     manager = MCPManager({"legacy": MCPServerConfig(url=server.url)})

@@ -1,0 +1,337 @@
+"""One MCP server's connection: a long-lived owner task per server holds the transport and the
+ClientSession (anyio requires a context manager to be exited by the task that entered it); tool
+calls reach it as jobs answered through futures, so any task may call, a hung call times out on its
+own, and shutdown is clean. Also the naming and result-rendering rules for MCP tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import hashlib
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from loguru import logger
+
+from nanobot.agent.tools.mcp_transport import (
+    StderrTail,
+    describe_error,
+    detect_type,
+    is_connection_lost,
+    open_transport,
+)
+from nanobot.config.schema import MCPServerConfig
+
+CONNECT_TIMEOUT_S = 20.0  # spawn/handshake/tools-list budget for one server
+SHUTDOWN_TIMEOUT_S = 5.0  # per server; the stdio transport itself needs up to ~4 s for a stubborn child
+CALL_GRACE_S = 5.0  # beyond tool_timeout before the caller stops waiting on a wedged transport
+RETRY_BASE_S = 5.0  # first backoff after a failed start; doubles up to RETRY_MAX_S
+RETRY_MAX_S = 300.0
+MAX_TOOL_NAME_CHARS = 64
+MAX_RESULT_CHARS = 100_000
+MAX_LIST_PAGES = 50
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+State = Literal["idle", "connecting", "ready", "failed"]
+
+
+class ConnectionLost(Exception):
+    """The session died under a call (process exit, closed stream, expired HTTP session)."""
+
+
+def tool_name(server: str, tool: str, taken: set[str] | None = None) -> str:
+    """``mcp_<server>_<tool>`` sanitised to ^[A-Za-z0-9_-]{1,64}$; long/clashing names get a hash."""
+    raw = f"mcp_{server}_{tool}"
+    name = _UNSAFE.sub("_", raw)
+    if len(name) > MAX_TOOL_NAME_CHARS or (taken is not None and name in taken):
+        digest = hashlib.sha1(raw.encode()).hexdigest()[:8]
+        name = f"{name[: MAX_TOOL_NAME_CHARS - 9]}_{digest}"
+    return name
+
+
+def tool_enabled(server: str, tool: str, patterns: list[str]) -> bool:
+    """enabledTools entries are globs over the server's tool name or the wrapped mcp_ name."""
+    wrapped = tool_name(server, tool)
+    return any(fnmatch.fnmatchcase(tool, p) or fnmatch.fnmatchcase(wrapped, p) for p in patterns)
+
+
+def render_result(result: Any) -> str:
+    """A CallToolResult as text for the LLM; an isError result becomes ``Error: ...``."""
+    parts: list[str] = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind} {block.mime_type}, {len(block.data)} base64 chars]")
+        elif kind == "resource":
+            text = getattr(block.resource, "text", None)
+            parts.append(text if isinstance(text, str) else f"[binary resource {block.resource.uri}]")
+        elif kind == "resource_link":
+            parts.append(f"[resource link {block.uri}]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    text = "\n".join(parts) or "(no output)"
+    if len(text) > MAX_RESULT_CHARS:
+        text = text[:MAX_RESULT_CHARS] + f"\n[... truncated at {MAX_RESULT_CHARS} chars]"
+    return f"Error: {text}" if result.is_error else text
+
+
+def _new_future() -> asyncio.Future[Any]:
+    return asyncio.get_running_loop().create_future()
+
+
+@dataclass
+class _Job:
+    tool: str
+    args: dict[str, Any]
+    timeout_s: float
+    future: asyncio.Future[Any]
+    scope: Any = None  # the anyio CancelScope running it, so an abandoning caller can cancel it
+
+    def abandon(self) -> None:
+        if self.scope is not None:
+            self.scope.cancel()
+        if not self.future.done():
+            self.future.cancel()
+
+
+@dataclass
+class _Generation:
+    """One connection attempt and its session's life; a reconnect starts a new generation."""
+
+    jobs: asyncio.Queue[_Job] = field(default_factory=asyncio.Queue)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Future[list[Any]] = field(default_factory=_new_future)
+    task: asyncio.Task[None] | None = None
+    stderr: StderrTail | None = None
+    live: bool = False
+
+    def __post_init__(self) -> None:
+        # Mark a start failure as retrieved even when nobody awaits it any more (a retired attempt).
+        self.ready.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+
+
+class MCPServerConnection:
+    """State and session owner for one configured server."""
+
+    def __init__(self, name: str, cfg: MCPServerConfig, retry_base_s: float = RETRY_BASE_S) -> None:
+        self.name = name
+        self.retry_base_s = retry_base_s
+        self.cfg = cfg
+        self.kind = detect_type(cfg)
+        self.state: State = "idle"
+        self.error = ""
+        self.remote_tools: list[Any] = []  # mcp Tool objects that pass enabledTools
+        self._gen: _Generation | None = None
+        self._lock = asyncio.Lock()
+        self._failures = 0
+        self._reported = ""  # the start failure already logged as a warning
+        self._retry_at = 0.0
+        self._closed = False
+
+    @property
+    def live(self) -> bool:
+        return self._gen is not None and self._gen.live and not self._gen.stop.is_set()
+
+    async def ensure_ready(self, retry_now: bool = False) -> bool:
+        """Connect unless connected; a failed server is retried only after its backoff (or when asked)."""
+        if self.live:
+            return True
+        async with self._lock:
+            if self.live:
+                return True
+            backing_off = self.state == "failed" and time.monotonic() < self._retry_at
+            if self._closed or (backing_off and not retry_now):
+                return False
+            gen = self._gen
+            if gen is None or gen.task is None or gen.task.done() or gen.stop.is_set():
+                await self._retire(gen)
+                gen = self._start()
+            # else: an attempt whose first waiter was cancelled is still under way; wait for it.
+            return await self._await_ready(gen)
+
+    def _start(self) -> _Generation:
+        self.state = "connecting"
+        gen = self._gen = _Generation()
+        gen.stderr = StderrTail(self.name) if self.kind == "stdio" else None
+        gen.task = asyncio.create_task(self._own(gen, gen.stderr), name=f"mcp-server:{self.name}")
+        return gen
+
+    async def _await_ready(self, gen: _Generation) -> bool:
+        try:
+            listing = await asyncio.wait_for(asyncio.shield(gen.ready), CONNECT_TIMEOUT_S + CALL_GRACE_S)
+        except Exception as exc:  # noqa: BLE001 - any start failure is reported, never raised
+            await self._retire(gen)
+            tail = await gen.stderr.tail() if gen.stderr is not None else ""
+            self._mark_failed(describe_error(exc) + (f" (stderr: {tail})" if tail else ""))
+            return False
+        patterns = self.cfg.enabled_tools
+        self.remote_tools = [t for t in listing if tool_enabled(self.name, t.name, patterns)]
+        if self._failures:
+            logger.info("MCP server {} is back ({} tools)", self.name, len(self.remote_tools))
+        self.state, self.error, self._failures, self._reported = "ready", "", 0, ""
+        return True
+
+    def _mark_failed(self, error: str) -> None:
+        self._failures += 1
+        backoff = min(self.retry_base_s * 2 ** (self._failures - 1), RETRY_MAX_S)
+        self._retry_at = time.monotonic() + backoff
+        if error != self._reported:
+            # Reported once per distinct problem; later retries of the same failure stay quiet.
+            logger.warning("MCP server {} could not start: {} (retry in {:g}s)", self.name, error, backoff)
+            self._reported = error
+        else:
+            logger.debug("MCP server {} still failing: {}", self.name, error)
+        self.state, self.error = "failed", error
+
+    async def _own(self, gen: _Generation, stderr: StderrTail | None) -> None:
+        """The task that enters, serves and exits this generation's transport and session."""
+        from contextlib import AsyncExitStack
+
+        import anyio
+        from mcp import ClientSession, Implementation
+
+        try:
+            with anyio.CancelScope() as scope:
+                # A deadline on an outer scope (not fail_after around each enter): the transport's
+                # task group opened inside must not outlive a scope that is exited early.
+                scope.deadline = anyio.current_time() + CONNECT_TIMEOUT_S
+                async with AsyncExitStack() as stack:
+                    read, write = await open_transport(stack, self.kind, self.cfg, stderr)
+                    info = Implementation(name="nanobot", version="1")
+                    session = await stack.enter_async_context(ClientSession(read, write, client_info=info))
+                    await session.initialize()
+                    listing = await _list_all_tools(session)
+                    scope.deadline = math.inf
+                    gen.live = True
+                    gen.ready.set_result(listing)
+                    await self._serve(gen, session)
+            if not gen.ready.done():
+                raise TimeoutError(f"no answer within {CONNECT_TIMEOUT_S:.0f}s")
+        except Exception as exc:  # noqa: BLE001 - reported through the ready future or the state
+            if not gen.ready.done():
+                gen.ready.set_exception(exc)
+            else:
+                logger.debug("MCP server {} session ended: {}", self.name, describe_error(exc))
+        finally:
+            if not gen.ready.done():
+                gen.ready.set_exception(ConnectionLost("connection task stopped"))
+            gen.live = False
+            while not gen.jobs.empty():
+                _settle(gen.jobs.get_nowait().future, exc=ConnectionLost("connection closed"))
+            if self._gen is gen and self.state == "ready":
+                # The next call reconnects at once: losing a session is not a failed start.
+                self.state = "idle"
+            if stderr is not None:
+                stderr.close_writer()
+
+    async def _serve(self, gen: _Generation, session: Any) -> None:
+        import anyio
+
+        async with anyio.create_task_group() as tg:
+
+            async def stop_watch() -> None:
+                await gen.stop.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(stop_watch)
+            while True:
+                job = await gen.jobs.get()
+                tg.start_soon(self._run_job, gen, session, job)
+
+    async def _run_job(self, gen: _Generation, session: Any, job: _Job) -> None:
+        import anyio
+        from mcp import MCPError
+        from mcp_types import REQUEST_TIMEOUT
+
+        if job.future.done():
+            return
+        try:
+            with anyio.CancelScope() as job.scope:
+                result = await session.call_tool(job.tool, job.args, read_timeout_seconds=job.timeout_s)
+                _settle(job.future, result=result)
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
+            if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
+                _settle(job.future, exc=TimeoutError())
+            elif is_connection_lost(exc):
+                gen.stop.set()  # this session is dead: end it so the caller's retry starts a fresh one
+                _settle(job.future, exc=ConnectionLost(describe_error(exc)))
+            else:
+                _settle(job.future, exc=exc)
+        finally:
+            _settle(job.future, exc=ConnectionLost("connection closed during the call"))
+
+    async def call(self, tool: str, args: dict[str, Any]) -> str:
+        """Call a remote tool; always returns text. A lost connection gets one reconnect and retry."""
+        timeout_s = self.cfg.tool_timeout
+        for attempt in range(2):
+            if not await self.ensure_ready(retry_now=attempt > 0):
+                return f"Error: MCP server '{self.name}' is not available: {self.error or 'closed'}"
+            gen = self._gen
+            assert gen is not None
+            job = _Job(tool, args, timeout_s, asyncio.get_running_loop().create_future())
+            gen.jobs.put_nowait(job)
+            try:
+                result = await asyncio.wait_for(asyncio.shield(job.future), timeout_s + CALL_GRACE_S)
+            except ConnectionLost as exc:
+                gen.stop.set()  # whatever ended the call, this session is done; the retry starts a new one
+                if attempt == 0:
+                    logger.info("MCP server {}: connection lost ({}); reconnecting", self.name, exc)
+                    continue
+                return f"Error: MCP server '{self.name}' connection lost: {exc}"
+            except TimeoutError:
+                job.abandon()
+                return f"Error: MCP tool '{tool}' on server '{self.name}' timed out after {timeout_s:g}s"
+            except asyncio.CancelledError:
+                job.abandon()
+                raise
+            except Exception as exc:  # noqa: BLE001 - protocol errors (unknown tool, bad params) are results
+                return f"Error: MCP tool '{tool}' on server '{self.name}' failed: {describe_error(exc)}"
+            return render_result(result)
+        return f"Error: MCP server '{self.name}' is not available"
+
+    async def _retire(self, gen: _Generation | None) -> None:
+        """Stop a generation's owner task and wait for it (bounded)."""
+        if gen is None or gen.task is None:
+            return
+        gen.stop.set()
+        if gen.live:
+            await asyncio.wait({gen.task}, timeout=SHUTDOWN_TIMEOUT_S)
+        if not gen.task.done():
+            gen.task.cancel()  # still connecting, or wedged: cancellation unwinds the transport (shielded)
+            await asyncio.wait({gen.task}, timeout=SHUTDOWN_TIMEOUT_S)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await self._retire(self._gen)
+        if self.state == "ready":
+            self.state = "idle"
+
+
+def _settle(future: asyncio.Future[Any], result: Any = None, exc: BaseException | None = None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
+async def _list_all_tools(session: Any) -> list[Any]:
+    from mcp_types import PaginatedRequestParams
+
+    listing = await session.list_tools()
+    tools = list(listing.tools)
+    for _ in range(MAX_LIST_PAGES):
+        if not listing.next_cursor:
+            break
+        listing = await session.list_tools(params=PaginatedRequestParams(cursor=listing.next_cursor))
+        tools.extend(listing.tools)
+    return tools
