@@ -512,6 +512,8 @@ def test_cli_run_executes_once_and_records(cli_config: Path, monkeypatch: pytest
     monkeypatch.setattr(cron_cli, "_run_job_once", broken)
     res = runner.invoke(cron_cli.app, ["run", job_id.strip(), "-c", str(cli_config)])
     assert res.exit_code == 1 and "no provider" in res.stderr and res.stdout == ""
+    listed = json.loads(runner.invoke(cron_cli.app, ["list", "--json", "-c", str(cli_config)]).stdout)
+    assert listed[0]["last_status"] == "error: RuntimeError: no provider"
     res = runner.invoke(cron_cli.app, ["run", "nope", "-c", str(cli_config)])
     assert res.exit_code == 1 and "no job" in res.stderr
 
@@ -557,3 +559,55 @@ async def test_job_runs_through_litellm_against_the_fake_llm_server(tmp_path: Pa
         assert "Remind me to water the plants" in server.requests[0]["messages"][0]["content"]
     assert delivered[0] == ("discord", "77", "Water the plants now!")
     assert svc.get(job.id).last_status == "ok"
+
+
+def _agent_config(tmp_path: Path, providers: dict, provider: str, model: str) -> Path:
+    cfg = tmp_path / "agent-config.json"
+    defaults = {"workspace": str(tmp_path / "ws"), "timezone": "UTC", "provider": provider, "model": model}
+    cfg.write_text(json.dumps({"agents": {"defaults": defaults}, "providers": providers}))
+    return cfg
+
+
+def test_cli_run_through_the_real_agent_and_fake_llm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nanobot cron run` builds the real agent, which reaches the fake LLM over a socket via litellm."""
+    from tests.fakes.llm_server import FakeLLMServer
+
+    monkeypatch.setenv("NANOBOT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    runner = CliRunner()
+    with FakeLLMServer() as server:
+        server.responder = lambda body: "Time to stretch!"
+        cfg = _agent_config(
+            tmp_path, {"custom": {"apiBase": server.url, "apiKey": "x"}}, "custom", "custom/fake"
+        )
+        add = [
+            "add",
+            "-c",
+            str(cfg),
+            "-m",
+            "remind me to stretch",
+            "--every",
+            "3600",
+            "--channel",
+            "telegram",
+        ]
+        job_id = runner.invoke(cron_cli.app, [*add, "--to", "42"]).stdout.strip()
+        res = runner.invoke(cron_cli.app, ["run", job_id, "-c", str(cfg)])
+        assert res.exit_code == 0, res.stderr
+        assert res.stdout == "Time to stretch!\n"
+        sent = server.requests[0]["messages"][-1]["content"]
+        assert "remind me to stretch" in str(sent)
+    assert (tmp_path / "ws" / "sessions" / f"cron_{job_id}.jsonl").exists()
+
+
+def test_cli_run_without_provider_credentials_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NANOBOT_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("NANOBOT_PROVIDERS__OPENAI__API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    cfg = _agent_config(tmp_path, {}, "openai", "openai/gpt-4o-mini")
+    runner = CliRunner()
+    job_id = runner.invoke(cron_cli.app, ["add", "-c", str(cfg), "-m", "x", "--every", "60"]).stdout.strip()
+    res = runner.invoke(cron_cli.app, ["run", job_id, "-c", str(cfg)])
+    assert res.exit_code == 2 and res.stdout == "" and "apiKey" in res.stderr

@@ -141,16 +141,18 @@ def run(
     config: ConfigOption = None,
 ) -> None:
     """Run a job once now through the agent and print its reply (its schedule is unchanged)."""
+    from nanobot.providers.registry import ProviderConfigError
+
     service = _service(load_cli_config(config))
     try:
-        result = asyncio.run(service.run_now(job_id))
-        job = service.get(job_id)
+        result = asyncio.run(service.run_now(job_id, raise_errors=True))
     except KeyError:
         fail(f"Error: no job {job_id!r}")
     except CronStoreError as exc:
         fail(f"Error: {exc}")
-    status = job.last_status if job else None
-    if status and status.startswith("error"):
-        fail(f"Error: job {job_id} failed: {status}")
+    except ProviderConfigError as exc:
+        fail(f"Error: {exc}", EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 - the failure is recorded in the job; report it briefly
+        fail(f"Error: job {job_id} failed: {type(exc).__name__}: {exc}")
     if result:
         typer.echo(result)

@@ -134,7 +134,7 @@ class CronService:
             created_at=to_iso(moment),
         )
         first = next_fire(job, self.tz, moment)
-        job.next_run_at = to_iso(first) if first else None
+        job.next_run_at = to_iso(first, round_up=True) if first else None
 
         def append(jobs: builtins.list[CronJob]) -> None:
             if len(jobs) >= MAX_JOBS:
@@ -167,7 +167,7 @@ class CronService:
                 if job.id == job_id:
                     job.enabled = enabled
                     nxt = next_fire(job, self.tz, moment) if enabled else None
-                    job.next_run_at = to_iso(nxt) if nxt else None
+                    job.next_run_at = to_iso(nxt, round_up=True) if nxt else None
                     return job
             return None
 
@@ -210,12 +210,15 @@ class CronService:
         if self._inflight:
             await asyncio.wait(list(self._inflight), timeout=STOP_TIMEOUT_S)
 
-    async def run_now(self, job_id: str) -> str | None:
-        """Run a job once right now (it keeps its schedule); raises KeyError for an unknown id."""
+    async def run_now(self, job_id: str, raise_errors: bool = False) -> str | None:
+        """Run a job once right now (it keeps its schedule); raises KeyError for an unknown id.
+
+        A failure is recorded in the job either way; `raise_errors` also re-raises it (for the CLI).
+        """
         job = self.get(job_id)
         if job is None:
             raise KeyError(job_id)
-        return await self._execute(job, scheduled=False)
+        return await self._execute(job, scheduled=False, raise_errors=raise_errors)
 
     # ------------------------------------------------------------------ timers
     def _resync(self) -> None:
@@ -285,8 +288,8 @@ class CronService:
             replace_existing=True,
         )
         self._scheduled[job.id] = job.schedule
-        if job.next_run_at != to_iso(run_time):
-            update["next_run_at"] = to_iso(run_time)
+        if job.next_run_at != to_iso(run_time, round_up=True):
+            update["next_run_at"] = to_iso(run_time, round_up=True)
         return update
 
     def _unschedule(self, job_id: str) -> None:
@@ -343,10 +346,11 @@ class CronService:
             if task is not None:
                 self._inflight.discard(task)
 
-    async def _execute(self, job: CronJob, scheduled: bool) -> str | None:
+    async def _execute(self, job: CronJob, scheduled: bool, raise_errors: bool = False) -> str | None:
         started = tz_now(self.tz)
         logger.info("cron: running job {} ({})", job.id, job.name)
         result: str | None = None
+        error: Exception | None = None
         try:
             result = await self._on_job(job)
             status = "ok"
@@ -355,6 +359,7 @@ class CronService:
         except Exception as exc:  # noqa: BLE001 - one failing job must not stop the others
             logger.opt(exception=exc).error("cron: job {} failed", job.id)
             status = f"error: {type(exc).__name__}: {exc}"
+            error = exc
         if result and result.strip() and status == "ok":
             status = await self._deliver_result(job, result)
         update: dict[str, Any] = {"last_run_at": to_iso(started), "last_status": _status(status)}
@@ -364,10 +369,12 @@ class CronService:
             else:
                 timer = self._scheduler.get_job(job.id) if self._scheduler is not None else None
                 nxt = timer.next_run_time if timer is not None else None
-                update["next_run_at"] = to_iso(nxt) if nxt else None
+                update["next_run_at"] = to_iso(nxt, round_up=True) if nxt else None
         self._apply({job.id: update})
         if scheduled and job.schedule.kind == "at":
             self._scheduled.pop(job.id, None)
+        if error is not None and raise_errors:
+            raise error
         return result
 
     async def _deliver_result(self, job: CronJob, result: str) -> str:

@@ -148,10 +148,16 @@ def job_zone(name: str, default: tzinfo) -> tzinfo:
         ) from None
 
 
-def to_iso(moment: datetime) -> str:
-    """ISO-8601 with a UTC offset and whole seconds, e.g. `2025-03-01T09:00:00+01:00`."""
+def to_iso(moment: datetime, round_up: bool = False) -> str:
+    """ISO-8601 with a UTC offset and whole seconds, e.g. `2025-03-01T09:00:00+01:00`.
+
+    Due times round up, so a stored time is never earlier than the real one (which would make a
+    run that has not happened yet look missed).
+    """
     if moment.tzinfo is None:
         moment = moment.astimezone()
+    if round_up and moment.microsecond:
+        moment += timedelta(seconds=1)
     return moment.isoformat(timespec="seconds")
 
 
@@ -243,7 +249,7 @@ def make_schedule(
             ) from None
         if moment <= now:
             raise ValueError(f"'at' time {to_iso(moment)} is in the past")
-        return CronSchedule(kind="at", at=to_iso(moment), tz=tz)
+        return CronSchedule(kind="at", at=to_iso(moment, round_up=True), tz=tz)
     if every_s is not None:
         if isinstance(every_s, bool) or not isinstance(every_s, int) or every_s < MIN_EVERY_S:
             raise ValueError(f"'every' must be a whole number of seconds >= {MIN_EVERY_S}")
