@@ -79,6 +79,13 @@ def test_actionable(text: str, actionable: bool) -> None:
     assert is_actionable(text) is actionable
 
 
+def test_shipped_template_is_not_actionable() -> None:
+    import nanobot
+
+    template = Path(nanobot.__file__).parent / "templates" / "HEARTBEAT.md"
+    assert not is_actionable(template.read_text(encoding="utf-8"))
+
+
 def test_task_lines_keep_only_content() -> None:
     assert task_lines(TEMPLATE + "- water the plants\n<!-- x -->Send the report\n") == [
         "- water the plants",
