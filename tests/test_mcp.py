@@ -141,6 +141,17 @@ async def test_server_that_cannot_start_is_reported_once_and_others_work(
         await manager.aclose()
 
 
+async def test_missing_sdk_is_a_clear_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as if the mcp extra were not installed
+    manager = MCPManager({"x": MCPServerConfig(url="http://127.0.0.1:9/mcp")})
+    started = time.monotonic()
+    assert await manager.tools() == []
+    assert time.monotonic() - started < 2.0
+    row = manager.status()[0]
+    assert row["state"] == "failed" and "pip install 'nanobot[mcp]'" in row["error"]
+    await manager.aclose()
+
+
 # ------------------------------------------------------------------------------------- stdio
 
 

@@ -195,9 +195,12 @@ class MCPServerConnection:
         """The task that enters, serves and exits this generation's transport and session."""
         from contextlib import AsyncExitStack
 
-        import anyio
-        from mcp import ClientSession, Implementation
-
+        try:
+            import anyio
+            from mcp import ClientSession, Implementation
+        except ImportError as exc:
+            gen.ready.set_exception(ImportError(f"{exc}: install it with pip install 'nanobot[mcp]'"))
+            return
         try:
             with anyio.CancelScope() as scope:
                 # A deadline on an outer scope (not fail_after around each enter): the transport's
