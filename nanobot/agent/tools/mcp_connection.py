@@ -281,6 +281,8 @@ class MCPServerConnection:
             assert gen is not None
             job = _Job(tool, args, timeout_s, asyncio.get_running_loop().create_future())
             gen.jobs.put_nowait(job)
+            if gen.task is None or gen.task.done():  # ended since ensure_ready: its drain already ran
+                _settle(job.future, exc=ConnectionLost("connection closed"))
             try:
                 result = await asyncio.wait_for(asyncio.shield(job.future), timeout_s + CALL_GRACE_S)
             except ConnectionLost as exc:
