@@ -38,6 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # A stand-in systemctl: logs its arguments, answers is-active/is-enabled, fails on demand.
 FAKE_SYSTEMCTL = """#!/bin/sh
 echo "$*" >> "{log}"
+if [ -n "$FAKE_SYSTEMCTL_OFFLINE" ]; then
+  echo "System has not been booted with systemd as init system (PID 1). Can't operate." >&2
+  exit 1
+fi
 case "$*" in
   *is-active*) echo active ;;
   *is-enabled*) echo enabled ;;
@@ -203,6 +207,19 @@ def test_failing_systemctl_is_reported(
         install_unit(spec(tmp_path), tmp_path / "nanobot.service", Systemctl(False, exe))
 
 
+def test_status_when_systemd_is_not_running(
+    tmp_path: Path, fake_systemctl: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exe, _ = fake_systemctl
+    monkeypatch.setenv("FAKE_SYSTEMCTL_OFFLINE", "1")
+    status = unit_status(tmp_path / "nanobot.service", Systemctl(False, exe))
+    assert status["installed"] is False
+    assert (
+        status["active"]
+        == "unknown (System has not been booted with systemd as init system (PID 1). Can't operate.)"
+    )
+
+
 # -------------------------------------------------------------------------------- sd_notify
 
 
@@ -304,12 +321,12 @@ def test_cli_install_user_unit(tmp_path: Path, cli_env: Path) -> None:
 def test_cli_system_unit_into_unit_dir(tmp_path: Path, cli_env: Path) -> None:
     cfg, ws = write_config(tmp_path)
     units = tmp_path / "etc"
-    args = ["--unit-dir", str(units), "--no-start", "-c", str(cfg)]
+    args = ["--unit-dir", str(units), "--no-systemctl", "-c", str(cfg)]
     result = CliRunner().invoke(cli_app(), ["service", "install", "--watchdog-sec", "30", *args])
     assert result.exit_code == 0, result.output
     text = (units / "nanobot.service").read_text()
     assert "User=" in text and "WatchdogSec=30" in text
-    assert lines(cli_env) == []  # --no-start: systemctl untouched
+    assert lines(cli_env) == []  # --no-systemctl: systemctl untouched
     with GatewayLock(ws):
         GatewayState(ws).beat()
         result = CliRunner().invoke(cli_app(), ["service", "status", *args])

@@ -36,8 +36,9 @@ UnitDirOption = Annotated[
     Path | None,
     typer.Option("--unit-dir", help="Write the unit into this folder instead of systemd's (for packaging)."),
 ]
-NoStartOption = Annotated[
-    bool, typer.Option("--no-start", help="Only write the unit; do not call systemctl.")
+NoSystemctlOption = Annotated[
+    bool,
+    typer.Option("--no-systemctl", help="Do not call systemctl (only write, remove or show the unit file)."),
 ]
 
 
@@ -59,8 +60,8 @@ def _unit_path(user: bool, unit_dir: Path | None) -> Path:
     return (unit_dir / "nanobot.service") if unit_dir is not None else default_unit_path(user)
 
 
-def _systemctl(user: bool, no_start: bool) -> Systemctl | None:
-    return None if no_start else Systemctl(user)
+def _systemctl(user: bool, no_systemctl: bool) -> Systemctl | None:
+    return None if no_systemctl else Systemctl(user)
 
 
 @app.command("install")
@@ -75,7 +76,7 @@ def install(
         bool, typer.Option("--no-sandbox", help="Leave out namespace sandboxing (no user namespaces).")
     ] = False,
     unit_dir: UnitDirOption = None,
-    no_start: NoStartOption = False,
+    no_systemctl: NoSystemctlOption = False,
 ) -> None:
     """Write the unit (Restart=on-failure, hardened) and enable it with systemctl."""
     cfg = load_cli_config(config)
@@ -114,7 +115,7 @@ def install(
             "Re-run with --no-sandbox if it does."
         )
     try:
-        notes = install_unit(spec, _unit_path(user, unit_dir), _systemctl(user, no_start))
+        notes = install_unit(spec, _unit_path(user, unit_dir), _systemctl(user, no_systemctl))
     except ServiceError as exc:
         fail(f"Error: {exc}")
     for note in notes:
@@ -125,11 +126,11 @@ def install(
 
 @app.command("uninstall")
 def uninstall(
-    user: UserOption = False, unit_dir: UnitDirOption = None, no_start: NoStartOption = False
+    user: UserOption = False, unit_dir: UnitDirOption = None, no_systemctl: NoSystemctlOption = False
 ) -> None:
     """Stop and disable the service and remove its unit."""
     try:
-        notes = uninstall_unit(_unit_path(user, unit_dir), _systemctl(user, no_start))
+        notes = uninstall_unit(_unit_path(user, unit_dir), _systemctl(user, no_systemctl))
     except ServiceError as exc:
         fail(f"Error: {exc}")
     for note in notes:
@@ -141,12 +142,12 @@ def status(
     config: ConfigOption = None,
     user: UserOption = False,
     unit_dir: UnitDirOption = None,
-    no_start: NoStartOption = False,
+    no_systemctl: NoSystemctlOption = False,
 ) -> None:
     """Where the unit is, what systemd says of it, and whether a gateway runs on the workspace."""
     cfg = load_cli_config(config)
     try:
-        info = unit_status(_unit_path(user, unit_dir), _systemctl(user, no_start))
+        info = unit_status(_unit_path(user, unit_dir), _systemctl(user, no_systemctl))
     except ServiceError as exc:
         fail(f"Error: {exc}")
     print(f"unit: {info['path']} ({'installed' if info['installed'] else 'not installed'})")

@@ -180,7 +180,11 @@ class Systemctl:
     def query(self, verb: str) -> str:
         """`is-active` / `is-enabled` answer (e.g. active, inactive, enabled, not-found)."""
         done = self.run(verb, UNIT_NAME)
-        return (done.stdout.strip().splitlines() or ["unknown"])[0]
+        answer = done.stdout.strip().splitlines()
+        if answer:
+            return answer[0]
+        problem = done.stderr.strip().splitlines()
+        return f"unknown ({problem[0]})" if problem else "unknown"
 
 
 def write_unit(text: str, path: Path) -> None:
