@@ -44,7 +44,9 @@ class _InterceptHandler(logging.Handler):
         logger.opt(depth=6, exception=record.exc_info).bind(lib=record.name).log(level, "{}", message)
 
 
-def setup_logging(level: str | None = None, file: str = "", rotation: str = "10 MB", retention: int = 5) -> None:
+def setup_logging(
+    level: str | None = None, file: str = "", rotation: str = "10 MB", retention: int = 5
+) -> None:
     """(Re)configure logging. `level` None keeps the current level (default WARNING for the CLI;
     NANOBOT_LOG_LEVEL overrides)."""
     level = (level or os.environ.get("NANOBOT_LOG_LEVEL") or _state["level"]).upper()
@@ -54,8 +56,16 @@ def setup_logging(level: str | None = None, file: str = "", rotation: str = "10 
     logger.add(sys.stderr, level=level, format=_STDERR_FORMAT, colorize=None, backtrace=False, diagnose=False)
     if file:
         os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)
-        logger.add(file, level=level, format=_FILE_FORMAT, rotation=rotation, retention=retention,
-                   enqueue=True, backtrace=False, diagnose=False)
+        logger.add(
+            file,
+            level=level,
+            format=_FILE_FORMAT,
+            rotation=rotation,
+            retention=retention,
+            enqueue=True,
+            backtrace=False,
+            diagnose=False,
+        )
     logging.basicConfig(handlers=[_InterceptHandler()], level=0, force=True)
     lib_level = logging.DEBUG if level == "DEBUG" else logging.WARNING
     for name in _NOISY_LIBRARIES:

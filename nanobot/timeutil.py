@@ -15,9 +15,14 @@ def resolve_tz(name: str = "") -> tzinfo:
             return ZoneInfo(name.strip())
         except (ZoneInfoNotFoundError, ValueError):
             logger.warning("unknown timezone '{}'; using the system's", name)
-    local = datetime.now().astimezone().tzinfo
-    assert local is not None
-    return local
+    try:
+        from tzlocal import get_localzone
+
+        return get_localzone()  # a real zone: cron stays right across daylight-saving changes
+    except Exception:  # noqa: BLE001 - no tzlocal or an unreadable /etc/localtime
+        local = datetime.now().astimezone().tzinfo
+        assert local is not None
+        return local
 
 
 def now(tz: tzinfo | None = None) -> datetime:

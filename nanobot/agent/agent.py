@@ -26,8 +26,8 @@ from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import Config
 from nanobot.memory.lifecycle import MemoryLifecycle
-from nanobot.memory.store import MemoryStore
 from nanobot.memory.seam import FileMemory, LongTermMemory, TurnRecord
+from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMError, LLMProvider
 from nanobot.providers.tokens import count_message, count_tools
 from nanobot.session.history import build_history, history_indices, truncate_middle
@@ -88,6 +88,10 @@ class Agent:
         self.on_close: list[Callable[[], Any]] = []
         self.subagents: SubagentManager | None = None
         self.last_turn_failed = False
+        self.cron: Any = None  # the CronService behind the cron tool (started by the gateway)
+        self.mcp: Any = None  # the MCPManager when MCP servers are configured
+        self.on_first_turn: list[Callable[[], Any]] = []  # async set-up run once, lazily
+        self._ready = False
         lifecycle.estimator = self.estimate_base_tokens
 
     # ------------------------------------------------------------------ entry points
@@ -99,30 +103,49 @@ class Agent:
             chat_id = msg.metadata.get("origin_chat_id", msg.chat_id)
         command = parse_command(msg.content)
         if command == "new":
-            return OutboundMessage(channel=channel, chat_id=chat_id, content=await self.new_session(msg.session_key))
+            return OutboundMessage(
+                channel=channel, chat_id=chat_id, content=await self.new_session(msg.session_key)
+            )
         if command == "help":
             return OutboundMessage(channel=channel, chat_id=chat_id, content=HELP_TEXT)
         if command == "status":
-            return OutboundMessage(channel=channel, chat_id=chat_id, content=self.status_text(msg.session_key))
+            return OutboundMessage(
+                channel=channel, chat_id=chat_id, content=self.status_text(msg.session_key)
+            )
         if command == "stop":
             return OutboundMessage(channel=channel, chat_id=chat_id, content="Nothing is running.")
         reply = await self.run_turn(msg, channel, chat_id)
         if reply is None:
             return None
-        return OutboundMessage(channel=channel, chat_id=chat_id, content=reply,
-                               metadata={"stream_id": msg.metadata.get("stream_id")} if self.settings.stream else {})
+        return OutboundMessage(
+            channel=channel,
+            chat_id=chat_id,
+            content=reply,
+            metadata={"stream_id": msg.metadata.get("stream_id")} if self.settings.stream else {},
+        )
 
-    async def process_direct(self, text: str, session_key: str = "cli:direct", channel: str = "cli",
-                             chat_id: str = "direct", sender_id: str = "user") -> str:
+    async def process_direct(
+        self,
+        text: str,
+        session_key: str = "cli:direct",
+        channel: str = "cli",
+        chat_id: str = "direct",
+        sender_id: str = "user",
+    ) -> str:
         """One message from code (CLI, cron, heartbeat): returns the reply text."""
-        msg = InboundMessage(channel=channel, sender_id=sender_id, chat_id=chat_id, content=text,
-                             session_key_override=session_key)
+        msg = InboundMessage(
+            channel=channel,
+            sender_id=sender_id,
+            chat_id=chat_id,
+            content=text,
+            session_key_override=session_key,
+        )
         out = await self.handle(msg)
         return out.content if out else ""
 
     # ------------------------------------------------------------------ commands
     async def new_session(self, session_key: str) -> str:
-        """/new: archive the transcript (kept on disk) and start afresh; memory work goes on in the background."""
+        """/new: archive the transcript (kept on disk) and start afresh; memory work runs later."""
         session = self.sessions.get(session_key)
         await self.lifecycle.start_new_session(session)
         await self.long_term.on_new_session(session_key)
@@ -138,7 +161,7 @@ class Agent:
             f"Context: ~{self.stats.last_prompt_tokens} of {self.lifecycle.budget_tokens} prompt tokens",
             f"Tokens used since start: {self.stats.prompt_tokens} in / {self.stats.completion_tokens} out "
             f"over {self.stats.turns} turns",
-            f"Tools: {len(self.tools)}; memory: {self.long_term.name}; "
+            f"Tools: {len(self.tools)}{self._mcp_status()}; memory: {self.long_term.name}; "
             f"background memory tasks: {self.lifecycle.pending()}",
             f"Uptime: {uptime // 3600}h {uptime % 3600 // 60}m",
         ]
@@ -151,32 +174,57 @@ class Agent:
         """System prompt + tool schemas + the session's history, as the next turn would send them."""
         system = self.context.system_prompt(is_group)
         tools = count_tools(self.tools.schemas(self._tool_names()))
-        return (count_message({"role": "system", "content": system}) + tools
-                + sum(session.tokens_of(i) for i in history_indices(session)))
+        return (
+            count_message({"role": "system", "content": system})
+            + tools
+            + sum(session.tokens_of(i) for i in history_indices(session))
+        )
 
-    def _prompt_messages(self, session: Session, system: str, user_msg: dict[str, Any],
-                         tool_tokens: int) -> tuple[list[dict[str, Any]], int]:
+    def _prompt_messages(
+        self, session: Session, system: str, user_msg: dict[str, Any], tool_tokens: int
+    ) -> tuple[list[dict[str, Any]], int]:
         indices = history_indices(session)
-        history = build_history(session, indices, self.settings.max_user_message_chars,
-                                self.settings.max_tool_result_chars)
-        tokens = (count_message({"role": "system", "content": system}) + tool_tokens
-                  + sum(session.tokens_of(i) for i in indices) + count_message(user_msg))
+        history = build_history(
+            session, indices, self.settings.max_user_message_chars, self.settings.max_tool_result_chars
+        )
+        tokens = (
+            count_message({"role": "system", "content": system})
+            + tool_tokens
+            + sum(session.tokens_of(i) for i in indices)
+            + count_message(user_msg)
+        )
         return [{"role": "system", "content": system}, *history, user_msg], tokens
 
+    async def _ensure_ready(self) -> None:
+        """Lazy set-up (e.g. MCP servers connect on first need); failures are logged, never fatal."""
+        if self._ready:
+            return
+        self._ready = True
+        for hook in self.on_first_turn:
+            try:
+                outcome = hook()
+                if asyncio.iscoroutine(outcome):
+                    await outcome
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("set-up step failed: {}", exc)
+
     async def run_turn(self, msg: InboundMessage, channel: str, chat_id: str) -> str | None:
+        await self._ensure_ready()
         session = self.sessions.get(msg.session_key)
         tz = self.context.tz
         user_text = msg.content
         memory_context = ""
         try:
-            memory_context = await self.long_term.context_for(user_text, msg.session_key, msg.sender_id,
-                                                              msg.is_group)
+            memory_context = await self.long_term.context_for(
+                user_text, msg.session_key, msg.sender_id, msg.is_group
+            )
         except Exception as exc:  # noqa: BLE001 - a failing memory backend never fails a turn
             logger.warning("memory backend {} failed to give context: {}", self.long_term.name, exc)
         runtime = self.context.runtime_block(channel, chat_id, msg.sender_id, msg.is_group, memory_context)
         llm_text = truncate_middle(user_text, self.settings.max_user_message_chars)
-        user_msg = self.context.user_message(llm_text, runtime, msg.media,
-                                                vision=bool(msg.media) and self._vision())
+        user_msg = self.context.user_message(
+            llm_text, runtime, msg.media, vision=bool(msg.media) and self._vision()
+        )
         stored: dict[str, Any] = {"role": "user", "content": user_text, "timestamp": tz_now(tz).isoformat()}
         if msg.media:
             stored["media"] = list(msg.media)
@@ -194,16 +242,22 @@ class Agent:
         if not session.messages and "is_group" not in session.metadata:
             self.sessions.set_metadata(session, is_group=msg.is_group)
         self.sessions.append(session, stored)
-        ctx = ToolContext(channel=channel, chat_id=chat_id, session_key=msg.session_key,
-                          sender_id=msg.sender_id, is_group=msg.is_group)
+        ctx = ToolContext(
+            channel=channel,
+            chat_id=chat_id,
+            session_key=msg.session_key,
+            sender_id=msg.sender_id,
+            is_group=msg.is_group,
+        )
 
         def persist(new: list[dict[str, Any]]) -> None:
             stamp = tz_now(tz).isoformat()
             self.sessions.append(session, *({**m, "timestamp": stamp} for m in new))
 
         async def progress(kind: str, text: str) -> None:
-            await self.bus.publish_outbound(OutboundMessage(channel=channel, chat_id=chat_id, content=text,
-                                                            kind=kind))  # type: ignore[arg-type]
+            await self.bus.publish_outbound(
+                OutboundMessage(channel=channel, chat_id=chat_id, content=text, kind=kind)
+            )  # type: ignore[arg-type]
 
         on_delta = None
         if self.settings.stream:
@@ -211,28 +265,46 @@ class Agent:
             msg.metadata["stream_id"] = stream_id
 
             async def on_delta(delta: str) -> None:
-                await self.bus.publish_outbound(OutboundMessage(
-                    channel=channel, chat_id=chat_id, content=delta, kind="stream_delta",
-                    metadata={"stream_id": stream_id}))
+                await self.bus.publish_outbound(
+                    OutboundMessage(
+                        channel=channel,
+                        chat_id=chat_id,
+                        content=delta,
+                        kind="stream_delta",
+                        metadata={"stream_id": stream_id},
+                    )
+                )
 
         self.stats.last_prompt_tokens = prompt_tokens
         self.last_turn_failed = False
         try:
-            result = await self.runner.run(messages, ctx, tool_names=tool_names, on_messages=persist,
-                                           on_progress=progress, on_delta=on_delta)
+            result = await self.runner.run(
+                messages,
+                ctx,
+                tool_names=tool_names,
+                on_messages=persist,
+                on_progress=progress,
+                on_delta=on_delta,
+            )
         except LLMError as exc:
             self.last_turn_failed = True
             reply = f"Sorry, I could not get an answer from the model: {exc}"
-            self.sessions.append(session, {"role": "assistant", "content": reply,
-                                           "timestamp": tz_now(tz).isoformat()})
+            self.sessions.append(
+                session, {"role": "assistant", "content": reply, "timestamp": tz_now(tz).isoformat()}
+            )
             self.lifecycle.after_turn(session, is_group=msg.is_group)
             return reply
         self.stats.turns += 1
         self.stats.prompt_tokens += result.usage.prompt_tokens
         self.stats.completion_tokens += result.usage.completion_tokens
-        logger.info("turn {}: {} iteration(s), {} prompt + {} completion tokens, tools {}", msg.session_key,
-                    result.iterations, result.usage.prompt_tokens, result.usage.completion_tokens,
-                    result.tools_used or "none")
+        logger.info(
+            "turn {}: {} iteration(s), {} prompt + {} completion tokens, tools {}",
+            msg.session_key,
+            result.iterations,
+            result.usage.prompt_tokens,
+            result.usage.completion_tokens,
+            result.tools_used or "none",
+        )
         self.lifecycle.after_turn(session, is_group=msg.is_group)
         self._record_long_term(msg, user_text, result.content)
         return result.content
@@ -240,8 +312,14 @@ class Agent:
     def _record_long_term(self, msg: InboundMessage, user_text: str, reply: str) -> None:
         if isinstance(self.long_term, FileMemory):
             return
-        record = TurnRecord(session_key=msg.session_key, sender_id=msg.sender_id, user_text=user_text,
-                            reply=reply, is_group=msg.is_group, timestamp=tz_now(self.context.tz).isoformat())
+        record = TurnRecord(
+            session_key=msg.session_key,
+            sender_id=msg.sender_id,
+            user_text=user_text,
+            reply=reply,
+            is_group=msg.is_group,
+            timestamp=tz_now(self.context.tz).isoformat(),
+        )
         self.lifecycle.track(self.long_term.record_turn(record), f"record:{msg.session_key}")
 
     def _tool_names(self) -> set[str] | None:
@@ -257,6 +335,14 @@ class Agent:
             return bool(import_litellm().supports_vision(model=model))
         except Exception:  # noqa: BLE001 - unknown models: no images, a note with the path instead
             return False
+
+    def _mcp_status(self) -> str:
+        if self.mcp is None:
+            return ""
+        servers = self.mcp.status()
+        ready = sum(1 for s in servers if s.get("state") == "ready")
+        tools = sum(len(s.get("tools") or []) for s in servers)
+        return f" (MCP: {ready}/{len(servers)} servers ready, {tools} tools)"
 
     def cancel_subagents(self, session_key: str) -> int:
         return self.subagents.cancel_for(session_key) if self.subagents else 0

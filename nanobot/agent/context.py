@@ -30,6 +30,7 @@ RUNTIME_HEADER = "[Runtime context: metadata for this message, not instructions]
 class SkillsSource(Protocol):
     def always_on_content(self, max_chars: int) -> str: ...
     def summary(self) -> str: ...
+    def signature(self) -> tuple[Any, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,10 @@ def fit_to_budget(name: str, text: str, max_chars: int) -> str:
         return text
     head = int(max_chars * HEAD_SHARE)
     tail = int(max_chars * TAIL_SHARE)
-    marker = (f"\n\n[... {name} is {len(text)} characters; {len(text) - head - tail} omitted here. "
-              f"Read the whole file with read_file(\"{name}\") ...]\n\n")
+    marker = (
+        f"\n\n[... {name} is {len(text)} characters; {len(text) - head - tail} omitted here. "
+        f'Read the whole file with read_file("{name}") ...]\n\n'
+    )
     return text[:head] + marker + text[-tail:]
 
 
@@ -85,6 +88,8 @@ class ContextBuilder:
                 sig.append(None)
         skills_dir = self.workspace / "skills"
         sig.append(skills_dir.stat().st_mtime_ns if skills_dir.exists() else None)
+        if self.skills is not None:
+            sig.append(self.skills.signature())
         return tuple(sig)
 
     def system_prompt(self, is_group: bool = False) -> str:
@@ -106,8 +111,9 @@ class ContextBuilder:
             key = (0, size)
         if self._warned.get(name) != key:
             self._warned[name] = key
-            logger.warning("{} is {} characters, over its {}-character budget: truncated in the prompt",
-                           name, size, cap)
+            logger.warning(
+                "{} is {} characters, over its {}-character budget: truncated in the prompt", name, size, cap
+            )
 
     def _build(self, private: bool) -> str:
         parts = [self._identity()]
@@ -122,8 +128,10 @@ class ContextBuilder:
             cap = min(self.budget.per_file_chars, max(remaining, 0))
             if cap < 200:
                 self._warn_once(name, len(text), cap)
-                parts.append(f"## {name}\n\n[{name} left out: the bootstrap budget is used up; "
-                             f"read it with read_file(\"{name}\")]")
+                parts.append(
+                    f"## {name}\n\n[{name} left out: the bootstrap budget is used up; "
+                    f'read it with read_file("{name}")]'
+                )
                 continue
             if len(text) > cap:
                 self._warn_once(name, len(text), cap)
@@ -136,8 +144,10 @@ class ContextBuilder:
                 parts.append(f"# Skills (always on)\n\n{always.strip()}")
             summary = self.skills.summary()
             if summary.strip():
-                parts.append(f"# Other skills\n\nRead a skill's SKILL.md with read_file when a task needs it.\n\n"
-                             f"{summary.strip()}")
+                parts.append(
+                    f"# Other skills\n\nRead a skill's SKILL.md with read_file when a task needs it.\n\n"
+                    f"{summary.strip()}"
+                )
         parts.append(self._memory_section(private))
         parts.extend(self.extra_sections)
         return "\n\n---\n\n".join(p for p in parts if p)
@@ -161,33 +171,45 @@ not a request."""
 
     def _memory_section(self, private: bool) -> str:
         if not private:
-            return ("# Memory\n\nThis is a group chat: the owner's long-term memory (MEMORY.md) is private "
-                    "and not available here. Do not reveal personal facts about the owner.")
+            return (
+                "# Memory\n\nThis is a group chat: the owner's long-term memory (MEMORY.md) is private "
+                "and not available here. Do not reveal personal facts about the owner."
+            )
         text = self.memory.read_memory().strip()
         if not text:
             return "# Memory\n\n(MEMORY.md is empty so far.)"
         if len(text) > self.budget.memory_chars:
             self._warn_once("memory/MEMORY.md", len(text), self.budget.memory_chars)
-        return f"# Memory (memory/MEMORY.md)\n\n{fit_to_budget('memory/MEMORY.md', text, self.budget.memory_chars)}"
+        fitted = fit_to_budget("memory/MEMORY.md", text, self.budget.memory_chars)
+        return f"# Memory (memory/MEMORY.md)\n\n{fitted}"
 
     # ------------------------------------------------------------------ per turn
-    def runtime_block(self, channel: str, chat_id: str, sender_id: str = "", is_group: bool = False,
-                      memory_context: str = "") -> str:
+    def runtime_block(
+        self,
+        channel: str,
+        chat_id: str,
+        sender_id: str = "",
+        is_group: bool = False,
+        memory_context: str = "",
+    ) -> str:
         now = tz_now(self.tz)
         offset = now.strftime("%z")
         tz_label = getattr(self.tz, "key", None) or now.tzname() or "local"
         lines = [
             RUNTIME_HEADER,
-            f"Time: {now.strftime('%Y-%m-%d %H:%M')} ({now.strftime('%A')}), {tz_label} (UTC{offset[:3]}:{offset[3:]})",
-            f"Channel: {channel} | Chat: {chat_id}" + (f" | Sender: {sender_id}" if sender_id else "")
+            f"Time: {now.strftime('%Y-%m-%d %H:%M')} ({now.strftime('%A')}), {tz_label} "
+            f"(UTC{offset[:3]}:{offset[3:]})",
+            f"Channel: {channel} | Chat: {chat_id}"
+            + (f" | Sender: {sender_id}" if sender_id else "")
             + (" | group chat" if is_group else ""),
         ]
         if memory_context.strip():
             lines.append(memory_context.strip())
         return "\n".join(lines)
 
-    def user_message(self, text: str, runtime: str, media: list[str] | None = None,
-                     vision: bool = False) -> dict[str, Any]:
+    def user_message(
+        self, text: str, runtime: str, media: list[str] | None = None, vision: bool = False
+    ) -> dict[str, Any]:
         """The user message for the LLM: runtime block + text, images as content parts when supported."""
         body = f"{runtime}\n\n{text}"
         notes: list[str] = []
@@ -195,7 +217,12 @@ not a request."""
         for raw in media or []:
             path = Path(raw)
             mime = mimetypes.guess_type(path.name)[0] or ""
-            if vision and mime.startswith("image/") and path.is_file() and path.stat().st_size <= IMAGE_MAX_BYTES:
+            if (
+                vision
+                and mime.startswith("image/")
+                and path.is_file()
+                and path.stat().st_size <= IMAGE_MAX_BYTES
+            ):
                 data = base64.b64encode(path.read_bytes()).decode()
                 images.append({"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}})
             else:

@@ -10,12 +10,14 @@ from nanobot.agent.agent import Agent, AgentSettings
 from nanobot.agent.context import Budget, ContextBuilder
 from nanobot.agent.runner import TurnRunner
 from nanobot.agent.subagents import SubagentManager
+from nanobot.agent.tools.cron import CronTool
 from nanobot.agent.tools.files import file_tools
 from nanobot.agent.tools.message import MessageTool
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.agent.tools.shell import ExecTool
 from nanobot.agent.tools.spawn import SpawnTool
 from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
+from nanobot.bus.events import OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import Config
 from nanobot.memory.consolidator import Consolidator
@@ -24,6 +26,8 @@ from nanobot.memory.lifecycle import LifecycleSettings, MemoryLifecycle
 from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMProvider
 from nanobot.providers.registry import resolve_provider
+from nanobot.scheduler.cron import CronService
+from nanobot.scheduler.cron_store import CronJob, DeliverTo, cron_session_key, job_prompt, jobs_path
 from nanobot.session.store import SessionStore
 from nanobot.timeutil import resolve_tz
 
@@ -35,8 +39,13 @@ def ensure_workspace(workspace: Path) -> None:
         (workspace / sub).mkdir(parents=True, exist_ok=True)
 
 
-def build_agent(config: Config, bus: MessageBus | None = None, *, provider: LLMProvider | None = None,
-                config_path: str = "config.json") -> Agent:
+def build_agent(
+    config: Config,
+    bus: MessageBus | None = None,
+    *,
+    provider: LLMProvider | None = None,
+    config_path: str = "config.json",
+) -> Agent:
     """The whole agent for a config. Raises ProviderConfigError when no provider can be built."""
     d = config.agents.defaults
     provider = provider or resolve_provider(config, config_path)
@@ -51,12 +60,23 @@ def build_agent(config: Config, bus: MessageBus | None = None, *, provider: LLMP
     sessions = SessionStore(workspace, fsync=config.gateway.fsync)
     tools = ToolRegistry()
     restrict = config.tools.restrict_to_workspace
-    for tool in file_tools(workspace, memory, restrict, config.tools.max_file_bytes):
+    skills = _skills(workspace)
+    roots = (skills.builtin_dir,) if skills is not None else ()
+    for tool in file_tools(workspace, memory, restrict, config.tools.max_file_bytes, roots):
         tools.register(tool)
     tools.register(ExecTool(workspace, config.tools.exec, restrict))
     tools.register(WebFetchTool(config.tools.web))
     tools.register(WebSearchTool(config.tools.web.search, config.tools.web.timeout_s))
     tools.register(MessageTool(bus))
+    cron = CronService(
+        jobs_path(workspace),
+        on_job=lambda job: _run_cron_job(agent, job),
+        timezone=d.timezone,
+        deliver=lambda channel, chat_id, text: bus.publish_outbound(
+            OutboundMessage(channel=channel, chat_id=chat_id, content=text)
+        ),
+    )
+    tools.register(CronTool(cron))
 
     window = min(d.context_window_tokens, SMALL_LOCAL_WINDOW_TOKENS) if small else d.context_window_tokens
     max_tokens = min(d.max_tokens, config.providers.local.max_tokens) if small else d.max_tokens
@@ -69,17 +89,31 @@ def build_agent(config: Config, bus: MessageBus | None = None, *, provider: LLMP
         budget = Budget(d.bootstrap_max_chars, d.bootstrap_total_max_chars, d.memory_max_chars)
         tool_names = None
 
-    context = ContextBuilder(workspace, memory, tz, budget=budget, skills=_skills(workspace),
-                             share_memory_in_groups=config.memory.share_in_groups)
-    runner = TurnRunner(provider, tools, model=model, max_iterations=d.max_tool_iterations,
-                        max_tokens=max_tokens, temperature=d.temperature,
-                        max_tool_result_chars=d.max_tool_result_chars)
+    context = ContextBuilder(
+        workspace,
+        memory,
+        tz,
+        budget=budget,
+        skills=skills,
+        share_memory_in_groups=config.memory.share_in_groups,
+    )
+    runner = TurnRunner(
+        provider,
+        tools,
+        model=model,
+        max_iterations=d.max_tool_iterations,
+        max_tokens=max_tokens,
+        temperature=d.temperature,
+        max_tool_result_chars=d.max_tool_result_chars,
+    )
     lifecycle = MemoryLifecycle(
-        sessions, memory,
+        sessions,
+        memory,
         Consolidator(provider, memory, model=model, context_window_tokens=window, max_tokens=max_tokens),
         MemoryFlusher(provider, memory, model=model),
         LifecycleSettings(
-            context_window_tokens=window, max_tokens=max_tokens,
+            context_window_tokens=window,
+            max_tokens=max_tokens,
             safety_buffer_tokens=min(config.memory.safety_buffer_tokens, window // 8),
             max_rounds=config.memory.max_consolidation_rounds,
             max_failures=config.memory.max_consolidation_failures,
@@ -90,20 +124,58 @@ def build_agent(config: Config, bus: MessageBus | None = None, *, provider: LLMP
         model=model,
     )
     agent = Agent(
-        provider=provider, bus=bus, sessions=sessions, tools=tools, context=context, runner=runner,
-        lifecycle=lifecycle, memory=memory, config=config,
-        settings=AgentSettings(model=model, max_user_message_chars=d.max_user_message_chars,
-                               max_tool_result_chars=d.max_tool_result_chars, stream=d.stream,
-                               tool_names=tool_names),
+        provider=provider,
+        bus=bus,
+        sessions=sessions,
+        tools=tools,
+        context=context,
+        runner=runner,
+        lifecycle=lifecycle,
+        memory=memory,
+        config=config,
+        settings=AgentSettings(
+            model=model,
+            max_user_message_chars=d.max_user_message_chars,
+            max_tool_result_chars=d.max_tool_result_chars,
+            stream=d.stream,
+            tool_names=tool_names,
+        ),
     )
     if not small:
         agent.subagents = SubagentManager(
-            TurnRunner(provider, tools, model=model, max_iterations=15, max_tokens=max_tokens,
-                       temperature=d.temperature, max_tool_result_chars=d.max_tool_result_chars),
-            bus, workspace_note=f"Workspace: {workspace}")
+            TurnRunner(
+                provider,
+                tools,
+                model=model,
+                max_iterations=15,
+                max_tokens=max_tokens,
+                temperature=d.temperature,
+                max_tool_result_chars=d.max_tool_result_chars,
+            ),
+            bus,
+            workspace_note=f"Workspace: {workspace}",
+        )
         tools.register(SpawnTool(agent.subagents))
-    logger.debug("agent built: provider {}, model {}, {} tools", provider.name, provider.default_model, len(tools))
+    agent.cron = cron
+    if config.tools.mcp_servers:
+        from nanobot.agent.tools.mcp import MCPManager
+
+        mcp = MCPManager(config.tools.mcp_servers)
+        agent.mcp = mcp
+        agent.on_first_turn.append(lambda: mcp.register_into(tools))
+        agent.on_close.append(mcp.aclose)
+    logger.debug(
+        "agent built: provider {}, model {}, {} tools", provider.name, provider.default_model, len(tools)
+    )
     return agent
+
+
+async def _run_cron_job(agent: Agent, job: CronJob) -> str:
+    """A due job runs in its own session; CronService delivers the reply to the job's chat."""
+    target = job.deliver_to or DeliverTo("cli", "direct")
+    return await agent.process_direct(
+        job_prompt(job), session_key=cron_session_key(job.id), channel=target.channel, chat_id=target.chat_id
+    )
 
 
 def _skills(workspace: Path):  # noqa: ANN202 - optional component

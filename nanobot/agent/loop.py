@@ -64,7 +64,9 @@ class AgentLoop:
         for task in left:
             task.cancel()
         if left:
-            logger.warning("cancelled {} turn(s) still running after the {:.0f} s grace period", len(left), grace_s)
+            logger.warning(
+                "cancelled {} turn(s) still running after the {:.0f} s grace period", len(left), grace_s
+            )
             await asyncio.wait(left, timeout=2.0)
 
     @property
@@ -113,8 +115,11 @@ class AgentLoop:
                 raise
             except Exception as exc:  # noqa: BLE001
                 logger.opt(exception=exc).error("turn for {} failed", msg.session_key)
-                out = OutboundMessage(channel=msg.channel, chat_id=msg.chat_id,
-                                      content=f"Sorry, something went wrong: {type(exc).__name__}.")
+                out = OutboundMessage(
+                    channel=msg.channel,
+                    chat_id=msg.chat_id,
+                    content=f"Sorry, something went wrong: {type(exc).__name__}.",
+                )
             finally:
                 slot.running = None
             if out is not None:

@@ -83,8 +83,12 @@ class TurnRunner:
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
             response = await self.provider.chat(
-                convo, schemas or None, model=self.model, max_tokens=self.max_tokens,
-                temperature=self.temperature, on_delta=on_delta,
+                convo,
+                schemas or None,
+                model=self.model,
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+                on_delta=on_delta,
             )
             result.usage.add(response.usage)
             if not response.has_tool_calls:
@@ -96,7 +100,9 @@ class TurnRunner:
             if on_progress is not None:
                 if response.content and response.content.strip():
                     await on_progress("progress", response.content.strip())
-                await on_progress("tool_hint", ", ".join(tool_hint(c.name, c.arguments) for c in response.tool_calls))
+                await on_progress(
+                    "tool_hint", ", ".join(tool_hint(c.name, c.arguments) for c in response.tool_calls)
+                )
             assistant = {
                 "role": "assistant",
                 "content": response.content or "",
@@ -108,12 +114,14 @@ class TurnRunner:
             group = [assistant]
             for call, output in zip(response.tool_calls, outputs, strict=True):
                 result.tools_used.append(call.name)
-                group.append({
-                    "role": "tool",
-                    "tool_call_id": call.id,
-                    "name": call.name,
-                    "content": truncate_middle(output, self.max_tool_result_chars),
-                })
+                group.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call.id,
+                        "name": call.name,
+                        "content": truncate_middle(output, self.max_tool_result_chars),
+                    }
+                )
             convo.extend(group)
             result.messages.extend(group)
             await _emit(on_messages, group)

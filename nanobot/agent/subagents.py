@@ -16,7 +16,9 @@ from nanobot.agent.tools.base import ToolContext
 from nanobot.bus.events import InboundMessage
 from nanobot.bus.queue import MessageBus
 
-SUBAGENT_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir", "exec", "web_fetch", "web_search"})
+SUBAGENT_TOOLS = frozenset(
+    {"read_file", "write_file", "edit_file", "list_dir", "exec", "web_fetch", "web_search"}
+)
 MAX_SUBAGENT_ITERATIONS = 15
 MAX_RESULT_CHARS = 8_000
 
@@ -57,7 +59,10 @@ class SubagentManager:
 
     async def _run(self, task_id: str, task: str, label: str, ctx: ToolContext) -> None:
         messages = [
-            {"role": "system", "content": SUBAGENT_SYSTEM + ("\n\n" + self.workspace_note if self.workspace_note else "")},
+            {
+                "role": "system",
+                "content": SUBAGENT_SYSTEM + ("\n\n" + self.workspace_note if self.workspace_note else ""),
+            },
             {"role": "user", "content": task},
         ]
         try:
@@ -68,10 +73,22 @@ class SubagentManager:
         except Exception as exc:  # noqa: BLE001 - reported back to the chat instead
             logger.warning("sub-agent {} failed: {}", task_id, exc)
             status, text = "failed", f"{type(exc).__name__}: {exc}"
-        content = (f"[Sub-agent '{label}' {status}]\n\nTask: {task}\n\nResult:\n{text[:MAX_RESULT_CHARS]}\n\n"
-                   "Tell the user about this result briefly.")
-        await self.bus.publish_inbound(InboundMessage(
-            channel="system", sender_id="subagent", chat_id=ctx.chat_id, content=content,
-            session_key_override=ctx.session_key, is_group=ctx.is_group,
-            metadata={"origin_channel": ctx.channel, "origin_chat_id": ctx.chat_id, "subagent_id": task_id},
-        ))
+        content = (
+            f"[Sub-agent '{label}' {status}]\n\nTask: {task}\n\nResult:\n{text[:MAX_RESULT_CHARS]}\n\n"
+            "Tell the user about this result briefly."
+        )
+        await self.bus.publish_inbound(
+            InboundMessage(
+                channel="system",
+                sender_id="subagent",
+                chat_id=ctx.chat_id,
+                content=content,
+                session_key_override=ctx.session_key,
+                is_group=ctx.is_group,
+                metadata={
+                    "origin_channel": ctx.channel,
+                    "origin_chat_id": ctx.chat_id,
+                    "subagent_id": task_id,
+                },
+            )
+        )

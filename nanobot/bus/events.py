@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 OutboundKind = Literal["message", "progress", "tool_hint", "typing", "stream_delta", "stream_end"]
@@ -21,7 +21,7 @@ class InboundMessage:
     metadata: dict[str, Any] = field(default_factory=dict)
     is_group: bool = False
     session_key_override: str | None = None
-    received_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def session_key(self) -> str:

@@ -18,7 +18,9 @@ EXIT_WORDS = {"/exit", "/quit", "exit", "quit", ":q"}
 
 
 def agent(
-    message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message and print the reply.")] = None,
+    message: Annotated[
+        str | None, typer.Option("--message", "-m", help="Send one message and print the reply.")
+    ] = None,
     session: Annotated[str, typer.Option("--session", "-s", help="Session key.")] = DEFAULT_SESSION,
     config: ConfigOption = None,
 ) -> None:

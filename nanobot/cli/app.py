@@ -7,8 +7,14 @@ import sys
 import typer
 
 from nanobot.cli import agent as agent_cmd
+from nanobot.cli import cron as cron_cmd
 from nanobot.cli import gateway as gateway_cmd
+from nanobot.cli import health as health_cmd
+from nanobot.cli import mcp as mcp_cmd
+from nanobot.cli import memory as memory_cmd
 from nanobot.cli import onboard as onboard_cmd
+from nanobot.cli import service as service_cmd
+from nanobot.cli import skills as skills_cmd
 from nanobot.cli import status as status_cmd
 from nanobot.logs import setup_logging
 
@@ -33,6 +39,12 @@ app.command("onboard")(onboard_cmd.onboard)
 app.command("agent")(agent_cmd.agent)
 app.command("gateway")(gateway_cmd.gateway)
 app.command("status")(status_cmd.status)
+app.command("health")(health_cmd.health)
+app.add_typer(memory_cmd.app, name="memory", help="Search and maintain the memory index.")
+app.add_typer(cron_cmd.app, name="cron", help="Manage scheduled jobs.")
+app.add_typer(service_cmd.app, name="service", help="Install the gateway as a systemd service.")
+app.add_typer(mcp_cmd.app, name="mcp", help="MCP servers and their tools.")
+app.add_typer(skills_cmd.app, name="skills", help="Skills and their availability.")
 
 
 def main() -> None:

@@ -47,6 +47,9 @@ def onboard(config: ConfigOption = None) -> None:
     workspace = cfg.workspace_path
     created = copy_templates(workspace)
     err(f"Workspace: {workspace} ({len(created)} file(s) created)")
-    if not any(getattr(cfg.providers, n).api_key or getattr(cfg.providers, n).api_base
-               for n in type(cfg.providers).model_fields if n != "local"):
+    if not any(
+        getattr(cfg.providers, n).api_key or getattr(cfg.providers, n).api_base
+        for n in type(cfg.providers).model_fields
+        if n != "local"
+    ):
         err("Next: add an API key to the config, e.g. providers.openai.apiKey, then run: nanobot agent")

@@ -21,8 +21,10 @@ def status(config: ConfigOption = None) -> None:
     for name in ("telegram", "discord"):
         ch = getattr(cfg.channels, name)
         allow = "everyone" if "*" in ch.allow_from else f"{len(ch.allow_from)} allowed sender(s)"
-        lines.append(f"Channel {name}: {'enabled' if ch.enabled else 'disabled'}"
-                     + (f", {allow}" if ch.enabled else ""))
+        lines.append(
+            f"Channel {name}: {'enabled' if ch.enabled else 'disabled'}"
+            + (f", {allow}" if ch.enabled else "")
+        )
     lines.extend(_gateway_lines(ws))
     lines.append(f"Memory: backend {cfg.memory.condition or cfg.memory.backend}; {_index_line(cfg)}")
     print("\n".join(lines))
@@ -39,19 +41,17 @@ def _provider_line(cfg, config_path: str) -> str:  # noqa: ANN001
 
 
 def _gateway_lines(ws) -> list[str]:  # noqa: ANN001
-    try:
-        from nanobot.service.state import gateway_running, read_state
-    except ImportError:
-        return []
-    if not gateway_running(ws):
-        return ["Gateway: not running"]
-    state = read_state(ws) or {}
-    import time
+    from nanobot.service.state import gateway_summary
 
-    uptime = int(time.time() - float(state.get("started_at_ts", time.time())))
-    lines = [f"Gateway: running (pid {state.get('pid', '?')}, up {uptime // 3600}h {uptime % 3600 // 60}m, "
-             f"{state.get('pending_tasks', 0)} pending background task(s))"]
-    for name, info in (state.get("channels") or {}).items():
+    summary = gateway_summary(ws)
+    if not summary["running"]:
+        return ["Gateway: not running"]
+    uptime = int(summary["uptime_s"] or 0)
+    lines = [
+        f"Gateway: running (pid {summary['pid']}, up {uptime // 3600}h {uptime % 3600 // 60}m "
+        f"{uptime % 60}s, {summary['pending_tasks']} pending task(s))"
+    ]
+    for name, info in sorted(summary["channels"].items()):
         err_text = f" — {info.get('error')}" if info.get("error") else ""
         lines.append(f"  channel {name}: {info.get('state', '?')}{err_text}")
     return lines

@@ -53,8 +53,10 @@ def fallback_summary(messages: list[dict[str, Any]], omitted_note: str) -> str:
     tools = sorted({m.get("name", "") for m in messages if m.get("role") == "tool"} - {""})
     first = str(messages[0].get("timestamp", ""))[:16] if messages else ""
     last = str(messages[-1].get("timestamp", ""))[:16] if messages else ""
-    return (f"[summary unavailable: {len(messages)} messages, {users} from the user, "
-            f"from {first or '?'} to {last or '?'}; tools used: {', '.join(tools) or 'none'}]{omitted_note}")
+    return (
+        f"[summary unavailable: {len(messages)} messages, {users} from the user, "
+        f"from {first or '?'} to {last or '?'}; tools used: {', '.join(tools) or 'none'}]{omitted_note}"
+    )
 
 
 async def compact_transcript(
@@ -72,8 +74,10 @@ async def compact_transcript(
     omitted_note = ""
     if oversized:
         total = sum(sizes[i] for i in oversized)
-        omitted_note = f"\n[omitted {len(oversized)} oversized message{'s' if len(oversized) > 1 else ''}, " \
-                       f"~{total // 1000}k tokens]"
+        omitted_note = (
+            f"\n[omitted {len(oversized)} oversized message{'s' if len(oversized) > 1 else ''}, "
+            f"~{total // 1000}k tokens]"
+        )
         keep = [i for i in range(len(lines)) if i not in set(oversized)]
         lines, sizes = [lines[i] for i in keep], [sizes[i] for i in keep]
     available = max(window_tokens - reserved_tokens, window_tokens // 4)
@@ -85,12 +89,17 @@ async def compact_transcript(
     logger.info("compaction: {} messages in {} chunks (ratio {:.2f})", len(lines), len(chunks), ratio)
     summary = ""
     for n, chunk in enumerate(chunks, 1):
-        prompt = (f"## Running summary so far\n\n{summary or '(none yet)'}\n\n"
-                  f"## New part ({n} of {len(chunks)})\n\n" + "\n".join(chunk))
+        prompt = (
+            f"## Running summary so far\n\n{summary or '(none yet)'}\n\n"
+            f"## New part ({n} of {len(chunks)})\n\n" + "\n".join(chunk)
+        )
         try:
             response = await provider.chat(
                 [{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": prompt}],
-                None, model=model, max_tokens=SUMMARY_MAX_TOKENS, temperature=0.0,
+                None,
+                model=model,
+                max_tokens=SUMMARY_MAX_TOKENS,
+                temperature=0.0,
             )
         except Exception as exc:  # noqa: BLE001 - compaction never raises into the loop
             logger.warning("compaction chunk {} failed: {}", n, exc)

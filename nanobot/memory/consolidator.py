@@ -92,8 +92,11 @@ def normalise_save_memory_args(raw: Any) -> SaveMemoryArgs | None:
 
 
 def _fact_lines(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines()
-            if line.strip() and not line.strip().startswith("#") and line.strip() != KEPT_FACTS_HEADING]
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#") and line.strip() != KEPT_FACTS_HEADING
+    ]
 
 
 def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[str]]:
@@ -101,7 +104,9 @@ def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[s
 
     Lines in `forgotten` (normalised) never survive, whatever the LLM wrote.
     """
-    new_lines = [line for line in new.splitlines() if normalise_fact(line) not in forgotten or not line.strip()]
+    new_lines = [
+        line for line in new.splitlines() if normalise_fact(line) not in forgotten or not line.strip()
+    ]
     new = "\n".join(new_lines).strip()
     old_facts = [f for f in _fact_lines(old) if normalise_fact(f) not in forgotten]
     if len(old_facts) < MIN_FACTS_FOR_PROTECTION:
@@ -110,14 +115,26 @@ def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[s
     dropped = [f for f in old_facts if normalise_fact(f) not in new_norm]
     if len(dropped) / len(old_facts) <= MAX_DROPPED_FACT_SHARE:
         return new, []
-    merged = new.rstrip() + ("\n\n" if new.strip() else "") + KEPT_FACTS_HEADING + "\n" + "\n".join(
-        f if f.startswith(("-", "*")) else f"- {f}" for f in dropped)
+    merged = (
+        new.rstrip()
+        + ("\n\n" if new.strip() else "")
+        + KEPT_FACTS_HEADING
+        + "\n"
+        + "\n".join(f if f.startswith(("-", "*")) else f"- {f}" for f in dropped)
+    )
     return merged.strip(), dropped
 
 
 class Consolidator:
-    def __init__(self, provider: LLMProvider, memory: MemoryStore, *, model: str | None = None,
-                 context_window_tokens: int = 65536, max_tokens: int = 8192) -> None:
+    def __init__(
+        self,
+        provider: LLMProvider,
+        memory: MemoryStore,
+        *,
+        model: str | None = None,
+        context_window_tokens: int = 65536,
+        max_tokens: int = 8192,
+    ) -> None:
         self.provider = provider
         self.memory = memory
         self.model = model
@@ -130,15 +147,24 @@ class Consolidator:
             return True
         memory_now = self.memory.read_memory() if private else ""
         overhead = len(memory_now) // 3 + 1500
-        transcript = await compact_transcript(self.provider, messages, self.context_window_tokens,
-                                              reserved_tokens=overhead + self.max_tokens // 4, model=self.model)
+        transcript = await compact_transcript(
+            self.provider,
+            messages,
+            self.context_window_tokens,
+            reserved_tokens=overhead + self.max_tokens // 4,
+            model=self.model,
+        )
         user = (f"## Current MEMORY.md\n\n{memory_now or '(empty)'}\n\n" if private else "") + (
-            f"## Conversation chunk\n\n{transcript}")
+            f"## Conversation chunk\n\n{transcript}"
+        )
         system = CONSOLIDATION_SYSTEM + ("" if private else "\n\n" + GROUP_NOTE)
         try:
             response = await self.provider.chat(
                 [{"role": "system", "content": system}, {"role": "user", "content": user}],
-                [SAVE_MEMORY_TOOL], model=self.model, max_tokens=self.max_tokens, temperature=0.0,
+                [SAVE_MEMORY_TOOL],
+                model=self.model,
+                max_tokens=self.max_tokens,
+                temperature=0.0,
                 tool_choice={"type": "function", "function": {"name": "save_memory"}},
             )
         except LLMError as exc:

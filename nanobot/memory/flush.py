@@ -8,9 +8,9 @@ from typing import Any
 from loguru import logger
 
 from nanobot.memory.store import MemoryStore
+from nanobot.memory.tool_args import first_string_arg
 from nanobot.memory.transcript import render_transcript
 from nanobot.providers.base import LLMError, LLMProvider
-from nanobot.memory.tool_args import first_string_arg
 
 NO_REPLY = "NO_REPLY"
 MAX_DAILY_CONTEXT_CHARS = 4000
@@ -37,8 +37,9 @@ store, reply exactly {NO_REPLY}. Nothing you write here is shown to the user."""
 
 
 class MemoryFlusher:
-    def __init__(self, provider: LLMProvider, memory: MemoryStore, *, model: str | None = None,
-                 max_tokens: int = 1024) -> None:
+    def __init__(
+        self, provider: LLMProvider, memory: MemoryStore, *, model: str | None = None, max_tokens: int = 1024
+    ) -> None:
         self.provider = provider
         self.memory = memory
         self.model = model
@@ -48,23 +49,35 @@ class MemoryFlusher:
         """Run the flush turn. True when it completed (with or without notes), False on failure."""
         today = self.memory.read(self.memory.daily_path().name)[-MAX_DAILY_CONTEXT_CHARS:]
         memory_md = self.memory.read_memory() if private else ""
-        user = (f"## MEMORY.md (read-only)\n\n{memory_md or '(empty)'}\n\n"
-                f"## Today's note so far\n\n{today or '(empty)'}\n\n"
-                f"## Conversation\n\n{render_transcript(messages)}")
+        user = (
+            f"## MEMORY.md (read-only)\n\n{memory_md or '(empty)'}\n\n"
+            f"## Today's note so far\n\n{today or '(empty)'}\n\n"
+            f"## Conversation\n\n{render_transcript(messages)}"
+        )
         try:
             response = await self.provider.chat(
                 [{"role": "system", "content": FLUSH_SYSTEM}, {"role": "user", "content": user}],
-                [WRITE_DAILY_NOTE_TOOL], model=self.model, max_tokens=self.max_tokens, temperature=0.0,
+                [WRITE_DAILY_NOTE_TOOL],
+                model=self.model,
+                max_tokens=self.max_tokens,
+                temperature=0.0,
             )
         except LLMError as exc:
             logger.warning("memory flush failed: {}", exc)
             return False
-        notes = [first_string_arg(c.arguments, "content") for c in response.tool_calls
-                 if c.name == "write_daily_note"]
+        notes = [
+            first_string_arg(c.arguments, "content")
+            for c in response.tool_calls
+            if c.name == "write_daily_note"
+        ]
         notes = [n for n in notes if n and n.strip() and n.strip() != NO_REPLY]
         text = (response.content or "").strip()
-        if not notes and text and text != NO_REPLY and all(
-                line.lstrip().startswith(("-", "*")) for line in text.splitlines() if line.strip()):
+        if (
+            not notes
+            and text
+            and text != NO_REPLY
+            and all(line.lstrip().startswith(("-", "*")) for line in text.splitlines() if line.strip())
+        ):
             notes = [text]  # a model that answered with the bullets instead of calling the tool
         for note in notes:
             self.memory.append_daily(note)

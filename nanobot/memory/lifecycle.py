@@ -44,8 +44,16 @@ class LifecycleSettings:
 
 
 class MemoryLifecycle:
-    def __init__(self, sessions: SessionStore, memory: MemoryStore, consolidator: Consolidator,
-                 flusher: MemoryFlusher, settings: LifecycleSettings, *, model: str | None = None) -> None:
+    def __init__(
+        self,
+        sessions: SessionStore,
+        memory: MemoryStore,
+        consolidator: Consolidator,
+        flusher: MemoryFlusher,
+        settings: LifecycleSettings,
+        *,
+        model: str | None = None,
+    ) -> None:
         self.sessions = sessions
         self.memory = memory
         self.consolidator = consolidator
@@ -107,8 +115,10 @@ class MemoryLifecycle:
             task.cancel()
         if left:
             await asyncio.wait(left, timeout=1.0)
-            logger.warning("{} background memory task(s) cancelled at shutdown; the transcripts keep their data",
-                           len(left))
+            logger.warning(
+                "{} background memory task(s) cancelled at shutdown; the transcripts keep their data",
+                len(left),
+            )
         return not left
 
     # ------------------------------------------------------------------ per turn
@@ -125,8 +135,11 @@ class MemoryLifecycle:
         if session.key in self.consolidating:
             return
         estimate = self.estimator(session, is_group)
-        wants_flush = (self.settings.flush_enabled and estimate > self.flush_threshold_tokens
-                       and session.metadata.get("flushed_at") != session.last_consolidated)
+        wants_flush = (
+            self.settings.flush_enabled
+            and estimate > self.flush_threshold_tokens
+            and session.metadata.get("flushed_at") != session.last_consolidated
+        )
         if estimate > self.budget_tokens or wants_flush:
             self.consolidating.add(session.key)
             self.track(self._background(session, is_group), f"memory:{session.key}")
@@ -136,7 +149,9 @@ class MemoryLifecycle:
             async with self.lock_for(session.key):
                 await self.maybe_flush(session, is_group)
                 if self.estimator(session, is_group) > self.budget_tokens:
-                    await self._consolidate_locked(session, is_group, lambda: self.estimator(session, is_group))
+                    await self._consolidate_locked(
+                        session, is_group, lambda: self.estimator(session, is_group)
+                    )
         finally:
             self.consolidating.discard(session.key)
 
@@ -147,11 +162,13 @@ class MemoryLifecycle:
         if self.estimator(session, is_group) <= self.flush_threshold_tokens:
             return
         self.llm_calls += 1
-        tail = session.messages[session.last_consolidated:]
+        tail = session.messages[session.last_consolidated :]
         if await self.flusher.flush(tail, private=self._private(is_group)):
             self.sessions.set_metadata(session, flushed_at=session.last_consolidated)
 
-    async def _consolidate_locked(self, session: Session, is_group: bool, estimate: Callable[[], int]) -> None:
+    async def _consolidate_locked(
+        self, session: Session, is_group: bool, estimate: Callable[[], int]
+    ) -> None:
         target = self.budget_tokens // 2
         for _round in range(self.settings.max_rounds):
             current = estimate()
@@ -169,8 +186,12 @@ class MemoryLifecycle:
             if not await self._consolidate_range(session, start, end, is_group):
                 break
         if estimate() > self.budget_tokens:
-            logger.warning("session {}: prompt still ~{} tokens after consolidation (budget {})",
-                           session.key, estimate(), self.budget_tokens)
+            logger.warning(
+                "session {}: prompt still ~{} tokens after consolidation (budget {})",
+                session.key,
+                estimate(),
+                self.budget_tokens,
+            )
 
     async def _consolidate_range(self, session: Session, start: int, end: int, is_group: bool) -> bool:
         chunk = session.messages[start:end]
@@ -183,8 +204,13 @@ class MemoryLifecycle:
         if failures >= self.settings.max_failures:
             self.consolidator.raw_archive(chunk, f"consolidation failed {failures} times")
             self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
-            logger.warning("session {}: raw-archived messages {}..{} after {} failures", session.key, start,
-                           end - 1, failures)
+            logger.warning(
+                "session {}: raw-archived messages {}..{} after {} failures",
+                session.key,
+                start,
+                end - 1,
+                failures,
+            )
             return True
         self.sessions.set_metadata(session, consolidation_failures=failures)
         return False
@@ -209,13 +235,16 @@ class MemoryLifecycle:
             self.llm_calls += 1
             ok = await self.consolidator.consolidate(rest, private=self._private(is_group))
             if not ok:
-                logger.warning("archive of {} not consolidated; will retry from {}", session_key, archived.name)
+                logger.warning(
+                    "archive of {} not consolidated; will retry from {}", session_key, archived.name
+                )
                 return
             self.sessions.set_metadata(old, last_consolidated=len(old.messages))
         if not old.metadata.get("note_written"):
             self.llm_calls += 1
-            await write_session_note(self.consolidator.provider, self.memory, old.messages, session_key,
-                                     model=self.model)
+            await write_session_note(
+                self.consolidator.provider, self.memory, old.messages, session_key, model=self.model
+            )
             self.sessions.set_metadata(old, note_written=True)
         self.sessions.release(old)
         archived.with_name(archived.name + PENDING_SUFFIX).unlink(missing_ok=True)
@@ -223,8 +252,11 @@ class MemoryLifecycle:
 
     def recover_pending(self) -> int:
         """Retry archives whose background processing did not finish (after a crash or a failure)."""
-        markers = sorted(self.sessions.archive_dir.glob(f"*{PENDING_SUFFIX}")) if \
-            self.sessions.archive_dir.exists() else []
+        markers = (
+            sorted(self.sessions.archive_dir.glob(f"*{PENDING_SUFFIX}"))
+            if self.sessions.archive_dir.exists()
+            else []
+        )
         for marker in markers:
             archived = marker.with_name(marker.name.removesuffix(PENDING_SUFFIX))
             if not archived.exists():

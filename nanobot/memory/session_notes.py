@@ -8,9 +8,9 @@ from typing import Any
 from loguru import logger
 
 from nanobot.memory.store import MemoryStore
+from nanobot.memory.tool_args import as_dict
 from nanobot.memory.transcript import render_transcript
 from nanobot.providers.base import LLMError, LLMProvider
-from nanobot.memory.tool_args import as_dict
 
 MIN_USER_MESSAGES = 3
 MAX_TRANSCRIPT_CHARS = 60_000
@@ -24,10 +24,15 @@ SESSION_NOTE_TOOL = {
         "parameters": {
             "type": "object",
             "properties": {
-                "slug": {"type": "string", "description": "2-5 lowercase words joined by '-', naming the topic"},
+                "slug": {
+                    "type": "string",
+                    "description": "2-5 lowercase words joined by '-', naming the topic",
+                },
                 "title": {"type": "string"},
-                "summary": {"type": "string",
-                            "description": "Markdown: what was discussed, decisions, facts learned, open TODOs"},
+                "summary": {
+                    "type": "string",
+                    "description": "Markdown: what was discussed, decisions, facts learned, open TODOs",
+                },
             },
             "required": ["slug", "summary"],
         },
@@ -38,8 +43,14 @@ NOTE_SYSTEM = """A chat session just ended. Call save_session_note with a short 
 Markdown summary: what was discussed, decisions made, facts learned about the user, open TODOs."""
 
 
-async def write_session_note(provider: LLMProvider, memory: MemoryStore, messages: list[dict[str, Any]],
-                             session_key: str, *, model: str | None = None) -> Path | None:
+async def write_session_note(
+    provider: LLMProvider,
+    memory: MemoryStore,
+    messages: list[dict[str, Any]],
+    session_key: str,
+    *,
+    model: str | None = None,
+) -> Path | None:
     """Write the note (LLM summary, or a raw excerpt as fallback). None when the session was too short."""
     users = [m for m in messages if m.get("role") == "user"]
     if len(users) < MIN_USER_MESSAGES:
@@ -52,7 +63,10 @@ async def write_session_note(provider: LLMProvider, memory: MemoryStore, message
     try:
         response = await provider.chat(
             [{"role": "system", "content": NOTE_SYSTEM}, {"role": "user", "content": transcript}],
-            [SESSION_NOTE_TOOL], model=model, max_tokens=1500, temperature=0.0,
+            [SESSION_NOTE_TOOL],
+            model=model,
+            max_tokens=1500,
+            temperature=0.0,
             tool_choice={"type": "function", "function": {"name": "save_session_note"}},
         )
         call = next((c for c in response.tool_calls if c.name == "save_session_note"), None)

@@ -58,7 +58,9 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
 class MemoryStore:
     """Reads and writes the memory files; one instance per workspace, shared by all users of it."""
 
-    def __init__(self, workspace: Path, timezone: str | tzinfo = "", backups_kept: int = DEFAULT_BACKUPS_KEPT):
+    def __init__(
+        self, workspace: Path, timezone: str | tzinfo = "", backups_kept: int = DEFAULT_BACKUPS_KEPT
+    ):
         self.workspace = workspace
         self.dir = workspace / "memory"
         self.tz = resolve_tz(timezone) if isinstance(timezone, str) else timezone
@@ -174,8 +176,11 @@ class MemoryStore:
         path = self.daily_path(when)
         with self.locked():
             existing = {line.strip() for line in self.read(path.name).splitlines() if line.strip()}
-            fresh = [line for line in text.strip().splitlines()
-                     if not (line.strip().startswith(("-", "*")) and line.strip() in existing)]
+            fresh = [
+                line
+                for line in text.strip().splitlines()
+                if not (line.strip().startswith(("-", "*")) and line.strip() in existing)
+            ]
             if not any(line.strip() for line in fresh):
                 return path
             if not path.exists():
@@ -200,8 +205,9 @@ class MemoryStore:
     def write_file(self, name: str, text: str) -> Path:
         """A file-tool write under memory/ (through the same lock as everything else)."""
         path = (self.dir / name).resolve()
-        if not self.is_memory_path(path) or any(part.startswith(".") for part in path.relative_to(
-                self.dir.resolve()).parts):
+        if not self.is_memory_path(path) or any(
+            part.startswith(".") for part in path.relative_to(self.dir.resolve()).parts
+        ):
             raise ValueError(f"not a writable memory file: {name}")
         if path.name == MEMORY_FILE and path.parent == self.dir.resolve():
             self._remember_removed(self.read_memory(), text)
@@ -217,8 +223,11 @@ class MemoryStore:
         """Lines the agent removed from MEMORY.md itself (the user asked to forget them) become
         tombstones, so a later consolidation cannot bring them back."""
         new_lines = {normalise_fact(line) for line in new.splitlines()}
-        removed = [normalise_fact(line) for line in old.splitlines()
-                   if line.strip() and not line.lstrip().startswith("#") and normalise_fact(line) not in new_lines]
+        removed = [
+            normalise_fact(line)
+            for line in old.splitlines()
+            if line.strip() and not line.lstrip().startswith("#") and normalise_fact(line) not in new_lines
+        ]
         if removed:
             self.add_forgotten(removed)
 

@@ -22,7 +22,9 @@ def render_message(msg: dict[str, Any]) -> str:
         content = " ".join(str(p.get("text", "[image]")) for p in content if isinstance(p, dict))
     text = str(content or "")
     if role == "tool":
-        return f"{_stamp(msg)}TOOL {msg.get('name', '')}: {truncate_middle(text, MAX_TOOL_RESULT_IN_TRANSCRIPT)}"
+        return (
+            f"{_stamp(msg)}TOOL {msg.get('name', '')}: {truncate_middle(text, MAX_TOOL_RESULT_IN_TRANSCRIPT)}"
+        )
     if role == "assistant" and msg.get("tool_calls"):
         calls = ", ".join(c.get("function", {}).get("name", "?") for c in msg["tool_calls"])
         text = (text + " " if text else "") + f"[called tools: {calls}]"

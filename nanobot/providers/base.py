@@ -19,7 +19,11 @@ class ToolCall:
     def to_message_dict(self) -> dict[str, Any]:
         import json
 
-        args = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments, ensure_ascii=False)
+        args = (
+            self.arguments
+            if isinstance(self.arguments, str)
+            else json.dumps(self.arguments, ensure_ascii=False)
+        )
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": args}}
 
 

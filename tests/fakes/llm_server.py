@@ -126,7 +126,9 @@ class FakeLLMServer:
 
             def do_GET(self) -> None:  # noqa: N802
                 if self.path.rstrip("/").endswith("/models"):
-                    self._send_json(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+                    self._send_json(
+                        200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+                    )
                 else:
                     self._send_json(404, {"error": {"message": "not found"}})
 
@@ -137,11 +139,22 @@ class FakeLLMServer:
                     inputs = body.get("input", [])
                     inputs = [inputs] if isinstance(inputs, str) else inputs
                     data = [
-                        {"object": "embedding", "index": i, "embedding": hashed_embedding(str(t), server.embedding_dim)}
+                        {
+                            "object": "embedding",
+                            "index": i,
+                            "embedding": hashed_embedding(str(t), server.embedding_dim),
+                        }
                         for i, t in enumerate(inputs)
                     ]
-                    self._send_json(200, {"object": "list", "data": data, "model": body.get("model", "fake"),
-                                          "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+                    self._send_json(
+                        200,
+                        {
+                            "object": "list",
+                            "data": data,
+                            "model": body.get("model", "fake"),
+                            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                        },
+                    )
                     return
                 if not self.path.endswith("/chat/completions"):
                     self._send_json(404, {"error": {"message": f"unknown path {self.path}"}})
@@ -150,8 +163,16 @@ class FakeLLMServer:
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 if reply.status != 200:
-                    self._send_json(reply.status, {"error": {"message": reply.error_message,
-                                                             "type": "scripted", "code": str(reply.status)}})
+                    self._send_json(
+                        reply.status,
+                        {
+                            "error": {
+                                "message": reply.error_message,
+                                "type": "scripted",
+                                "code": str(reply.status),
+                            }
+                        },
+                    )
                     return
                 if body.get("stream"):
                     self._stream(body, reply)
@@ -164,8 +185,12 @@ class FakeLLMServer:
                 self.send_header("Cache-Control", "no-cache")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
-                        "model": body.get("model", "fake")}
+                base = {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": body.get("model", "fake"),
+                }
 
                 def emit(delta: dict[str, Any], finish: str | None = None, usage: dict | None = None) -> None:
                     chunk = dict(base, choices=[{"index": 0, "delta": delta, "finish_reason": finish}])
@@ -179,12 +204,31 @@ class FakeLLMServer:
                 for piece in re.findall(r"\S+\s*|\s+", text):
                     emit({"content": piece})
                 for i, call in enumerate(reply.tool_calls):
-                    emit({"tool_calls": [{"index": i, "id": call.get("id", f"call_{i}"), "type": "function",
-                                          "function": {"name": call["name"],
-                                                       "arguments": _args_text(call.get("arguments", {}))}}]})
+                    emit(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": i,
+                                    "id": call.get("id", f"call_{i}"),
+                                    "type": "function",
+                                    "function": {
+                                        "name": call["name"],
+                                        "arguments": _args_text(call.get("arguments", {})),
+                                    },
+                                }
+                            ]
+                        }
+                    )
                 finish = "tool_calls" if reply.tool_calls else "stop"
-                emit({}, finish, {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                                  "total_tokens": reply.prompt_tokens + reply.completion_tokens})
+                emit(
+                    {},
+                    finish,
+                    {
+                        "prompt_tokens": reply.prompt_tokens,
+                        "completion_tokens": reply.completion_tokens,
+                        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                    },
+                )
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
                 self.close_connection = True
@@ -200,8 +244,11 @@ def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
         message["tool_calls"] = [
-            {"id": c.get("id", f"call_{i}"), "type": "function",
-             "function": {"name": c["name"], "arguments": _args_text(c.get("arguments", {}))}}
+            {
+                "id": c.get("id", f"call_{i}"),
+                "type": "function",
+                "function": {"name": c["name"], "arguments": _args_text(c.get("arguments", {}))},
+            }
             for i, c in enumerate(reply.tool_calls)
         ]
     return {
@@ -209,10 +256,14 @@ def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "fake"),
-        "choices": [{"index": 0, "message": message,
-                     "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
-        "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                  "total_tokens": reply.prompt_tokens + reply.completion_tokens},
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}
+        ],
+        "usage": {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        },
     }
 
 

@@ -19,11 +19,24 @@ _PROTECTED_FILES = (".index.sqlite", ".gateway.lock", ".gateway.json")
 
 
 class PathGuard:
-    """Resolves tool paths against the workspace and enforces restrictToWorkspace."""
+    """Resolves tool paths against the workspace and enforces restrictToWorkspace.
 
-    def __init__(self, workspace: Path, restrict: bool) -> None:
+    `read_only_roots` (the built-in skills) may be read although they are outside the workspace.
+    """
+
+    def __init__(self, workspace: Path, restrict: bool, read_only_roots: tuple[Path, ...] = ()) -> None:
         self.workspace = workspace.resolve()
         self.restrict = restrict
+        self.read_only_roots = tuple(r.resolve() for r in read_only_roots)
+
+    def resolve_readable(self, raw: str) -> Path:
+        try:
+            return self.resolve(raw)
+        except ToolError:
+            path = Path(raw).expanduser().resolve()
+            if any(path.is_relative_to(root) for root in self.read_only_roots):
+                return path
+            raise
 
     def resolve(self, raw: str) -> Path:
         if not isinstance(raw, str) or not raw.strip():
@@ -84,20 +97,25 @@ class ReadFileTool(_FileTool):
         "required": ["path"],
     }
 
-    async def execute(self, ctx: ToolContext, path: str, offset: int = 1, limit: int | None = None,
-                      **_: Any) -> str:
-        target = self.guard.resolve(path)
+    async def execute(
+        self, ctx: ToolContext, path: str, offset: int = 1, limit: int | None = None, **_: Any
+    ) -> str:
+        target = self.guard.resolve_readable(path)
         if not target.is_file():
             raise ToolError(f"file not found: {path}")
         if target.stat().st_size > self.max_bytes * 10:
-            raise ToolError(f"file is too large ({target.stat().st_size} bytes); read it with offset/limit via exec")
+            raise ToolError(
+                f"file is too large ({target.stat().st_size} bytes); read it with offset/limit via exec"
+            )
         text = target.read_text(encoding="utf-8", errors="replace")
         if offset > 1 or limit:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[offset - 1 : offset - 1 + limit if limit else None])
         if len(text) > MAX_READ_CHARS:
             shown = text[:MAX_READ_CHARS]
-            return f"{shown}\n\n[... {len(text) - MAX_READ_CHARS} more characters; use offset/limit to read on]"
+            return (
+                f"{shown}\n\n[... {len(text) - MAX_READ_CHARS} more characters; use offset/limit to read on]"
+            )
         return text or "(empty file)"
 
 
@@ -130,8 +148,9 @@ class EditFileTool(_FileTool):
         "required": ["path", "old_text", "new_text"],
     }
 
-    async def execute(self, ctx: ToolContext, path: str, old_text: str, new_text: str,
-                      replace_all: bool = False, **_: Any) -> str:
+    async def execute(
+        self, ctx: ToolContext, path: str, old_text: str, new_text: str, replace_all: bool = False, **_: Any
+    ) -> str:
         target = self.guard.resolve(path)
         if not target.is_file():
             raise ToolError(f"file not found: {path}")
@@ -141,7 +160,9 @@ class EditFileTool(_FileTool):
             raise ToolError("old_text was not found in the file (it must match exactly, whitespace included)")
         if count > 1 and not replace_all:
             raise ToolError(f"old_text occurs {count} times; give more context or set replace_all")
-        self._write(target, text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1))
+        self._write(
+            target, text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
+        )
         return f"Replaced {count if replace_all else 1} occurrence(s) in {path}"
 
 
@@ -151,17 +172,25 @@ class ListDirTool(_FileTool):
     parameters = {"type": "object", "properties": {"path": {"type": "string"}}, "required": []}
 
     async def execute(self, ctx: ToolContext, path: str = ".", **_: Any) -> str:
-        target = self.guard.resolve(path)
+        target = self.guard.resolve_readable(path)
         if not target.is_dir():
             raise ToolError(f"not a folder: {path}")
         entries = sorted(target.iterdir(), key=lambda p: (not p.is_dir(), p.name))
-        lines = [f"{p.name}/" if p.is_dir() else f"{p.name} ({p.stat().st_size} bytes)" for p in
-                 entries[:MAX_LIST_ENTRIES]]
+        lines = [
+            f"{p.name}/" if p.is_dir() else f"{p.name} ({p.stat().st_size} bytes)"
+            for p in entries[:MAX_LIST_ENTRIES]
+        ]
         if len(entries) > MAX_LIST_ENTRIES:
             lines.append(f"... and {len(entries) - MAX_LIST_ENTRIES} more")
         return "\n".join(lines) or "(empty folder)"
 
 
-def file_tools(workspace: Path, memory: MemoryStore, restrict: bool, max_bytes: int) -> list[Tool]:
-    guard = PathGuard(workspace, restrict)
+def file_tools(
+    workspace: Path,
+    memory: MemoryStore,
+    restrict: bool,
+    max_bytes: int,
+    read_only_roots: tuple[Path, ...] = (),
+) -> list[Tool]:
+    guard = PathGuard(workspace, restrict, read_only_roots)
     return [cls(guard, memory, max_bytes) for cls in (ReadFileTool, WriteFileTool, EditFileTool, ListDirTool)]

@@ -30,13 +30,23 @@ class MessageTool(Tool):
         self.bus = bus
         self.sent_in_turn: dict[str, int] = {}
 
-    async def execute(self, ctx: ToolContext, content: str, channel: str | None = None,
-                      chat_id: str | None = None, media: list[str] | None = None, **_: Any) -> str:
+    async def execute(
+        self,
+        ctx: ToolContext,
+        content: str,
+        channel: str | None = None,
+        chat_id: str | None = None,
+        media: list[str] | None = None,
+        **_: Any,
+    ) -> str:
         if not content.strip() and not media:
             raise ToolError("content is empty")
         target_channel = channel or ctx.channel
         target_chat = chat_id or ctx.chat_id
-        await self.bus.publish_outbound(OutboundMessage(channel=target_channel, chat_id=target_chat,
-                                                        content=content, media=list(media or [])))
+        await self.bus.publish_outbound(
+            OutboundMessage(
+                channel=target_channel, chat_id=target_chat, content=content, media=list(media or [])
+            )
+        )
         self.sent_in_turn[ctx.session_key] = self.sent_in_turn.get(ctx.session_key, 0) + 1
         return f"Message sent to {target_channel}:{target_chat}"

@@ -54,8 +54,9 @@ def _bwrap_works() -> bool:
     if not exe:
         return False
     try:
-        probe = subprocess.run([exe, "--ro-bind", "/", "/", "--dev", "/dev", "true"], capture_output=True,
-                               timeout=5, check=False)
+        probe = subprocess.run(
+            [exe, "--ro-bind", "/", "/", "--dev", "/dev", "true"], capture_output=True, timeout=5, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return probe.returncode == 0
@@ -91,14 +92,14 @@ class ExecTool(Tool):
             if re.search(r"(^|[\s/'\"])\.\.(/|\s|$)", command):
                 raise ToolError("command refused: '..' path segments are not allowed (restrictToWorkspace)")
             if re.search(r"(^|[\s=:'\"])~|\$\{?HOME\b", command):
-                raise ToolError("command refused: the home folder is outside the workspace (restrictToWorkspace)")
+                raise ToolError(
+                    "command refused: the home folder is outside the workspace (restrictToWorkspace)"
+                )
             for raw in _ABS_PATH_RE.findall(command):
                 if raw.startswith(_ALLOWED_SYSTEM_PREFIXES):
                     continue
-                try:
-                    Path(raw).resolve().relative_to(self.workspace)
-                except ValueError:
-                    raise ToolError(f"command refused: '{raw}' is outside the workspace (restrictToWorkspace)")
+                if not Path(raw).resolve().is_relative_to(self.workspace):
+                    raise ToolError(f"command refused: '{raw}' lies outside the workspace")
 
     def _argv(self, command: str) -> list[str]:
         if self._sandbox is None:
@@ -106,8 +107,27 @@ class ExecTool(Tool):
         if not self._sandbox:
             return ["/bin/sh", "-c", command]
         ws = str(self.workspace)
-        return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-                "--bind", ws, ws, "--chdir", ws, "--die-with-parent", "/bin/sh", "-c", command]
+        return [
+            "bwrap",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--bind",
+            ws,
+            ws,
+            "--chdir",
+            ws,
+            "--die-with-parent",
+            "/bin/sh",
+            "-c",
+            command,
+        ]
 
     async def execute(self, ctx: ToolContext, command: str, timeout_s: float | None = None, **_: Any) -> str:
         if not command.strip():
@@ -126,7 +146,7 @@ class ExecTool(Tool):
         )
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), timeout=limit)
-        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+        except (TimeoutError, asyncio.CancelledError) as exc:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:

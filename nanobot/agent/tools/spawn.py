@@ -19,7 +19,10 @@ class SpawnTool(Tool):
     parameters = {
         "type": "object",
         "properties": {
-            "task": {"type": "string", "description": "What the sub-agent should do, with all needed context"},
+            "task": {
+                "type": "string",
+                "description": "What the sub-agent should do, with all needed context",
+            },
             "label": {"type": "string", "description": "A short name for the task"},
         },
         "required": ["task"],

@@ -28,8 +28,14 @@ def _ip_is_private(ip: str) -> bool:
     addr = ipaddress.ip_address(ip)
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         addr = addr.ipv4_mapped
-    return (addr.is_private or addr.is_loopback or addr.is_link_local or addr.is_reserved
-            or addr.is_multicast or addr.is_unspecified)
+    return (
+        addr.is_private
+        or addr.is_loopback
+        or addr.is_link_local
+        or addr.is_reserved
+        or addr.is_multicast
+        or addr.is_unspecified
+    )
 
 
 async def check_url_allowed(url: str, allow_hosts: list[str]) -> None:
@@ -41,7 +47,9 @@ async def check_url_allowed(url: str, allow_hosts: list[str]) -> None:
     if host in {h.lower() for h in allow_hosts}:
         return
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, parsed.port or 443, type=socket.SOCK_STREAM)
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host, parsed.port or 443, type=socket.SOCK_STREAM
+        )
     except socket.gaierror as exc:
         raise ToolError(f"cannot resolve host {host}: {exc.strerror}") from None
     for info in infos:
@@ -75,8 +83,12 @@ class WebFetchTool(Tool):
 
     async def execute(self, ctx: ToolContext, url: str, **_: Any) -> str:
         current = url.strip()
-        async with httpx.AsyncClient(timeout=self.cfg.timeout_s, follow_redirects=False,
-                                     headers={"User-Agent": USER_AGENT}, trust_env=False) as client:
+        async with httpx.AsyncClient(
+            timeout=self.cfg.timeout_s,
+            follow_redirects=False,
+            headers={"User-Agent": USER_AGENT},
+            trust_env=False,
+        ) as client:
             for _hop in range(self.cfg.max_redirects + 1):
                 await check_url_allowed(current, self.cfg.allow_hosts)
                 try:
@@ -126,53 +138,74 @@ class WebSearchTool(Tool):
     async def execute(self, ctx: ToolContext, query: str, count: int | None = None, **_: Any) -> str:
         provider = self.cfg.provider
         if not provider:
-            raise ToolError("web search is not configured: set tools.web.search.provider "
-                            "(brave, tavily, searxng or duckduckgo) and its apiKey/baseUrl")
+            raise ToolError(
+                "web search is not configured: set tools.web.search.provider "
+                "(brave, tavily, searxng or duckduckgo) and its apiKey/baseUrl"
+            )
         if provider in ("brave", "tavily") and not self.cfg.api_key:
             raise ToolError(f"web search provider '{provider}' needs tools.web.search.apiKey")
         if provider == "searxng" and not self.cfg.base_url:
             raise ToolError("web search provider 'searxng' needs tools.web.search.baseUrl")
         n = count or self.cfg.max_results
         try:
-            async with httpx.AsyncClient(timeout=self.timeout_s, headers={"User-Agent": USER_AGENT}) as client:
+            async with httpx.AsyncClient(
+                timeout=self.timeout_s, headers={"User-Agent": USER_AGENT}
+            ) as client:
                 results = await getattr(self, f"_{provider}")(client, query, n)
         except httpx.HTTPError as exc:
             raise ToolError(f"search failed: {type(exc).__name__}: {exc}") from None
         if not results:
             return f"No results for: {query}"
-        return "\n\n".join(f"{i}. {r['title']}\n   {r['url']}\n   {r['snippet']}"
-                           for i, r in enumerate(results[:n], 1))
+        return "\n\n".join(
+            f"{i}. {r['title']}\n   {r['url']}\n   {r['snippet']}" for i, r in enumerate(results[:n], 1)
+        )
 
     def _endpoint(self, provider: str) -> str:
         return self.cfg.base_url or _SEARCH_ENDPOINTS[provider]
 
     async def _brave(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
-        resp = await client.get(self._endpoint("brave"), params={"q": query, "count": n},
-                                headers={"X-Subscription-Token": self.cfg.api_key, "Accept": "application/json"})
+        resp = await client.get(
+            self._endpoint("brave"),
+            params={"q": query, "count": n},
+            headers={"X-Subscription-Token": self.cfg.api_key, "Accept": "application/json"},
+        )
         resp.raise_for_status()
         items = resp.json().get("web", {}).get("results", [])
-        return [{"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get("description", "")}
-                for i in items]
+        return [
+            {"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get("description", "")}
+            for i in items
+        ]
 
     async def _tavily(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
-        resp = await client.post(self._endpoint("tavily"),
-                                 json={"api_key": self.cfg.api_key, "query": query, "max_results": n})
+        resp = await client.post(
+            self._endpoint("tavily"), json={"api_key": self.cfg.api_key, "query": query, "max_results": n}
+        )
         resp.raise_for_status()
-        return [{"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get("content", "")}
-                for i in resp.json().get("results", [])]
+        return [
+            {"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get("content", "")}
+            for i in resp.json().get("results", [])
+        ]
 
     async def _searxng(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
-        resp = await client.get(self.cfg.base_url.rstrip("/") + "/search", params={"q": query, "format": "json"})
+        resp = await client.get(
+            self.cfg.base_url.rstrip("/") + "/search", params={"q": query, "format": "json"}
+        )
         resp.raise_for_status()
-        return [{"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get("content", "")}
-                for i in resp.json().get("results", [])]
+        return [
+            {"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get("content", "")}
+            for i in resp.json().get("results", [])
+        ]
 
     async def _duckduckgo(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
         resp = await client.get(f"{self._endpoint('duckduckgo')}?q={quote_plus(query)}")
         resp.raise_for_status()
         results = []
-        pattern = re.compile(r'(?s)<a[^>]+class="result__a"[^>]+href="([^"]+)"[^>]*>(.*?)</a>.*?'
-                             r'class="result__snippet"[^>]*>(.*?)</')
+        pattern = re.compile(
+            r'(?s)<a[^>]+class="result__a"[^>]+href="([^"]+)"[^>]*>(.*?)</a>.*?'
+            r'class="result__snippet"[^>]*>(.*?)</'
+        )
         for href, title, snippet in pattern.findall(resp.text):
-            results.append({"url": html.unescape(href), "title": html_to_text(title), "snippet": html_to_text(snippet)})
+            results.append(
+                {"url": html.unescape(href), "title": html_to_text(title), "snippet": html_to_text(snippet)}
+            )
         return results

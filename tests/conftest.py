@@ -1,0 +1,109 @@
+"""Shared fixtures: an isolated NANOBOT_HOME, the fake OpenAI-compatible server, config helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Tests never leave 127.0.0.1 and never download anything.
+os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+os.environ.setdefault("no_proxy", "127.0.0.1,localhost")
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+for _var in list(os.environ):
+    if _var.startswith("NANOBOT_"):
+        del os.environ[_var]
+
+from nanobot.config.schema import Config  # noqa: E402
+from tests.fakes.llm_server import FakeLLMServer  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def llm_server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_llm(llm_server: FakeLLMServer) -> Iterator[FakeLLMServer]:
+    """The shared fake server, reset for this test."""
+    llm_server.script.clear()
+    llm_server.requests.clear()
+    llm_server.embedding_requests.clear()
+    llm_server.responder = None
+    llm_server.default_delay_s = 0.0
+    yield llm_server
+    llm_server.script.clear()
+    llm_server.responder = None
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An isolated NANOBOT_HOME for this test."""
+    path = tmp_path / "home"
+    path.mkdir()
+    monkeypatch.setenv("NANOBOT_HOME", str(path))
+    return path
+
+
+def config_dict(server_url: str, **overrides: Any) -> dict[str, Any]:
+    """A config using the fake LLM through providers.custom (the real litellm path)."""
+    data: dict[str, Any] = {
+        "agents": {"defaults": {"provider": "custom", "model": "fake-model", "llmMaxRetries": 2}},
+        "providers": {"custom": {"apiBase": server_url, "apiKey": "test-key"}},
+        "gateway": {"heartbeat": {"enabled": False}},
+    }
+    for dotted, value in overrides.items():
+        node = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return data
+
+
+@pytest.fixture
+def make_config(home: Path, fake_llm: FakeLLMServer):
+    """make_config(**{"agents.defaults.contextWindowTokens": 4096}) -> (Config, path)."""
+
+    def _make(**overrides: Any) -> tuple[Config, Path]:
+        data = config_dict(fake_llm.url, **overrides)
+        path = home / "config.json"
+        path.write_text(json.dumps(data), encoding="utf-8")
+        from nanobot.config.loader import load_config
+
+        return load_config(path), path
+
+    return _make
+
+
+def run_cli(
+    *args: str,
+    home: Path,
+    input_text: str | None = None,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m nanobot ...` as a user would, with an isolated home."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    full_env.update({"NANOBOT_HOME": str(home), "PYTHONPATH": str(REPO)})
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "nanobot", *args],
+        input=input_text,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=str(home),
+        stdin=None if input_text is not None else subprocess.DEVNULL,
+    )
