@@ -125,6 +125,19 @@ def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[s
     return merged.strip(), dropped
 
 
+def three_way_merge(base: str, ours: str, theirs: str) -> str:
+    """Line-level merge for concurrent consolidations: `ours` plus the lines another writer added
+    since `base`, minus the lines another writer removed since `base`."""
+    base_set = {normalise_fact(x) for x in base.splitlines() if x.strip()}
+    theirs_set = {normalise_fact(x) for x in theirs.splitlines() if x.strip()}
+    ours_lines = [x for x in ours.splitlines()
+                  if not x.strip() or normalise_fact(x) in theirs_set or normalise_fact(x) not in base_set]
+    ours_set = {normalise_fact(x) for x in ours_lines if x.strip()}
+    added = [x for x in theirs.splitlines() if x.strip() and normalise_fact(x) not in base_set
+             and normalise_fact(x) not in ours_set]
+    return "\n".join([*ours_lines, *added]).strip()
+
+
 class Consolidator:
     def __init__(
         self,
@@ -183,14 +196,19 @@ class Consolidator:
             self.apply_memory_update(memory_now, args.memory_update)
         return True
 
-    def apply_memory_update(self, old: str, new: str) -> None:
-        if not new.strip() and old.strip():
+    def apply_memory_update(self, base: str, new: str) -> None:
+        """Write the LLM's MEMORY.md, merged with whatever changed on disk since `base` was read."""
+        if not new.strip() and base.strip():
             logger.warning("consolidation returned an empty MEMORY.md; keeping the existing one")
             return
-        merged, kept = protect_memory(old, new, self.memory.forgotten())
-        if kept:
-            logger.warning("consolidation dropped {} existing fact(s) from MEMORY.md; kept them", len(kept))
-        self.memory.write_memory(merged)
+        with self.memory.locked():
+            current = self.memory.read_memory()
+            if current.strip() != base.strip():
+                new = three_way_merge(base, new, current)
+            merged, kept = protect_memory(current, new, self.memory.forgotten())
+            if kept:
+                logger.warning("consolidation dropped {} existing fact(s) from MEMORY.md; kept them", len(kept))
+            self.memory.write_memory(merged)
 
     def raw_archive(self, messages: list[dict[str, Any]], reason: str, max_chars: int = 6000) -> None:
         """Last resort after repeated failures: a raw, timestamped excerpt into HISTORY.md."""

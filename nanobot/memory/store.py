@@ -66,6 +66,7 @@ class MemoryStore:
         self.tz = resolve_tz(timezone) if isinstance(timezone, str) else timezone
         self.backups_kept = backups_kept
         self._lock = threading.RLock()
+        self._depth = 0
         self._listeners: list[Callable[[Path], None]] = []
 
     # ------------------------------------------------------------------ plumbing
@@ -93,14 +94,23 @@ class MemoryStore:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Exclusive access to memory/ for this process and every other one."""
+        """Exclusive access to memory/ for this process and every other one (re-entrant)."""
         with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
             self.dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+                self._depth = 1
                 yield
             finally:
+                self._depth = 0
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
 

@@ -1,0 +1,365 @@
+"""Memory lifecycle through the real litellm and the fake server: consolidation, flush, /new, privacy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from nanobot.agent.factory import build_agent
+from nanobot.cli.onboard import copy_templates
+from nanobot.memory.consolidator import normalise_save_memory_args
+from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.memory_llm import MemoryScript
+
+PAD = " ".join(["lorem"] * 120)  # ~120 tokens of filler per user message
+SMALL_WINDOW = {"agents.defaults.contextWindowTokens": 4096, "agents.defaults.maxTokens": 512}
+
+
+def session_lines(workspace: Path, key: str = "cli_direct") -> list[dict]:
+    path = workspace / "sessions" / f"{key}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def last_metadata(workspace: Path, key: str = "cli_direct") -> dict:
+    meta = [x for x in session_lines(workspace, key) if x.get("_type") == "metadata"]
+    return meta[-1] if meta else {}
+
+
+@pytest.fixture
+def script(fake_llm: FakeLLMServer) -> MemoryScript:
+    s = MemoryScript()
+    fake_llm.responder = s.responder
+    return s
+
+
+@pytest.fixture
+def agent_factory(make_config, script: MemoryScript):  # noqa: ANN001
+    agents = []
+
+    def _make(**overrides):  # noqa: ANN003, ANN202
+        config, _ = make_config(**{**SMALL_WINDOW, **overrides})
+        copy_templates(config.workspace_path)
+        agent = build_agent(config)
+        agents.append(agent)
+        return agent
+
+    yield _make
+    for agent in agents:
+        agent.sessions.close()
+
+
+async def chat(agent, turns: int, start: int = 0, key: str = "cli:direct", **kw) -> None:  # noqa: ANN001
+    for i in range(start, start + turns):
+        await agent.process_direct(f"turn {i} FACT-{i}: the user likes item {i}. {PAD}", session_key=key, **kw)
+
+
+async def test_consolidation_trigger_and_user_turn_boundary(agent_factory, script: MemoryScript) -> None:
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    await chat(agent, 14)
+    await agent.drain(30)
+    ws = agent.config.workspace_path
+    meta = last_metadata(ws)
+    messages = [x for x in session_lines(ws) if "role" in x]
+    pointer = meta["last_consolidated"]
+    assert script.calls["consolidate"] >= 1
+    assert 0 < pointer < len(messages)
+    assert messages[pointer]["role"] == "user"  # the kept tail starts at a user turn
+    memory_md = (ws / "memory" / "MEMORY.md").read_text()
+    history = (ws / "memory" / "HISTORY.md").read_text()
+    consolidated_facts = [f"FACT-{i}:" for i in range(pointer // 2)]
+    assert all(f in memory_md for f in consolidated_facts)
+    assert all(f in history for f in consolidated_facts)
+    assert agent.estimate_base_tokens(agent.sessions.get("cli:direct"), False) <= agent.lifecycle.budget_tokens
+
+
+def test_save_memory_argument_forms() -> None:
+    as_dict = {"history_entry": "[2026-01-01 10:00] A.", "memory_update": "# M\n- x"}
+    assert normalise_save_memory_args(as_dict).memory_update == "# M\n- x"
+    assert normalise_save_memory_args(json.dumps(as_dict)).history_entry.startswith("[2026")
+    assert normalise_save_memory_args([as_dict]).memory_update == "# M\n- x"
+    assert normalise_save_memory_args(["[2026-01-01 10:00] B.", "# N"]).memory_update == "# N"
+    assert normalise_save_memory_args({"history_entry": "x", "memory_update": {"a": 1}}).memory_update == '{"a": 1}'
+    assert normalise_save_memory_args("not json") is None
+    assert normalise_save_memory_args({"memory_update": "only"}) is None
+
+
+async def test_save_memory_arguments_as_json_string_over_http(agent_factory, fake_llm) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    memory = agent.memory
+    fake_llm.responder = None
+    fake_llm.push({"content": None, "tool_calls": [{"name": "save_memory", "arguments": json.dumps(
+        {"history_entry": "[2026-02-03 04:05] Talked.", "memory_update": "# M\n- FACT-9: json string"})}]})
+    ok = await agent.lifecycle.consolidator.consolidate([{"role": "user", "content": "FACT-9: json string"}],
+                                                        private=True)
+    assert ok
+    assert "FACT-9: json string" in memory.read_memory()
+    forced = fake_llm.requests[-1]["tool_choice"]
+    assert forced == {"type": "function", "function": {"name": "save_memory"}}
+
+
+async def test_no_tool_call_leaves_pointer_then_raw_archive_after_three_failures(agent_factory, script) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    script.fail_consolidation = 100
+    await chat(agent, 12)
+    await agent.drain(30)
+    ws = agent.config.workspace_path
+    history = (ws / "memory" / "HISTORY.md")
+    calls_before = script.calls["consolidate"]
+    assert calls_before >= 3
+    meta = last_metadata(ws)
+    assert meta.get("last_consolidated", 0) > 0  # moved only by the raw archive
+    text = history.read_text()
+    assert "[raw archive: consolidation failed 3 times" in text
+    assert "FACT-0:" in text  # the raw excerpt keeps what the user said
+    assert not (ws / "memory" / "MEMORY.md").read_text().count("FACT-")
+
+
+async def test_single_failure_keeps_pointer(agent_factory, script) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    session = agent.sessions.get("cli:direct")
+    await chat(agent, 2)
+    await agent.drain(10)
+    script.fail_consolidation = 1
+    ok = await agent.lifecycle._consolidate_range(session, 0, 2, False)
+    assert ok is False
+    assert session.last_consolidated == 0
+    assert last_metadata(agent.config.workspace_path)["consolidation_failures"] == 1
+
+
+async def test_flush_once_per_cycle_and_no_reply(agent_factory, script) -> None:  # noqa: ANN001
+    agent = agent_factory()
+    ws = agent.config.workspace_path
+    session = agent.sessions.get("cli:direct")
+    await chat(agent, 9)
+    await agent.drain(30)
+    assert script.calls["flush"] == 1
+    daily = agent.memory.daily_path()
+    text = daily.read_text()
+    assert "FACT-0:" in text
+    flushed_at = last_metadata(ws).get("flushed_at")
+    assert flushed_at == session.last_consolidated or script.calls["consolidate"] >= 1
+    before = text.count("- FACT-")
+    # a second flush in the same cycle does not run; a NO_REPLY flush writes nothing
+    await agent.lifecycle.maybe_flush(session, False)
+    assert script.calls["flush"] == 1 or daily.read_text().count("- FACT-") == before
+    assert len(set(line for line in daily.read_text().splitlines() if line.startswith("- "))) == \
+        len([line for line in daily.read_text().splitlines() if line.startswith("- ")])  # no duplicate bullets
+
+
+async def test_flush_no_reply_writes_nothing(agent_factory, fake_llm) -> None:  # noqa: ANN001
+    agent = agent_factory()
+    fake_llm.responder = None
+    fake_llm.push("NO_REPLY")
+    ok = await agent.lifecycle.flusher.flush([{"role": "user", "content": "hello"}], private=True)
+    assert ok
+    assert not agent.memory.daily_path().exists()
+
+
+async def test_flush_fires_before_consolidation_at_default_window(make_config, script) -> None:  # noqa: ANN001
+    config, _ = make_config()
+    copy_templates(config.workspace_path)
+    agent = build_agent(config)
+    lc = agent.lifecycle
+    assert lc.budget_tokens == 65536 - 8192 - 1024
+    assert lc.flush_threshold_tokens == lc.budget_tokens - 4000
+    session = agent.sessions.get("cli:direct")
+    big = " ".join(["memo"] * 2000)  # ~2000 tokens a message
+    order: list[str] = []
+    original_flush, original_consolidate = lc.flusher.flush, lc.consolidator.consolidate
+
+    async def flush(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        order.append("flush")
+        return await original_flush(*a, **k)
+
+    async def consolidate(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        order.append("consolidate")
+        return await original_consolidate(*a, **k)
+
+    lc.flusher.flush, lc.consolidator.consolidate = flush, consolidate
+    for i in range(30):
+        await agent.process_direct(f"FACT-{i}: value {i} {big}")
+        await agent.drain(30)
+        if "consolidate" in order:
+            break
+    assert order and order[0] == "flush"
+    assert "consolidate" in order
+    assert order.index("flush") < order.index("consolidate")
+    assert session.last_consolidated > 0
+    agent.sessions.close()
+
+
+async def test_new_session_archives_and_writes_notes(agent_factory, script) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    ws = agent.config.workspace_path
+    await chat(agent, 3)
+    reply = await agent.process_direct("/new")
+    assert reply == "New session started."
+    await agent.drain(30)
+    archived = list((ws / "sessions" / "archive").glob("cli_direct-*.jsonl"))
+    assert len(archived) == 1
+    assert not list((ws / "sessions" / "archive").glob("*.pending"))
+    kept = [json.loads(x) for x in archived[0].read_text().splitlines()]
+    assert sum(1 for x in kept if x.get("role") == "user") == 3
+    notes = [p for p in (ws / "memory").glob("*-planted-facts.md")]
+    assert len(notes) == 1
+    note = notes[0].read_text()
+    assert all(f"FACT-{i}:" in note for i in range(3)) and "Session: cli:direct" in note
+    history = (ws / "memory" / "HISTORY.md").read_text()
+    assert all(f"FACT-{i}:" in history for i in range(3))
+    assert not (ws / "sessions" / "cli_direct.jsonl").exists() or not [
+        x for x in session_lines(ws) if x.get("role")]
+
+
+async def test_new_session_skips_notes_for_short_sessions(agent_factory, script) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    await chat(agent, 2)
+    await agent.process_direct("/new")
+    await agent.drain(30)
+    assert script.calls["notes"] == 0
+    assert "FACT-1:" in (agent.config.workspace_path / "memory" / "HISTORY.md").read_text()
+
+
+async def test_new_with_failing_archive_loses_nothing_and_retries(agent_factory, script) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    ws = agent.config.workspace_path
+    await chat(agent, 3)
+    script.fail_consolidation = 1
+    assert await agent.process_direct("/new") == "New session started."
+    await agent.drain(30)
+    pending = list((ws / "sessions" / "archive").glob("*.pending"))
+    assert len(pending) == 1  # the failure is remembered, the transcript kept
+    archived = pending[0].with_name(pending[0].name.removesuffix(".pending"))
+    assert "FACT-2:" in archived.read_text()
+    assert agent.lifecycle.recover_pending() == 1
+    await agent.drain(30)
+    assert not list((ws / "sessions" / "archive").glob("*.pending"))
+    assert "FACT-2:" in (ws / "memory" / "HISTORY.md").read_text()
+
+
+async def test_session_note_fallback_when_llm_fails(agent_factory, script) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    script.fail_notes = True
+    await chat(agent, 3)
+    await agent.process_direct("/new")
+    await agent.drain(30)
+    notes = [p for p in (agent.config.workspace_path / "memory").glob("????-??-??-????.md")]
+    assert len(notes) == 1
+    assert "## Excerpt" in notes[0].read_text() and "FACT-2:" in notes[0].read_text()
+
+
+async def test_new_during_background_consolidation_waits(agent_factory, script, fake_llm) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    ws = agent.config.workspace_path
+    await chat(agent, 11)
+    session = agent.sessions.get("cli:direct")
+    lock = agent.lifecycle.lock_for("cli:direct")
+    slow = MemoryScript()
+    fake_llm.responder = lambda body: {**slow.decide(body), "delay_s": 0.5} if body.get("tools") and any(
+        t["function"]["name"] == "save_memory" for t in body["tools"]) else slow.decide(body)
+    agent.lifecycle.after_turn(session, is_group=False)
+    await asyncio.sleep(0.1)
+    assert lock.locked() or agent.lifecycle.pending()
+    reply = await agent.process_direct("/new")
+    assert reply == "New session started."
+    await agent.drain(30)
+    history = (ws / "memory" / "HISTORY.md").read_text()
+    assert all(f"FACT-{i}:" in history for i in range(11))  # everything said is in memory
+    archived = list((ws / "sessions" / "archive").glob("cli_direct-*.jsonl"))
+    assert len(archived) == 1 and "FACT-10:" in archived[0].read_text()
+
+
+async def test_memory_protection_against_shrinking_update(agent_factory, script) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    facts = "\n".join(f"- FACT-{100 + i}: old fact {i}" for i in range(6))
+    agent.memory.write_memory(f"# Long-term memory\n{facts}")
+    script.shrink_memory = True
+    ok = await agent.lifecycle.consolidator.consolidate(
+        [{"role": "user", "content": "FACT-200: brand new"}], private=True)
+    assert ok
+    text = agent.memory.read_memory()
+    assert "FACT-200: brand new" in text
+    assert all(f"FACT-{100 + i}:" in text for i in range(6))
+    assert "Kept from the previous version" in text
+    assert agent.memory.backups()  # the previous version kept in memory/.backups/
+
+
+async def test_explicit_forgetting_is_not_undone(agent_factory, script) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    facts = [f"- FACT-{300 + i}: fact {i}" for i in range(5)]
+    agent.memory.write_memory("# Long-term memory\n" + "\n".join(facts))
+    # the agent removes a fact through its file tool, as the user asked
+    result = await agent.tools.execute("edit_file", {"path": "memory/MEMORY.md", "old_text": facts[2] + "\n",
+                                                     "new_text": ""}, _ctx())
+    assert "Replaced" in result
+    assert "FACT-302" not in agent.memory.read_memory()
+    # a later consolidation of the old conversation (which mentions the fact) must not bring it back
+    ok = await agent.lifecycle.consolidator.consolidate(
+        [{"role": "user", "content": "FACT-302: fact 2"}, {"role": "user", "content": "FACT-400: new"}],
+        private=True)
+    assert ok
+    text = agent.memory.read_memory()
+    assert "FACT-302" not in text and "FACT-400: new" in text
+
+
+async def test_group_chat_privacy(agent_factory, script, fake_llm) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    agent.memory.write_memory("# Long-term memory\n- FACT-500: the owner's secret hobby")
+    await agent.process_direct("hello group", session_key="telegram:-100", channel="telegram",
+                               chat_id="-100")
+    agent.sessions.get("telegram:-100")
+    msg = _inbound("hello again", group=True)
+    await agent.handle(msg)
+    system = fake_llm.requests[-1]["messages"][0]["content"]
+    assert "FACT-500" not in system and "group chat" in system
+    private_system = agent.context.system_prompt(is_group=False)
+    assert "FACT-500" in private_system
+    # group conversations consolidate into HISTORY.md only
+    ok = await agent.lifecycle.consolidator.consolidate(
+        [{"role": "user", "content": "FACT-600: said in the group"}], private=False)
+    assert ok
+    assert "FACT-600" in agent.memory.read_history()
+    assert "FACT-600" not in agent.memory.read_memory()
+    consolidation_prompt = fake_llm.requests[-1]["messages"][1]["content"]
+    assert "FACT-500" not in consolidation_prompt
+
+
+async def test_stress_twenty_sessions_consolidating_at_once(agent_factory, script) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    keys = [f"telegram:{n}" for n in range(20)]
+
+    async def one(n: int, key: str) -> None:
+        for i in range(10):
+            await agent.process_direct(f"FACT-{n * 100 + i}: session {n} item {i}. {PAD}", session_key=key,
+                                       channel="telegram", chat_id=key.split(":")[1])
+
+    await asyncio.gather(*(one(n, k) for n, k in enumerate(keys)))
+    await asyncio.gather(*(agent.lifecycle.ensure_fits(agent.sessions.get(k), lambda: 10**9, is_group=False)
+                           for k in keys))
+    await agent.drain(60)
+    ws = agent.config.workspace_path
+    history = (ws / "memory" / "HISTORY.md").read_text()
+    memory_md = (ws / "memory" / "MEMORY.md").read_text()
+    for n, key in enumerate(keys):
+        meta = last_metadata(ws, key.replace(":", "_"))
+        assert meta["last_consolidated"] > 0
+        for i in range(meta["last_consolidated"] // 2):
+            assert f"FACT-{n * 100 + i}:" in history
+        for line in session_lines(ws, key.replace(":", "_")):
+            assert isinstance(line, dict)
+    assert memory_md.count("# Long-term memory") >= 1
+    assert memory_md.count("FACT-") >= 20
+
+
+def _ctx():  # noqa: ANN202
+    from nanobot.agent.tools.base import ToolContext
+
+    return ToolContext()
+
+
+def _inbound(text: str, group: bool):  # noqa: ANN202
+    from nanobot.bus.events import InboundMessage
+
+    return InboundMessage(channel="telegram", sender_id="7", chat_id="-100", content=text, is_group=group)
