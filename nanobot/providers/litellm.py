@@ -55,7 +55,15 @@ def _is_retryable(exc: Exception) -> bool:
     }
 
 
+class UnprocessableRequestError(Exception):
+    """The endpoint answered 422 and litellm gave up without raising (see `_check_response`)."""
+
+    status_code = 422
+
+
 def _rejects_tool_choice(exc: Exception) -> bool:
+    if isinstance(exc, UnprocessableRequestError):
+        return True  # litellm swallowed the body; with a forced tool_choice that is the likely cause
     return (
         _status_of(exc) in (400, 422)
         or "BadRequest" in type(exc).__name__
@@ -73,6 +81,23 @@ def _retry_after_s(exc: Exception) -> float | None:
         return float(value) if value is not None else None
     except ValueError:
         return None
+
+
+def _check_response(response: Any) -> Any:
+    """Turn litellm's silent give-up on HTTP 422 into an error.
+
+    With `drop_params` on, litellm's OpenAI path retries a 422 without the params the body names and,
+    when none are named, ends its loop returning None (or a stream wrapper around None).
+    """
+    if response is None:
+        raise UnprocessableRequestError("the endpoint rejected the request (HTTP 422)")
+    if (
+        type(response).__name__ == "CustomStreamWrapper"
+        and getattr(response, "completion_stream", None) is None
+        and getattr(response, "make_call", None) is None  # lazy streams open on first read
+    ):
+        raise UnprocessableRequestError("the endpoint rejected the streaming request (HTTP 422)")
+    return response
 
 
 def _parse_args(raw: Any) -> dict[str, Any] | str:
@@ -93,6 +118,8 @@ def _user_message(exc: Exception) -> str:
         return "The model provider is rate-limiting requests; please try again in a moment."
     if status in (401, 403):
         return "The model provider rejected the credentials (check the API key in the config)."
+    if status == 422:
+        return "The model provider rejected the request as unprocessable (HTTP 422)."
     if status is not None and status >= 500:
         return f"The model provider is failing (HTTP {status}); please try again later."
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or "Timeout" in type(exc).__name__:
@@ -165,7 +192,7 @@ class LiteLLMProvider(LLMProvider):
                 if on_delta is not None:
                     return await self._stream(litellm, kw, on_delta)
                 response = await litellm.acompletion(**kw)
-                return self._parse(response)
+                return self._parse(_check_response(response))
             except Exception as exc:  # noqa: BLE001 - classified below
                 if "tool_choice" in kw and kw["tool_choice"] != "auto" and _rejects_tool_choice(exc):
                     logger.info("model rejected forced tool_choice; retrying with auto")
@@ -210,7 +237,9 @@ class LiteLLMProvider(LLMProvider):
         )
 
     async def _stream(self, litellm: Any, kw: dict[str, Any], on_delta: StreamCallback) -> LLMResponse:
-        stream = await litellm.acompletion(**kw, stream=True, stream_options={"include_usage": True})
+        stream = _check_response(
+            await litellm.acompletion(**kw, stream=True, stream_options={"include_usage": True})
+        )
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         finish = "stop"

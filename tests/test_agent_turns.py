@@ -1,0 +1,305 @@
+"""Whole turns through the real litellm to the local OpenAI-compatible fake: replies, tools, streaming,
+retries, failures, and the transcript each leaves on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.bus.events import InboundMessage
+from nanobot.bus.queue import MessageBus
+from nanobot.providers.base import LLMError
+from tests.agent_helpers import drain_outbound, make_agent, messages_of, read_jsonl, session_path
+from tests.fakes.llm_server import FakeLLMServer, Reply
+
+RENDEZVOUS_TIMEOUT_S = 5.0
+
+
+class RendezvousTool(Tool):
+    """Succeeds only if its partner runs at the same time: proves tool calls run concurrently."""
+
+    parameters = {"type": "object", "properties": {}}
+
+    def __init__(self, name: str, mine: asyncio.Event, partner: asyncio.Event) -> None:
+        self.name = name
+        self.description = "test tool"
+        self.mine = mine
+        self.partner = partner
+
+    async def execute(self, ctx: ToolContext, **kwargs: Any) -> str:
+        self.mine.set()
+        try:
+            await asyncio.wait_for(self.partner.wait(), RENDEZVOUS_TIMEOUT_S)
+        except TimeoutError:
+            raise ToolError(f"{self.name} ran alone") from None
+        return f"{self.name} met its partner"
+
+
+async def test_plain_reply_is_returned_and_persisted(make_config, fake_llm: FakeLLMServer) -> None:
+    config, _ = make_config()
+    agent = make_agent(config)
+    fake_llm.push(Reply(content="Hello, human."))
+    try:
+        reply = await agent.process_direct("hi there")
+    finally:
+        await agent.aclose()
+    assert reply == "Hello, human."
+    request = fake_llm.requests[-1]
+    assert request["model"] == "fake-model"
+    assert request["messages"][0]["role"] == "system"
+    assert request["messages"][-1]["role"] == "user"
+    assert request["messages"][-1]["content"].endswith("\n\nhi there")
+    assert "Channel: cli | Chat: direct" in request["messages"][-1]["content"]
+    stored = messages_of(session_path(config))
+    assert [(m["role"], m["content"]) for m in stored] == [
+        ("user", "hi there"),
+        ("assistant", "Hello, human."),
+    ]
+    assert all("+" in m["timestamp"] or m["timestamp"].endswith("Z") for m in stored)
+
+
+async def test_system_prompt_is_byte_identical_across_turns(make_config, fake_llm: FakeLLMServer) -> None:
+    config, _ = make_config()
+    agent = make_agent(config)
+    try:
+        await agent.process_direct("one")
+        await agent.process_direct("two")
+    finally:
+        await agent.aclose()
+    first, second = fake_llm.requests[-2], fake_llm.requests[-1]
+    assert first["messages"][0] == second["messages"][0]
+    assert first["tools"] == second["tools"]
+    # the second request carries the first exchange as history
+    assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "user"]
+    assert second["messages"][1]["content"] == "one"
+
+
+async def test_two_tool_calls_in_one_response_run_concurrently(make_config, fake_llm: FakeLLMServer) -> None:
+    config, _ = make_config()
+    agent = make_agent(config)
+    a_started, b_started = asyncio.Event(), asyncio.Event()
+    agent.tools.register(RendezvousTool("meet_a", a_started, b_started))
+    agent.tools.register(RendezvousTool("meet_b", b_started, a_started))
+    fake_llm.push(
+        Reply(
+            content=None,
+            tool_calls=[
+                {"id": "call_a", "name": "meet_a", "arguments": {}},
+                {"id": "call_b", "name": "meet_b", "arguments": {}},
+            ],
+        ),
+        Reply(content="both met"),
+    )
+    try:
+        reply = await agent.process_direct("go")
+    finally:
+        await agent.aclose()
+    assert reply == "both met"
+    tool_msgs = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+    assert [(m["tool_call_id"], m["content"]) for m in tool_msgs] == [
+        ("call_a", "meet_a met its partner"),
+        ("call_b", "meet_b met its partner"),
+    ]
+    assistant = fake_llm.requests[-1]["messages"][-3]
+    assert [c["id"] for c in assistant["tool_calls"]] == ["call_a", "call_b"]
+    roles = [m["role"] for m in messages_of(session_path(config))]
+    assert roles == ["user", "assistant", "tool", "tool", "assistant"]
+
+
+async def test_real_tools_results_reach_the_llm(make_config, fake_llm: FakeLLMServer) -> None:
+    config, _ = make_config()
+    agent = make_agent(config)
+    fake_llm.push(
+        Reply(
+            content="Let me write that.",
+            tool_calls=[
+                {"id": "w", "name": "write_file", "arguments": {"path": "notes/a.txt", "content": "alpha"}},
+                {"id": "x", "name": "exec", "arguments": {"command": "echo beta"}},
+            ],
+        ),
+        Reply(
+            content=None, tool_calls=[{"id": "r", "name": "read_file", "arguments": {"path": "notes/a.txt"}}]
+        ),
+        Reply(content="all done"),
+    )
+    bus: MessageBus = agent.bus
+    try:
+        reply = await agent.process_direct("write and run")
+    finally:
+        await agent.aclose()
+    assert reply == "all done"
+    assert (config.workspace_path / "notes" / "a.txt").read_text() == "alpha"
+    second = {
+        m["tool_call_id"]: m["content"] for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"
+    }
+    assert second["w"].startswith("Wrote 5 characters")
+    assert second["x"].strip() == "beta"
+    third = [m for m in fake_llm.requests[2]["messages"] if m["role"] == "tool"]
+    assert third[-1]["tool_call_id"] == "r" and third[-1]["content"] == "alpha"
+    events = drain_outbound(bus)
+    kinds = [e.kind for e in events]
+    assert "progress" in kinds and "tool_hint" in kinds  # flagged so channels can drop them
+    assert any(e.kind == "progress" and e.content == "Let me write that." for e in events)
+    assert any(e.kind == "tool_hint" and 'exec("echo beta")' in e.content for e in events)
+
+
+async def test_streaming_publishes_deltas_on_the_bus(make_config, fake_llm: FakeLLMServer) -> None:
+    config, _ = make_config(**{"agents.defaults.stream": True})
+    agent = make_agent(config)
+    fake_llm.push(Reply(content="streamed words arrive one by one"))
+    try:
+        out = await agent.handle(
+            InboundMessage(channel="telegram", sender_id="1", chat_id="42", content="stream please")
+        )
+    finally:
+        await agent.aclose()
+    assert fake_llm.requests[-1]["stream"] is True
+    assert out is not None and out.content == "streamed words arrive one by one"
+    deltas = [e for e in drain_outbound(agent.bus) if e.kind == "stream_delta"]
+    assert len(deltas) >= 3
+    assert "".join(d.content for d in deltas) == out.content
+    assert {d.metadata["stream_id"] for d in deltas} == {out.metadata["stream_id"]}
+    assert all((d.channel, d.chat_id) == ("telegram", "42") for d in deltas)
+    assert messages_of(session_path(config, "telegram:42"))[-1]["content"] == out.content
+
+
+async def test_streaming_turn_with_tool_calls(make_config, fake_llm: FakeLLMServer) -> None:
+    config, _ = make_config(**{"agents.defaults.stream": True})
+    agent = make_agent(config)
+    fake_llm.push(
+        Reply(content="", tool_calls=[{"id": "l", "name": "list_dir", "arguments": {"path": "."}}]),
+        Reply(content="listed"),
+    )
+    try:
+        reply = await agent.process_direct("list")
+    finally:
+        await agent.aclose()
+    assert reply == "listed"
+    tool_msg = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"][0]
+    assert tool_msg["tool_call_id"] == "l" and "memory/" in tool_msg["content"]
+
+
+async def test_429_then_success(make_config, fake_llm: FakeLLMServer) -> None:
+    config, _ = make_config()
+    agent = make_agent(config)
+    fake_llm.push(Reply(status=429, error_message="slow down"), Reply(content="after the wait"))
+    try:
+        reply = await agent.process_direct("hello")
+    finally:
+        await agent.aclose()
+    assert reply == "after the wait"
+    assert len(fake_llm.requests) == 2
+    assert not agent.last_turn_failed
+    assert [m["role"] for m in messages_of(session_path(config))] == ["user", "assistant"]
+
+
+async def test_repeated_500s_give_a_clear_error_and_keep_the_transcript(
+    make_config, fake_llm: FakeLLMServer
+) -> None:
+    config, _ = make_config(**{"agents.defaults.llmMaxRetries": 2})
+    agent = make_agent(config)
+    fake_llm.push(Reply(content="first answer"))
+    try:
+        await agent.process_direct("first question")
+        fake_llm.push(*[Reply(status=500, error_message="upstream exploded")] * 3)
+        reply = await agent.process_direct("second question")
+        assert agent.last_turn_failed
+        fake_llm.push(Reply(content="back again"))
+        third = await agent.process_direct("third question")
+    finally:
+        await agent.aclose()
+    assert "HTTP 500" in reply and "try again" in reply
+    assert "upstream exploded" not in reply  # provider internals stay in the log
+    assert len(fake_llm.requests) == 1 + 3 + 1
+    assert third == "back again"
+    path = session_path(config)
+    objs = read_jsonl(path)  # every line is valid JSON
+    contents = [(m["role"], m["content"]) for m in objs if "role" in m]
+    assert contents[:3] == [
+        ("user", "first question"),
+        ("assistant", "first answer"),
+        ("user", "second question"),
+    ]
+    assert contents[3][0] == "assistant" and "HTTP 500" in contents[3][1]
+    assert contents[4:] == [("user", "third question"), ("assistant", "back again")]
+
+
+async def test_llm_error_surfaces_from_the_provider(fake_llm: FakeLLMServer) -> None:
+    from nanobot.providers.litellm import LiteLLMProvider
+
+    provider = LiteLLMProvider("openai/fake-model", api_key="k", api_base=fake_llm.url, max_retries=0)
+    fake_llm.push(Reply(status=401, error_message="bad key sk-verysecret"))
+    try:
+        await provider.chat([{"role": "user", "content": "x"}])
+    except LLMError as exc:
+        assert "credentials" in str(exc) and "sk-verysecret" not in str(exc)
+    else:
+        raise AssertionError("expected LLMError")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_forced_tool_choice_rejected_with_422_falls_back(fake_llm: FakeLLMServer, stream: bool) -> None:
+    """A 422 is retried inside litellm and then swallowed (it returns None): we still fall back."""
+    from nanobot.providers.litellm import LiteLLMProvider
+
+    def responder(body: dict) -> Reply:
+        if body.get("tool_choice") not in (None, "auto"):
+            return Reply(status=422, error_message="tool_choice 'required' is not supported by this model")
+        return Reply(content=None, tool_calls=[{"id": "s", "name": "save_memory", "arguments": '{"a": "b"}'}])
+
+    fake_llm.responder = responder
+    provider = LiteLLMProvider("openai/fake-model", api_key="k", api_base=fake_llm.url, max_retries=0)
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "save_memory", "description": "x", "parameters": {"type": "object"}},
+        }
+    ]
+    deltas: list[str] = []
+
+    async def on_delta(d: str) -> None:
+        deltas.append(d)
+
+    response = await provider.chat(
+        [{"role": "user", "content": "save"}],
+        tools,
+        tool_choice="required",
+        on_delta=on_delta if stream else None,
+    )
+    assert response.tool_calls[0].name == "save_memory"
+    assert response.tool_calls[0].arguments == {"a": "b"}
+    choices = [r.get("tool_choice") for r in fake_llm.requests]
+    assert choices[-1] == "auto" and set(choices[:-1]) == {"required"}
+    assert all(bool(r.get("stream")) == stream for r in fake_llm.requests)
+
+
+async def test_plain_422_is_a_clear_error(fake_llm: FakeLLMServer) -> None:
+    from nanobot.providers.litellm import LiteLLMProvider
+
+    fake_llm.responder = lambda body: Reply(status=422, error_message="unprocessable")
+    provider = LiteLLMProvider("openai/fake-model", api_key="k", api_base=fake_llm.url, max_retries=2)
+    with pytest.raises(LLMError, match="HTTP 422"):
+        await provider.chat([{"role": "user", "content": "x"}])
+
+
+async def test_iteration_limit_ends_the_turn_with_an_explanation(
+    make_config, fake_llm: FakeLLMServer
+) -> None:
+    config, _ = make_config(**{"agents.defaults.maxToolIterations": 3})
+    agent = make_agent(config)
+    fake_llm.responder = lambda body: Reply(
+        content=None, tool_calls=[{"id": f"c{len(body['messages'])}", "name": "list_dir", "arguments": {}}]
+    )
+    try:
+        reply = await agent.process_direct("loop forever")
+    finally:
+        await agent.aclose()
+    assert "3 tool steps" in reply
+    assert len(fake_llm.requests) == 3
+    stored = messages_of(session_path(config))
+    assert stored[-1] == {**stored[-1], "role": "assistant", "content": reply}
+    assert json.dumps(stored)  # serialisable, nothing half-written
