@@ -20,7 +20,7 @@ def gateway(config: ConfigOption = None) -> None:
     register_config_secrets(cfg)
     level = current_level() if current_level() == "DEBUG" else cfg.logging.level
     setup_logging(level, cfg.logging.file, cfg.logging.rotation, cfg.logging.retention)
-    from nanobot.gateway.runtime import run_gateway
+    from nanobot.gateway.runtime import exit_now, run_gateway
 
     try:
         code = asyncio.run(run_gateway(cfg, str(config or "config.json")))
@@ -30,4 +30,4 @@ def gateway(config: ConfigOption = None) -> None:
     except ProviderConfigError as exc:
         err(str(exc) if str(exc).startswith("nanobot:") else f"Error: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
-    raise typer.Exit(code)
+    exit_now(code)  # shut down already: skip the slow interpreter teardown

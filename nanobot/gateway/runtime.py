@@ -3,16 +3,27 @@
 Shutdown order: stop taking input, let in-flight turns finish within `gateway.shutdownGraceS`
 (then cancel them safely), deliver their replies, stop channels, drain background memory work
 within `gateway.drainTimeoutS` (unfinished work stays recoverable from the kept transcripts), flush
-sessions, release the workspace lock, exit 0. A second signal forces an immediate exit.
+sessions, release the workspace lock, exit 0. A second signal forces an immediate exit, and so does
+a shutdown that overruns grace + drain + `SHUTDOWN_MARGIN_S`: every message is already handed to
+the OS when it is persisted, so a forced exit loses nothing acknowledged.
+
+Signals are caught with plain `signal.signal` handlers (not `loop.add_signal_handler`), so a second
+signal still forces the exit while the event loop is busy or blocked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
 from loguru import logger
 
@@ -21,12 +32,16 @@ from nanobot.agent.loop import AgentLoop
 from nanobot.bus.events import OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import Config
+from nanobot.providers.base import LLMProvider
 from nanobot.scheduler.heartbeat import HeartbeatService, resolve_heartbeat_target
 from nanobot.service.state import GatewayAlreadyRunning, GatewayLock, GatewayState, run_watchdog
 from nanobot.service.systemd import sd_notify
 
 EXIT_FORCED = 1
 OUTBOUND_FLUSH_TIMEOUT_S = 2.0
+# The hard stop after the first signal: grace + drain + this margin (10 s with the defaults).
+SHUTDOWN_MARGIN_S = 2.0
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FSYNC_INTERVAL_S = 1.0
 _INTERNAL_CHANNELS = ("cli", "cron", "heartbeat", "system")
 HEARTBEAT_SESSION = "heartbeat:main"
@@ -64,11 +79,18 @@ def _is_group_session(path: Path) -> bool:
 
 
 class Gateway:
-    def __init__(self, config: Config, config_path: str = "config.json") -> None:
+    def __init__(
+        self,
+        config: Config,
+        config_path: str = "config.json",
+        *,
+        provider: LLMProvider | None = None,
+        force_exit: Callable[[int], object] = os._exit,
+    ) -> None:
         self.config = config
         self.workspace = config.workspace_path
         self.bus = MessageBus()
-        self.agent = build_agent(config, self.bus, config_path=config_path)
+        self.agent = build_agent(config, self.bus, provider=provider, config_path=config_path)
         self.loop = AgentLoop(self.bus, self.agent, config.agents.defaults.max_concurrent_turns)
         from nanobot.channels.manager import ChannelManager
 
@@ -87,8 +109,17 @@ class Gateway:
             else None
         )
         self.state = GatewayState(self.workspace)
+        self.force_exit = force_exit  # injectable so tests can observe a forced exit
+        self.ready = asyncio.Event()  # set once the agent loop takes messages
         self._stop = asyncio.Event()
         self._signals = 0
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+        self._deadline: threading.Timer | None = None
+
+    @property
+    def shutdown_budget_s(self) -> float:
+        g = self.config.gateway
+        return g.shutdown_grace_s + g.drain_timeout_s + SHUTDOWN_MARGIN_S
 
     async def _deliver(self, channel: str, chat_id: str, text: str) -> None:
         await self.bus.publish_outbound(OutboundMessage(channel=channel, chat_id=chat_id, content=text))
@@ -102,14 +133,46 @@ class Gateway:
             prompt, session_key=HEARTBEAT_SESSION, channel="heartbeat", chat_id="main"
         )
 
-    def _on_signal(self, signum: int) -> None:
+    # ------------------------------------------------------------------ signals
+    def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
+        """Runs in the main thread between bytecodes, whatever the event loop is doing."""
         self._signals += 1
         if self._signals > 1:
-            logger.warning("second signal: forcing exit")
-            os._exit(EXIT_FORCED)
-        logger.info("signal {} received: shutting down", signal.Signals(signum).name)
+            # No logging here: the interrupted code may hold the logger's lock.
+            os.write(2, b"nanobot: second signal, forcing exit\n")
+            self.force_exit(EXIT_FORCED)
+            return
+        if self._event_loop is not None:
+            self._event_loop.call_soon_threadsafe(self.request_stop, signum)
+
+    def request_stop(self, signum: int | None = None) -> None:
+        """Begin a graceful shutdown (what the first SIGINT/SIGTERM does); arms the hard deadline."""
+        if self._stop.is_set():
+            return
+        name = signal.Signals(signum).name if signum else "stop request"
+        logger.info("{} received: shutting down (budget {:.0f} s)", name, self.shutdown_budget_s)
+        self._deadline = threading.Timer(self.shutdown_budget_s, self._deadline_passed)
+        self._deadline.daemon = True
+        self._deadline.start()
         self._stop.set()
 
+    def _deadline_passed(self) -> None:
+        os.write(2, f"nanobot: shutdown overran {self.shutdown_budget_s:.0f} s, forcing exit\n".encode())
+        self.force_exit(EXIT_FORCED)
+
+    def _install_signals(self) -> dict[int, object]:
+        previous: dict[int, object] = {}
+        for sig in _HANDLED_SIGNALS:
+            previous[sig] = signal.signal(sig, self._handle_signal)
+        return previous
+
+    @staticmethod
+    def _restore_signals(previous: dict[int, object]) -> None:
+        for sig, handler in previous.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ running
     def _refresh_state(self, state: GatewayState) -> None:
         for name, info in self.channels.status().items():
             state.set_channel(name, str(info.get("state")), info.get("error"))
@@ -120,13 +183,44 @@ class Gateway:
             await asyncio.sleep(FSYNC_INTERVAL_S)
             self.agent.sessions.fsync_dirty()
 
-    async def run(self) -> int:
+    async def _warm_up(self) -> None:
+        """Import the provider's client library in a thread (litellm takes seconds): done inside a
+        turn it would block the event loop, the channels and the stop request meanwhile."""
+        from nanobot.providers.litellm import LiteLLMProvider, import_litellm
+
+        if not isinstance(self.agent.provider, LiteLLMProvider):
+            return
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._on_signal, sig)
-        self.agent.lifecycle.recover_pending()
-        self.loop.start()
-        await self.channels.start_all()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def work() -> None:
+            try:
+                import_litellm()
+            except Exception as exc:  # noqa: BLE001 - the first turn reports it properly
+                logger.warning("provider warm-up failed: {}", exc)
+            with contextlib.suppress(RuntimeError):  # the loop may be closed after a fast stop
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+        # A daemon thread, not to_thread: a stop during the import must not wait for it at exit.
+        threading.Thread(target=work, name="provider-warm-up", daemon=True).start()
+        stopping = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+
+    async def run(self, early_signals: list[int] | None = None) -> int:
+        self._event_loop = asyncio.get_running_loop()
+        previous = self._install_signals()
+        for signum in early_signals or []:
+            self._handle_signal(signum, None)
+        try:
+            return await self._run()
+        finally:
+            self._restore_signals(previous)
+            if self._deadline is not None:
+                self._deadline.cancel()
+
+    async def _run(self) -> int:
+        await self.channels.start_all()  # they connect while the provider warms up
         await self.cron.start()
         if self.heartbeat is not None:
             await self.heartbeat.start()
@@ -135,11 +229,16 @@ class Gateway:
             run_watchdog(self.state, self.config.gateway.watchdog_interval_s, self._refresh_state)
         )
         fsyncer = asyncio.create_task(self._fsync_loop())
-        sd_notify("READY=1")
-        logger.info(
-            "gateway running: workspace {}, channels {}", self.workspace, list(self.channels.channels)
-        )
-        await self._stop.wait()
+        await self._warm_up()
+        if not self._stop.is_set():
+            self.agent.lifecycle.recover_pending()
+            self.loop.start()
+            self.ready.set()
+            sd_notify("READY=1")
+            logger.info(
+                "gateway running: workspace {}, channels {}", self.workspace, list(self.channels.channels)
+            )
+            await self._stop.wait()
         sd_notify("STOPPING=1")
         await self._shutdown(watchdog, fsyncer)
         return 0
@@ -170,11 +269,34 @@ async def run_gateway(config: Config, config_path: str = "config.json") -> int:
     """Run until a signal; returns the exit code. Raises GatewayAlreadyRunning for a second gateway."""
     lock = GatewayLock(config.workspace_path)
     lock.acquire()
+    # Building the agent and importing the channel libraries takes a while: a signal meanwhile is
+    # remembered and honoured as soon as the gateway can shut down cleanly.
+    early: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: early.append(signum)) for sig in _HANDLED_SIGNALS
+    }
     try:
-        gateway = Gateway(config, config_path)
-        return await gateway.run()
+        try:
+            gateway = Gateway(config, config_path)
+        finally:
+            Gateway._restore_signals(previous)  # type: ignore[arg-type]
+        return await gateway.run(early_signals=early)
     finally:
         lock.release()
 
 
-__all__ = ["Gateway", "GatewayAlreadyRunning", "last_private_chat", "run_gateway"]
+def exit_now(code: int) -> NoReturn:
+    """Exit after a finished shutdown without the interpreter's teardown.
+
+    Everything is already stopped, flushed and released; the teardown would only garbage-collect
+    the imported modules (litellm's alone take seconds on a small host), eating into the stop budget
+    that systemd and Docker grant before they SIGKILL.
+    """
+    logger.remove()  # closes and flushes every sink (enqueued file sinks included)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+__all__ = ["Gateway", "GatewayAlreadyRunning", "exit_now", "last_private_chat", "run_gateway"]
