@@ -20,6 +20,7 @@ from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
 from nanobot.bus.events import OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import Config
+from nanobot.memory.backends.registry import build_long_term_memory
 from nanobot.memory.consolidator import Consolidator
 from nanobot.memory.flush import MemoryFlusher
 from nanobot.memory.lifecycle import LifecycleSettings, MemoryLifecycle
@@ -86,7 +87,11 @@ def build_agent(
         budget = Budget(LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_BOOTSTRAP_MAX_CHARS // 2)
         tool_names: set[str] | None = set(CORE_TOOLS)
     else:
-        budget = Budget(d.bootstrap_max_chars, d.bootstrap_total_max_chars, d.memory_max_chars)
+        # Small windows get smaller prompt budgets (about 4 characters a token): the bootstrap files
+        # may take at most ~35% of the window and MEMORY.md ~25%, so history always has room.
+        budget = Budget(min(d.bootstrap_max_chars, window * 4 * 35 // 100),
+                        min(d.bootstrap_total_max_chars, window * 4 * 35 // 100),
+                        min(d.memory_max_chars, window * 4 * 25 // 100))
         tool_names = None
 
     context = ContextBuilder(
@@ -133,6 +138,7 @@ def build_agent(
         lifecycle=lifecycle,
         memory=memory,
         config=config,
+        long_term=build_long_term_memory(config, workspace, memory, sessions),
         settings=AgentSettings(
             model=model,
             max_user_message_chars=d.max_user_message_chars,

@@ -16,6 +16,7 @@ _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 _WORD = re.compile(f"[^\\W_{_CJK_CLASS}]+|[{_CJK_CLASS}]+")
 
 MAX_QUERY_TERMS = 32  # an FTS OR-query over more terms gets slow and no better
+MAX_MATCHED_ROWS = 2000  # BM25 is computed for every matching row: bound the work per query
 
 _STOPWORD_TEXT = """
 a about above after again against all also am an and any are as at be because been before being
@@ -72,6 +73,26 @@ def keywords(query: str) -> list[str]:
     for term in chosen:
         seen.setdefault(term, None)
     return list(seen)[:MAX_QUERY_TERMS]
+
+
+def selective_terms(terms: list[str], total: int, doc_counts: dict[str, int]) -> list[str]:
+    """The keywords worth matching, given how many of `total` chunks contain each.
+
+    Terms found nowhere are dropped. BM25 is computed for every matching row, so when the terms
+    together match more than MAX_MATCHED_ROWS rows (large indexes only), terms in more than half
+    of the chunks go first (FTS5 clamps their idf to ~0: ranking barely changes, work drops), then
+    the most common remaining ones, always keeping the rarest term.
+    """
+    chosen = sorted((t for t in terms if doc_counts.get(t, 0) > 0), key=lambda t: doc_counts[t])
+
+    def rows() -> int:
+        return sum(doc_counts[t] for t in chosen)
+
+    while len(chosen) > 1 and rows() > MAX_MATCHED_ROWS and doc_counts[chosen[-1]] * 2 > total:
+        chosen.pop()
+    while len(chosen) > 1 and rows() > MAX_MATCHED_ROWS:
+        chosen.pop()
+    return [t for t in terms if t in chosen]
 
 
 def match_query(terms: list[str]) -> str:

@@ -74,6 +74,8 @@ class IndexDB:
         self._writer: Any = None
         self._reader: Any = None
         self.rebuilt = False  # True when the last open replaced a corrupt file
+        self._df_cache: dict[str, int] = {}
+        self._df_generation = -1
 
     # ------------------------------------------------------------------ lifecycle
     def _connect(self) -> Any:
@@ -274,6 +276,20 @@ class IndexDB:
         params.append(limit)
         with self.read() as conn:
             return [(int(r[0]), float(r[1])) for r in conn.execute(sql, params).fetchall()]
+
+    def doc_counts(self, terms: list[str]) -> tuple[int, dict[str, int]]:
+        """(number of chunks, chunks containing each term); cached until the index changes."""
+        generation = self.generation()
+        with self.read() as conn:
+            if generation != self._df_generation:
+                self._df_cache = {"": conn.execute("SELECT count(*) FROM chunks").fetchone()[0]}
+                self._df_generation = generation
+            for term in terms:
+                if term not in self._df_cache:
+                    quoted = '"' + term.replace('"', '""') + '"'
+                    row = conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (quoted,))
+                    self._df_cache[term] = row.fetchone()[0]
+            return self._df_cache[""], {t: self._df_cache[t] for t in terms}
 
     def chunk_rows(self, ids: list[int]) -> dict[int, ChunkRow]:
         if not ids:

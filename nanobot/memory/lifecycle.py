@@ -23,6 +23,7 @@ from nanobot.memory.flush import MemoryFlusher
 from nanobot.memory.session_notes import write_session_note
 from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import boundary_after
+from nanobot.session.history import history_indices
 from nanobot.session.store import Session, SessionStore
 
 Estimator = Callable[[Session, bool], int]
@@ -127,14 +128,16 @@ class MemoryLifecycle:
         if estimate() <= self.budget_tokens:
             return
         async with self.lock_for(session.key):
-            if estimate() > self.budget_tokens:
+            if not session.archived and estimate() > self.budget_tokens:
                 await self._consolidate_locked(session, is_group, estimate)
 
     def after_turn(self, session: Session, *, is_group: bool) -> None:
         """Schedule the flush and/or consolidation this session needs, in the background."""
         if session.key in self.consolidating:
             return
-        estimate = self.estimator(session, is_group)
+        # The next prompt adds a user message: expect one about the size of the last one, so the
+        # work starts in the background now instead of blocking the next turn.
+        estimate = self.estimator(session, is_group) + self._last_user_tokens(session)
         wants_flush = (
             self.settings.flush_enabled
             and estimate > self.flush_threshold_tokens
@@ -144,14 +147,25 @@ class MemoryLifecycle:
             self.consolidating.add(session.key)
             self.track(self._background(session, is_group), f"memory:{session.key}")
 
+    @staticmethod
+    def _last_user_tokens(session: Session) -> int:
+        floor = max(session.last_consolidated, len(session.messages) - 50)
+        for i in range(len(session.messages) - 1, floor - 1, -1):
+            if session.messages[i].get("role") == "user":
+                return session.tokens_of(i)
+        return 0
+
     async def _background(self, session: Session, is_group: bool) -> None:
+        def next_prompt() -> int:
+            return self.estimator(session, is_group) + self._last_user_tokens(session)
+
         try:
             async with self.lock_for(session.key):
+                if session.archived:  # /new got here first and owns these messages now
+                    return
                 await self.maybe_flush(session, is_group)
-                if self.estimator(session, is_group) > self.budget_tokens:
-                    await self._consolidate_locked(
-                        session, is_group, lambda: self.estimator(session, is_group)
-                    )
+                if next_prompt() > self.budget_tokens:
+                    await self._consolidate_locked(session, is_group, next_prompt)
         finally:
             self.consolidating.discard(session.key)
 
@@ -159,7 +173,7 @@ class MemoryLifecycle:
         """At most one flush per compaction cycle (the cycle is the consolidation pointer's value)."""
         if not self.settings.flush_enabled or session.metadata.get("flushed_at") == session.last_consolidated:
             return
-        if self.estimator(session, is_group) <= self.flush_threshold_tokens:
+        if self.estimator(session, is_group) + self._last_user_tokens(session) <= self.flush_threshold_tokens:
             return
         self.llm_calls += 1
         tail = session.messages[session.last_consolidated :]
@@ -169,9 +183,12 @@ class MemoryLifecycle:
     async def _consolidate_locked(
         self, session: Session, is_group: bool, estimate: Callable[[], int]
     ) -> None:
-        target = self.budget_tokens // 2
         for _round in range(self.settings.max_rounds):
             current = estimate()
+            history = sum(session.tokens_of(i) for i in history_indices(session))
+            fixed = max(0, current - history)  # system prompt, tools, the new message
+            # "about half the budget", or half of what the history may use when the fixed part is large
+            target = max(self.budget_tokens // 2, fixed + (self.budget_tokens - fixed) // 2)
             if current <= self.budget_tokens and _round > 0:
                 break
             start = session.last_consolidated

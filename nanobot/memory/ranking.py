@@ -7,7 +7,7 @@ from datetime import date
 import numpy as np
 
 from nanobot.config.schema import MemorySearchConfig
-from nanobot.memory.fts import keywords, match_query
+from nanobot.memory.fts import keywords, match_query, selective_terms
 from nanobot.memory.index_db import IndexDB
 from nanobot.memory.search import (
     Candidate,
@@ -42,7 +42,9 @@ def rank(
     the merge does not depend on which side found it.
     """
     terms = keywords(query)
-    match = match_query(terms) if terms else ""
+    total, doc_counts = db.doc_counts(terms)
+    matched = selective_terms(terms, total, doc_counts)
+    match = match_query(matched) if matched else ""
     pool = limit * cfg.candidate_multiplier
     text_hits = dict(db.fts_search(match, pool)) if match else {}
     vector_ids = [i for i, _ in vectors.knn(qvec, pool)] if qvec is not None else []

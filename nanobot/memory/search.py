@@ -145,17 +145,20 @@ def make_snippet(
     if len(text) <= max_chars:
         return text, start_line, end_line
     hits = [term_hits(line, terms) for line in lines]
+    # Sliding window of whole lines within max_chars; the first window with the most hits wins.
     best_start, best_end, best_hits = 0, 1, -1
+    last, used, total = 0, -1, 0  # window lines[first:last], its length with newlines, its hits
     for first in range(len(lines)):
-        used, total, last = 0, 0, first
-        while last < len(lines) and used + len(lines[last]) + (1 if last > first else 0) <= max_chars:
-            used += len(lines[last]) + (1 if last > first else 0)
+        if last < first + 1:
+            last, used, total = first + 1, len(lines[first]), hits[first]
+        while last < len(lines) and used + 1 + len(lines[last]) <= max_chars:
+            used += 1 + len(lines[last])
             total += hits[last]
             last += 1
-        if last == first:  # one line longer than the budget
-            last, total = first + 1, hits[first]
         if total > best_hits:
             best_start, best_end, best_hits = first, last, total
+        used -= len(lines[first]) + (1 if last > first + 1 else 0)
+        total -= hits[first]
     snippet = "\n".join(lines[best_start:best_end])[:max_chars]
     if len(lines) != end_line - start_line + 1:
         return snippet, start_line, end_line

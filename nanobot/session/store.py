@@ -35,6 +35,7 @@ class Session:
     messages: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     _token_cache: list[int | None] = field(default_factory=list, repr=False)
+    archived: bool = False  # set by /new: this object no longer owns the live file
 
     @property
     def last_consolidated(self) -> int:
@@ -139,6 +140,8 @@ class SessionStore:
         return fh
 
     def _write_lines(self, session: Session, objs: list[dict[str, Any]]) -> None:
+        if session.archived:
+            raise RuntimeError(f"session {session.key} was archived; write to the new session instead")
         data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs)
         fh = self._handle(session)
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
@@ -191,6 +194,7 @@ class SessionStore:
         """Move the transcript into sessions/archive/ and start the key afresh. Returns the archive path."""
         self._close_handle(session.key)
         self._cache.pop(session.key, None)
+        session.archived = True
         if not session.path.exists():
             return None
         self.archive_dir.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from nanobot.providers.base import LLMProvider, LLMResponse, ToolCall, Usage
 
-FACT_RE = re.compile(r"FACT-\d+:[^\n\]]*")
+FACT_RE = re.compile(r"FACT-\d+:[^.\n\]]*")
 
 
 def facts_in(text: str) -> list[str]:

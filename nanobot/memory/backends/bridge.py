@@ -1,0 +1,119 @@
+"""AdapterMemory: a MemoryAdapter behind the agent's LongTermMemory seam.
+
+Scope mapping (issue 7): persona = the chat's user (sender_id), session = the session key, run id
+from the backend's config block. Each finished turn becomes a MemoryEvent; the retrieved context
+goes to the runtime block. A failing backend degrades to an empty context with a logged warning,
+never a failed turn. Group chats get no long-term memory unless `memory.shareInGroups` is true.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from loguru import logger
+
+from nanobot.memory.backends.contract import (
+    AdapterError,
+    ContextBudget,
+    MemoryAdapter,
+    MemoryEvent,
+    MemoryScope,
+    RetrieveRequest,
+    SupportsSessionBoundary,
+)
+from nanobot.memory.seam import TurnRecord
+
+CONTEXT_TIMEOUT_S = 20.0  # a slow backend must not hold up the turn for long
+
+
+class AdapterMemory:
+    """LongTermMemory over any MemoryAdapter (backend or control)."""
+
+    def __init__(
+        self,
+        adapter: MemoryAdapter,
+        *,
+        run_id: str,
+        agent_id: str | None = None,
+        budget: ContextBudget | None = None,
+        share_in_groups: bool = False,
+    ) -> None:
+        self.adapter = adapter
+        self.name = adapter.backend_name
+        self.run_id = run_id
+        self.agent_id = agent_id
+        self.budget = budget or ContextBudget()
+        self.share_in_groups = share_in_groups
+        self._ready_scopes: set[MemoryScope] = set()
+
+    def scope_for(self, sender_id: str) -> MemoryScope:
+        return MemoryScope(run_id=self.run_id, persona_id=sender_id or "user", agent_id=self.agent_id)
+
+    async def _ensure_scope(self, scope: MemoryScope) -> None:
+        if scope not in self._ready_scopes:
+            await self.adapter.setup_scope(scope)
+            self._ready_scopes.add(scope)
+
+    async def context_for(self, query: str, session_key: str, sender_id: str, is_group: bool) -> str:
+        if is_group and not self.share_in_groups:
+            return ""
+        import asyncio
+
+        scope = self.scope_for(sender_id)
+        try:
+            await asyncio.wait_for(self._ensure_scope(scope), CONTEXT_TIMEOUT_S)
+            request = RetrieveRequest(query=query, scope=scope, session_id=session_key, budget=self.budget)
+            result = await asyncio.wait_for(self.adapter.retrieve(request), CONTEXT_TIMEOUT_S)
+            return self.adapter.format_context(result)
+        except AdapterError as exc:
+            logger.warning(
+                "memory backend {}: no context this turn: {} (raw: {})", self.name, exc, str(exc.raw)[:300]
+            )
+        except Exception as exc:  # noqa: BLE001 - any backend failure degrades to no context
+            logger.warning("memory backend {}: no context this turn: {!r}", self.name, exc)
+        return ""
+
+    async def record_turn(self, turn: TurnRecord) -> None:
+        if turn.is_group and not self.share_in_groups:
+            return
+        scope = self.scope_for(turn.sender_id)
+        try:
+            when = datetime.fromisoformat(turn.timestamp)
+        except ValueError:
+            when = datetime.now().astimezone()
+        event = MemoryEvent(
+            event_id=uuid.uuid4().hex,
+            scope=scope,
+            session_id=turn.session_key,
+            turn_id=f"{turn.session_key}@{turn.timestamp}",
+            timestamp=when,
+            messages=[
+                {"role": "user", "content": turn.user_text, "name": turn.sender_id or "user"},
+                {"role": "assistant", "content": turn.reply},
+            ],
+            metadata={"is_group": turn.is_group},
+        )
+        try:
+            await self._ensure_scope(scope)
+            receipt = await self.adapter.record_event(event)
+            logger.debug(
+                "memory backend {}: turn recorded ({}, {} ms)", self.name, receipt.status, receipt.latency_ms
+            )
+        except AdapterError as exc:
+            logger.warning(
+                "memory backend {}: turn not recorded: {} (raw: {})", self.name, exc, str(exc.raw)[:300]
+            )
+        except Exception as exc:  # noqa: BLE001 - record_turn must never raise
+            logger.warning("memory backend {}: turn not recorded: {!r}", self.name, exc)
+
+    async def on_new_session(self, session_key: str) -> None:
+        if not isinstance(self.adapter, SupportsSessionBoundary):
+            return
+        try:
+            await self.adapter.end_session(session_key)
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("memory backend {}: session boundary not recorded: {!r}", self.name, exc)
+
+    async def aclose(self) -> None:
+        await self.adapter.aclose()

@@ -1,0 +1,207 @@
+"""Native config blocks (`memory.backends.<name>`), validated here with one model per backend.
+
+The root schema keeps `memory.backends` as a free dict so each backend owns its keys; a bad block
+raises BackendConfigError naming the key (`memory.backends.honcho.baseUrl: field required`).
+Every block shares the scope keys (`runId`, `agentId`) and the budget keys (`contextTokens`,
+`maxItems`). LLM and embedder endpoints default to the configured provider (OpenAI-compatible).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from nanobot.config.schema import Config
+from nanobot.memory.backends.contract import (
+    DEFAULT_CONTEXT_ITEMS,
+    DEFAULT_CONTEXT_TOKENS,
+    BackendConfigError,
+    ContextBudget,
+)
+
+OPENAI_API_BASE = "https://api.openai.com/v1"
+DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"
+DEFAULT_EMBEDDING_DIMS = 1536
+BACKENDS_DIR = ".backends"  # under memory/: a dot-folder, so the memory index never reads it
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class Endpoint(_Block):
+    base_url: str = ""
+    api_key: str = ""
+    model: str = ""
+
+
+class EmbedderEndpoint(Endpoint):
+    dims: int = Field(DEFAULT_EMBEDDING_DIMS, ge=1)
+
+
+class NativeBlock(_Block):
+    run_id: str = Field("nanobot", min_length=1)
+    agent_id: str | None = None
+    context_tokens: int = Field(DEFAULT_CONTEXT_TOKENS, ge=50)
+    max_items: int = Field(DEFAULT_CONTEXT_ITEMS, ge=1, le=100)
+
+    def budget(self) -> ContextBudget:
+        return ContextBudget(max_tokens=self.context_tokens, max_items=self.max_items)
+
+
+class FileBlock(NativeBlock):
+    pass
+
+
+class NoMemoryBlock(NativeBlock):
+    pass
+
+
+class FullHistoryBlock(NativeBlock):
+    context_tokens: int = Field(8_000, ge=50)
+
+
+class StaticProfileBlock(NativeBlock):
+    path: str = "PROFILE.md"  # relative to the workspace; may contain {run_id} and {persona_id}
+
+
+class Mem0Block(NativeBlock):
+    path: str = ""  # local Qdrant directory; empty: memory/.backends/mem0 in the workspace
+    collection: str = "nanobot"
+    infer: bool = True
+    threshold: float | None = Field(None, ge=0.0, le=1.0)
+    rerank: bool = False
+    llm: Endpoint = Endpoint()
+    embedder: EmbedderEndpoint = EmbedderEndpoint()
+
+
+class GraphitiBlock(NativeBlock):
+    driver: Literal["kuzu", "neo4j", "falkordb"] = "kuzu"
+    path: str = ""  # Kuzu database file; empty: memory/.backends/graphiti/graph.kuzu
+    uri: str = ""  # neo4j / falkordb
+    user: str = ""
+    password: str = ""
+    database: str = ""
+    group_id_template: str = "{run_id}:{persona_id}"
+    llm: Endpoint = Endpoint()
+    small_model: str = ""
+    embedder: EmbedderEndpoint = EmbedderEndpoint()
+
+
+class HonchoBlock(NativeBlock):
+    base_url: str = Field(min_length=1)  # always explicit: the SDK default is the hosted service
+    api_key: str = ""
+    workspace_template: str = "{run_id}"
+    assistant_peer: str = "assistant"
+    summary: bool = True
+    search_top_k: int | None = Field(None, ge=1, le=100)
+    timeout_s: float = Field(30.0, gt=0)
+    ready_poll_s: float = Field(0.2, gt=0)
+
+
+class MemosBlock(NativeBlock):
+    base_url: str = Field(min_length=1)
+    api_key: str = ""
+    user_template: str = "{persona_id}"
+    cube_template: str = "{run_id}__{persona_id}"
+    mode: Literal["fast", "fine", "mixture"] = "fast"
+    async_mode: Literal["async", "sync"] = "async"
+    relativity: float = Field(0.0, ge=0.0)
+    include_preference: bool = True
+    search_tool_memory: bool = True
+    include_skill_memory: bool = True
+    timeout_s: float = Field(30.0, gt=0)
+
+
+BLOCKS: dict[str, type[NativeBlock]] = {
+    "file": FileBlock,
+    "rolling_summary": FileBlock,
+    "no_memory": NoMemoryBlock,
+    "full_history": FullHistoryBlock,
+    "static_profile": StaticProfileBlock,
+    "mem0": Mem0Block,
+    "graphiti": GraphitiBlock,
+    "honcho": HonchoBlock,
+    "memos": MemosBlock,
+}
+B = TypeVar("B", bound=NativeBlock)
+
+
+def native_block(config: Config, name: str, model: type[B]) -> B:
+    """The validated block `memory.backends.<name>` (missing: all defaults)."""
+    raw = config.memory.backends.get(name) or {}
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise BackendConfigError(f"memory.backends.{name}.{key}: {first['msg']}") from None
+
+
+def config_hash(name: str, block: NativeBlock) -> str:
+    """A stable hash of the native config (secrets excluded) for the run manifest."""
+    data = block.model_dump(mode="json", by_alias=True)
+
+    def scrub(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: ("***" if "key" in k.lower() or "password" in k.lower() else scrub(v))
+                for k, v in sorted(node.items())
+            }
+        return node
+
+    text = json.dumps({"backend": name, "config": scrub(data)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def backend_dir(workspace: Path, name: str) -> Path:
+    return workspace / "memory" / BACKENDS_DIR / name
+
+
+def _provider_endpoint(config: Config) -> Endpoint:
+    """The chat endpoint of the configured provider, when it is OpenAI-compatible."""
+    d = config.agents.defaults
+    provider = d.provider.strip().lower()
+    if provider == "custom" or d.model.startswith("custom/"):
+        cfg = config.providers.custom
+        return Endpoint(
+            base_url=cfg.api_base, api_key=cfg.api_key or "no-key", model=d.model.removeprefix("custom/")
+        )
+    if provider in ("openai", "auto") and config.providers.openai.api_key:
+        cfg = config.providers.openai
+        return Endpoint(
+            base_url=cfg.api_base or OPENAI_API_BASE,
+            api_key=cfg.api_key,
+            model=d.model.removeprefix("openai/") or "gpt-4o-mini",
+        )
+    return Endpoint()
+
+
+def resolve_llm(config: Config, name: str, given: Endpoint) -> Endpoint:
+    base = _provider_endpoint(config)
+    merged = Endpoint(
+        base_url=given.base_url or base.base_url,
+        api_key=given.api_key or base.api_key or "no-key",
+        model=given.model or base.model,
+    )
+    if not merged.base_url or not merged.model:
+        raise BackendConfigError(
+            f"memory.backends.{name}.llm: set baseUrl and model (an OpenAI-compatible endpoint); "
+            "they default to providers.custom or providers.openai only"
+        )
+    return merged
+
+
+def resolve_embedder(config: Config, name: str, given: EmbedderEndpoint, llm: Endpoint) -> EmbedderEndpoint:
+    search = config.memory.search
+    return EmbedderEndpoint(
+        base_url=given.base_url or search.embedding_api_base or llm.base_url,
+        api_key=given.api_key or search.embedding_api_key or llm.api_key,
+        model=given.model or search.embedding_model or DEFAULT_EMBEDDING_MODEL,
+        dims=given.dims,
+    )
