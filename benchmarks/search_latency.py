@@ -1,0 +1,201 @@
+"""Search latency of memory_search on an index of ~10,000 chunks, keyword and hybrid.
+
+The corpus is synthetic but word-realistic: sentences drawn from the LoCoMo vocabulary with its
+word frequencies (falls back to a generated vocabulary when the data set is absent), written as
+dated memory files. Queries are the LoCoMo questions. Also measures raw KNN on 10k x 384 vectors:
+NumPy brute force vs sqlite-vec (scalar vec_distance_cosine over the BLOB column, as the index
+uses it, and a vec0 virtual table for reference).
+
+    .venv/bin/python benchmarks/search_latency.py --chunks 10000 --model wordllama
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from nanobot.config.schema import MemorySearchConfig  # noqa: E402
+from nanobot.memory.embeddings import LocalEmbedder  # noqa: E402
+from nanobot.memory.index import MemoryIndex  # noqa: E402
+
+DATA = REPO.parent / "shared" / "data" / "locomo10.json"
+LINES_PER_FILE = 200  # ~10 tokens/word-line group -> about 5-6 chunks per file
+SEED = 7
+
+
+def vocabulary_and_queries() -> tuple[list[str], list[float], list[str]]:
+    if DATA.exists():
+        samples = json.loads(DATA.read_text(encoding="utf-8"))
+        counts: Counter[str] = Counter()
+        queries: list[str] = []
+        for sample in samples:
+            for key, turns in sample["conversation"].items():
+                if re.fullmatch(r"session_\d+", key):
+                    for turn in turns:
+                        counts.update(re.findall(r"[A-Za-z']+", turn["text"]))
+            queries.extend(str(q["question"]) for q in sample["qa"] if q.get("category") in (1, 2, 3, 4))
+        words = list(counts)
+        weights = [float(counts[w]) for w in words]
+        return words, weights, queries
+    rng = random.Random(SEED)
+    words = [
+        "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(3)) for _ in range(8000)
+    ]
+    weights = [1.0 / (i + 1) for i in range(len(words))]
+    queries = [" ".join(rng.choices(words[:2000], k=6)) + "?" for _ in range(500)]
+    return words, weights, queries
+
+
+def write_corpus(workspace: Path, target_chunks: int, words: list[str], weights: list[float]) -> None:
+    rng = random.Random(SEED)
+    memory = workspace / "memory"
+    memory.mkdir(parents=True, exist_ok=True)
+    # ~ 400-token chunks with 80 overlap step ~320 tokens; one line is ~16 words ~ 22 tokens.
+    lines_needed = int(target_chunks * 320 / 22) + 1
+    start = date(2020, 1, 1)
+    written = 0
+    n = 0
+    while written < lines_needed:
+        lines = [
+            "- " + " ".join(rng.choices(words, weights=weights, k=rng.randint(10, 22)))
+            for _ in range(min(LINES_PER_FILE, lines_needed - written))
+        ]
+        (memory / f"{(start + timedelta(days=n)).isoformat()}.md").write_text("\n".join(lines) + "\n")
+        written += len(lines)
+        n += 1
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))], 3)
+
+
+async def measure(index: MemoryIndex, queries: list[str]) -> dict:
+    await index.search(queries[0])  # warm caches (vector matrix, model)
+    times: list[float] = []
+    for q in queries:
+        started = time.perf_counter()
+        await index.search(q)
+        times.append((time.perf_counter() - started) * 1000)
+    return {
+        "queries": len(times),
+        "p50Ms": pct(times, 0.5),
+        "p95Ms": pct(times, 0.95),
+        "maxMs": pct(times, 1.0),
+    }
+
+
+def knn_micro(n: int = 10_000, dim: int = 384, reps: int = 50) -> dict:
+    rng = np.random.default_rng(SEED)
+    matrix = rng.standard_normal((n, dim), dtype=np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    query = matrix[0]
+    out: dict = {}
+    started = time.perf_counter()
+    for _ in range(reps):
+        sims = matrix @ query
+        top = np.argpartition(-sims, 23)[:24]
+        top[np.argsort(-sims[top])]
+    out["numpyMs"] = round((time.perf_counter() - started) / reps * 1000, 3)
+    try:
+        import sqlean
+        import sqlite_vec
+    except ImportError:
+        out["sqliteVec"] = "not installed (pip install sqlean.py sqlite-vec)"
+        return out
+    conn = sqlean.connect(":memory:")
+    conn.enable_load_extension(True)
+    sqlite_vec.load(conn)
+    conn.execute("CREATE TABLE c(id INTEGER PRIMARY KEY, e BLOB)")
+    conn.executemany("INSERT INTO c VALUES(?, ?)", [(i, matrix[i].tobytes()) for i in range(n)])
+    conn.execute(f"CREATE VIRTUAL TABLE v USING vec0(e float[{dim}] distance_metric=cosine)")
+    conn.executemany("INSERT INTO v(rowid, e) VALUES(?, ?)", [(i, matrix[i].tobytes()) for i in range(n)])
+    qb = query.tobytes()
+    for name, sql in (
+        ("sqliteVecScalarMs", "SELECT id FROM c ORDER BY vec_distance_cosine(e, ?) LIMIT 24"),
+        ("sqliteVecVec0Ms", "SELECT rowid FROM v WHERE e MATCH ? AND k = 24"),
+    ):
+        started = time.perf_counter()
+        for _ in range(reps):
+            conn.execute(sql, (qb,)).fetchall()
+        out[name] = round((time.perf_counter() - started) / reps * 1000, 3)
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict:
+    words, weights, queries = vocabulary_and_queries()
+    queries = queries[: args.queries]
+    report: dict = {"knn10kx384": knn_micro()}
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp)
+        write_corpus(ws, args.chunks, words, weights)
+        keyword = MemoryIndex(ws, MemorySearchConfig())
+        started = time.perf_counter()
+        stats = await keyword.sync()
+        seconds = time.perf_counter() - started
+        report["chunks"] = stats.chunks_indexed
+        report["keywordIndexing"] = {
+            "seconds": round(seconds, 2),
+            "chunksPerSecond": round(stats.chunks_indexed / seconds, 1),
+        }
+        report["keyword"] = await measure(keyword, queries)
+        keyword.close()
+        if args.model:
+            embedder = LocalEmbedder(args.model)
+            embedder.warm_up()
+            for backend in ("numpy", "sqlite-vec"):
+                cfg = MemorySearchConfig(
+                    embedding_provider="local", embedding_model=args.model, vector_backend=backend
+                )
+                index = MemoryIndex(ws, cfg, embedder=embedder)
+                started = time.perf_counter()
+                stats = await index.sync()
+                seconds = time.perf_counter() - started
+                if stats.chunks_embedded:
+                    report["hybridIndexing"] = {
+                        "model": args.model,
+                        "seconds": round(seconds, 2),
+                        "chunksPerSecond": round(stats.chunks_embedded / seconds, 1),
+                    }
+                report[f"hybrid[{index.status()['vectorBackend']}]"] = await measure(index, queries)
+                index.close()
+            times = []
+            for q in queries[:200]:
+                started = time.perf_counter()
+                await embedder.embed_query(q)
+                times.append((time.perf_counter() - started) * 1000)
+            report["queryEmbedding"] = {
+                "model": args.model,
+                "p50Ms": pct(times, 0.5),
+                "p95Ms": pct(times, 0.95),
+            }
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--chunks", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--model", default="wordllama", help="local model for hybrid ('' = keyword only)")
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(run(args)), indent=2))
+
+
+if __name__ == "__main__":
+    main()
