@@ -167,3 +167,22 @@ def test_snippet_window_matches_exhaustive_search() -> None:
                     best = max(best, sum(line.count("hit") for line in lines[a:b]))
         assert snippet.count("hit") == best or len(lines[first - 1]) > 700
         assert snippet.startswith(lines[first - 1][:700])
+
+
+def test_selective_terms_bound_the_matched_rows() -> None:
+    from nanobot.memory.fts import MAX_MATCHED_ROWS, selective_terms
+
+    terms = ["caroline", "lgbtq", "support", "group", "zzz"]
+    small = {"caroline": 40, "lgbtq": 2, "support": 10, "group": 30, "zzz": 0}
+    assert selective_terms(terms, 80, small) == [
+        "caroline",
+        "lgbtq",
+        "support",
+        "group",
+    ]  # only absent terms go
+    n = 10_000
+    big = {"caroline": 9000, "lgbtq": 50, "support": 1500, "group": 1200, "zzz": 0}
+    chosen = selective_terms(terms, n, big)
+    assert chosen == ["lgbtq", "group"]  # the term in >half the chunks first, then the commonest
+    assert sum(big[t] for t in chosen) <= MAX_MATCHED_ROWS
+    assert selective_terms(["a", "b"], n, {"a": 9000, "b": 8000}) == ["b"]  # the rarest always stays
