@@ -13,6 +13,7 @@ It works both as a FakeLLMServer responder (HTTP, through litellm) and as an in-
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import Counter
 from typing import Any
@@ -118,6 +119,7 @@ class MemoryScriptProvider(LLMProvider):
 
     async def chat(self, messages, tools=None, *, model=None, max_tokens=None, temperature=None,  # noqa: ANN001
                    tool_choice=None, on_delta=None) -> LLMResponse:
+        await asyncio.sleep(0)  # a real provider yields to the event loop while it waits for the network
         body = {"messages": messages, "tools": tools or []}
         self.requests.append(body)
         decided = self.script.decide(body)
