@@ -78,11 +78,10 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     config_path: ConfigOption = None,
 ) -> None:
-    """Show what is indexed."""
+    """Show what is indexed (without syncing first)."""
     config = load_cli_config(config_path)
     index = _index(config)
     try:
-        asyncio.run(index.sync())
         info = index.status()
     finally:
         index.close()

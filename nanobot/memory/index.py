@@ -324,7 +324,10 @@ class MemoryIndex:
             response = await self._qmd.search(query, limit, threshold)
             if response is not None:
                 return response
-        await self._sync_if_stale()
+        try:
+            await self._sync_if_stale()
+        except Exception as exc:  # searching what is indexed beats failing the turn
+            logger.warning("memory index sync before search failed: {}", exc)
         qvec: np.ndarray | None = None
         if self.embedder is not None:
             try:

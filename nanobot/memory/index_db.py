@@ -123,6 +123,11 @@ class IndexDB:
             self.rebuilt = True
 
     def close(self) -> None:
+        # Taking both locks waits for a statement running in a worker thread to finish.
+        with self._write_lock, self._read_lock:
+            self._close_connections()
+
+    def _close_connections(self) -> None:
         for conn in (self._reader, self._writer):
             if conn is not None:
                 try:
