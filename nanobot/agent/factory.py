@@ -79,6 +79,18 @@ def build_agent(
     )
     tools.register(CronTool(cron))
 
+    search_on = config.memory.search.enabled and not small
+    index = None
+    if search_on:
+        from nanobot.agent.tools.memory import MemoryGetTool, MemorySearchTool
+        from nanobot.memory.index import build_index
+
+        index = build_index(config, workspace)
+        memory.on_change(lambda _path: index.mark_dirty())
+        share = config.memory.share_in_groups
+        tools.register(MemorySearchTool(index, share_in_groups=share))
+        tools.register(MemoryGetTool(index, share_in_groups=share))
+
     window = min(d.context_window_tokens, SMALL_LOCAL_WINDOW_TOKENS) if small else d.context_window_tokens
     max_tokens = min(d.max_tokens, config.providers.local.max_tokens) if small else d.max_tokens
     if small:
@@ -94,14 +106,13 @@ def build_agent(
                         min(d.memory_max_chars, window * 4 * 25 // 100))
         tool_names = None
 
-    context = ContextBuilder(
-        workspace,
-        memory,
-        tz,
-        budget=budget,
-        skills=skills,
-        share_memory_in_groups=config.memory.share_in_groups,
-    )
+    extra = []
+    if search_on:
+        from nanobot.agent.tools.memory import memory_prompt_section
+
+        extra.append(memory_prompt_section())
+    context = ContextBuilder(workspace, memory, tz, budget=budget, skills=skills, extra_sections=extra,
+                             share_memory_in_groups=config.memory.share_in_groups)
     runner = TurnRunner(
         provider,
         tools,
@@ -163,6 +174,8 @@ def build_agent(
         )
         tools.register(SpawnTool(agent.subagents))
     agent.cron = cron
+    if index is not None:
+        agent.on_close.append(index.close)
     if config.tools.mcp_servers:
         from nanobot.agent.tools.mcp import MCPManager
 
