@@ -26,7 +26,7 @@ DC_TOKEN = "MTA5ODc2NTQzMjE.gateway-e2e-discord-token.abcdefgh"
 TG_USER = 555  # allowed Telegram user (and private chat id)
 TG_STRANGER = 666  # not in allowFrom
 DC_STRANGER = 950000000000000099  # not in allowFrom
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 90.0  # generous: start-up imports are slow on a loaded host
 POLL_S = 0.02
 WATCHDOG_INTERVAL_S = 0.2  # fast state refreshes so tests see channel states quickly
 
