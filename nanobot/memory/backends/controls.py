@@ -179,7 +179,9 @@ class RollingSummaryControl(_Control):
         ok = await Consolidator(self.provider, store, model=self.model).consolidate(messages, private=True)
         if not ok:
             raw = {"consolidated": False, "detail": "the model call failed or did not call save_memory"}
-            raise AdapterError(self.backend_name, "record_event", "consolidation failed; summary unchanged", raw)
+            raise AdapterError(
+                self.backend_name, "record_event", "consolidation failed; summary unchanged", raw
+            )
         trace = self.trace(event.scope, "consolidate")
         trace.native_ids = ["MEMORY.md"]
         return WriteReceipt("committed", ["MEMORY.md"], 0.0, trace)

@@ -1,0 +1,151 @@
+"""The memory backends inside the agent: registry selection, the seam bridge, the runtime block."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loguru import logger
+
+from nanobot.agent.factory import build_agent
+from nanobot.config.loader import load_config
+from nanobot.config.schema import Config
+from nanobot.memory.backends.bridge import AdapterMemory
+from nanobot.memory.backends.contract import BackendConfigError
+from nanobot.memory.backends.registry import build_long_term_memory, select
+from nanobot.memory.seam import FileMemory
+from tests.conftest import config_dict, run_cli
+from tests.fakes.llm_server import FakeLLMServer
+
+
+def make_config(home: Path, url: str, memory: dict[str, Any]) -> tuple[Config, Path]:
+    data = config_dict(url)
+    data["memory"] = memory
+    path = home / "config.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return load_config(path), path
+
+
+def prompts(fake: FakeLLMServer) -> list[tuple[str, str]]:
+    """(system prompt, last user message) of every chat request the agent made."""
+    out = []
+    for body in fake.requests:
+        msgs = body["messages"]
+        if body.get("tools") and any(t["function"]["name"] == "save_memory" for t in body["tools"]):
+            continue
+        out.append((msgs[0]["content"], msgs[-1]["content"]))
+    return out
+
+
+def test_selection_rules(home: Path, fake_llm: FakeLLMServer) -> None:
+    cfg, _ = make_config(home, fake_llm.url, {})
+    assert select(cfg).name == "file"
+    cfg, _ = make_config(home, fake_llm.url, {"backend": "memos", "condition": "no_memory"})
+    sel = select(cfg)
+    assert (sel.name, sel.kind) == ("no_memory", "condition")  # the condition replaces the backend
+    cfg, _ = make_config(home, fake_llm.url, {"backend": "zep"})
+    with pytest.raises(BackendConfigError, match="memory.backend"):
+        select(cfg)
+    cfg, _ = make_config(home, fake_llm.url, {"condition": "oracle"})
+    with pytest.raises(BackendConfigError, match="memory.condition"):
+        select(cfg)
+    cfg, _ = make_config(home, fake_llm.url, {"backend": "honcho", "backends": {"honcho": {}}})
+    with pytest.raises(BackendConfigError, match=r"memory\.backends\.honcho\.baseUrl"):
+        select(cfg)
+    cfg, _ = make_config(
+        home,
+        fake_llm.url,
+        {"backend": "memos", "backends": {"memos": {"baseUrl": "http://127.0.0.1:1", "mode": "turbo"}}},
+    )
+    with pytest.raises(BackendConfigError, match=r"memory\.backends\.memos\.mode"):
+        select(cfg)
+
+
+def test_file_backend_keeps_file_memory(home: Path, fake_llm: FakeLLMServer) -> None:
+    for memory in ({}, {"condition": "rolling_summary"}):
+        cfg, _ = make_config(home, fake_llm.url, memory)
+        assert isinstance(build_long_term_memory(cfg, cfg.workspace_path, None, None), FileMemory)
+    cfg, _ = make_config(
+        home,
+        fake_llm.url,
+        {"condition": "full_history", "backends": {"full_history": {"runId": "r7", "contextTokens": 900}}},
+    )
+    lt = build_long_term_memory(cfg, cfg.workspace_path, None, None)
+    assert isinstance(lt, AdapterMemory) and lt.run_id == "r7" and lt.budget.max_tokens == 900
+
+
+async def test_static_profile_reaches_runtime_block_system_prompt_stable(
+    home: Path, fake_llm: FakeLLMServer
+) -> None:
+    cfg, _ = make_config(home, fake_llm.url, {"condition": "static_profile"})
+    cfg.workspace_path.mkdir(parents=True, exist_ok=True)
+    (cfg.workspace_path / "PROFILE.md").write_text("The user is a night-shift nurse.\n", encoding="utf-8")
+    agent = build_agent(cfg)
+    try:
+        assert await agent.process_direct("hello") == "ok"
+        assert await agent.process_direct("and again") == "ok"
+    finally:
+        await agent.aclose()
+    (sys1, user1), (sys2, user2) = prompts(fake_llm)
+    assert sys1 == sys2 and "night-shift" not in sys1
+    for user in (user1, user2):
+        assert '<memory-context backend="static_profile" scope="nanobot:user">' in user
+        assert "night-shift nurse" in user
+
+
+async def test_full_history_brings_prior_transcript_after_new(home: Path, fake_llm: FakeLLMServer) -> None:
+    cfg, _ = make_config(home, fake_llm.url, {"condition": "full_history"})
+    agent = build_agent(cfg)
+    try:
+        await agent.process_direct("my locker code is 4711")
+        await agent.drain(5)
+        await agent.process_direct("/new")
+        await agent.process_direct("what was my locker code?")
+        await agent.process_direct("hi", session_key="telegram:99", channel="telegram", chat_id="99")
+    finally:
+        await agent.aclose()
+    turns = prompts(fake_llm)
+    assert "4711" not in turns[0][1].split("\n\n")[0]
+    assert "USER: my locker code is 4711" in turns[1][1]
+    assert "4711" not in turns[2][1]  # another chat never sees this chat's transcripts
+
+
+async def test_group_chats_get_no_backend_memory_by_default(home: Path, fake_llm: FakeLLMServer) -> None:
+    cfg, _ = make_config(home, fake_llm.url, {"condition": "static_profile"})
+    cfg.workspace_path.mkdir(parents=True, exist_ok=True)
+    (cfg.workspace_path / "PROFILE.md").write_text("secret profile\n", encoding="utf-8")
+    lt = build_long_term_memory(cfg, cfg.workspace_path, None, None)
+    assert await lt.context_for("hi", "telegram:-5", "42", is_group=True) == ""
+    assert "secret profile" in await lt.context_for("hi", "telegram:42", "42", is_group=False)
+    cfg.memory.share_in_groups = True
+    lt = build_long_term_memory(cfg, cfg.workspace_path, None, None)
+    assert "secret profile" in await lt.context_for("hi", "telegram:-5", "42", is_group=True)
+
+
+async def test_failing_backend_degrades_to_empty_context(home: Path, fake_llm: FakeLLMServer) -> None:
+    cfg, _ = make_config(
+        home,
+        fake_llm.url,
+        {"backend": "memos", "backends": {"memos": {"baseUrl": "http://127.0.0.1:9", "timeoutS": 2}}},
+    )
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING")
+    agent = build_agent(cfg)
+    try:
+        assert await agent.process_direct("hello") == "ok"
+        await agent.drain(5)
+    finally:
+        await agent.aclose()
+        logger.remove(sink)
+    assert "<memory-context" not in prompts(fake_llm)[0][1]
+    assert any("memory backend memos: no context" in w for w in warnings)
+    assert any("memory backend memos: turn not recorded" in w for w in warnings)
+
+
+def test_cli_bad_backend_config_exits_2(home: Path, fake_llm: FakeLLMServer) -> None:
+    make_config(home, fake_llm.url, {"backend": "honcho"})
+    proc = run_cli("agent", "-m", "hi", home=home)
+    assert proc.returncode == 2, proc.stderr
+    assert "memory.backends.honcho.baseUrl" in proc.stderr
