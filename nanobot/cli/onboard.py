@@ -41,8 +41,9 @@ def onboard(config: ConfigOption = None) -> None:
         cfg = load_cli_config(path)
         err(f"Config exists: {path} (left as it is)")
     else:
-        cfg = Config()
-        save_config(cfg, path)
+        # Defaults only: Config() would read NANOBOT_ variables (API keys, tokens) into the file.
+        save_config(Config.model_construct(), path)
+        cfg = load_cli_config(path)
         err(f"Created config: {path}")
     workspace = cfg.workspace_path
     created = copy_templates(workspace)

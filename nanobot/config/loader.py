@@ -4,27 +4,102 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from nanobot.config.paths import default_config_path
 from nanobot.config.schema import Config
+
+
+ENV_PREFIX = "NANOBOT_"
 
 
 class ConfigError(Exception):
     """A config problem the user must fix; the CLI prints it and exits 2."""
 
 
+def env_name(loc: tuple[Any, ...]) -> str:
+    """The NANOBOT_ variable that sets a key path, e.g. agents.defaults.maxTokens ->
+    NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS."""
+    snake = (re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", str(part)).upper() for part in loc)
+    return f"{ENV_PREFIX}{'__'.join(snake)}"
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _dict_value_model(annotation: Any) -> type[BaseModel] | None:
+    """The model of the values of a `dict[str, Model]` field (user-named entries such as MCP servers)."""
+    if get_origin(annotation) is dict:
+        args = get_args(annotation)
+        return _model_of(args[1]) if len(args) == 2 else None
+    return None
+
+
+def to_field_names(model: type[BaseModel], data: Any) -> Any:
+    """`data` with every known key spelled as its snake_case field name.
+
+    config.json uses camelCase and the environment snake_case; pydantic-settings deep-merges the two
+    as they are, so `apiKey` from the file and `api_key` from NANOBOT_..._API_KEY would both reach
+    the model (and the second would count as an unknown key). User-chosen keys (headers, server
+    names) are left alone; unknown keys are kept so validation still reports them.
+    """
+    if not isinstance(data, dict):
+        return data
+    names: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        names[name] = name
+        if info.alias:
+            names[info.alias] = name
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = names.get(key)
+        if name is None:
+            out[key] = value
+            continue
+        annotation = model.model_fields[name].annotation
+        sub, entries = _model_of(annotation), _dict_value_model(annotation)
+        if sub is not None:
+            value = to_field_names(sub, value)
+        elif entries is not None and isinstance(value, dict):
+            value = {k: to_field_names(entries, v) for k, v in value.items()}
+        out[name] = value
+    return out
+
+
+def display_path(loc: tuple[Any, ...]) -> str:
+    """A validation error's location as the camelCase key path config.json uses."""
+    parts: list[str] = []
+    model: type[BaseModel] | None = Config
+    entries = False  # the next part is a user-chosen key of a dict field
+    for part in loc:
+        key = str(part)
+        if entries or model is None or key not in model.model_fields:
+            parts.append(key)
+            model, entries = (model if entries else None), False
+            continue
+        info = model.model_fields[key]
+        parts.append(info.alias or key)
+        sub, value_model = _model_of(info.annotation), _dict_value_model(info.annotation)
+        model, entries = (value_model, True) if value_model is not None else (sub, False)
+    return ".".join(parts) or "(root)"
+
+
 def _format_validation_error(err: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration in {source}:"]
+    lines = [f"invalid configuration in {source} (or its {ENV_PREFIX} environment overrides):"]
     for item in err.errors():
-        path = ".".join(str(part) for part in item.get("loc", ())) or "(root)"
+        loc = tuple(item.get("loc", ()))
+        path = display_path(loc)
         msg = item.get("msg", "invalid value")
         if item.get("type") == "extra_forbidden":
             msg = "unknown key"
-        lines.append(f"  {path}: {msg}")
+        var = env_name(loc) if loc else ""
+        origin = f" (set by environment variable {var})" if var in os.environ else ""
+        lines.append(f"  {path}: {msg}{origin}")
     return "\n".join(lines)
 
 
@@ -50,7 +125,7 @@ def load_config(path: Path | None = None) -> Config:
     path = path or default_config_path()
     data = read_config_dict(path)
     try:
-        return Config(**data)
+        return Config(**to_field_names(Config, data))
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, str(path))) from None
 

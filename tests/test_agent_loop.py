@@ -1,0 +1,232 @@
+"""AgentLoop through the bus and the real litellm: ordering, concurrency, /stop, commands, pruning."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+
+from nanobot.agent.agent import Agent
+from nanobot.agent.commands import HELP_TEXT, parse_command
+from nanobot.agent.loop import STOPPED_REPLY, AgentLoop
+from nanobot.bus.events import InboundMessage
+from nanobot.bus.queue import MessageBus
+from tests.agent_helpers import (
+    make_agent,
+    messages_of,
+    next_outbound,
+    read_jsonl,
+    session_path,
+    user_text,
+    wait_for,
+)
+from tests.fakes.llm_server import FakeLLMServer, Reply
+
+SLOW_REPLY_S = 5.0
+
+
+@pytest.fixture
+async def running(make_config) -> AsyncIterator[tuple[AgentLoop, Agent, MessageBus]]:
+    config, _ = make_config()
+    bus = MessageBus()
+    agent = make_agent(config, bus)
+    loop = AgentLoop(bus, agent, max_concurrent=config.agents.defaults.max_concurrent_turns)
+    loop.start()
+    yield loop, agent, bus
+    await loop.stop_accepting()
+    await loop.finish(grace_s=1.0)
+    await agent.aclose()
+
+
+def inbound(text: str, chat_id: str = "c1", channel: str = "telegram") -> InboundMessage:
+    return InboundMessage(channel=channel, sender_id="u1", chat_id=chat_id, content=text)
+
+
+def test_parse_command() -> None:
+    assert parse_command("/new") == "new"
+    assert parse_command("  /STOP@my_bot ") == "stop"
+    assert parse_command("/help") == "help"
+    assert parse_command("/status") == "status"
+    assert parse_command("/etc/hosts") is None
+    assert parse_command("/new please") is None
+    assert parse_command("/unknown") is None
+    assert parse_command("/new\nmore") is None
+    assert parse_command("hello /new") is None
+
+
+async def test_twenty_messages_on_one_session_are_answered_in_order(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    loop, agent, bus = running
+    in_flight = {"now": 0, "max": 0}
+    lock = threading.Lock()
+
+    def responder(body: dict) -> Reply:
+        with lock:
+            in_flight["now"] += 1
+            in_flight["max"] = max(in_flight["max"], in_flight["now"])
+        try:
+            threading.Event().wait(0.01)  # long enough for overlap to show if there were any
+            return Reply(content=f"re: {user_text(body)}")
+        finally:
+            with lock:
+                in_flight["now"] -= 1
+
+    fake_llm.responder = responder
+    for i in range(20):
+        await bus.publish_inbound(inbound(f"message {i}"))
+    replies = [(await next_outbound(bus, timeout_s=30)).content for _ in range(20)]
+    assert replies == [f"re: message {i}" for i in range(20)]
+    assert in_flight["max"] == 1
+    stored = messages_of(session_path(agent.config, "telegram:c1"))
+    assert [m["content"] for m in stored if m["role"] == "user"] == [f"message {i}" for i in range(20)]
+    # each request saw every earlier exchange: the turns really ran one after another
+    assert len(fake_llm.requests[-1]["messages"]) == 1 + 2 * 19 + 1
+
+
+async def test_sessions_run_concurrently(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    loop, agent, bus = running
+    sessions = 4
+    barrier = threading.Barrier(sessions, timeout=10)
+
+    def responder(body: dict) -> Reply:
+        barrier.wait()  # only passes when all four sessions are at the LLM at the same time
+        return Reply(content=f"re: {user_text(body)}")
+
+    fake_llm.responder = responder
+    for i in range(sessions):
+        await bus.publish_inbound(inbound(f"hello {i}", chat_id=f"chat{i}"))
+    replies = {}
+    for _ in range(sessions):
+        out = await next_outbound(bus, timeout_s=30)
+        replies[out.chat_id] = out.content
+    assert replies == {f"chat{i}": f"re: hello {i}" for i in range(sessions)}
+    assert not barrier.broken
+
+
+async def test_stop_cancels_the_running_turn_ahead_of_the_queue(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    loop, agent, bus = running
+    fake_llm.push(Reply(content="too late", delay_s=SLOW_REPLY_S))
+    await bus.publish_inbound(inbound("a long task"))
+    await wait_for(lambda: len(fake_llm.requests) == 1)
+    await bus.publish_inbound(inbound("queued behind it"))
+    started = asyncio.get_running_loop().time()
+    await bus.publish_inbound(inbound("/stop"))
+    out = await next_outbound(bus, timeout_s=SLOW_REPLY_S)
+    assert out.content == STOPPED_REPLY
+    assert asyncio.get_running_loop().time() - started < SLOW_REPLY_S / 2
+    await wait_for(lambda: not loop.in_flight())
+    assert len(fake_llm.requests) == 1  # the queued message was dropped with the running turn
+    path = session_path(agent.config, "telegram:c1")
+    objs = read_jsonl(path)
+    assert [(m["role"], m["content"]) for m in objs if "role" in m] == [("user", "a long task")]
+    # the session goes on normally afterwards, with the interrupted question in its history
+    fake_llm.push(Reply(content="fresh answer"))
+    await bus.publish_inbound(inbound("next question"))
+    assert (await next_outbound(bus)).content == "fresh answer"
+    sent = fake_llm.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "user"]
+    assert sent[1]["content"] == "a long task"
+    assert [m["content"] for m in messages_of(path)] == ["a long task", "next question", "fresh answer"]
+
+
+async def test_stop_mid_tool_group_leaves_no_half_group(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    loop, agent, bus = running
+    fake_llm.push(
+        Reply(content=None, tool_calls=[{"id": "s", "name": "exec", "arguments": {"command": "sleep 30"}}])
+    )
+    await bus.publish_inbound(inbound("run something slow"))
+    await wait_for(lambda: len(fake_llm.requests) == 1)
+    await asyncio.sleep(0.3)  # the exec tool is running now
+    await bus.publish_inbound(inbound("/stop"))
+    assert (await next_outbound(bus)).content == STOPPED_REPLY
+    roles = [m["role"] for m in messages_of(session_path(agent.config, "telegram:c1"))]
+    assert roles == ["user"]  # the assistant call without its result never reached the disk
+
+
+async def test_stop_with_nothing_running(running: tuple[AgentLoop, Agent, MessageBus]) -> None:
+    _, _, bus = running
+    await bus.publish_inbound(inbound("/stop"))
+    assert (await next_outbound(bus)).content == "Nothing is running."
+
+
+async def test_status_is_answered_while_a_turn_runs(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    loop, agent, bus = running
+    fake_llm.push(Reply(content="slow answer", delay_s=1.5))
+    await bus.publish_inbound(inbound("think hard"))
+    await wait_for(lambda: len(fake_llm.requests) == 1)
+    await bus.publish_inbound(inbound("/status"))
+    first = await next_outbound(bus)
+    assert first.content.startswith("Model: ")
+    assert "Session: telegram:c1 — 1 messages" in first.content
+    second = await next_outbound(bus)
+    assert second.content == "slow answer"
+
+
+async def test_help_and_unknown_slash_text(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    loop, agent, bus = running
+    await bus.publish_inbound(inbound("/help"))
+    assert (await next_outbound(bus)).content == HELP_TEXT
+    assert not fake_llm.requests
+    fake_llm.responder = lambda body: Reply(content=f"llm saw: {user_text(body)}")
+    await bus.publish_inbound(inbound("/frobnicate the widget"))
+    assert (await next_outbound(bus)).content == "llm saw: /frobnicate the widget"
+    await bus.publish_inbound(inbound("/etc/hosts has a typo?"))
+    assert (await next_outbound(bus)).content == "llm saw: /etc/hosts has a typo?"
+
+
+async def test_new_through_the_loop_archives(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    loop, agent, bus = running
+    await bus.publish_inbound(inbound("remember this"))
+    await next_outbound(bus)
+    path = session_path(agent.config, "telegram:c1")
+    before = path.read_bytes()
+    await bus.publish_inbound(inbound("/new"))
+    assert (await next_outbound(bus)).content == "New session started."
+    archived = list((path.parent / "archive").glob("telegram_c1-*.jsonl"))
+    assert len(archived) == 1 and archived[0].read_bytes().startswith(before)
+    assert not path.exists() or not messages_of(path)
+
+
+async def test_idle_session_slots_are_pruned(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    loop, agent, bus = running
+    for i in range(10):
+        await bus.publish_inbound(inbound("hi", chat_id=f"p{i}"))
+    for _ in range(10):
+        await next_outbound(bus)
+    await wait_for(lambda: loop.active_sessions == 0)
+    assert loop.in_flight() == []
+
+
+async def test_a_failing_turn_reports_and_the_loop_goes_on(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    loop, agent, bus = running
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("bug in the runner")
+
+    original = agent.runner.run
+    agent.runner.run = broken  # type: ignore[method-assign]
+    await bus.publish_inbound(inbound("trigger"))
+    out = await next_outbound(bus)
+    assert out.content == "Sorry, something went wrong: RuntimeError."
+    agent.runner.run = original  # type: ignore[method-assign]
+    await bus.publish_inbound(inbound("again"))
+    assert (await next_outbound(bus)).content == "ok"

@@ -1,0 +1,253 @@
+"""Bad input never loses data and always says clearly what is wrong.
+
+Config problems go through the real CLI (a subprocess: exit code, stderr, no traceback); the rest
+goes through the agent and the real litellm to the fake LLM.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nanobot.config.loader import ConfigError, load_config
+from nanobot.providers.registry import ProviderConfigError, resolve_provider
+from nanobot.session.history import TRUNCATION_MARKER
+from nanobot.session.store import SessionStore
+from tests.agent_helpers import make_agent, messages_of, read_jsonl, session_path
+from tests.conftest import run_cli
+from tests.fakes.llm_server import FakeLLMServer, Reply
+
+ONE_MB = 1_000_000
+
+
+def _write(home: Path, data: object | str) -> Path:
+    path = home / "config.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------ config and provider
+
+
+def test_malformed_json_config_exits_2_with_position(home: Path) -> None:
+    _write(home, '{"agents": {"defaults": {"maxTokens": 100,}}}')
+    result = run_cli("agent", "-m", "hi", home=home)
+    assert result.returncode == 2
+    assert "not valid JSON" in result.stderr and "line 1" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_bad_value_config_names_the_key_path(home: Path) -> None:
+    _write(home, {"agents": {"defaults": {"maxTokens": "lots", "temperature": 7}}, "chanels": {}})
+    result = run_cli("status", home=home)
+    assert result.returncode == 2
+    assert "agents.defaults.maxTokens" in result.stderr
+    assert "agents.defaults.temperature" in result.stderr
+    assert "chanels: unknown key" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_bad_env_override_names_the_variable(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(home, {})
+    monkeypatch.setenv("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "plenty")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "agents.defaults.max_tokens" in str(info.value) or "maxTokens" in str(info.value)
+    assert "NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS" in str(info.value)
+
+
+def test_unknown_provider_exits_2(home: Path) -> None:
+    _write(home, {"agents": {"defaults": {"provider": "skynet", "model": "x"}}})
+    result = run_cli("agent", "-m", "hi", home=home)
+    assert result.returncode == 2
+    assert "unknown provider 'skynet'" in result.stderr and "agents.defaults.provider" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_missing_api_key_exits_2_naming_the_key(home: Path) -> None:
+    _write(home, {"agents": {"defaults": {"provider": "anthropic", "model": "claude-sonnet-4-5"}}})
+    result = run_cli("agent", "-m", "hi", home=home)
+    assert result.returncode == 2
+    assert "providers.anthropic.apiKey" in result.stderr
+    assert "NANOBOT_PROVIDERS__ANTHROPIC__API_KEY" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_provider_resolution_rules(home: Path) -> None:
+    path = _write(
+        home,
+        {
+            "agents": {"defaults": {"model": "claude-sonnet-4-5"}},
+            "providers": {"openai": {"apiKey": "sk-o"}, "anthropic": {"apiKey": "sk-a"}},
+        },
+    )
+    assert resolve_provider(load_config(path)).name == "anthropic"
+    _write(home, {"agents": {"defaults": {"model": "custom/my-model"}}, "providers": {"custom": {}}})
+    with pytest.raises(ProviderConfigError, match="providers.custom.apiBase"):
+        resolve_provider(load_config(path))
+    _write(
+        home,
+        {
+            "agents": {"defaults": {"model": "custom/my-model"}},
+            "providers": {"custom": {"apiBase": "http://127.0.0.1:9/v1"}},
+        },
+    )
+    provider = resolve_provider(load_config(path))
+    assert provider.name == "custom" and provider.default_model == "openai/my-model"
+
+
+# ------------------------------------------------------------------ sessions
+
+
+def test_corrupt_session_lines_are_skipped_and_appends_start_fresh(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from loguru import logger
+
+    sessions_dir = tmp_path / "sessions"
+    sessions_dir.mkdir()
+    path = sessions_dir / "cli_direct.jsonl"
+    good = [
+        {"role": "user", "content": "first", "timestamp": "2026-01-01T10:00:00+00:00"},
+        {"role": "assistant", "content": "reply", "timestamp": "2026-01-01T10:00:01+00:00"},
+    ]
+    path.write_text(
+        json.dumps(good[0]) + "\n{this is not json\n" + json.dumps(good[1]) + '\n{"role": "user", "cont',
+        encoding="utf-8",
+    )
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING")
+    try:
+        store = SessionStore(tmp_path)
+        session = store.get("cli:direct")
+        store.append(session, {"role": "user", "content": "after the crash", "timestamp": "x"})
+        store.close()
+    finally:
+        logger.remove(sink)
+    assert [m["content"] for m in session.messages] == ["first", "reply", "after the crash"]
+    assert any("corrupt line 2" in w for w in warnings)
+    assert any("corrupt line 4" in w for w in warnings)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[-2] == '{"role": "user", "cont'  # the damaged bytes are kept, not rewritten
+    assert json.loads(lines[-1])["content"] == "after the crash"
+    reloaded = SessionStore(tmp_path).get("cli:direct")
+    assert [m["content"] for m in reloaded.messages] == ["first", "reply", "after the crash"]
+
+
+# ------------------------------------------------------------------ agent turns
+
+
+async def test_one_megabyte_message_is_stored_whole_and_sent_truncated(
+    make_config, fake_llm: FakeLLMServer
+) -> None:
+    config, _ = make_config(**{"agents.defaults.maxUserMessageChars": 20_000})
+    agent = make_agent(config)
+    big = "start-" + "x" * (ONE_MB - 12) + "-end!!"
+    try:
+        await agent.process_direct(big)
+        await agent.process_direct("and a small one")
+    finally:
+        await agent.aclose()
+    stored = messages_of(session_path(config))
+    assert stored[0]["content"] == big  # whole, byte for byte
+    first_sent = fake_llm.requests[0]["messages"][-1]["content"]
+    assert len(first_sent) < 21_000
+    assert "start-" in first_sent and first_sent.endswith("-end!!")
+    assert TRUNCATION_MARKER.split("{")[0].strip() in first_sent
+    assert f"of {len(big)} characters omitted" in first_sent
+    history_copy = fake_llm.requests[1]["messages"][1]["content"]  # the big message as history
+    assert len(history_copy) <= 20_000 + 200 and "omitted" in history_copy
+
+
+async def test_invalid_tool_arguments_return_an_error_and_the_turn_goes_on(
+    make_config, fake_llm: FakeLLMServer
+) -> None:
+    config, _ = make_config()
+    agent = make_agent(config)
+    fake_llm.push(
+        Reply(
+            content=None,
+            tool_calls=[
+                {"id": "bad_json", "name": "write_file", "arguments": '{"path": "a.txt", "content": '},
+                {"id": "bad_type", "name": "read_file", "arguments": {"path": 42}},
+                {"id": "missing", "name": "write_file", "arguments": {"path": "b.txt"}},
+                {"id": "unknown", "name": "teleport", "arguments": {}},
+                {"id": "not_obj", "name": "list_dir", "arguments": "[1, 2]"},
+            ],
+        ),
+        Reply(content="recovered"),
+    )
+    try:
+        reply = await agent.process_direct("do things")
+    finally:
+        await agent.aclose()
+    assert reply == "recovered"
+    results = {
+        m["tool_call_id"]: m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"
+    }
+    assert results["bad_json"].startswith("Error: invalid arguments for write_file: not valid JSON")
+    assert results["bad_type"] == "Error: invalid arguments for read_file: path: expected string, got int"
+    assert results["missing"] == "Error: invalid arguments for write_file: content: required"
+    assert results["unknown"].startswith("Error: unknown tool 'teleport'")
+    assert results["not_obj"] == "Error: invalid arguments for list_dir: expected a JSON object"
+    assert not (config.workspace_path / "a.txt").exists() and not (config.workspace_path / "b.txt").exists()
+    roles = [m["role"] for m in messages_of(session_path(config))]
+    assert roles == ["user", "assistant", "tool", "tool", "tool", "tool", "tool", "assistant"]
+    assert read_jsonl(session_path(config))  # every line still valid JSON
+
+
+async def test_paths_outside_the_workspace_are_refused(
+    make_config, fake_llm: FakeLLMServer, tmp_path: Path
+) -> None:
+    config, _ = make_config()
+    agent = make_agent(config)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("top secret")
+    fake_llm.push(
+        Reply(
+            content=None,
+            tool_calls=[
+                {
+                    "id": "abs",
+                    "name": "write_file",
+                    "arguments": {"path": str(outside / "x.txt"), "content": "x"},
+                },
+                {
+                    "id": "dots",
+                    "name": "write_file",
+                    "arguments": {"path": "../../escape.txt", "content": "x"},
+                },
+                {"id": "read", "name": "read_file", "arguments": {"path": str(outside / "secret.txt")}},
+                {
+                    "id": "edit",
+                    "name": "edit_file",
+                    "arguments": {"path": str(outside / "secret.txt"), "old_text": "top", "new_text": "no"},
+                },
+                {"id": "ls", "name": "list_dir", "arguments": {"path": str(outside)}},
+                {
+                    "id": "sess",
+                    "name": "write_file",
+                    "arguments": {"path": "sessions/x.jsonl", "content": "{}"},
+                },
+            ],
+        ),
+        Reply(content="refused, fine"),
+    )
+    try:
+        reply = await agent.process_direct("escape")
+    finally:
+        await agent.aclose()
+    assert reply == "refused, fine"
+    results = {
+        m["tool_call_id"]: m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"
+    }
+    for key in ("abs", "dots", "read", "edit", "ls"):
+        assert results[key].startswith("Error: path") and "outside the workspace" in results[key], key
+    assert "managed by nanobot" in results["sess"]
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "top secret"
+    assert not (config.workspace_path.parent.parent / "escape.txt").exists()
+    assert not (config.workspace_path / "sessions" / "x.jsonl").exists()
