@@ -210,8 +210,11 @@ class Gateway:
     async def run(self, early_signals: list[int] | None = None) -> int:
         self._event_loop = asyncio.get_running_loop()
         previous = self._install_signals()
-        for signum in early_signals or []:
-            self._handle_signal(signum, None)
+        for signum in early_signals or []:  # in the loop already: act now, not on the next turn
+            self._signals += 1
+            if self._signals > 1:
+                self.force_exit(EXIT_FORCED)
+            self.request_stop(signum)
         try:
             return await self._run()
         finally:

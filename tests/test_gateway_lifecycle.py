@@ -1,0 +1,334 @@
+"""Gateway lifecycle in process (fast): grace period, safe cancellation, background drain, signals.
+
+The real Gateway runs in the test's event loop with an in-process provider and a recording channel;
+real SIGTERM/SIGINT are sent to this process (the gateway installs its own handlers and restores
+the previous ones when it returns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import nanobot.gateway.runtime as runtime
+from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.channels.base import Channel
+from nanobot.channels.manager import ChannelManager
+from nanobot.config.schema import Config
+from nanobot.gateway.runtime import EXIT_FORCED, Gateway
+from nanobot.providers.base import LLMProvider, LLMResponse, ToolCall
+from nanobot.service.state import GatewayLock, gateway_running
+from nanobot.session.store import SessionStore
+
+CHAT = "chat1"
+SESSION_FILE = f"test_{CHAT}.jsonl"
+
+
+class ScriptedProvider(LLMProvider):
+    """In-process LLM: chat turns answer `reply: <text>` after `turn_delay_s`; a `tool:` message first
+    calls list_dir; memory calls (save_memory / save_session_note) wait `memory_delay_s`."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.turn_delay_s = 0.0
+        self.memory_delay_s = 0.0
+        self.calls: list[str] = []
+        self.entered = asyncio.Event()
+
+    @property
+    def default_model(self) -> str:
+        return "scripted-model"
+
+    async def chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kw: Any
+    ):
+        names = {t["function"]["name"] for t in tools or []}
+        if "save_memory" in names:
+            self.calls.append("save_memory")
+            await asyncio.sleep(self.memory_delay_s)
+            args = {
+                "history_entry": "[2026-01-01 10:00] Lifecycle test. DRAINED-ENTRY.",
+                "memory_update": "- x\n",
+            }
+            return LLMResponse(tool_calls=[ToolCall("c1", "save_memory", args)], finish_reason="tool_calls")
+        if "save_session_note" in names:
+            self.calls.append("save_session_note")
+            await asyncio.sleep(self.memory_delay_s)
+            args = {"slug": "lifecycle", "title": "Lifecycle", "summary": "NOTE-DRAINED"}
+            return LLMResponse(
+                tool_calls=[ToolCall("c2", "save_session_note", args)], finish_reason="tool_calls"
+            )
+        last = messages[-1]
+        text = str(last.get("content") or "").strip().splitlines()[-1]
+        self.calls.append(text)
+        if last.get("role") == "user" and text.startswith("tool:"):
+            return LLMResponse(
+                tool_calls=[ToolCall("t1", "list_dir", {"path": "."})], finish_reason="tool_calls"
+            )
+        self.entered.set()
+        await asyncio.sleep(self.turn_delay_s)
+        return LLMResponse(content=f"reply: {text}")
+
+
+class RecordingChannel(Channel):
+    name = "test"
+
+    def __init__(self, *args: Any, stop_delay_s: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[str] = []
+        self.stop_delay_s = stop_delay_s
+
+    async def start(self) -> None:
+        self._set_state("running")
+
+    async def stop(self) -> None:
+        await asyncio.sleep(self.stop_delay_s)
+        self._set_state("stopped")
+
+    async def _send_text(self, msg: OutboundMessage) -> None:
+        self.sent.append(msg.content)
+
+    async def _send_typing(self, chat_id: str) -> None:
+        return None
+
+    def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:
+        return None
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, grace_s: float = 3.0, drain_s: float = 3.0, stop_delay_s: float = 0.0):
+        self.workspace = tmp_path / "ws"
+        self.config = Config.model_validate(
+            {
+                "agents": {"defaults": {"workspace": str(self.workspace), "model": "scripted-model"}},
+                "gateway": {
+                    "shutdownGraceS": grace_s,
+                    "drainTimeoutS": drain_s,
+                    "watchdogIntervalS": 0.1,
+                    "heartbeat": {"enabled": False},
+                },
+            }
+        )
+        self.provider = ScriptedProvider()
+        self.exits: list[tuple[int, float]] = []
+        self.gateway = Gateway(
+            self.config,
+            provider=self.provider,
+            force_exit=lambda code: self.exits.append((code, time.monotonic())),
+        )
+        allow = type("Allow", (), {"allow_from": ["*"]})()
+        self.channel = RecordingChannel(allow, self.gateway.bus, self.workspace, stop_delay_s=stop_delay_s)
+        self.gateway.channels = ChannelManager(
+            self.config, self.gateway.bus, self.workspace, channels={"test": self.channel}
+        )
+        self.task: asyncio.Task[int] | None = None
+
+    async def _run(self) -> int:
+        with GatewayLock(self.workspace):  # as run_gateway does
+            return await self.gateway.run()
+
+    async def start(self) -> Harness:
+        self.task = asyncio.create_task(self._run())
+        await asyncio.wait_for(self.gateway.ready.wait(), 10)
+        return self
+
+    async def say(self, text: str) -> None:
+        await self.gateway.bus.publish_inbound(InboundMessage("test", "u1", CHAT, text))
+
+    async def wait_sent(self, text: str, timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            while text not in self.channel.sent:
+                await asyncio.sleep(0.005)
+
+    async def stopped(self, timeout: float = 15.0) -> tuple[int, float]:
+        """(exit code, seconds from now until run() returned)."""
+        assert self.task is not None
+        started = time.monotonic()
+        code = await asyncio.wait_for(self.task, timeout)
+        return code, time.monotonic() - started
+
+    @property
+    def session_path(self) -> Path:
+        return self.workspace / "sessions" / SESSION_FILE
+
+    def lines(self, path: Path | None = None) -> list[dict[str, Any]]:
+        raw = (path or self.session_path).read_text(encoding="utf-8")
+        assert raw.endswith("\n")
+        return [json.loads(line) for line in raw.splitlines() if line.strip()]  # every line is whole JSON
+
+    def messages(self, path: Path | None = None) -> list[dict[str, Any]]:
+        return [m for m in self.lines(path) if "role" in m]
+
+
+def kill_self(sig: int = signal.SIGTERM) -> None:
+    os.kill(os.getpid(), sig)
+
+
+async def test_in_flight_turn_finishes_within_the_grace_period(tmp_path: Path) -> None:
+    h = await Harness(tmp_path, grace_s=3.0).start()
+    assert gateway_running(h.workspace)
+    h.provider.turn_delay_s = 0.5
+    await h.say("take your time")
+    await asyncio.wait_for(h.provider.entered.wait(), 5)
+    kill_self(signal.SIGTERM)
+    code, elapsed = await h.stopped()
+    assert code == 0 and h.exits == []
+    assert 0.3 < elapsed < 3.0  # waited for the turn, not for the whole grace period
+    assert "reply: take your time" in h.channel.sent  # delivered before the channel stopped
+    assert [(m["role"], m["content"]) for m in h.messages()] == [
+        ("user", "take your time"),
+        ("assistant", "reply: take your time"),
+    ]
+    assert h.channel.state == "stopped"
+    assert signal.getsignal(signal.SIGTERM) is not h.gateway._handle_signal  # handlers restored
+
+
+async def test_sigint_stops_an_idle_gateway_at_once(tmp_path: Path) -> None:
+    h = await Harness(tmp_path).start()
+    await h.say("hello")
+    await h.wait_sent("reply: hello")
+    kill_self(signal.SIGINT)
+    code, elapsed = await h.stopped()
+    assert (code, h.exits) == (0, []) and elapsed < 1.0
+    assert not (h.workspace / ".gateway.json").exists()  # state cleared, lock released
+    assert not gateway_running(h.workspace)
+
+
+async def test_turn_exceeding_the_grace_is_cancelled_safely(tmp_path: Path) -> None:
+    h = await Harness(tmp_path, grace_s=0.3).start()
+    h.provider.turn_delay_s = 60.0
+    await h.say("tool: look around")  # iteration 1: a tool call (persisted), iteration 2: hangs
+    await asyncio.wait_for(h.provider.entered.wait(), 5)
+    kill_self()
+    code, elapsed = await h.stopped()
+    assert code == 0 and h.exits == []
+    assert elapsed < 0.3 + 1.5
+    assert not any(s.startswith("reply:") for s in h.channel.sent)
+    messages = h.messages()
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]  # the finished tool group only
+    call_ids = {c["id"] for c in messages[1]["tool_calls"]}
+    assert call_ids == {messages[2]["tool_call_id"]}  # no dangling tool call on disk
+    # The session loads and goes on after a restart.
+    h2 = await Harness(tmp_path).start()
+    await h2.say("are you back?")
+    await h2.wait_sent("reply: are you back?")
+    kill_self()
+    await h2.stopped()
+    assert [m["role"] for m in h2.messages()] == ["user", "assistant", "tool", "user", "assistant"]
+
+
+async def _session_with_history(h: Harness, turns: int = 3) -> None:
+    for i in range(turns):
+        await h.say(f"message {i}")
+        await h.wait_sent(f"reply: message {i}")
+
+
+async def test_background_memory_work_is_drained_within_the_timeout(tmp_path: Path) -> None:
+    h = await Harness(tmp_path, drain_s=3.0).start()
+    await _session_with_history(h)
+    h.provider.memory_delay_s = 0.4
+    await h.say("/new")
+    await h.wait_sent("New session started.")
+    assert h.gateway.agent.lifecycle.pending() == 1  # consolidation + note still to come
+    kill_self()
+    code, elapsed = await h.stopped()
+    assert code == 0 and elapsed < 3.0
+    assert h.provider.calls[-2:] == ["save_memory", "save_session_note"]
+    archive = h.workspace / "sessions" / "archive"
+    assert list(archive.glob("*.pending")) == []
+    assert "DRAINED-ENTRY" in (h.workspace / "memory" / "HISTORY.md").read_text(encoding="utf-8")
+    assert any("NOTE-DRAINED" in p.read_text() for p in (h.workspace / "memory").glob("*-lifecycle*.md"))
+
+
+async def test_unfinished_background_work_stays_recoverable(tmp_path: Path) -> None:
+    h = await Harness(tmp_path, drain_s=0.2).start()
+    await _session_with_history(h)
+    h.provider.memory_delay_s = 30.0
+    await h.say("/new")
+    await h.wait_sent("New session started.")
+    kill_self()
+    code, elapsed = await h.stopped()
+    assert code == 0 and elapsed < 0.2 + 2.0  # drain gave up on time
+    archived = list((h.workspace / "sessions" / "archive").glob("test_chat1-*.jsonl"))
+    assert len(archived) == 1
+    assert archived[0].with_name(archived[0].name + ".pending").exists()
+    assert [m["content"] for m in h.messages(archived[0])][:2] == ["message 0", "reply: message 0"]
+    assert (
+        not (h.workspace / "memory" / "HISTORY.md").exists()
+        or "DRAINED-ENTRY" not in (h.workspace / "memory" / "HISTORY.md").read_text()
+    )
+    # The next gateway picks the archive up again and finishes it.
+    h2 = await Harness(tmp_path).start()
+    async with asyncio.timeout(5):
+        while list((h2.workspace / "sessions" / "archive").glob("*.pending")):
+            await asyncio.sleep(0.01)
+    kill_self()
+    await h2.stopped()
+    assert "DRAINED-ENTRY" in (h2.workspace / "memory" / "HISTORY.md").read_text(encoding="utf-8")
+
+
+async def test_second_signal_forces_exit(tmp_path: Path) -> None:
+    h = await Harness(tmp_path, grace_s=1.0).start()
+    h.provider.turn_delay_s = 60.0
+    await h.say("never finishes")
+    await asyncio.wait_for(h.provider.entered.wait(), 5)
+    kill_self(signal.SIGTERM)
+    await asyncio.sleep(0.05)
+    sent_at = time.monotonic()
+    kill_self(signal.SIGINT)
+    async with asyncio.timeout(1):
+        while not h.exits:
+            await asyncio.sleep(0.005)
+    code, forced_at = h.exits[0]
+    assert code == EXIT_FORCED and forced_at - sent_at < 0.5
+    await h.stopped()  # (the injected exit returns, so the graceful path still completes here)
+    assert [m["content"] for m in h.messages()] == ["never finishes"]
+
+
+async def test_second_signal_works_while_the_event_loop_is_blocked(tmp_path: Path) -> None:
+    h = await Harness(tmp_path).start()
+    kill_self(signal.SIGTERM)
+    time.sleep(0.05)  # the loop is blocked: the first stop request waits in the loop's queue
+    kill_self(signal.SIGTERM)  # but the second signal's handler runs in the main thread at once
+    assert [code for code, _ in h.exits] == [EXIT_FORCED]
+    await h.stopped()
+
+
+async def test_overrunning_shutdown_hits_the_hard_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "SHUTDOWN_MARGIN_S", 0.3)
+    h = await Harness(tmp_path, grace_s=0.1, drain_s=0.1, stop_delay_s=1.5).start()
+    assert h.gateway.shutdown_budget_s == pytest.approx(0.5)
+    sent_at = time.monotonic()
+    kill_self()
+    await h.stopped()
+    assert [code for code, _ in h.exits] == [EXIT_FORCED]
+    assert 0.4 < h.exits[0][1] - sent_at < 1.2
+
+
+async def test_signal_before_start_up_stops_without_taking_messages(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    code = await asyncio.wait_for(h.gateway.run(early_signals=[signal.SIGTERM]), 10)
+    assert code == 0 and h.exits == []
+    assert not h.gateway.ready.is_set()
+    assert h.channel.state == "stopped"
+
+
+async def test_messages_arriving_before_ready_are_answered(tmp_path: Path) -> None:
+    """Channels start (and may receive) while the provider warms up: nothing is lost."""
+    h = Harness(tmp_path)
+    await h.say("early bird")
+    await h.start()
+    await h.wait_sent("reply: early bird")
+    kill_self()
+    assert (await h.stopped())[0] == 0
+    assert SessionStore(h.workspace).get(f"test:{CHAT}").messages[-1]["content"] == "reply: early bird"
