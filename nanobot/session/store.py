@@ -7,10 +7,12 @@ lock so two processes never interleave lines. fsync follows the configured polic
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -70,8 +72,12 @@ class SessionStore:
         self.fsync_policy = fsync
         self.max_cached = max_cached
         self._cache: OrderedDict[str, Session] = OrderedDict()
+        # Sessions evicted from the LRU but still held by a running turn: handed out again instead of
+        # a second copy loaded from disk that would miss the turn's later appends.
+        self._live: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         self._handles: dict[str, IO[str]] = {}
         self._dirty: set[str] = set()
+        self._fsync_timer: asyncio.TimerHandle | None = None
         self._last_fsync = time.monotonic()
 
     # ------------------------------------------------------------------ loading
@@ -84,7 +90,10 @@ class SessionStore:
         if session is not None:
             self._cache.move_to_end(key)
             return session
-        session = self._load(key, self.path_for(key))
+        session = self._live.get(key)
+        if session is None:
+            session = self._load(key, self.path_for(key))
+            self._live[key] = session
         self._cache[key] = session
         while len(self._cache) > self.max_cached:
             old_key, _ = self._cache.popitem(last=False)
@@ -150,10 +159,8 @@ class SessionStore:
             end = fh.tell()
             if end > 0:
                 # A crash may have left a truncated last line: start ours on a fresh line.
-                with open(session.path, "rb") as raw:
-                    raw.seek(end - 1)
-                    if raw.read(1) != b"\n":
-                        data = "\n" + data
+                if os.pread(fh.fileno(), 1, end - 1) != b"\n":  # no second open per append
+                    data = "\n" + data
             fh.write(data)
             fh.flush()
             if self.fsync_policy == "always":
@@ -162,8 +169,25 @@ class SessionStore:
                 self._dirty.add(session.key)
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-        if self.fsync_policy == "everysec" and time.monotonic() - self._last_fsync >= FSYNC_INTERVAL_S:
-            self.fsync_dirty()
+        if self.fsync_policy == "everysec":
+            if time.monotonic() - self._last_fsync >= FSYNC_INTERVAL_S:
+                self.fsync_dirty()
+            else:
+                self._schedule_fsync()
+
+    def _schedule_fsync(self) -> None:
+        """everysec: make sure dirty files are synced within a second even if no write follows."""
+        if self._fsync_timer is not None or not self._dirty:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # synchronous use: the next write or close() syncs
+        self._fsync_timer = loop.call_later(FSYNC_INTERVAL_S, self._timer_fsync)
+
+    def _timer_fsync(self) -> None:
+        self._fsync_timer = None
+        self.fsync_dirty()
 
     def append(self, session: Session, *messages: dict[str, Any]) -> None:
         """Add messages to the session and hand them to the OS before returning."""
@@ -194,6 +218,7 @@ class SessionStore:
         """Move the transcript into sessions/archive/ and start the key afresh. Returns the archive path."""
         self._close_handle(session.key)
         self._cache.pop(session.key, None)
+        self._live.pop(session.key, None)
         session.archived = True
         if not session.path.exists():
             return None
@@ -226,5 +251,8 @@ class SessionStore:
         self._dirty.discard(key)
 
     def close(self) -> None:
+        if self._fsync_timer is not None:
+            self._fsync_timer.cancel()
+            self._fsync_timer = None
         for key in list(self._handles):
             self._close_handle(key)

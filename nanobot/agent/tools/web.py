@@ -66,6 +66,7 @@ def html_to_text(markup: str) -> str:
     markup = re.sub(r"(?s)<[^>]+>", " ", markup)
     text = html.unescape(markup)
     text = re.sub(r"[ \t\r\f\v]+", " ", text)
+    text = re.sub(r" *\n *", "\n", text)  # tags replaced by spaces leave them at line edges
     return re.sub(r"\n\s*\n+", "\n\n", text).strip()
 
 

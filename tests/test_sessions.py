@@ -1,0 +1,293 @@
+"""SessionStore: append-only JSONL, O(1) appends, cross-process locking, fsync policies, archive,
+history alignment and the bounded cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nanobot.session import store as store_mod
+from nanobot.session.history import build_history, history_indices, truncate_middle
+from nanobot.session.store import Session, SessionStore
+
+STAMP = "2026-01-01T00:00:00+00:00"
+
+
+def msg(role: str, content: str = "x", **extra: Any) -> dict[str, Any]:
+    return {"role": role, "content": content, "timestamp": STAMP, **extra}
+
+
+def call(call_id: str, name: str = "list_dir") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+# ------------------------------------------------------------------ append-only
+
+
+def test_append_is_o1_and_never_rewrites(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, fsync="never")
+    session = store.get("telegram:1")
+    store.append(
+        session, *(msg("user" if i % 2 == 0 else "assistant", f"message {i}") for i in range(10_000))
+    )
+    path = session.path
+    assert path.name == "telegram_1.jsonl"
+    before = path.read_bytes()
+    inode = path.stat().st_ino
+    new = msg("user", "one more")
+    store.append(session, new)
+    after = path.read_bytes()
+    assert after.startswith(before)  # nothing before the end changed
+    assert len(after) - len(before) == len(json.dumps(new, ensure_ascii=False)) + 1
+    assert path.stat().st_ino == inode
+    store.set_metadata(session, last_consolidated=5000)
+    assert path.read_bytes().startswith(after)
+    store.close()
+    reloaded = SessionStore(tmp_path).get("telegram:1")
+    assert len(reloaded.messages) == 10_001 and reloaded.last_consolidated == 5000
+    assert reloaded.messages[-1]["content"] == "one more"
+
+
+def test_metadata_last_line_wins_and_pointer_is_clamped(tmp_path: Path) -> None:
+    path = tmp_path / "sessions" / "cli_direct.jsonl"
+    path.parent.mkdir(parents=True)
+    lines = [
+        {"_type": "metadata", "format": 1, "last_consolidated": 1},
+        msg("user"),
+        msg("assistant"),
+        {"_type": "metadata", "format": 1, "last_consolidated": 99},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    session = SessionStore(tmp_path).get("cli:direct")
+    assert len(session.messages) == 2
+    assert session.last_consolidated == 2  # clamped to the messages that exist
+
+
+def _append_many(workspace: str, worker: int, count: int, size: int) -> None:
+    store = SessionStore(Path(workspace), fsync="never")
+    session = store.get("cli:shared")
+    for i in range(count):
+        store.append(session, msg("user", f"{worker}:{i}:" + chr(ord("a") + worker) * size))
+    store.close()
+
+
+def test_two_processes_appending_never_interleave(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    count, size = 300, 20_000  # lines far beyond PIPE_BUF, written in several chunks
+    procs = [ctx.Process(target=_append_many, args=(str(tmp_path), w, count, size)) for w in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    lines = (tmp_path / "sessions" / "cli_shared.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * count
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    for line in lines:
+        content = json.loads(line)["content"]
+        worker, index, body = content.split(":", 2)
+        assert body == chr(ord("a") + int(worker)) * size
+        seen[int(worker)].append(int(index))
+    assert seen == {0: list(range(count)), 1: list(range(count))}
+
+
+# ------------------------------------------------------------------ fsync policies
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(store_mod.os, "fsync", counting)
+    return calls
+
+
+def test_fsync_always(tmp_path: Path, fsyncs: list[int]) -> None:
+    store = SessionStore(tmp_path, fsync="always")
+    session = store.get("a:b")
+    for i in range(5):
+        store.append(session, msg("user", str(i)))
+    assert len(fsyncs) == 5
+
+
+def test_fsync_never(tmp_path: Path, fsyncs: list[int]) -> None:
+    store = SessionStore(tmp_path, fsync="never")
+    session = store.get("a:b")
+    for i in range(5):
+        store.append(session, msg("user", str(i)))
+    store.close()
+    assert fsyncs == []
+    assert len(SessionStore(tmp_path).get("a:b").messages) == 5  # flushed to the OS all the same
+
+
+def test_fsync_everysec_batches(tmp_path: Path, fsyncs: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(store_mod.time, "monotonic", lambda: clock[0])
+    store = SessionStore(tmp_path, fsync="everysec")
+    session = store.get("a:b")
+    for i in range(50):
+        store.append(session, msg("user", str(i)))
+    assert fsyncs == []  # within the same second: none yet
+    clock[0] += store_mod.FSYNC_INTERVAL_S
+    store.append(session, msg("user", "later"))
+    assert len(fsyncs) == 1
+    store.append(session, msg("user", "again"))
+    store.close()
+    assert len(fsyncs) == 2  # close syncs what is still dirty
+
+
+async def test_fsync_everysec_syncs_an_idle_session_within_the_interval(
+    tmp_path: Path, fsyncs: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_mod, "FSYNC_INTERVAL_S", 0.05)
+    store = SessionStore(tmp_path, fsync="everysec")
+    session = store.get("a:b")
+    store.append(session, msg("user", "last words before a quiet night"))
+    assert fsyncs == []
+    await asyncio.sleep(0.2)  # no further write: the timer syncs
+    assert len(fsyncs) == 1
+    store.close()
+
+
+def test_write_reaches_the_os_before_append_returns(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, fsync="never")
+    session = store.get("a:b")
+    store.append(session, msg("user", "durable"))
+    # another reader (as after a kill -9) sees the line at once: it was written and flushed
+    assert "durable" in session.path.read_text()
+
+
+# ------------------------------------------------------------------ archive and cache
+
+
+def test_archive_keeps_the_old_file(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    session = store.get("telegram:9")
+    store.append(session, msg("user", "old"), msg("assistant", "reply"))
+    original = session.path.read_bytes()
+    when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+    archived = store.archive(session, when)
+    assert archived == tmp_path / "sessions" / "archive" / "telegram_9-20260304T050607.jsonl"
+    assert archived.read_bytes() == original
+    assert not session.path.exists()
+    with pytest.raises(RuntimeError):
+        store.append(session, msg("user", "to the archived object"))
+    fresh = store.get("telegram:9")
+    assert fresh is not session and fresh.messages == []
+    store.append(fresh, msg("user", "new start"))
+    again = store.archive(fresh, when)  # same second: a suffix, never an overwrite
+    assert again is not None and again.name == "telegram_9-20260304T050607-2.jsonl"
+    assert archived.read_bytes() == original
+    assert [m["content"] for m in store.load_archived(archived).messages] == ["old", "reply"]
+
+
+def test_cache_is_bounded(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, max_cached=3)
+    for i in range(10):
+        store.append(store.get(f"c:{i}"), msg("user", str(i)))
+    assert len(store.cached()) == 3
+    assert [s.key for s in store.cached()] == ["c:7", "c:8", "c:9"]
+    assert len(store._handles) <= 3  # evicted sessions keep no open file
+    assert [m["content"] for m in store.get("c:0").messages] == ["0"]
+
+
+def test_evicted_session_in_use_is_not_loaded_twice(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, max_cached=1)
+    busy = store.get("c:busy")  # held by a running turn
+    store.get("c:other")  # evicts it from the cache
+    store.append(busy, msg("user", "written by the running turn"))
+    again = store.get("c:busy")
+    assert again is busy
+    assert again.messages[-1]["content"] == "written by the running turn"
+
+
+# ------------------------------------------------------------------ history alignment
+
+
+def _session(messages: list[dict[str, Any]], last_consolidated: int = 0) -> Session:
+    return Session(
+        key="k",
+        path=Path("/nonexistent"),
+        messages=messages,
+        metadata={"last_consolidated": last_consolidated},
+    )
+
+
+def test_history_starts_at_a_user_message() -> None:
+    messages = [
+        msg("user", "u0"),
+        msg("assistant", "a0"),
+        msg("user", "u1"),
+        msg("assistant", "a1"),
+    ]
+    assert history_indices(_session(messages, last_consolidated=1)) == [2, 3]
+    assert history_indices(_session(messages, last_consolidated=0)) == [0, 1, 2, 3]
+
+
+def test_orphan_tool_results_and_incomplete_groups_are_dropped() -> None:
+    messages = [
+        msg("user", "u0"),
+        msg("assistant", "", tool_calls=[call("a"), call("b")]),
+        msg("tool", "ra", tool_call_id="a", name="list_dir"),
+        msg("tool", "rb", tool_call_id="b", name="list_dir"),
+        msg("assistant", "done"),
+        msg("user", "u1"),
+        msg("tool", "orphan", tool_call_id="zzz", name="list_dir"),  # no call for it
+        msg("assistant", "", tool_calls=[call("c"), call("d")]),
+        msg("tool", "rc", tool_call_id="c", name="list_dir"),  # d never answered (crash mid-group)
+        msg("user", "u2"),
+        msg("assistant", "", tool_calls=[call("e")]),  # the last group, unanswered
+    ]
+    session = _session(messages)
+    indices = history_indices(session)
+    assert indices == [0, 1, 2, 3, 4, 5, 9]
+    history = build_history(session, indices, 1000, 1000)
+    assert history[1]["tool_calls"][0]["id"] == "a"
+    assert all(set(m) <= {"role", "content", "tool_calls", "tool_call_id", "name"} for m in history)
+    assert "timestamp" not in history[0]
+
+
+def test_tool_heavy_tail_without_user_message() -> None:
+    messages = [
+        msg("user", "u0"),
+        msg("assistant", "", tool_calls=[call("a")]),
+        msg("tool", "ra", tool_call_id="a", name="list_dir"),
+        msg("assistant", "", tool_calls=[call("b")]),
+        msg("tool", "rb", tool_call_id="b", name="list_dir"),
+    ]
+    # the pointer sits inside the turn: its orphan result is skipped, the whole group after is kept
+    assert history_indices(_session(messages, last_consolidated=2)) == [3, 4]
+
+
+def test_history_caps_stored_tool_results_and_user_text() -> None:
+    messages = [
+        msg("user", "u" * 5000),
+        msg("assistant", "", tool_calls=[call("a")]),
+        msg("tool", "t" * 9000, tool_call_id="a", name="read_file"),
+        msg("assistant", "fine"),
+    ]
+    session = _session(messages)
+    history = build_history(session, history_indices(session), 2000, 1000)
+    assert len(history[0]["content"]) < 2200 and "omitted" in history[0]["content"]
+    assert len(history[2]["content"]) < 1200 and "omitted" in history[2]["content"]
+    assert session.messages[2]["content"] == "t" * 9000  # storage untouched
+
+
+def test_truncate_middle() -> None:
+    assert truncate_middle("short", 100) == "short"
+    text = "H" * 700 + "M" * 5000 + "T" * 300
+    cut = truncate_middle(text, 1000)
+    assert cut.startswith("H" * 700) and cut.endswith("T" * 200)
+    assert "5100 of 6000 characters omitted" in cut

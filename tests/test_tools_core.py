@@ -1,0 +1,282 @@
+"""Core tools: exec guards and environment, web_fetch SSRF guard / size cap / redirects over a real
+127.0.0.1 HTTP server, file tool limits, the registry's validation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nanobot.agent.tools.base import ToolContext, ToolError
+from nanobot.agent.tools.files import file_tools
+from nanobot.agent.tools.registry import ToolRegistry
+from nanobot.agent.tools.shell import ExecTool, cap_output
+from nanobot.agent.tools.web import WebFetchTool, WebSearchTool, html_to_text
+from nanobot.config.schema import ExecToolConfig, WebSearchConfig, WebToolConfig
+from nanobot.memory.store import MemoryStore
+from nanobot.timeutil import resolve_tz
+
+CTX = ToolContext()
+BIG_BODY_BYTES = 300_000
+
+
+# ------------------------------------------------------------------ a local web server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+    def _send(
+        self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8", **headers: str
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers.items():
+            self.send_header(k.replace("_", "-"), v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/page":
+            self._send(
+                200,
+                b"<html><head><title>t</title><script>evil()</script></head>"
+                b"<body><h1>Hello</h1><p>World &amp; friends</p></body></html>",
+            )
+        elif self.path == "/big":
+            self._send(200, b"a" * BIG_BODY_BYTES, "text/plain")
+        elif self.path.startswith("/hop/"):
+            n = int(self.path.rsplit("/", 1)[1])
+            if n == 0:
+                self._send(200, b"arrived", "text/plain")
+            else:
+                self._send(302, b"", "text/plain", Location=f"/hop/{n - 1}")
+        elif self.path == "/to-loopback":
+            self._send(
+                302, b"", "text/plain", Location=f"http://localhost:{self.server.server_address[1]}/page"
+            )
+        else:
+            self._send(404, b"nope", "text/plain")
+
+
+@pytest.fixture(scope="module")
+def web_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+# ------------------------------------------------------------------ web_fetch
+
+
+async def test_web_fetch_refuses_loopback_by_default(web_server: str) -> None:
+    tool = WebFetchTool(WebToolConfig())
+    with pytest.raises(ToolError, match="private or loopback"):
+        await tool.execute(CTX, url=f"{web_server}/page")
+
+
+async def test_web_fetch_allows_listed_hosts(web_server: str) -> None:
+    tool = WebFetchTool(WebToolConfig(allow_hosts=["127.0.0.1"]))
+    text = await tool.execute(CTX, url=f"{web_server}/page")
+    assert "Status: 200" in text
+    assert "Hello" in text and "World & friends" in text and "evil" not in text
+
+
+async def test_web_fetch_checks_every_redirect_hop(web_server: str) -> None:
+    tool = WebFetchTool(WebToolConfig(allow_hosts=["127.0.0.1"]))
+    with pytest.raises(ToolError, match="refusing to fetch localhost"):
+        await tool.execute(CTX, url=f"{web_server}/to-loopback")
+
+
+async def test_web_fetch_redirect_limit(web_server: str) -> None:
+    tool = WebFetchTool(WebToolConfig(allow_hosts=["127.0.0.1"], max_redirects=3))
+    assert (await tool.execute(CTX, url=f"{web_server}/hop/3")).endswith("arrived")
+    with pytest.raises(ToolError, match="too many redirects"):
+        await tool.execute(CTX, url=f"{web_server}/hop/4")
+
+
+async def test_web_fetch_size_cap(web_server: str) -> None:
+    tool = WebFetchTool(WebToolConfig(allow_hosts=["127.0.0.1"], max_bytes=10_000))
+    text = await tool.execute(CTX, url=f"{web_server}/big")
+    assert "(truncated)" in text
+    assert text.count("a") <= 10_000 + 50
+
+
+async def test_web_fetch_refuses_other_schemes_and_private_literals() -> None:
+    tool = WebFetchTool(WebToolConfig())
+    for url in (
+        "file:///etc/passwd",
+        "ftp://example.com/x",
+        "http://10.0.0.1/",
+        "http://[::1]:8080/",
+        "http://169.254.169.254/latest/meta-data",
+        "http://0.0.0.0/",
+    ):
+        with pytest.raises(ToolError):
+            await tool.execute(CTX, url=url)
+
+
+async def test_web_search_unconfigured_is_a_clear_error() -> None:
+    tool = WebSearchTool(WebSearchConfig())
+    with pytest.raises(ToolError, match="tools.web.search.provider"):
+        await tool.execute(CTX, query="x")
+    with pytest.raises(ToolError, match="apiKey"):
+        await WebSearchTool(WebSearchConfig(provider="brave")).execute(CTX, query="x")
+
+
+def test_html_to_text() -> None:
+    assert html_to_text("<p>a</p><p>b<br>c</p><style>x{}</style>") == "a\nb\nc"
+
+
+# ------------------------------------------------------------------ exec
+
+
+@pytest.fixture
+def exec_tool(tmp_path: Path) -> ExecTool:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ExecTool(ws, ExecToolConfig(sandbox="none", timeout_s=5, max_output_chars=1000), restrict=True)
+
+
+async def test_exec_runs_in_the_workspace(exec_tool: ExecTool) -> None:
+    assert (await exec_tool.execute(CTX, command="pwd")).strip() == str(exec_tool.workspace)
+    out = await exec_tool.execute(CTX, command="echo hi > f.txt && cat f.txt; exit 3")
+    assert out.startswith("hi") and "[exit code 3]" in out
+    assert (exec_tool.workspace / "f.txt").read_text() == "hi\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat /etc/passwd",
+        "ls ../",
+        "cp x ../../y",
+        "cat ~/.ssh/id_rsa",
+        "echo $HOME/x",
+        "touch /tmp/outside.txt",
+    ],
+)
+async def test_exec_refuses_paths_outside_the_workspace(exec_tool: ExecTool, command: str) -> None:
+    with pytest.raises(ToolError, match="refused"):
+        await exec_tool.execute(CTX, command=command)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "rm -rf /",
+        "rm -rf ~",
+        "mkfs.ext4 /dev/sda1",
+        "dd if=/dev/zero of=/dev/sda",
+        ":(){ :|:& };:",
+        "shutdown -h now",
+    ],
+)
+async def test_exec_refuses_destructive_patterns(tmp_path: Path, command: str) -> None:
+    tool = ExecTool(tmp_path, ExecToolConfig(sandbox="none"), restrict=False)
+    with pytest.raises(ToolError, match="safety guard"):
+        await tool.execute(CTX, command=command)
+
+
+async def test_exec_allows_system_programs_and_workspace_paths(exec_tool: ExecTool) -> None:
+    inside = exec_tool.workspace / "data.txt"
+    inside.write_text("x")
+    assert (await exec_tool.execute(CTX, command=f"/bin/cat {inside}")).strip() == "x"
+    assert "(no output)" == await exec_tool.execute(CTX, command="ls > /dev/null")
+
+
+async def test_exec_custom_deny_patterns(tmp_path: Path) -> None:
+    tool = ExecTool(tmp_path, ExecToolConfig(sandbox="none", deny_patterns=[r"\bcurl\b"]), restrict=True)
+    with pytest.raises(ToolError, match="safety guard"):
+        await tool.execute(CTX, command="curl http://x")
+
+
+async def test_exec_environment_has_no_secrets(exec_tool: ExecTool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
+    monkeypatch.setenv("DISCORD_TOKEN", "disc")
+    monkeypatch.setenv("NANOBOT_PROVIDERS__GROQ__API_KEY", "gsk")
+    monkeypatch.setenv("NANOBOT_CHANNELS__TELEGRAM__TOKEN", "tg")
+    monkeypatch.setenv("MY_SERVICE_PASSWORD", "pw")
+    monkeypatch.setenv("HARMLESS_SETTING", "visible")
+    out = await exec_tool.execute(CTX, command="env")
+    for secret in ("sk-openai", "sk-ant", "123:abc", "disc", "gsk", "tg\n", "pw\n"):
+        assert secret not in out
+    assert "HARMLESS_SETTING=visible" in out
+    assert "PATH=" in out
+
+
+async def test_exec_timeout_and_output_cap(exec_tool: ExecTool) -> None:
+    with pytest.raises(ToolError, match="timed out"):
+        await exec_tool.execute(CTX, command="sleep 10", timeout_s=1)
+    out = await exec_tool.execute(CTX, command="seq 1 5000")
+    assert len(out) < 1200 and "characters omitted" in out
+    assert out.startswith("1\n2\n") and out.rstrip().endswith("5000")
+    assert cap_output("short", 100) == "short"
+
+
+# ------------------------------------------------------------------ files and registry
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> ToolRegistry:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    reg = ToolRegistry()
+    for tool in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 2000):
+        reg.register(tool)
+    return reg
+
+
+async def test_file_tools_round_trip(registry: ToolRegistry, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    assert (
+        await registry.execute("write_file", {"path": "a/b.txt", "content": "one\ntwo\nthree\n"}, CTX)
+    ).startswith("Wrote")
+    assert await registry.execute("read_file", {"path": "a/b.txt", "offset": 2, "limit": 1}, CTX) == "two\n"
+    assert (
+        await registry.execute("edit_file", {"path": "a/b.txt", "old_text": "two", "new_text": "2"}, CTX)
+    ).startswith("Replaced 1")
+    assert (ws / "a" / "b.txt").read_text() == "one\n2\nthree\n"
+    listing = await registry.execute("list_dir", {"path": "a"}, CTX)
+    assert listing == "b.txt (12 bytes)"
+    missing = await registry.execute("edit_file", {"path": "a/b.txt", "old_text": "zzz", "new_text": ""}, CTX)
+    assert missing.startswith("Error: old_text was not found")
+
+
+async def test_file_size_cap_and_memory_routing(registry: ToolRegistry, tmp_path: Path) -> None:
+    big = await registry.execute("write_file", {"path": "big.txt", "content": "x" * 5000}, CTX)
+    assert big == "Error: content is larger than the 2000-byte limit"
+    assert not (tmp_path / "ws" / "big.txt").exists()
+    ok = await registry.execute("write_file", {"path": "memory/MEMORY.md", "content": "- likes tea\n"}, CTX)
+    assert ok.startswith("Wrote")
+    assert (tmp_path / "ws" / "memory" / "MEMORY.md").read_text().startswith("- likes tea")
+
+
+async def test_symlink_escape_is_refused(registry: ToolRegistry, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "ws" / "link").symlink_to(outside)
+    result = await registry.execute("write_file", {"path": "link/x.txt", "content": "x"}, CTX)
+    assert "outside the workspace" in result
+    assert list(outside.iterdir()) == []
+
+
+def test_schemas_are_sorted_and_stable(registry: ToolRegistry) -> None:
+    names = [s["function"]["name"] for s in registry.schemas()]
+    assert names == sorted(names) == ["edit_file", "list_dir", "read_file", "write_file"]
+    assert registry.schemas() == registry.schemas()
+    assert [s["function"]["name"] for s in registry.schemas({"read_file"})] == ["read_file"]
