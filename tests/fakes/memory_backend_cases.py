@@ -195,4 +195,29 @@ class MemosEnv(Env):
         }
 
 
-BACKEND_ENVS: dict[str, type[Env]] = {"memos": MemosEnv}
+class HonchoEnv(Env):
+    name = "honcho"
+    provenance = ("native_id", "timestamp")
+
+    def start(self) -> None:
+        from tests.fakes.honcho_server import FakeHonchoServer
+
+        self.server = FakeHonchoServer().start()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def block(self) -> dict[str, Any]:
+        return {"baseUrl": self.server.url, "timeoutS": 10, "readyPollS": 0.02}
+
+    def native_budget(self) -> dict[str, Any] | None:
+        ctx = [q for method, path, q in self.server.requests if path.endswith("/context")]
+        return (
+            {"max_tokens": int(ctx[-1]["tokens"]), "max_items": int(ctx[-1]["search_top_k"])} if ctx else None
+        )
+
+    async def break_native(self, adapter: MemoryAdapter) -> None:
+        self.server.fail_status = 500
+
+
+BACKEND_ENVS: dict[str, type[Env]] = {"memos": MemosEnv, "honcho": HonchoEnv}

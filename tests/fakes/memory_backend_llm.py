@@ -18,7 +18,7 @@ from typing import Any
 from tests.fakes.memory_llm import MemoryScript, facts_in
 from tests.fakes.memos_server import EXTRACTION_MARKER
 
-FACT_TEXT_RE = re.compile(r"FACT-\d+:\s*([^\n\]\"]*)")
+FACT_TEXT_RE = re.compile(r"FACT-\d+:\s*((?:(?!FACT-\d)[^\n\]\"])*)")
 
 
 def _text(body: dict[str, Any]) -> str:
@@ -32,7 +32,7 @@ def _text(body: dict[str, Any]) -> str:
 
 
 def fact_texts(text: str) -> list[str]:
-    return list(dict.fromkeys(m.group(1).strip().rstrip(".") for m in FACT_TEXT_RE.finditer(text)))
+    return list(dict.fromkeys(m.group(1).strip().rstrip(" ;.") for m in FACT_TEXT_RE.finditer(text)))
 
 
 class BackendScript:

@@ -1,0 +1,119 @@
+"""Backend-specific contract cases (seed 003 §9): Honcho peers and deriver state, MemOS async mode
+and memory-type groups, the formatter's budget and labels."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from nanobot.memory.backends.contract import (
+    ContextBudget,
+    MemoryItem,
+    MemoryScope,
+    RetrieveRequest,
+    RetrieveResult,
+    Trace,
+    capabilities,
+)
+from nanobot.memory.backends.formatting import format_result
+from nanobot.providers.tokens import count_text
+from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.memory_backend_cases import HonchoEnv, MemosEnv, make_event
+
+ALICE = MemoryScope(run_id="run-1", persona_id="alice")
+
+
+@pytest.fixture
+async def honcho(tmp_path: Path, fake_llm: FakeLLMServer) -> AsyncIterator[HonchoEnv]:
+    env = HonchoEnv(tmp_path, fake_llm)
+    env.start()
+    yield env
+    env.stop()
+
+
+@pytest.fixture
+async def memos(tmp_path: Path, fake_llm: FakeLLMServer) -> AsyncIterator[MemosEnv]:
+    env = MemosEnv(tmp_path, fake_llm)
+    env.start()
+    yield env
+    env.stop()
+
+
+async def test_honcho_user_and_assistant_are_separate_peers_and_deriver_is_visible(honcho: HonchoEnv) -> None:
+    honcho.server.derive_delay_s = 0.3
+    adapter = honcho.build()
+    await adapter.setup_scope(ALICE)
+    receipt = await adapter.record_event(make_event(ALICE, "Please remember FACT-1: I keep bees.", "Lovely!"))
+    assert receipt.status == "queued"
+    stored = honcho.server.messages[
+        ("run-1", "alice--cli_direct-" + adapter.session_id(ALICE, "cli:direct")[-8:])
+    ]
+    assert [m["peer_id"] for m in stored] == ["alice", "assistant"]
+    pending = await adapter.readiness(ALICE)  # type: ignore[attr-defined]
+    assert not pending.ready and pending.pending == 1
+    before = await adapter.retrieve(RetrieveRequest("bees", ALICE, "telegram:7"))
+    assert before.prose is None  # another chat of alice: nothing derived yet
+    ready = await adapter.wait_until_ready(ALICE, 5)  # type: ignore[attr-defined]
+    assert ready.ready
+    after = await adapter.retrieve(RetrieveRequest("bees", ALICE, "telegram:7"))
+    assert after.prose and "I keep bees" in after.prose  # the peer representation crosses chats
+    ctx = [q for _, path, q in honcho.server.requests if path.endswith("/context")][-1]
+    assert ctx["peer_target"] == "alice" and ctx["search_query"] == "bees"
+    assert capabilities(adapter)["readiness"] and capabilities(adapter)["bulk_ingest"]
+    await adapter.aclose()
+
+
+async def test_memos_async_mode_is_eventual_and_groups_stay_apart(memos: MemosEnv) -> None:
+    memos.server.process_delay_s = 0.3
+    adapter = memos.build()
+    await adapter.setup_scope(ALICE)
+    text = "Please remember FACT-1: I prefer window seats; FACT-2: my passport expires in May."
+    receipt = await adapter.record_event(make_event(ALICE, text))
+    assert receipt.status == "queued"
+    assert (await adapter.retrieve(RetrieveRequest("window seats passport", ALICE, "cli:direct"))).items == []
+    assert (await adapter.wait_until_ready(ALICE, 5)).ready  # type: ignore[attr-defined]
+    result = await adapter.retrieve(RetrieveRequest("window seats passport", ALICE, "cli:direct"))
+    groups = {i.group for i in result.items}
+    assert groups == {"text_mem · UserMemory", "pref_mem · PreferenceMemory"}
+    section = adapter.format_context(result)
+    assert section.index("[text_mem · UserMemory]") < section.index("[pref_mem · PreferenceMemory]")
+    assert "prefer window seats" in section.split("[pref_mem · PreferenceMemory]")[1]
+    add = [b for p, b in memos.server.requests if p == "/product/add"][-1]
+    assert add["async_mode"] == "async" and add["writable_cube_ids"] == ["run-1__alice"]
+    assert memos.script.calls["memos_extract"] == 1  # extraction went through the LLM, in MemOS's format
+    await adapter.aclose()
+
+
+async def test_memos_sync_mode_commits_with_native_ids(memos: MemosEnv) -> None:
+    adapter = memos.build(asyncMode="sync", mode="fine")
+    receipt = await adapter.record_event(make_event(ALICE, "Please remember FACT-1: I play the oboe."))
+    assert receipt.status == "committed" and receipt.native_ids
+    add = [b for p, b in memos.server.requests if p == "/product/add"][-1]
+    assert add["mode"] == "fine"
+    await adapter.aclose()
+
+
+def test_formatter_fits_budget_keeps_labels_and_prose() -> None:
+    req = RetrieveRequest("q", ALICE, "s", ContextBudget(max_tokens=80, max_items=10))
+    items = [
+        MemoryItem(
+            text=f"fact number {n} " * 3,
+            native_id=f"id-{n:04d}-abcdefabcdef",
+            score=0.9 - n / 10,
+            timestamp=datetime(2026, 1, n + 1, tzinfo=UTC),
+        )
+        for n in range(8)
+    ]
+    result = RetrieveResult(req, items, {}, Trace("x", ALICE, "op"), prose="The user likes tea.")
+    text = format_result("x", result)
+    assert (
+        text.startswith('<memory-context backend="x" scope="run-1:alice">') and "The user likes tea." in text
+    )
+    assert "[score 0.90 · 2026-01-01 00:00 · id id-0000-abcd]" in text
+    assert count_text(text) <= 80 and "fact number 7" not in text
+    assert any("over the token budget" in w for w in result.trace.warnings)
+    empty = RetrieveResult(req, [], {}, Trace("x", ALICE, "op"))
+    assert format_result("x", empty) == ""
