@@ -14,7 +14,7 @@ from loguru import logger
 
 from nanobot.memory.transcript import render_message
 from nanobot.providers.base import LLMProvider
-from nanobot.providers.tokens import count_text
+from nanobot.providers.tokens import count_message, count_text
 
 BASE_CHUNK_RATIO = 0.4
 MIN_CHUNK_RATIO = 0.15
@@ -68,18 +68,18 @@ async def compact_transcript(
     model: str | None = None,
 ) -> str:
     """A transcript of `messages` that fits one call: verbatim when it fits, else a progressive summary."""
-    lines = [render_message(m) for m in messages]
-    sizes = [count_text(line) + 4 for line in lines]
-    oversized = [i for i, s in enumerate(sizes) if s > window_tokens * OVERSIZED_SHARE]
+    original = [count_message(m) for m in messages]
+    oversized = [i for i, size in enumerate(original) if size > window_tokens * OVERSIZED_SHARE]
     omitted_note = ""
     if oversized:
-        total = sum(sizes[i] for i in oversized)
+        total = sum(original[i] for i in oversized)
+        plural = "s" if len(oversized) > 1 else ""
         omitted_note = (
-            f"\n[omitted {len(oversized)} oversized message{'s' if len(oversized) > 1 else ''}, "
-            f"~{total // 1000}k tokens]"
+            f"\n[omitted {len(oversized)} oversized message{plural}, ~{round(total / 1000)}k tokens]"
         )
-        keep = [i for i in range(len(lines)) if i not in set(oversized)]
-        lines, sizes = [lines[i] for i in keep], [sizes[i] for i in keep]
+    skip = set(oversized)
+    lines = [render_message(m) for i, m in enumerate(messages) if i not in skip]
+    sizes = [count_text(line) + 4 for line in lines]
     available = max(window_tokens - reserved_tokens, window_tokens // 4)
     if sum(sizes) * SAFETY_MARGIN <= available:
         return "\n".join(lines) + omitted_note

@@ -1,0 +1,99 @@
+"""Bootstrap budget: per-file and total caps, head/tail truncation, MEMORY.md's own budget, warnings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from loguru import logger
+
+from nanobot.agent.context import Budget, ContextBuilder, fit_to_budget
+from nanobot.memory.store import MemoryStore
+from nanobot.skills.loader import SkillsLoader
+from nanobot.timeutil import resolve_tz
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    (tmp_path / "memory").mkdir()
+    return tmp_path
+
+
+def builder(ws: Path, budget: Budget | None = None, skills=None) -> ContextBuilder:  # noqa: ANN001
+    return ContextBuilder(
+        ws, MemoryStore(ws, "UTC"), resolve_tz("UTC"), budget=budget or Budget(), skills=skills
+    )
+
+
+def test_fit_to_budget_keeps_head_and_tail_with_marker() -> None:
+    text = "H" * 5000 + "M" * 20000 + "T" * 5000
+    out = fit_to_budget("AGENTS.md", text, 10_000)
+    assert out.startswith("H" * 5000) and out.endswith("T" * 2000)
+    assert len(out) < 10_000 + 200
+    assert "AGENTS.md is 30000 characters" in out and 'read_file("AGENTS.md")' in out
+    head = out.split("\n\n[...")[0]
+    assert len(head) == 7000  # 70 %
+    assert len(out.rsplit("...]\n\n", 1)[1]) == 2000  # 20 %
+
+
+def test_per_file_and_total_caps(workspace: Path) -> None:
+    (workspace / "AGENTS.md").write_text("a" * 30_000)
+    (workspace / "SOUL.md").write_text("s" * 8_000)
+    (workspace / "USER.md").write_text("u" * 8_000)
+    prompt = builder(workspace).system_prompt()
+    agents_part = prompt.split("## AGENTS.md\n\n")[1].split("\n\n---")[0]
+    assert len(agents_part) <= 20_000 + 200  # per-file cap 20,000
+    assert "AGENTS.md is 30000 characters" in agents_part
+    bootstrap = sum(prompt.count(c) for c in "asu") - prompt.count("a") + agents_part.count("a")
+    assert bootstrap <= 24_000 + 600  # total cap 24,000 (plus markers)
+    soul_part = prompt.split("## SOUL.md\n\n")[1].split("\n\n---")[0]
+    assert "SOUL.md is 8000 characters" in soul_part  # squeezed by the total budget
+    assert "USER.md" in prompt  # named, with how to read it, when left out
+
+
+def test_memory_has_its_own_budget(workspace: Path) -> None:
+    (workspace / "AGENTS.md").write_text("a" * 50_000)
+    (workspace / "SOUL.md").write_text("s" * 50_000)
+    MemoryStore(workspace, "UTC").write_memory("# Memory\n" + "- fact\n" * 100)
+    prompt = builder(workspace, Budget(20_000, 24_000, 5_000)).system_prompt()
+    assert prompt.count("- fact") == 100  # bootstrap files cannot starve MEMORY.md
+    MemoryStore(workspace, "UTC").write_memory("# Memory\n" + "- fact\n" * 2000)
+    prompt = builder(workspace, Budget(20_000, 24_000, 5_000)).system_prompt()
+    assert "memory/MEMORY.md is" in prompt and prompt.count("- fact") < 2000
+
+
+def test_one_warning_per_file_change(workspace: Path) -> None:
+    messages: list[str] = []
+    sink = logger.add(lambda m: messages.append(str(m)), level="WARNING")
+    try:
+        (workspace / "AGENTS.md").write_text("a" * 30_000)
+        ctx = builder(workspace)
+        for _ in range(5):
+            ctx._cache.clear()  # even when rebuilt, the same file version warns once
+            ctx.system_prompt()
+        assert sum("AGENTS.md" in m for m in messages) == 1
+        (workspace / "AGENTS.md").write_text("b" * 31_000)
+        ctx.system_prompt()
+        assert sum("AGENTS.md" in m for m in messages) == 2
+    finally:
+        logger.remove(sink)
+
+
+def test_system_prompt_byte_stable_and_group_variant(workspace: Path) -> None:
+    (workspace / "AGENTS.md").write_text("Be kind.")
+    MemoryStore(workspace, "UTC").write_memory("- the owner's cat is Miso")
+    ctx = builder(workspace, skills=SkillsLoader(workspace))
+    first = ctx.system_prompt()
+    assert (
+        ctx.system_prompt() == first
+        and builder(workspace, skills=SkillsLoader(workspace)).system_prompt() == first
+    )
+    assert "Miso" in first and "Miso" not in ctx.system_prompt(is_group=True)
+    runtime = ctx.runtime_block("telegram", "42", "7")
+    assert "telegram" in runtime and "Time:" in runtime and "telegram" not in first
+    assert "# Memory" in first and "how nanobot's memory works" not in first.lower() or "memory" in first
+
+
+def test_always_on_memory_skill_is_inlined(workspace: Path) -> None:
+    prompt = builder(workspace, skills=SkillsLoader(workspace)).system_prompt()
+    assert "memory/MEMORY.md" in prompt and "forget" in prompt  # the built-in memory skill, always on
