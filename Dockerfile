@@ -65,7 +65,8 @@ WORKDIR /data
 VOLUME ["/data"]
 
 # Fresh when a gateway holds the workspace lock and beat within 3 watchdog intervals (30 s).
-HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 CMD ["nanobot", "health"]
+# The timeout is generous because a busy container slows the CLI's start-up.
+HEALTHCHECK --interval=30s --timeout=20s --start-period=60s --retries=3 CMD ["nanobot", "health"]
 
 # The gateway drains in at most 10 s after SIGTERM (compose gives it 20 s).
 STOPSIGNAL SIGTERM
