@@ -21,7 +21,7 @@ from nanobot.memory.backends.contract import (
 from nanobot.memory.backends.formatting import format_result
 from nanobot.providers.tokens import count_text
 from tests.fakes.llm_server import FakeLLMServer
-from tests.fakes.memory_backend_cases import HonchoEnv, MemosEnv, make_event
+from tests.fakes.memory_backend_cases import HonchoEnv, Mem0Env, MemosEnv, make_event
 
 ALICE = MemoryScope(run_id="run-1", persona_id="alice")
 
@@ -117,3 +117,34 @@ def test_formatter_fits_budget_keeps_labels_and_prose() -> None:
     assert any("over the token budget" in w for w in result.trace.warnings)
     empty = RetrieveResult(req, [], {}, Trace("x", ALICE, "op"))
     assert format_result("x", empty) == ""
+
+
+@pytest.fixture
+async def mem0(tmp_path: Path, fake_llm: FakeLLMServer) -> AsyncIterator[Mem0Env]:
+    env = Mem0Env(tmp_path, fake_llm)
+    env.start()
+    yield env
+    env.stop()
+
+
+async def test_mem0_infer_extracts_and_filters_scope_by_user_and_run(mem0: Mem0Env) -> None:
+    adapter = mem0.build()
+    await adapter.record_event(make_event(ALICE, "Please remember FACT-1: I keep bees.", "How lovely!"))
+    other_run = MemoryScope(run_id="run-2", persona_id="alice")
+    result = await adapter.retrieve(RetrieveRequest("bees", ALICE, "cli:direct"))
+    assert [i.text for i in result.items] == ["User: I keep bees"]  # extracted by the LLM, not the raw turn
+    assert result.items[0].raw["user_id"] == "alice" and result.items[0].raw["run_id"] == "run-1"
+    assert (await adapter.retrieve(RetrieveRequest("bees", other_run, "cli:direct"))).items == []
+    assert mem0.script.calls["mem0"] == 1
+    await adapter.aclose()
+
+
+async def test_mem0_infer_false_is_the_simple_rag_ablation(mem0: Mem0Env) -> None:
+    adapter = mem0.build(infer=False)
+    receipt = await adapter.record_event(make_event(ALICE, "I keep bees.", "How lovely!"))
+    assert len(receipt.native_ids) == 2 and mem0.script.calls["mem0"] == 0  # raw messages, no LLM
+    result = await adapter.retrieve(RetrieveRequest("bees", ALICE, "cli:direct"))
+    assert "I keep bees." in {i.text for i in result.items}
+    mutation = await adapter.native_mutation(ALICE, "delete", memory_id=receipt.native_ids[0])  # type: ignore[attr-defined]
+    assert mutation
+    await adapter.aclose()

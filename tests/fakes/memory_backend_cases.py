@@ -220,4 +220,28 @@ class HonchoEnv(Env):
         self.server.fail_status = 500
 
 
-BACKEND_ENVS: dict[str, type[Env]] = {"memos": MemosEnv, "honcho": HonchoEnv}
+class Mem0Env(Env):
+    name = "mem0"
+    provenance = ("native_id", "score", "timestamp")
+    top_k = True
+
+    def start(self) -> None:
+        from tests.fakes import mem0_script
+        from tests.fakes.memory_backend_llm import BackendScript
+
+        self.script = BackendScript()
+        self.script.answerers["mem0"] = mem0_script.answer
+        self.llm.responder = self.script.responder
+
+    def block(self) -> dict[str, Any]:
+        return {"embedder": {"model": "fake-embed", "dims": self.llm.embedding_dim}}
+
+    def native_budget(self) -> dict[str, Any] | None:
+        return None  # top_k goes into Memory.search in-process; asserted through result size
+
+    async def break_native(self, adapter: MemoryAdapter) -> None:
+        self.llm.responder = lambda body: {"status": 400, "error_message": "model refuses"}
+        self.llm.embedding_dim = 3  # and the embedder answers with vectors of the wrong size
+
+
+BACKEND_ENVS: dict[str, type[Env]] = {"memos": MemosEnv, "honcho": HonchoEnv, "mem0": Mem0Env}
