@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from nanobot.cli import memory_backend
 from nanobot.cli.common import ConfigOption, fail, load_cli_config
 from nanobot.config.schema import Config
 from nanobot.memory.embeddings import EmbeddingError
@@ -90,3 +91,6 @@ def status(
         return
     for key, value in info.items():
         typer.echo(f"{key}: {value}")
+
+
+app.add_typer(memory_backend.app, name="backend")

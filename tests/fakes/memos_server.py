@@ -42,7 +42,8 @@ class FakeMemosServer:
         self.memories: list[dict[str, Any]] = []  # each: id, cube, user_id, memory, metadata, info, bucket
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.fail_status: int | None = None
-        self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.errors: list[str] = []
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._running = 0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -63,6 +64,7 @@ class FakeMemosServer:
         return self
 
     def stop(self) -> None:
+        self._queue.put(None)
         self._server.shutdown()
         self._server.server_close()
 
@@ -121,9 +123,13 @@ class FakeMemosServer:
     def _worker(self) -> None:
         while True:
             add = self._queue.get()
+            if add is None:  # stop()
+                return
             time.sleep(self.process_delay_s)
             try:
                 self._process(add)
+            except Exception as exc:  # noqa: BLE001 - a failed extraction is a failed task, as in MemOS
+                self.errors.append(repr(exc))
             finally:
                 with self._lock:
                     self._running -= 1

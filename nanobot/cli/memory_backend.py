@@ -1,0 +1,47 @@
+"""`nanobot memory backend check`: the swap-flow check of the configured memory backend.
+
+The manifest (backend, config hash, capabilities, scope mapping, step results) goes to stdout;
+progress goes to stderr. Exit 0 when the check passes, 1 when it fails or stays pending, 2 on a
+config error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated
+
+import typer
+
+from nanobot.cli.common import EXIT_FAILURE, EXIT_USAGE, ConfigOption, err, fail, load_cli_config
+
+app = typer.Typer(help="Pluggable long-term memory backends.", no_args_is_help=True)
+
+
+@app.command("check")
+def check(
+    ready_timeout_s: Annotated[
+        float, typer.Option("--ready-timeout", min=0.1, help="Readiness wait (s).")
+    ] = 60.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the full report as JSON.")] = False,
+    config_path: ConfigOption = None,
+) -> None:
+    """Run the swap flow: health, scope set-up, capabilities, isolation and write/read smoke tests."""
+    from nanobot.memory.backends.check import run_check
+    from nanobot.providers.registry import ProviderConfigError
+
+    config = load_cli_config(config_path)
+    try:
+        report = asyncio.run(run_check(config, ready_timeout_s=ready_timeout_s, progress=err))
+    except ProviderConfigError as exc:  # includes memory backend config errors
+        fail(f"Error: {exc}", EXIT_USAGE)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2, default=str))
+    else:
+        typer.echo(json.dumps(report.manifest, ensure_ascii=False, indent=2, default=str))
+        for s in report.steps:
+            mark = "ok" if s.ok else "FAILED"
+            err(f"  {s.name}: {mark} ({s.latency_ms:.0f} ms){' — ' + s.detail if s.detail else ''}")
+        err(f"memory backend {report.manifest['backend']}: {report.status}")
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILURE)

@@ -1,0 +1,83 @@
+"""`nanobot memory backend check`: the swap flow against the fakes, in-process and through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nanobot.memory.backends.check import run_check
+from tests.conftest import run_cli
+from tests.fakes.llm_server import FakeLLMServer
+from tests.test_memory_backends_contract import ENVS
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+async def test_check_passes_for_every_adapter(name: str, tmp_path: Path, fake_llm: FakeLLMServer) -> None:
+    env = ENVS[name](tmp_path, fake_llm)
+    env.start()
+    try:
+        report = await run_check(env.config(), ready_timeout_s=10)
+    finally:
+        env.stop()
+    assert report.ok and report.status == "passed", report.to_json()
+    m = report.manifest
+    assert m["name"] == name and len(m["config_hash"]) == 16
+    assert m["scope_mapping"]["persona"] == "the chat's user (sender id)"
+    assert {"readiness", "bulk_ingest", "native_mutation", "feedback"} <= set(m["capabilities"])
+    names = [s.name for s in report.steps]
+    assert names[:3] == ["health", "setup_scope", "write (scope A)"]
+    assert "isolation (read scope B)" in names and "write/read (read scope A)" in names
+    assert all(s.ok for s in report.steps), report.steps
+
+
+async def test_check_reports_pending_instead_of_a_false_green(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    env = ENVS["memos"](tmp_path, fake_llm)
+    env.start()
+    env.server.process_delay_s = 3.0  # type: ignore[attr-defined]
+    try:
+        report = await run_check(env.config(), ready_timeout_s=0.3)
+    finally:
+        env.stop()
+    assert not report.ok and report.status == "pending"
+    readiness = next(s for s in report.steps if s.name == "readiness")
+    assert not readiness.ok and readiness.detail == "timed out"
+
+
+def test_cli_check_prints_manifest(home: Path, fake_llm: FakeLLMServer) -> None:
+    env = ENVS["honcho"](home, fake_llm)
+    env.workspace = home / "workspace"
+    env.start()
+    try:
+        env.config()
+        proc = run_cli("memory", "backend", "check", home=home)
+    finally:
+        env.stop()
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads(proc.stdout)
+    assert manifest["backend"] == "honcho" and manifest["capabilities"]["readiness"] is True
+    assert manifest["scope_mapping"]["native"]["workspace"] == "nanobot"
+    assert "memory backend honcho: passed" in proc.stderr
+
+
+def test_cli_check_fails_when_backend_is_down(home: Path, fake_llm: FakeLLMServer) -> None:
+    config = {
+        "agents": {"defaults": {"provider": "custom", "model": "m"}},
+        "providers": {"custom": {"apiBase": fake_llm.url}},
+        "memory": {
+            "backend": "memos",
+            "backends": {"memos": {"baseUrl": "http://127.0.0.1:9", "timeoutS": 2}},
+        },
+    }
+    (home / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    proc = run_cli("memory", "backend", "check", "--json", home=home)
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    assert report["status"] == "failed" and report["steps"][0]["name"] == "health"
+    (home / "config.json").write_text(
+        json.dumps({**config, "memory": {"backend": "graphiti-x"}}), encoding="utf-8"
+    )
+    assert run_cli("memory", "backend", "check", home=home).returncode == 2
