@@ -1,0 +1,418 @@
+"""Crash safety: kill -9 a real `nanobot gateway` under message load, restart it, check the disk.
+
+A producer feeds messages to several Telegram chats through the fake Bot API; the gateway (a real
+subprocess: python-telegram-bot, the full agent, litellm to the fake LLM) answers each with
+`ack <id>`. Consolidation, pre-compaction flushes and `/new` archives run all the time (a small
+context window), so memory files are being written too. Each iteration SIGKILLs the gateway at a
+random point (mostly under load, some during start-up), checks the workspace, and restarts.
+
+Checked after every kill:
+- corrupt session lines: a JSONL line that is not valid JSON, other than a truncated last line
+  (which the loader skips; counted separately). Must be 0.
+- corrupt memory files: MEMORY.md (and its backups), HISTORY.md, daily and session notes must each
+  be a complete version of what was written; the search index, if any, passes integrity_check.
+  Must be 0.
+- acknowledged messages missing from the transcripts: every message whose reply the fake server
+  received must be in a session file (live or archived), and so must the reply. Must be 0.
+
+    .venv/bin/python benchmarks/crash_safety.py [--iterations 50] [--chats 4] [--seed 1]
+
+Exit status 0 when all three figures are 0. Most of the run time is the gateway's start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import re
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.fakes.llm_server import FakeLLMServer, Reply  # noqa: E402
+from tests.fakes.telegram_server import FakeTelegramServer  # noqa: E402
+from tests.gateway_harness import TG_TOKEN, GatewayProcess  # noqa: E402
+
+FIRST_CHAT_ID = 1001
+NEW_EVERY_MESSAGES = 30  # each chat sends /new this often
+PRODUCER_INTERVAL_S = 0.01
+MAX_IN_FLIGHT = 8  # the producer waits while this many messages since the last start are unanswered
+STARTUP_KILL_SHARE = 0.2  # share of iterations killed during start-up rather than under load
+STARTUP_KILL_MAX_S = 3.0
+LOAD_KILL_MAX_S = 1.5  # after the first new reply, kill within this many seconds
+FIRST_REPLY_TIMEOUT_S = 180.0
+SETTLE_QUIET_S = 3.0
+MEM_END = "<!-- MEM-END -->"
+HIST_END = "HIST-END."
+NOTE_END = "NOTE-END."
+DAILY_END = "DAILY-END"
+_MSG = re.compile(r"^msg (c\d+-\d+)$")
+_ACK = re.compile(r"^ack (c\d+-\d+)$")
+
+
+# ------------------------------------------------------------------------------------ fake LLM
+class Router:
+    """Answers chat turns with `ack <id>` and memory calls with complete, recognisable content."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        with self.lock:
+            self.n += 1
+            n = self.n
+        tools = {t.get("function", {}).get("name") for t in body.get("tools") or []}
+        if "save_memory" in tools:
+            # Stable facts plus one that changes: nothing large is dropped, so no protective merge.
+            facts = "".join(f"- stable fact {i}\n" for i in range(5)) + f"- last consolidation {n}\n"
+            memory = f"# Memory\n\n{facts}{MEM_END}"
+            entry = f"[2026-01-01 10:00] Consolidation {n} of the crash benchmark. {HIST_END}"
+            return _call("save_memory", {"history_entry": entry, "memory_update": memory})
+        if "write_daily_note" in tools:
+            return _call("write_daily_note", {"content": f"- flushed fact {n} {DAILY_END}"})
+        if "save_session_note" in tools:
+            return _call(
+                "save_session_note", {"slug": "crash", "title": "Crash", "summary": f"Note {n}. {NOTE_END}"}
+            )
+        text = str(body["messages"][-1].get("content") or "").strip().splitlines()[-1]
+        match = _MSG.match(text)
+        return Reply(content=f"ack {match.group(1)}" if match else "ok")
+
+
+def _call(name: str, args: dict[str, Any]) -> Reply:
+    return Reply(content=None, tool_calls=[{"name": name, "arguments": args}])
+
+
+# ------------------------------------------------------------------------------------ producer
+class Producer(threading.Thread):
+    def __init__(self, tg: FakeTelegramServer, chats: int) -> None:
+        super().__init__(daemon=True, name="producer")
+        self.tg = tg
+        self.chats = [FIRST_CHAT_ID + i for i in range(chats)]
+        self.sent: dict[str, int] = {}  # message id -> chat
+        self.commands = 0
+        self.stop_event = threading.Event()
+        self._seq = Counter[int]()
+        self._epoch_pushed = 0
+        self._epoch_replies = 0
+
+    def new_epoch(self) -> None:
+        """A gateway (re)starts: what the killed one left unanswered no longer holds the producer."""
+        self._epoch_pushed = 0
+        self._epoch_replies = len(self.tg.calls_to("sendMessage"))
+
+    def _in_flight(self) -> int:
+        return self._epoch_pushed - (len(self.tg.calls_to("sendMessage")) - self._epoch_replies)
+
+    def run(self) -> None:
+        turn = 0
+        while not self.stop_event.is_set():
+            if self._in_flight() >= MAX_IN_FLIGHT:  # the gateway is down, starting or busy
+                time.sleep(PRODUCER_INTERVAL_S)
+                continue
+            self._epoch_pushed += 1
+            chat = self.chats[turn % len(self.chats)]
+            turn += 1
+            self._seq[chat] += 1
+            if self._seq[chat] % NEW_EVERY_MESSAGES == 0:
+                self.tg.push_message("/new", chat_id=chat, user_id=chat)
+                self.commands += 1
+            else:
+                mid = f"c{chat}-{self._seq[chat]}"
+                self.sent[mid] = chat
+                self.tg.push_message(f"msg {mid}", chat_id=chat, user_id=chat)
+            time.sleep(PRODUCER_INTERVAL_S)
+
+
+def acked(tg: FakeTelegramServer) -> Counter[str]:
+    out = Counter[str]()
+    for call in tg.calls_to("sendMessage"):
+        match = _ACK.match(str(call.params.get("text", "")))
+        if match:
+            out[match.group(1)] += 1
+    return out
+
+
+# ------------------------------------------------------------------------------------ checks
+@dataclass
+class Figures:
+    iterations: int = 0
+    load_kills: int = 0
+    startup_kills: int = 0
+    session_files: int = 0
+    session_lines: int = 0
+    corrupt_session_lines: int = 0
+    truncated_last_lines: int = 0
+    corrupt_memory_files: int = 0
+    missing_user_ids: set[str] = field(default_factory=set)
+    missing_reply_ids: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    known_truncated: set[bytes] = field(default_factory=set)
+    seen_corrupt: set[bytes] = field(default_factory=set)
+
+    @property
+    def missing_user(self) -> int:
+        return len(self.missing_user_ids)
+
+    @property
+    def missing_reply(self) -> int:
+        return len(self.missing_reply_ids)
+
+
+def check_sessions(workspace: Path, figures: Figures) -> tuple[set[str], set[str]]:
+    """Count corrupt/truncated lines (new ones only); return the ids of user messages and replies."""
+    users: set[str] = set()
+    replies: set[str] = set()
+    files = sorted((workspace / "sessions").rglob("*.jsonl"))
+    figures.session_files = len(files)
+    figures.session_lines = 0
+    for path in files:
+        raw = path.read_bytes()
+        lines = raw.split(b"\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            figures.session_lines += 1
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                is_last = i == len(lines) - 1 and not raw.endswith(b"\n")
+                if is_last:
+                    if line not in figures.known_truncated:
+                        figures.known_truncated.add(line)
+                        figures.truncated_last_lines += 1
+                elif line not in figures.known_truncated and line not in figures.seen_corrupt:
+                    figures.seen_corrupt.add(line)
+                    figures.corrupt_session_lines += 1
+                    figures.problems.append(f"corrupt line in {path.name}: {line[:80]!r}")
+                continue
+            if not isinstance(obj, dict) or not ({"role", "_type"} & obj.keys()):
+                figures.corrupt_session_lines += 1
+                figures.problems.append(f"unexpected line in {path.name}: {line[:80]!r}")
+                continue
+            content = str(obj.get("content") or "")
+            if obj.get("role") == "user" and (m := _MSG.match(content)):
+                users.add(m.group(1))
+            elif obj.get("role") == "assistant" and (m := _ACK.match(content)):
+                replies.add(m.group(1))
+    return users, replies
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p.strip() for p in text.split("\n\n") if p.strip()]
+
+
+def memory_problems(workspace: Path) -> list[str]:
+    """Each memory file must be a complete version of something written to it."""
+    mem = workspace / "memory"
+    bad: list[str] = []
+    for path in [mem / "MEMORY.md", *sorted((mem / ".backups").glob("MEMORY-*.md"))]:
+        text = path.read_text(encoding="utf-8").strip() if path.exists() else None
+        if text is not None and not (text.startswith("# Memory") and text.endswith(MEM_END)):
+            bad.append(f"{path.name}: not a complete MEMORY.md version")
+    history = mem / "HISTORY.md"
+    if history.exists():
+        text = history.read_text(encoding="utf-8")
+        if not text.endswith("\n") or any(not p.endswith(HIST_END) for p in _paragraphs(text)):
+            bad.append("HISTORY.md: an incomplete entry")
+    for path in sorted(mem.glob("*.md")):
+        name = path.name
+        if name in ("MEMORY.md", "HISTORY.md"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}\.md", name):  # daily note: header + bullets
+            body = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("# ")]
+            if not text.endswith("\n") or any(not ln.endswith(DAILY_END) for ln in body):
+                bad.append(f"{name}: an incomplete daily note")
+        elif not text.rstrip("\n").endswith(NOTE_END) and "## Excerpt" not in text:
+            bad.append(f"{name}: an incomplete session note")
+    index = mem / ".index.sqlite"
+    if index.exists():
+        try:
+            with sqlite3.connect(f"file:{index}?mode=ro", uri=True) as db:
+                verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
+        except sqlite3.Error as exc:
+            verdict = str(exc)
+        if verdict != "ok":
+            bad.append(f".index.sqlite: {verdict}")
+    return bad
+
+
+def check(workspace: Path, acks: Counter[str], figures: Figures) -> None:
+    users, replies = check_sessions(workspace, figures)
+    for problem in memory_problems(workspace):
+        if problem not in figures.problems:
+            figures.problems.append(problem)
+            figures.corrupt_memory_files += 1
+    for mid in acks:
+        if mid not in users and mid not in figures.missing_user_ids:
+            figures.missing_user_ids.add(mid)
+            figures.problems.append(f"acknowledged message {mid} missing from the transcripts")
+        if mid not in replies and mid not in figures.missing_reply_ids:
+            figures.missing_reply_ids.add(mid)
+            figures.problems.append(
+                f"the reply to acknowledged message {mid} is missing from the transcripts"
+            )
+
+
+# ------------------------------------------------------------------------------------ run
+def write_config(home: Path, llm: FakeLLMServer, tg: FakeTelegramServer) -> None:
+    config = {
+        "agents": {
+            "defaults": {
+                "provider": "custom",
+                "model": "fake-model",
+                "llmMaxRetries": 0,
+                # ~2,000 tokens of system prompt and tools: flushes every compaction cycle,
+                # consolidation every ~20 turns, an archive every NEW_EVERY_MESSAGES.
+                "contextWindowTokens": 3328,
+                "maxTokens": 512,
+            }
+        },
+        "providers": {"custom": {"apiBase": llm.url, "apiKey": "bench-key"}},
+        "channels": {
+            "sendProgress": False,
+            "telegram": {
+                "enabled": True,
+                "token": TG_TOKEN,
+                "allowFrom": ["*"],
+                "baseUrl": tg.base_url,
+                "baseFileUrl": tg.base_file_url,
+                "pollTimeoutS": 2,
+            },
+        },
+        "gateway": {"heartbeat": {"enabled": False}, "watchdogIntervalS": 1.0},
+        "logging": {"level": "WARNING"},
+    }
+    (home / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+def wait_for_new_ack(tg: FakeTelegramServer, gw: GatewayProcess, before: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if sum(acked(tg).values()) > before:
+            return True
+        if gw.proc is not None and gw.proc.poll() is not None:
+            raise RuntimeError(f"gateway exited on its own ({gw.proc.returncode}):\n{gw.log[-3000:]}")
+        time.sleep(0.01)
+    return False
+
+
+def settle(tg: FakeTelegramServer, quiet_s: float, timeout_s: float = 120.0) -> None:
+    """Wait until no new reply arrives for `quiet_s` (the backlog is answered)."""
+    deadline = time.monotonic() + timeout_s
+    last, last_change = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        count = len(tg.calls_to("sendMessage"))
+        if count != last:
+            last, last_change = count, time.monotonic()
+        elif time.monotonic() - last_change >= quiet_s:
+            return
+        time.sleep(0.05)
+
+
+def run(iterations: int, chats: int, seed: int, verbose: bool) -> int:
+    # A killed client leaves the fake servers' handlers with reset connections: expected here.
+    logging.getLogger("aiohttp").setLevel(logging.CRITICAL)
+    rng = random.Random(seed)
+    figures = Figures()
+    started = time.monotonic()
+    with FakeLLMServer() as llm, tempfile.TemporaryDirectory(prefix="nanobot-crash-") as tmp:
+        llm.responder = Router()
+        # The stdlib server prints a traceback for every connection a killed gateway drops: expected.
+        llm._server.handle_error = lambda request, address: None  # type: ignore[method-assign]
+        tg = FakeTelegramServer().start()
+        home = Path(tmp)
+        write_config(home, llm, tg)
+        producer = Producer(tg, chats)
+        producer.start()
+        gw = GatewayProcess(home)
+        final_code: int | None = None
+        try:
+            for i in range(iterations):
+                before = sum(acked(tg).values())
+                producer.new_epoch()
+                gw.start()
+                if rng.random() < STARTUP_KILL_SHARE:
+                    time.sleep(rng.uniform(0.0, STARTUP_KILL_MAX_S))
+                    phase = "start-up"
+                    figures.startup_kills += 1
+                else:
+                    if not wait_for_new_ack(tg, gw, before, FIRST_REPLY_TIMEOUT_S):
+                        raise RuntimeError(f"no reply within {FIRST_REPLY_TIMEOUT_S}s:\n{gw.log[-3000:]}")
+                    time.sleep(rng.uniform(0.0, LOAD_KILL_MAX_S))
+                    phase = "load"
+                    figures.load_kills += 1
+                gw.kill()
+                figures.iterations += 1
+                check(gw.workspace, acked(tg), figures)
+                if verbose:
+                    print(
+                        f"[{i + 1:3d}/{iterations}] killed during {phase:8s} acked={len(acked(tg)):5d} "
+                        f"corrupt={figures.corrupt_session_lines} truncated={figures.truncated_last_lines} "
+                        f"memory={figures.corrupt_memory_files} missing={figures.missing_user}/"
+                        f"{figures.missing_reply}  t={time.monotonic() - started:5.0f}s",
+                        flush=True,
+                    )
+            # A last, clean run: answer the backlog, stop gracefully, check once more.
+            producer.stop_event.set()
+            producer.new_epoch()
+            gw.start()
+            wait_for_new_ack(tg, gw, sum(acked(tg).values()), FIRST_REPLY_TIMEOUT_S)
+            settle(tg, SETTLE_QUIET_S)
+            final_code = gw.stop()
+            check(gw.workspace, acked(tg), figures)
+        finally:
+            producer.stop_event.set()
+            gw.kill()
+            tg.stop()
+        acks = acked(tg)
+        pushed = len(producer.sent)
+        unanswered = sum(1 for mid in producer.sent if mid not in acks)
+        twice = sum(1 for n in acks.values() if n > 1)
+
+    elapsed = time.monotonic() - started
+    ok = figures.corrupt_session_lines == figures.corrupt_memory_files == 0
+    ok = ok and figures.missing_user == figures.missing_reply == 0 and final_code == 0
+    print(
+        f"iterations: {figures.iterations} (killed under load: {figures.load_kills}, during start-up: "
+        f"{figures.startup_kills}) in {elapsed:.0f} s; final graceful stop exit code {final_code}"
+    )
+    print(
+        f"messages pushed: {pushed} (+{producer.commands} /new), acknowledged: {len(acks)}, "
+        f"answered twice (redelivered after a kill): {twice}, never answered (lost before any reply): "
+        f"{unanswered}"
+    )
+    print(f"session files: {figures.session_files}, lines: {figures.session_lines}")
+    print(f"corrupt session lines: {figures.corrupt_session_lines} (must be 0)")
+    print(f"truncated last lines (skipped by the loader): {figures.truncated_last_lines}")
+    print(f"corrupt memory files: {figures.corrupt_memory_files} (must be 0)")
+    print(
+        f"acknowledged messages missing from the transcripts: {figures.missing_user} "
+        f"(their replies missing: {figures.missing_reply}) (must be 0)"
+    )
+    for problem in figures.problems[:20]:
+        print(f"  problem: {problem}")
+    print("RESULT:", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--chats", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quiet", action="store_true", help="only the summary")
+    args = parser.parse_args()
+    sys.exit(run(args.iterations, args.chats, args.seed, not args.quiet))
