@@ -303,3 +303,29 @@ async def test_iteration_limit_ends_the_turn_with_an_explanation(
     stored = messages_of(session_path(config))
     assert stored[-1] == {**stored[-1], "role": "assistant", "content": reply}
     assert json.dumps(stored)  # serialisable, nothing half-written
+
+
+async def test_memory_edit_shows_in_the_next_system_prompt(make_config, fake_llm: FakeLLMServer) -> None:
+    config, _ = make_config()
+    agent = make_agent(config)
+    fake_llm.push(
+        Reply(
+            content=None,
+            tool_calls=[
+                {
+                    "id": "m",
+                    "name": "write_file",
+                    "arguments": {"path": "memory/MEMORY.md", "content": "- owns a cat\n"},
+                }
+            ],
+        ),
+        Reply(content="noted"),
+        Reply(content="you own a cat"),
+    )
+    try:
+        await agent.process_direct("remember I own a cat")
+        await agent.process_direct("what do I own?")
+    finally:
+        await agent.aclose()
+    assert "owns a cat" not in fake_llm.requests[0]["messages"][0]["content"]
+    assert "owns a cat" in fake_llm.requests[-1]["messages"][0]["content"]  # no stale cached prompt

@@ -291,3 +291,20 @@ def test_truncate_middle() -> None:
     cut = truncate_middle(text, 1000)
     assert cut.startswith("H" * 700) and cut.endswith("T" * 200)
     assert "5100 of 6000 characters omitted" in cut
+
+
+def test_history_memo_follows_appends_and_the_pointer(tmp_path: Path) -> None:
+    from nanobot.session.history import history_tokens
+
+    store = SessionStore(tmp_path)
+    session = store.get("m:1")
+    store.append(session, msg("user", "a"), msg("assistant", "b"))
+    first = history_indices(session)
+    assert first == [0, 1] and history_indices(session) is first  # memoised
+    tokens = history_tokens(session)
+    store.append(session, msg("user", "c"))
+    assert history_indices(session) == [0, 1, 2]
+    assert history_tokens(session) > tokens
+    store.set_metadata(session, last_consolidated=2)
+    assert history_indices(session) == [2]
+    assert history_tokens(session) == session.tokens_of(2)

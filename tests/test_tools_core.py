@@ -194,7 +194,7 @@ async def test_exec_allows_system_programs_and_workspace_paths(exec_tool: ExecTo
     inside = exec_tool.workspace / "data.txt"
     inside.write_text("x")
     assert (await exec_tool.execute(CTX, command=f"/bin/cat {inside}")).strip() == "x"
-    assert "(no output)" == await exec_tool.execute(CTX, command="ls > /dev/null")
+    assert await exec_tool.execute(CTX, command="ls > /dev/null") == "(no output)"
 
 
 async def test_exec_custom_deny_patterns(tmp_path: Path) -> None:
@@ -204,17 +204,20 @@ async def test_exec_custom_deny_patterns(tmp_path: Path) -> None:
 
 
 async def test_exec_environment_has_no_secrets(exec_tool: ExecTool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
-    monkeypatch.setenv("DISCORD_TOKEN", "disc")
-    monkeypatch.setenv("NANOBOT_PROVIDERS__GROQ__API_KEY", "gsk")
-    monkeypatch.setenv("NANOBOT_CHANNELS__TELEGRAM__TOKEN", "tg")
-    monkeypatch.setenv("MY_SERVICE_PASSWORD", "pw")
+    secrets = {
+        "OPENAI_API_KEY": "s3cr3t-openai",
+        "ANTHROPIC_API_KEY": "s3cr3t-anthropic",
+        "TELEGRAM_BOT_TOKEN": "s3cr3t-telegram",
+        "DISCORD_TOKEN": "s3cr3t-discord",
+        "NANOBOT_PROVIDERS__GROQ__API_KEY": "s3cr3t-groq",
+        "NANOBOT_CHANNELS__TELEGRAM__TOKEN": "s3cr3t-channel",
+        "MY_SERVICE_PASSWORD": "s3cr3t-password",
+    }
+    for key, value in secrets.items():
+        monkeypatch.setenv(key, value)
     monkeypatch.setenv("HARMLESS_SETTING", "visible")
-    out = await exec_tool.execute(CTX, command="env")
-    for secret in ("sk-openai", "sk-ant", "123:abc", "disc", "gsk", "tg\n", "pw\n"):
-        assert secret not in out
+    out = await exec_tool.execute(CTX, command="env | grep -E 's3cr3t|HARMLESS_SETTING|^PATH='")
+    assert "s3cr3t-" not in out
     assert "HARMLESS_SETTING=visible" in out
     assert "PATH=" in out
 
@@ -280,3 +283,17 @@ def test_schemas_are_sorted_and_stable(registry: ToolRegistry) -> None:
     assert names == sorted(names) == ["edit_file", "list_dir", "read_file", "write_file"]
     assert registry.schemas() == registry.schemas()
     assert [s["function"]["name"] for s in registry.schemas({"read_file"})] == ["read_file"]
+
+
+def test_schema_memo_follows_registration(registry: ToolRegistry, tmp_path: Path) -> None:
+    tokens = registry.schema_tokens()
+    assert tokens > 0 and registry.schema_tokens() == tokens
+    registry.register(ExecTool(tmp_path, ExecToolConfig(sandbox="none"), restrict=True))
+    assert "exec" in [s["function"]["name"] for s in registry.schemas()]
+    assert registry.schema_tokens() > tokens
+    registry.unregister("exec")
+    assert registry.schema_tokens() == tokens
+    assert registry.schema_tokens({"read_file"}) < tokens
+    listed = registry.schemas()
+    listed.clear()  # callers get their own list
+    assert len(registry.schemas()) == 4

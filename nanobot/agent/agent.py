@@ -29,8 +29,8 @@ from nanobot.memory.lifecycle import MemoryLifecycle
 from nanobot.memory.seam import FileMemory, LongTermMemory, TurnRecord
 from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMError, LLMProvider
-from nanobot.providers.tokens import count_message, count_tools
-from nanobot.session.history import build_history, history_indices, truncate_middle
+from nanobot.providers.tokens import count_message
+from nanobot.session.history import build_history, history_indices, history_tokens, truncate_middle
 from nanobot.session.store import Session, SessionStore
 from nanobot.timeutil import now as tz_now
 
@@ -173,12 +173,15 @@ class Agent:
     def estimate_base_tokens(self, session: Session, is_group: bool) -> int:
         """System prompt + tool schemas + the session's history, as the next turn would send them."""
         system = self.context.system_prompt(is_group)
-        tools = count_tools(self.tools.schemas(self._tool_names()))
-        return (
-            count_message({"role": "system", "content": system})
-            + tools
-            + sum(session.tokens_of(i) for i in history_indices(session))
-        )
+        return self._history_tokens(session, system, self._tool_tokens())
+
+    def _tool_tokens(self) -> int:
+        return self.tools.schema_tokens(self._tool_names())
+
+    @staticmethod
+    def _history_tokens(session: Session, system: str, tool_tokens: int) -> int:
+        # count_message memoises the (long, stable) system prompt; the history sum is memoised too
+        return count_message({"role": "system", "content": system}) + tool_tokens + history_tokens(session)
 
     def _prompt_messages(
         self, session: Session, system: str, user_msg: dict[str, Any], tool_tokens: int
@@ -187,12 +190,7 @@ class Agent:
         history = build_history(
             session, indices, self.settings.max_user_message_chars, self.settings.max_tool_result_chars
         )
-        tokens = (
-            count_message({"role": "system", "content": system})
-            + tool_tokens
-            + sum(session.tokens_of(i) for i in indices)
-            + count_message(user_msg)
-        )
+        tokens = self._history_tokens(session, system, tool_tokens) + count_message(user_msg)
         return [{"role": "system", "content": system}, *history, user_msg], tokens
 
     async def _ensure_ready(self) -> None:
@@ -232,10 +230,11 @@ class Agent:
             stored["name"] = "system"
         system = self.context.system_prompt(msg.is_group)
         tool_names = self._tool_names()
-        tool_tokens = count_tools(self.tools.schemas(tool_names))
+        tool_tokens = self._tool_tokens()
+        user_tokens = count_message(user_msg)
 
-        def estimate() -> int:
-            return self._prompt_messages(session, system, user_msg, tool_tokens)[1]
+        def estimate() -> int:  # tokens only: the history itself is built once, below
+            return self._history_tokens(session, system, tool_tokens) + user_tokens
 
         await self.lifecycle.ensure_fits(session, estimate, is_group=msg.is_group)
         messages, prompt_tokens = self._prompt_messages(session, system, user_msg, tool_tokens)

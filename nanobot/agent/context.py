@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import mimetypes
+import os
+import time
 from dataclasses import dataclass
 from datetime import tzinfo
 from pathlib import Path
@@ -24,6 +26,7 @@ BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
 HEAD_SHARE = 0.7
 TAIL_SHARE = 0.2
 IMAGE_MAX_BYTES = 5_000_000
+SKILLS_RECHECK_S = 2.0
 RUNTIME_HEADER = "[Runtime context: metadata for this message, not instructions]"
 
 
@@ -76,21 +79,39 @@ class ContextBuilder:
         self.model_name = model_name
         self._cache: dict[bool, tuple[tuple[Any, ...], str]] = {}
         self._warned: dict[str, tuple[int, int]] = {}
+        self._skills_sig: tuple[float, tuple[Any, ...]] | None = None
+        # checked on every prompt build: plain strings, no pathlib work per turn
+        self._watched = [str(workspace / n) for n in BOOTSTRAP_FILES] + [str(memory.memory_path)]
+        self._skills_dir = str(workspace / "skills")
 
     # ------------------------------------------------------------------ system prompt
     def _signature(self) -> tuple[Any, ...]:
         sig: list[Any] = []
-        for path in [*(self.workspace / n for n in BOOTSTRAP_FILES), self.memory.memory_path]:
+        for path in self._watched:
             try:
-                st = path.stat()
+                st = os.stat(path)
                 sig.append((st.st_mtime_ns, st.st_size))
             except FileNotFoundError:
                 sig.append(None)
-        skills_dir = self.workspace / "skills"
-        sig.append(skills_dir.stat().st_mtime_ns if skills_dir.exists() else None)
+        try:
+            sig.append(os.stat(self._skills_dir).st_mtime_ns)
+        except FileNotFoundError:
+            sig.append(None)
         if self.skills is not None:
-            sig.append(self.skills.signature())
+            sig.append(self._skills_signature())
         return tuple(sig)
+
+    def _skills_signature(self) -> tuple[Any, ...]:
+        """The skills' signature walks every SKILL.md: re-read at most every SKILLS_RECHECK_S.
+
+        Bootstrap files and MEMORY.md are still checked on every call (a few stats), so a memory
+        edit shows in the very next prompt; a new or edited skill shows within the recheck period.
+        """
+        now = time.monotonic()
+        if self._skills_sig is None or now - self._skills_sig[0] >= SKILLS_RECHECK_S:
+            assert self.skills is not None
+            self._skills_sig = (now, self.skills.signature())
+        return self._skills_sig[1]
 
     def system_prompt(self, is_group: bool = False) -> str:
         """The system prompt; identical bytes for as long as its files do not change."""

@@ -13,7 +13,6 @@ from pydantic import BaseModel, ValidationError
 from nanobot.config.paths import default_config_path
 from nanobot.config.schema import Config
 
-
 ENV_PREFIX = "NANOBOT_"
 
 

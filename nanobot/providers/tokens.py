@@ -14,7 +14,8 @@ from loguru import logger
 ENCODING_NAME = "cl100k_base"
 CHARS_PER_TOKEN_FALLBACK = 3.5
 MESSAGE_OVERHEAD_TOKENS = 4  # role, separators
-_TEXT_CACHE_MAX_CHARS = 2_000  # short strings are memoised; long ones are rare and counted directly
+_TEXT_CACHE_MAX_CHARS = 2_000  # short strings share a big memo; long ones a small one
+_LONG_CACHE_ENTRIES = 64  # system prompts (private/group) and tool lists, with room for edits
 
 
 def _bundled_tokenizer_dir() -> Path | None:
@@ -54,12 +55,18 @@ def _count_short(text: str) -> int:
     return len(enc.encode(text, disallowed_special=()))
 
 
+@lru_cache(maxsize=_LONG_CACHE_ENTRIES)
+def _count_long(text: str) -> int:
+    """Long texts that recur every turn (the system prompt, the tool schemas) are counted once."""
+    return _count_short.__wrapped__(text)
+
+
 def count_text(text: str) -> int:
     if not text:
         return 0
     if len(text) <= _TEXT_CACHE_MAX_CHARS:
         return _count_short(text)
-    return _count_short.__wrapped__(text)
+    return _count_long(text)
 
 
 def count_message(message: dict[str, Any]) -> int:
@@ -87,6 +94,7 @@ def count_messages(messages: list[dict[str, Any]]) -> int:
 
 
 def count_tools(schemas: list[dict[str, Any]]) -> int:
+    """Tokens of the tool schemas; the same list (byte-stable across turns) is encoded only once."""
     if not schemas:
         return 0
     return count_text(json.dumps(schemas, ensure_ascii=False, separators=(",", ":")))

@@ -58,11 +58,29 @@ def history_indices(session: Session, start: int | None = None) -> list[int]:
     A tool-heavy tail with no user message starts at its first complete assistant message instead.
     """
     messages = session.messages
+    key = (len(messages), session.last_consolidated)
+    if start is None and session._history_memo is not None and session._history_memo[0] == key:
+        return session._history_memo[1]  # computed several times per turn; callers only read it
     begin = session.last_consolidated if start is None else start
     first_user = next((i for i in range(begin, len(messages)) if messages[i].get("role") == "user"), None)
     if first_user is not None:
         begin = first_user
-    return _complete_indices(messages, begin)
+    indices = _complete_indices(messages, begin)
+    if start is None:
+        session._history_memo = (key, indices, None)
+    return indices
+
+
+def history_tokens(session: Session) -> int:
+    """Token estimate of the LLM's view of the session (memoised with the indices)."""
+    indices = history_indices(session)
+    memo = session._history_memo
+    if memo is not None and memo[1] is indices and memo[2] is not None:
+        return memo[2]
+    total = sum(session.tokens_of(i) for i in indices)
+    if memo is not None and memo[1] is indices:
+        session._history_memo = (memo[0], indices, total)
+    return total
 
 
 def to_llm_message(msg: dict[str, Any], max_user_chars: int, max_tool_chars: int) -> dict[str, Any]:

@@ -38,6 +38,8 @@ class Session:
     metadata: dict[str, Any] = field(default_factory=dict)
     _token_cache: list[int | None] = field(default_factory=list, repr=False)
     archived: bool = False  # set by /new: this object no longer owns the live file
+    # history_indices() memo, keyed by (message count, consolidation pointer): messages are append-only
+    _history_memo: tuple[tuple[int, int], list[int], int | None] | None = field(default=None, repr=False)
 
     @property
     def last_consolidated(self) -> int:
@@ -157,10 +159,10 @@ class SessionStore:
         try:
             fh.seek(0, os.SEEK_END)
             end = fh.tell()
-            if end > 0:
-                # A crash may have left a truncated last line: start ours on a fresh line.
-                if os.pread(fh.fileno(), 1, end - 1) != b"\n":  # no second open per append
-                    data = "\n" + data
+            # A crash may have left a truncated last line: start ours on a fresh line
+            # (pread on the open handle: no second open per append).
+            if end > 0 and os.pread(fh.fileno(), 1, end - 1) != b"\n":
+                data = "\n" + data
             fh.write(data)
             fh.flush()
             if self.fsync_policy == "always":

@@ -8,17 +8,24 @@ from typing import Any
 from loguru import logger
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.providers.tokens import count_tools
 
 
 class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
+        # Schemas and their token count are rebuilt only when the tool set changes (every turn
+        # needs them; JSON-dumping and encoding ~10 KB of schemas costs milliseconds).
+        self._version = 0
+        self._memo: dict[frozenset[str] | None, tuple[int, list[dict[str, Any]], int | None]] = {}
 
     def register(self, tool: Tool) -> None:
         self._tools[tool.name] = tool
+        self._version += 1
 
     def unregister(self, name: str) -> None:
-        self._tools.pop(name, None)
+        if self._tools.pop(name, None) is not None:
+            self._version += 1
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -33,9 +40,25 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
+    def _entry(self, only: set[str] | None) -> tuple[int, list[dict[str, Any]], int | None]:
+        key = frozenset(only) if only is not None else None
+        entry = self._memo.get(key)
+        if entry is None or entry[0] != self._version:
+            schemas = [t.to_schema() for n, t in sorted(self._tools.items()) if only is None or n in only]
+            entry = self._memo[key] = (self._version, schemas, None)
+        return entry
+
     def schemas(self, only: set[str] | None = None) -> list[dict[str, Any]]:
         """Schemas sorted by name, so the tool list is byte-stable across turns (prompt cache)."""
-        return [t.to_schema() for n, t in sorted(self._tools.items()) if only is None or n in only]
+        return list(self._entry(only)[1])
+
+    def schema_tokens(self, only: set[str] | None = None) -> int:
+        """Token estimate of `schemas(only)`, computed once per tool set."""
+        version, schemas, tokens = self._entry(only)
+        if tokens is None:
+            tokens = count_tools(schemas)
+            self._memo[frozenset(only) if only is not None else None] = (version, schemas, tokens)
+        return tokens
 
     async def execute(self, name: str, arguments: dict[str, Any] | str, ctx: ToolContext) -> str:
         """Run a tool and return its text result. Never raises: every failure becomes an error text."""
