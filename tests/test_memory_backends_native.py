@@ -21,7 +21,7 @@ from nanobot.memory.backends.contract import (
 from nanobot.memory.backends.formatting import format_result
 from nanobot.providers.tokens import count_text
 from tests.fakes.llm_server import FakeLLMServer
-from tests.fakes.memory_backend_cases import HonchoEnv, Mem0Env, MemosEnv, make_event
+from tests.fakes.memory_backend_cases import GraphitiEnv, HonchoEnv, Mem0Env, MemosEnv, make_event
 
 ALICE = MemoryScope(run_id="run-1", persona_id="alice")
 
@@ -148,3 +148,33 @@ async def test_mem0_infer_false_is_the_simple_rag_ablation(mem0: Mem0Env) -> Non
     mutation = await adapter.native_mutation(ALICE, "delete", memory_id=receipt.native_ids[0])  # type: ignore[attr-defined]
     assert mutation
     await adapter.aclose()
+
+
+@pytest.fixture
+async def graphiti(tmp_path: Path, fake_llm: FakeLLMServer) -> AsyncIterator[GraphitiEnv]:
+    env = GraphitiEnv(tmp_path, fake_llm)
+    env.start()
+    yield env
+    env.stop()
+
+
+async def test_graphiti_episodes_keep_time_and_provenance_on_kuzu(graphiti: GraphitiEnv) -> None:
+    adapter = graphiti.build()
+    first = await adapter.record_event(
+        make_event(ALICE, "Please remember FACT-1: my favourite tea is genmaicha.")
+    )
+    assert adapter.group_id(ALICE) == "run-1_alice-" + adapter.group_id(ALICE)[-8:]  # type: ignore[attr-defined]
+    result = await adapter.retrieve(RetrieveRequest("favourite tea?* genmaicha", ALICE, "cli:direct"))
+    edge = result.items[0]
+    assert edge.text == "User: my favourite tea is genmaicha"
+    assert edge.raw["valid_at"].startswith("2026-03-01T09:01") and edge.raw["invalid_at"] is None
+    assert edge.raw["episodes"] == [first.native_ids[0]]  # provenance: the source episode
+    assert edge.raw["group_id"] == adapter.group_id(ALICE)  # type: ignore[attr-defined]
+    assert "valid 2026-03-01 09:01 → now; 1 episode(s)" in adapter.format_context(result)
+    health = await adapter.health()
+    assert "fact_triple (explicit config only)" in (health.native_ingest_modes or [])
+    await adapter.aclose()
+    reopened = graphiti.build()  # the Kuzu full-text indices already exist: opening again works
+    again = await reopened.retrieve(RetrieveRequest("genmaicha", ALICE, "cli:direct"))
+    assert again.items and again.items[0].native_id == edge.native_id
+    await reopened.aclose()

@@ -244,4 +244,22 @@ class Mem0Env(Env):
         self.llm.embedding_dim = 3  # and the embedder answers with vectors of the wrong size
 
 
-BACKEND_ENVS: dict[str, type[Env]] = {"memos": MemosEnv, "honcho": HonchoEnv, "mem0": Mem0Env}
+class GraphitiEnv(Mem0Env):
+    name = "graphiti"
+    provenance = ("native_id", "score", "timestamp")
+
+    def start(self) -> None:
+        from tests.fakes import graphiti_script
+        from tests.fakes.memory_backend_llm import BackendScript
+
+        self.script = BackendScript()
+        self.script.answerers["graphiti"] = graphiti_script.answer
+        self.llm.responder = self.script.responder
+
+
+BACKEND_ENVS: dict[str, type[Env]] = {
+    "memos": MemosEnv,
+    "honcho": HonchoEnv,
+    "mem0": Mem0Env,
+    "graphiti": GraphitiEnv,
+}
