@@ -17,17 +17,26 @@ Checked after every kill:
 
     .venv/bin/python benchmarks/crash_safety.py [--iterations 50] [--chats 4] [--seed 1]
 
-Exit status 0 when all three figures are 0. Most of the run time is the gateway's start-up.
+Exit status 0 when all three figures are 0. Most of the run time is the gateway's start-up, chiefly
+importing litellm (seconds). By default the gateways are therefore forked from a "zygote" process
+that has imported everything once (`--launcher fork`): each child then runs the same CLI entry
+point as `nanobot gateway`, in its own process with its own pid, files and lock, and is SIGKILLed
+like any other. `--launcher exec` starts `python -m nanobot gateway` afresh every time instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import random
 import re
+import select
+import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -41,10 +50,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fakes.llm_server import FakeLLMServer, Reply  # noqa: E402
 from tests.fakes.telegram_server import FakeTelegramServer  # noqa: E402
-from tests.gateway_harness import TG_TOKEN, GatewayProcess  # noqa: E402
+from tests.gateway_harness import TG_TOKEN, GatewayProcess, cli_env  # noqa: E402
 
 FIRST_CHAT_ID = 1001
-NEW_EVERY_MESSAGES = 30  # each chat sends /new this often
+NEW_EVERY_MESSAGES = 12  # each chat sends /new this often
 PRODUCER_INTERVAL_S = 0.01
 MAX_IN_FLIGHT = 8  # the producer waits while this many messages since the last start are unanswered
 STARTUP_KILL_SHARE = 0.2  # share of iterations killed during start-up rather than under load
@@ -56,6 +65,39 @@ MEM_END = "<!-- MEM-END -->"
 HIST_END = "HIST-END."
 NOTE_END = "NOTE-END."
 DAILY_END = "DAILY-END"
+ZYGOTE_READY_TIMEOUT_S = 300.0
+ZYGOTE_STOP_TIMEOUT_S = 15.0
+# The zygote: imports the gateway's code once, then forks one `nanobot gateway` per "start" line.
+ZYGOTE = r"""
+import os, sys
+from nanobot.providers.litellm import import_litellm
+import_litellm()
+import nanobot.cli.app, nanobot.gateway.runtime, nanobot.channels.telegram  # noqa: E401
+print("ready", flush=True)
+for line in sys.stdin:
+    command, _, arg = line.strip().partition(" ")
+    if command == "start":
+        pid = os.fork()
+        if pid == 0:
+            fd = os.open(arg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            sys.argv = ["nanobot", "gateway"]
+            code = 1
+            try:
+                from nanobot.cli.app import main
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            finally:
+                os._exit(code)
+        print(pid, flush=True)
+    elif command == "wait":
+        _, status = os.waitpid(int(arg), 0)
+        print(os.waitstatus_to_exitcode(status), flush=True)
+"""
 _MSG = re.compile(r"^msg (c\d+-\d+)$")
 _ACK = re.compile(r"^ack (c\d+-\d+)$")
 
@@ -266,6 +308,94 @@ def check(workspace: Path, acks: Counter[str], figures: Figures) -> None:
             )
 
 
+# ------------------------------------------------------------------------------------ launchers
+class ForkedGateway:
+    """Gateways forked from a pre-imported zygote; same interface as GatewayProcess."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.pid: int | None = None
+        self._log: Path | None = None
+        self._starts = 0
+        self._code: int | None = None
+        self.zygote = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=cli_env(home),
+            cwd=str(home),
+        )
+        if self._read_line(ZYGOTE_READY_TIMEOUT_S) != "ready":
+            raise RuntimeError("the gateway zygote did not start")
+
+    @property
+    def workspace(self) -> Path:
+        return self.home / "workspace"
+
+    @property
+    def log(self) -> str:
+        return self._log.read_text(encoding="utf-8", errors="replace") if self._log else ""
+
+    def _read_line(self, timeout_s: float) -> str | None:
+        assert self.zygote.stdout is not None
+        ready, _, _ = select.select([self.zygote.stdout], [], [], timeout_s)
+        return self.zygote.stdout.readline().strip() if ready else None
+
+    def _command(self, line: str) -> None:
+        assert self.zygote.stdin is not None
+        self.zygote.stdin.write(line + "\n")
+        self.zygote.stdin.flush()
+
+    def start(self) -> ForkedGateway:
+        self._log = self.home / f"gateway.log.{self._starts}"
+        self._starts += 1
+        self._command(f"start {self._log}")
+        self.pid, self._code = int(self._read_line(30.0) or 0), None
+        return self
+
+    def returncode(self) -> int | None:
+        if self.pid is None or self._code is not None:
+            return self._code
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            state = "Z"
+        return None if state != "Z" else -1  # exited on its own (the code comes with wait())
+
+    def _wait(self, timeout_s: float) -> int | None:
+        self._command(f"wait {self.pid}")
+        line = self._read_line(timeout_s)
+        if line is None:
+            return None
+        self._code = int(line)
+        return self._code
+
+    def kill(self) -> None:
+        if self.pid is None or self._code is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        self._wait(30.0)
+
+    def stop(self) -> int | None:
+        if self.pid is None or self._code is not None:
+            return self._code
+        os.kill(self.pid, signal.SIGTERM)
+        code = self._wait(ZYGOTE_STOP_TIMEOUT_S)
+        if code is None:
+            os.kill(self.pid, signal.SIGKILL)
+            code = int(self._read_line(30.0) or 0)
+        return code
+
+    def close(self) -> None:
+        self.kill()
+        if self.zygote.stdin is not None:
+            self.zygote.stdin.close()
+        self.zygote.wait(timeout=10)
+
+
 # ------------------------------------------------------------------------------------ run
 def write_config(home: Path, llm: FakeLLMServer, tg: FakeTelegramServer) -> None:
     config = {
@@ -298,13 +428,15 @@ def write_config(home: Path, llm: FakeLLMServer, tg: FakeTelegramServer) -> None
     (home / "config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def wait_for_new_ack(tg: FakeTelegramServer, gw: GatewayProcess, before: int, timeout_s: float) -> bool:
+def wait_for_new_ack(
+    tg: FakeTelegramServer, gw: GatewayProcess | ForkedGateway, before: int, timeout_s: float
+) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if sum(acked(tg).values()) > before:
             return True
-        if gw.proc is not None and gw.proc.poll() is not None:
-            raise RuntimeError(f"gateway exited on its own ({gw.proc.returncode}):\n{gw.log[-3000:]}")
+        if gw.returncode() is not None:
+            raise RuntimeError(f"gateway exited on its own ({gw.returncode()}):\n{gw.log[-3000:]}")
         time.sleep(0.01)
     return False
 
@@ -322,7 +454,7 @@ def settle(tg: FakeTelegramServer, quiet_s: float, timeout_s: float = 120.0) -> 
         time.sleep(0.05)
 
 
-def run(iterations: int, chats: int, seed: int, verbose: bool) -> int:
+def run(iterations: int, chats: int, seed: int, verbose: bool, launcher: str = "fork") -> int:
     # A killed client leaves the fake servers' handlers with reset connections: expected here.
     logging.getLogger("aiohttp").setLevel(logging.CRITICAL)
     rng = random.Random(seed)
@@ -337,7 +469,9 @@ def run(iterations: int, chats: int, seed: int, verbose: bool) -> int:
         write_config(home, llm, tg)
         producer = Producer(tg, chats)
         producer.start()
-        gw = GatewayProcess(home)
+        gw: GatewayProcess | ForkedGateway = (
+            ForkedGateway(home) if launcher == "fork" else GatewayProcess(home)
+        )
         final_code: int | None = None
         try:
             for i in range(iterations):
@@ -375,7 +509,10 @@ def run(iterations: int, chats: int, seed: int, verbose: bool) -> int:
             check(gw.workspace, acked(tg), figures)
         finally:
             producer.stop_event.set()
-            gw.kill()
+            if isinstance(gw, ForkedGateway):
+                gw.close()
+            else:
+                gw.kill()
             tg.stop()
         acks = acked(tg)
         pushed = len(producer.sent)
@@ -385,6 +522,7 @@ def run(iterations: int, chats: int, seed: int, verbose: bool) -> int:
     elapsed = time.monotonic() - started
     ok = figures.corrupt_session_lines == figures.corrupt_memory_files == 0
     ok = ok and figures.missing_user == figures.missing_reply == 0 and final_code == 0
+    print(f"launcher: {launcher}")
     print(
         f"iterations: {figures.iterations} (killed under load: {figures.load_kills}, during start-up: "
         f"{figures.startup_kills}) in {elapsed:.0f} s; final graceful stop exit code {final_code}"
@@ -411,8 +549,9 @@ def run(iterations: int, chats: int, seed: int, verbose: bool) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=50)
-    parser.add_argument("--chats", type=int, default=4)
+    parser.add_argument("--chats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--launcher", choices=["fork", "exec"], default="fork")
     parser.add_argument("--quiet", action="store_true", help="only the summary")
     args = parser.parse_args()
-    sys.exit(run(args.iterations, args.chats, args.seed, not args.quiet))
+    sys.exit(run(args.iterations, args.chats, args.seed, not args.quiet, args.launcher))

@@ -151,6 +151,10 @@ class GatewayProcess:
                 raise TimeoutError(f"channels {current} never became {expected}:\n{self.log[-3000:]}")
             time.sleep(POLL_S)
 
+    def returncode(self) -> int | None:
+        """None while running, else the exit code (negative: killed by that signal)."""
+        return None if self.proc is None else self.proc.poll()
+
     def signal(self, signum: int = signal.SIGTERM) -> None:
         assert self.proc is not None
         self.proc.send_signal(signum)
