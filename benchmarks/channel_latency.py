@@ -1,10 +1,12 @@
 """Channel latency: an inbound update on the fake server → the reply observed by the fake server.
 
 Runs the real python-telegram-bot and discord.py clients through ChannelManager against the local
-fakes on 127.0.0.1. The responder is one function (`respond`): today it echoes straight from the
-inbound bus; swap it for the full agent loop (with a 0 ms fake LLM) to measure end to end.
+fakes on 127.0.0.1. The responder is pluggable:
+- `agent` (default): the full agent loop (AgentLoop + Agent from build_agent: session store, context
+  builder, memory lifecycle, runner, tools) with an in-process 0 ms LLMProvider (no HTTP);
+- `echo`: answers straight from the inbound bus (the channels' own overhead).
 
-    .venv/bin/python benchmarks/channel_latency.py [--rounds 100]
+    .venv/bin/python benchmarks/channel_latency.py [--rounds 100] [--responder agent|echo]
 
 Prints median and p95 per channel (target: median < 50 ms).
 """
@@ -13,21 +15,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loguru import logger  # noqa: E402
 
+from nanobot.agent.factory import build_agent  # noqa: E402
+from nanobot.agent.loop import AgentLoop  # noqa: E402
 from nanobot.bus.events import OutboundMessage  # noqa: E402
 from nanobot.bus.queue import MessageBus  # noqa: E402
 from nanobot.channels.manager import ChannelManager  # noqa: E402
 from nanobot.config.schema import Config  # noqa: E402
+from nanobot.providers.base import LLMProvider, LLMResponse, Usage  # noqa: E402
 from tests.fakes.discord_server import FakeDiscordServer  # noqa: E402
 from tests.fakes.telegram_server import FakeTelegramServer  # noqa: E402
 
@@ -40,6 +47,39 @@ async def respond(bus: MessageBus, config: Config, workspace: Path) -> None:
     while True:
         msg = await bus.consume_inbound()
         await bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, f"echo: {msg.content}"))
+
+
+class ZeroLatencyProvider(LLMProvider):
+    """An in-process model that answers at once: `echo: <the user's text>` (no HTTP, no litellm)."""
+
+    name = "zero-latency"
+
+    @property
+    def default_model(self) -> str:
+        return "zero-latency"
+
+    async def chat(self, messages: list[dict[str, Any]], tools: Any = None, **kwargs: Any) -> LLMResponse:
+        content = messages[-1].get("content") or ""
+        text = content if isinstance(content, str) else str(content[0].get("text", ""))
+        return LLMResponse(content=f"echo: {text.strip().splitlines()[-1]}", usage=Usage(10, 5))
+
+
+async def respond_with_agent(bus: MessageBus, config: Config, workspace: Path) -> None:
+    """The full agent loop on this bus, in its own workspace under `workspace`."""
+    cfg = config.model_copy(deep=True)
+    cfg.agents.defaults.workspace = str(workspace / "agent")
+    agent = build_agent(cfg, bus, provider=ZeroLatencyProvider())
+    loop = AgentLoop(bus, agent, cfg.agents.defaults.max_concurrent_turns)
+    loop.start()
+    try:
+        await asyncio.Event().wait()  # until cancelled by the benchmark
+    finally:
+        await loop.stop_accepting()
+        await loop.finish(1.0)
+        await agent.aclose(drain_timeout_s=1.0)
+
+
+RESPONDERS: dict[str, Responder] = {"agent": respond_with_agent, "echo": respond}
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -76,6 +116,8 @@ async def _run(
         return latencies[min(3, rounds - 1) :]  # drop warm-up rounds (first connections, imports)
     finally:
         task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task  # the agent responder closes its stores
         await manager.stop_all()
 
 
@@ -142,7 +184,7 @@ async def bench_discord(rounds: int, workspace: Path, responder: Responder) -> l
         srv.stop()
 
 
-async def main(rounds: int, responder: Responder = respond) -> int:
+async def main(rounds: int, responder: Responder = respond_with_agent) -> int:
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
@@ -162,4 +204,7 @@ async def main(rounds: int, responder: Responder = respond) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=100)
-    sys.exit(asyncio.run(main(parser.parse_args().rounds)))
+    parser.add_argument("--responder", choices=sorted(RESPONDERS), default="agent")
+    args = parser.parse_args()
+    print(f"responder: {args.responder}")
+    sys.exit(asyncio.run(main(args.rounds, RESPONDERS[args.responder])))
