@@ -15,7 +15,7 @@ Checked after every kill:
 - acknowledged messages missing from the transcripts: every message whose reply the fake server
   received must be in a session file (live or archived), and so must the reply. Must be 0.
 
-    .venv/bin/python benchmarks/crash_safety.py [--iterations 50] [--chats 4] [--seed 1]
+    .venv/bin/python benchmarks/crash_safety.py [--iterations 50] [--chats 3] [--seed 1] [--launcher fork|exec]
 
 Exit status 0 when all three figures are 0. Most of the run time is the gateway's start-up, chiefly
 importing litellm (seconds). By default the gateways are therefore forked from a "zygote" process
@@ -98,6 +98,8 @@ for line in sys.stdin:
         _, status = os.waitpid(int(arg), 0)
         print(os.waitstatus_to_exitcode(status), flush=True)
 """
+STABLE_FACTS = 5
+_EXTRA_FACT = re.compile(r"- last consolidation \d+|## Kept from the previous version")
 _MSG = re.compile(r"^msg (c\d+-\d+)$")
 _ACK = re.compile(r"^ack (c\d+-\d+)$")
 
@@ -117,7 +119,9 @@ class Router:
         tools = {t.get("function", {}).get("name") for t in body.get("tools") or []}
         if "save_memory" in tools:
             # Stable facts plus one that changes: nothing large is dropped, so no protective merge.
-            facts = "".join(f"- stable fact {i}\n" for i in range(5)) + f"- last consolidation {n}\n"
+            facts = (
+                "".join(f"- stable fact {i}\n" for i in range(STABLE_FACTS)) + f"- last consolidation {n}\n"
+            )
             memory = f"# Memory\n\n{facts}{MEM_END}"
             entry = f"[2026-01-01 10:00] Consolidation {n} of the crash benchmark. {HIST_END}"
             return _call("save_memory", {"history_entry": entry, "memory_update": memory})
@@ -255,13 +259,25 @@ def _paragraphs(text: str) -> list[str]:
     return [p.strip() for p in text.split("\n\n") if p.strip()]
 
 
+def complete_memory(text: str) -> bool:
+    """A version the router wrote, possibly followed by facts a concurrent consolidation added
+    (the three-way merge appends them) or that protection kept; a cut-off file fails."""
+    lines = text.splitlines()
+    if not text.endswith("\n") or not lines or lines[0] != "# Memory" or MEM_END not in lines:
+        return False
+    head = set(lines[: lines.index(MEM_END)])
+    if not all(f"- stable fact {i}" in head for i in range(STABLE_FACTS)):
+        return False
+    tail = lines[lines.index(MEM_END) + 1 :]
+    return all(_EXTRA_FACT.fullmatch(line) for line in tail if line.strip())
+
+
 def memory_problems(workspace: Path) -> list[str]:
     """Each memory file must be a complete version of something written to it."""
     mem = workspace / "memory"
     bad: list[str] = []
     for path in [mem / "MEMORY.md", *sorted((mem / ".backups").glob("MEMORY-*.md"))]:
-        text = path.read_text(encoding="utf-8").strip() if path.exists() else None
-        if text is not None and not (text.startswith("# Memory") and text.endswith(MEM_END)):
+        if path.exists() and not complete_memory(path.read_text(encoding="utf-8")):
             bad.append(f"{path.name}: not a complete MEMORY.md version")
     history = mem / "HISTORY.md"
     if history.exists():
@@ -455,6 +471,8 @@ def settle(tg: FakeTelegramServer, quiet_s: float, timeout_s: float = 120.0) -> 
 
 
 def run(iterations: int, chats: int, seed: int, verbose: bool, launcher: str = "fork") -> int:
+    # A plain `kill` of the benchmark still cleans up (the finally blocks stop the gateways).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     # A killed client leaves the fake servers' handlers with reset connections: expected here.
     logging.getLogger("aiohttp").setLevel(logging.CRITICAL)
     rng = random.Random(seed)
