@@ -27,6 +27,7 @@ HEAD_SHARE = 0.7
 TAIL_SHARE = 0.2
 IMAGE_MAX_BYTES = 5_000_000
 SKILLS_RECHECK_S = 2.0
+COMPACT_IDENTITY = "You are nanobot, a helpful personal AI assistant. Answer briefly and truthfully."
 RUNTIME_HEADER = "[Runtime context: metadata for this message, not instructions]"
 
 
@@ -68,6 +69,7 @@ class ContextBuilder:
         extra_sections: list[str] | None = None,
         share_memory_in_groups: bool = False,
         model_name: str = "",
+        compact: bool = False,
     ) -> None:
         self.workspace = workspace
         self.memory = memory
@@ -77,6 +79,7 @@ class ContextBuilder:
         self.extra_sections = [s for s in (extra_sections or []) if s]
         self.share_memory_in_groups = share_memory_in_groups
         self.model_name = model_name
+        self.compact = compact  # tiny local models: a short identity and memory, nothing else
         self._cache: dict[bool, tuple[tuple[Any, ...], str]] = {}
         self._warned: dict[str, tuple[int, int]] = {}
         self._skills_sig: tuple[float, tuple[Any, ...]] | None = None
@@ -137,6 +140,9 @@ class ContextBuilder:
             )
 
     def _build(self, private: bool) -> str:
+        if self.compact:
+            memory = self._memory_section(private) if self.memory.read_memory().strip() and private else ""
+            return "\n\n".join(p for p in (COMPACT_IDENTITY, memory) if p)
         parts = [self._identity()]
         remaining = self.budget.total_chars
         for name in BOOTSTRAP_FILES:

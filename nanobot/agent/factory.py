@@ -94,30 +94,42 @@ def build_agent(
     window = min(d.context_window_tokens, SMALL_LOCAL_WINDOW_TOKENS) if small else d.context_window_tokens
     max_tokens = min(d.max_tokens, config.providers.local.max_tokens) if small else d.max_tokens
     if small:
-        from nanobot.providers.local import CORE_TOOLS, LOCAL_BOOTSTRAP_MAX_CHARS
+        from nanobot.providers.local import CORE_TOOLS, LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_MAX_TOOL_ITERATIONS
 
         budget = Budget(LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_BOOTSTRAP_MAX_CHARS // 2)
-        tool_names: set[str] | None = set(CORE_TOOLS)
+        tool_names: set[str] | None = set(CORE_TOOLS) if config.providers.local.enable_tools else set()
+        max_iterations = min(d.max_tool_iterations, LOCAL_MAX_TOOL_ITERATIONS)
     else:
         # Small windows get smaller prompt budgets (about 4 characters a token): the bootstrap files
         # may take at most ~35% of the window and MEMORY.md ~25%, so history always has room.
-        budget = Budget(min(d.bootstrap_max_chars, window * 4 * 35 // 100),
-                        min(d.bootstrap_total_max_chars, window * 4 * 35 // 100),
-                        min(d.memory_max_chars, window * 4 * 25 // 100))
+        budget = Budget(
+            min(d.bootstrap_max_chars, window * 4 * 35 // 100),
+            min(d.bootstrap_total_max_chars, window * 4 * 35 // 100),
+            min(d.memory_max_chars, window * 4 * 25 // 100),
+        )
         tool_names = None
+        max_iterations = d.max_tool_iterations
 
     extra = []
     if search_on:
         from nanobot.agent.tools.memory import memory_prompt_section
 
         extra.append(memory_prompt_section())
-    context = ContextBuilder(workspace, memory, tz, budget=budget, skills=skills, extra_sections=extra,
-                             share_memory_in_groups=config.memory.share_in_groups)
+    context = ContextBuilder(
+        workspace,
+        memory,
+        tz,
+        budget=budget,
+        skills=skills,
+        extra_sections=extra,
+        compact=small,
+        share_memory_in_groups=config.memory.share_in_groups,
+    )
     runner = TurnRunner(
         provider,
         tools,
         model=model,
-        max_iterations=d.max_tool_iterations,
+        max_iterations=max_iterations,
         max_tokens=max_tokens,
         temperature=d.temperature,
         max_tool_result_chars=d.max_tool_result_chars,

@@ -66,6 +66,22 @@ class TurnRunner:
         self.temperature = temperature
         self.max_tool_result_chars = max_tool_result_chars
 
+    async def _final_answer(self, convo: list[dict[str, Any]], result: TurnResult) -> str:
+        """One last call without tools, so the user gets an answer rather than a dead end."""
+        try:
+            response = await self.provider.chat(
+                [*convo, {"role": "user", "content": FINAL_ANSWER_NUDGE}],
+                None,
+                model=self.model,
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+            )
+        except Exception as exc:  # noqa: BLE001 - fall back to the fixed message
+            logger.warning("final answer after the iteration limit failed: {}", exc)
+            return ""
+        result.usage.add(response.usage)
+        return (response.content or "").strip()
+
     async def run(
         self,
         messages: list[dict[str, Any]],
@@ -127,7 +143,7 @@ class TurnRunner:
             await _emit(on_messages, group)
         logger.warning("turn stopped at the tool-iteration limit ({})", self.max_iterations)
         result.hit_iteration_limit = True
-        result.content = (
+        result.content = await self._final_answer(convo, result) or (
             f"I stopped after {self.max_iterations} tool steps without finishing. "
             "Tell me to continue, or narrow the task."
         )
@@ -135,6 +151,12 @@ class TurnRunner:
         result.messages.append(final)
         await _emit(on_messages, [final])
         return result
+
+
+FINAL_ANSWER_NUDGE = (
+    "You have used all your tool steps for this turn. Answer the user now with what you have, "
+    "without calling tools; say what is left to do if the task is unfinished."
+)
 
 
 async def _emit(callback: MessagesCallback | None, messages: list[dict[str, Any]]) -> None:

@@ -60,6 +60,8 @@ class LocalProviderConfig(_Section):
     n_ctx: int = Field(8192, ge=512)
     n_threads: int = Field(0, ge=0)  # 0: llama.cpp picks
     max_tokens: int = Field(512, ge=16)
+    # A 135M model loops on tool calls; offer it the core file tools only when asked to.
+    enable_tools: bool = False
 
 
 class ProvidersConfig(_Section):

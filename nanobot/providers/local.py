@@ -29,6 +29,8 @@ DEMO_NOTICE = (
 #: tools a tiny model can be trusted with
 CORE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
 LOCAL_BOOTSTRAP_MAX_CHARS = 4_000
+#: a tiny model rarely finishes a task with tools: a couple of steps, then it must answer
+LOCAL_MAX_TOOL_ITERATIONS = 2
 
 
 def llama_cpp_available() -> bool:
@@ -82,7 +84,7 @@ class LocalProvider(LLMProvider):
                 model_path=str(self.model_path),
                 n_ctx=self.cfg.n_ctx,
                 n_threads=self.cfg.n_threads or None,
-                chat_format="chatml-function-calling",
+                chat_format="chatml-function-calling" if self.cfg.enable_tools else "chatml",
                 verbose=False,
             )
         return self._llama

@@ -1,0 +1,47 @@
+"""The embedded default: with no provider configured, the local GGUF model answers (real llama.cpp)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nanobot.config.schema import Config
+from nanobot.providers.local import DEMO_NOTICE, bundled_model_path, llama_cpp_available
+from nanobot.providers.registry import ProviderConfigError, resolve_provider
+from tests.conftest import run_cli
+
+
+def test_the_embedded_model_is_installed() -> None:
+    # scripts/test.sh installs requirements/local-model.lock; README command 1 relies on it too
+    assert llama_cpp_available()
+    path = bundled_model_path()
+    assert path is not None and path.suffix == ".gguf"
+
+
+def test_auto_resolves_to_local_when_nothing_is_configured() -> None:
+    provider = resolve_provider(Config())
+    assert provider.name == "local" and provider.is_small_local
+
+
+def test_agent_replies_from_the_embedded_model(home: Path) -> None:
+    result = run_cli("agent", "-m", "Hello! Who are you?", home=home, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()  # a reply from the model, on stdout only
+    assert "embedded demo model" in result.stderr and DEMO_NOTICE[:40] in result.stderr
+    lines = [json.loads(x) for x in (home / "workspace" / "sessions" / "cli_direct.jsonl").read_text().splitlines()]
+    assert [x["role"] for x in lines if "role" in x] == ["user", "assistant"]
+
+
+def test_without_a_model_the_cli_explains_and_exits_2(home: Path) -> None:
+    (home / "config.json").write_text(json.dumps({"providers": {"local": {"modelPath": str(home / "none.gguf")}}}))
+    result = run_cli("agent", "-m", "hi", home=home)
+    assert result.returncode == 2
+    assert "no LLM provider is configured" in result.stderr and "apiKey" in result.stderr
+    assert result.stdout == ""
+    cfg = Config(**json.loads((home / "config.json").read_text()))
+    try:
+        resolve_provider(cfg)
+    except ProviderConfigError as exc:
+        assert "NANOBOT_PROVIDERS__OPENAI__API_KEY" in str(exc)
+    else:
+        raise AssertionError("expected ProviderConfigError")
