@@ -29,11 +29,13 @@ def make_config(home: Path, url: str, memory: dict[str, Any]) -> tuple[Config, P
 
 
 def prompts(fake: FakeLLMServer) -> list[tuple[str, str]]:
-    """(system prompt, last user message) of every chat request the agent made."""
+    """(system prompt, last user message) of every agent turn (requests offering the agent's tools);
+    backend LLM calls (extraction, consolidation) are left out."""
     out = []
     for body in fake.requests:
         msgs = body["messages"]
-        if body.get("tools") and any(t["function"]["name"] == "save_memory" for t in body["tools"]):
+        names = {t["function"]["name"] for t in body.get("tools") or []}
+        if not names or "save_memory" in names:
             continue
         out.append((msgs[0]["content"], msgs[-1]["content"]))
     return out
@@ -149,3 +151,46 @@ def test_cli_bad_backend_config_exits_2(home: Path, fake_llm: FakeLLMServer) -> 
     proc = run_cli("agent", "-m", "hi", home=home)
     assert proc.returncode == 2, proc.stderr
     assert "memory.backends.honcho.baseUrl" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["memos", "honcho", "mem0", "graphiti"])
+async def test_backend_context_reaches_next_turn(name: str, tmp_path: Path, fake_llm: FakeLLMServer) -> None:
+    from tests.fakes.memory_backend_cases import BACKEND_ENVS
+
+    env = BACKEND_ENVS[name](tmp_path, fake_llm)
+    env.start()
+    try:
+        agent = build_agent(env.config())
+        try:
+            await agent.process_direct("Please remember FACT-1: my favourite tea is genmaicha.")
+            await agent.drain(10)
+            lt = agent.long_term
+            assert isinstance(lt, AdapterMemory)
+            await env.settle(lt.adapter, lt.scope_for("user"))
+            await agent.process_direct("Which tea do I like? genmaicha")
+        finally:
+            await agent.aclose()
+    finally:
+        env.stop()
+    (sys1, user1), (sys2, user2) = prompts(fake_llm)[-2:]
+    assert sys1 == sys2  # the system prompt stays byte-identical: memory goes to the runtime block
+    assert "<memory-context" not in user1
+    assert f'<memory-context backend="{name}" scope="nanobot:user">' in user2 and "genmaicha" in user2
+
+
+def test_cli_agent_with_memos_remembers_across_processes(home: Path, fake_llm: FakeLLMServer) -> None:
+    from tests.fakes.memory_backend_cases import MemosEnv
+
+    env = MemosEnv(home, fake_llm)
+    env.start()
+    try:
+        env.config()
+        first = run_cli("agent", "-m", "Please remember FACT-1: my bike is a green Brompton.", home=home)
+        assert first.returncode == 0, first.stderr
+        second = run_cli("agent", "-m", "What bike do I ride? Brompton", home=home)
+        assert second.returncode == 0, second.stderr
+    finally:
+        env.stop()
+    assert second.stdout.strip() == "ok"
+    last_user = prompts(fake_llm)[-1][1]
+    assert '<memory-context backend="memos"' in last_user and "green Brompton" in last_user
