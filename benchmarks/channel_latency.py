@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import statistics
 import sys
@@ -188,6 +189,9 @@ async def main(rounds: int, responder: Responder = respond_with_agent) -> int:
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
+    # The typing indicator is cancelled mid-request when the reply is ready; the fake server would
+    # print each dropped connection.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for name, bench in (("telegram", bench_telegram), ("discord", bench_discord)):
