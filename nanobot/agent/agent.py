@@ -97,6 +97,12 @@ class Agent:
     # ------------------------------------------------------------------ entry points
     async def handle(self, msg: InboundMessage) -> OutboundMessage | None:
         """Process one message (a command or a turn) and return the reply for its chat."""
+        try:
+            return await self._handle(msg)
+        finally:
+            msg.ack()  # commands, failures: handled either way (a no-op once persisted)
+
+    async def _handle(self, msg: InboundMessage) -> OutboundMessage | None:
         channel, chat_id = msg.channel, msg.chat_id
         if msg.channel == "system":  # a sub-agent result routed back into its session
             channel = msg.metadata.get("origin_channel", "cli")
@@ -241,6 +247,7 @@ class Agent:
         if not session.messages and "is_group" not in session.metadata:
             self.sessions.set_metadata(session, is_group=msg.is_group)
         self.sessions.append(session, stored)
+        msg.ack()  # on disk: the channel may confirm it to the platform now
         ctx = ToolContext(
             channel=channel,
             chat_id=chat_id,

@@ -139,5 +139,6 @@ class AgentLoop:
         return STOPPED_REPLY
 
     async def _reply(self, msg: InboundMessage, text: str) -> None:
+        msg.ack()
         channel = msg.metadata.get("origin_channel", msg.channel) if msg.channel == "system" else msg.channel
         await self.bus.publish_outbound(OutboundMessage(channel=channel, chat_id=msg.chat_id, content=text))

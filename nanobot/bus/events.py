@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -22,6 +23,14 @@ class InboundMessage:
     is_group: bool = False
     session_key_override: str | None = None
     received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    #: called once the message is safely on disk (or fully handled): a channel may then confirm it
+    #: to its platform (e.g. advance Telegram's update offset), so a crash never drops it unseen
+    on_persisted: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+
+    def ack(self) -> None:
+        callback, self.on_persisted = self.on_persisted, None
+        if callback is not None:
+            callback()
 
     @property
     def session_key(self) -> str:
