@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
 from typing import Any
 
 from loguru import logger
@@ -17,19 +18,23 @@ RETRY_MAX_DELAY_S = 30.0
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
 
 _litellm: Any = None
+_import_lock = threading.Lock()
 
 
 def import_litellm() -> Any:
     """Import litellm on first use (~2 s), configured to stay offline and quiet."""
     global _litellm
-    if _litellm is None:
-        configure_offline_tokenizer()
-        import litellm
+    if _litellm is not None:
+        return _litellm
+    with _import_lock:  # the CLI may already be importing it in a background thread
+        if _litellm is None:
+            configure_offline_tokenizer()
+            import litellm
 
-        litellm.suppress_debug_info = True
-        litellm.drop_params = True
-        litellm.telemetry = False
-        _litellm = litellm
+            litellm.suppress_debug_info = True
+            litellm.drop_params = True
+            litellm.telemetry = False
+            _litellm = litellm
     return _litellm
 
 
