@@ -250,6 +250,7 @@ class FakeHonchoServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # no 40 ms delayed-ACK stalls between headers and body
 
             def log_message(self, *args: Any) -> None:
                 return

@@ -60,12 +60,13 @@ class Env:
         self.home = home
         self.llm = llm
         self.workspace = home / "workspace"
+        self._embedding_dim = llm.embedding_dim  # the LLM fake is shared: undo what break_native changes
 
     def start(self) -> None:
         return None
 
     def stop(self) -> None:
-        return None
+        self.llm.embedding_dim = self._embedding_dim
 
     def block(self) -> dict[str, Any]:
         return {}
@@ -174,6 +175,7 @@ class MemosEnv(Env):
         self.server = FakeMemosServer(self.llm.url).start()
 
     def stop(self) -> None:
+        super().stop()
         self.server.stop()
 
     def block(self) -> dict[str, Any]:
@@ -205,6 +207,7 @@ class HonchoEnv(Env):
         self.server = FakeHonchoServer().start()
 
     def stop(self) -> None:
+        super().stop()
         self.server.stop()
 
     def block(self) -> dict[str, Any]:

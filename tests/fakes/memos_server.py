@@ -185,6 +185,7 @@ class FakeMemosServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # no 40 ms delayed-ACK stalls between headers and body
 
             def log_message(self, *args: Any) -> None:
                 return
