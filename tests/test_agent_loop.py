@@ -230,3 +230,27 @@ async def test_a_failing_turn_reports_and_the_loop_goes_on(
     agent.runner.run = original  # type: ignore[method-assign]
     await bus.publish_inbound(inbound("again"))
     assert (await next_outbound(bus)).content == "ok"
+
+
+async def test_subagent_result_failure_is_reported_to_the_origin_chat(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    loop, agent, bus = running
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("bug")
+
+    agent.runner.run = broken  # type: ignore[method-assign]
+    await bus.publish_inbound(
+        InboundMessage(
+            channel="system",
+            sender_id="subagent",
+            chat_id="c9",
+            content="[Sub-agent 'x' finished]",
+            session_key_override="telegram:c9",
+            metadata={"origin_channel": "telegram", "origin_chat_id": "c9"},
+        )
+    )
+    out = await next_outbound(bus)
+    assert (out.channel, out.chat_id) == ("telegram", "c9")
+    assert out.content.startswith("Sorry, something went wrong")

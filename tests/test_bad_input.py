@@ -157,6 +157,8 @@ async def test_one_megabyte_message_is_stored_whole_and_sent_truncated(
     assert "start-" in first_sent and first_sent.endswith("-end!!")
     assert TRUNCATION_MARKER.split("{")[0].strip() in first_sent
     assert f"of {len(big)} characters omitted" in first_sent
+    # token estimates count what is sent, not the stored megabyte: no needless consolidation
+    assert len(fake_llm.requests) == 2 and all(r.get("tool_choice") is None for r in fake_llm.requests)
     history_copy = fake_llm.requests[1]["messages"][1]["content"]  # the big message as history
     assert len(history_copy) <= 20_000 + 200 and "omitted" in history_copy
 

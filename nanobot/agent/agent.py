@@ -83,6 +83,9 @@ class Agent:
         self.lifecycle = lifecycle
         self.long_term = long_term or FileMemory()
         self.settings = settings or AgentSettings()
+        sessions.count_caps.update(
+            user=self.settings.max_user_message_chars, tool=self.settings.max_tool_result_chars
+        )
         self.stats = AgentStats()
         self.status_extra = status_extra
         self.on_close: list[Callable[[], Any]] = []

@@ -115,9 +115,10 @@ class AgentLoop:
                 raise
             except Exception as exc:  # noqa: BLE001
                 logger.opt(exception=exc).error("turn for {} failed", msg.session_key)
+                channel, chat_id = _reply_target(msg)
                 out = OutboundMessage(
-                    channel=msg.channel,
-                    chat_id=msg.chat_id,
+                    channel=channel,
+                    chat_id=chat_id,
                     content=f"Sorry, something went wrong: {type(exc).__name__}.",
                 )
             finally:
@@ -140,5 +141,12 @@ class AgentLoop:
 
     async def _reply(self, msg: InboundMessage, text: str) -> None:
         msg.ack()
-        channel = msg.metadata.get("origin_channel", msg.channel) if msg.channel == "system" else msg.channel
-        await self.bus.publish_outbound(OutboundMessage(channel=channel, chat_id=msg.chat_id, content=text))
+        channel, chat_id = _reply_target(msg)
+        await self.bus.publish_outbound(OutboundMessage(channel=channel, chat_id=chat_id, content=text))
+
+
+def _reply_target(msg: InboundMessage) -> tuple[str, str]:
+    """Where a reply goes: a sub-agent's `system` message answers in the chat that spawned it."""
+    if msg.channel != "system":
+        return msg.channel, msg.chat_id
+    return msg.metadata.get("origin_channel", "cli"), msg.metadata.get("origin_chat_id", msg.chat_id)

@@ -38,6 +38,8 @@ class Session:
     metadata: dict[str, Any] = field(default_factory=dict)
     _token_cache: list[int | None] = field(default_factory=list, repr=False)
     archived: bool = False  # set by /new: this object no longer owns the live file
+    # per-role content caps of the LLM's view (e.g. {"user": 32000, "tool": 16000}), set by the store
+    count_caps: dict[str, int] = field(default_factory=dict, repr=False)
     # history_indices() memo, keyed by (message count, consolidation pointer): messages are append-only
     _history_memo: tuple[tuple[int, int], list[int], int | None] | None = field(default=None, repr=False)
 
@@ -46,12 +48,18 @@ class Session:
         return int(self.metadata.get("last_consolidated", 0))
 
     def tokens_of(self, index: int) -> int:
-        """Token estimate of message `index`, computed once."""
+        """Token estimate of message `index` as the LLM is sent it (capped content), computed once."""
         while len(self._token_cache) < len(self.messages):
             self._token_cache.append(None)
         cached = self._token_cache[index]
         if cached is None:
-            cached = count_message(self.messages[index])
+            message = self.messages[index]
+            content = message.get("content")
+            cap = self.count_caps.get(str(message.get("role")))
+            if cap and isinstance(content, str) and len(content) > cap:
+                # a 1 MB message is stored whole but sent cut to the cap: count what is sent
+                message = {**message, "content": content[:cap]}
+            cached = count_message(message)
             self._token_cache[index] = cached
         return cached
 
@@ -73,6 +81,7 @@ class SessionStore:
         self.archive_dir = self.dir / "archive"
         self.fsync_policy = fsync
         self.max_cached = max_cached
+        self.count_caps: dict[str, int] = {}  # set by the agent: token estimates follow what is sent
         self._cache: OrderedDict[str, Session] = OrderedDict()
         # Sessions evicted from the LRU but still held by a running turn: handed out again instead of
         # a second copy loaded from disk that would miss the turn's later appends.
@@ -103,7 +112,7 @@ class SessionStore:
         return session
 
     def _load(self, key: str, path: Path) -> Session:
-        session = Session(key=key, path=path)
+        session = Session(key=key, path=path, count_caps=self.count_caps)
         if not path.exists():
             return session
         skipped = 0
