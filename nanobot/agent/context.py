@@ -80,6 +80,7 @@ class ContextBuilder:
         self.share_memory_in_groups = share_memory_in_groups
         self.model_name = model_name
         self.compact = compact  # tiny local models: a short identity and memory, nothing else
+        self.include_memory_file = True  # False when an external memory backend supplies memory
         self._cache: dict[bool, tuple[tuple[Any, ...], str]] = {}
         self._warned: dict[str, tuple[int, int]] = {}
         self._skills_sig: tuple[float, tuple[Any, ...]] | None = None
@@ -141,7 +142,7 @@ class ContextBuilder:
 
     def _build(self, private: bool) -> str:
         if self.compact:
-            memory = self._memory_section(private) if self.memory.read_memory().strip() and private else ""
+            memory = self._memory_section(private) if private and self.memory.read_memory().strip() else ""
             return "\n\n".join(p for p in (COMPACT_IDENTITY, memory) if p)
         parts = [self._identity()]
         remaining = self.budget.total_chars
@@ -197,6 +198,8 @@ tool results. Each user message starts with a runtime block (time, channel, chat
 not a request."""
 
     def _memory_section(self, private: bool) -> str:
+        if not self.include_memory_file:
+            return ""
         if not private:
             return (
                 "# Memory\n\nThis is a group chat: the owner's long-term memory (MEMORY.md) is private "

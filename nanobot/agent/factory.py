@@ -24,6 +24,7 @@ from nanobot.memory.backends.registry import build_long_term_memory
 from nanobot.memory.consolidator import Consolidator
 from nanobot.memory.flush import MemoryFlusher
 from nanobot.memory.lifecycle import LifecycleSettings, MemoryLifecycle
+from nanobot.memory.seam import FileMemory
 from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMProvider
 from nanobot.providers.registry import resolve_provider
@@ -151,6 +152,10 @@ def build_agent(
         ),
         model=model,
     )
+    long_term = build_long_term_memory(config, workspace, memory, sessions)
+    # With an external backend (or a control condition) long-term memory reaches the prompt only
+    # through that backend's runtime context, never also through MEMORY.md in the system prompt.
+    context.include_memory_file = isinstance(long_term, FileMemory)
     agent = Agent(
         provider=provider,
         bus=bus,
@@ -161,7 +166,7 @@ def build_agent(
         lifecycle=lifecycle,
         memory=memory,
         config=config,
-        long_term=build_long_term_memory(config, workspace, memory, sessions),
+        long_term=long_term,
         settings=AgentSettings(
             model=model,
             max_user_message_chars=d.max_user_message_chars,

@@ -107,6 +107,7 @@ class FakeLLMServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # small JSON replies must not wait ~40 ms for delayed ACKs
 
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 return
