@@ -167,7 +167,9 @@ async def test_hybrid_merge_arithmetic(ws: Path) -> None:
     qvec = await embedder.embed_query(query)
     cvec = normalise(np.array(hashed_embedding(text)))[0]
     terms = keywords(query)
-    (bm25,) = [b for _, b in idx._db.fts_search(match_query(terms), 10)][:1]
+    with idx._db.read() as conn:
+        (chunk_id,) = conn.execute("SELECT id FROM chunks WHERE path = 'memory/MEMORY.md'").fetchone()
+    bm25 = idx._db.fts_scores(match_query(terms))[chunk_id]
     expected = hybrid_score(
         cosine_to_score(float(cvec @ qvec)), text_score(bm25, coverage(text, terms)), 0.7, 0.3
     )

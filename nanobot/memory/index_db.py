@@ -268,19 +268,18 @@ class IndexDB:
             )
 
     # ------------------------------------------------------------------ search side
-    def fts_search(self, match: str, limit: int, ids: list[int] | None = None) -> list[tuple[int, float]]:
-        """(chunk id, bm25) best first; bm25 is FTS5's value, negative, lower is better."""
-        sql = "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
-        params: list[Any] = [match]
-        if ids is not None:
-            if not ids:
-                return []
-            sql += f" AND rowid IN ({','.join('?' * len(ids))})"
-            params.extend(ids)
-        sql += " ORDER BY bm25(chunks_fts) LIMIT ?"
-        params.append(limit)
+    def fts_scores(self, match: str) -> dict[int, float]:
+        """bm25 of every chunk matching (FTS5's value: negative, lower is better).
+
+        One pass without ORDER BY/LIMIT: FTS5 computes bm25 for each matching row either way, and
+        having them all gives exact text scores for vector candidates too. The caller bounds the
+        matched rows (selective_terms).
+        """
         with self.read() as conn:
-            return [(int(r[0]), float(r[1])) for r in conn.execute(sql, params).fetchall()]
+            rows = conn.execute(
+                "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?", (match,)
+            ).fetchall()
+        return {int(r[0]): float(r[1]) for r in rows}
 
     def doc_counts(self, terms: list[str]) -> tuple[int, dict[str, int]]:
         """(number of chunks, chunks containing each term); cached until the index changes."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from datetime import date
 
 import numpy as np
@@ -38,26 +39,23 @@ def rank(
     """Top `limit` results: hybrid when a query vector is given, keyword-only otherwise.
 
     Each side contributes limit x candidateMultiplier candidates; every candidate then gets both
-    exact component scores (its cosine from the stored vector, its BM25 restricted to it), so
-    the merge does not depend on which side found it.
+    exact component scores (its cosine from the stored vector, its BM25 from the one FTS pass),
+    so the merge does not depend on which side found it.
     """
     terms = keywords(query)
     total, doc_counts = db.doc_counts(terms)
     matched = selective_terms(terms, total, doc_counts)
     match = match_query(matched) if matched else ""
     pool = limit * cfg.candidate_multiplier
-    text_hits = dict(db.fts_search(match, pool)) if match else {}
+    bm25 = db.fts_scores(match) if match else {}
+    text_ids = heapq.nsmallest(pool, bm25, key=bm25.__getitem__)
     vector_ids = [i for i, _ in vectors.knn(qvec, pool)] if qvec is not None else []
-    extra = [i for i in vector_ids if i not in text_hits]
-    if match and extra:
-        # Exact BM25 for vector candidates that ranked below the keyword cut-off.
-        text_hits.update(db.fts_search(match, len(extra), ids=extra))
-    rows = db.chunk_rows(list(dict.fromkeys([*text_hits, *vector_ids])))
+    rows = db.chunk_rows(list(dict.fromkeys([*text_ids, *vector_ids])))
     candidates: list[Candidate] = []
     for chunk_id, row in rows.items():
         cand = Candidate(chunk_id, row.path, row.start_line, row.end_line, row.text)
-        if chunk_id in text_hits:
-            cand.text_score = text_score(text_hits[chunk_id], coverage(row.text, terms))
+        if chunk_id in bm25:  # exact for vector candidates too: a chunk not matching scores 0
+            cand.text_score = text_score(bm25[chunk_id], coverage(row.text, terms))
             cand.keyword_hit = True
         if qvec is not None and row.embedding is not None:
             vec = from_blob(row.embedding)
