@@ -31,6 +31,8 @@ class FakeChannel(Channel):
         super().__init__(*args, **kw)
         self.sent: list[OutboundMessage] = []
         self.typing_calls: list[str] = []
+        self.typing_done: list[str] = []
+        self.typing_delay_s = 0.0  # how long one typing request is in flight
         self.failures: list[Exception] = []
         self.fail_start = fail_start
         self.send_delay_s = send_delay_s
@@ -56,6 +58,8 @@ class FakeChannel(Channel):
 
     async def _send_typing(self, chat_id: str) -> None:
         self.typing_calls.append(chat_id)
+        await asyncio.sleep(self.typing_delay_s)
+        self.typing_done.append(chat_id)
 
     def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:
         if isinstance(exc, Transient):
@@ -121,6 +125,25 @@ async def test_typing_runs_until_reply_and_is_capped() -> None:
     channel.start_typing("c2")
     await asyncio.sleep(0.08)
     assert "c2" not in channel._typing
+
+
+async def test_stopping_typing_never_cancels_the_request_in_flight() -> None:
+    channel = make(["*"])
+    channel.typing_delay_s = 0.05
+    channel.start_typing("c1")
+    await asyncio.sleep(0.01)  # the first typing request is in flight
+    await channel.send(OutboundMessage("fake", "c1", "answer"))
+    assert channel.sent and "c1" not in channel._typing and channel.typing_done == []  # no waiting
+    await asyncio.sleep(0.08)
+    assert channel.typing_calls == ["c1"] and channel.typing_done == ["c1"]  # finished, not renewed
+    channel.start_typing("c2")
+    await asyncio.sleep(0.01)
+    await channel.stop()  # shutdown lets in-flight requests finish before the client closes
+    assert channel.typing_done == ["c1", "c2"]
+    channel.start_typing("c3")
+    await channel.stop_typing("c3")  # stopped before its first request: none is sent
+    await asyncio.sleep(0.01)
+    assert "c3" not in channel.typing_calls
 
 
 async def test_retry_honours_retry_after_and_max_retries() -> None:

@@ -3,6 +3,11 @@
 The allow-list (DESIGN A2), publishing to the bus, the typing indicator, send retries with
 backoff, a state for `nanobot status`, and the dispatch of outbound kinds. Platform classes
 implement the I/O: `start`, `stop`, `_send_text`, `_send_typing`, `_retry_delay`.
+
+Delivery guarantees differ by platform. A channel may set `InboundMessage.on_persisted` and confirm
+a message to its platform only once the agent has saved it (Telegram does: unsaved updates are
+served again after a crash). Where the platform cannot re-deliver (Discord's gateway does not replay
+events), a message received but not yet saved when the process dies is lost.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -34,10 +40,17 @@ TYPING_MAX_S = 300.0  # a turn longer than this stops showing "typing…"
 RETRY_BASE_DELAY_S = 0.5
 RETRY_MAX_DELAY_S = 30.0
 RETRY_AFTER_MAX_S = 300.0  # never sleep longer than this on a platform's retry_after
+TYPING_DRAIN_TIMEOUT_S = 2.0  # on shutdown, how long an in-flight typing request may take to finish
 
 
 class PermanentChannelError(Exception):
     """A failure retrying cannot fix (rejected token, missing configuration)."""
+
+
+@dataclass
+class _Typing:
+    task: asyncio.Task[None]
+    stop: asyncio.Event
 
 
 class Channel(ABC):
@@ -67,7 +80,8 @@ class Channel(ABC):
         self.retry_base_delay_s = RETRY_BASE_DELAY_S
         self.typing_max_s = TYPING_MAX_S
         self._denied_logged: set[str] = set()
-        self._typing: dict[str, asyncio.Task[None]] = {}
+        self._typing: dict[str, _Typing] = {}
+        self._typing_tasks: set[asyncio.Task[None]] = set()  # including stopped ones still finishing
 
     # ------------------------------------------------------------------ lifecycle (platform)
     @abstractmethod
@@ -187,33 +201,50 @@ class Channel(ABC):
     # ------------------------------------------------------------------ typing indicator
     def start_typing(self, chat_id: str) -> None:
         """Keep the typing indicator on in `chat_id` until `stop_typing` or `typing_max_s`."""
-        task = self._typing.get(chat_id)
-        if task is not None and not task.done():
+        current = self._typing.get(chat_id)
+        if current is not None and not current.task.done():
             return
-        self._typing[chat_id] = asyncio.create_task(self._typing_loop(chat_id))
+        stop = asyncio.Event()
+        typing = _Typing(asyncio.create_task(self._typing_loop(chat_id, stop)), stop)
+        self._typing[chat_id] = typing
+        self._typing_tasks.add(typing.task)
+        typing.task.add_done_callback(self._typing_tasks.discard)
 
     async def stop_typing(self, chat_id: str) -> None:
-        task = self._typing.pop(chat_id, None)
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        """End the indicator's loop. A typing request in flight is left to finish, not cancelled:
+        cancelling it would drop its HTTP connection, and the reply would pay for a new one."""
+        typing = self._typing.pop(chat_id, None)
+        if typing is not None:
+            typing.stop.set()
 
     async def _stop_all_typing(self) -> None:
+        """Stop every indicator and wait (briefly) for in-flight requests before the client closes."""
         for chat_id in list(self._typing):
             await self.stop_typing(chat_id)
+        tasks = list(self._typing_tasks)
+        if not tasks:
+            return
+        _, late = await asyncio.wait(tasks, timeout=TYPING_DRAIN_TIMEOUT_S)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
 
-    async def _typing_loop(self, chat_id: str) -> None:
+    async def _typing_loop(self, chat_id: str, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + self.typing_max_s
-        while time.monotonic() < deadline:
-            try:
-                await self._send_typing(chat_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # typing is cosmetic: never let it disturb a turn
-                logger.debug("{}: typing indicator failed in {}: {}", self.name, chat_id, exc)
-            await asyncio.sleep(self.typing_interval_s)
-        self._typing.pop(chat_id, None)
+        try:
+            while not stop.is_set() and time.monotonic() < deadline:
+                try:
+                    await self._send_typing(chat_id)
+                except Exception as exc:  # typing is cosmetic: never let it disturb a turn
+                    logger.debug("{}: typing indicator failed in {}: {}", self.name, chat_id, exc)
+                # Only this wait is interrupted by stop_typing, never the request above.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.typing_interval_s)
+        finally:
+            entry = self._typing.get(chat_id)
+            if entry is not None and entry.stop is stop:  # not a newer loop for the same chat
+                del self._typing[chat_id]
 
     # ------------------------------------------------------------------ state
     def _set_state(self, state: ChannelState, error: str | None = None) -> None:
