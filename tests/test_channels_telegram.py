@@ -69,6 +69,7 @@ async def echo(bus: MessageBus, delay_s: float = 0.0) -> None:
     """The in-process responder: replies to every inbound message (after `delay_s`, a slow turn)."""
     while True:
         msg = await bus.consume_inbound()
+        msg.ack()  # as the agent does once the message is in the session file
         await asyncio.sleep(delay_s)
         reply = OutboundMessage(channel=msg.channel, chat_id=msg.chat_id, content=f"echo: {msg.content}")
         await bus.publish_outbound(reply)
@@ -129,6 +130,18 @@ async def test_round_trip_registers_commands_and_shows_typing(server, gateway_fa
     assert gw.manager.status() == {"telegram": {"state": "running", "error": None}}
     assert TOKEN not in "\n".join(logs)
     assert TOKEN not in mask(f"POST {server.base_url}{TOKEN}/getUpdates")
+
+
+async def test_reply_never_cuts_an_in_flight_typing_request(server, gateway_factory) -> None:
+    server.delays["sendChatAction"] = 0.15  # each reply is sent while its typing request is in flight
+    await gateway_factory(make_config(server)).start()
+    for i in range(5):
+        server.push_message(f"m{i}")
+        await server.wait_for("sendMessage", count=i + 1)
+        await asyncio.sleep(0.2)
+    assert len(server.calls_to("sendChatAction")) == 5
+    ports = {port for method, port in server.peer_ports if method in ("sendChatAction", "sendMessage")}
+    assert len(ports) <= 3  # pooled connections are reused; a cancelled request would drop its own
 
 
 async def test_slash_command_is_plain_content(server, gateway_factory) -> None:

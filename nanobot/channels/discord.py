@@ -2,6 +2,11 @@
 
 discord.py reconnects and resumes the gateway itself; we restart the client with backoff only when
 it gives up (login over an unreachable API, a closed gateway), and stop for good on a bad token.
+
+Delivery is at-most-once: the gateway does not replay MESSAGE_CREATE events after a restart (a
+RESUME only covers a dropped connection of a live session), so there is nothing to confirm late and
+`InboundMessage.on_persisted` stays unset. A message received but not yet saved when the process
+dies is lost; reading the channel history on start-up would be the only way to recover it.
 """
 
 from __future__ import annotations

@@ -2,6 +2,12 @@
 
 The polling loop is ours (on `Bot.get_updates`) so the channel's state is exact: "running" while
 polls succeed, "retrying" with backoff on 429/5xx/network drops, "failed" once on a rejected token.
+
+Delivery is at-least-once: the offset confirmed to Telegram never passes an update whose message
+the agent has not yet saved (`InboundMessage.ack()`, see delivery.py), so after a crash Telegram
+serves the unsaved updates again. While updates are pending, Telegram answers getUpdates at once
+(it re-serves them), so the loop then polls without a long-poll timeout, every
+PENDING_POLL_INTERVAL_S or as soon as an ack moves the offset.
 """
 
 from __future__ import annotations
@@ -30,16 +36,18 @@ from telegram.error import (
 from telegram.request import HTTPXRequest
 
 from nanobot.bus.events import InboundMessage, OutboundMessage
-from nanobot.channels import media as media_util
 from nanobot.channels.base import SLASH_COMMANDS, Channel
+from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import markdown_to_telegram_html
 from nanobot.channels.split import TELEGRAM_MAX_CHARS, split_message
+from nanobot.channels.telegram_media import download_media
 from nanobot.secrets import register_secret
 
 REQUEST_TIMEOUT_S = 20.0
 CONNECT_TIMEOUT_S = 10.0
 POLL_READ_SLACK_S = 10.0  # added to the long-poll timeout before the read times out
 STOP_CONFIRM_TIMEOUT_S = 2.0
+PENDING_POLL_INTERVAL_S = 0.5  # new updates wait at most this long while older ones are unsaved
 STREAM_EDIT_INTERVAL_S = 0.5  # at most two edits a second per streamed reply (Telegram flood limits)
 RECONNECT_MAX_DELAY_S = 30.0
 CONNECTION_POOL_SIZE = 16
@@ -70,7 +78,8 @@ class TelegramChannel(Channel):
         super().__init__(*args, **kwargs)
         self.bot: Bot | None = None
         self._task: asyncio.Task[None] | None = None
-        self._offset: int | None = None
+        self._acks = AckWindow(self.name)
+        self._confirmed: int | None = None  # the offset of the last successful getUpdates
         self._bot_id: int | None = None
         self._bot_username = ""
         self._streams: dict[str, _Stream] = {}
@@ -123,11 +132,12 @@ class TelegramChannel(Channel):
                 stream.flush.cancel()
         self._streams.clear()
         if self.bot is not None:
-            if self._offset is not None and self.state != "failed":
-                # Confirm handled updates so a restart does not see them again.
+            offset = self._acks.offset
+            if offset is not None and offset != self._confirmed and self.state != "failed":
+                # Confirm what is saved so a restart does not see it again; unsaved updates stay.
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(
-                        self.bot.get_updates(offset=self._offset, timeout=0), STOP_CONFIRM_TIMEOUT_S
+                        self.bot.get_updates(offset=offset, timeout=0), STOP_CONFIRM_TIMEOUT_S
                     )
             with contextlib.suppress(Exception):
                 await self.bot.shutdown()
@@ -154,15 +164,13 @@ class TelegramChannel(Channel):
                     await self._connect()
                     connected = True
                     self._set_state("running")
-                updates = await self.bot.get_updates(
-                    offset=self._offset, timeout=self.config.poll_timeout_s, allowed_updates=["message"]
-                )
+                await self._poll_once()
                 if self.state != "running":
                     self._set_state("running")
                 failures = 0
-                for update in updates:
-                    self._offset = update.update_id + 1
-                    await self._handle_update(update)
+                if self._acks.pending:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._acks.advanced.wait(), PENDING_POLL_INTERVAL_S)
                 continue
             except asyncio.CancelledError:
                 raise
@@ -186,6 +194,29 @@ class TelegramChannel(Channel):
             failures += 1
             await asyncio.sleep(delay)
 
+    async def _poll_once(self) -> None:
+        """One getUpdates (confirming what is saved), then handle the updates not seen before."""
+        assert self.bot is not None
+        self._acks.advanced.clear()  # before reading the offset, so no ack is missed
+        offset = self._acks.offset
+        # Pending updates are re-served at once, so a long poll would not wait anyway.
+        timeout = 0 if self._acks.pending else self.config.poll_timeout_s
+        updates = await self.bot.get_updates(offset=offset, timeout=timeout, allowed_updates=["message"])
+        self._confirmed = offset
+        for update in updates:
+            if not self._acks.is_new(update.update_id):
+                continue
+            self._acks.receive(update.update_id)
+            try:
+                published = await self._handle_update(update)
+            except asyncio.CancelledError:
+                raise  # stays pending: Telegram serves it again
+            except Exception:  # one broken update must neither stop the channel nor hold others back
+                logger.exception("telegram: could not handle update {}; skipping it", update.update_id)
+                published = False
+            if not published:
+                self._acks.release(update.update_id)
+
     # ------------------------------------------------------------------ inbound
     def _addressed(self, message: Message, text: str) -> bool:
         """In a group under groupPolicy "mention": is this message for the bot?"""
@@ -196,21 +227,22 @@ class TelegramChannel(Channel):
             return True
         return text.startswith("/") and text[1:].split(maxsplit=1)[0].split("@")[0] in SLASH_COMMANDS
 
-    async def _handle_update(self, update: Update) -> None:
+    async def _handle_update(self, update: Update) -> bool:
+        """Publish the update's message; False when it is filtered out (nothing for the agent)."""
         message = update.message
         if message is None or message.from_user is None or message.from_user.is_bot:
-            return
+            return False
         user, chat = message.from_user, message.chat
         text = message.text or message.caption or ""
         is_group = chat.type in _GROUP_TYPES
         if is_group and self.config.group_policy == "mention" and not self._addressed(message, text):
-            return
+            return False
         # Check the sender before downloading anything they sent.
         if not self._admit(str(user.id), user.username):
-            return
+            return False
         if self._bot_username:
             text = re.sub(rf"@{re.escape(self._bot_username)}\b", "", text, flags=re.I).strip()
-        paths, types, notes = await self._download_media(message)
+        paths, types, notes = await download_media(self, message)
         content = "\n".join(part for part in [text, *notes] if part)
         metadata: dict[str, Any] = {
             "message_id": message.message_id,
@@ -230,51 +262,8 @@ class TelegramChannel(Channel):
             is_group=is_group,
             metadata=metadata,
         )
-        await self._publish(inbound, user.username)
-
-    async def _download_media(self, message: Message) -> tuple[list[str], list[str], list[str]]:
-        """Download photo/document/voice/audio/video into workspace/media: (paths, types, notes)."""
-        candidates: list[tuple[Any, str, str | None, bool]] = []
-        if message.photo:
-            candidates.append((message.photo[-1], "photo.jpg", "image/jpeg", False))
-        if message.document:
-            doc = message.document
-            candidates.append((doc, doc.file_name or "document", doc.mime_type, False))
-        if message.voice:
-            candidates.append((message.voice, "voice.ogg", message.voice.mime_type, True))
-        if message.audio:
-            candidates.append(
-                (message.audio, message.audio.file_name or "audio", message.audio.mime_type, False)
-            )
-        if message.video:
-            candidates.append(
-                (message.video, message.video.file_name or "video.mp4", message.video.mime_type, False)
-            )
-        paths: list[str] = []
-        types: list[str] = []
-        notes: list[str] = []
-        for item, filename, mime, voice in candidates:
-            size = getattr(item, "file_size", None) or 0
-            if size > media_util.MAX_MEDIA_BYTES:
-                notes.append(f"[{filename}: {size} bytes, too large to download]")
-                continue
-            path = self.media_dir() / media_util.safe_filename(self.name, message.message_id, filename)
-            try:
-                assert self.bot is not None
-                tg_file = await self._with_retry("getFile", lambda i=item: self.bot.get_file(i.file_id))
-                await tg_file.download_to_drive(path)
-            except (TelegramError, OSError) as exc:
-                logger.warning("telegram: could not download {}: {}", filename, exc)
-                notes.append(f"[{filename}: download failed]")
-                continue
-            kind = media_util.media_type(mime, filename, voice=voice)
-            paths.append(str(path))
-            types.append(kind)
-            rel = path.relative_to(self.workspace).as_posix()
-            if voice or kind == "audio":
-                cfg = self.channels_config.transcription
-                notes.append(await media_util.voice_note_text(path, rel, cfg, self.providers))
-        return paths, types, notes
+        self._acks.track(update.update_id, inbound)
+        return await self._publish(inbound, user.username)
 
     # ------------------------------------------------------------------ outbound
     def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:

@@ -4,6 +4,10 @@ Point the bot at `server.base_url` / `server.base_file_url`. Serves getMe, delet
 getUpdates (long poll), sendMessage (validating HTML and the 4096-character limit like Telegram),
 editMessageText, sendChatAction, setMyCommands, getFile and file downloads. Unknown methods get
 `ok: true`. Tokens in `rejected_tokens` get 401 (an invalid token); `fail_next` scripts errors.
+
+getUpdates keeps Telegram's confirmation rule: an update stays on the server until a call passes an
+`offset` above its id, and every call (from any client, e.g. a restarted bot) returns all updates
+with id >= the highest offset confirmed so far. So what a crashed bot did not confirm is served again.
 """
 
 from __future__ import annotations
@@ -105,6 +109,9 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         self.pushed_at: dict[int, float] = {}  # update_id -> perf_counter when pushed
         self.sent_at: list[float] = []
         self._failures: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self.delays: dict[str, float] = {}  # method -> seconds to wait before answering (a slow API)
+        self.peer_ports: list[tuple[str, int]] = []  # (method, client port): shows reused connections
+        self.confirmed_offset = 0  # updates below this id are confirmed and gone for good
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(100)
         self._new_update: asyncio.Event | None = None
@@ -194,6 +201,13 @@ class FakeTelegramServer(ThreadedAiohttpServer):
             }
         return self.push_update({"message": message})
 
+    def held_ids(self) -> list[int]:
+        """Ids of the updates not yet confirmed (what the next getUpdates would serve)."""
+        return self.run(self._held_ids())
+
+    async def _held_ids(self) -> list[int]:
+        return [u["update_id"] for u in self.updates if u["update_id"] >= self.confirmed_offset]
+
     def add_file(self, file_id: str, file_path: str, content: bytes) -> dict[str, Any]:
         self.files[file_id] = (file_path, content)
         return {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(content)}
@@ -218,6 +232,9 @@ class FakeTelegramServer(ThreadedAiohttpServer):
             return self._json({"ok": False, "error_code": 401, "description": "Unauthorized"}, 401)
         if method != "getUpdates":
             self.record(method, params)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        with self._lock:
+            self.peer_ports.append((method, peer[1] if peer else 0))
         with self._lock:
             queue = self._failures.get(method)
             failure = queue.pop(0) if queue else None
@@ -229,6 +246,8 @@ class FakeTelegramServer(ThreadedAiohttpServer):
                 request.transport.close()
                 raise ConnectionResetError("dropped by the test")
             return self._json(failure[1], failure[0])
+        if self.delays.get(method):
+            await asyncio.sleep(self.delays[method])
         handler = getattr(self, f"_m_{method}", None)
         if handler is None:
             return self._ok(True)
@@ -262,8 +281,9 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         self.record("getUpdates", params)
         assert self._new_update is not None
         deadline = time.monotonic() + timeout
+        self.confirmed_offset = max(self.confirmed_offset, offset)
         while True:
-            self.updates = [u for u in self.updates if u["update_id"] >= offset]
+            self.updates = [u for u in self.updates if u["update_id"] >= self.confirmed_offset]
             if self.updates or self._closed or time.monotonic() >= deadline:
                 return self._ok(list(self.updates))
             self._new_update.clear()
