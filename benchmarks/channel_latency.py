@@ -47,6 +47,7 @@ async def respond(bus: MessageBus, config: Config, workspace: Path) -> None:
     """The in-process responder: answer every inbound message at once (replace with the agent loop)."""
     while True:
         msg = await bus.consume_inbound()
+        msg.ack()  # handled: Telegram may confirm the update
         await bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, f"echo: {msg.content}"))
 
 
@@ -189,8 +190,7 @@ async def main(rounds: int, responder: Responder = respond_with_agent) -> int:
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
-    # The typing indicator is cancelled mid-request when the reply is ready; the fake server would
-    # print each dropped connection.
+    # Keep the fake server's own connection notices out of the figures.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     ok = True
     with tempfile.TemporaryDirectory() as tmp:

