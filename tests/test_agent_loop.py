@@ -17,7 +17,6 @@ from tests.agent_helpers import (
     make_agent,
     messages_of,
     next_outbound,
-    read_jsonl,
     session_path,
     user_text,
     wait_for,
