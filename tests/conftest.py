@@ -27,6 +27,25 @@ from tests.fakes.llm_server import FakeLLMServer  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients must reach the local fakes directly, whatever proxy the machine has."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def logs() -> Iterator[list[str]]:
+    """Log lines (level and message) emitted during the test."""
+    from loguru import logger
+
+    records: list[str] = []
+    sink = logger.add(lambda m: records.append(str(m)), format="{level} {message}", level="DEBUG")
+    yield records
+    logger.remove(sink)
+
+
 @pytest.fixture(scope="session")
 def llm_server() -> Iterator[FakeLLMServer]:
     with FakeLLMServer() as server:

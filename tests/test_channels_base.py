@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from loguru import logger
 
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
@@ -69,14 +67,6 @@ class FakeChannel(Channel):
 
 def make(allow: list[str], **kw: Any) -> FakeChannel:
     return FakeChannel(SimpleNamespace(allow_from=allow, streaming=False), MessageBus(), Path("/tmp"), **kw)
-
-
-@pytest.fixture
-def logs() -> Iterator[list[str]]:
-    records: list[str] = []
-    sink = logger.add(lambda m: records.append(str(m)), format="{level} {message}", level="DEBUG")
-    yield records
-    logger.remove(sink)
 
 
 @pytest.mark.parametrize(

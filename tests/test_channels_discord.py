@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loguru import logger
 
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
@@ -33,14 +32,6 @@ def server() -> Iterator[FakeDiscordServer]:
     srv = FakeDiscordServer().start()
     yield srv
     srv.stop()
-
-
-@pytest.fixture
-def logs() -> Iterator[list[str]]:
-    records: list[str] = []
-    sink = logger.add(lambda m: records.append(str(m)), format="{level} {message}", level="DEBUG")
-    yield records
-    logger.remove(sink)
 
 
 def make_config(server: FakeDiscordServer, **discord: Any) -> Config:

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from loguru import logger
 
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
@@ -24,26 +23,11 @@ TOKEN = "123456789:AAFakeTokenForTests_abcdefghijklmnop"
 FAST_RETRY_S = 0.02
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def server() -> Iterator[FakeTelegramServer]:
     srv = FakeTelegramServer().start()
     yield srv
     srv.stop()
-
-
-@pytest.fixture
-def logs() -> Iterator[list[str]]:
-    records: list[str] = []
-    sink = logger.add(lambda m: records.append(str(m)), format="{level} {message}", level="DEBUG")
-    yield records
-    logger.remove(sink)
 
 
 def make_config(server: FakeTelegramServer, **telegram: Any) -> Config:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loguru import logger
 
 from nanobot.bus.events import InboundMessage
 from nanobot.channels.delivery import AckWindow
@@ -24,26 +23,11 @@ from tests.fakes.telegram_server import BOT_ID, FakeTelegramServer
 from tests.test_channels_telegram import Gateway, make_config
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def server() -> Iterator[FakeTelegramServer]:
     srv = FakeTelegramServer().start()
     yield srv
     srv.stop()
-
-
-@pytest.fixture
-def logs() -> Iterator[list[str]]:
-    records: list[str] = []
-    sink = logger.add(lambda m: records.append(str(m)), format="{level} {message}", level="DEBUG")
-    yield records
-    logger.remove(sink)
 
 
 @pytest.fixture
