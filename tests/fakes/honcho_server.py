@@ -17,10 +17,11 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tests.fakes._http_thread import ThreadedHTTPFake
 from tests.fakes.llm_server import hashed_embedding
 
 ROUTE = re.compile(r"^/v3/workspaces(?:/(?P<ws>[^/]+)(?P<rest>/.*)?)?$")
@@ -48,7 +49,7 @@ def _page(items: list[dict[str, Any]], query: dict[str, str]) -> dict[str, Any]:
     }
 
 
-class FakeHonchoServer:
+class FakeHonchoServer(ThreadedHTTPFake):
     def __init__(self, derive_delay_s: float = 0.05) -> None:
         self.derive_delay_s = derive_delay_s
         self.workspaces: dict[str, dict[str, Any]] = {}
@@ -60,22 +61,11 @@ class FakeHonchoServer:
         self.requests: list[tuple[str, str, dict[str, Any]]] = []
         self.fail_status: int | None = None
         self._lock = threading.RLock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._serve(self._handler())
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> FakeHonchoServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        return self.origin
 
     # ------------------------------------------------------------------ deriver
     def _derive_later(self, ws: str, msg: dict[str, Any]) -> None:

@@ -18,8 +18,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes._http_thread import ThreadedHTTPFake
 
 
 @dataclass
@@ -54,7 +56,7 @@ def hashed_embedding(text: str, dim: int = 64) -> list[float]:
     return [v / norm for v in vec]
 
 
-class FakeLLMServer:
+class FakeLLMServer(ThreadedHTTPFake):
     def __init__(self, embedding_dim: int = 64) -> None:
         self.script: list[Reply] = []
         self.responder: Responder | None = None
@@ -63,29 +65,11 @@ class FakeLLMServer:
         self.embedding_dim = embedding_dim
         self.default_delay_s = 0.0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._make_handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._serve(self._make_handler())
 
-    # ---------------------------------------------------------------- lifecycle
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def start(self) -> FakeLLMServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> FakeLLMServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return f"{self.origin}/v1"
 
     # ---------------------------------------------------------------- scripting
     def push(self, *replies: Reply | dict[str, Any] | str) -> None:
