@@ -8,9 +8,9 @@ from typing import Any
 from loguru import logger
 
 from nanobot.memory.store import MemoryStore
-from nanobot.memory.tool_args import first_string_arg
 from nanobot.memory.transcript import render_transcript
 from nanobot.providers.base import LLMError, LLMProvider
+from nanobot.util.tool_args import first_string_arg
 
 NO_REPLY = "NO_REPLY"
 MAX_DAILY_CONTEXT_CHARS = 4000

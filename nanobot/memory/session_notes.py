@@ -8,9 +8,9 @@ from typing import Any
 from loguru import logger
 
 from nanobot.memory.store import MemoryStore
-from nanobot.memory.tool_args import as_dict
 from nanobot.memory.transcript import render_transcript
 from nanobot.providers.base import LLMError, LLMProvider
+from nanobot.util.tool_args import as_dict
 
 MIN_USER_MESSAGES = 3
 MAX_TRANSCRIPT_CHARS = 60_000

@@ -1,0 +1,139 @@
+"""Private, crash-safe files: every file nanobot writes is 0600 and every folder it creates 0700.
+
+- `atomic_write(path, data)`: temp file in the same folder, fsync, `os.replace`; a crash leaves the old
+  file or the new one, never half of either, and the temp file is removed when anything fails.
+- `append_locked(path, text)`: one append under an exclusive OS lock (`flock`), so two processes
+  never interleave lines.
+- `file_lock(path)` / `fd_lock(fd)`: exclusive (or shared) `flock` on a lock file or an open file.
+- `ensure_private_dir(path)`: create missing folders 0700 (umask cannot widen them).
+- `repair_private(root)`: tighten an existing tree (installations from before files were private):
+  group/other bits are removed, symlinks are never followed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+
+
+def ensure_private_dir(path: Path, mode: int = PRIVATE_DIR_MODE) -> Path:
+    """Create `path` and its missing parents with `mode`; existing folders are left as they are."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=mode)
+        except FileExistsError:
+            continue  # another process created it between our check and mkdir
+        os.chmod(folder, mode)  # mkdir's mode is filtered through the umask
+    return path
+
+
+def open_private(path: Path, flags: int, mode: int = PRIVATE_FILE_MODE) -> int:
+    """`os.open` creating the file (and its folder) private; returns the descriptor."""
+    ensure_private_dir(path.parent)
+    return os.open(path, flags | os.O_CREAT, mode)
+
+
+def atomic_write(path: Path, data: str | bytes, mode: int = PRIVATE_FILE_MODE, *, fsync: bool = True) -> None:
+    """Replace `path` with `data` so a crash leaves either the old or the new file, never half."""
+    ensure_private_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fh.flush()
+            if fsync:
+                os.fsync(fh.fileno())
+            os.fchmod(fh.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def fd_lock(fd: int, *, shared: bool = False, blocking: bool = True) -> Iterator[int]:
+    """Hold `flock` on an open descriptor; non-blocking raises BlockingIOError when it is taken."""
+    flags = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB)
+    fcntl.flock(fd, flags)
+    try:
+        yield fd
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextmanager
+def file_lock(path: Path, *, shared: bool = False, blocking: bool = True) -> Iterator[int]:
+    """Hold `flock` on the lock file `path` (created 0600) for the block; yields its descriptor."""
+    fd = open_private(path, os.O_RDWR)
+    try:
+        with fd_lock(fd, shared=shared, blocking=blocking):
+            yield fd
+    finally:
+        os.close(fd)
+
+
+def append_locked(path: Path, text: str, *, fsync: bool = True, separate: bool = False) -> None:
+    """Append `text` under an exclusive lock; with `separate`, a blank line first if the file has text."""
+    fd = open_private(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        with fd_lock(fd):
+            if separate and os.fstat(fd).st_size > 0:
+                text = "\n" + text
+            os.write(fd, text.encode("utf-8"))
+            if fsync:
+                os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _tighten(path: Path, st: os.stat_result) -> bool:
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077 == 0:
+        return False
+    os.chmod(path, mode & ~0o077)  # the owner's bits (an executable script stays executable)
+    return True
+
+
+def repair_private(root: Path) -> int:
+    """Remove group/other permissions from `root` and everything below it; returns how many changed.
+
+    Symlinks are neither followed nor changed; files that vanish or cannot be changed are skipped.
+    """
+    changed = 0
+    try:
+        st = os.lstat(root)
+    except OSError:
+        return 0
+    if stat.S_ISLNK(st.st_mode):
+        return 0
+    try:
+        changed += _tighten(root, st)
+    except OSError:
+        pass
+    if not stat.S_ISDIR(st.st_mode):
+        return changed
+    for dirpath, dirnames, filenames in os.walk(root):  # os.walk does not follow symlinked folders
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            try:
+                entry = os.lstat(path)
+                if stat.S_ISDIR(entry.st_mode) or stat.S_ISREG(entry.st_mode):
+                    changed += _tighten(path, entry)
+            except OSError:
+                continue
+    return changed

@@ -1,0 +1,55 @@
+"""Cutting long text to a size while saying that it was cut.
+
+`truncate_head` keeps the start, `truncate_tail` the end, `truncate_middle` both ends around a marker.
+Markers are format strings that may use `{omitted}` (characters dropped), `{total}` (original length)
+and `{limit}` (the size asked for). Text within the limit is returned unchanged.
+"""
+
+from __future__ import annotations
+
+ELLIPSIS = "…"
+MIDDLE_MARKER = "\n\n[... truncated: {omitted} of {total} characters omitted ...]\n\n"
+
+
+def _marker(marker: str, omitted: int, total: int, limit: int) -> str:
+    return marker.format(omitted=omitted, total=total, limit=limit)
+
+
+def truncate_head(text: str, max_chars: int, marker: str = ELLIPSIS) -> str:
+    """The first characters of `text` plus `marker`, at most `max_chars` long in all."""
+    if len(text) <= max_chars:
+        return text
+    probe = _marker(marker, len(text) - max_chars, len(text), max_chars)
+    keep = max(0, max_chars - len(probe))
+    return text[:keep] + _marker(marker, len(text) - keep, len(text), max_chars)
+
+
+def truncate_tail(text: str, max_chars: int, marker: str = ELLIPSIS) -> str:
+    """`marker` plus the last characters of `text`, at most `max_chars` long in all."""
+    if len(text) <= max_chars:
+        return text
+    probe = _marker(marker, len(text) - max_chars, len(text), max_chars)
+    keep = max(0, max_chars - len(probe))
+    return _marker(marker, len(text) - keep, len(text), max_chars) + (text[-keep:] if keep else "")
+
+
+def truncate_middle(
+    text: str,
+    max_chars: int,
+    *,
+    head_share: float = 0.7,
+    tail_share: float | None = None,
+    marker: str = MIDDLE_MARKER,
+    marker_budget: int = 0,
+) -> str:
+    """Head and tail of `text` around `marker`.
+
+    The head is `head_share` of `max_chars`; the tail is `tail_share` of it, or by default the rest
+    less `marker_budget` (the room kept for the marker when the result must stay near `max_chars`).
+    """
+    if len(text) <= max_chars:
+        return text
+    head = int(max_chars * head_share)
+    tail = max(0, max_chars - head - marker_budget) if tail_share is None else int(max_chars * tail_share)
+    omitted = len(text) - head - tail
+    return text[:head] + _marker(marker, omitted, len(text), max_chars) + (text[-tail:] if tail else "")

@@ -1,0 +1,160 @@
+"""The shared helpers in nanobot/util: private atomic files, locks, retry delays, truncation, tool args."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import stat
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+
+import pytest
+
+from nanobot.util import fs
+from nanobot.util.retry import backoff_s, parse_retry_after, retry_after_from_headers, retry_delay_s
+from nanobot.util.text import truncate_head, truncate_middle, truncate_tail
+from nanobot.util.tool_args import as_dict, first_string_arg, from_provider, parse_arguments
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+@pytest.fixture
+def umask022():
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_atomic_write_is_private_and_replaces(tmp_path: Path, umask022: None) -> None:
+    target = tmp_path / "a" / "b" / "file.json"
+    fs.atomic_write(target, "one")
+    assert target.read_text() == "one"
+    assert _mode(target) == 0o600
+    assert _mode(tmp_path / "a") == 0o700 and _mode(tmp_path / "a" / "b") == 0o700
+    fs.atomic_write(target, b"two", mode=0o644)
+    assert target.read_bytes() == b"two" and _mode(target) == 0o644
+    assert sorted(p.name for p in target.parent.iterdir()) == ["file.json"]
+
+
+def test_atomic_write_failure_keeps_old_file_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "f.txt"
+    fs.atomic_write(target, "old")
+
+    class Boom(str):
+        def encode(self, *args: object, **kwargs: object) -> bytes:
+            raise RuntimeError("disk on fire")
+
+    with pytest.raises(RuntimeError):
+        fs.atomic_write(target, Boom("new"))
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def _append_many(path: str, tag: str) -> None:
+    for i in range(200):
+        fs.append_locked(Path(path), f"{tag}-{i}-" + "x" * 500 + "\n", fsync=False)
+
+
+def test_append_locked_never_interleaves_between_processes(tmp_path: Path, umask022: None) -> None:
+    target = tmp_path / "log.txt"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(str(target), t)) for t in "ab"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    lines = target.read_text().splitlines()
+    assert len(lines) == 400
+    assert all(line.endswith("x" * 500) and line.count("-") == 2 for line in lines)
+    assert _mode(target) == 0o600
+
+
+def test_append_locked_separates_paragraphs(tmp_path: Path) -> None:
+    target = tmp_path / "h.md"
+    fs.append_locked(target, "first\n", separate=True)
+    fs.append_locked(target, "second\n", separate=True)
+    assert target.read_text() == "first\n\nsecond\n"
+
+
+def test_file_lock_excludes_a_second_holder(tmp_path: Path) -> None:
+    lock = tmp_path / ".lock"
+    # flock locks belong to the open file description: a second open conflicts even in-process
+    with fs.file_lock(lock), pytest.raises(BlockingIOError), fs.file_lock(lock, blocking=False):
+        pass
+    with fs.file_lock(lock, blocking=False):
+        pass
+    assert _mode(lock) == 0o600
+
+
+def test_repair_private_tightens_without_following_links(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("x")
+    outside.chmod(0o644)
+    home = tmp_path / "home"
+    (home / "ws" / "sessions").mkdir(parents=True)
+    home.chmod(0o755)
+    (home / "ws").chmod(0o775)
+    notes = home / "ws" / "sessions" / "a.jsonl"
+    notes.write_text("{}")
+    notes.chmod(0o644)
+    script = home / "ws" / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    (home / "ws" / "link").symlink_to(outside)
+    changed = fs.repair_private(home)
+    assert changed == 5  # home, ws, sessions, a.jsonl, run.sh
+    assert _mode(home) == 0o700 and _mode(home / "ws") == 0o700
+    assert _mode(notes) == 0o600 and _mode(script) == 0o700
+    assert _mode(outside) == 0o644  # reached only through a symlink: untouched
+    assert fs.repair_private(home) == 0
+    assert fs.repair_private(tmp_path / "missing") == 0
+
+
+def test_ensure_private_dir_ignores_umask(tmp_path: Path, umask022: None) -> None:
+    fs.ensure_private_dir(tmp_path / "x" / "y")
+    assert _mode(tmp_path / "x") == 0o700 and _mode(tmp_path / "x" / "y") == 0o700
+
+
+def test_retry_delays() -> None:
+    assert [backoff_s(a, 1.0, 5.0) for a in range(4)] == [1.0, 2.0, 4.0, 5.0]
+    assert parse_retry_after("3") == 3.0
+    assert parse_retry_after(2) == 2.0
+    assert parse_retry_after(timedelta(seconds=7)) == 7.0
+    assert parse_retry_after("soon") is None and parse_retry_after(None) is None
+    when = datetime.now(UTC) + timedelta(seconds=30)
+    assert 25 <= parse_retry_after(format_datetime(when, usegmt=True)) <= 31
+    assert retry_after_from_headers({"retry-after": "4"}) == 4.0
+    assert retry_after_from_headers(None) is None
+    assert retry_delay_s(0, 1.0, 30.0, retry_after_s=500.0, max_retry_after_s=300.0) == 300.0
+    assert retry_delay_s(2, 1.0, 30.0) == 4.0
+    assert 4.0 <= retry_delay_s(2, 1.0, 30.0, jitter=0.2) <= 4.8
+
+
+def test_truncation() -> None:
+    assert truncate_head("short", 10) == "short"
+    assert truncate_head("abcdefghij", 5) == "abcd…"
+    assert truncate_tail("abcdefghij", 5) == "…ghij"
+    cut = truncate_middle("a" * 700 + "b" * 5000 + "c" * 300, 1000, marker_budget=100)
+    assert cut.startswith("a" * 700) and cut.endswith("c" * 200)
+    assert "5100 of 6000 characters omitted" in cut
+    cut = truncate_head("x" * 100, 50, marker="\n[... truncated at {limit} chars]")
+    assert len(cut) == 50 and cut.endswith("[... truncated at 50 chars]")
+
+
+def test_tool_args() -> None:
+    assert parse_arguments('{"a": 1}') == {"a": 1}
+    assert parse_arguments(None) == {}
+    assert parse_arguments("[1]") == "expected a JSON object"
+    assert parse_arguments("{").startswith("not valid JSON")
+    assert parse_arguments(3) == "expected a JSON object, got int"
+    assert from_provider('{"a": 1}') == {"a": 1} and from_provider("oops") == "oops"
+    assert from_provider("") == {} and from_provider("[1]") == "[1]"
+    assert as_dict('[{"k": "v"}]') == {"k": "v"} and as_dict("nope") is None
+    assert first_string_arg('{"content": "c"}', "content") == "c"
+    assert first_string_arg("plain text", "content") == "plain text"
+    assert first_string_arg({"content": 3}, "content") is None
