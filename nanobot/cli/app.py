@@ -7,6 +7,7 @@ import sys
 import typer
 
 from nanobot.cli import agent as agent_cmd
+from nanobot.cli import config_cmd
 from nanobot.cli import cron as cron_cmd
 from nanobot.cli import gateway as gateway_cmd
 from nanobot.cli import health as health_cmd
@@ -45,6 +46,7 @@ app.add_typer(cron_cmd.app, name="cron", help="Manage scheduled jobs.")
 app.add_typer(service_cmd.app, name="service", help="Install the gateway as a systemd service.")
 app.add_typer(mcp_cmd.app, name="mcp", help="MCP servers and their tools.")
 app.add_typer(skills_cmd.app, name="skills", help="Skills and their availability.")
+app.add_typer(config_cmd.app, name="config", help="The configuration's JSON Schema.")
 
 
 def main() -> None:

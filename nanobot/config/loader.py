@@ -11,7 +11,7 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from nanobot.config.paths import default_config_path
-from nanobot.config.schema import Config
+from nanobot.config.schema import SCHEMA_KEY, Config
 
 ENV_PREFIX = "NANOBOT_"
 
@@ -123,6 +123,7 @@ def load_config(path: Path | None = None) -> Config:
     """Config from `path` (default $NANOBOT_HOME/config.json) with NANOBOT_ env overrides."""
     path = path or default_config_path()
     data = read_config_dict(path)
+    data.pop(SCHEMA_KEY, None)
     try:
         return Config(**to_field_names(Config, data))
     except ValidationError as err:

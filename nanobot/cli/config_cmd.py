@@ -1,0 +1,17 @@
+"""`nanobot config schema`: the JSON Schema of config.json on stdout (for editor completion)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("schema")
+def schema() -> None:
+    """Print the config's JSON Schema (save it beside config.json and name it in "$schema")."""
+    from nanobot.config.schema import json_schema
+
+    print(json.dumps(json_schema(), indent=2, ensure_ascii=False))

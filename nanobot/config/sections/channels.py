@@ -1,0 +1,61 @@
+"""`channels`: Telegram, Discord, what is sent besides replies, and voice transcription."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from nanobot.config.sections.base import Section
+
+GroupPolicy = Literal["mention", "open"]
+
+_ALLOW = ("Who may talk to the bot: `[\"*\"]` everyone, empty no one (said loudly at start-up). ")
+_GROUP = "In groups: `mention` answers only when mentioned or replied to; `open` answers every message."
+
+
+class TelegramConfig(Section):
+    enabled: bool = Field(False, description="Run the Telegram bot in the gateway.")
+    token: str = Field("", description="Bot token from @BotFather (`123456:ABC…`).")
+    allow_from: list[str] = Field([], description=_ALLOW + "Entries: numeric user ids or usernames "
+                                  "(with or without @; all-digit entries match ids only).")
+    base_url: str = Field("https://api.telegram.org/bot", description="Bot API base the token is appended "
+                          "to (a local Bot API server, or a test fake).")
+    base_file_url: str = Field("https://api.telegram.org/file/bot", description="Bot API file download "
+                               "base the token is appended to.")
+    group_policy: GroupPolicy = Field("mention", description=_GROUP)
+    proxy: str = Field("", description="Proxy URL for Bot API requests (`http://…` or `socks5://…`); "
+                       "empty: none.")
+    streaming: bool = Field(False, description="Show streamed replies by editing the message as it grows "
+                            "(needs `agents.defaults.stream`).")
+    poll_timeout_s: int = Field(30, ge=0, description="Long-poll timeout of getUpdates, in seconds.")
+
+
+class DiscordConfig(Section):
+    enabled: bool = Field(False, description="Run the Discord bot in the gateway.")
+    token: str = Field("", description="Bot token from the Discord developer portal (Bot → Reset Token).")
+    allow_from: list[str] = Field([], description=_ALLOW + "Entries: Discord user ids.")
+    api_base: str = Field("https://discord.com/api/v10", description="Discord REST API base (for "
+                          "Discord-compatible servers and tests).")
+    gateway_url: str = Field("wss://gateway.discord.gg", description="Discord websocket gateway URL (for "
+                             "Discord-compatible servers and tests).")
+    group_policy: GroupPolicy = Field("mention", description=_GROUP)
+
+
+class TranscriptionConfig(Section):
+    provider: str = Field("", description="Voice messages are transcribed by this provider's Whisper "
+                          "endpoint: `openai`, `groq` or `custom`; empty: off (the audio is only saved).")
+    model: str = Field("whisper-1", description="Transcription model name.")
+
+
+class ChannelsConfig(Section):
+    send_progress: bool = Field(True, description="Send the model's interim text while a turn still runs "
+                                "tools.")
+    send_tool_hints: bool = Field(False, description="Send a short note naming each tool call "
+                                  "(`exec(\"ls\")`).")
+    send_max_retries: int = Field(4, ge=0, description="Retries of a failed send (network error, rate "
+                                  "limit) with backoff before the reply is given up.")
+    telegram: TelegramConfig = Field(TelegramConfig(), description="The Telegram bot.")
+    discord: DiscordConfig = Field(DiscordConfig(), description="The Discord bot.")
+    transcription: TranscriptionConfig = Field(TranscriptionConfig(), description="Voice message "
+                                               "transcription.")

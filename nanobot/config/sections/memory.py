@@ -1,0 +1,70 @@
+"""`memory`: long-term memory, consolidation of old messages, and the memory search index."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from nanobot.config.sections.base import Section
+
+
+class MemoryFlushConfig(Section):
+    enabled: bool = Field(True, description="Before old messages are consolidated, a silent turn lets the "
+                          "model save durable facts to today's note.")
+    soft_threshold_tokens: int = Field(4000, ge=0, description="The flush runs this many tokens before the "
+                                       "consolidation threshold.")
+
+
+class MemorySearchConfig(Section):
+    enabled: bool = Field(True, description="Offer the memory_search and memory_get tools and keep the "
+                          "index.")
+    embedding_provider: str = Field("none", description="`none` (keyword search only), `litellm` (a hosted "
+                                    "embedding model) or `local` (an offline model).")
+    embedding_model: str = Field("", description="Embedding model name (e.g. `text-embedding-3-small`).")
+    embedding_api_base: str = Field("", description="Endpoint of the embedding model; empty: the "
+                                    "provider's.")
+    embedding_api_key: str = Field("", description="API key of the embedding endpoint.")
+    max_results: int = Field(6, ge=1, le=50, description="Results one search returns.")
+    min_score: float = Field(0.35, ge=0.0, le=1.0, description="Results scoring below this (0–1) are "
+                             "dropped.")
+    vector_weight: float = Field(0.7, ge=0.0, le=1.0, description="Weight of vector similarity in a hybrid "
+                                 "score.")
+    text_weight: float = Field(0.3, ge=0.0, le=1.0, description="Weight of the keyword score in a hybrid "
+                               "score.")
+    candidate_multiplier: int = Field(4, ge=1, description="Candidates ranked per result wanted.")
+    chunk_tokens: int = Field(400, ge=50, description="Size of an indexed chunk, in tokens.")
+    chunk_overlap_tokens: int = Field(80, ge=0, description="Tokens shared by neighbouring chunks.")
+    vector_backend: Literal["numpy", "sqlite-vec"] = Field("numpy", description="Where vector similarity "
+                                                           "is computed.")
+    temporal_decay: bool = Field(False, description="Rank dated notes lower as they age.")
+    half_life_days: float = Field(30.0, gt=0, description="Age at which temporal decay halves a score.")
+    mmr: bool = Field(False, description="Re-rank for diversity (maximal marginal relevance).")
+    mmr_lambda: float = Field(0.7, ge=0.0, le=1.0, description="MMR trade-off: 1 relevance only, 0 "
+                              "diversity only.")
+    include_sessions: bool = Field(False, description="Index session transcripts too, not only memory "
+                                   "files.")
+    qmd: bool = Field(False, description="Search through the external `qmd` tool when it is installed "
+                      "(falls back to the built-in index).")
+    qmd_timeout_s: float = Field(5.0, gt=0, description="Seconds a qmd search may take.")
+
+
+class MemoryConfig(Section):
+    share_in_groups: bool = Field(False, description="Group chats may see and search the owner's long-term "
+                                  "memory.")
+    backend: str = Field("file", description="Long-term memory: `file` (Markdown files), `mem0`, "
+                         "`graphiti`, `honcho` or `memos` (see docs/memory-backends.md).")
+    condition: str = Field("", description="A control condition replacing `backend` for experiments: "
+                           "`no_memory`, `rolling_summary`, `full_history` or `static_profile`; empty: "
+                           "none.")
+    safety_buffer_tokens: int = Field(1024, ge=0, description="Tokens kept free below the context window "
+                                      "when deciding to consolidate.")
+    max_consolidation_rounds: int = Field(3, ge=1, description="Consolidation passes one turn may trigger.")
+    max_consolidation_failures: int = Field(3, ge=1, description="Failed consolidations in a row before "
+                                            "the raw messages are archived instead.")
+    backups_kept: int = Field(5, ge=0, description="Earlier versions of MEMORY.md kept in "
+                              "memory/.backups/.")
+    flush: MemoryFlushConfig = Field(MemoryFlushConfig(), description="The pre-consolidation memory flush.")
+    search: MemorySearchConfig = Field(MemorySearchConfig(), description="The memory search index.")
+    backends: dict[str, dict[str, Any]] = Field({}, description="Native config block of each memory "
+                                                "backend, by backend name.")

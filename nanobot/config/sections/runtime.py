@@ -1,0 +1,45 @@
+"""`gateway` and `logging`: how the daemon runs, stops, persists and logs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, get_args
+
+from pydantic import BeforeValidator, Field
+
+from nanobot.config.sections.base import Section
+
+LogLevelName = Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"]
+LOG_LEVELS: tuple[str, ...] = get_args(LogLevelName)
+# `info` is accepted too: the level is upper-cased before it is checked.
+LogLevel = Annotated[LogLevelName, BeforeValidator(lambda v: v.strip().upper() if isinstance(v, str) else v)]
+
+
+class HeartbeatConfig(Section):
+    enabled: bool = Field(True, description="Periodically read HEARTBEAT.md and let the agent do the tasks "
+                          "listed there.")
+    interval_s: int = Field(1800, ge=1, description="Seconds between heartbeats.")
+    target: str = Field("", description="Where heartbeat replies go, as `channel:chat_id`; empty: the most "
+                        "recently active private chat.")
+
+
+class GatewayConfig(Section):
+    shutdown_grace_s: float = Field(5.0, ge=0, description="On SIGTERM, seconds running turns may take to "
+                                    "finish.")
+    drain_timeout_s: float = Field(3.0, ge=0, description="On SIGTERM, seconds background memory work may "
+                                   "take to finish.")
+    watchdog_interval_s: float = Field(10.0, gt=0, description="Seconds between liveness updates; "
+                                       "`nanobot health` fails when they stop.")
+    fsync: Literal["always", "everysec", "never"] = Field(
+        "everysec", description="When session files are forced to disk: every message, once a second, or "
+        "left to the OS. Bounds what a power cut can take; a process crash loses nothing either way.")
+    heartbeat: HeartbeatConfig = Field(HeartbeatConfig(), description="The periodic heartbeat task.")
+
+
+class LoggingConfig(Section):
+    level: LogLevel = Field("INFO", description="Log level of the gateway (stderr and file): TRACE, DEBUG, "
+                       "INFO, SUCCESS, WARNING, ERROR or CRITICAL. `-v` and NANOBOT_LOG_LEVEL override it.")
+    file: str = Field("", description="Log file path (rotated); empty: stderr only.")
+    rotation: str = Field("10 MB", description="When the log file is rotated: a size (`10 MB`) or a time "
+                          "(`1 day`, `00:00`).")
+    retention: int = Field(5, ge=1, description="Rotated log files kept.")
+
