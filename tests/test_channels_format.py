@@ -6,7 +6,12 @@ import re
 
 import pytest
 
-from nanobot.channels.markdown import markdown_to_discord, markdown_to_telegram_html
+from nanobot.channels.markdown import (
+    markdown_to_discord,
+    markdown_to_telegram_html,
+    telegram_parts,
+    visible_text,
+)
 from nanobot.channels.split import DISCORD_MAX_CHARS, TELEGRAM_MAX_CHARS, split_message, utf16_len
 from tests.fakes.telegram_server import parse_html
 
@@ -69,37 +74,73 @@ def test_utf16_counting_for_emoji() -> None:
     assert all(utf16_len(p) <= DISCORD_MAX_CHARS for p in parts)
 
 
-def test_telegram_html_basic_formatting() -> None:
-    html = markdown_to_telegram_html("# Title\nSome **bold**, *italic*, ~~gone~~ and `x < y`.")
-    assert "<b>Title</b>" in html
-    assert "<b>bold</b>" in html and "<i>italic</i>" in html and "<s>gone</s>" in html
-    assert "<code>x &lt; y</code>" in html
+def _valid(markdown: str) -> str:
+    """Render and check the HTML the way the fake Bot API (like Telegram) parses it."""
+    html = markdown_to_telegram_html(markdown)
+    assert parse_html(html)[1] is None, (markdown, html)
+    return html
+
+
+def test_telegram_html_headings_and_emphasis() -> None:
+    html = _valid("# Title\n\nSome **bold**, *italic*, ~~gone~~ and ***both***.")
+    assert html == "<b>Title</b>\n\nSome <b>bold</b>, <i>italic</i>, <s>gone</s> and <i><b>both</b></i>."
+    assert _valid("### Deep *one*") == "<b>Deep <i>one</i></b>"
 
 
 def test_telegram_html_escapes_special_characters_everywhere() -> None:
-    html = markdown_to_telegram_html("a < b && c > d <script>alert(1)</script>")
+    html = _valid("a < b && c > d <script>alert(1)</script>")
     assert html == "a &lt; b &amp;&amp; c &gt; d &lt;script&gt;alert(1)&lt;/script&gt;"
-    assert parse_html(html)[1] is None
 
 
-def test_telegram_html_code_block_with_language_is_escaped() -> None:
-    html = markdown_to_telegram_html('Run:\n```python\nif a < b and "&":\n    print(**kw)\n```\nDone **now**')
+def test_telegram_html_inline_and_fenced_code_are_escaped() -> None:
+    assert _valid("use `x < y` here") == "use <code>x &lt; y</code> here"
+    html = _valid('Run:\n```python\nif a < b and "&":\n    print(**kw)\n```\nDone **now**')
     assert '<pre><code class="language-python">if a &lt; b and "&amp;":\n    print(**kw)</code></pre>' in html
     assert html.endswith("Done <b>now</b>")
+    assert _valid("    indented <code>\n") == "<pre><code>indented &lt;code&gt;</code></pre>"
+    assert "**" in _valid("`code with ** stars`**")
 
 
-def test_telegram_html_links_are_escaped_and_unsafe_schemes_left_as_text() -> None:
-    html = markdown_to_telegram_html("[docs & more](https://ex.com/a?b=1&c=<2>) and [x](javascript:alert(1))")
-    assert '<a href="https://ex.com/a?b=1&amp;c=&lt;2&gt;">docs &amp; more</a>' in html
+def test_telegram_html_links_images_and_unsafe_schemes() -> None:
+    html = _valid("[docs & **more**](https://ex.com/a?b=1&c=2) and [x](javascript:alert(1))")
+    assert '<a href="https://ex.com/a?b=1&amp;c=2">docs &amp; <b>more</b></a>' in html
     assert '<a href="javascript' not in html
-    assert parse_html(html)[1] is None
+    assert _valid("<https://ex.com/x>") == '<a href="https://ex.com/x">https://ex.com/x</a>'
+    assert _valid("![a cat](https://ex.com/cat.png)") == '<a href="https://ex.com/cat.png">a cat</a>'
+    assert _valid("![](https://ex.com/c.png)") == '<a href="https://ex.com/c.png">image</a>'
+    assert _valid("[tel](tel:123)") == "tel"  # a scheme Telegram links do not take: the label
 
 
-def test_telegram_html_lists_quotes_and_snake_case() -> None:
-    html = markdown_to_telegram_html("- one\n* two\n> quoted\n> more\nuse my_var_name here")
-    assert "• one\n• two" in html
-    assert "<blockquote>quoted\nmore</blockquote>" in html
-    assert "my_var_name" in html and "<i>" not in html
+def test_telegram_html_blockquotes_including_nested() -> None:
+    assert _valid("> quoted\n> more") == "<blockquote>quoted\nmore</blockquote>"
+    html = _valid("> outer\n>\n> > inner")
+    assert html.count("<blockquote>") == 1 and "▎inner" in html
+
+
+def test_telegram_html_nested_lists() -> None:
+    html = _valid("- one\n- two\n  - deep\n    1. first\n    2. second\n- three")
+    assert html == "• one\n• two\n  ◦ deep\n    1. first\n    2. second\n• three"
+    assert _valid("3. c\n4. d") == "3. c\n4. d"
+    loose = _valid("- a\n\n- b")
+    assert loose == "• a\n\n• b"
+    assert "my_var_name" in _valid("use my_var_name and __init__.py") and "<i>" not in _valid("my_var_name")
+
+
+def test_telegram_html_table_is_a_preformatted_block() -> None:
+    html = _valid("| Name | Qty |\n|:-----|----:|\n| apple & pear | 3 |\n| fig | **12** |")
+    text, _ = parse_html(html)
+    assert html.startswith("<pre>") and html.endswith("</pre>")
+    assert text.split("\n") == [
+        "Name         │ Qty",
+        "─────────────┼────",
+        "apple & pear │   3",
+        "fig          │  12",
+    ]
+
+
+def test_telegram_html_rule_and_paragraphs() -> None:
+    assert _valid("above\n\n---\n\nbelow") == "above\n\n──────────\n\nbelow"
+    assert _valid("line one\nline two") == "line one\nline two"
 
 
 def test_telegram_html_is_always_valid_for_tricky_inputs() -> None:
@@ -107,13 +148,32 @@ def test_telegram_html_is_always_valid_for_tricky_inputs() -> None:
         "**unclosed bold and <tag>",
         "*a **b* c**",
         "```\nunterminated code <x>",
-        "`code with ** stars`**",
         "__init__.py and 2*3*4 = 24",
         "[a](https://x.y/(z)) & ~~ <",
+        "> - quoted list\n>   > deeper ```x```",
+        "| a |\n|---|\n| `<b>` |\n| x | extra |",
+        "&amp; &#60; &lt;",
+        "* [ ] task\n* [x] done",
+        "<div>raw html</div>\n\n<!-- comment -->",
     ]
     for sample in samples:
-        text, error = parse_html(markdown_to_telegram_html(sample))
-        assert error is None, (sample, error)
+        _valid(sample)
+
+
+def test_telegram_parts_fit_the_limit_even_when_rendering_grows() -> None:
+    # A table whose padding makes the shown text far longer than its Markdown source.
+    wide = "a much longer cell " * 4  # every tenth row: all rows are padded to it
+    rows = "".join(f"| {wide if i % 10 == 0 else 'x'} | {i} |\n" for i in range(70))
+    table = "| text | n |\n|---|---|\n" + rows
+    assert utf16_len(table) < TELEGRAM_MAX_CHARS
+    parts = telegram_parts(table, TELEGRAM_MAX_CHARS)
+    assert len(parts) >= 2
+    for html, source in parts:
+        text, error = parse_html(html)
+        assert error is None and utf16_len(text) <= TELEGRAM_MAX_CHARS
+        assert utf16_len(source) <= TELEGRAM_MAX_CHARS and visible_text(html) == text
+        assert html.startswith("<pre>text ")
+    assert telegram_parts("  \n", TELEGRAM_MAX_CHARS) == []
 
 
 def test_discord_keeps_markdown_but_rewrites_deep_headings() -> None:

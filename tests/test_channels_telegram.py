@@ -213,6 +213,48 @@ async def test_rejected_html_is_resent_as_plain_text(server, gateway_factory) ->
     assert sends[1].params == {"chat_id": "555", "text": "**hi** <there>"}
 
 
+async def test_every_construct_is_accepted_by_the_bot_api(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    reply = (
+        "# Plan\n\n**Bold** *it* ~~old~~ `a<b` [site](https://ex.com/?a=1&b=2) ![pic](https://ex.com/p.png)\n\n"
+        "> quote & more\n\n- one\n  - nested\n    1. deep\n\n```sh\necho '<hi>' && ls\n```\n\n"
+        "| k | v |\n|---|--:|\n| a | 1 |\n"
+    )
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content=reply))
+    sent = (await server.wait_for("sendMessage"))[0].params
+    text, error = parse_html(sent["text"])
+    assert error is None and sent["parse_mode"] == "HTML"
+    for fragment in (
+        "<b>Plan</b>",
+        "<s>old</s>",
+        "<code>a&lt;b</code>",
+        '<a href="https://ex.com/p.png">pic</a>',
+        "<blockquote>quote &amp; more</blockquote>",
+        "    1. deep",
+        "<pre><code class=\"language-sh\">echo '&lt;hi&gt;' &amp;&amp; ls</code></pre>",
+        "<pre>k │ v",
+    ):
+        assert fragment in sent["text"], fragment
+    assert "a │ 1" in text
+
+
+async def test_rendering_longer_than_the_limit_is_cut_again(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    wide = "a much longer cell " * 4  # every tenth row: all rows are padded to it
+    rows = "".join(f"| {wide if i % 10 == 0 else 'x'} | {i} |\n" for i in range(70))
+    table = "| text | n |\n|---|---|\n" + rows
+    assert utf16_len(table) < 4096  # one part by its source, but padded it shows more than 4096
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content=table))
+    sends = await server.wait_for("sendMessage", count=2)
+    await asyncio.sleep(0.1)
+    sends = server.calls_to("sendMessage")
+    assert all(c.params.get("parse_mode") == "HTML" for c in sends)  # no plain-text fallback needed
+    shown = [parse_html(c.params["text"]) for c in sends]
+    assert all(error is None and utf16_len(text) <= 4096 for text, error in shown)
+    assert all(text.startswith("text") for text, _ in shown)  # each part is a table with its header
+    assert " │ 69" in shown[-1][0]
+
+
 async def test_send_survives_429_and_502(server, gateway_factory, logs) -> None:
     gw = await gateway_factory(make_config(server)).start(respond=False)
     server.fail_next(

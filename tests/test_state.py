@@ -243,10 +243,22 @@ def test_health_names_failing_channels(tmp_path: Path) -> None:
     with GatewayLock(tmp_path):
         state = GatewayState(tmp_path)
         state.set_channel("discord", "failed", "bad token")
+        state.set_channel("telegram", "retrying", "502 Bad Gateway")
         state.beat()
         healthy, reason = is_healthy(tmp_path, max_age_s=30)
-        assert healthy
-        assert reason.endswith("channels with errors: discord")
+        assert healthy  # telegram may still recover
+        assert reason.endswith("channels with errors: discord, telegram")
+        state.set_channel("telegram", "failed", "bad token")
+        state.beat()
+        healthy, reason = is_healthy(tmp_path, max_age_s=30)
+        assert not healthy
+        assert reason.endswith("unhealthy: every enabled channel failed (discord, telegram)")
+
+
+def test_health_of_a_gateway_without_channels(tmp_path: Path) -> None:
+    with GatewayLock(tmp_path):
+        GatewayState(tmp_path).beat()  # cron and heartbeat only: nothing to fail
+        assert is_healthy(tmp_path, max_age_s=30)[0]
 
 
 async def test_run_watchdog_beats_refreshes_and_notifies(tmp_path: Path) -> None:

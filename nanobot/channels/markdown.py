@@ -1,35 +1,38 @@
 """The one Markdown → platform formatter.
 
-The agent writes Markdown. Telegram gets HTML (the subset its Bot API accepts, with `& < >` escaped
-everywhere outside tags); Discord renders Markdown natively, so it keeps it, with only the
-constructs Discord lacks rewritten. When Telegram still rejects the markup, the channel resends the
-Markdown source as plain text (see TelegramChannel).
+The agent writes Markdown. Telegram gets HTML in the subset its Bot API accepts, rendered from
+markdown-it-py's syntax tree (CommonMark plus tables and ~~strikethrough~~; raw HTML in the source is
+shown as text):
+- headings → bold; **bold**, *italic*, ~~strike~~, `code`, fenced and indented code (with the
+  language as `class="language-x"`), links (http, https, mailto, tg, ftp only; others keep their label
+  as text), images → a link named by their alt text, block quotes → <blockquote>,
+  bullet and numbered lists (nested, indented) → "•"/"◦"/"▪" and "N." prefixes,
+  tables → a <pre> block of aligned columns, rules → a line.
+- `& < >` are escaped everywhere outside tags; tags are always well nested.
+
+`telegram_parts` splits a reply for Telegram: the Markdown is cut with the shared splitter (code
+fences closed and reopened), and a part whose rendering shows more than the limit (table padding)
+is cut again, smaller. Each part keeps its Markdown source: when Telegram still rejects the HTML,
+the channel resends that source as plain text (see TelegramChannel).
+
+Discord renders Markdown natively, so it keeps it, with only the constructs Discord lacks rewritten.
 """
 
 from __future__ import annotations
 
 import html
 import re
+from functools import lru_cache
 
-_FENCED = re.compile(r"^ {0,3}```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^ {0,3}```[ \t]*$|\Z)", re.M | re.S)
-_INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
-_LINK = re.compile(r"\[([^\]\n]+)\]\((\S+?)(?:\s+\"[^\"]*\")?\)")
-_AUTOLINK = re.compile(r"<(https?://[^\s>]+)>")
-_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
-_ITALIC = re.compile(
-    r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=\S)\*(?![\w*])"  # *italic*, not **bold** or 2*3*4
-    r"|(?<!\w)_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)"  # _italic_, not snake_case
-)
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_SPOILER = re.compile(r"\|\|(?=\S)(.+?)(?<=\S)\|\|")
-_BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
-_HR = re.compile(r"^ {0,3}([-*_])( *\1){2,} *$", re.M)
-_QUOTE_LINE = re.compile(r"^&gt; ?(.*)$", re.M)
-_INLINE_TAG = re.compile(r"<(/?)(b|i|s|tg-spoiler)>")
-_PLACEHOLDER = "\x00{}\x00"
-_PLACEHOLDER_RE = re.compile(r"\x00(\d+)\x00")
-_SAFE_URL = re.compile(r"^(https?|mailto|tg|ftp)://|^mailto:", re.I)
+from markdown_it import MarkdownIt
+from markdown_it.tree import SyntaxTreeNode
+
+from nanobot.channels.split import split_message, utf16_len
+
+_SAFE_URL = re.compile(r"^(https?|tg|ftp)://|^mailto:", re.I)
+_BULLETS = ("•", "◦", "▪")
+_RULE = "──────────"
+_TAG = re.compile(r"<[^<>]*>")
 
 
 def escape_html(text: str) -> str:
@@ -37,92 +40,182 @@ def escape_html(text: str) -> str:
     return html.escape(text, quote=False)
 
 
-class _Stash:
-    """Holds already-rendered fragments behind placeholders so later passes cannot touch them."""
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-
-    def put(self, rendered: str) -> str:
-        self.items.append(rendered)
-        return _PLACEHOLDER.format(len(self.items) - 1)
-
-    def restore(self, text: str) -> str:
-        # Placeholders may nest (a link label holding inline code), so resolve until none remain.
-        while _PLACEHOLDER_RE.search(text):
-            text = _PLACEHOLDER_RE.sub(lambda m: self.items[int(m.group(1))], text)
-        return text
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    return MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
 
 
-def _well_nested(text: str) -> bool:
-    stack: list[str] = []
-    for closing, tag in _INLINE_TAG.findall(text):
-        if not closing:
-            stack.append(tag)
-        elif not stack or stack.pop() != tag:
-            return False
-    return not stack
+# ----------------------------------------------------------------------------------- inline
 
 
-def _inline(text: str, stash: _Stash) -> str:
-    """Render inline Markdown on already-escaped text (one line).
+def _inline(node: SyntaxTreeNode, plain: bool = False) -> str:
+    """Render inline children; `plain` gives visible text only (for table cells)."""
+    return "".join(_inline_node(child, plain) for child in node.children)
 
-    Overlapping emphasis (`*a **b* c**`) would give crossing tags, which Telegram rejects: such a
-    line keeps its Markdown markers as plain text instead.
-    """
-    out = _BOLD.sub(lambda m: f"<b>{m.group(1) or m.group(2)}</b>", text)
-    out = _ITALIC.sub(lambda m: f"<i>{m.group(1) or m.group(2)}</i>", out)
-    out = _STRIKE.sub(lambda m: f"<s>{m.group(1)}</s>", out)
-    out = _SPOILER.sub(lambda m: f"<tg-spoiler>{m.group(1)}</tg-spoiler>", out)
-    return out if _well_nested(out) else text
+
+def _wrap(tag: str, inner: str, plain: bool) -> str:
+    return inner if plain or not inner else f"<{tag}>{inner}</{tag}>"
+
+
+def _inline_node(node: SyntaxTreeNode, plain: bool) -> str:
+    kind = node.type
+    if kind == "text":
+        return node.content if plain else escape_html(node.content)
+    if kind in ("softbreak", "hardbreak"):
+        return " " if plain else "\n"
+    if kind == "code_inline":
+        return node.content if plain else f"<code>{escape_html(node.content)}</code>"
+    if kind == "strong":
+        return _wrap("b", _inline(node, plain), plain)
+    if kind == "em":
+        return _wrap("i", _inline(node, plain), plain)
+    if kind == "s":
+        return _wrap("s", _inline(node, plain), plain)
+    if kind == "link":
+        return _anchor(str(node.attrs.get("href", "")), _inline(node, plain), plain)
+    if kind == "image":
+        label = _inline(node, plain) or "image"
+        return _anchor(str(node.attrs.get("src", "")), label, plain)
+    # html_inline cannot occur (raw HTML is off); anything unexpected is shown as its source text.
+    text = node.content or "".join(_inline_node(c, True) for c in node.children)
+    return text if plain else escape_html(text)
+
+
+def _anchor(url: str, label: str, plain: bool) -> str:
+    if plain or not _SAFE_URL.match(url):
+        return label
+    return f'<a href="{html.escape(url, quote=True)}">{label or escape_html(url)}</a>'
+
+
+# ----------------------------------------------------------------------------------- blocks
+
+
+def _indent(text: str, first: str, rest: str) -> str:
+    lines = text.split("\n")
+    return "\n".join([first + lines[0], *(rest + line if line else line for line in lines[1:])])
+
+
+def _blocks(node: SyntaxTreeNode, depth: int, quoted: bool) -> list[str]:
+    return [out for child in node.children if (out := _block(child, depth, quoted))]
+
+
+def _list(node: SyntaxTreeNode, depth: int, quoted: bool) -> str:
+    ordered = node.type == "ordered_list"
+    number = int(node.attrs.get("start", 1) or 1) if ordered else 0
+    tight = all(p.hidden for item in node.children for p in item.children if p.type == "paragraph")
+    items: list[str] = []
+    for item in node.children:
+        marker = f"{number + len(items)}." if ordered else _BULLETS[depth % len(_BULLETS)]
+        body = ("\n" if tight else "\n\n").join(_blocks(item, depth + 1, quoted))
+        items.append(_indent(body, marker + " ", " " * (len(marker) + 1)))
+    return ("\n" if tight else "\n\n").join(items)
+
+
+def _code(content: str, lang: str = "") -> str:
+    attr = f' class="language-{html.escape(lang, quote=True)}"' if lang else ""
+    return f"<pre><code{attr}>{escape_html(content.rstrip(chr(10)))}</code></pre>"
+
+
+def _table(node: SyntaxTreeNode) -> str:
+    rows: list[list[str]] = []
+    right: list[bool] = []
+    for section in node.children:  # thead, tbody
+        for tr in section.children:
+            cells = [_inline(cell.children[0], plain=True) if cell.children else "" for cell in tr.children]
+            rows.append(cells)
+            if not right:
+                right = ["right" in str(cell.attrs.get("style", "")) for cell in tr.children]
+    width = max(len(r) for r in rows)
+    sizes = [max((len(r[i]) for r in rows if i < len(r)), default=0) for i in range(width)]
+
+    def line(cells: list[str]) -> str:
+        padded = [
+            (c.rjust(sizes[i]) if i < len(right) and right[i] else c.ljust(sizes[i]))
+            for i, c in enumerate(cells + [""] * (width - len(cells)))
+        ]
+        return " │ ".join(padded).rstrip()
+
+    out = [line(rows[0]), "─┼─".join("─" * s for s in sizes), *(line(r) for r in rows[1:])]
+    return "<pre>" + escape_html("\n".join(out)) + "</pre>"
+
+
+def _block(node: SyntaxTreeNode, depth: int, quoted: bool) -> str:
+    kind = node.type
+    if kind == "paragraph":
+        return _inline(node.children[0]) if node.children else ""
+    if kind == "heading":
+        return _wrap("b", _inline(node.children[0]), False) if node.children else ""
+    if kind in ("bullet_list", "ordered_list"):
+        return _list(node, depth, quoted)
+    if kind == "fence":
+        return _code(node.content, node.info.strip().split(" ")[0] if node.info else "")
+    if kind == "code_block":
+        return _code(node.content)
+    if kind == "hr":
+        return _RULE
+    if kind == "table":
+        return _table(node)
+    if kind == "blockquote":
+        inner = "\n\n".join(_blocks(node, depth, True))
+        # Telegram does not nest quotes: an inner quote is marked by a bar instead.
+        return _indent(inner, "▎", "▎") if quoted else f"<blockquote>{inner}</blockquote>"
+    # html_block cannot occur (raw HTML is off); show any other block as escaped source.
+    return escape_html(node.content)
 
 
 def markdown_to_telegram_html(markdown: str) -> str:
     """Convert Markdown to Telegram Bot API HTML (parse_mode="HTML")."""
-    stash = _Stash()
-
-    def fenced(m: re.Match[str]) -> str:
-        lang, body = m.group(1), m.group(2).rstrip("\n")
-        attr = f' class="language-{escape_html(lang)}"' if lang else ""
-        return stash.put(f"<pre><code{attr}>{escape_html(body)}</code></pre>")
-
-    text = _FENCED.sub(fenced, markdown)
-    text = _INLINE_CODE.sub(lambda m: stash.put(f"<code>{escape_html(m.group(2).strip())}</code>"), text)
-
-    def link(m: re.Match[str]) -> str:
-        label, url = m.group(1), m.group(2)
-        if not _SAFE_URL.match(url):
-            return m.group(0)
-        return stash.put(f'<a href="{html.escape(url, quote=True)}">{_inline(escape_html(label), stash)}</a>')
-
-    text = _LINK.sub(link, text)
-    text = _AUTOLINK.sub(lambda m: stash.put(escape_html(m.group(1))), text)
-    text = escape_html(text)
-    text = _HR.sub("──────────", text)
-    text = _HEADING.sub(lambda m: f"<b>{m.group(1)}</b>", text)
-    text = _BULLET.sub(lambda m: f"{m.group(1)}• ", text)
-    text = "\n".join(_inline(line, stash) for line in text.split("\n"))
-    text = _merge_quotes(text)
-    return stash.restore(text)
+    tree = SyntaxTreeNode(_parser().parse(markdown))
+    return "\n\n".join(_blocks(tree, 0, False))
 
 
-def _merge_quotes(text: str) -> str:
-    """Turn runs of `> ` lines (escaped as `&gt; `) into one <blockquote>."""
-    out: list[str] = []
-    quote: list[str] = []
-    for line in text.split("\n"):
-        m = _QUOTE_LINE.match(line)
-        if m:
-            quote.append(m.group(1))
+def visible_text(telegram_html: str) -> str:
+    """The text Telegram shows for HTML this module rendered (tags dropped, entities decoded)."""
+    return html.unescape(_TAG.sub("", telegram_html))
+
+
+def _regroup_tables(markdown: str, max_chars: int) -> str:
+    """Cut long top-level tables into tables of at most half a message each, header repeated, so
+    that a part cut between them still shows a table."""
+    lines = markdown.split("\n")
+    tree = SyntaxTreeNode(_parser().parse(markdown))
+    for table in reversed([n for n in tree.children if n.type == "table" and n.map]):
+        start, end = table.map
+        width = max(utf16_len(line) for line in visible_text(_table(table)).split("\n")) + 1
+        per = max(1, max_chars // 2 // width - 2)
+        head, body = lines[start : start + 2], lines[start + 2 : end]
+        if len(body) <= per:
             continue
-        if quote:
-            out.append("<blockquote>" + "\n".join(quote) + "</blockquote>")
-            quote = []
-        out.append(line)
-    if quote:
-        out.append("<blockquote>" + "\n".join(quote) + "</blockquote>")
-    return "\n".join(out)
+        regrouped: list[str] = []
+        for i in range(0, len(body), per):
+            regrouped += ([""] if i else []) + head + body[i : i + per]
+        lines[start:end] = regrouped
+    return "\n".join(lines)
 
+
+def _shown_or_source(markdown: str) -> int:
+    """The larger of a part's Markdown length and the length Telegram shows once it is rendered."""
+    return max(utf16_len(markdown), utf16_len(visible_text(markdown_to_telegram_html(markdown))))
+
+
+def telegram_parts(markdown: str, max_chars: int) -> list[tuple[str, str]]:
+    """(html, markdown source) parts whose source and shown text both fit in `max_chars`."""
+    out: list[tuple[str, str]] = []
+    for part in split_message(markdown, max_chars):
+        rendered = markdown_to_telegram_html(part)
+        if utf16_len(visible_text(rendered)) <= max_chars:
+            out.append((rendered, part))
+            continue
+        # Rendering grew the part (table padding): cut it again, measuring what Telegram shows.
+        regrouped = _regroup_tables(part, max_chars)
+        out.extend(
+            (markdown_to_telegram_html(sub), sub)
+            for sub in split_message(regrouped, max_chars, measure=_shown_or_source)
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------- Discord
 
 _DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.+?)[ \t#]*$", re.M)
 

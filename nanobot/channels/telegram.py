@@ -38,8 +38,8 @@ from telegram.request import HTTPXRequest
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.channels.base import SLASH_COMMANDS, Channel
 from nanobot.channels.delivery import AckWindow
-from nanobot.channels.markdown import markdown_to_telegram_html
-from nanobot.channels.split import TELEGRAM_MAX_CHARS, split_message
+from nanobot.channels.markdown import telegram_parts
+from nanobot.channels.split import TELEGRAM_MAX_CHARS
 from nanobot.channels.telegram_media import download_media
 from nanobot.secrets import register_secret
 
@@ -287,12 +287,12 @@ class TelegramChannel(Channel):
             stream.flush.cancel()  # only edits run late; the final edit below supersedes them
             with contextlib.suppress(asyncio.CancelledError):
                 await stream.flush
-        for index, part in enumerate(split_message(msg.content, TELEGRAM_MAX_CHARS)):
+        for index, (html, part) in enumerate(telegram_parts(msg.content, TELEGRAM_MAX_CHARS)):
             if index == 0 and stream is not None and stream.message_id is not None:
-                await self._edit_part(msg.chat_id, stream.message_id, part)
+                await self._edit_part(msg.chat_id, stream.message_id, html, part)
             else:
                 reply_to = msg.reply_to if index == 0 else None
-                await self._send_part(msg.chat_id, part, reply_to)
+                await self._send_part(msg.chat_id, html, part, reply_to)
         for path in self.outbound_media(msg):
             await self._with_retry("sendDocument", lambda p=path: self._send_document(msg.chat_id, p))
 
@@ -301,11 +301,11 @@ class TelegramChannel(Channel):
         with open(path, "rb") as fh:
             await self.bot.send_document(chat_id, document=fh, filename=path.name)
 
-    async def _send_part(self, chat_id: str, part: str, reply_to: str | None) -> Message:
+    async def _send_part(self, chat_id: str, html: str, part: str, reply_to: str | None) -> Message:
+        """Send one part as HTML; when Telegram rejects it, its Markdown source as plain text."""
         assert self.bot is not None
         bot = self.bot
         reply = ReplyParameters(int(reply_to), allow_sending_without_reply=True) if reply_to else None
-        html = markdown_to_telegram_html(part)
         try:
             return await self._with_retry(
                 "sendMessage",
@@ -317,10 +317,9 @@ class TelegramChannel(Channel):
                 "sendMessage", lambda: bot.send_message(chat_id, part, reply_parameters=reply)
             )
 
-    async def _edit_part(self, chat_id: str, message_id: int, part: str) -> None:
+    async def _edit_part(self, chat_id: str, message_id: int, html: str, part: str) -> None:
         assert self.bot is not None
         bot = self.bot
-        html = markdown_to_telegram_html(part)
         try:
             await self._with_retry(
                 "editMessageText",

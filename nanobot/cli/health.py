@@ -1,4 +1,5 @@
-"""`nanobot health`: exit 0 when a gateway runs on this workspace and its watchdog is fresh, else 1.
+"""`nanobot health`: exit 0 when a gateway runs on this workspace, its watchdog is fresh and not every
+enabled channel has failed; else 1.
 
 Used by Docker's HEALTHCHECK and by people; it only reads the workspace's lock and state files, so
 it is cheap and never talks to the gateway.
@@ -14,7 +15,7 @@ from nanobot.service.state import WATCHDOG_STALE_FACTOR, is_healthy
 
 
 def health(config: ConfigOption = None) -> None:
-    """Exit 0 when a gateway runs on this workspace and its watchdog is fresh, else 1."""
+    """Exit 0 when a gateway runs, its watchdog is fresh and a channel works (if any is enabled), else 1."""
     try:
         cfg = load_config(config)
     except ConfigError as exc:

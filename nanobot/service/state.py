@@ -199,7 +199,8 @@ def gateway_summary(workspace: Path, now: float | None = None) -> dict[str, Any]
 
 
 def is_healthy(workspace: Path, max_age_s: float, now: float | None = None) -> tuple[bool, str]:
-    """(healthy, one-line reason): a gateway holds this workspace and beat within `max_age_s`."""
+    """(healthy, one-line reason): a gateway holds this workspace, beat within `max_age_s`, and at
+    least one of its enabled channels has not failed (a gateway with no channel at all is healthy)."""
     now = time.time() if now is None else now
     summary = gateway_summary(workspace, now)
     if not summary["running"]:
@@ -209,7 +210,11 @@ def is_healthy(workspace: Path, max_age_s: float, now: float | None = None) -> t
         return False, f"gateway pid {pid} has not written its state yet ({state_path(workspace).name})"
     if age > max_age_s:
         return False, f"gateway pid {pid} watchdog stale: last beat {age:.0f}s ago (limit {max_age_s:.0f}s)"
-    failing = sorted(name for name, ch in summary["channels"].items() if (ch or {}).get("error"))
+    channels = summary["channels"]
+    failing = sorted(name for name, ch in channels.items() if (ch or {}).get("error"))
+    if channels and all((ch or {}).get("state") == "failed" for ch in channels.values()):
+        # Alive but deaf: nobody can reach it, so a restart (or the owner) must act.
+        return False, f"gateway pid {pid} unhealthy: every enabled channel failed ({', '.join(failing)})"
     note = f"; channels with errors: {', '.join(failing)}" if failing else ""
     uptime = summary["uptime_s"] or 0.0
     return True, f"gateway pid {pid} healthy: up {uptime:.0f}s, last beat {age:.1f}s ago{note}"
