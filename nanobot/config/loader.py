@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from nanobot.config.paths import default_config_path
 from nanobot.config.schema import SCHEMA_KEY, Config
+from nanobot.util.fs import atomic_write
 
 ENV_PREFIX = "NANOBOT_"
 
@@ -132,11 +133,5 @@ def load_config(path: Path | None = None) -> Config:
 
 def save_config(config: Config, path: Path) -> None:
     """Write config.json atomically with mode 0600 (it holds secrets)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(config.model_dump(by_alias=True, mode="json"), indent=2, ensure_ascii=False) + "\n"
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    atomic_write(path, text)

@@ -8,9 +8,7 @@ processes, so a one-shot `nanobot agent` beside a gateway never interleaves line
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -22,6 +20,7 @@ from loguru import logger
 
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import resolve_tz
+from nanobot.util.fs import append_locked, atomic_write, file_lock
 
 MEMORY_FILE = "MEMORY.md"
 HISTORY_FILE = "HISTORY.md"
@@ -41,18 +40,6 @@ def normalise_fact(line: str) -> str:
 def slugify(text: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     return slug[:MAX_SLUG_CHARS].strip("-") or "session"
-
-
-def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace `path` with `text` so a crash leaves either the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 class MemoryStore:
@@ -103,16 +90,12 @@ class MemoryStore:
                 finally:
                     self._depth -= 1
                 return
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            with file_lock(self.dir / LOCK_FILE):
                 self._depth = 1
-                yield
-            finally:
-                self._depth = 0
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+                try:
+                    yield
+                finally:
+                    self._depth = 0
 
     def is_memory_path(self, path: Path) -> bool:
         try:
@@ -157,7 +140,6 @@ class MemoryStore:
         if not current.strip() or self.backups_kept <= 0:
             return
         backups = self.dir / BACKUP_DIR
-        backups.mkdir(parents=True, exist_ok=True)
         stamp = self.now().strftime("%Y%m%dT%H%M%S%f")
         atomic_write(backups / f"MEMORY-{stamp}.md", current)
         for old in sorted(backups.glob("MEMORY-*.md"))[: -self.backups_kept]:
@@ -168,11 +150,7 @@ class MemoryStore:
 
     def _append(self, path: Path, text: str) -> None:
         with self.locked():
-            needs_gap = path.exists() and path.stat().st_size > 0
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write(("\n" if needs_gap else "") + text.rstrip("\n") + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+            append_locked(path, text.rstrip("\n") + "\n", separate=True)
         self._changed(path)
 
     def append_history(self, entry: str) -> None:

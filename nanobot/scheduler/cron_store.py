@@ -8,10 +8,7 @@ half-written file and two writers never lose each other's jobs.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +22,8 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
+
+from nanobot.util.fs import atomic_write, file_lock
 
 FILE_FORMAT = 1
 MAX_JOBS = 500  # a runaway agent must not grow jobs.json without bound
@@ -328,26 +327,11 @@ class CronStore:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with file_lock(self._lock_path):
             yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
     def _write(self, jobs: list[CronJob]) -> None:
         text = json.dumps(
             {"version": FILE_FORMAT, "jobs": [j.to_dict() for j in jobs]}, indent=2, ensure_ascii=False
         )
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(self.path, text + "\n")

@@ -21,6 +21,8 @@ from typing import Any
 
 from loguru import logger
 
+from nanobot.util.fs import atomic_write, open_private
+
 LOCK_FILE_NAME = ".gateway.lock"
 STATE_FILE_NAME = ".gateway.json"
 STATE_FORMAT = 1
@@ -88,9 +90,8 @@ class GatewayLock:
         """Take the lock or raise GatewayAlreadyRunning naming the holder's pid."""
         if self._fd is not None:
             return
-        self.workspace.mkdir(parents=True, exist_ok=True)
         # Never unlink the lock file: a waiter could lock the old inode while we lock a new one.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_private(self.path, os.O_RDWR | os.O_CLOEXEC)
         deadline = time.monotonic() + ACQUIRE_RETRY_S
         while True:
             try:
@@ -252,10 +253,8 @@ class GatewayState:
 
     def write(self) -> None:
         """Write the current state (temp file + os.replace: readers never see half a file)."""
-        self.workspace.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f"{self.path.name}.{self.pid}.tmp")
-        tmp.write_text(json.dumps(self.as_dict(), indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, self.path)
+        # no fsync: the state is rewritten on every watchdog beat and describes only this run
+        atomic_write(self.path, json.dumps(self.as_dict(), indent=2) + "\n", fsync=False)
 
     def beat(self) -> None:
         """A watchdog beat: refresh watchdog_at and write."""

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from loguru import logger
 
+from nanobot.util.fs import atomic_write
+
 UNIT_NAME = "nanobot.service"
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 # Longer than the gateway's own shutdown budget (10 s), so systemd never SIGKILLs a clean drain.
@@ -190,11 +192,8 @@ class Systemctl:
 def write_unit(text: str, path: Path) -> None:
     """Write the unit atomically with mode 0644."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        path.parent.mkdir(parents=True, exist_ok=True)  # a system folder: not ours to make private
+        atomic_write(path, text, mode=0o644)
     except PermissionError:
         raise ServiceError(
             f"cannot write {path}: permission denied (use sudo, or --user for a user unit)"
