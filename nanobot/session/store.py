@@ -8,7 +8,6 @@ lock so two processes never interleave lines. fsync follows the configured polic
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
 import time
@@ -23,6 +22,7 @@ from loguru import logger
 
 from nanobot.config.paths import session_file_name
 from nanobot.providers.tokens import count_message
+from nanobot.util.fs import ensure_private_dir, fd_lock, open_private
 
 METADATA_FORMAT = 1
 DEFAULT_MAX_CACHED_SESSIONS = 128
@@ -154,8 +154,8 @@ class SessionStore:
     def _handle(self, session: Session) -> IO[str]:
         fh = self._handles.get(session.key)
         if fh is None or fh.closed:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fh = open(session.path, "a+", encoding="utf-8")  # noqa: SIM115 - kept open for appends
+            fd = open_private(session.path, os.O_RDWR | os.O_APPEND)
+            fh = open(fd, "a+", encoding="utf-8")  # noqa: SIM115 - kept open for appends
             self._handles[session.key] = fh
         return fh
 
@@ -164,8 +164,7 @@ class SessionStore:
             raise RuntimeError(f"session {session.key} was archived; write to the new session instead")
         data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs)
         fh = self._handle(session)
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
+        with fd_lock(fh.fileno()):
             fh.seek(0, os.SEEK_END)
             end = fh.tell()
             # A crash may have left a truncated last line: start ours on a fresh line
@@ -178,8 +177,6 @@ class SessionStore:
                 os.fsync(fh.fileno())
             elif self.fsync_policy == "everysec":
                 self._dirty.add(session.key)
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
         if self.fsync_policy == "everysec":
             if time.monotonic() - self._last_fsync >= FSYNC_INTERVAL_S:
                 self.fsync_dirty()
@@ -233,7 +230,7 @@ class SessionStore:
         session.archived = True
         if not session.path.exists():
             return None
-        self.archive_dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.archive_dir)
         stamp = now.strftime("%Y%m%dT%H%M%S")
         target = self.archive_dir / f"{session.path.stem}-{stamp}.jsonl"
         n = 2
