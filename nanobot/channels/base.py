@@ -26,6 +26,7 @@ from loguru import logger
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import ChannelsConfig, ProvidersConfig
+from nanobot.util.retry import backoff_s
 
 ChannelState = Literal["created", "starting", "running", "retrying", "failed", "stopped"]
 T = TypeVar("T")
@@ -128,7 +129,7 @@ class Channel(ABC):
         await self._send_text(msg)
 
     def _backoff(self, attempt: int) -> float:
-        return min(RETRY_MAX_DELAY_S, self.retry_base_delay_s * (2**attempt))
+        return backoff_s(attempt, self.retry_base_delay_s, RETRY_MAX_DELAY_S)
 
     async def _with_retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Run one platform API call, retrying on rate limits and transient failures."""

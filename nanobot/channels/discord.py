@@ -28,6 +28,7 @@ from nanobot.channels.base import SLASH_COMMANDS, Channel
 from nanobot.channels.markdown import markdown_to_discord
 from nanobot.channels.split import DISCORD_MAX_CHARS, split_message
 from nanobot.secrets import register_secret
+from nanobot.util.retry import backoff_s
 
 GUILD_READY_TIMEOUT_S = 2.0  # discord.py's wait for GUILD_CREATEs after READY
 REIDENTIFY_DELAY_S = 5.0  # discord.py's default pause before a non-initial IDENTIFY
@@ -140,7 +141,7 @@ class DiscordChannel(Channel):
             if self._stopping:
                 return
             self._set_state("retrying", error)
-            await asyncio.sleep(min(RECONNECT_MAX_DELAY_S, self.retry_base_delay_s * (2**failures)))
+            await asyncio.sleep(backoff_s(failures, self.retry_base_delay_s, RECONNECT_MAX_DELAY_S))
             failures += 1
 
     async def stop(self) -> None:

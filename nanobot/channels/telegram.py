@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import re
 import time
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from nanobot.channels.markdown import telegram_parts
 from nanobot.channels.split import TELEGRAM_MAX_CHARS
 from nanobot.channels.telegram_media import download_media
 from nanobot.secrets import register_secret
+from nanobot.util.retry import backoff_s, parse_retry_after
 
 REQUEST_TIMEOUT_S = 20.0
 CONNECT_TIMEOUT_S = 10.0
@@ -66,7 +66,7 @@ class _Stream:
 
 def _retry_after_s(exc: RetryAfter) -> float:
     value: Any = getattr(exc, "_retry_after", None) or exc.retry_after
-    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+    return parse_retry_after(value) or 0.0
 
 
 class TelegramChannel(Channel):
@@ -185,11 +185,11 @@ class TelegramChannel(Channel):
                 delay = _retry_after_s(exc)
                 self._set_state("retrying", f"rate limited by Telegram (retry after {delay:.0f}s)")
             except TelegramError as exc:  # network drops, 5xx, timeouts, a competing poller (Conflict)
-                delay = min(RECONNECT_MAX_DELAY_S, self.retry_base_delay_s * (2**failures))
+                delay = backoff_s(failures, self.retry_base_delay_s, RECONNECT_MAX_DELAY_S)
                 self._set_state("retrying", f"{type(exc).__name__}: {exc}")
             except Exception as exc:  # a bug handling one update must not stop the channel
                 logger.exception("telegram: unexpected error in the polling loop")
-                delay = min(RECONNECT_MAX_DELAY_S, self.retry_base_delay_s * (2**failures))
+                delay = backoff_s(failures, self.retry_base_delay_s, RECONNECT_MAX_DELAY_S)
                 self._set_state("retrying", f"{type(exc).__name__}: {exc}")
             failures += 1
             await asyncio.sleep(delay)
