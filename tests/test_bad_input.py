@@ -13,8 +13,8 @@ import pytest
 
 from nanobot.config.loader import ConfigError, load_config
 from nanobot.providers.registry import ProviderConfigError, resolve_provider
-from nanobot.session.history import TRUNCATION_MARKER
 from nanobot.session.store import SessionStore
+from nanobot.util.text import MIDDLE_MARKER as TRUNCATION_MARKER
 from tests.agent_helpers import make_agent, messages_of, read_jsonl, session_path
 from tests.conftest import run_cli
 from tests.fakes.llm_server import FakeLLMServer, Reply

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from nanobot.session import store as store_mod
-from nanobot.session.history import build_history, history_indices, truncate_middle
+from nanobot.session.history import build_history, history_indices
 from nanobot.session.store import Session, SessionStore
+from nanobot.util.text import truncate_middle
 
 STAMP = "2026-01-01T00:00:00+00:00"
 

@@ -30,9 +30,10 @@ from nanobot.memory.seam import FileMemory, LongTermMemory, TurnRecord
 from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMError, LLMProvider
 from nanobot.providers.tokens import count_message
-from nanobot.session.history import build_history, history_indices, history_tokens, truncate_middle
+from nanobot.session.history import build_history, history_indices, history_tokens
 from nanobot.session.store import Session, SessionStore
 from nanobot.timeutil import now as tz_now
+from nanobot.util.text import truncate_middle
 
 NEW_SESSION_REPLY = "New session started."
 

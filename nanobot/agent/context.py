@@ -21,6 +21,7 @@ from loguru import logger
 
 from nanobot.memory.store import MemoryStore
 from nanobot.timeutil import now as tz_now
+from nanobot.util.text import truncate_middle
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
 HEAD_SHARE = 0.7
@@ -46,15 +47,16 @@ class Budget:
 
 def fit_to_budget(name: str, text: str, max_chars: int) -> str:
     """Head 70% and tail 20% of an oversized file around a marker naming it and how to read it."""
-    if len(text) <= max_chars:
-        return text
-    head = int(max_chars * HEAD_SHARE)
-    tail = int(max_chars * TAIL_SHARE)
     marker = (
-        f"\n\n[... {name} is {len(text)} characters; {len(text) - head - tail} omitted here. "
-        f'Read the whole file with read_file("{name}") ...]\n\n'
+        "\n\n[... " + _escape(name) + " is {total} characters; {omitted} omitted here. "
+        'Read the whole file with read_file("' + _escape(name) + '") ...]\n\n'
     )
-    return text[:head] + marker + text[-tail:]
+    return truncate_middle(text, max_chars, head_share=HEAD_SHARE, tail_share=TAIL_SHARE, marker=marker)
+
+
+def _escape(literal: str) -> str:
+    """`literal` for use inside a format-string marker."""
+    return literal.replace("{", "{{").replace("}", "}}")
 
 
 class ContextBuilder:

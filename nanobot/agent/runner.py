@@ -18,7 +18,7 @@ from loguru import logger
 from nanobot.agent.tools.base import ToolContext
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.providers.base import LLMProvider, StreamCallback, Usage
-from nanobot.session.history import truncate_middle
+from nanobot.util.text import truncate_head, truncate_middle
 
 MessagesCallback = Callable[[list[dict[str, Any]]], Awaitable[None] | None]
 ProgressCallback = Callable[[str, str], Awaitable[None]]  # (kind, text): kind "progress" | "tool_hint"
@@ -40,8 +40,7 @@ def tool_hint(name: str, arguments: Any) -> str:
     if isinstance(arguments, dict) and arguments:
         first = next(iter(arguments.values()))
         shown = first if isinstance(first, str) else json.dumps(first, ensure_ascii=False)
-        if len(shown) > TOOL_HINT_MAX_CHARS:
-            shown = shown[: TOOL_HINT_MAX_CHARS - 1] + "…"
+        shown = truncate_head(shown, TOOL_HINT_MAX_CHARS)
         return f'{name}("{shown}")'
     return f"{name}()"
 

@@ -10,6 +10,7 @@ import typer
 
 from nanobot.cli.common import ConfigOption, err, load_cli_config
 from nanobot.config.schema import MCPServerConfig
+from nanobot.util.text import truncate_head
 
 app = typer.Typer(help="MCP servers (tools.mcpServers).", no_args_is_help=True)
 
@@ -35,7 +36,7 @@ async def _probe(servers: dict[str, MCPServerConfig]) -> tuple[list[dict[str, An
 
 def _one_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= DESCRIPTION_PREVIEW_CHARS else line[: DESCRIPTION_PREVIEW_CHARS - 1] + "…"
+    return truncate_head(line, DESCRIPTION_PREVIEW_CHARS)
 
 
 @app.command("list")

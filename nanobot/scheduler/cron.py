@@ -46,6 +46,7 @@ from nanobot.scheduler.cron_store import (
 )
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import resolve_tz
+from nanobot.util.text import truncate_head
 
 __all__ = [
     "CRON_SESSION_PREFIX",
@@ -69,7 +70,7 @@ Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
 
 
 def _status(text: str) -> str:
-    return text if len(text) <= MAX_STATUS_CHARS else text[: MAX_STATUS_CHARS - 1] + "…"
+    return truncate_head(text, MAX_STATUS_CHARS)
 
 
 class CronService:

@@ -5,23 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from nanobot.session.store import Session
+from nanobot.util.text import truncate_middle
 
 _LLM_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
-TRUNCATION_MARKER = "\n\n[... truncated: {omitted} of {total} characters omitted ...]\n\n"
-
-
-def truncate_middle(text: str, max_chars: int, head_share: float = 0.7) -> str:
-    """Keep the head and tail of `text` around a marker that says how much was cut."""
-    if len(text) <= max_chars:
-        return text
-    head = int(max_chars * head_share)
-    tail = max(0, max_chars - head - 100)
-    omitted = len(text) - head - tail
-    return (
-        text[:head]
-        + TRUNCATION_MARKER.format(omitted=omitted, total=len(text))
-        + (text[-tail:] if tail else "")
-    )
 
 
 def _complete_indices(messages: list[dict[str, Any]], start: int) -> list[int]:

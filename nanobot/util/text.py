@@ -9,6 +9,7 @@ from __future__ import annotations
 
 ELLIPSIS = "…"
 MIDDLE_MARKER = "\n\n[... truncated: {omitted} of {total} characters omitted ...]\n\n"
+MARKER_ROOM = 100  # characters of the limit kept for the default marker, so the result stays near it
 
 
 def _marker(marker: str, omitted: int, total: int, limit: int) -> str:
@@ -40,7 +41,7 @@ def truncate_middle(
     head_share: float = 0.7,
     tail_share: float | None = None,
     marker: str = MIDDLE_MARKER,
-    marker_budget: int = 0,
+    marker_budget: int = MARKER_ROOM,
 ) -> str:
     """Head and tail of `text` around `marker`.
 

@@ -26,6 +26,8 @@ from nanobot.agent.tools.mcp_transport import (
     open_transport,
 )
 from nanobot.config.schema import MCPServerConfig
+from nanobot.util.retry import backoff_s
+from nanobot.util.text import truncate_head
 
 CONNECT_TIMEOUT_S = 20.0  # spawn/handshake/tools-list budget for one server
 SHUTDOWN_TIMEOUT_S = 5.0  # per server; the stdio transport itself needs up to ~4 s for a stubborn child
@@ -78,8 +80,7 @@ def render_result(result: Any) -> str:
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     text = "\n".join(parts) or "(no output)"
-    if len(text) > MAX_RESULT_CHARS:
-        text = text[:MAX_RESULT_CHARS] + f"\n[... truncated at {MAX_RESULT_CHARS} chars]"
+    text = truncate_head(text, MAX_RESULT_CHARS, marker="\n[... truncated at {limit} chars]")
     return f"Error: {text}" if result.is_error else text
 
 
@@ -181,7 +182,7 @@ class MCPServerConnection:
 
     def _mark_failed(self, error: str) -> None:
         self._failures += 1
-        backoff = min(self.retry_base_s * 2 ** (self._failures - 1), RETRY_MAX_S)
+        backoff = backoff_s(self._failures - 1, self.retry_base_s, RETRY_MAX_S)
         self._retry_at = time.monotonic() + backoff
         if error != self._reported:
             # Reported once per distinct problem; later retries of the same failure stay quiet.

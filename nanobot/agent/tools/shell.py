@@ -20,6 +20,7 @@ from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.config.schema import ExecToolConfig
+from nanobot.util.text import truncate_middle
 
 BUILTIN_DENY_PATTERNS = (
     r"\brm\s+-[a-z]*r[a-z]*f?\s+(/|~|\$HOME)(\s|$)",  # rm -rf / or ~
@@ -42,11 +43,13 @@ def scrubbed_env() -> dict[str, str]:
 
 
 def cap_output(text: str, max_chars: int) -> str:
-    if len(text) <= max_chars:
-        return text
-    head = max_chars * 2 // 3
-    tail = max_chars - head
-    return f"{text[:head]}\n\n[... {len(text) - max_chars} characters omitted ...]\n\n{text[-tail:]}"
+    return truncate_middle(
+        text,
+        max_chars,
+        head_share=2 / 3,
+        marker="\n\n[... {omitted} characters omitted ...]\n\n",
+        marker_budget=0,
+    )
 
 
 def _bwrap_works() -> bool:

@@ -12,6 +12,7 @@ from xml.sax.saxutils import quoteattr
 
 from nanobot.memory.backends.contract import MemoryItem, RetrieveResult
 from nanobot.providers.tokens import count_text
+from nanobot.util.text import truncate_head
 
 MAX_ITEM_CHARS = 1_000
 ID_SHOWN_CHARS = 12
@@ -23,8 +24,7 @@ def _stamp(ts: datetime) -> str:
 
 def item_line(item: MemoryItem) -> str:
     text = " ".join(item.text.split())
-    if len(text) > MAX_ITEM_CHARS:
-        text = text[: MAX_ITEM_CHARS - 1] + "…"
+    text = truncate_head(text, MAX_ITEM_CHARS)
     labels: list[str] = []
     if item.score is not None:
         labels.append(f"score {item.score:.2f}")
