@@ -19,6 +19,7 @@ from nanobot.memory.compaction import compact_transcript
 from nanobot.memory.store import MemoryStore, normalise_fact
 from nanobot.memory.transcript import render_transcript
 from nanobot.providers.base import LLMError, LLMProvider
+from nanobot.util.tool_args import decode_lenient
 
 #: share of existing MEMORY.md facts an update may drop before protection steps in
 MAX_DROPPED_FACT_SHARE = 0.5
@@ -68,11 +69,7 @@ class SaveMemoryArgs:
 
 def normalise_save_memory_args(raw: Any) -> SaveMemoryArgs | None:
     """Accept a dict, a JSON string or a list (of one dict, or [history, memory]); None if unusable."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            return None
+    raw = decode_lenient(raw)
     if isinstance(raw, list):
         if raw and isinstance(raw[0], dict):
             raw = raw[0]

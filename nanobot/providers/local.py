@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import os
 import uuid
 from pathlib import Path
@@ -18,6 +17,7 @@ from loguru import logger
 
 from nanobot.config.schema import LocalProviderConfig
 from nanobot.providers.base import LLMError, LLMProvider, LLMResponse, StreamCallback, ToolCall, Usage
+from nanobot.util.tool_args import from_provider
 
 DEMO_NOTICE = (
     "nanobot: no LLM provider is configured, so this reply comes from the embedded demo model "
@@ -120,10 +120,7 @@ class LocalProvider(LLMProvider):
         calls = []
         for i, tc in enumerate(message.get("tool_calls") or []):
             fn = tc.get("function", {})
-            try:
-                args = json.loads(fn.get("arguments") or "{}")
-            except json.JSONDecodeError:
-                args = fn.get("arguments") or ""
+            args = from_provider(fn.get("arguments"))
             calls.append(
                 ToolCall(
                     id=tc.get("id") or f"call_{uuid.uuid4().hex[:8]}_{i}",

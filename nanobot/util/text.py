@@ -1,11 +1,16 @@
 """Cutting long text to a size while saying that it was cut.
 
+`safe_id` turns any string into a file-system and API safe id.
+
 `truncate_head` keeps the start, `truncate_tail` the end, `truncate_middle` both ends around a marker.
 Markers are format strings that may use `{omitted}` (characters dropped), `{total}` (original length)
 and `{limit}` (the size asked for). Text within the limit is returned unchanged.
 """
 
 from __future__ import annotations
+
+import hashlib
+import re
 
 ELLIPSIS = "…"
 MIDDLE_MARKER = "\n\n[... truncated: {omitted} of {total} characters omitted ...]\n\n"
@@ -54,3 +59,13 @@ def truncate_middle(
     tail = max(0, max_chars - head - marker_budget) if tail_share is None else int(max_chars * tail_share)
     omitted = len(text) - head - tail
     return text[:head] + _marker(marker, omitted, len(text), max_chars) + (text[-tail:] if tail else "")
+
+
+def safe_id(value: str, *, allowed: str = "A-Za-z0-9_-", max_chars: int = 64) -> str:
+    """`value` as an id for a file name or an external system: characters outside `allowed` (a regex
+    character-class body) become `_`, the result is cut to `max_chars`, and when anything changed a
+    short hash of the original is appended so that distinct values stay distinct."""
+    cleaned = re.sub(f"[^{allowed}]", "_", value)[:max_chars] or "_"
+    if cleaned == value:
+        return cleaned
+    return f"{cleaned}-{hashlib.sha1(value.encode()).hexdigest()[:8]}"

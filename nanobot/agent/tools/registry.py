@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from loguru import logger
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.providers.tokens import count_tools
+from nanobot.util.tool_args import parse_arguments
 
 
 class ToolRegistry:
@@ -80,20 +80,3 @@ class ToolRegistry:
         except Exception as exc:  # noqa: BLE001 - a tool bug must not kill the turn
             logger.opt(exception=exc).warning("tool {} failed", name)
             return f"Error: {name} failed: {type(exc).__name__}: {exc}"
-
-
-def parse_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any] | str:
-    """Tool-call arguments as a dict, or a message saying why they are not usable."""
-    if arguments is None or arguments == "":
-        return {}
-    if isinstance(arguments, dict):
-        return arguments
-    if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments)
-        except json.JSONDecodeError as exc:
-            return f"not valid JSON ({exc.msg} at position {exc.pos})"
-        if isinstance(parsed, dict):
-            return parsed
-        return "expected a JSON object"
-    return f"expected a JSON object, got {type(arguments).__name__}"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,18 +33,14 @@ from nanobot.memory.backends.contract import (
     WriteReceipt,
 )
 from nanobot.providers.tokens import count_text
+from nanobot.util.text import safe_id
 
 FULL_HISTORY_MARGIN = 0.9  # share of the budget the transcript may use (the section header needs room)
 
 
 def safe_name(value: str) -> str:
     """A file-system-safe name for an id (distinct ids stay distinct through the hash suffix)."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", value)[:64] or "_"
-    if cleaned == value:
-        return cleaned
-    import hashlib
-
-    return f"{cleaned}-{hashlib.sha1(value.encode()).hexdigest()[:8]}"
+    return safe_id(value, allowed="A-Za-z0-9._-")
 
 
 @contextmanager

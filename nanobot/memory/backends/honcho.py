@@ -10,8 +10,6 @@ peer_target=user)` (Honcho picks what fits natively); readiness is the deriver q
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import re
 import time
 from typing import Any
 
@@ -30,17 +28,14 @@ from nanobot.memory.backends.contract import (
     WriteReceipt,
     elapsed_ms,
 )
+from nanobot.util.text import safe_id
 
-ID_RE = re.compile(r"[^A-Za-z0-9_-]")
 MAX_ID_CHARS = 100
 
 
 def honcho_id(value: str) -> str:
     """Honcho ids allow [A-Za-z0-9_-]; other characters are replaced and a hash keeps ids distinct."""
-    cleaned = ID_RE.sub("_", value)[:MAX_ID_CHARS] or "_"
-    if cleaned == value:
-        return cleaned
-    return f"{cleaned}-{hashlib.sha1(value.encode()).hexdigest()[:8]}"
+    return safe_id(value, max_chars=MAX_ID_CHARS)
 
 
 class HonchoAdapter(MemoryAdapter):
