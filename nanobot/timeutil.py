@@ -32,3 +32,22 @@ def now(tz: tzinfo | None = None) -> datetime:
 
 def iso_now(tz: tzinfo | None = None) -> str:
     return now(tz).isoformat(timespec="seconds")
+
+
+def parse_iso(text: str, tz: tzinfo | None = None) -> datetime:
+    """Parse ISO-8601 (a trailing `Z` included); a value without an offset is wall time in `tz`
+    (the system's zone when None). ValueError when malformed."""
+    moment = datetime.fromisoformat(str(text).strip())
+    if moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=tz) if tz is not None else moment.astimezone()
+
+
+def parse_iso_or_none(value: object, tz: tzinfo | None = None) -> datetime | None:
+    """`parse_iso` for values read from files or other systems: None when absent or malformed."""
+    if not value:
+        return None
+    try:
+        return parse_iso(str(value), tz)
+    except ValueError:
+        return None

@@ -41,11 +41,10 @@ from nanobot.scheduler.cron_store import (
     make_schedule,
     new_job_id,
     next_fire,
-    parse_iso,
     to_iso,
 )
 from nanobot.timeutil import now as tz_now
-from nanobot.timeutil import resolve_tz
+from nanobot.timeutil import parse_iso, resolve_tz
 from nanobot.util.text import truncate_head
 
 __all__ = [

@@ -23,6 +23,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from nanobot.timeutil import parse_iso
 from nanobot.util.fs import atomic_write, file_lock
 
 FILE_FORMAT = 1
@@ -158,12 +159,6 @@ def to_iso(moment: datetime, round_up: bool = False) -> str:
     if round_up and moment.microsecond:
         moment += timedelta(seconds=1)
     return moment.isoformat(timespec="seconds")
-
-
-def parse_iso(text: str, tz: tzinfo) -> datetime:
-    """Parse ISO-8601; a value without an offset is wall time in `tz`. ValueError when malformed."""
-    moment = datetime.fromisoformat(text.strip())
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=tz)
 
 
 # ----------------------------------------------------------------------------- schedules

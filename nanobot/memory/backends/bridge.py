@@ -23,6 +23,7 @@ from nanobot.memory.backends.contract import (
     SupportsSessionBoundary,
 )
 from nanobot.memory.seam import TurnRecord
+from nanobot.timeutil import parse_iso_or_none
 
 CONTEXT_TIMEOUT_S = 20.0  # a slow backend must not hold up the turn for long
 
@@ -78,10 +79,7 @@ class AdapterMemory:
         if turn.is_group and not self.share_in_groups:
             return
         scope = self.scope_for(turn.sender_id)
-        try:
-            when = datetime.fromisoformat(turn.timestamp)
-        except ValueError:
-            when = datetime.now().astimezone()
+        when = parse_iso_or_none(turn.timestamp) or datetime.now().astimezone()
         event = MemoryEvent(
             event_id=uuid.uuid4().hex,
             scope=scope,

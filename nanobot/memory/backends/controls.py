@@ -33,6 +33,7 @@ from nanobot.memory.backends.contract import (
     WriteReceipt,
 )
 from nanobot.providers.tokens import count_text
+from nanobot.timeutil import parse_iso_or_none
 from nanobot.util.text import safe_id
 
 FULL_HISTORY_MARGIN = 0.9  # share of the budget the transcript may use (the section header needs room)
@@ -240,7 +241,7 @@ class FullHistoryControl(_Control):
         if path.exists():
             for obj in _json_lines(path):
                 if obj.get("session_id") == session_id:
-                    last = _parse_time(obj.get("recorded_at"))
+                    last = parse_iso_or_none(obj.get("recorded_at"))
         return last
 
     def _prior_messages(
@@ -252,9 +253,9 @@ class FullHistoryControl(_Control):
             return []
         prior: list[tuple[datetime | None, dict[str, Any]]] = []
         for obj in _json_lines(path):
-            recorded = _parse_time(obj.get("recorded_at"))
+            recorded = parse_iso_or_none(obj.get("recorded_at"))
             if obj.get("session_id") == session_id and recorded is not None and recorded <= boundary:
-                prior.extend((_parse_time(obj.get("timestamp")), m) for m in obj.get("messages") or [])
+                prior.extend((parse_iso_or_none(obj.get("timestamp")), m) for m in obj.get("messages") or [])
         return prior
 
     async def _retrieve(self, request: RetrieveRequest) -> RetrieveResult:
@@ -287,14 +288,6 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
         if isinstance(obj, dict):
             out.append(obj)
     return out
-
-
-def _parse_time(value: Any) -> datetime | None:
-    try:
-        when = datetime.fromisoformat(str(value))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.astimezone()
 
 
 def _wall_clock() -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +31,9 @@ from nanobot.memory.backends.contract import (
     WriteReceipt,
     elapsed_ms,
 )
+from nanobot.timeutil import parse_iso_or_none
 
 DEFAULT_THRESHOLD = 0.1  # mem0's own default for search
-
-
-def _time(value: Any) -> datetime | None:
-    try:
-        when = datetime.fromisoformat(str(value))
-    except (TypeError, ValueError):
-        return None
-    return when if when.tzinfo else when.astimezone()
 
 
 def build_mem0(config: Config, workspace: Path, block: Any) -> Mem0Adapter:
@@ -173,7 +165,7 @@ class Mem0Adapter(MemoryAdapter):
                 text=str(r.get("memory") or ""),
                 native_id=str(r.get("id")),
                 score=float(r["score"]) if isinstance(r.get("score"), int | float) else None,
-                timestamp=_time(r.get("updated_at") or r.get("created_at")),
+                timestamp=parse_iso_or_none(r.get("updated_at") or r.get("created_at")),
                 raw=r,
             )
             for r in (response or {}).get("results", [])

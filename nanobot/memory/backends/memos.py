@@ -10,7 +10,6 @@ writable and the readable cube. async_mode stays native (default async): writes 
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any
 
 import httpx
@@ -30,6 +29,7 @@ from nanobot.memory.backends.contract import (
     WriteReceipt,
     elapsed_ms,
 )
+from nanobot.timeutil import parse_iso_or_none
 
 ADD_PATH = "/product/add"
 SEARCH_PATH = "/product/search"
@@ -52,16 +52,6 @@ NATIVE_TYPES = [
     "ToolTrajectoryMemory",
     "SkillMemory",
 ]
-
-
-def _time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.astimezone()
 
 
 class MemosAdapter(MemoryAdapter):
@@ -176,7 +166,7 @@ class MemosAdapter(MemoryAdapter):
                             text=str(mem.get("memory") or ""),
                             native_id=str(mem.get("id") or meta.get("id") or "") or None,
                             score=float(score) if isinstance(score, int | float) else None,
-                            timestamp=_time(meta.get("updated_at") or meta.get("created_at")),
+                            timestamp=parse_iso_or_none(meta.get("updated_at") or meta.get("created_at")),
                             group=f"{bucket} · {native_type}" if native_type else bucket,
                             raw=mem,
                         )
