@@ -211,8 +211,10 @@ def test_allow_and_deny(a: Site, llm: FakeLLMServer) -> None:
     a.dc.push_message("allowed dc")
     wait_until(lambda: "reply: allowed tg" in tg_texts(a.tg, TG_USER), "the allowed Telegram reply")
     wait_until(lambda: "reply: allowed dc" in dc_texts(a.dc, DC_CHANNEL), "the allowed Discord reply")
-    assert tg_texts(a.tg, TG_STRANGER) == []
-    assert dc_texts(a.dc, DC_STRANGER_CHANNEL) == []
+    # A stranger in a private chat gets one pairing code (dmPolicy "pairing") and nothing else.
+    wait_until(lambda: dc_texts(a.dc, DC_STRANGER_CHANNEL), "the Discord pairing code")
+    for texts in (tg_texts(a.tg, TG_STRANGER), dc_texts(a.dc, DC_STRANGER_CHANNEL)):
+        assert len(texts) == 1 and "nanobot pairing approve" in texts[0]
     assert not any("secret from a stranger" in json.dumps(r) for r in llm.requests)
     assert not (a.sessions / f"telegram_{TG_STRANGER}.jsonl").exists()
     assert not (a.sessions / f"discord_{DC_STRANGER_CHANNEL}.jsonl").exists()

@@ -1,7 +1,8 @@
 """Channel: what every chat platform adapter shares.
 
-The allow-list (DESIGN A2), publishing to the bus, the typing indicator, send retries with
-backoff, a state for `nanobot status`, and the dispatch of outbound kinds. Platform classes
+The allow-list decision (allowFrom, then `dmPolicy` in private chats: a pairing code through
+nanobot/channels/pairing.py, silence, or open), publishing to the bus, the typing indicator, send
+retries with backoff, a state for `nanobot status`, and the dispatch of outbound kinds. Platform classes
 implement the I/O: `start`, `stop`, `_send_text`, `_send_typing`, `_retry_delay`.
 
 Delivery guarantees differ by platform. A channel may set `InboundMessage.on_persisted` and confirm
@@ -25,6 +26,7 @@ from loguru import logger
 
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.channels.pairing import PairingStore, pairing_message
 from nanobot.config.schema import ChannelsConfig, ProvidersConfig
 from nanobot.util.retry import backoff_s
 
@@ -69,6 +71,7 @@ class Channel(ABC):
         *,
         channels: ChannelsConfig | None = None,
         providers: ProvidersConfig | None = None,
+        pairing: PairingStore | None = None,
     ) -> None:
         self.config = config
         self.bus = bus
@@ -76,6 +79,9 @@ class Channel(ABC):
         self.channels_config = channels or ChannelsConfig()
         self.providers = providers or ProvidersConfig()
         self.allow_from: list[str] = [str(a).strip() for a in getattr(config, "allow_from", [])]
+        # Without a store (channels built outside a gateway) pairing cannot work: silence instead.
+        self.pairing = pairing
+        self.dm_policy: str = getattr(config, "dm_policy", "allowlist")
         self.state: ChannelState = "created"
         self.last_error: str | None = None
         self.retry_base_delay_s = RETRY_BASE_DELAY_S
@@ -160,26 +166,52 @@ class Channel(ABC):
 
     # ------------------------------------------------------------------ allow-list and inbound
     def is_allowed(self, sender_id: str, username: str | None = None) -> bool:
-        """DESIGN A2: ["*"] allows everyone, [] no one; entries match the id or the @username."""
+        """DESIGN A2: ["*"] allows everyone, [] no one; entries match the id or the @username.
+        Senders the owner approved with `nanobot pairing approve` count as listed."""
         if "*" in self.allow_from:
             return True
         sid = str(sender_id)
         name = username.lstrip("@").lower() if username else ""
-        return any(entry == sid or (name and entry.lstrip("@").lower() == name) for entry in self.allow_from)
+        if any(entry == sid or (name and entry.lstrip("@").lower() == name) for entry in self.allow_from):
+            return True
+        return self.pairing is not None and self.pairing.is_approved(self.name, sid)
 
     def _warn_if_nobody_allowed(self) -> None:
-        if not self.allow_from:
+        pairing = self.dm_policy == "pairing" and self.pairing is not None
+        if not self.allow_from and not pairing and self.dm_policy != "open":
             logger.warning(
                 "{}: allowFrom is empty, so NOBODY can talk to this bot. Add user ids to "
                 'channels.{}.allowFrom (or ["*"] to allow everyone).',
                 self.name,
                 self.name,
             )
+        elif not self.allow_from and pairing:
+            logger.warning(
+                "{}: allowFrom is empty: a new sender gets a pairing code in a private chat; admit them "
+                "with `nanobot pairing approve CODE`",
+                self.name,
+            )
 
-    def _admit(self, sender_id: str, username: str | None = None) -> bool:
-        """`is_allowed`, logging a denied sender once (not once per message)."""
+    async def _admit(
+        self,
+        sender_id: str,
+        username: str | None = None,
+        *,
+        chat_id: str = "",
+        is_group: bool = True,
+        display_name: str = "",
+    ) -> bool:
+        """May this message go on to the agent? Unknown senders never reach it; in a private chat
+        `dmPolicy` decides: `open` admits them, `pairing` sends them one pairing code (within the
+        store's limits), `allowlist` stays silent. Groups never get a reply. Denials are logged once.
+        `display_name` only labels a pairing request for the owner (it never grants access)."""
         if self.is_allowed(sender_id, username):
             return True
+        if not is_group and self.dm_policy == "open":
+            return True
+        if not is_group and self.dm_policy == "pairing" and self.pairing is not None:
+            await self._offer_pairing(str(sender_id), username or display_name, chat_id)
+            return False
         if sender_id not in self._denied_logged:
             self._denied_logged.add(sender_id)
             logger.warning(
@@ -191,9 +223,44 @@ class Channel(ABC):
             )
         return False
 
+    async def _offer_pairing(self, sender_id: str, username: str, chat_id: str) -> None:
+        """Send a pairing code to an unknown private-chat sender, at most once per code lifetime."""
+        assert self.pairing is not None
+        try:
+            outcome, code = self.pairing.request(self.name, sender_id, username, chat_id)
+        except OSError as exc:  # a full disk must not break the channel; the sender just gets nothing
+            logger.error("{}: could not record a pairing request: {}", self.name, exc)
+            return
+        if outcome != "issued" or code is None:
+            if sender_id not in self._denied_logged:
+                self._denied_logged.add(sender_id)
+                logger.warning(
+                    "{}: unknown sender {} (username {!r}): no pairing code sent ({})",
+                    self.name,
+                    sender_id,
+                    username,
+                    outcome,
+                )
+            return
+        logger.warning(
+            "{}: unknown sender {} (username {!r}) got pairing code {}; approve with "
+            "`nanobot pairing approve {}`",
+            self.name,
+            sender_id,
+            username,
+            code,
+            code,
+        )
+        try:
+            await self._send_text(
+                OutboundMessage(channel=self.name, chat_id=chat_id, content=pairing_message(code))
+            )
+        except Exception as exc:  # the request stays pending; `nanobot pairing list` shows it
+            logger.warning("{}: could not send the pairing code to {}: {}", self.name, chat_id, exc)
+
     async def _publish(self, msg: InboundMessage, username: str | None = None) -> bool:
         """Publish an inbound message if its sender is allowed; start typing. False when denied."""
-        if not self._admit(msg.sender_id, username):
+        if not await self._admit(msg.sender_id, username, chat_id=msg.chat_id, is_group=msg.is_group):
             return False
         await self.bus.publish_inbound(msg)
         self.start_typing(msg.chat_id)

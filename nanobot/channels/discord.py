@@ -181,7 +181,9 @@ class DiscordChannel(Channel):
         if is_group and self.config.group_policy == "mention" and not self._addressed(message, me_id):
             return
         sender = str(message.author.id)
-        if not self._admit(sender):  # checked before downloading anything they sent
+        # Checked before downloading anything they sent.
+        channel_id, name = str(message.channel.id), message.author.name
+        if not await self._admit(sender, chat_id=channel_id, is_group=is_group, display_name=name):
             return
         content = re.sub(rf"<@!?{me_id}>", "", message.content).strip()
         paths, types, notes = await self._download_attachments(message)

@@ -16,6 +16,7 @@ from loguru import logger
 from nanobot.bus.events import OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.base import Channel
+from nanobot.channels.pairing import PairingStore
 from nanobot.config.schema import Config
 
 STOP_TIMEOUT_S = 5.0  # per channel
@@ -29,10 +30,12 @@ class ChannelManager:
         bus: MessageBus,
         workspace: Path,
         channels: dict[str, Channel] | None = None,
+        pairing: PairingStore | None = None,
     ) -> None:
         self.config = config
         self.bus = bus
         self.workspace = Path(workspace)
+        self.pairing = pairing
         self.channels: dict[str, Channel] = {}
         self._load_errors: dict[str, str] = {}
         self._queues: dict[str, asyncio.Queue[OutboundMessage]] = {}
@@ -45,7 +48,7 @@ class ChannelManager:
 
     def _build_enabled(self) -> None:
         cfg = self.config.channels
-        common = {"channels": cfg, "providers": self.config.providers}
+        common = {"channels": cfg, "providers": self.config.providers, "pairing": self.pairing}
         if cfg.telegram.enabled:
             try:
                 from nanobot.channels.telegram import TelegramChannel

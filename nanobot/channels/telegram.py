@@ -238,7 +238,7 @@ class TelegramChannel(Channel):
         if is_group and self.config.group_policy == "mention" and not self._addressed(message, text):
             return False
         # Check the sender before downloading anything they sent.
-        if not self._admit(str(user.id), user.username):
+        if not await self._admit(str(user.id), user.username, chat_id=str(chat.id), is_group=is_group):
             return False
         if self._bot_username:
             text = re.sub(rf"@{re.escape(self._bot_username)}\b", "", text, flags=re.I).strip()

@@ -14,6 +14,7 @@ from nanobot.cli import health as health_cmd
 from nanobot.cli import mcp as mcp_cmd
 from nanobot.cli import memory as memory_cmd
 from nanobot.cli import onboard as onboard_cmd
+from nanobot.cli import pairing as pairing_cmd
 from nanobot.cli import service as service_cmd
 from nanobot.cli import skills as skills_cmd
 from nanobot.cli import status as status_cmd
@@ -46,6 +47,7 @@ app.add_typer(cron_cmd.app, name="cron", help="Manage scheduled jobs.")
 app.add_typer(service_cmd.app, name="service", help="Install the gateway as a systemd service.")
 app.add_typer(mcp_cmd.app, name="mcp", help="MCP servers and their tools.")
 app.add_typer(skills_cmd.app, name="skills", help="Skills and their availability.")
+app.add_typer(pairing_cmd.app, name="pairing", help="Admit unknown senders by their pairing code.")
 app.add_typer(config_cmd.app, name="config", help="The configuration's JSON Schema.")
 
 

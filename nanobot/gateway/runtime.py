@@ -93,8 +93,10 @@ class Gateway:
         self.agent = build_agent(config, self.bus, provider=provider, config_path=config_path)
         self.loop = AgentLoop(self.bus, self.agent, config.agents.defaults.max_concurrent_turns)
         from nanobot.channels.manager import ChannelManager
+        from nanobot.channels.pairing import PairingStore, pairing_path
 
-        self.channels = ChannelManager(config, self.bus, self.workspace)
+        pairing = PairingStore(pairing_path(config_path))
+        self.channels = ChannelManager(config, self.bus, self.workspace, pairing=pairing)
         self.cron = self.agent.cron
         hb = config.gateway.heartbeat
         self.heartbeat = (

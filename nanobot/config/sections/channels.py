@@ -9,8 +9,12 @@ from pydantic import Field
 from nanobot.config.sections.base import Section
 
 GroupPolicy = Literal["mention", "open"]
+DmPolicy = Literal["pairing", "allowlist", "open"]
 
 _ALLOW = ("Who may talk to the bot: `[\"*\"]` everyone, empty no one (said loudly at start-up). ")
+_DM = ("A private-chat sender not on `allowFrom`: `pairing` sends them one pairing code to give the owner "
+       "(`nanobot pairing approve CODE` admits them, no restart); `allowlist` ignores them silently; `open` "
+       "admits anyone. Their message never reaches the model; groups never get a pairing reply.")
 _GROUP = "In groups: `mention` answers only when mentioned or replied to; `open` answers every message."
 
 
@@ -23,6 +27,7 @@ class TelegramConfig(Section):
                           "to (a local Bot API server, or a test fake).")
     base_file_url: str = Field("https://api.telegram.org/file/bot", description="Bot API file download "
                                "base the token is appended to.")
+    dm_policy: DmPolicy = Field("pairing", description=_DM)
     group_policy: GroupPolicy = Field("mention", description=_GROUP)
     proxy: str = Field("", description="Proxy URL for Bot API requests (`http://…` or `socks5://…`); "
                        "empty: none.")
@@ -39,6 +44,7 @@ class DiscordConfig(Section):
                           "Discord-compatible servers and tests).")
     gateway_url: str = Field("wss://gateway.discord.gg", description="Discord websocket gateway URL (for "
                              "Discord-compatible servers and tests).")
+    dm_policy: DmPolicy = Field("pairing", description=_DM)
     group_policy: GroupPolicy = Field("mention", description=_GROUP)
 
 

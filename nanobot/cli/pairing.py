@@ -1,0 +1,78 @@
+"""`nanobot pairing list|approve|deny`: admit (or refuse) unknown private-chat senders by their code.
+
+The requests live in `pairing.json` beside the config file (see nanobot/channels/pairing.py); a
+running gateway picks up an approval at the sender's next message, without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+import typer
+
+from nanobot.channels.pairing import PairingError, PairingStore, pairing_path
+from nanobot.cli.common import EXIT_FAILURE, ConfigOption, err, fail
+from nanobot.config.paths import default_config_path
+
+app = typer.Typer(no_args_is_help=True)
+
+
+def _store(config: ConfigOption) -> PairingStore:
+    return PairingStore(pairing_path(config or default_config_path()))
+
+
+def _who(username: str, sender_id: str) -> str:
+    return f"{sender_id} (@{username})" if username else sender_id
+
+
+@app.command("list")
+def list_requests(
+    config: ConfigOption = None,
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Pending pairing requests (and the senders approved so far)."""
+    store = _store(config)
+    pending, approved = store.pending(), store.approved()
+    if as_json:
+        print(
+            json.dumps({"pending": [asdict(p) for p in pending], "approved": [asdict(a) for a in approved]})
+        )
+        return
+    now = time.time()
+    if not pending:
+        print("No pending pairing requests.")
+    for req in pending:
+        left_min = max(0, int((req.expires_at - now) // 60))
+        print(
+            f"{req.code}  {req.channel}  sender {_who(req.username, req.sender_id)}  expires in {left_min} min"
+        )
+    if approved:
+        print(f"Approved senders ({store.path}):")
+        for sender in approved:
+            print(f"  {sender.channel}  {_who(sender.username, sender.sender_id)}")
+
+
+@app.command("approve")
+def approve(
+    code: str = typer.Argument(..., help="The code the sender received."), config: ConfigOption = None
+) -> None:
+    """Allow the sender of a pending request; a running gateway answers their next message."""
+    try:
+        req = _store(config).approve(code)
+    except PairingError as exc:
+        fail(f"Error: {exc}", EXIT_FAILURE)
+    err(f"Approved {req.channel} sender {_who(req.username, req.sender_id)}: they can write now.")
+
+
+@app.command("deny")
+def deny(
+    code: str = typer.Argument(..., help="The code the sender received."), config: ConfigOption = None
+) -> None:
+    """Refuse the sender of a pending request: they get no further codes."""
+    try:
+        req = _store(config).deny(code)
+    except PairingError as exc:
+        fail(f"Error: {exc}", EXIT_FAILURE)
+    err(f"Denied {req.channel} sender {_who(req.username, req.sender_id)}: they get no further codes.")

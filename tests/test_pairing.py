@@ -1,0 +1,179 @@
+"""Pairing: the store's limits (expiry, one code per sender, three pending per channel, deny), its
+file (0600, shared with another process), and the channel base's decision (private chats only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from nanobot.bus.events import InboundMessage
+from nanobot.bus.queue import MessageBus
+from nanobot.channels.pairing import (
+    CODE_ALPHABET,
+    CODE_LENGTH,
+    CODE_TTL_S,
+    PairingError,
+    PairingStore,
+    pairing_path,
+)
+from nanobot.config.schema import Config
+from tests.test_channels_base import FakeChannel
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()  # real time: another process reads the same file
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: Clock) -> PairingStore:
+    return PairingStore(tmp_path / "pairing.json", clock=clock)
+
+
+def test_path_is_beside_the_config(tmp_path: Path) -> None:
+    assert pairing_path(tmp_path / "conf" / "config.json") == tmp_path / "conf" / "pairing.json"
+
+
+def test_a_code_per_sender_per_hour_then_a_new_one(store: PairingStore, clock: Clock) -> None:
+    outcome, code = store.request("telegram", "666", "mallory", "666")
+    assert outcome == "issued" and code is not None
+    assert len(code) == CODE_LENGTH and set(code) <= set(CODE_ALPHABET)
+    clock.now += CODE_TTL_S - 1
+    assert store.request("telegram", "666", "mallory", "666") == ("pending", None)  # no second code
+    assert [p.code for p in store.pending()] == [code]
+    clock.now += 2  # expired: gone from the list, and the sender may get a new code
+    assert store.pending() == []
+    with pytest.raises(PairingError, match="no pending pairing request"):
+        store.approve(code)
+    outcome, fresh = store.request("telegram", "666", "mallory", "666")
+    assert outcome == "issued" and fresh != code
+
+
+def test_at_most_three_pending_per_channel(store: PairingStore, clock: Clock) -> None:
+    for sender in ("1", "2", "3"):
+        assert store.request("discord", sender, "", sender)[0] == "issued"
+    assert store.request("discord", "4", "", "4") == ("full", None)
+    assert store.request("telegram", "4", "", "4")[0] == "issued"  # another channel has its own room
+    clock.now += CODE_TTL_S + 1
+    assert store.request("discord", "4", "", "4")[0] == "issued"  # the old ones expired
+
+
+def test_approve_admits_deny_silences(store: PairingStore) -> None:
+    _, code_a = store.request("telegram", "10", "amy", "10")
+    _, code_b = store.request("telegram", "20", "bob", "20")
+    assert code_a and code_b
+    assert not store.is_approved("telegram", "10")
+    req = store.approve(code_a.lower())  # typed by hand: case does not matter
+    assert (req.sender_id, req.username) == ("10", "amy")
+    assert store.is_approved("telegram", "10") and not store.is_approved("discord", "10")
+    with pytest.raises(PairingError):
+        store.approve(code_a)  # used up
+    store.deny(code_b)
+    assert not store.is_approved("telegram", "20")
+    assert store.request("telegram", "20", "bob", "20") == ("denied", None)
+    assert store.pending() == []
+
+
+def test_file_is_private_and_another_process_sees_changes(store: PairingStore, tmp_path: Path) -> None:
+    _, code = store.request("telegram", "666", "", "666")
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    # Another process (as `nanobot pairing approve` is) approves; this store sees it on the next check.
+    script = (
+        "import sys; from nanobot.channels.pairing import PairingStore; "
+        "PairingStore(__import__('pathlib').Path(sys.argv[1])).approve(sys.argv[2])"
+    )
+    subprocess.run([sys.executable, "-c", script, str(store.path), str(code)], check=True, timeout=60)
+    assert store.is_approved("telegram", "666")
+    data = json.loads(store.path.read_text())
+    assert data["pending"] == [] and data["approved"][0]["sender_id"] == "666"
+
+
+def test_unreadable_file_admits_nobody_new(store: PairingStore, logs: list[str]) -> None:
+    store.path.write_text("{not json")
+    assert not store.is_approved("telegram", "666")
+    assert any("unreadable" in line for line in logs)
+
+
+# ------------------------------------------------------------------------------ channel base
+
+
+def channel(store: PairingStore | None, policy: str, allow: list[str] | None = None) -> FakeChannel:
+    config = SimpleNamespace(allow_from=allow or [], streaming=False, dm_policy=policy)
+    return FakeChannel(config, MessageBus(), Path("/tmp"), pairing=store)
+
+
+def dm(sender: str, text: str = "hi", *, group: bool = False) -> InboundMessage:
+    return InboundMessage("fake", sender, f"chat-{sender}", text, is_group=group)
+
+
+async def test_unknown_private_sender_gets_one_code_and_nothing_reaches_the_bus(store: PairingStore) -> None:
+    ch = channel(store, "pairing")
+    for text in ("secret one", "secret two"):
+        assert not await ch._publish(dm("666", text))
+    assert ch.bus.inbound.empty()
+    assert len(ch.sent) == 1 and ch.sent[0].chat_id == "chat-666"
+    code = store.pending()[0].code
+    assert f"nanobot pairing approve {code}" in ch.sent[0].content
+    assert "secret" not in json.dumps([vars(m) for m in ch.sent]) + store.path.read_text()
+    store.approve(code)
+    assert await ch._publish(dm("666", "now allowed"))
+    assert (await ch.bus.consume_inbound()).content == "now allowed"
+    await ch.stop()
+
+
+async def test_groups_never_get_pairing_replies(store: PairingStore) -> None:
+    ch = channel(store, "pairing")
+    assert not await ch._publish(dm("666", "in a group", group=True))
+    assert ch.sent == [] and store.pending() == [] and ch.bus.inbound.empty()
+
+
+@pytest.mark.parametrize(
+    ("policy", "with_store", "admitted", "replied"),
+    [
+        ("allowlist", True, False, False),  # today's silence
+        ("open", True, True, False),
+        ("pairing", False, False, False),  # no store (a channel outside a gateway): silence
+    ],
+)
+async def test_other_policies(
+    store: PairingStore, policy: str, with_store: bool, admitted: bool, replied: bool
+) -> None:
+    ch = channel(store if with_store else None, policy)
+    assert await ch._publish(dm("666")) is admitted
+    assert bool(ch.sent) is replied
+    assert not await ch._publish(dm("777", group=True))  # open is for private chats only
+
+
+async def test_a_failing_send_keeps_the_request(store: PairingStore, logs: list[str]) -> None:
+    ch = channel(store, "pairing")
+    ch.failures.append(RuntimeError("platform down"))
+    assert not await ch._publish(dm("666"))
+    assert len(store.pending()) == 1
+    assert any("could not send the pairing code" in line for line in logs)
+
+
+def test_config_default_and_values() -> None:
+    cfg = Config()
+    assert cfg.channels.telegram.dm_policy == "pairing" and cfg.channels.discord.dm_policy == "pairing"
+    assert (
+        Config.model_validate({"channels": {"discord": {"dmPolicy": "open"}}}).channels.discord.dm_policy
+        == "open"
+    )
+    with pytest.raises(ValueError):
+        Config.model_validate({"channels": {"telegram": {"dmPolicy": "everyone"}}})
