@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 from loguru import logger
 
 from nanobot.secrets import mask
+from nanobot.util.fs import PRIVATE_FILE_MODE, ensure_private_dir, repair_private
 
 _STDERR_FORMAT = "<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> <cyan>{name}</cyan> {message}"
 _FILE_FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS ZZ} {level: <7} {name}:{line} {message}"
@@ -44,6 +46,10 @@ class _InterceptHandler(logging.Handler):
         logger.opt(depth=6, exception=record.exc_info).bind(lib=record.name).log(level, "{}", message)
 
 
+def _private_opener(path: str, flags: int) -> int:
+    return os.open(path, flags, PRIVATE_FILE_MODE)
+
+
 def setup_logging(
     level: str | None = None, file: str = "", rotation: str = "10 MB", retention: int = 5
 ) -> None:
@@ -55,9 +61,12 @@ def setup_logging(
     logger.configure(patcher=_patch)
     logger.add(sys.stderr, level=level, format=_STDERR_FORMAT, colorize=None, backtrace=False, diagnose=False)
     if file:
-        os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)
+        log_path = Path(file).expanduser().absolute()
+        ensure_private_dir(log_path.parent)
+        repair_private(log_path)  # a log written before files were private
         logger.add(
             file,
+            opener=_private_opener,  # passed to open(): new and rotated log files are 0600
             level=level,
             format=_FILE_FORMAT,
             rotation=rotation,

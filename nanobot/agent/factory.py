@@ -19,6 +19,7 @@ from nanobot.agent.tools.spawn import SpawnTool
 from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
 from nanobot.bus.events import OutboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.config.paths import ensure_workspace, secure_installation
 from nanobot.config.schema import Config
 from nanobot.memory.backends.registry import build_long_term_memory
 from nanobot.memory.consolidator import Consolidator
@@ -36,11 +37,6 @@ from nanobot.timeutil import resolve_tz
 SMALL_LOCAL_WINDOW_TOKENS = 8192
 
 
-def ensure_workspace(workspace: Path) -> None:
-    for sub in ("memory", "sessions", "media", "skills"):
-        (workspace / sub).mkdir(parents=True, exist_ok=True)
-
-
 def build_agent(
     config: Config,
     bus: MessageBus | None = None,
@@ -54,6 +50,7 @@ def build_agent(
     bus = bus or MessageBus()
     workspace = config.workspace_path
     ensure_workspace(workspace)
+    secure_installation(workspace)
     tz = resolve_tz(d.timezone)
     small = provider.is_small_local
     model: str | None = None  # the provider already carries the resolved model name

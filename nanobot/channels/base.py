@@ -27,7 +27,9 @@ from loguru import logger
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.pairing import PairingStore, pairing_message
+from nanobot.config.paths import MEDIA_DIR
 from nanobot.config.schema import ChannelsConfig, ProvidersConfig
+from nanobot.util.fs import ensure_private_dir
 from nanobot.util.retry import backoff_s
 
 ChannelState = Literal["created", "starting", "running", "retrying", "failed", "stopped"]
@@ -332,9 +334,7 @@ class Channel(ABC):
         return {"state": self.state, "error": self.last_error}
 
     def media_dir(self) -> Path:
-        path = self.workspace / "media"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return ensure_private_dir(self.workspace / MEDIA_DIR)
 
     def outbound_media(self, msg: OutboundMessage) -> list[Path]:
         """The message's attachments that are real files inside the workspace (others are refused)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nanobot.cli.common import ConfigOption, err, load_cli_config
 from nanobot.config.loader import save_config
-from nanobot.config.paths import default_config_path
+from nanobot.config.paths import default_config_path, ensure_workspace
 from nanobot.config.schema import Config
 
 
@@ -29,8 +29,7 @@ def copy_templates(workspace: Path) -> list[Path]:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
         created.append(target)
-    for sub in ("memory", "sessions", "media", "skills", "cron"):
-        (workspace / sub).mkdir(parents=True, exist_ok=True)
+    ensure_workspace(workspace)
     return created
 
 

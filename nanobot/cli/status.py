@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nanobot.cli.common import ConfigOption, load_cli_config
-from nanobot.config.paths import default_config_path
+from nanobot.config.paths import default_config_path, index_path
 
 
 def status(config: ConfigOption = None) -> None:
@@ -58,7 +58,7 @@ def _gateway_lines(ws) -> list[str]:  # noqa: ANN001
 
 
 def _index_line(cfg) -> str:  # noqa: ANN001
-    index = cfg.workspace_path / "memory" / ".index.sqlite"
+    index = index_path(cfg.workspace_path)
     if not index.exists():
         return "search index not built yet"
     return f"search index {index.stat().st_size // 1024} KiB"

@@ -1,11 +1,37 @@
-"""Where nanobot keeps things: NANOBOT_HOME, config.json and the workspace."""
+"""Where nanobot keeps things: NANOBOT_HOME, config.json and the workspace layout.
+
+Every name of the workspace layout is spelled here once; the owner of each folder (docs/architecture.md)
+builds its paths from these names. Folders nanobot creates are private (0700) and the files it writes
+0600; `secure_installation` tightens an existing installation at start.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from loguru import logger
+
+from nanobot.util.fs import ensure_private_dir, repair_private
+
 HOME_ENV = "NANOBOT_HOME"
+CONFIG_FILE = "config.json"
+
+# Workspace layout. Folders: created at start, in this order.
+MEMORY_DIR = "memory"  # MemoryStore (MEMORY.md, HISTORY.md, daily notes, .backups/, .backends/)
+SESSIONS_DIR = "sessions"  # SessionStore (transcripts, archive/, .pending markers)
+MEDIA_DIR = "media"  # channels (downloaded attachments)
+SKILLS_DIR = "skills"  # the user's skills
+CRON_DIR = "cron"  # CronStore (jobs.json)
+WORKSPACE_FOLDERS = (MEMORY_DIR, SESSIONS_DIR, MEDIA_DIR, SKILLS_DIR, CRON_DIR)
+ARCHIVE_DIR = "archive"  # inside sessions/
+BACKUP_DIR = ".backups"  # inside memory/
+BACKENDS_DIR = ".backends"  # inside memory/: one folder per external memory backend
+INDEX_FILE = ".index.sqlite"  # inside memory/ (plus SQLite's -wal and -shm beside it)
+GATEWAY_LOCK_FILE = ".gateway.lock"
+GATEWAY_STATE_FILE = ".gateway.json"
+# Folders and files of the workspace that only nanobot writes (tools treat them as read-only).
+NANOBOT_OWNED = (SESSIONS_DIR, CRON_DIR, INDEX_FILE, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE)
 
 
 def nanobot_home() -> Path:
@@ -15,7 +41,7 @@ def nanobot_home() -> Path:
 
 
 def default_config_path() -> Path:
-    return nanobot_home() / "config.json"
+    return nanobot_home() / CONFIG_FILE
 
 
 def resolve_workspace(configured: str) -> Path:
@@ -29,3 +55,34 @@ def session_file_name(key: str) -> str:
     """`telegram:123` -> `telegram_123.jsonl` (DESIGN A4); other unsafe characters become `_`."""
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key.replace(":", "_"))
     return f"{safe.strip('.') or 'session'}.jsonl"
+
+
+def index_path(workspace: Path) -> Path:
+    return workspace / MEMORY_DIR / INDEX_FILE
+
+
+def ensure_workspace(workspace: Path) -> None:
+    """Create the workspace and its folders (0700) where missing; existing ones are left as they are."""
+    for sub in WORKSPACE_FOLDERS:
+        ensure_private_dir(workspace / sub)
+
+
+def secure_installation(workspace: Path, home: Path | None = None) -> int:
+    """Make an existing installation private (it may predate private files): NANOBOT_HOME, its files
+    and the workspace folder lose group and other permissions, and so does everything below the
+    folders nanobot owns. The user's own files elsewhere in the workspace are left as they are (the
+    private workspace folder already hides them). Symlinks are not followed. Returns how many changed."""
+    home = home or nanobot_home()
+    changed = 0
+    if home.is_dir():
+        changed += repair_private(home, recursive=False)
+        for entry in home.iterdir():
+            if entry.is_file() and not entry.is_symlink():
+                changed += repair_private(entry)
+    changed += repair_private(workspace, recursive=False)
+    for name in (*WORKSPACE_FOLDERS, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE):
+        if name != SKILLS_DIR:
+            changed += repair_private(workspace / name)
+    if changed:
+        logger.info("made {} file(s) and folder(s) private (owner-only permissions)", changed)
+    return changed

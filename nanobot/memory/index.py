@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
+from nanobot.config.paths import INDEX_FILE, index_path
 from nanobot.config.schema import Config, MemorySearchConfig
 from nanobot.memory.chunking import Chunk, chunk_lines, chunk_markdown, session_lines, text_hash
 from nanobot.memory.embeddings import Embedder, EmbeddingError, build_embedder
@@ -28,7 +29,6 @@ from nanobot.memory.ranking import rank
 from nanobot.memory.search import SearchResponse, SearchResult
 from nanobot.memory.vectors import VectorSearcher, to_blob
 
-INDEX_FILE = ".index.sqlite"
 EMBED_BATCH = 64  # chunks embedded and committed together during back-fill
 STALE_CHECK_INTERVAL_S = 1.0  # how often a search looks for files edited by hand
 WATCH_INTERVAL_S = 30.0
@@ -66,7 +66,7 @@ class MemoryIndex:
         self.workspace = Path(workspace)
         self.config = config
         self.embedder = embedder if embedder is not None else build_embedder(config)
-        self.path = self.workspace / "memory" / INDEX_FILE
+        self.path = index_path(self.workspace)
         self._today = today
         self._db = IndexDB(self.path, use_sqlite_vec=config.vector_backend == "sqlite-vec")
         self._vectors: VectorSearcher | None = None

@@ -7,6 +7,7 @@ created anew; it only holds data derived from the memory files.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -19,6 +20,7 @@ from loguru import logger
 
 from nanobot.memory.chunking import Chunk
 from nanobot.memory.fts import to_fts_text
+from nanobot.util.fs import open_private
 
 SCHEMA_VERSION = "1"
 BUSY_TIMEOUT_MS = 5000
@@ -91,7 +93,8 @@ class IndexDB:
         return conn
 
     def _open_once(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Created private before SQLite opens it: SQLite gives -wal and -shm the database file's mode.
+        os.close(open_private(self.path, os.O_RDWR))
         writer = self._connect()
         try:
             writer.execute("PRAGMA journal_mode=WAL")

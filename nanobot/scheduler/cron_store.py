@@ -23,6 +23,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from nanobot.config.paths import CRON_DIR
 from nanobot.timeutil import parse_iso
 from nanobot.util.fs import atomic_write, file_lock
 
@@ -116,8 +117,8 @@ def new_job_id() -> str:
 
 
 def jobs_path(workspace: Path) -> Path:
-    """Where a workspace keeps its jobs (DESIGN A4)."""
-    return workspace / "cron" / "jobs.json"
+    """Where a workspace keeps its jobs."""
+    return workspace / CRON_DIR / "jobs.json"
 
 
 def cron_session_key(job_id: str) -> str:

@@ -21,10 +21,11 @@ from typing import Any
 
 from loguru import logger
 
+from nanobot.config.paths import GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE
 from nanobot.util.fs import atomic_write, open_private
 
-LOCK_FILE_NAME = ".gateway.lock"
-STATE_FILE_NAME = ".gateway.json"
+LOCK_FILE_NAME = GATEWAY_LOCK_FILE
+STATE_FILE_NAME = GATEWAY_STATE_FILE
 STATE_FORMAT = 1
 # `nanobot health` calls a watchdog stale after this many missed beats (Docker and systemd use it).
 WATCHDOG_STALE_FACTOR = 3.0

@@ -20,7 +20,7 @@ from typing import IO, Any, Literal
 
 from loguru import logger
 
-from nanobot.config.paths import session_file_name
+from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR, session_file_name
 from nanobot.providers.tokens import count_message
 from nanobot.util.fs import ensure_private_dir, fd_lock, open_private
 
@@ -77,8 +77,8 @@ class SessionStore:
         fsync: FsyncPolicy = "everysec",
         max_cached: int = DEFAULT_MAX_CACHED_SESSIONS,
     ) -> None:
-        self.dir = workspace / "sessions"
-        self.archive_dir = self.dir / "archive"
+        self.dir = workspace / SESSIONS_DIR
+        self.archive_dir = self.dir / ARCHIVE_DIR
         self.fsync_policy = fsync
         self.max_cached = max_cached
         self.count_caps: dict[str, int] = {}  # set by the agent: token estimates follow what is sent

@@ -6,12 +6,13 @@
   never interleave lines.
 - `file_lock(path)` / `fd_lock(fd)`: exclusive (or shared) `flock` on a lock file or an open file.
 - `ensure_private_dir(path)`: create missing folders 0700 (umask cannot widen them).
-- `repair_private(root)`: tighten an existing tree (installations from before files were private):
+- `repair_private(root)`: tighten an existing file or tree (installations from before files were private):
   group/other bits are removed, symlinks are never followed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import stat
@@ -109,25 +110,22 @@ def _tighten(path: Path, st: os.stat_result) -> bool:
     return True
 
 
-def repair_private(root: Path) -> int:
-    """Remove group/other permissions from `root` and everything below it; returns how many changed.
-
-    Symlinks are neither followed nor changed; files that vanish or cannot be changed are skipped.
-    """
-    changed = 0
+def repair_private(root: Path, *, recursive: bool = True) -> int:
+    """Remove group/other permissions from `root` (and with `recursive` everything below it); returns
+    how many entries changed. Symlinks are neither followed nor changed; entries that vanish or cannot
+    be changed are skipped."""
     try:
         st = os.lstat(root)
     except OSError:
         return 0
-    if stat.S_ISLNK(st.st_mode):
+    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
         return 0
-    try:
+    changed = 0
+    with contextlib.suppress(OSError):
         changed += _tighten(root, st)
-    except OSError:
-        pass
-    if not stat.S_ISDIR(st.st_mode):
+    if not recursive or not stat.S_ISDIR(st.st_mode):
         return changed
-    for dirpath, dirnames, filenames in os.walk(root):  # os.walk does not follow symlinked folders
+    for dirpath, dirnames, filenames in os.walk(root):  # os.walk does not descend into symlinked folders
         for name in [*dirnames, *filenames]:
             path = Path(dirpath) / name
             try:

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.config.paths import CRON_DIR, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, INDEX_FILE, SESSIONS_DIR
 from nanobot.memory.store import MemoryStore
 
 MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 500
-_PROTECTED_DIRS = ("sessions", "cron")
-_PROTECTED_FILES = (".index.sqlite", ".gateway.lock", ".gateway.json")
+_PROTECTED_DIRS = (SESSIONS_DIR, CRON_DIR)
+_PROTECTED_FILES = (INDEX_FILE, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE)
 
 
 class PathGuard:

@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from nanobot.config.paths import BACKENDS_DIR, MEMORY_DIR
 from nanobot.config.schema import Config
 from nanobot.memory.backends.contract import (
     DEFAULT_CONTEXT_ITEMS,
@@ -27,7 +28,6 @@ from nanobot.memory.backends.contract import (
 OPENAI_API_BASE = "https://api.openai.com/v1"
 DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"
 DEFAULT_EMBEDDING_DIMS = 1536
-BACKENDS_DIR = ".backends"  # under memory/: a dot-folder, so the memory index never reads it
 
 
 class _Block(BaseModel):
@@ -160,7 +160,7 @@ def config_hash(name: str, block: NativeBlock) -> str:
 
 
 def backend_dir(workspace: Path, name: str) -> Path:
-    return workspace / "memory" / BACKENDS_DIR / name
+    return workspace / MEMORY_DIR / BACKENDS_DIR / name
 
 
 def _provider_endpoint(config: Config) -> Endpoint:
