@@ -91,7 +91,8 @@ async def test_save_memory_arguments_as_json_string_over_http(agent_factory, fak
     memory = agent.memory
     fake_llm.responder = None
     fake_llm.push({"content": None, "tool_calls": [{"name": "save_memory", "arguments": json.dumps(
-        {"history_entry": "[2026-02-03 04:05] Talked.", "memory_update": "# M\n- FACT-9: json string"})}]})
+        {"history_entry": "[2026-02-03 04:05] Talked about a JSON string.",
+         "memory_update": "# M\n- FACT-9: json string"})}]})
     ok = await agent.lifecycle.consolidator.consolidate([{"role": "user", "content": "FACT-9: json string"}],
                                                         private=True)
     assert ok
@@ -122,7 +123,7 @@ async def test_single_failure_keeps_pointer(agent_factory, script) -> None:  # n
     session = agent.sessions.get("cli:direct")
     await chat(agent, 2)
     await agent.drain(10)
-    script.fail_consolidation = 1
+    script.fail_consolidation = 2  # the answer and its retry: one failed attempt
     ok = await agent.lifecycle._consolidate_range(session, 0, 2, False)
     assert ok is False
     assert session.last_consolidated == 0
@@ -183,7 +184,7 @@ async def test_flush_fires_before_consolidation_at_default_window(make_config, s
 
     lc.flusher.flush, lc.consolidator.consolidate = flush, consolidate
     for i in range(30):
-        await agent.process_direct(f"FACT-{i}: value {i} {big}")
+        await agent.process_direct(f"FACT-{i}: value {i}. {big}")
         await agent.drain(30)
         if "consolidate" in order:
             break
@@ -226,10 +227,10 @@ async def test_new_session_skips_notes_for_short_sessions(agent_factory, script)
 
 
 async def test_new_with_failing_archive_loses_nothing_and_retries(agent_factory, script) -> None:  # noqa: ANN001
-    agent = agent_factory(**{"memory.flush.enabled": False})
+    agent = agent_factory(**{"memory.flush.enabled": False, "memory.archiveRetryBackoffS": 0})
     ws = agent.config.workspace_path
     await chat(agent, 3)
-    script.fail_consolidation = 1
+    script.fail_consolidation = 2  # the answer and its retry
     assert await agent.process_direct("/new") == "New session started."
     await agent.drain(30)
     pending = list((ws / "sessions" / "archive").glob("*.pending"))

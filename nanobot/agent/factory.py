@@ -135,8 +135,16 @@ def build_agent(
     lifecycle = MemoryLifecycle(
         sessions,
         memory,
-        Consolidator(provider, memory, model=model, context_window_tokens=window, max_tokens=max_tokens),
-        MemoryFlusher(provider, memory, model=model),
+        Consolidator(
+            provider,
+            memory,
+            model=model,
+            context_window_tokens=window,
+            max_tokens=max_tokens,
+            memory_budget_chars=budget.memory_chars,
+            small_model=small or d.small_model,
+        ),
+        MemoryFlusher(provider, memory, model=model, small_model=small or d.small_model),
         LifecycleSettings(
             context_window_tokens=window,
             max_tokens=max_tokens,
@@ -146,6 +154,8 @@ def build_agent(
             flush_enabled=config.memory.flush.enabled,
             flush_soft_tokens=config.memory.flush.soft_threshold_tokens,
             share_in_groups=config.memory.share_in_groups,
+            max_archive_retries=config.memory.max_archive_retries,
+            archive_retry_backoff_s=config.memory.archive_retry_backoff_s,
         ),
         model=model,
     )

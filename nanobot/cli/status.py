@@ -27,6 +27,7 @@ def status(config: ConfigOption = None) -> None:
         )
     lines.extend(_gateway_lines(ws))
     lines.append(f"Memory: backend {cfg.memory.condition or cfg.memory.backend}; {_index_line(cfg)}")
+    lines.extend(_archive_lines(cfg))
     print("\n".join(lines))
 
 
@@ -55,6 +56,17 @@ def _gateway_lines(ws) -> list[str]:  # noqa: ANN001
         err_text = f" — {info.get('error')}" if info.get("error") else ""
         lines.append(f"  channel {name}: {info.get('state', '?')}{err_text}")
     return lines
+
+
+def _archive_lines(cfg) -> list[str]:  # noqa: ANN001
+    from nanobot.memory.pending import status_lines
+
+    found = status_lines(
+        cfg.workspace_path / "sessions" / "archive",
+        cfg.memory.max_archive_retries,
+        cfg.memory.archive_retry_backoff_s,
+    )
+    return [f"Archived sessions not consolidated: {len(found)}", *found] if found else []
 
 
 def _index_line(cfg) -> str:  # noqa: ANN001

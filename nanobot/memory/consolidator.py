@@ -2,29 +2,46 @@
 
 The LLM is asked to call `save_memory(history_entry, memory_update)` (DESIGN A5) with a forced
 tool_choice (the provider falls back to `auto` when a model rejects forcing). Arguments may come as
-a dict, a JSON string or a list. No tool call means failure: the caller leaves the pointer alone.
-MEMORY.md is protected: an update that drops a large share of the existing facts is merged with
-them (and logged) instead of silently losing them; lines the user asked to forget stay forgotten.
+a dict, a JSON string or a list. The answer is untrusted input: `memory.validation` checks it
+before anything is written. A refused answer (or no tool call) is retried once with the reason
+stated to the model; a second refusal is a failed attempt and the caller leaves the pointer alone.
+MEMORY.md is protected: an update that drops existing facts gets them back (logged) unless the user
+asked to forget them; lines the user had removed stay forgotten. With the small-model profile the
+model is asked for plain text instead of a tool call (`memory.small_profile`), validated the same way.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from loguru import logger
 
+from nanobot.memory import small_profile
 from nanobot.memory.compaction import compact_transcript
 from nanobot.memory.store import MemoryStore, normalise_fact
 from nanobot.memory.transcript import render_transcript
-from nanobot.providers.base import LLMError, LLMProvider
+from nanobot.memory.validation import (
+    KEPT_FACTS_HEADING,
+    EchoSources,
+    Refusal,
+    check_history_entry,
+    check_memory_update,
+    fact_lines,
+    schema_text,
+)
+from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
 from nanobot.util.tool_args import decode_lenient
 
 #: share of existing MEMORY.md facts an update may drop before protection steps in
 MAX_DROPPED_FACT_SHARE = 0.5
 MIN_FACTS_FOR_PROTECTION = 4
-KEPT_FACTS_HEADING = "## Kept from the previous version"
+#: one answer plus one retry that states why the first was refused
+MAX_ATTEMPTS = 2
+DEFAULT_MEMORY_BUDGET_CHARS = 12_000
 
 SAVE_MEMORY_TOOL = {
     "type": "function",
@@ -60,6 +77,23 @@ Read the conversation chunk and call save_memory exactly once:
 GROUP_NOTE = """This chunk comes from a group chat: write only history_entry content about it;
 set memory_update to an empty string (group conversations never go into the owner's MEMORY.md)."""
 
+RETRY_NOTE = """Your previous answer was refused: {reason}.
+Call save_memory again. history_entry: your own 2-5 sentences about what happened, starting with
+[{stamp}]. memory_update: the complete MEMORY.md as Markdown bullets."""
+
+MEMORY_HEADING = "## Current MEMORY.md"
+CHUNK_HEADING = "## Conversation chunk"
+
+
+def echo_sources(transcript: str, *, small_model: bool) -> EchoSources:
+    """What a consolidation answer must not copy: the schema, our instructions, the conversation."""
+    instructions = (
+        small_profile.INSTRUCTIONS + "\n" + small_profile.RETRY_NOTE
+        if small_model
+        else "\n".join((CONSOLIDATION_SYSTEM, GROUP_NOTE, RETRY_NOTE, MEMORY_HEADING, CHUNK_HEADING))
+    )
+    return EchoSources(schema=schema_text(SAVE_MEMORY_TOOL), instructions=instructions, transcript=transcript)
+
 
 @dataclass
 class SaveMemoryArgs:
@@ -88,14 +122,6 @@ def normalise_save_memory_args(raw: Any) -> SaveMemoryArgs | None:
     return SaveMemoryArgs(history.strip(), memory if isinstance(memory, str) else None)
 
 
-def _fact_lines(text: str) -> list[str]:
-    return [
-        line.strip()
-        for line in text.splitlines()
-        if line.strip() and not line.strip().startswith("#") and line.strip() != KEPT_FACTS_HEADING
-    ]
-
-
 def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[str]]:
     """The MEMORY.md to write and the facts that protection put back.
 
@@ -105,10 +131,10 @@ def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[s
         line for line in new.splitlines() if normalise_fact(line) not in forgotten or not line.strip()
     ]
     new = "\n".join(new_lines).strip()
-    old_facts = [f for f in _fact_lines(old) if normalise_fact(f) not in forgotten]
+    old_facts = [f for f in fact_lines(old) if normalise_fact(f) not in forgotten]
     if len(old_facts) < MIN_FACTS_FOR_PROTECTION:
         return new, []
-    new_norm = {normalise_fact(f) for f in _fact_lines(new)}
+    new_norm = {normalise_fact(f) for f in fact_lines(new)}
     dropped = [f for f in old_facts if normalise_fact(f) not in new_norm]
     if len(dropped) / len(old_facts) <= MAX_DROPPED_FACT_SHARE:
         return new, []
@@ -135,6 +161,17 @@ def three_way_merge(base: str, ours: str, theirs: str) -> str:
     return "\n".join([*ours_lines, *added]).strip()
 
 
+def chunk_time(messages: list[dict[str, Any]], tz: Any, default: datetime) -> tuple[datetime, datetime]:
+    """(first, last) message time of a chunk in the memory timezone; `default` when unknown."""
+    stamps = []
+    for msg in messages:
+        try:
+            stamps.append(datetime.fromisoformat(str(msg.get("timestamp"))).astimezone(tz))
+        except (TypeError, ValueError):
+            continue
+    return (stamps[0], stamps[-1]) if stamps else (default, default)
+
+
 class Consolidator:
     def __init__(
         self,
@@ -144,12 +181,19 @@ class Consolidator:
         model: str | None = None,
         context_window_tokens: int = 65536,
         max_tokens: int = 8192,
+        memory_budget_chars: int = DEFAULT_MEMORY_BUDGET_CHARS,
+        small_model: bool = False,
     ) -> None:
         self.provider = provider
         self.memory = memory
         self.model = model
         self.context_window_tokens = context_window_tokens
         self.max_tokens = max_tokens
+        self.memory_budget_chars = memory_budget_chars
+        self.small_model = small_model
+        #: outcomes since start: "accepted", "retried", "failed", "refused:<rule>"
+        self.outcomes: Counter[str] = Counter()
+        self.last_failure = ""  # why the last failed consolidation failed (for logs and status)
 
     async def consolidate(self, messages: list[dict[str, Any]], *, private: bool) -> bool:
         """Summarise `messages` into memory. True on success; False leaves everything as it was."""
@@ -164,34 +208,105 @@ class Consolidator:
             reserved_tokens=overhead + self.max_tokens // 4,
             model=self.model,
         )
-        user = (f"## Current MEMORY.md\n\n{memory_now or '(empty)'}\n\n" if private else "") + (
-            f"## Conversation chunk\n\n{transcript}"
-        )
-        system = CONSOLIDATION_SYSTEM + ("" if private else "\n\n" + GROUP_NOTE)
-        try:
-            response = await self.provider.chat(
-                [{"role": "system", "content": system}, {"role": "user", "content": user}],
-                [SAVE_MEMORY_TOOL],
-                model=self.model,
-                max_tokens=self.max_tokens,
-                temperature=0.0,
-                tool_choice={"type": "function", "function": {"name": "save_memory"}},
+        start, end = chunk_time(messages, self.memory.tz, self.memory.now())
+        stamp = start.strftime("%Y-%m-%d %H:%M")
+        if self.small_model:
+            prompt = small_profile.consolidation_messages(transcript, stamp)
+        else:
+            user = (f"{MEMORY_HEADING}\n\n{memory_now or '(empty)'}\n\n" if private else "") + (
+                f"{CHUNK_HEADING}\n\n{transcript}"
             )
-        except LLMError as exc:
-            logger.warning("consolidation call failed: {}", exc)
-            return False
-        call = next((c for c in response.tool_calls if c.name == "save_memory"), None)
-        if call is None:
-            logger.warning("consolidation: the model did not call save_memory; nothing changed")
-            return False
-        args = normalise_save_memory_args(call.arguments)
-        if args is None:
-            logger.warning("consolidation: save_memory arguments unusable: {}", str(call.arguments)[:200])
-            return False
-        self.memory.append_history(args.history_entry)
-        if private and args.memory_update is not None and args.memory_update.strip() != memory_now.strip():
-            self.apply_memory_update(memory_now, args.memory_update)
-        return True
+            system = CONSOLIDATION_SYSTEM + ("" if private else "\n\n" + GROUP_NOTE)
+            prompt = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        sources = echo_sources(render_transcript(messages) + "\n" + transcript, small_model=self.small_model)
+        users = [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                response = await self._ask(prompt, private)
+            except LLMError as exc:
+                logger.warning("consolidation call failed: {}", exc)
+                self.outcomes["failed"] += 1
+                self.last_failure = f"model call failed: {exc}"
+                return False
+            verdict = self._check(response, memory_now, private, sources, users, start, end)
+            if not isinstance(verdict, Refusal):
+                history, memory_update = verdict
+                self.memory.append_history(history)
+                if memory_update is not None and memory_update.strip() != memory_now.strip():
+                    self.apply_memory_update(memory_now, memory_update)
+                self.outcomes["accepted"] += 1
+                return True
+            self.outcomes[f"refused:{verdict.rule}"] += 1
+            logger.warning("consolidation attempt {} refused: {}", attempt + 1, verdict.reason)
+            if attempt + 1 < MAX_ATTEMPTS:
+                self.outcomes["retried"] += 1
+                note = (small_profile.RETRY_NOTE if self.small_model else RETRY_NOTE).format(
+                    reason=verdict.reason, stamp=stamp
+                )
+                prompt = [*prompt, {"role": "user", "content": note}]
+        self.outcomes["failed"] += 1
+        self.last_failure = verdict.reason
+        return False
+
+    async def _ask(self, prompt: list[dict[str, Any]], private: bool) -> LLMResponse:
+        if self.small_model:
+            return await self.provider.chat(
+                prompt, None, model=self.model, max_tokens=small_profile.MAX_REPLY_TOKENS, temperature=0.0
+            )
+        return await self.provider.chat(
+            prompt,
+            [SAVE_MEMORY_TOOL],
+            model=self.model,
+            max_tokens=self.max_tokens,
+            temperature=0.0,
+            tool_choice={"type": "function", "function": {"name": "save_memory"}},
+        )
+
+    def _check(
+        self,
+        response: LLMResponse,
+        memory_now: str,
+        private: bool,
+        sources: EchoSources,
+        users: list[str],
+        start: datetime,
+        end: datetime,
+    ) -> tuple[str, str | None] | Refusal:
+        """(stamped history entry, MEMORY.md to write or None) or the refusal."""
+        if self.small_model:
+            parsed = small_profile.parse_reply(response.content or "")
+            if isinstance(parsed, Refusal):
+                return parsed
+            history, facts = parsed
+            # the small profile only adds facts: the previous ones are kept by construction
+            update = (memory_now.rstrip() + "\n" + "\n".join(facts)).strip() if private and facts else None
+        else:
+            call = next((c for c in response.tool_calls if c.name == "save_memory"), None)
+            if call is None:
+                return Refusal("no_tool_call", "save_memory", "the answer did not call save_memory")
+            args = normalise_save_memory_args(call.arguments)
+            if args is None:
+                return Refusal("broken", "save_memory", f"unusable arguments {str(call.arguments)[:120]!r}")
+            history, update = args.history_entry, args.memory_update if private else None
+        entry = check_history_entry(history, sources, start, end)
+        if isinstance(entry, Refusal):
+            return entry
+        if update is None:
+            return entry, None
+        checked = check_memory_update(
+            update,
+            memory_now,
+            sources,
+            budget_chars=self.memory_budget_chars,
+            user_texts=users,
+            forgotten=self.memory.forgotten(),
+        )
+        if isinstance(checked, Refusal):
+            return checked
+        new_memory, kept = checked
+        if kept:
+            logger.warning("consolidation dropped {} existing fact(s) from MEMORY.md; kept them", len(kept))
+        return entry, new_memory
 
     def apply_memory_update(self, base: str, new: str) -> None:
         """Write the LLM's MEMORY.md, merged with whatever changed on disk since `base` was read."""

@@ -1,5 +1,11 @@
 """Pre-compaction memory flush: one silent turn that saves durable memories to today's daily note
-before consolidation squeezes the conversation (append only; MEMORY.md stays read-only here)."""
+before consolidation squeezes the conversation (append only; MEMORY.md stays read-only here).
+
+The notes are untrusted input: `memory.validation` checks them before they are appended. A refused
+answer is retried once with the reason stated to the model; a second refusal fails the flush (it is
+tried again next cycle) and nothing reaches the daily note. The small-model profile asks for plain
+bullets without offering a tool.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,11 @@ from typing import Any
 
 from loguru import logger
 
+from nanobot.memory import small_profile
 from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import render_transcript
-from nanobot.providers.base import LLMError, LLMProvider
+from nanobot.memory.validation import EchoSources, Refusal, check_note, schema_text
+from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
 from nanobot.util.tool_args import first_string_arg
 
 NO_REPLY = "NO_REPLY"
@@ -35,36 +43,72 @@ decisions, preferences, facts about people and projects, dates, TODOs. Call writ
 with '- ' bullets. MEMORY.md and the bootstrap files are read-only now. If there is nothing new to
 store, reply exactly {NO_REPLY}. Nothing you write here is shown to the user."""
 
+RETRY_NOTE = """Your previous answer was refused: {reason}.
+Call write_daily_note again with your own '- ' bullets, or reply exactly NO_REPLY."""
+MAX_ATTEMPTS = 2
+
 
 class MemoryFlusher:
     def __init__(
-        self, provider: LLMProvider, memory: MemoryStore, *, model: str | None = None, max_tokens: int = 1024
+        self,
+        provider: LLMProvider,
+        memory: MemoryStore,
+        *,
+        model: str | None = None,
+        max_tokens: int = 1024,
+        small_model: bool = False,
     ) -> None:
         self.provider = provider
         self.memory = memory
         self.model = model
         self.max_tokens = max_tokens
+        self.small_model = small_model
 
     async def flush(self, messages: list[dict[str, Any]], *, private: bool) -> bool:
         """Run the flush turn. True when it completed (with or without notes), False on failure."""
         today = self.memory.read(self.memory.daily_path().name)[-MAX_DAILY_CONTEXT_CHARS:]
         memory_md = self.memory.read_memory() if private else ""
-        user = (
-            f"## MEMORY.md (read-only)\n\n{memory_md or '(empty)'}\n\n"
-            f"## Today's note so far\n\n{today or '(empty)'}\n\n"
-            f"## Conversation\n\n{render_transcript(messages)}"
-        )
-        try:
-            response = await self.provider.chat(
-                [{"role": "system", "content": FLUSH_SYSTEM}, {"role": "user", "content": user}],
-                [WRITE_DAILY_NOTE_TOOL],
-                model=self.model,
-                max_tokens=self.max_tokens,
-                temperature=0.0,
+        transcript = render_transcript(messages)
+        if self.small_model:
+            prompt = small_profile.plain_messages(small_profile.FLUSH_INSTRUCTIONS, transcript)
+            instructions = small_profile.FLUSH_INSTRUCTIONS + small_profile.RETRY_NOTE
+        else:
+            user = (
+                f"## MEMORY.md (read-only)\n\n{memory_md or '(empty)'}\n\n"
+                f"## Today's note so far\n\n{today or '(empty)'}\n\n"
+                f"## Conversation\n\n{transcript}"
             )
-        except LLMError as exc:
-            logger.warning("memory flush failed: {}", exc)
-            return False
+            prompt = [{"role": "system", "content": FLUSH_SYSTEM}, {"role": "user", "content": user}]
+            instructions = FLUSH_SYSTEM + RETRY_NOTE
+        sources = EchoSources(schema_text(WRITE_DAILY_NOTE_TOOL), instructions, transcript)
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                response = await self._ask(prompt)
+            except LLMError as exc:
+                logger.warning("memory flush failed: {}", exc)
+                return False
+            notes = self._check(response, sources)
+            if not isinstance(notes, Refusal):
+                for note in notes:
+                    self.memory.append_daily(note)
+                logger.info("memory flush: {}", f"{len(notes)} note(s) saved" if notes else "nothing to store")
+                return True
+            logger.warning("memory flush attempt {} refused: {}", attempt + 1, notes.reason)
+            note = RETRY_NOTE if not self.small_model else small_profile.RETRY_NOTE
+            prompt = [*prompt, {"role": "user", "content": note.format(reason=notes.reason)}]
+        return False
+
+    async def _ask(self, prompt: list[dict[str, Any]]) -> LLMResponse:
+        if self.small_model:
+            return await self.provider.chat(
+                prompt, None, model=self.model, max_tokens=small_profile.MAX_REPLY_TOKENS, temperature=0.0
+            )
+        return await self.provider.chat(
+            prompt, [WRITE_DAILY_NOTE_TOOL], model=self.model, max_tokens=self.max_tokens, temperature=0.0
+        )
+
+    def _check(self, response: LLMResponse, sources: EchoSources) -> list[str] | Refusal:
+        """The notes to append (maybe none), or the refusal of the first bad one."""
         notes = [
             first_string_arg(c.arguments, "content")
             for c in response.tool_calls
@@ -72,14 +116,12 @@ class MemoryFlusher:
         ]
         notes = [n for n in notes if n and n.strip() and n.strip() != NO_REPLY]
         text = (response.content or "").strip()
-        if (
-            not notes
-            and text
-            and text != NO_REPLY
-            and all(line.lstrip().startswith(("-", "*")) for line in text.splitlines() if line.strip())
-        ):
-            notes = [text]  # a model that answered with the bullets instead of calling the tool
-        for note in notes:
-            self.memory.append_daily(note)
-        logger.info("memory flush: {}", f"{len(notes)} note(s) saved" if notes else "nothing to store")
-        return True
+        if not notes and text and NO_REPLY not in text:
+            lines = [line for line in text.splitlines() if line.strip()]
+            if self.small_model:
+                notes = ["\n".join(small_profile.bullets(text))] if small_profile.bullets(text) else []
+            elif all(line.lstrip().startswith(("-", "*")) for line in lines):
+                notes = [text]  # a model that answered with the bullets instead of calling the tool
+        checked = [check_note(n, "daily note", sources) for n in notes]
+        refused = next((c for c in checked if isinstance(c, Refusal)), None)
+        return refused or [c for c in checked if isinstance(c, str)]

@@ -6,7 +6,9 @@
 - Background work after each turn; per-session locks, a `consolidating` set and strong task
   references; drained on shutdown. A prompt that would overflow is consolidated before the call.
 - /new: archive the transcript at once, then consolidate the rest and write session notes in the
-  background; a failure leaves a `.pending` marker and the kept transcript, retried later.
+  background; a failure leaves a `.pending` marker and the kept transcript, retried at start-up with
+  a backoff; after `max_archive_retries` failed attempts the rest is raw-archived into HISTORY.md
+  and the marker becomes `.failed` (reported by `nanobot status`), see `memory.pending`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,16 @@ from loguru import logger
 
 from nanobot.memory.consolidator import Consolidator
 from nanobot.memory.flush import MemoryFlusher
+from nanobot.memory.pending import (
+    PENDING_SUFFIX,
+    ArchiveMarker,
+    archived_path,
+    give_up,
+    marker_path,
+    read_marker,
+    record_failure,
+    write_marker,
+)
 from nanobot.memory.session_notes import write_session_note
 from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import boundary_after
@@ -27,7 +39,6 @@ from nanobot.session.history import history_indices
 from nanobot.session.store import Session, SessionStore
 
 Estimator = Callable[[Session, bool], int]
-PENDING_SUFFIX = ".pending"
 #: the flush margin never takes more than this share of a small window's budget
 MAX_FLUSH_MARGIN_SHARE = 0.25
 
@@ -42,6 +53,8 @@ class LifecycleSettings:
     flush_enabled: bool = True
     flush_soft_tokens: int = 4000
     share_in_groups: bool = False
+    max_archive_retries: int = 5
+    archive_retry_backoff_s: float = 300.0
 
 
 class MemoryLifecycle:
@@ -239,8 +252,7 @@ class MemoryLifecycle:
             archived = self.sessions.archive(session, self.memory.now())
         if archived is None:
             return
-        marker = archived.with_name(archived.name + PENDING_SUFFIX)
-        marker.write_text(session.key, encoding="utf-8")
+        write_marker(marker_path(archived), ArchiveMarker(key=session.key))
         self.track(self._process_archive(archived, session.key), f"archive:{session.key}")
 
     async def _process_archive(self, archived: Any, session_key: str) -> None:
@@ -251,34 +263,63 @@ class MemoryLifecycle:
         if rest:
             self.llm_calls += 1
             ok = await self.consolidator.consolidate(rest, private=self._private(is_group))
-            if not ok:
-                logger.warning(
-                    "archive of {} not consolidated; will retry from {}", session_key, archived.name
-                )
+            if not ok and not self._archive_failed(archived, session_key, rest):
                 return
             self.sessions.set_metadata(old, last_consolidated=len(old.messages))
         if not old.metadata.get("note_written"):
             self.llm_calls += 1
             await write_session_note(
-                self.consolidator.provider, self.memory, old.messages, session_key, model=self.model
+                self.consolidator.provider,
+                self.memory,
+                old.messages,
+                session_key,
+                model=self.model,
+                small_model=self.consolidator.small_model,
             )
             self.sessions.set_metadata(old, note_written=True)
         self.sessions.release(old)
-        archived.with_name(archived.name + PENDING_SUFFIX).unlink(missing_ok=True)
+        marker_path(archived).unlink(missing_ok=True)
         logger.info("archived session {} processed", session_key)
 
+    def _archive_failed(self, archived: Any, session_key: str, rest: list[dict[str, Any]]) -> bool:
+        """Count a failed attempt. True when that was the last one: the rest is raw-archived, go on."""
+        marker = marker_path(archived)
+        record = record_failure(marker, self.memory.now(), self.consolidator.last_failure or "unknown")
+        limit = self.settings.max_archive_retries
+        if record.attempts < limit:
+            logger.warning(
+                "archive of {} not consolidated (attempt {}/{}: {}); a later start-up retries {}",
+                session_key, record.attempts, limit, record.last_error, archived.name,
+            )
+            return False
+        self.consolidator.raw_archive(rest, f"consolidation of the archived session failed {limit} times")
+        give_up(marker)
+        logger.error(
+            "archive of {} not consolidated after {} attempts ({}); raw-archived into HISTORY.md",
+            session_key, limit, record.last_error,
+        )
+        return True
+
     def recover_pending(self) -> int:
-        """Retry archives whose background processing did not finish (after a crash or a failure)."""
+        """At start-up: retry the archives whose processing did not finish and whose backoff is over.
+
+        Returns how many retries were started."""
         markers = (
             sorted(self.sessions.archive_dir.glob(f"*{PENDING_SUFFIX}"))
             if self.sessions.archive_dir.exists()
             else []
         )
+        started = 0
         for marker in markers:
-            archived = marker.with_name(marker.name.removesuffix(PENDING_SUFFIX))
+            archived = archived_path(marker)
             if not archived.exists():
                 marker.unlink(missing_ok=True)
                 continue
-            key = marker.read_text(encoding="utf-8").strip() or archived.stem
-            self.track(self._process_archive(archived, key), f"archive-retry:{key}")
-        return len(markers)
+            record = read_marker(marker)
+            due = record.next_attempt(self.settings.archive_retry_backoff_s)
+            if due is not None and due > self.memory.now():
+                logger.info("archive {}: retry backs off until {:%Y-%m-%d %H:%M}", archived.name, due)
+                continue
+            self.track(self._process_archive(archived, record.key), f"archive-retry:{record.key}")
+            started += 1
+        return started

@@ -1,4 +1,10 @@
-"""Session notes written on /new: `memory/YYYY-MM-DD-<slug>.md` with a summary of the session."""
+"""Session notes written on /new: `memory/YYYY-MM-DD-<slug>.md` with a summary of the session.
+
+The summary is untrusted input: `memory.validation` checks it first. A refused answer is retried once
+with the reason stated to the model; a second refusal (or a failed call) writes a raw excerpt of the
+transcript instead, so nothing refused reaches the note. The small-model profile asks for plain
+sentences without offering a tool.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,16 @@ from typing import Any
 
 from loguru import logger
 
-from nanobot.memory.store import MemoryStore
+from nanobot.memory import small_profile
+from nanobot.memory.store import MemoryStore, slugify
 from nanobot.memory.transcript import render_transcript
-from nanobot.providers.base import LLMError, LLMProvider
+from nanobot.memory.validation import EchoSources, Refusal, check_note, check_text, schema_text
+from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
 from nanobot.util.tool_args import as_dict
 
 MIN_USER_MESSAGES = 3
+MAX_ATTEMPTS = 2
+SLUG_WORDS = 4
 MAX_TRANSCRIPT_CHARS = 60_000
 RAW_EXCERPT_CHARS = 3_000
 
@@ -42,6 +52,9 @@ SESSION_NOTE_TOOL = {
 NOTE_SYSTEM = """A chat session just ended. Call save_session_note with a short topic slug and a
 Markdown summary: what was discussed, decisions made, facts learned about the user, open TODOs."""
 
+RETRY_NOTE = """Your previous answer was refused: {reason}.
+Call save_session_note again with your own summary of the session."""
+
 
 async def write_session_note(
     provider: LLMProvider,
@@ -50,6 +63,7 @@ async def write_session_note(
     session_key: str,
     *,
     model: str | None = None,
+    small_model: bool = False,
 ) -> Path | None:
     """Write the note (LLM summary, or a raw excerpt as fallback). None when the session was too short."""
     users = [m for m in messages if m.get("role") == "user"]
@@ -60,24 +74,68 @@ async def write_session_note(
         transcript = "[...]\n" + transcript[-MAX_TRANSCRIPT_CHARS:]
     started = str(messages[0].get("timestamp", ""))[:16].replace("T", " ")
     header = f"Session: {session_key}\nStarted: {started or 'unknown'}\nMessages: {len(messages)}"
+    if small_model:
+        prompt = small_profile.plain_messages(small_profile.NOTE_INSTRUCTIONS, transcript)
+        instructions = small_profile.NOTE_INSTRUCTIONS + RETRY_NOTE
+    else:
+        prompt = [{"role": "system", "content": NOTE_SYSTEM}, {"role": "user", "content": transcript}]
+        instructions = NOTE_SYSTEM + RETRY_NOTE
+    sources = EchoSources(schema_text(SESSION_NOTE_TOOL), instructions, transcript)
     try:
-        response = await provider.chat(
-            [{"role": "system", "content": NOTE_SYSTEM}, {"role": "user", "content": transcript}],
-            [SESSION_NOTE_TOOL],
-            model=model,
-            max_tokens=1500,
-            temperature=0.0,
-            tool_choice={"type": "function", "function": {"name": "save_session_note"}},
-        )
-        call = next((c for c in response.tool_calls if c.name == "save_session_note"), None)
-        args = as_dict(call.arguments) if call else None
-        if args and isinstance(args.get("summary"), str) and args["summary"].strip():
-            slug = str(args.get("slug") or "session")
-            title = str(args.get("title") or slug.replace("-", " ").capitalize())
-            return memory.write_session_note(slug, f"# {title}\n\n{header}\n\n{args['summary'].strip()}")
-        logger.warning("session note: no usable save_session_note call; writing a raw excerpt")
+        for attempt in range(MAX_ATTEMPTS):
+            response = await _ask(provider, prompt, model, small_model)
+            note = _check(response, sources, small_model)
+            if not isinstance(note, Refusal):
+                slug, title, summary = note
+                return memory.write_session_note(slug, f"# {title}\n\n{header}\n\n{summary}")
+            logger.warning("session note attempt {} refused: {}", attempt + 1, note.reason)
+            prompt = [*prompt, {"role": "user", "content": RETRY_NOTE.format(reason=note.reason)}]
+        logger.warning("session note: no usable summary; writing a raw excerpt")
     except LLMError as exc:
         logger.warning("session note call failed ({}); writing a raw excerpt", exc)
     excerpt = transcript[-RAW_EXCERPT_CHARS:]
     slug = memory.now().strftime("%H%M")
     return memory.write_session_note(slug, f"# Session {slug}\n\n{header}\n\n## Excerpt\n\n{excerpt}")
+
+
+async def _ask(
+    provider: LLMProvider, prompt: list[dict[str, Any]], model: str | None, small_model: bool
+) -> LLMResponse:
+    if small_model:
+        return await provider.chat(
+            prompt, None, model=model, max_tokens=small_profile.MAX_REPLY_TOKENS, temperature=0.0
+        )
+    return await provider.chat(
+        prompt,
+        [SESSION_NOTE_TOOL],
+        model=model,
+        max_tokens=1500,
+        temperature=0.0,
+        tool_choice={"type": "function", "function": {"name": "save_session_note"}},
+    )
+
+
+def _check(response: LLMResponse, sources: EchoSources, small_model: bool) -> tuple[str, str, str] | Refusal:
+    """(slug, title, summary) of a usable answer, or the refusal."""
+    if small_model:
+        args: dict[str, Any] | None = {"summary": response.content or ""}
+    else:
+        call = next((c for c in response.tool_calls if c.name == "save_session_note"), None)
+        if call is None:
+            return Refusal("no_tool_call", "save_session_note", "the answer did not call save_session_note")
+        args = as_dict(call.arguments)
+        if args is None:
+            return Refusal("broken", "save_session_note", f"unusable arguments {str(call.arguments)[:120]!r}")
+    summary = check_note(args.get("summary"), "summary", sources)
+    if isinstance(summary, Refusal):
+        return summary
+    # slug and title are optional: unusable ones are replaced by words of the summary
+    slug_raw = args.get("slug")
+    title_raw = args.get("title")
+    words = "-".join(summary.split()[:SLUG_WORDS])
+    slug = slugify(slug_raw if isinstance(check_text(slug_raw, "slug", sources), str) else words)
+    title = title_raw if isinstance(check_text(title_raw, "title", sources), str) else slug
+    title = " ".join(str(title).split())[:80] or slug
+    if title == slug:
+        title = slug.replace("-", " ").capitalize()
+    return slug, title, summary

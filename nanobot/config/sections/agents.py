@@ -39,6 +39,10 @@ class AgentDefaults(Section):
                                            "files together in the system prompt.")
     memory_max_chars: int = Field(12_000, ge=500, description="Most characters of MEMORY.md in the system "
                                   "prompt (private chats only).")
+    small_model: bool = Field(False, description="The model is a small local one (e.g. a 1-8B model on "
+                              "Ollama, llama.cpp or LM Studio): memory consolidation, the pre-compaction "
+                              "flush and session notes ask for plain labelled text instead of tool calls. "
+                              "Always on for the embedded `local` provider.")
 
 
 class AgentsConfig(Section):

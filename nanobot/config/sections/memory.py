@@ -62,6 +62,13 @@ class MemoryConfig(Section):
     max_consolidation_rounds: int = Field(3, ge=1, description="Consolidation passes one turn may trigger.")
     max_consolidation_failures: int = Field(3, ge=1, description="Failed consolidations in a row before "
                                             "the raw messages are archived instead.")
+    max_archive_retries: int = Field(5, ge=1, description="Failed attempts to consolidate a session archived "
+                                     "by /new (one at /new, then one per start-up) before the retries stop: "
+                                     "its messages are raw-archived into HISTORY.md and `nanobot status` "
+                                     "reports it.")
+    archive_retry_backoff_s: float = Field(300.0, ge=0, description="Seconds after a failed archive "
+                                           "consolidation before a start-up retries it; doubles with each "
+                                           "failure.")
     backups_kept: int = Field(5, ge=0, description="Earlier versions of MEMORY.md kept in "
                               "memory/.backups/.")
     flush: MemoryFlushConfig = Field(MemoryFlushConfig(), description="The pre-consolidation memory flush.")

@@ -1,0 +1,130 @@
+"""Bookkeeping for archived sessions whose `/new` processing has not finished.
+
+`/new` leaves `sessions/archive/<name>.jsonl.pending` next to the kept transcript until the archive
+is consolidated. The marker records the session key, how many attempts failed, when the last one
+ran and why it failed (JSON; an older marker holding only the session key reads as no attempts).
+
+Retries happen at start-up and back off: after `n` failed attempts the next one waits
+`backoff_s * 2**(n-1)` seconds, so a restart loop does not hammer the model. After `max_attempts`
+failures the retries stop: the lifecycle raw-archives the transcript into HISTORY.md and the marker
+becomes `<name>.jsonl.failed`, which `nanobot status` (and `doctor`) report instead of retrying
+silently forever.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from nanobot.util.fs import atomic_write
+
+PENDING_SUFFIX = ".pending"
+FAILED_SUFFIX = ".failed"
+MAX_ERROR_CHARS = 300
+
+
+@dataclass
+class ArchiveMarker:
+    key: str
+    attempts: int = 0
+    last_attempt: str = ""  # ISO-8601 with offset; empty before the first failure
+    last_error: str = ""
+
+    def next_attempt(self, backoff_s: float) -> datetime | None:
+        """When a start-up may retry (None: at once)."""
+        if self.attempts <= 0 or not self.last_attempt:
+            return None
+        try:
+            last = datetime.fromisoformat(self.last_attempt)
+        except ValueError:
+            return None
+        return last + timedelta(seconds=backoff_s * 2 ** (self.attempts - 1))
+
+
+def marker_path(archived: Path, suffix: str = PENDING_SUFFIX) -> Path:
+    return archived.with_name(archived.name + suffix)
+
+
+def archived_path(marker: Path) -> Path:
+    return marker.with_name(marker.name.removesuffix(PENDING_SUFFIX).removesuffix(FAILED_SUFFIX))
+
+
+def read_marker(marker: Path) -> ArchiveMarker:
+    """The marker's record; an unreadable or old-style one counts as no failed attempt yet."""
+    try:
+        text = marker.read_text(encoding="utf-8").strip()
+    except OSError:
+        text = ""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        return ArchiveMarker(key=text or archived_path(marker).stem)
+    return ArchiveMarker(
+        key=str(data.get("key") or archived_path(marker).stem),
+        attempts=int(data.get("attempts") or 0),
+        last_attempt=str(data.get("last_attempt") or ""),
+        last_error=str(data.get("last_error") or "")[:MAX_ERROR_CHARS],
+    )
+
+
+def write_marker(marker: Path, record: ArchiveMarker) -> None:
+    atomic_write(marker, json.dumps(asdict(record), ensure_ascii=False) + "\n")
+
+
+def record_failure(marker: Path, when: datetime, error: str) -> ArchiveMarker:
+    """Count one more failed attempt on the marker and return the updated record."""
+    record = read_marker(marker)
+    record.attempts += 1
+    record.last_attempt = when.isoformat(timespec="seconds")
+    record.last_error = error[:MAX_ERROR_CHARS]
+    write_marker(marker, record)
+    return record
+
+
+def give_up(marker: Path) -> Path:
+    """Stop retrying: the `.pending` marker becomes `.failed` (kept for status and doctor)."""
+    failed = marker.with_name(marker.name.removesuffix(PENDING_SUFFIX) + FAILED_SUFFIX)
+    marker.replace(failed)
+    return failed
+
+
+@dataclass
+class ArchiveSummary:
+    """What `nanobot status` shows about archived sessions not (yet) consolidated."""
+
+    pending: list[tuple[Path, ArchiveMarker]]
+    failed: list[tuple[Path, ArchiveMarker]]
+
+
+def summarise(archive_dir: Path) -> ArchiveSummary:
+    if not archive_dir.is_dir():
+        return ArchiveSummary([], [])
+    return ArchiveSummary(
+        [(p, read_marker(p)) for p in sorted(archive_dir.glob(f"*{PENDING_SUFFIX}"))],
+        [(p, read_marker(p)) for p in sorted(archive_dir.glob(f"*{FAILED_SUFFIX}"))],
+    )
+
+
+def status_lines(archive_dir: Path, max_attempts: int, backoff_s: float) -> list[str]:
+    """Human lines for `nanobot status` / `doctor`: nothing when every archive was processed."""
+    summary = summarise(archive_dir)
+    lines = []
+    for path, rec in summary.pending:
+        due = rec.next_attempt(backoff_s)
+        when = f"next retry at start-up after {due:%Y-%m-%d %H:%M}" if due else "retried at next start-up"
+        error = f"; last error: {rec.last_error}" if rec.last_error else ""
+        lines.append(
+            f"  {archived_path(path).name} ({rec.key}): consolidation pending, "
+            f"{rec.attempts}/{max_attempts} attempts failed, {when}{error}"
+        )
+    for path, rec in summary.failed:
+        lines.append(
+            f"  {archived_path(path).name} ({rec.key}): consolidation gave up after {rec.attempts} attempts "
+            "(raw excerpt in memory/HISTORY.md, transcript kept; delete the .failed file to dismiss); "
+            f"last error: {rec.last_error or 'unknown'}"
+        )
+    return lines

@@ -1,0 +1,320 @@
+"""Validation of what the memory LLM calls return, before anything is written.
+
+The model's memory output is untrusted input. Consolidation (`history_entry`, `memory_update`), the
+pre-compaction flush (daily-note bullets) and session notes (summary) pass through here first.
+Each check returns the text to write (possibly repaired: a stamp added, dropped facts put back)
+or a `Refusal` naming the rule it broke. Rules (the names appear in logs and benchmarks):
+
+- `empty`: nothing usable (blank, a placeholder such as "(empty)", or too few words to be a summary).
+- `broken`: JSON fragments, the tool's own field names, chat-template tokens (`<|im_start|>`,
+  `<tool_call>`, ...) or a text that keeps repeating itself.
+- `schema_echo`: more than a small share copied from the tool schema's descriptions.
+- `instruction_echo`: more than a small share copied from the prompt's instructions.
+- `transcript_echo`: the conversation copied verbatim instead of summarised.
+- `over_budget`: a MEMORY.md larger than its budget (or a history entry far beyond 2-5 sentences).
+
+Repairs (not refusals): a history entry whose summary is real but whose `[YYYY-MM-DD HH:MM]` stamp
+is missing, a placeholder or far from the chunk's time gets the chunk's stamp; facts of the previous
+MEMORY.md that an update dropped come back unless the user asked to forget them in the chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from nanobot.memory.store import normalise_fact
+
+#: words per shingle when looking for text copied from the schema / instructions (short phrases)
+PROMPT_SHINGLE_WORDS = 4
+#: words per shingle when looking for text copied from the conversation (quoting a fact is fine)
+TRANSCRIPT_SHINGLE_WORDS = 8
+#: "a small share": copied words may make up at most this share of the output...
+MAX_PROMPT_ECHO_SHARE = 0.25
+MAX_TRANSCRIPT_ECHO_SHARE = 0.5
+#: ...and refusal needs at least this many copied words (a short shared phrase is coincidence)
+MIN_PROMPT_ECHO_WORDS = 6
+MIN_TRANSCRIPT_ECHO_WORDS = 24
+MIN_SUMMARY_WORDS = 4
+MAX_HISTORY_ENTRY_CHARS = 2_000
+#: a model stamp further than this from the chunk's own time is replaced by the chunk's stamp
+MAX_STAMP_DRIFT = timedelta(days=1)
+MAX_LINE_REPEATS = 3
+MIN_DISTINCT_WORD_SHARE = 0.25
+KEPT_FACTS_HEADING = "## Kept from the previous version"
+
+STAMP_FORMAT = "%Y-%m-%d %H:%M"
+_STAMP_RE = re.compile(r"^\s*\[?\s*(\d{4}-\d{2}-\d{2})[ T](\d{1,2}:\d{2})(?::\d{2})?\s*\]?[\s:,.-]*")
+_LEADING_BRACKET_RE = re.compile(r"^\s*\[[^\]\n{}\"]{0,40}\][\s:,.-]*")
+_TEMPLATE_TOKEN_RE = re.compile(
+    r"<\|[a-z_]{2,30}\|>|</?tool_call>|</?function_call>|<function=|</?tool_response>|</?think>"
+    r"|\[/?INST\]|<</?SYS>>|</?s>|<start_of_turn>|<end_of_turn>",
+    re.I,
+)
+_FIELD_NAMES_RE = re.compile(
+    r"\b(history_entry|memory_update|save_memory|write_daily_note|save_session_note)\b"
+)
+_SPEAKER_RE = re.compile(r"^\s*(?:\[[^\]\n]{0,25}\]\s*)?(USER|ASSISTANT|User|Assistant|TOOL|SYSTEM)\s*:", re.M)
+_PLACEHOLDERS = {"", "(empty)", "empty", "none", "null", "n/a", "...", "no_reply", "-", "tbd"}
+_WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_FORGET_RE = re.compile(
+    r"\b(forget|remove|delete|erase|drop|no longer|not true|isn't true|is wrong|stop remembering)\b", re.I
+)
+#: words too common to tie a forget request to a fact (only words of 4+ letters are compared)
+_STOPWORDS = frozenset({
+    "that", "this", "with", "from", "your", "about", "have", "were", "will", "what", "when", "which",
+    "their", "they", "them", "then", "than", "there", "please", "remember", "forget", "remove", "delete",
+    "user", "user's", "likes",
+})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why an output was refused: `rule` is one of the module's rule names."""
+
+    rule: str
+    field: str
+    detail: str
+
+    @property
+    def reason(self) -> str:
+        return f"{self.field} refused ({self.rule}): {self.detail}"
+
+
+@dataclass(frozen=True)
+class EchoSources:
+    """What the output must not copy: the tool schema, the prompt's instructions, the conversation."""
+
+    schema: str = ""
+    instructions: str = ""
+    transcript: str = ""
+
+
+def schema_text(tool: dict[str, Any]) -> str:
+    """Every description inside a tool definition, one per line."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "description" and isinstance(value, str):
+                    found.append(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(tool)
+    return "\n".join(found)
+
+
+def _words(text: str) -> list[str]:
+    return _WORD_RE.findall(text.lower())
+
+
+def copied_words(text: str, reference: str, n: int) -> tuple[int, int]:
+    """(words of `text` inside an n-word run that also occurs in `reference`, words of `text`)."""
+    words = _words(text)
+    if len(words) < n or not reference:
+        return 0, len(words)
+    ref = _words(reference)
+    shingles = {tuple(ref[i : i + n]) for i in range(len(ref) - n + 1)}
+    covered = [False] * len(words)
+    for i in range(len(words) - n + 1):
+        if tuple(words[i : i + n]) in shingles:
+            covered[i : i + n] = [True] * n
+    return sum(covered), len(words)
+
+
+def _echo(text: str, field: str, sources: EchoSources) -> Refusal | None:
+    # Copying any run of the schema or the instructions is never content, however short the output;
+    # quoting one sentence of the conversation is fine, copying whole stretches of it is not.
+    checks = (
+        ("schema_echo", sources.schema, PROMPT_SHINGLE_WORDS, MAX_PROMPT_ECHO_SHARE, MIN_PROMPT_ECHO_WORDS,
+         True, "it repeats the tool's parameter description instead of giving content"),
+        ("instruction_echo", sources.instructions, PROMPT_SHINGLE_WORDS, MAX_PROMPT_ECHO_SHARE,
+         MIN_PROMPT_ECHO_WORDS, True, "it repeats the instructions instead of following them"),
+        ("transcript_echo", sources.transcript, TRANSCRIPT_SHINGLE_WORDS, MAX_TRANSCRIPT_ECHO_SHARE,
+         MIN_TRANSCRIPT_ECHO_WORDS, False, "it copies the conversation instead of summarising it"),
+    )
+    for rule, reference, n, max_share, min_words, short_counts, why in checks:
+        copied, total = copied_words(text, reference, n)
+        floor = min(min_words, total) if short_counts else min_words
+        if total and copied >= floor and copied / total > max_share:
+            return Refusal(rule, field, f"{why} ({copied} of {total} words copied)")
+    if sources.transcript and (label := _SPEAKER_RE.search(text)):
+        return Refusal(
+            "transcript_echo", field, f"it copies the conversation's speaker lines ({label.group(0).strip()!r})"
+        )
+    return None
+
+
+def check_text(text: Any, field: str, sources: EchoSources) -> str | Refusal:
+    """The checks every memory output gets: empty, broken, echoes. Returns the stripped text."""
+    if not isinstance(text, str):
+        return Refusal("broken", field, f"expected text, got {type(text).__name__}")
+    stripped = text.strip()
+    if stripped.strip("`").strip().lower() in _PLACEHOLDERS:
+        return Refusal("empty", field, "there is no content")
+    if token := _TEMPLATE_TOKEN_RE.search(stripped):
+        return Refusal("broken", field, f"it contains the chat-template token {token.group(0)!r}")
+    if name := _FIELD_NAMES_RE.search(stripped):
+        return Refusal("broken", field, f"it names the tool field {name.group(1)!r} instead of giving content")
+    if _looks_like_json(stripped):
+        return Refusal("broken", field, "it is a JSON fragment, not Markdown text")
+    if detail := _repetition(stripped):
+        return Refusal("broken", field, detail)
+    return _echo(stripped, field, sources) or stripped
+
+
+def _looks_like_json(text: str) -> bool:
+    if text.startswith(("{", "[{", '["')) or (text.endswith(("}", "}]")) and '":' in text):
+        return True
+    try:
+        json.loads(text)
+    except (json.JSONDecodeError, ValueError):
+        return False
+    return True  # a bare number, true/false, ...
+
+
+def _repetition(text: str) -> str | None:
+    lines = [normalise_fact(x) for x in text.splitlines() if normalise_fact(x)]
+    if lines:
+        line, count = Counter(lines).most_common(1)[0]
+        if count > MAX_LINE_REPEATS:
+            return f"it repeats the line {line[:60]!r} {count} times"
+    words = _words(text)
+    if len(words) >= 30 and len(set(words)) / len(words) < MIN_DISTINCT_WORD_SHARE:
+        return f"it keeps repeating itself ({len(set(words))} distinct words in {len(words)})"
+    return None
+
+
+# ---------------------------------------------------------------------------------- history
+
+
+def check_history_entry(
+    text: Any, sources: EchoSources, chunk_start: datetime, chunk_end: datetime | None = None
+) -> str | Refusal:
+    """A `[YYYY-MM-DD HH:MM]`-stamped history paragraph, or why it was refused."""
+    if not isinstance(text, str):
+        return Refusal("broken", "history_entry", f"expected text, got {type(text).__name__}")
+    stamp, body = _split_stamp(text.strip())
+    checked = check_text(body, "history_entry", sources)
+    if isinstance(checked, Refusal):
+        return checked
+    if len(checked) > MAX_HISTORY_ENTRY_CHARS:
+        return Refusal(
+            "over_budget", "history_entry",
+            f"it is {len(checked)} characters; write 2-5 sentences (at most {MAX_HISTORY_ENTRY_CHARS})",
+        )
+    body = checked
+    if len(_words(body)) < MIN_SUMMARY_WORDS:
+        return Refusal("empty", "history_entry", "after the timestamp there is no real summary")
+    end = chunk_end or chunk_start
+    tz = chunk_start.tzinfo
+    if stamp is None or not (
+        chunk_start.replace(tzinfo=None) - MAX_STAMP_DRIFT <= stamp <= end.astimezone(tz).replace(tzinfo=None)
+        + MAX_STAMP_DRIFT
+    ):
+        stamp = chunk_start.replace(tzinfo=None)
+    return f"[{stamp.strftime(STAMP_FORMAT)}] {body}"
+
+
+def _split_stamp(text: str) -> tuple[datetime | None, str]:
+    """The stamp the model wrote (None when missing or unreadable) and the text after it."""
+    match = _STAMP_RE.match(text)
+    if match:
+        try:
+            stamp = datetime.strptime(f"{match.group(1)} {match.group(2)}", "%Y-%m-%d %H:%M")
+        except ValueError:
+            stamp = None
+        return stamp, text[match.end() :].strip()
+    bracket = _LEADING_BRACKET_RE.match(text)  # a placeholder such as [YYYY-MM-DD HH:MM] or [date]
+    return None, (text[bracket.end() :] if bracket else text).strip()
+
+
+# ----------------------------------------------------------------------------------- memory
+
+
+def fact_lines(text: str) -> list[str]:
+    """The fact lines of a MEMORY.md text (headings, blanks and our own kept-heading excluded)."""
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#") and line.strip() != KEPT_FACTS_HEADING
+    ]
+
+
+def forget_requests(user_texts: Iterable[str]) -> list[str]:
+    """The user messages of the chunk that ask to forget or correct something."""
+    return [t for t in user_texts if _FORGET_RE.search(t)]
+
+
+def _may_drop(fact: str, requests: list[str]) -> bool:
+    """A fact may go when a forget/correct request of the user mentions one of its content words."""
+    keys = {w for w in _words(fact) if len(w) >= 4 and w not in _STOPWORDS}
+    return any(keys & set(_words(r)) for r in requests)
+
+
+def check_memory_update(
+    text: Any,
+    previous: str,
+    sources: EchoSources,
+    *,
+    budget_chars: int,
+    user_texts: Iterable[str] = (),
+    forgotten: set[str] | frozenset[str] = frozenset(),
+) -> tuple[str | None, list[str]] | Refusal:
+    """(the MEMORY.md to write or None for "no change", facts put back) or why it was refused.
+
+    Only the lines that are new relative to `previous` are checked for echoes: repeating the old
+    facts is exactly what the model was asked to do.
+    """
+    if text is None or (isinstance(text, str) and text.strip().lower() in _PLACEHOLDERS):
+        return None, []  # nothing new: keep MEMORY.md as it is
+    if not isinstance(text, str):
+        return Refusal("broken", "memory_update", f"expected Markdown text, got {type(text).__name__}")
+    old_norm = {normalise_fact(x) for x in previous.splitlines()}
+    new_part = "\n".join(x for x in text.splitlines() if normalise_fact(x) not in old_norm)
+    if new_part.strip():
+        checked = check_text(new_part, "memory_update", sources)
+        if isinstance(checked, Refusal):
+            return checked
+    limit = max(budget_chars, len(previous))
+    if len(text.strip()) > limit:
+        return Refusal(
+            "over_budget", "memory_update",
+            f"it is {len(text.strip())} characters, over the {limit}-character budget; keep it concise",
+        )
+    requests = forget_requests(user_texts)
+    new_norm = {normalise_fact(x) for x in fact_lines(text)}
+    dropped = [
+        f for f in fact_lines(previous)
+        if normalise_fact(f) not in new_norm and normalise_fact(f) not in forgotten and not _may_drop(f, requests)
+    ]
+    merged = text.strip()
+    if dropped:
+        merged = (
+            merged + "\n\n" + KEPT_FACTS_HEADING + "\n"
+            + "\n".join(f if f.startswith(("-", "*")) else f"- {f}" for f in dropped)
+        ).strip()
+    return merged, dropped
+
+
+# ------------------------------------------------------------------------------------ notes
+
+
+def check_note(text: Any, field: str, sources: EchoSources) -> str | Refusal:
+    """A daily-note or session-note text: the common checks and a minimum of real content."""
+    checked = check_text(text, field, sources)
+    if isinstance(checked, Refusal):
+        return checked
+    if len(_words(checked)) < MIN_SUMMARY_WORDS - 1:
+        return Refusal("empty", field, "too few words to be a note")
+    return checked

@@ -1,0 +1,158 @@
+"""Refused memory output is retried once with the reason, never written; `/new` retries are bounded.
+
+Through the real litellm path and the fake OpenAI-compatible server (tests/fakes/llm_server.py).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from nanobot.agent.factory import build_agent
+from nanobot.cli.onboard import copy_templates
+from nanobot.memory.consolidator import SAVE_MEMORY_TOOL
+from nanobot.memory.pending import ArchiveMarker, read_marker, write_marker
+from tests.conftest import run_cli
+from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.memory_llm import MemoryScript
+
+SCHEMA_ECHO = SAVE_MEMORY_TOOL["function"]["parameters"]["properties"]["memory_update"]["description"]
+GOOD_ENTRY = "[2026-03-04 10:00] The user said their favourite colour is teal and asked to remember it."
+
+
+def save_memory(history: str, memory: str) -> dict:
+    return {"content": None, "tool_calls": [{"name": "save_memory", "arguments": json.dumps(
+        {"history_entry": history, "memory_update": memory})}]}
+
+
+@pytest.fixture
+def agent_factory(make_config):  # noqa: ANN001
+    agents = []
+
+    def _make(**overrides):  # noqa: ANN003, ANN202
+        config, path = make_config(**{"memory.flush.enabled": False, **overrides})
+        copy_templates(config.workspace_path)
+        agent = build_agent(config)
+        agents.append(agent)
+        return agent
+
+    yield _make
+    for agent in agents:
+        agent.sessions.close()
+
+
+CHUNK = [
+    {"role": "user", "content": "Please remember that my favourite colour is teal.",
+     "timestamp": "2026-03-04T10:00:00+00:00"},
+    {"role": "assistant", "content": "Noted!", "timestamp": "2026-03-04T10:00:05+00:00"},
+]
+
+
+async def test_refused_answer_is_retried_once_with_the_reason(agent_factory, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    agent = agent_factory()
+    fake_llm.push(save_memory(GOOD_ENTRY, SCHEMA_ECHO))  # the real model's failure mode
+    fake_llm.push(save_memory(GOOD_ENTRY, "# Memory\n- Favourite colour: teal"))
+    assert await agent.lifecycle.consolidator.consolidate(CHUNK, private=True)
+    assert len(fake_llm.requests) == 2
+    retry_note = fake_llm.requests[1]["messages"][-1]
+    assert retry_note["role"] == "user"
+    assert "refused (schema_echo)" in retry_note["content"]
+    assert "Favourite colour: teal" in agent.memory.read_memory()
+    assert SCHEMA_ECHO[:40] not in agent.memory.read_memory()
+    assert agent.memory.read_history().strip() == GOOD_ENTRY
+    assert agent.lifecycle.consolidator.outcomes["retried"] == 1
+
+
+async def test_twice_refused_writes_nothing_and_keeps_the_pointer(agent_factory, fake_llm, logs) -> None:  # noqa: ANN001
+    agent = agent_factory()
+    ws = agent.config.workspace_path
+    session = agent.sessions.get("cli:direct")
+    agent.sessions.append(session, *CHUNK)
+    fake_llm.push(save_memory("2-5 sentences summarising the conversation chunk, starting with "
+                              "[YYYY-MM-DD HH:MM].", "<|im_start|>assistant"))
+    fake_llm.push(save_memory(GOOD_ENTRY, '{"memory_update": "teal"}'))
+    ok = await agent.lifecycle._consolidate_range(session, 0, 2, False)
+    assert ok is False and session.last_consolidated == 0
+    assert not (ws / "memory" / "HISTORY.md").exists()
+    assert not (ws / "memory" / "MEMORY.md").exists() or "teal" not in (ws / "memory" / "MEMORY.md").read_text()
+    assert any("refused (schema_echo)" in line for line in logs)
+    assert any("refused (broken)" in line for line in logs)
+
+
+async def test_refused_flush_and_session_note_reach_no_file(agent_factory, fake_llm) -> None:  # noqa: ANN001
+    agent = agent_factory()
+    bad_note = {"content": None, "tool_calls": [{"name": "write_daily_note", "arguments": {
+        "content": "<tool_call>write_daily_note</tool_call>"}}]}
+    fake_llm.push(bad_note)
+    fake_llm.push(bad_note)
+    assert await agent.lifecycle.flusher.flush(CHUNK, private=True) is False
+    assert not agent.memory.daily_path().exists()
+
+    from nanobot.memory.session_notes import write_session_note
+
+    echo = "Markdown: what was discussed, decisions, facts learned, open TODOs"
+    bad = {"content": None, "tool_calls": [{"name": "save_session_note", "arguments": {
+        "slug": "x", "summary": echo}}]}
+    fake_llm.push(bad)
+    fake_llm.push(bad)
+    messages = CHUNK * 3
+    path = await write_session_note(agent.provider, agent.memory, messages, "cli:direct")
+    text = path.read_text()
+    assert "## Excerpt" in text and "favourite colour is teal" in text
+    assert echo not in text
+
+
+async def test_archive_retries_back_off_then_stop_and_report(agent_factory, fake_llm, home: Path) -> None:  # noqa: ANN001
+    script = MemoryScript()
+    fake_llm.responder = script.responder
+    agent = agent_factory(**{"memory.maxArchiveRetries": 3, "memory.archiveRetryBackoffS": 600})
+    ws = agent.config.workspace_path
+    archive = ws / "sessions" / "archive"
+    for i in range(3):
+        await agent.process_direct(f"FACT-{i}: my item {i} is kept.")
+    script.fail_consolidation = 10_000
+    assert await agent.process_direct("/new") == "New session started."
+    await agent.drain(30)
+    marker = next(archive.glob("*.pending"))
+    record = read_marker(marker)
+    assert record.attempts == 1 and "no_tool_call" in record.last_error
+
+    # backoff: a start-up right after the failure does not retry
+    assert agent.lifecycle.recover_pending() == 0
+    assert read_marker(marker).attempts == 1
+    status = run_cli("status", home=home)
+    assert status.returncode == 0, status.stderr
+    assert "Archived sessions not consolidated: 1" in status.stdout
+    assert "1/3 attempts failed" in status.stdout and "next retry at start-up after" in status.stdout
+
+    for expected in (2, 3):
+        record = read_marker(marker)
+        record.last_attempt = (agent.memory.now() - timedelta(days=1)).isoformat()
+        write_marker(marker, record)  # the backoff is over
+        assert agent.lifecycle.recover_pending() == 1
+        await agent.drain(30)
+        if expected < 3:
+            assert read_marker(marker).attempts == expected
+    assert not marker.exists()
+    failed = marker.with_name(marker.name.removesuffix(".pending") + ".failed")
+    assert failed.exists() and read_marker(failed).attempts == 3
+    assert agent.lifecycle.recover_pending() == 0  # stopped: no more retries
+    history = (ws / "memory" / "HISTORY.md").read_text()
+    assert "[raw archive: consolidation of the archived session failed 3 times" in history
+    assert all(f"FACT-{i}:" in history for i in range(3))
+    assert list((ws / "memory").glob("*-planted-facts.md"))  # the session note is still written
+    status = run_cli("status", home=home)
+    assert "consolidation gave up after 3 attempts" in status.stdout
+
+
+def test_old_style_marker_counts_as_no_attempt(tmp_path: Path) -> None:
+    marker = tmp_path / "cli_direct-20260101T000000.jsonl.pending"
+    marker.write_text("cli:direct", encoding="utf-8")
+    record = read_marker(marker)
+    assert record == ArchiveMarker(key="cli:direct")
+    assert record.next_attempt(300) is None
+    marker.write_text("{not json", encoding="utf-8")
+    assert read_marker(marker).attempts == 0

@@ -1,0 +1,202 @@
+"""Each refusal rule of memory.validation, the repairs, and the small-profile parser.
+
+The corpus cases replay real answers of the demo model (SmolLM2-135M) collected by
+`benchmarks/consolidation_quality.py --collect` into tests/data/consolidation_outputs.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from nanobot.memory import small_profile
+from nanobot.memory.consolidator import SAVE_MEMORY_TOOL, echo_sources
+from nanobot.memory.validation import (
+    KEPT_FACTS_HEADING,
+    Refusal,
+    check_history_entry,
+    check_memory_update,
+    check_note,
+)
+
+CORPUS = Path(__file__).parent / "data" / "consolidation_outputs.jsonl"
+START = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)
+TRANSCRIPT = (
+    "[2026-03-04 10:00] USER: Please remember that my favourite colour is teal and my sister Ana lives in "
+    "Lisbon where she teaches mathematics at the university near the river.\n"
+    "[2026-03-04 10:01] ASSISTANT: Noted, teal it is, and Ana in Lisbon."
+)
+SOURCES = echo_sources(TRANSCRIPT, small_model=False)
+PREVIOUS = "# Memory\n- Works as a nurse in Porto"
+DESCRIPTIONS = SAVE_MEMORY_TOOL["function"]["parameters"]["properties"]
+
+
+def history(text: str) -> str | Refusal:
+    return check_history_entry(text, SOURCES, START)
+
+
+def memory(text: str, previous: str = PREVIOUS, **kw) -> tuple[str | None, list[str]] | Refusal:  # noqa: ANN003
+    return check_memory_update(text, previous, SOURCES, budget_chars=kw.pop("budget_chars", 2000), **kw)
+
+
+def rule(result: object) -> str | None:
+    return result.rule if isinstance(result, Refusal) else None
+
+
+GOOD_ENTRY = ("[2026-03-04 10:00] The user asked me to remember their favourite colour (teal) "
+              "and that Ana lives in Lisbon.")
+
+
+def test_a_good_answer_passes_unchanged() -> None:
+    assert history(GOOD_ENTRY) == GOOD_ENTRY
+    update = PREVIOUS + "\n- Favourite colour: teal\n- Sister Ana lives in Lisbon, teaches maths"
+    assert memory(update) == (update, [])
+
+
+@pytest.mark.parametrize(
+    "text", ["", "   ", "(empty)", "None", "```\n```", "[2026-03-04 10:00]", "[2026-03-04 10:00] Ok."]
+)
+def test_empty(text: str) -> None:
+    assert rule(history(text)) == "empty"
+
+
+@pytest.mark.parametrize("text", [
+    "<|im_start|>assistant\nThe user likes teal.",
+    "The user likes teal.<|im_end|>",
+    "<tool_call>\n{\"name\": \"save_memory\"}\n</tool_call>",
+    '{"history_entry": "[2026-03-04 10:00] The user likes teal."}',
+    '[{"type": "function"}]',
+    "history_entry: The user likes teal and Ana lives in Lisbon.",
+    "teal teal teal teal teal teal teal teal teal teal teal teal teal teal teal teal teal teal teal teal "
+    "teal teal teal teal teal teal teal teal teal teal teal",
+    "- likes teal\n- likes teal\n- likes teal\n- likes teal\n- likes teal",
+])
+def test_broken(text: str) -> None:
+    assert rule(history(text)) == "broken"
+
+
+def test_schema_echo_in_both_fields() -> None:
+    assert rule(history(DESCRIPTIONS["history_entry"]["description"])) == "schema_echo"
+    assert rule(memory(DESCRIPTIONS["memory_update"]["description"])) == "schema_echo"
+    # a placeholder stamp followed by the schema is still the schema
+    assert rule(history("[YYYY-MM-DD HH:MM] Include names, decisions, dates and details useful for search.")) == (
+        "schema_echo")
+
+
+def test_instruction_echo() -> None:
+    text = ("Keep every existing fact that is still true, add new durable facts (preferences, people, "
+            "projects, decisions, dates).")
+    assert rule(memory(PREVIOUS + "\n" + text)) == "instruction_echo"
+    assert rule(history("You are the memory consolidation step of a personal assistant.")) == "instruction_echo"
+
+
+def test_transcript_echo() -> None:
+    assert rule(history("USER: Please remember that my favourite colour is teal.")) == "transcript_echo"
+    copied = ("The user wrote: please remember that my favourite colour is teal and my sister Ana lives in "
+              "Lisbon where she teaches mathematics at the university near the river.")
+    assert rule(history(copied)) == "transcript_echo"
+    # quoting one short sentence is fine
+    assert rule(history("The user said: my favourite colour is teal.")) is None
+
+
+def test_over_budget() -> None:
+    long_entry = " ".join(f"Point{i} concerns item{i} and place{i}." for i in range(200))
+    assert rule(history("[2026-03-04 10:00] " + long_entry)) == "over_budget"
+    big = PREVIOUS + "\n" + "\n".join(f"- person{i} likes thing{i}" for i in range(200))
+    assert rule(memory(big)) == "over_budget"
+    # a MEMORY.md already over the budget may stay that size, but not grow
+    assert rule(memory(big, previous=big)) is None
+
+
+def test_stamp_added_or_repaired_when_the_summary_is_real() -> None:
+    body = "The user asked me to remember that their favourite colour is teal."
+    assert history(body) == f"[2026-03-04 10:00] {body}"
+    assert history(f"[YYYY-MM-DD HH:MM] {body}") == f"[2026-03-04 10:00] {body}"
+    assert history(f"[2023-01-01 00:00] {body}") == f"[2026-03-04 10:00] {body}"  # invented date
+    assert history(f"2026-03-04T10:30 {body}") == f"[2026-03-04 10:30] {body}"  # within the chunk: kept
+
+
+def test_dropped_facts_come_back_even_in_a_small_file() -> None:
+    result = memory("# Memory\n- Favourite colour: teal")
+    assert not isinstance(result, Refusal)
+    text, kept = result
+    assert kept == ["- Works as a nurse in Porto"]
+    assert KEPT_FACTS_HEADING in text and "Works as a nurse in Porto" in text and "teal" in text
+
+
+def test_facts_the_user_asked_to_forget_may_go() -> None:
+    users = ["Please forget that I work in Porto, I moved."]
+    assert memory("# Memory\n- Lives elsewhere now", user_texts=users) == ("# Memory\n- Lives elsewhere now", [])
+    tombstone = {"works as a nurse in porto"}
+    assert memory("# Memory\n- Favourite colour: teal", forgotten=tombstone)[1] == []
+    # a forget request about something else does not license dropping this fact
+    assert memory("# Memory", user_texts=["forget the colour"])[1] == ["- Works as a nurse in Porto"]
+
+
+def test_repeating_previous_facts_is_not_an_echo() -> None:
+    previous = "# Memory\n- " + DESCRIPTIONS["memory_update"]["description"]  # however it got there
+    assert rule(memory(previous + "\n- Favourite colour: teal", previous=previous)) is None
+
+
+def test_empty_memory_update_means_no_change() -> None:
+    assert memory("") == (None, [])
+    assert memory("(empty)") == (None, [])
+
+
+def test_notes_use_the_same_rules() -> None:
+    sources = echo_sources(TRANSCRIPT, small_model=True)
+    assert rule(check_note("<|im_end|>", "daily note", sources)) == "broken"
+    assert rule(check_note("- likes", "daily note", sources)) == "empty"
+    assert check_note("- Favourite colour is teal", "daily note", sources) == "- Favourite colour is teal"
+
+
+@pytest.mark.parametrize("reply,expected", [
+    ("SUMMARY: The user likes teal.\nFACTS:\n- Favourite colour: teal\n- Sister Ana in Lisbon",
+     ("The user likes teal.", ["- Favourite colour: teal", "- Sister Ana in Lisbon"])),
+    ("```\nSUMMARY: Talked about colours.\nFACTS:\nNONE\n```", ("Talked about colours.", [])),
+    ("**Summary:** Talked about Ana.\n**Facts:**\n1. Ana lives in Lisbon",
+     ("Talked about Ana.", ["- Ana lives in Lisbon"])),
+    ("The user likes teal.\n- Favourite colour: teal", ("The user likes teal.", ["- Favourite colour: teal"])),
+])
+def test_small_profile_parser(reply: str, expected: tuple[str, list[str]]) -> None:
+    assert small_profile.parse_reply(reply) == expected
+
+
+def test_small_profile_parser_refuses_a_missing_summary() -> None:
+    assert rule(small_profile.parse_reply("FACTS:\n- teal")) == "empty"
+
+
+def _corpus() -> list[dict]:
+    if not CORPUS.exists():
+        return []
+    return [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("case", _corpus(), ids=lambda c: f"{c['id']}-{c['expected'] or 'accepted'}")
+def test_real_demo_model_outputs(case: dict) -> None:
+    """Real answers of the demo model: each is refused by the rule recorded when it was reviewed."""
+    sources = echo_sources(case["transcript"], small_model=case["profile"] == "small")
+    start = datetime.fromisoformat(case["chunk_start"])
+    if case["field"] == "small_reply":
+        parsed = small_profile.parse_reply(case["text"])
+        result = parsed if isinstance(parsed, Refusal) else check_history_entry(parsed[0], sources, start)
+        if not isinstance(result, Refusal) and parsed[1]:
+            result = check_memory_update(
+                (case["previous_memory"] + "\n" + "\n".join(parsed[1])).strip(), case["previous_memory"], sources,
+                budget_chars=12_000,
+            )
+    elif case["field"] == "history_entry":
+        result = check_history_entry(case["text"], sources, start)
+    else:
+        result = check_memory_update(case["text"], case["previous_memory"], sources, budget_chars=12_000)
+    assert rule(result) == case["expected"], result
+
+
+def test_the_corpus_covers_every_rule() -> None:
+    seen = {c["expected"] for c in _corpus()}
+    if not seen:
+        pytest.skip("corpus not collected yet")
+    assert {"broken", "schema_echo", "transcript_echo", "empty"} <= seen
