@@ -34,6 +34,7 @@ from nanobot.memory.validation import (
     schema_text,
 )
 from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
+from nanobot.timeutil import parse_iso_or_none
 from nanobot.util.tool_args import decode_lenient
 
 #: share of existing MEMORY.md facts an update may drop before protection steps in
@@ -163,12 +164,8 @@ def three_way_merge(base: str, ours: str, theirs: str) -> str:
 
 def chunk_time(messages: list[dict[str, Any]], tz: Any, default: datetime) -> tuple[datetime, datetime]:
     """(first, last) message time of a chunk in the memory timezone; `default` when unknown."""
-    stamps = []
-    for msg in messages:
-        try:
-            stamps.append(datetime.fromisoformat(str(msg.get("timestamp"))).astimezone(tz))
-        except (TypeError, ValueError):
-            continue
+    found = (parse_iso_or_none(m.get("timestamp"), tz) for m in messages)
+    stamps = [s.astimezone(tz) for s in found if s is not None]
     return (stamps[0], stamps[-1]) if stamps else (default, default)
 
 
