@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from nanobot.bus.queue import MessageBus
-from nanobot.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ConfigOption, err, load_cli_config
+from nanobot.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, ConfigOption, config_path, err, load_cli_config
 from nanobot.config.schema import Config
 
 DEFAULT_SESSION = "cli:direct"
@@ -28,7 +28,7 @@ def agent(
     """Chat with the agent: one turn with -m, otherwise interactive (a TTY or piped stdin)."""
     cfg = load_cli_config(config)
     _preload_litellm(cfg)
-    code = asyncio.run(_main(cfg, message, session, str(config or "config.json")))
+    code = asyncio.run(_main(cfg, message, session, str(config_path(config))))
     raise typer.Exit(code)
 
 
@@ -55,13 +55,8 @@ def _preload_litellm(cfg: Config) -> None:
 
 def _build(cfg: Config, bus: MessageBus, config_path: str):  # noqa: ANN202
     from nanobot.agent.factory import build_agent
-    from nanobot.providers.registry import ProviderConfigError
 
-    try:
-        built = build_agent(cfg, bus, config_path=config_path)
-    except ProviderConfigError as exc:
-        err(f"Error: {exc}" if not str(exc).startswith("nanobot:") else str(exc))
-        return None
+    built = build_agent(cfg, bus, config_path=config_path)  # a ConfigError is reported by the CLI
     if built.provider.is_small_local:
         from nanobot.providers.local import DEMO_NOTICE
 
@@ -80,8 +75,6 @@ async def _print_outbound(bus: MessageBus, session_channel: str) -> None:
 async def _main(cfg: Config, message: str | None, session_key: str, config_path: str) -> int:
     bus = MessageBus()
     built = _build(cfg, bus, config_path)
-    if built is None:
-        return EXIT_USAGE
     channel, _, chat_id = session_key.partition(":")
     channel, chat_id = (channel or "cli"), (chat_id or "direct")
     printer = asyncio.create_task(_print_outbound(bus, channel))

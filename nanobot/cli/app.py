@@ -1,11 +1,19 @@
-"""The `nanobot` command: a typer app that wires one module per command group."""
+"""The `nanobot` command: a typer app that wires one module per command group.
+
+Root options: `-c/--config` (also accepted after the subcommand), `-v/--verbose`, `-q/--quiet`,
+`-V/--version`, and typer's shell completion (`--install-completion`, `--show-completion`).
+User errors raised anywhere below are reported here once: message on stderr, the error's exit code.
+"""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from nanobot import __version__
 from nanobot.cli import agent as agent_cmd
 from nanobot.cli import config_cmd
 from nanobot.cli import cron as cron_cmd
@@ -18,23 +26,42 @@ from nanobot.cli import pairing as pairing_cmd
 from nanobot.cli import service as service_cmd
 from nanobot.cli import skills as skills_cmd
 from nanobot.cli import status as status_cmd
+from nanobot.cli.common import (
+    CONFIG_HELP,
+    EXIT_INTERRUPTED,
+    UserErrorGroup,
+    log_level_override,
+    set_root_log_level,
+)
 from nanobot.logs import setup_logging
 
 app = typer.Typer(
     name="nanobot",
+    cls=UserErrorGroup,
     help="nanobot: a small, fast, dependable personal AI assistant.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"nanobot {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging on stderr."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and errors on stderr."),
+    config: Annotated[Path | None, typer.Option("--config", "-c", help=CONFIG_HELP)] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors on stderr.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version.")
+    ] = False,
 ) -> None:
-    setup_logging("DEBUG" if verbose else "WARNING" if quiet else None)
+    # `config` reaches the subcommands through their own -c option (see ConfigOption).
+    set_root_log_level("DEBUG" if verbose else "ERROR" if quiet else None)
+    setup_logging(log_level_override())  # None: the default (WARNING); the gateway applies logging.level
 
 
 app.command("onboard")(onboard_cmd.onboard)
@@ -53,6 +80,6 @@ app.add_typer(config_cmd.app, name="config", help="The configuration's JSON Sche
 
 def main() -> None:
     try:
-        app()
+        app(prog_name="nanobot")
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)

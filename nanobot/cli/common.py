@@ -1,25 +1,53 @@
-"""Helpers shared by the CLI command modules: config loading, exit codes, stderr output."""
+"""Helpers shared by the CLI command modules: the `-c` option, config loading, exit codes, stderr output.
+
+`-c/--config` is accepted by the root command and by every subcommand (`nanobot -c X gateway` ==
+`nanobot gateway -c X`); a subcommand's own `-c` wins. User errors (`nanobot.errors.UserError`) are
+not caught here: they propagate to the one handler in nanobot/cli/app.py.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
-from nanobot.config.loader import ConfigError, load_config
-from nanobot.config.schema import Config
+from nanobot.config.loader import load_config
+from nanobot.config.paths import default_config_path
+from nanobot.config.schema import LOG_LEVELS, Config
+from nanobot.errors import EXIT_FAILURE, EXIT_USAGE, ConfigError, UserError, user_message
 
 EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "ConfigOption", "command_group",
+           "config_path", "err", "fail", "load_cli_config", "log_level_override"]
 
+LOG_LEVEL_ENV = "NANOBOT_LOG_LEVEL"
+# Set by the root command's callback, which runs before any subcommand.
+_root: dict[str, str | None] = {"log_level": None}
+
+
+def _inherit_root_config(ctx: typer.Context, value: Path | None) -> Path | None:
+    """A subcommand without its own -c uses the one given before the subcommand."""
+    if value is not None:
+        return value
+    root = ctx.find_root()
+    return root.params.get("config") if root is not ctx else None
+
+
+CONFIG_HELP = "Config file (default: $NANOBOT_HOME/config.json); also accepted before the subcommand."
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="Config file (default: $NANOBOT_HOME/config.json)."),
+    typer.Option("--config", "-c", help=CONFIG_HELP, callback=_inherit_root_config),
 ]
+
+
+def config_path(path: Path | None) -> Path:
+    """The config file a command uses: its -c (the option inherits the root's), else the default."""
+    return path or default_config_path()
 
 
 def err(text: str) -> None:
@@ -33,8 +61,39 @@ def fail(text: str, code: int = EXIT_FAILURE) -> NoReturn:
 
 
 def load_cli_config(path: Path | None) -> Config:
-    """Load config or exit 2 with the key path and the problem (no traceback)."""
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        fail(f"Error: {exc}", EXIT_USAGE)
+    """Load the command's config; a bad one raises ConfigError, which the CLI reports (exit 2)."""
+    return load_config(config_path(path))
+
+
+def set_root_log_level(log_level: str | None) -> None:
+    """Record the root command's -v/-q for the subcommand that follows."""
+    _root["log_level"] = log_level
+
+
+def log_level_override() -> str | None:
+    """The level chosen on the command line (-v/-q) or by NANOBOT_LOG_LEVEL, in that order; None when
+    neither is set (the gateway then uses logging.level, other commands WARNING)."""
+    if _root["log_level"]:
+        return str(_root["log_level"])
+    env = os.environ.get(LOG_LEVEL_ENV, "").strip().upper()
+    if env and env not in LOG_LEVELS:
+        raise ConfigError(f"{LOG_LEVEL_ENV}: unknown log level {env.lower()!r}; choose one of "
+                          f"{', '.join(LOG_LEVELS)}")
+    return env or None
+
+
+class UserErrorGroup(TyperGroup):
+    """A command group whose subcommands run inside its invoke: user errors are reported here, once
+    (the message on stderr, the error's exit code, no traceback)."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            err(user_message(exc))
+            raise typer.Exit(exc.exit_code) from None
+
+
+def command_group(**kwargs: Any) -> typer.Typer:
+    """A typer app for a command group (also when a test invokes the group on its own)."""
+    return typer.Typer(cls=UserErrorGroup, no_args_is_help=True, **kwargs)

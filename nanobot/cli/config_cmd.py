@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-import typer
+from nanobot.cli.common import command_group
 
-app = typer.Typer(no_args_is_help=True)
+app = command_group()
 
 
 @app.command("schema")

@@ -10,8 +10,9 @@ import json
 
 import typer
 
-from nanobot.cli.common import EXIT_USAGE, ConfigOption, err, fail, load_cli_config
+from nanobot.cli.common import EXIT_USAGE, ConfigOption, command_group, err, fail, load_cli_config
 from nanobot.config.schema import Config
+from nanobot.errors import UserError
 from nanobot.scheduler.cron import (
     CronJob,
     CronService,
@@ -22,7 +23,7 @@ from nanobot.scheduler.cron import (
     jobs_path,
 )
 
-app = typer.Typer(help="Manage scheduled jobs.", no_args_is_help=True)
+app = command_group(help="Manage scheduled jobs.")
 
 
 async def _run_job_once(config: Config, job: CronJob) -> str:
@@ -141,8 +142,6 @@ def run(
     config: ConfigOption = None,
 ) -> None:
     """Run a job once now through the agent and print its reply (its schedule is unchanged)."""
-    from nanobot.providers.registry import ProviderConfigError
-
     service = _service(load_cli_config(config))
     try:
         result = asyncio.run(service.run_now(job_id, raise_errors=True))
@@ -150,8 +149,8 @@ def run(
         fail(f"Error: no job {job_id!r}")
     except CronStoreError as exc:
         fail(f"Error: {exc}")
-    except ProviderConfigError as exc:
-        fail(f"Error: {exc}", EXIT_USAGE)
+    except UserError:
+        raise  # a config problem, not the job's: reported by the CLI (exit 2)
     except Exception as exc:  # noqa: BLE001 - the failure is recorded in the job; report it briefly
         fail(f"Error: job {job_id} failed: {type(exc).__name__}: {exc}")
     if result:

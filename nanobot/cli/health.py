@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from nanobot.cli.common import EXIT_FAILURE, EXIT_OK, ConfigOption, err, fail
+from nanobot.cli.common import EXIT_FAILURE, EXIT_OK, ConfigOption, config_path, err, fail
 from nanobot.config.loader import ConfigError, load_config
 from nanobot.service.state import WATCHDOG_STALE_FACTOR, is_healthy
 
@@ -17,7 +17,7 @@ from nanobot.service.state import WATCHDOG_STALE_FACTOR, is_healthy
 def health(config: ConfigOption = None) -> None:
     """Exit 0 when a gateway runs, its watchdog is fresh and a channel works (if any is enabled), else 1."""
     try:
-        cfg = load_config(config)
+        cfg = load_config(config_path(config))
     except ConfigError as exc:
         # Not the usual exit 2: Docker reserves 2 in health checks, and a bad config is unhealthy.
         fail("unhealthy: " + " ".join(line.strip() for line in str(exc).splitlines()), EXIT_FAILURE)

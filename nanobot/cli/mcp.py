@@ -8,11 +8,11 @@ from typing import Any
 
 import typer
 
-from nanobot.cli.common import ConfigOption, err, load_cli_config
+from nanobot.cli.common import ConfigOption, command_group, err, load_cli_config
 from nanobot.config.schema import MCPServerConfig
 from nanobot.util.text import truncate_head
 
-app = typer.Typer(help="MCP servers (tools.mcpServers).", no_args_is_help=True)
+app = command_group(help="MCP servers (tools.mcpServers).")
 
 DESCRIPTION_PREVIEW_CHARS = 80
 

@@ -12,12 +12,12 @@ from typing import Annotated
 import typer
 
 from nanobot.cli import memory_backend
-from nanobot.cli.common import ConfigOption, fail, load_cli_config
+from nanobot.cli.common import ConfigOption, command_group, fail, load_cli_config
 from nanobot.config.schema import Config
 from nanobot.memory.embeddings import EmbeddingError
 from nanobot.memory.index import MemoryIndex, build_index
 
-app = typer.Typer(help="Search and maintain the memory index.", no_args_is_help=True)
+app = command_group(help="Search and maintain the memory index.")
 
 
 def _index(config: Config) -> MemoryIndex:

@@ -13,9 +13,9 @@ from typing import Annotated
 
 import typer
 
-from nanobot.cli.common import EXIT_FAILURE, EXIT_USAGE, ConfigOption, err, fail, load_cli_config
+from nanobot.cli.common import EXIT_FAILURE, ConfigOption, command_group, err, load_cli_config
 
-app = typer.Typer(help="Pluggable long-term memory backends.", no_args_is_help=True)
+app = command_group(help="Pluggable long-term memory backends.")
 
 
 @app.command("check")
@@ -28,13 +28,9 @@ def check(
 ) -> None:
     """Run the swap flow: health, scope set-up, capabilities, isolation and write/read smoke tests."""
     from nanobot.memory.backends.check import run_check
-    from nanobot.providers.registry import ProviderConfigError
 
     config = load_cli_config(config_path)
-    try:
-        report = asyncio.run(run_check(config, ready_timeout_s=ready_timeout_s, progress=err))
-    except ProviderConfigError as exc:  # includes memory backend config errors
-        fail(f"Error: {exc}", EXIT_USAGE)
+    report = asyncio.run(run_check(config, ready_timeout_s=ready_timeout_s, progress=err))
     if as_json:
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2, default=str))
     else:

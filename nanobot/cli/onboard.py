@@ -6,9 +6,9 @@ import shutil
 from importlib.resources import files
 from pathlib import Path
 
-from nanobot.cli.common import ConfigOption, err, load_cli_config
+from nanobot.cli.common import ConfigOption, config_path, err, load_cli_config
 from nanobot.config.loader import save_config
-from nanobot.config.paths import default_config_path, ensure_workspace
+from nanobot.config.paths import ensure_workspace
 from nanobot.config.schema import Config
 
 
@@ -35,7 +35,7 @@ def copy_templates(workspace: Path) -> list[Path]:
 
 def onboard(config: ConfigOption = None) -> None:
     """Create config and workspace (idempotent; existing files are never overwritten)."""
-    path = config or default_config_path()
+    path = config_path(config)
     if path.exists():
         cfg = load_cli_config(path)
         err(f"Config exists: {path} (left as it is)")

@@ -12,8 +12,16 @@ from typing import Annotated
 
 import typer
 
-from nanobot.cli.common import EXIT_USAGE, ConfigOption, err, fail, load_cli_config
-from nanobot.config.paths import default_config_path, nanobot_home
+from nanobot.cli.common import (
+    EXIT_USAGE,
+    ConfigOption,
+    command_group,
+    config_path,
+    err,
+    fail,
+    load_cli_config,
+)
+from nanobot.config.paths import nanobot_home
 from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary
 from nanobot.service.systemd import (
     ServiceError,
@@ -27,7 +35,7 @@ from nanobot.service.systemd import (
     userns_available,
 )
 
-app = typer.Typer(help="Run the gateway as a systemd service.", no_args_is_help=True)
+app = command_group(help="Run the gateway as a systemd service.")
 
 UserOption = Annotated[
     bool, typer.Option("--user", help="A user unit (~/.config/systemd/user) instead of a system one.")
@@ -87,16 +95,16 @@ def install(
             f"try {math.ceil(interval_s * WATCHDOG_STALE_FACTOR)}",
             EXIT_USAGE,
         )
-    config_path = (config or default_config_path()).expanduser().absolute()
-    if not config_path.exists():
-        err(f"Warning: {config_path} does not exist yet; run `nanobot onboard` before starting the service")
+    unit_config = config_path(config).expanduser().absolute()
+    if not unit_config.exists():
+        err(f"Warning: {unit_config} does not exist yet; run `nanobot onboard` before starting the service")
     home = nanobot_home().absolute()
     workspace = cfg.workspace_path
     extra = () if workspace.is_relative_to(home) else (workspace,)
     run_as = None if user else (os.environ.get("SUDO_USER") or getpass.getuser())
     spec = UnitSpec(
         executable=nanobot_executable(),
-        config_path=config_path,
+        config_path=unit_config,
         home=home,
         user_unit=user,
         run_as=run_as,

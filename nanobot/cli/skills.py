@@ -6,10 +6,10 @@ import json
 
 import typer
 
-from nanobot.cli.common import ConfigOption, err, load_cli_config
+from nanobot.cli.common import ConfigOption, command_group, err, load_cli_config
 from nanobot.skills.loader import SkillsLoader
 
-app = typer.Typer(help="Skills and their availability.", no_args_is_help=True)
+app = command_group(help="Skills and their availability.")
 
 
 @app.callback()

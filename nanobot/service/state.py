@@ -22,6 +22,7 @@ from typing import Any
 from loguru import logger
 
 from nanobot.config.paths import GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE
+from nanobot.errors import UserError
 from nanobot.util.fs import atomic_write, open_private
 
 LOCK_FILE_NAME = GATEWAY_LOCK_FILE
@@ -35,7 +36,7 @@ ACQUIRE_RETRY_S = 0.5
 ACQUIRE_RETRY_STEP_S = 0.02
 
 
-class GatewayAlreadyRunning(RuntimeError):
+class GatewayAlreadyRunning(UserError):
     """Another process holds the workspace's gateway lock."""
 
     def __init__(self, workspace: Path, pid: int | None) -> None:
