@@ -17,8 +17,13 @@ os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
 os.environ.setdefault("no_proxy", "127.0.0.1,localhost")
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Provider credentials from the developer's shell would change which provider the tests resolve.
+_PROVIDER_ENV = {
+    "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY",
+    "GEMINI_API_KEY", "GOOGLE_API_KEY", "DEEPSEEK_API_KEY", "GROQ_API_KEY", "MISTRAL_API_KEY",
+}
 for _var in list(os.environ):
-    if _var.startswith("NANOBOT_"):
+    if _var.startswith("NANOBOT_") or _var in _PROVIDER_ENV:
         del os.environ[_var]
 
 from nanobot.config.schema import Config  # noqa: E402
@@ -57,6 +62,7 @@ def fake_llm(llm_server: FakeLLMServer) -> Iterator[FakeLLMServer]:
     """The shared fake server, reset for this test."""
     llm_server.script.clear()
     llm_server.requests.clear()
+    llm_server.request_headers.clear()
     llm_server.embedding_requests.clear()
     llm_server.responder = None
     llm_server.default_delay_s = 0.0

@@ -95,7 +95,7 @@ def test_provider_resolution_rules(home: Path) -> None:
         },
     )
     provider = resolve_provider(load_config(path))
-    assert provider.name == "custom" and provider.default_model == "openai/my-model"
+    assert provider.name == "custom" and provider.default_model == "my-model"  # direct route
 
 
 # ------------------------------------------------------------------ sessions

@@ -104,7 +104,7 @@ def test_status_shows_config_workspace_model_provider(home: Path, fake_llm: Fake
     assert f"Config: {path}" in out
     assert f"Workspace: {home / 'workspace'}" in out
     assert "Model: fake-model" in out
-    assert "Provider: custom (model openai/fake-model)" in out
+    assert "Provider: custom (model fake-model)" in out
     assert "Channel telegram: enabled, everyone" in out and "Channel discord: disabled" in out
     assert "Gateway: not running" in out and "Memory: backend file" in out
     custom = run_cli("status", "-c", str(home / "nope.json"), home=home)

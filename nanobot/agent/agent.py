@@ -338,13 +338,7 @@ class Agent:
     def _vision(self) -> bool:
         if self.provider.is_small_local:
             return False
-        model = self.settings.model or self.provider.default_model
-        try:
-            from nanobot.providers.litellm import import_litellm
-
-            return bool(import_litellm().supports_vision(model=model))
-        except Exception:  # noqa: BLE001 - unknown models: no images, a note with the path instead
-            return False
+        return self.provider.supports_vision(self.settings.model or self.provider.default_model)
 
     def _mcp_status(self) -> str:
         if self.mcp is None:

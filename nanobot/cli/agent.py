@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import threading
 from typing import Annotated
 
 import typer
@@ -27,30 +26,8 @@ def agent(
 ) -> None:
     """Chat with the agent: one turn with -m, otherwise interactive (a TTY or piped stdin)."""
     cfg = load_cli_config(config)
-    _preload_litellm(cfg)
     code = asyncio.run(_main(cfg, message, session, str(config_path(config))))
     raise typer.Exit(code)
-
-
-def _preload_litellm(cfg: Config) -> None:
-    """Start importing litellm (~2 s, the bulk of a cold start) in a background thread.
-
-    The main thread meanwhile imports the agent, builds the tools and stores, loads the session and
-    the system prompt; the first LLM call then finds litellm (mostly) imported. Best effort: any
-    failure here surfaces again, properly reported, on the first real use.
-    """
-    if cfg.agents.defaults.provider.strip().lower() == "local":
-        return
-
-    def run() -> None:
-        try:
-            from nanobot.providers.litellm import import_litellm
-
-            import_litellm()
-        except Exception:  # noqa: BLE001, S110 - reported by the real import on first use
-            pass
-
-    threading.Thread(target=run, name="litellm-import", daemon=True).start()
 
 
 def _build(cfg: Config, bus: MessageBus, config_path: str):  # noqa: ANN202

@@ -186,18 +186,14 @@ class Gateway:
             self.agent.sessions.fsync_dirty()
 
     async def _warm_up(self) -> None:
-        """Import the provider's client library in a thread (litellm takes seconds): done inside a
+        """Run the provider's warm-up (importing litellm takes seconds) in a thread: done inside a
         turn it would block the event loop, the channels and the stop request meanwhile."""
-        from nanobot.providers.litellm import LiteLLMProvider, import_litellm
-
-        if not isinstance(self.agent.provider, LiteLLMProvider):
-            return
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
         def work() -> None:
             try:
-                import_litellm()
+                self.agent.provider.warm_up()
             except Exception as exc:  # noqa: BLE001 - the first turn reports it properly
                 logger.warning("provider warm-up failed: {}", exc)
             with contextlib.suppress(RuntimeError):  # the loop may be closed after a fast stop

@@ -8,7 +8,6 @@ dot product is the cosine similarity.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from pathlib import Path
 from typing import Any, Protocol
@@ -66,36 +65,25 @@ class LiteLLMEmbedder:
         self._api_base = api_base or None
         self._api_key = api_key or None
         self._timeout_s = timeout_s
-        self._litellm: Any = None
-
-    def _lib(self) -> Any:
-        if self._litellm is None:
-            # Never fetch the model cost map from the network at import time.
-            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-            import litellm
-
-            litellm.suppress_debug_info = True
-            self._litellm = litellm
-        return self._litellm
 
     async def _embed(self, texts: list[str]) -> np.ndarray:
-        lib = await asyncio.to_thread(self._lib)  # the first import takes seconds
+        from nanobot.providers.embeddings import embed_texts
+
         rows: list[list[float]] = []
         for start in range(0, len(texts), LITELLM_BATCH_SIZE):
             batch = texts[start : start + LITELLM_BATCH_SIZE]
             try:
-                response = await lib.aembedding(
-                    model=self.model,
-                    input=batch,
-                    api_base=self._api_base,
-                    api_key=self._api_key,
-                    timeout=self._timeout_s,
+                rows.extend(
+                    await embed_texts(
+                        self.model,
+                        batch,
+                        api_base=self._api_base or "",
+                        api_key=self._api_key or "",
+                        timeout_s=self._timeout_s,
+                    )
                 )
-            except Exception as exc:  # litellm raises many provider-specific types
+            except Exception as exc:  # the client libraries raise many provider-specific types
                 raise EmbeddingError(f"embedding request failed: {type(exc).__name__}: {exc}") from exc
-            data = sorted(response.data, key=lambda d: d["index"] if isinstance(d, dict) else d.index)
-            for item in data:
-                rows.append(item["embedding"] if isinstance(item, dict) else item.embedding)
         if len(rows) != len(texts):
             raise EmbeddingError(f"embedding response had {len(rows)} vectors for {len(texts)} texts")
         return normalise(np.array(rows, dtype=np.float32))

@@ -50,8 +50,31 @@ class LLMResponse:
         return bool(self.tool_calls)
 
 
+#: what went wrong, the same on every route (the message says it in words)
+ERROR_KINDS = (
+    "rate_limit",  # HTTP 429 after the retries
+    "auth",  # HTTP 401/403: the credentials were refused
+    "bad_request",  # another 4xx: the request itself was rejected
+    "server",  # HTTP 5xx after the retries
+    "timeout",  # no answer within the time limit
+    "connection",  # the endpoint could not be reached
+    "malformed",  # the endpoint answered something that is not a completion
+    "local",  # the embedded model failed
+    "other",
+)
+
+
 class LLMError(Exception):
-    """The provider failed after its retries; the message is safe to show a user."""
+    """The provider failed after its retries; the message is safe to show a user.
+
+    `kind` is one of ERROR_KINDS and `status` the HTTP status when there was one, so callers and
+    tests can tell failures apart without parsing the message.
+    """
+
+    def __init__(self, message: str, *, kind: str = "other", status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
 
 
 class LLMProvider(ABC):
@@ -78,6 +101,15 @@ class LLMProvider(ABC):
         on_delta: StreamCallback | None = None,
     ) -> LLMResponse:
         """One completion. `on_delta` (when given) receives text deltas as they stream in."""
+
+    def supports_vision(self, model: str | None = None) -> bool:
+        """Whether `model` (default: this provider's) accepts images; unknown models do not."""
+        return False
+
+    def warm_up(self) -> None:
+        """Blocking preparation worth doing before the first turn (e.g. importing a heavy client
+        library); callers run it in a thread. The default has nothing to prepare."""
+        return None
 
     async def aclose(self) -> None:  # pragma: no cover - default no-op
         return None

@@ -1,8 +1,10 @@
 """A scripted OpenAI-compatible server on 127.0.0.1 for tests and benchmarks.
 
-Reached through the real litellm path (`providers.custom.apiBase = server.url`). Serves
+Reached through the real client libraries (`providers.custom.apiBase = server.url`: the openai SDK,
+or litellm with `via: "litellm"`). Serves
 `/v1/chat/completions` (plain and `stream: true` SSE, tool calls, error statuses) and `/v1/embeddings`
-(deterministic hashed bag-of-words vectors). Runs in a thread so subprocess tests can use it too.
+(deterministic hashed bag-of-words vectors); a reply may carry extra headers (Retry-After) or a raw,
+malformed body. Runs in a thread so subprocess tests can use it too.
 
 Script replies with `server.push(...)` (consumed in order) or set `server.responder` to a function
 of the request body; otherwise the reply is "ok".
@@ -33,6 +35,8 @@ class Reply:
     delay_s: float = 0.0
     prompt_tokens: int = 10
     completion_tokens: int = 5
+    headers: dict[str, str] = field(default_factory=dict)  # extra response headers, e.g. Retry-After
+    raw_body: str | None = None  # sent as is (with status 200, JSON content type) instead of a completion
 
 
 Responder = Callable[[dict[str, Any]], "Reply | dict[str, Any] | str"]
@@ -61,6 +65,7 @@ class FakeLLMServer(ThreadedHTTPFake):
         self.script: list[Reply] = []
         self.responder: Responder | None = None
         self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []  # of the chat requests, in order
         self.embedding_requests: list[dict[str, Any]] = []
         self.embedding_dim = embedding_dim
         self.default_delay_s = 0.0
@@ -101,11 +106,15 @@ class FakeLLMServer(ThreadedHTTPFake):
                 raw = self.rfile.read(length) if length else b"{}"
                 return json.loads(raw or b"{}")
 
-            def _send_json(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
+            def _send_json(
+                self, status: int, payload: dict[str, Any] | str, headers: dict[str, str] | None = None
+            ) -> None:
+                data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -144,6 +153,7 @@ class FakeLLMServer(ThreadedHTTPFake):
                 if not self.path.endswith("/chat/completions"):
                     self._send_json(404, {"error": {"message": f"unknown path {self.path}"}})
                     return
+                server.request_headers.append({k.lower(): v for k, v in self.headers.items()})
                 reply = server._next_reply(body)
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
@@ -157,7 +167,11 @@ class FakeLLMServer(ThreadedHTTPFake):
                                 "code": str(reply.status),
                             }
                         },
+                        reply.headers,
                     )
+                    return
+                if reply.raw_body is not None:
+                    self._send_json(200, reply.raw_body, reply.headers)
                     return
                 if body.get("stream"):
                     self._stream(body, reply)

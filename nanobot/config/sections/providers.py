@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from nanobot.config.sections.base import Section
 
 
 class ProviderConfig(Section):
-    api_key: str = Field("", description="API key (kept out of logs and of the exec tool's environment).")
-    api_base: str = Field("", description="Endpoint base URL; empty: the provider's public API. Required "
+    api_key: str = Field("", description="API key (kept out of logs and of the exec tool's environment); "
+                         "empty: the provider's usual variable, e.g. OPENAI_API_KEY.")
+    api_base: str = Field("", description="Endpoint base URL; empty: OPENAI_BASE_URL for openai, else the "
+                          "provider's public API. Required "
                           "for `custom` (any OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1).")
     extra_headers: dict[str, str] = Field({}, description="HTTP headers added to every request to this "
                                           "provider.")
+    via: Literal["auto", "litellm"] = Field("auto", description="Client library: `auto` sends "
+                                            "OpenAI-compatible APIs (openai, custom, openrouter, deepseek, "
+                                            "groq, mistral, ollama) through the openai SDK and the others "
+                                            "through litellm; `litellm` always uses litellm (slower start).")
 
 
 class LocalProviderConfig(Section):
@@ -27,7 +35,7 @@ class LocalProviderConfig(Section):
 
 
 def _provider(name: str) -> ProviderConfig:
-    return Field(ProviderConfig(), description=f"{name}: apiKey, apiBase, extraHeaders.")
+    return Field(ProviderConfig(), description=f"{name}: apiKey, apiBase, extraHeaders, via.")
 
 
 class ProvidersConfig(Section):

@@ -1,0 +1,127 @@
+"""What a failed model call means, the same for every remote route (the openai SDK or litellm).
+
+`classify(exc)` turns whatever a client library raised into a `Failure`: an error kind (see
+`nanobot.providers.base.ERROR_KINDS`), the HTTP status when there was one, whether another attempt
+may succeed, and the server's Retry-After. Both client libraries raise the openai SDK's exception
+classes (litellm's subclass them), so the classification reads attributes, never library types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from nanobot.providers.base import LLMError
+from nanobot.util.retry import parse_retry_after, retry_after_from_headers
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+_TIMEOUT_NAMES = frozenset(
+    {"Timeout", "APITimeoutError", "ReadTimeout", "ConnectTimeout", "TimeoutException"}
+)
+_CONNECTION_NAMES = frozenset({"APIConnectionError", "ConnectError", "RemoteProtocolError", "ReadError"})
+#: litellm reports a completion without choices through a generic error carrying this text
+_NO_CHOICES_MARKER = "no 'choices'"
+
+
+class MalformedResponseError(Exception):
+    """The endpoint answered, but not with a completion (not JSON, no choices, an empty stream)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str
+    status: int | None
+    retryable: bool
+    retry_after_s: float | None = None
+
+
+def _status_of(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and its causes, outermost first (bounded: chains can be cyclic)."""
+    seen: list[BaseException] = []
+    node: BaseException | None = exc
+    while node is not None and node not in seen and len(seen) < 8:
+        seen.append(node)
+        node = node.__cause__ or node.__context__
+    return seen
+
+
+def _is_malformed(chain: list[BaseException]) -> bool:
+    for node in chain:
+        if isinstance(node, (MalformedResponseError, json.JSONDecodeError)):
+            return True
+        if type(node).__name__ == "APIResponseValidationError" or _NO_CHOICES_MARKER in str(node):
+            return True
+    return False
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """The Retry-After (or retry-after-ms) header of the failed response, in seconds."""
+    headers: Any = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None or not hasattr(headers, "get"):
+        return None
+    millis = parse_retry_after(headers.get("retry-after-ms"))
+    return millis / 1000 if millis is not None else retry_after_from_headers(headers)
+
+
+def classify(exc: BaseException) -> Failure:
+    chain = _chain(exc)
+    if _is_malformed(chain):
+        return Failure("malformed", None, retryable=True)
+    status = _status_of(exc)
+    # class names, not types: litellm's classes subclass the SDK's, and both may be absent
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or names & _TIMEOUT_NAMES or status == 408:
+        return Failure("timeout", status, retryable=True)
+    chain_names = {cls.__name__ for node in chain for cls in type(node).__mro__}
+    if isinstance(exc, ConnectionError) or chain_names & _CONNECTION_NAMES:
+        return Failure("connection", None, retryable=True)
+    if status is not None:
+        retryable = status in RETRYABLE_STATUS
+        after = retry_after_s(exc) if retryable else None
+        if status == 429:
+            return Failure("rate_limit", status, True, after)
+        if status in (401, 403):
+            return Failure("auth", status, False)
+        if status >= 500:
+            return Failure("server", status, retryable, after)
+        return Failure("bad_request", status, retryable, after)
+    return Failure("other", None, retryable=False)
+
+
+def rejects_tool_choice(exc: BaseException) -> bool:
+    """Whether a call with a forced `tool_choice` is worth repeating with "auto": the endpoint
+    refused the request itself (HTTP 400/422). Many servers do not name the parameter they refuse,
+    so any such refusal counts; a request that was bad for another reason fails again right after."""
+    if getattr(exc, "rejected_tool_choice", False):
+        return True
+    return _status_of(exc) in (400, 422) or "BadRequest" in type(exc).__name__
+
+
+_MESSAGES = {
+    "rate_limit": "The model provider is rate-limiting requests; please try again in a moment.",
+    "auth": "The model provider rejected the credentials (check the API key in the config).",
+    "timeout": "The model provider did not answer in time; please try again.",
+    "connection": "The model provider could not be reached; please check its address and try again.",
+    "malformed": "The model provider sent a malformed response; please try again.",
+}
+
+
+def to_llm_error(exc: BaseException, failure: Failure) -> LLMError:
+    """The user-facing error for a failure: never the provider's own text (it may echo secrets)."""
+    message = _MESSAGES.get(failure.kind)
+    if message is None and failure.status == 422:
+        message = "The model provider rejected the request as unprocessable (HTTP 422)."
+    elif message is None and failure.kind == "server":
+        message = f"The model provider is failing (HTTP {failure.status}); please try again later."
+    elif message is None and failure.kind == "bad_request":
+        message = f"The model provider rejected the request (HTTP {failure.status})."
+    elif message is None:
+        message = f"The model call failed: {type(exc).__name__}."
+    return LLMError(message, kind=failure.kind, status=failure.status)

@@ -1,0 +1,202 @@
+"""The behaviour every remote model route shares, whichever client library carries the request.
+
+A route (the openai SDK for OpenAI-compatible endpoints, litellm for the providers that need
+translation) only sends one request and returns the completion, or the stream of chunks, in the
+OpenAI shape. Everything a user can observe is decided here, once:
+
+- retries: retryable failures (429, 5xx, timeouts, connection errors, malformed answers) are tried
+  again up to `max_retries` times, waiting the server's Retry-After when it gives one (a wait longer
+  than `MAX_RETRY_AFTER_S` is not worth holding a turn for: the call fails at once), else an
+  exponential backoff with jitter;
+- a forced `tool_choice` that the endpoint refuses (HTTP 400/422) is sent once more as "auto";
+- streaming: text deltas go to `on_delta` as they arrive; tool calls are assembled from their pieces;
+- usage and finish reason are read the same way; failures become `LLMError` with one of the kinds
+  of `nanobot.providers.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import abstractmethod
+from collections.abc import AsyncIterator
+from typing import Any
+
+from loguru import logger
+
+from nanobot.providers.base import LLMProvider, LLMResponse, StreamCallback, ToolCall, Usage
+from nanobot.providers.errors import MalformedResponseError, classify, rejects_tool_choice, to_llm_error
+from nanobot.util.retry import retry_delay_s
+from nanobot.util.tool_args import from_provider
+
+RETRY_BASE_DELAY_S = 1.0
+RETRY_MAX_DELAY_S = 30.0
+MAX_RETRY_AFTER_S = 60.0
+RETRY_JITTER = 0.2  # up to +20%: callers that failed together do not come back together
+
+
+class RemoteProvider(LLMProvider):
+    """A model behind an HTTP API. Subclasses implement `_complete` and `_open_stream`."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str = "",
+        api_base: str = "",
+        extra_headers: dict[str, str] | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        provider_name: str = "remote",
+    ) -> None:
+        self._model = model
+        self.api_key = api_key
+        self.api_base = api_base
+        self.extra_headers = dict(extra_headers or {})
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.retry_base_delay_s = RETRY_BASE_DELAY_S
+        self.name = provider_name
+
+    @property
+    def default_model(self) -> str:
+        return self._model
+
+    @abstractmethod
+    async def _complete(self, request: dict[str, Any]) -> Any:
+        """Send `request` (OpenAI chat parameters) and return the completion object."""
+
+    @abstractmethod
+    async def _open_stream(self, request: dict[str, Any]) -> AsyncIterator[Any]:
+        """Send `request` as a stream (usage included) and return the async iterator of chunks."""
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        on_delta: StreamCallback | None = None,
+    ) -> LLMResponse:
+        request: dict[str, Any] = {"model": model or self._model, "messages": messages}
+        if max_tokens:
+            request["max_tokens"] = max_tokens
+        if temperature is not None:
+            request["temperature"] = temperature
+        if tools:
+            request["tools"] = tools
+            if tool_choice is not None:
+                request["tool_choice"] = tool_choice
+        attempt = 0
+        while True:
+            try:
+                if on_delta is not None:
+                    return await collect_stream(await self._open_stream(request), on_delta)
+                return parse_completion(await self._complete(request))
+            except Exception as exc:  # noqa: BLE001 - classified below
+                if request.get("tool_choice", "auto") != "auto" and rejects_tool_choice(exc):
+                    logger.info("model rejected forced tool_choice; retrying with auto")
+                    request["tool_choice"] = "auto"
+                    continue
+                failure = classify(exc)
+                after = failure.retry_after_s
+                give_up = (
+                    attempt >= self.max_retries
+                    or not failure.retryable
+                    or (after is not None and after > MAX_RETRY_AFTER_S)
+                )
+                if give_up:
+                    logger.warning(
+                        "LLM call failed after {} attempt(s): {}: {}",
+                        attempt + 1,
+                        type(exc).__name__,
+                        str(exc)[:300],
+                    )
+                    raise to_llm_error(exc, failure) from exc
+                delay = retry_delay_s(
+                    attempt,
+                    self.retry_base_delay_s,
+                    RETRY_MAX_DELAY_S,
+                    retry_after_s=after,
+                    jitter=RETRY_JITTER,
+                )
+                attempt += 1
+                logger.info(
+                    "LLM call failed ({}); retry {}/{} in {:.1f}s",
+                    failure.status or failure.kind,
+                    attempt,
+                    self.max_retries,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
+
+def _usage(raw: Any) -> Usage:
+    if not raw:
+        return Usage()
+    return Usage(getattr(raw, "prompt_tokens", 0) or 0, getattr(raw, "completion_tokens", 0) or 0)
+
+
+def parse_completion(response: Any) -> LLMResponse:
+    """An OpenAI-shaped completion (SDK or litellm object) as an LLMResponse."""
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise MalformedResponseError("the completion has no choices")
+    choice = choices[0]
+    message = getattr(choice, "message", None)
+    if message is None:
+        raise MalformedResponseError("the completion's choice has no message")
+    calls = [
+        ToolCall(
+            id=tc.id or f"call_{i}", name=tc.function.name, arguments=from_provider(tc.function.arguments)
+        )
+        for i, tc in enumerate(getattr(message, "tool_calls", None) or [])
+    ]
+    return LLMResponse(
+        content=message.content,
+        tool_calls=calls,
+        finish_reason=choice.finish_reason or "stop",
+        usage=_usage(getattr(response, "usage", None)),
+        reasoning=getattr(message, "reasoning_content", None),
+    )
+
+
+async def collect_stream(stream: AsyncIterator[Any], on_delta: StreamCallback) -> LLMResponse:
+    """Read a stream of OpenAI-shaped chunks: deltas to `on_delta`, tool calls assembled by index."""
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish = "stop"
+    usage = Usage()
+    answered = False  # some chunk carried a message part (litellm invents chunks for a bad stream)
+    async for chunk in stream:
+        if getattr(chunk, "usage", None):
+            usage = _usage(chunk.usage)
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        delta = choice.delta
+        if delta is not None and (getattr(delta, "role", None) or getattr(delta, "tool_calls", None)):
+            answered = True
+        if delta is not None and getattr(delta, "content", None):
+            answered = True
+            text.append(delta.content)
+            await on_delta(delta.content)
+        for tc in (getattr(delta, "tool_calls", None) or []) if delta is not None else []:
+            slot = calls.setdefault(tc.index or 0, {"id": None, "name": "", "arguments": ""})
+            slot["id"] = tc.id or slot["id"]
+            if tc.function is not None:
+                slot["name"] += tc.function.name or ""
+                slot["arguments"] += tc.function.arguments or ""
+        if choice.finish_reason:
+            finish = choice.finish_reason
+    if not answered and not usage.completion_tokens:
+        raise MalformedResponseError("the stream carried no message")
+    tool_calls = [
+        ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=from_provider(c["arguments"]))
+        for i, c in sorted(calls.items())
+    ]
+    return LLMResponse(
+        content="".join(text) or None, tool_calls=tool_calls, finish_reason=finish, usage=usage
+    )

@@ -1,0 +1,233 @@
+"""One behaviour on both remote routes: the openai SDK (direct) and litellm (`via: "litellm"`).
+
+Every test builds its provider through `resolve_provider` from a `providers.custom` config aimed at
+the local fake LLM, so the real client library and a real socket carry each request.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from nanobot.config.schema import Config
+from nanobot.providers.base import LLMError, LLMProvider
+from nanobot.providers.registry import resolve_provider
+from tests.fakes.llm_server import FakeLLMServer, Reply
+
+ROUTES = ["direct", "litellm"]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "save_memory",
+            "description": "x",
+            "parameters": {"type": "object", "properties": {"a": {"type": "string"}}},
+        },
+    }
+]
+FORCED = {"type": "function", "function": {"name": "save_memory"}}
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def build(route: str, api_base: str, *, retries: int = 2, timeout_s: float = 10.0) -> LLMProvider:
+    config = Config(
+        agents={
+            "defaults": {
+                "provider": "custom",
+                "model": "fake-model",
+                "llmMaxRetries": retries,
+                "llmTimeoutS": timeout_s,
+            }
+        },
+        providers={
+            "custom": {
+                "apiBase": api_base,
+                "apiKey": "sk-test",
+                "via": "auto" if route == "direct" else "litellm",
+            }
+        },
+    )
+    provider = resolve_provider(config)
+    expected = "OpenAICompatProvider" if route == "direct" else "LiteLLMProvider"
+    assert type(provider).__name__ == expected
+    provider.retry_base_delay_s = 0.01  # type: ignore[attr-defined]
+    return provider
+
+
+@pytest.fixture(params=ROUTES)
+def route(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+async def test_plain_reply_with_usage(route: str, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(Reply(content="hi there", prompt_tokens=12, completion_tokens=3))
+    response = await build(route, fake_llm.url).chat(MESSAGES, max_tokens=50, temperature=0.3)
+    assert response.content == "hi there" and not response.tool_calls
+    assert response.finish_reason == "stop"
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (12, 3)
+    sent = fake_llm.requests[-1]
+    assert sent["model"] == "fake-model" and sent["messages"] == MESSAGES
+    assert sent["max_tokens"] == 50 and sent["temperature"] == 0.3
+
+
+async def test_tool_calls_are_decoded_and_malformed_arguments_kept(
+    route: str, fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.push(
+        Reply(
+            content=None,
+            tool_calls=[
+                {"id": "a", "name": "read_file", "arguments": {"path": "x.md"}},
+                {"id": "b", "name": "list_dir", "arguments": '{"path": "."}'},
+                {"id": "c", "name": "save_memory", "arguments": '{"a": "unterminated'},
+            ],
+        )
+    )
+    response = await build(route, fake_llm.url).chat(MESSAGES, TOOLS)
+    assert [(c.id, c.name) for c in response.tool_calls] == [
+        ("a", "read_file"),
+        ("b", "list_dir"),
+        ("c", "save_memory"),
+    ]
+    assert response.tool_calls[0].arguments == {"path": "x.md"}
+    assert response.tool_calls[1].arguments == {"path": "."}
+    assert response.tool_calls[2].arguments == '{"a": "unterminated'  # kept for the registry to explain
+    assert response.finish_reason == "tool_calls"
+    assert fake_llm.requests[-1]["tools"][0]["function"]["name"] == "save_memory"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_forced_tool_choice_is_sent(route: str, stream: bool, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(
+        Reply(content=None, tool_calls=[{"id": "s", "name": "save_memory", "arguments": {"a": "b"}}])
+    )
+    response = await build(route, fake_llm.url).chat(
+        MESSAGES, TOOLS, tool_choice=FORCED, on_delta=_sink([]) if stream else None
+    )
+    assert response.tool_calls[0].arguments == {"a": "b"}
+    assert [r.get("tool_choice") for r in fake_llm.requests] == [FORCED]
+
+
+@pytest.mark.parametrize(("status", "stream"), [(400, False), (422, False), (400, True), (422, True)])
+async def test_refused_forced_tool_choice_falls_back_to_auto(
+    route: str, status: int, stream: bool, fake_llm: FakeLLMServer
+) -> None:
+    def responder(body: dict) -> Reply:
+        if body.get("tool_choice") not in (None, "auto"):
+            return Reply(status=status, error_message="this server cannot force a function")
+        return Reply(content=None, tool_calls=[{"id": "s", "name": "save_memory", "arguments": {"a": "b"}}])
+
+    fake_llm.responder = responder
+    provider = build(route, fake_llm.url, retries=0)
+    response = await provider.chat(
+        MESSAGES, TOOLS, tool_choice=FORCED, on_delta=_sink([]) if stream else None
+    )
+    assert response.tool_calls[0].name == "save_memory" and response.tool_calls[0].arguments == {"a": "b"}
+    choices = [r.get("tool_choice") for r in fake_llm.requests]
+    assert choices[-1] == "auto" and all(c == FORCED for c in choices[:-1])
+
+
+def _sink(into: list[str]):  # noqa: ANN202
+    async def on_delta(delta: str) -> None:
+        into.append(delta)
+
+    return on_delta
+
+
+async def test_stream_delivers_deltas_usage_and_tool_calls(route: str, fake_llm: FakeLLMServer) -> None:
+    deltas: list[str] = []
+    fake_llm.push(Reply(content="one two three", prompt_tokens=7, completion_tokens=3))
+    provider = build(route, fake_llm.url)
+    response = await provider.chat(MESSAGES, on_delta=_sink(deltas))
+    assert response.content == "one two three" and "".join(deltas) == "one two three" and len(deltas) >= 3
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (7, 3)
+    assert fake_llm.requests[-1]["stream"] is True
+    fake_llm.push(
+        Reply(content="", tool_calls=[{"id": "c1", "name": "save_memory", "arguments": {"a": "1"}}])
+    )
+    response = await provider.chat(MESSAGES, TOOLS, on_delta=_sink(deltas))
+    assert response.tool_calls[0].id == "c1" and response.tool_calls[0].arguments == {"a": "1"}
+    assert response.finish_reason == "tool_calls"
+
+
+async def test_429_waits_for_retry_after(route: str, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(Reply(status=429, headers={"Retry-After": "0.5"}), Reply(content="after the wait"))
+    provider = build(route, fake_llm.url)
+    provider.retry_base_delay_s = 20.0  # type: ignore[attr-defined]  # a backoff would blow the timeout
+    start = time.perf_counter()
+    response = await provider.chat(MESSAGES)
+    elapsed = time.perf_counter() - start
+    assert response.content == "after the wait" and len(fake_llm.requests) == 2
+    assert 0.5 <= elapsed < 5.0
+
+
+async def test_429_with_a_long_retry_after_fails_at_once(route: str, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(Reply(status=429, headers={"Retry-After": "3600"}), Reply(content="never asked"))
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url).chat(MESSAGES)
+    assert (info.value.kind, info.value.status) == ("rate_limit", 429)
+    assert "rate-limiting" in str(info.value) and len(fake_llm.requests) == 1
+
+
+async def test_500s_are_retried_then_reported(route: str, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(*[Reply(status=500, error_message="boom")] * 3)
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url, retries=2).chat(MESSAGES)
+    assert (info.value.kind, info.value.status) == ("server", 500) and "HTTP 500" in str(info.value)
+    assert len(fake_llm.requests) == 3
+    fake_llm.push(Reply(status=503), Reply(content="recovered"))
+    assert (await build(route, fake_llm.url).chat(MESSAGES)).content == "recovered"
+
+
+async def test_timeout_is_retried_then_reported(route: str, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(Reply(delay_s=1.5), Reply(delay_s=1.5))
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url, retries=1, timeout_s=0.4).chat(MESSAGES)
+    assert info.value.kind == "timeout" and "in time" in str(info.value)
+    assert len(fake_llm.requests) == 2
+
+
+@pytest.mark.parametrize("body", ["{not json", '{"object": "chat.completion", "id": "x"}'])
+async def test_malformed_json_is_retried_then_reported(
+    route: str, body: str, fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.push(Reply(raw_body=body), Reply(content="good again"))
+    assert (await build(route, fake_llm.url).chat(MESSAGES)).content == "good again"
+    fake_llm.push(*[Reply(raw_body=body)] * 2)
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url, retries=1).chat(MESSAGES)
+    assert info.value.kind == "malformed" and "malformed" in str(info.value)
+
+
+async def test_malformed_stream_is_reported(route: str, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(*[Reply(raw_body="{not json")] * 2)
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url, retries=1).chat(MESSAGES, on_delta=_sink([]))
+    assert info.value.kind == "malformed"
+
+
+async def test_rejected_key_is_not_retried_and_not_echoed(route: str, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(Reply(status=401, error_message="bad key sk-verysecret"))
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url).chat(MESSAGES)
+    assert (info.value.kind, info.value.status) == ("auth", 401)
+    assert "credentials" in str(info.value) and "sk-verysecret" not in str(info.value)
+    assert len(fake_llm.requests) == 1
+
+
+async def test_bad_request_fails_fast(route: str, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(Reply(status=400, error_message="messages malformed"))
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url, retries=3).chat(MESSAGES)
+    assert (info.value.kind, info.value.status) == ("bad_request", 400) and len(fake_llm.requests) == 1
+
+
+async def test_unreachable_endpoint_is_a_connection_error(route: str) -> None:
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(LLMError) as info:
+        await build(route, f"http://127.0.0.1:{port}/v1", retries=1).chat(MESSAGES)
+    assert info.value.kind == "connection"
