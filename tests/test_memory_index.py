@@ -143,7 +143,7 @@ async def test_dimension_change_reembeds(ws: Path) -> None:
 
 
 async def test_keyword_mode_without_embeddings(ws: Path) -> None:
-    idx = MemoryIndex(ws, MemorySearchConfig())
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     response = await idx.search("What did we deploy on Friday?")
     assert response.mode == "keyword"
     assert response.results and response.results[0].path == "memory/2025-03-01.md"
@@ -158,6 +158,7 @@ async def test_hybrid_merge_arithmetic(ws: Path) -> None:
     cfg = MemorySearchConfig(embedding_provider="fake", min_score=0.0)
     embedder = FakeEmbedder()
     idx = MemoryIndex(ws, cfg, embedder=embedder)
+    await idx.sync()  # vectors are back-filled in the background; wait for them here
     query = "PostgreSQL analytics"
     response = await idx.search(query, max_results=2)
     assert response.mode == "hybrid"
@@ -184,7 +185,7 @@ async def test_temporal_decay_halves_a_note_one_half_life_old(tmp_path: Path) ->
     write(tmp_path, f"memory/{today.isoformat()}.md", body)
     write(tmp_path, f"memory/{old.isoformat()}.md", body)
     write(tmp_path, "memory/MEMORY.md", body)
-    cfg = MemorySearchConfig(temporal_decay=True, half_life_days=30, min_score=0.0)
+    cfg = MemorySearchConfig(embedding_provider="none", temporal_decay=True, half_life_days=30, min_score=0.0)
     idx = MemoryIndex(tmp_path, cfg, today=lambda: today)
     scores = {r.path: r.score for r in (await idx.search("passport embassy")).results}
     assert scores[f"memory/{old.isoformat()}.md"] == pytest.approx(
@@ -197,7 +198,7 @@ async def test_temporal_decay_halves_a_note_one_half_life_old(tmp_path: Path) ->
 async def test_cjk_two_character_words_are_found(tmp_path: Path) -> None:
     write(tmp_path, "memory/MEMORY.md", "# 记忆\n- 用户喜欢喝咖啡，不喜欢茶。\n- 项目截止日期是五月。\n")
     write(tmp_path, "memory/2025-01-02.md", "- 東京で寿司を食べた。\n- 서울에서 회의를 했다.\n")
-    idx = MemoryIndex(tmp_path, MemorySearchConfig())
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"))
     coffee = await idx.search("咖啡")
     assert coffee.results and coffee.results[0].path == "memory/MEMORY.md"
     assert "咖啡" in coffee.results[0].snippet
@@ -209,27 +210,27 @@ async def test_cjk_two_character_words_are_found(tmp_path: Path) -> None:
 
 
 async def test_corrupt_or_missing_index_is_rebuilt(ws: Path) -> None:
-    idx = MemoryIndex(ws, MemorySearchConfig())
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     await idx.sync()
     idx.close()
     index_file = ws / "memory" / ".index.sqlite"
     for suffix in ("-wal", "-shm"):
         Path(str(index_file) + suffix).unlink(missing_ok=True)
     index_file.write_bytes(b"this is not a database" * 100)
-    idx = MemoryIndex(ws, MemorySearchConfig())
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     response = await idx.search("PostgreSQL")
     assert response.results[0].path == "memory/MEMORY.md"
     assert idx._db.rebuilt
     idx.close()
 
     index_file.unlink()
-    idx = MemoryIndex(ws, MemorySearchConfig())
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     assert (await idx.search("billing")).results[0].path == "memory/2025-03-01.md"
     idx.close()
 
 
 async def test_index_broken_while_open_is_rebuilt_on_search(ws: Path) -> None:
-    idx = MemoryIndex(ws, MemorySearchConfig())
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     await idx.sync()
     with idx._db.write() as conn:
         conn.execute("DROP TABLE chunks_fts")
@@ -261,7 +262,7 @@ async def test_search_works_while_a_sync_runs(ws: Path) -> None:
 
 
 async def test_mark_dirty_and_hand_edits_trigger_sync(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    idx = MemoryIndex(ws, MemorySearchConfig())
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     await idx.sync()
     write(ws, "memory/2025-03-06.md", "- Adopted a parrot named Kiwi.\n")
     idx.mark_dirty()
@@ -276,15 +277,15 @@ async def test_mark_dirty_and_hand_edits_trigger_sync(ws: Path, monkeypatch: pyt
     idx.close()
 
 
-async def test_dot_folders_never_indexed_and_sessions_optional(ws: Path) -> None:
+async def test_dot_folders_never_indexed_and_sessions_by_default(ws: Path) -> None:
     write(ws, "memory/.backups/MEMORY-1.md", "- secret backup walrus\n")
     line = '{"role": "user", "content": "remember the kayak trip", "timestamp": "2025-01-01T10:00:00+00:00"}'
     write(ws, "sessions/cli_direct.jsonl", '{"_type": "metadata", "format": 1}\n' + line + "\n")
-    idx = MemoryIndex(ws, MemorySearchConfig())
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none", include_sessions=False))
     assert (await idx.search("walrus")).results == []
     assert (await idx.search("kayak")).results == []
     idx.close()
-    idx = MemoryIndex(ws, MemorySearchConfig(include_sessions=True))
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     hit = (await idx.search("kayak trip")).results[0]
     assert (hit.path, hit.start_line, hit.end_line) == ("sessions/cli_direct.jsonl", 2, 2)
     assert (await idx.search("walrus")).results == []
@@ -310,7 +311,7 @@ def test_keyword_mode_never_imports_litellm(ws: Path) -> None:
         "from pathlib import Path\n"
         "from nanobot.config.schema import MemorySearchConfig\n"
         "from nanobot.memory.index import MemoryIndex\n"
-        f"idx = MemoryIndex(Path({str(ws)!r}), MemorySearchConfig())\n"
+        f"idx = MemoryIndex(Path({str(ws)!r}), MemorySearchConfig(embedding_provider='none'))\n"
         "r = asyncio.run(idx.search('PostgreSQL'))\n"
         "assert r.results, r\n"
         "print('litellm' in sys.modules)\n"

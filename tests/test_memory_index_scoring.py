@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nanobot.config.schema import MemorySearchConfig
-from nanobot.memory.chunking import chunk_markdown, estimate_tokens, session_lines
+from nanobot.memory.chunking import chunk_markdown, estimate_tokens
 from nanobot.memory.embeddings import EmbeddingError, LocalEmbedder, build_embedder
 from nanobot.memory.fts import keywords, to_fts_text, tokenize
 from nanobot.memory.search import (
@@ -24,6 +24,7 @@ from nanobot.memory.search import (
     select_by_min_score,
     text_score,
 )
+from nanobot.memory.sources import transcript_lines
 
 
 def test_chunks_cover_every_line_with_correct_ranges_and_overlap() -> None:
@@ -60,7 +61,7 @@ def test_session_lines_keep_jsonl_line_numbers() -> None:
         '{"_type": "metadata"}\n{"role": "user", "content": "hi there"}\n'
         '{"role": "tool", "content": "x"}\n{"role": "assistant", "content": "hello\\nyou"}\n{"role": "us'
     )
-    assert session_lines(text) == [(2, "user: hi there"), (4, "assistant: hello you")]
+    assert [(t.number, t.text) for t in transcript_lines(text)] == [(2, "user: hi there"), (4, "assistant: hello you")]
 
 
 def test_cjk_bigrams_and_keywords() -> None:
@@ -134,7 +135,7 @@ def test_snippet_is_capped_and_centred_on_matches() -> None:
 
 
 def test_embedder_selection_and_missing_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert build_embedder(MemorySearchConfig()) is None
+    assert build_embedder(MemorySearchConfig(embedding_provider="none")) is None
     with pytest.raises(EmbeddingError, match="embeddingModel"):
         build_embedder(MemorySearchConfig(embedding_provider="litellm"))
     with pytest.raises(EmbeddingError, match="unknown local"):

@@ -45,7 +45,7 @@ def ws(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def index(ws: Path):
-    idx = MemoryIndex(ws, MemorySearchConfig())
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     yield idx
     idx.close()
 
@@ -137,7 +137,8 @@ def test_prompt_section_mentions_the_tools() -> None:
 @pytest.fixture
 def config_file(tmp_path: Path, ws: Path) -> Path:
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws)}}}))
+    search = {"embeddingProvider": "none"}  # keyword mode here; `auto` has its own tests
+    path.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws)}}, "memory": {"search": search}}))
     return path
 
 
@@ -148,6 +149,7 @@ def test_cli_search_json_prints_only_results(config_file: Path) -> None:
     assert list(data) == ["mode", "results"] and data["mode"] == "keyword"
     hit = data["results"][0]
     assert (hit["path"], hit["startLine"], hit["endLine"]) == ("memory/2025-02-10.md", 1, 1)
+    assert "Chose Hetzner for hosting the wiki." in hit["snippet"]
     assert hit["citation"] == "memory/2025-02-10.md#L1-L1"
 
 
@@ -189,7 +191,7 @@ async def test_qmd_backend_used_when_available(
     ]
     fake_qmd(tmp_path / "bin", f"echo \"$@\" > {tmp_path}/args; cat <<'EOF'\n{json.dumps(payload)}\nEOF")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    idx = MemoryIndex(ws, MemorySearchConfig(qmd=True))
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none", qmd=True))
     assert idx.mode == "qmd"
     response = await idx.search("hosting", max_results=3)
     assert response.mode == "qmd"
@@ -206,7 +208,7 @@ async def test_qmd_failure_falls_back_to_builtin(
 ) -> None:
     fake_qmd(tmp_path / "bin", body)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    idx = MemoryIndex(ws, MemorySearchConfig(qmd=True, qmd_timeout_s=0.5))
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none", qmd=True, qmd_timeout_s=0.5))
     response = await idx.search("Hetzner")
     assert response.mode == "keyword"
     assert response.results[0].path == "memory/2025-02-10.md"
@@ -215,7 +217,7 @@ async def test_qmd_failure_falls_back_to_builtin(
 
 async def test_qmd_configured_but_not_installed(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    idx = MemoryIndex(ws, MemorySearchConfig(qmd=True))
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none", qmd=True))
     assert idx.mode == "keyword"
     assert (await idx.search("Hetzner")).mode == "keyword"
     idx.close()

@@ -38,7 +38,8 @@ def search(
     config = load_cli_config(config_path)
     index = _index(config)
     try:
-        response = asyncio.run(index.search(query, max_results=max_results))
+        # A one-shot command: embed what is not embedded yet instead of leaving it to a background task.
+        response = asyncio.run(index.search(query, max_results=max_results, wait_for_vectors=True))
     except EmbeddingError as exc:
         fail(f"Error: {exc}")
     finally:

@@ -70,7 +70,12 @@ def _archive_lines(cfg) -> list[str]:  # noqa: ANN001
 
 
 def _index_line(cfg) -> str:  # noqa: ANN001
+    from nanobot.memory.embeddings import select_embedder
+
+    search = cfg.memory.search
+    if not search.enabled:
+        return "search off"
+    _, selection = select_embedder(search, cfg.providers)  # nothing is loaded or contacted
     index = index_path(cfg.workspace_path)
-    if not index.exists():
-        return "search index not built yet"
-    return f"search index {index.stat().st_size // 1024} KiB"
+    size = f"index {index.stat().st_size // 1024} KiB" if index.exists() else "index not built yet"
+    return f"search {selection}, {size}"

@@ -1,27 +1,53 @@
-"""Line-based chunking of memory files: ~400-token chunks with ~80 tokens of overlap.
+"""Chunking of memory files into search units that follow the document's own structure.
 
-Chunks always start and end on line boundaries so a result can cite `path#Lx-Ly`; a single line
-longer than the budget is cut into pieces that all carry that line's number.
+- Markdown notes: a chunk never spans two sections; it carries its heading path as a title
+  ("Preferences > Food"), so a hit shows where it came from.
+- Transcripts: a chunk is a run of whole messages, started at a user message where possible and
+  never spanning two days; its title is the day and the conversation it comes from.
+- Every chunk knows its day (ISO date or ""): from a date in the file name, a dated heading, a
+  `[YYYY-MM-DD ...]` stamp on a line (HISTORY.md) or the messages' timestamps. Ranking uses it
+  for questions about a time ("last week", "in March").
+
+Chunks start and end on line boundaries so a result can cite `path#Lx-Ly`; a single line longer
+than the budget is cut into pieces that all carry that line's number.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from nanobot.memory.fts import is_cjk_char
+from nanobot.memory.sources import transcript_lines
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
-MAX_SESSION_LINE_CHARS = 4000  # one transcript message rendered for the index
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_ISO_DAY = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+_LINE_STAMP = re.compile(r"^\s*(?:[-*]\s*)?\[(\d{4}-\d{2}-\d{2})")
 
 
 @dataclass(frozen=True)
 class Chunk:
     start_line: int  # 1-based, inclusive
     end_line: int  # 1-based, inclusive
+    text: str  # the file's lines start_line..end_line (pieces of one line when it was split)
+    hash: str  # of embed_text: same title and text -> same vector
+    title: str = ""  # heading path or transcript day/name; searchable, shown above the snippet
+    day: str = ""  # YYYY-MM-DD the chunk is about, "" when unknown
+
+    @property
+    def embed_text(self) -> str:
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+@dataclass(frozen=True)
+class Unit:
+    line: int
     text: str
-    hash: str
+    tokens: int
+    day: str = ""
+    starts_turn: bool = True  # a good place to begin a chunk (a user message, any note line)
 
 
 def text_hash(text: str) -> str:
@@ -34,11 +60,20 @@ def estimate_tokens(text: str) -> int:
     return cjk + (len(text) - cjk + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 
+def iso_day(text: str) -> str:
+    """The first valid YYYY-MM-DD in the text, else ""."""
+    for m in _ISO_DAY.finditer(text):
+        y, mo, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        if 1900 <= y <= 2200 and 1 <= mo <= 12 and 1 <= d <= 31:
+            return m.group(0)
+    return ""
+
+
 def _split_long_line(line: str, max_tokens: int) -> list[str]:
     """Cut a line that alone exceeds the budget into pieces of about max_tokens each."""
     pieces: list[str] = []
     current: list[str] = []
-    used = 0
+    used = 0.0
     for ch in line:
         cost = 1.0 if is_cjk_char(ch) else 1.0 / CHARS_PER_TOKEN
         if current and used + cost > max_tokens:
@@ -51,62 +86,129 @@ def _split_long_line(line: str, max_tokens: int) -> list[str]:
     return pieces
 
 
-def chunk_lines(lines: list[tuple[int, str]], max_tokens: int = 400, overlap_tokens: int = 80) -> list[Chunk]:
-    """Group numbered lines into chunks of at most max_tokens, repeating ~overlap_tokens of lines."""
-    overlap_tokens = max(0, min(overlap_tokens, max_tokens // 2))
-    units: list[tuple[int, str, int]] = []  # (line number, text, tokens)
-    for number, text in lines:
+def _units(lines: list[tuple[int, str]], max_tokens: int, day: str = "", turns: list[bool] | None = None,
+           days: list[str] | None = None) -> list[Unit]:
+    units: list[Unit] = []
+    for i, (number, text) in enumerate(lines):
+        unit_day = days[i] if days else day
+        starts = turns[i] if turns else True
         cost = estimate_tokens(text) + 1  # +1 for the newline
         if cost > max_tokens:
-            units.extend(
-                (number, piece, estimate_tokens(piece)) for piece in _split_long_line(text, max_tokens)
-            )
+            for k, piece in enumerate(_split_long_line(text, max_tokens)):
+                units.append(Unit(number, piece, estimate_tokens(piece), unit_day, starts and k == 0))
         else:
-            units.append((number, text, cost))
+            units.append(Unit(number, text, cost, unit_day, starts))
+    return units
 
+
+def chunk_units(units: list[Unit], max_tokens: int, overlap_tokens: int, title: str = "") -> list[Chunk]:
+    """Group units into chunks of at most max_tokens, repeating ~overlap_tokens of units.
+
+    A chunk ends early rather than split a turn (it is cut before the last turn start in its second
+    half) and never spans two days.
+    """
+    overlap_tokens = max(0, min(overlap_tokens, max_tokens // 2))
     chunks: list[Chunk] = []
     start = 0
     while start < len(units):
-        end = start
-        used = 0
-        while end < len(units) and (end == start or used + units[end][2] <= max_tokens):
-            used += units[end][2]
+        end, used = start, 0
+        while end < len(units) and (end == start or used + units[end].tokens <= max_tokens):
+            if end > start and units[end].day != units[start].day:
+                break
+            used += units[end].tokens
             end += 1
-        body = "\n".join(u[1] for u in units[start:end])
+        if end < len(units) and units[end].day == units[start].day and not units[end].starts_turn:
+            # Cut before the last turn start in the chunk's second half, if there is one.
+            half, acc = start, 0
+            while half < end and acc < used // 2:
+                acc += units[half].tokens
+                half += 1
+            for cut in range(end - 1, max(half, start + 1) - 1, -1):
+                if units[cut].starts_turn:
+                    end = cut
+                    break
+        body = "\n".join(u.text for u in units[start:end])
         if body.strip():
-            chunks.append(Chunk(units[start][0], units[end - 1][0], body, text_hash(body)))
+            chunk_title = f"{title} {units[start].day}".strip() if units[start].day not in title else title
+            embed = f"{chunk_title}\n{body}" if chunk_title else body
+            chunks.append(
+                Chunk(units[start].line, units[end - 1].line, body, text_hash(embed), chunk_title, units[start].day)
+            )
         if end >= len(units):
             break
-        # Step back over trailing units worth ~overlap_tokens, always advancing at least one unit.
-        back = end
-        kept = 0
-        while back - 1 > start and kept + units[back - 1][2] <= overlap_tokens:
+        back, kept = end, 0
+        while (
+            back - 1 > start
+            and kept + units[back - 1].tokens <= overlap_tokens
+            and units[back - 1].day == units[end].day
+        ):
             back -= 1
-            kept += units[back][2]
-        start = back
+            kept += units[back].tokens
+        while back < end and not units[back].starts_turn:  # the overlap starts at a turn too
+            back += 1
+        start = back if back < end else end
     return chunks
 
 
-def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80) -> list[Chunk]:
-    """Chunk a Markdown file by lines (line numbers are 1-based)."""
-    numbered = list(enumerate(text.splitlines(), start=1))
-    return chunk_lines(numbered, max_tokens, overlap_tokens)
+def chunk_lines(lines: list[tuple[int, str]], max_tokens: int = 400, overlap_tokens: int = 80) -> list[Chunk]:
+    """Chunk plain numbered lines (no structure)."""
+    return chunk_units(_units(lines, max_tokens), max_tokens, overlap_tokens)
 
 
-def session_lines(text: str) -> list[tuple[int, str]]:
-    """The user/assistant messages of a JSONL transcript as `role: text`, keeping file line numbers."""
-    out: list[tuple[int, str]] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            continue  # a truncated last line after a crash
-        if not isinstance(record, dict) or record.get("role") not in ("user", "assistant"):
-            continue
-        content = record.get("content")
-        if isinstance(content, list):  # multimodal content parts
-            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        if isinstance(content, str) and content.strip():
-            flat = " ".join(content.split())[:MAX_SESSION_LINE_CHARS]
-            out.append((number, f"{record['role']}: {flat}"))
-    return out
+def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80, file_day: str = "") -> list[Chunk]:
+    """Chunk a Markdown note section by section (a section starts at its heading line).
+
+    A chunk is titled with the headings above it: the enclosing ones when it starts at its own
+    heading line (which it then shows), the full path (own heading included) when it continues a
+    long section.
+    """
+    chunks: list[Chunk] = []
+    path: list[tuple[int, str]] = []  # (level, heading) of the enclosing headings, own one last
+    section: list[tuple[int, str]] = []
+    line_days: list[str] = []
+    heading_line = 0
+
+    def flush() -> None:
+        if section:
+            if heading_line and len(line_days) > 1:
+                line_days[0] = line_days[1]  # a heading goes with the first entry below it
+            full = " > ".join(h for _, h in path)
+            parents = " > ".join(h for _, h in path[:-1]) if heading_line else full
+            for chunk in chunk_units(_units(section, max_tokens, days=line_days), max_tokens, overlap_tokens, full):
+                if heading_line and chunk.start_line == heading_line:
+                    title = f"{parents} {chunk.day}".strip() if chunk.day not in parents else parents
+                    embed = f"{title}\n{chunk.text}" if title else chunk.text
+                    chunk = replace(chunk, title=title, hash=text_hash(embed))
+                chunks.append(chunk)
+        section.clear()
+        line_days.clear()
+
+    section_day = current_day = file_day
+    for number, line in enumerate(text.splitlines(), start=1):
+        heading = _HEADING.match(line)
+        if heading:
+            flush()
+            level = len(heading.group(1))
+            path = [(lv, h) for lv, h in path if lv < level] + [(level, heading.group(2))]
+            section_day = iso_day(heading.group(2)) or (section_day if level > 1 else file_day) or file_day
+            current_day = section_day
+            heading_line = number
+        stamp = _LINE_STAMP.match(line)
+        if stamp and iso_day(stamp.group(1)):
+            current_day = stamp.group(1)  # HISTORY.md: each entry starts with its own stamp
+        section.append((number, line))
+        line_days.append(current_day)
+    flush()
+    return chunks
+
+
+def chunk_transcript(text: str, name: str, max_tokens: int = 400, overlap_tokens: int = 80) -> list[Chunk]:
+    """Chunk a JSONL transcript by turns and days; titled with the conversation's name."""
+    lines = transcript_lines(text)
+    units = _units(
+        [(t.number, t.text) for t in lines],
+        max_tokens,
+        turns=[t.text.startswith("user:") for t in lines],
+        days=[t.day for t in lines],
+    )
+    return chunk_units(units, max_tokens, overlap_tokens, name)

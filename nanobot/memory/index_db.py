@@ -22,9 +22,11 @@ from nanobot.memory.chunking import Chunk
 from nanobot.memory.fts import to_fts_text
 from nanobot.util.fs import open_private
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: chunk titles and days, a title column in the FTS table
 BUSY_TIMEOUT_MS = 5000
+# Porter stemming over unicode61 ("hiking" finds "hiked"); CJK runs arrive pre-split into bigrams.
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+TITLE_WEIGHT = 0.5  # a heading/day match counts half a body match in BM25
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -33,9 +35,11 @@ CREATE TABLE IF NOT EXISTS files(
     mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS chunks(
     id INTEGER PRIMARY KEY, path TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
-    text TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB);
+    text TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB,
+    title TEXT NOT NULL DEFAULT '', day TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS chunks_path ON chunks(path);
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(body, tokenize='{FTS_TOKENIZER}');
+CREATE INDEX IF NOT EXISTS chunks_day ON chunks(day);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(title, body, tokenize='{FTS_TOKENIZER}');
 CREATE TABLE IF NOT EXISTS embedding_cache(
     provider TEXT NOT NULL, model TEXT NOT NULL, hash TEXT NOT NULL, dims INTEGER NOT NULL,
     vector BLOB NOT NULL, PRIMARY KEY(provider, model, hash));
@@ -50,6 +54,8 @@ class ChunkRow:
     end_line: int
     text: str
     embedding: bytes | None
+    title: str
+    day: str
 
 
 def _connect_module(use_sqlite_vec: bool) -> tuple[Any, bool]:
@@ -203,13 +209,13 @@ class IndexDB:
             self._delete_chunks(conn, path)
             for chunk, vector in chunks:
                 cur = conn.execute(
-                    "INSERT INTO chunks(path, start_line, end_line, text, hash, embedding) "
-                    "VALUES(?,?,?,?,?,?)",
-                    (path, chunk.start_line, chunk.end_line, chunk.text, chunk.hash, vector),
+                    "INSERT INTO chunks(path, start_line, end_line, text, hash, embedding, title, day) "
+                    "VALUES(?,?,?,?,?,?,?,?)",
+                    (path, chunk.start_line, chunk.end_line, chunk.text, chunk.hash, vector, chunk.title, chunk.day),
                 )
                 conn.execute(
-                    "INSERT INTO chunks_fts(rowid, body) VALUES(?, ?)",
-                    (cur.lastrowid, to_fts_text(chunk.text)),
+                    "INSERT INTO chunks_fts(rowid, title, body) VALUES(?, ?, ?)",
+                    (cur.lastrowid, to_fts_text(chunk.title), to_fts_text(chunk.text)),
                 )
             conn.execute(
                 "INSERT OR REPLACE INTO files VALUES(?,?,?,?,?)", (path, source, digest, mtime_ns, size)
@@ -240,10 +246,12 @@ class IndexDB:
             conn.execute("UPDATE chunks SET embedding=NULL")
 
     def chunks_without_embedding(self) -> list[tuple[int, str, str]]:
+        """(id, text to embed: title + body, hash) of every chunk still without a vector."""
         with self._write_lock:
-            return self._writer.execute(
-                "SELECT id, text, hash FROM chunks WHERE embedding IS NULL"
+            rows = self._writer.execute(
+                "SELECT id, title, text, hash FROM chunks WHERE embedding IS NULL"
             ).fetchall()
+        return [(r[0], f"{r[1]}\n{r[2]}" if r[1] else r[2], r[3]) for r in rows]
 
     def set_embeddings(self, rows: Iterable[tuple[int, bytes]]) -> None:
         with self.write() as conn:
@@ -271,7 +279,7 @@ class IndexDB:
             )
 
     # ------------------------------------------------------------------ search side
-    def fts_scores(self, match: str) -> dict[int, float]:
+    def fts_scores(self, match: str, title_weight: float = TITLE_WEIGHT) -> dict[int, float]:
         """bm25 of every chunk matching (FTS5's value: negative, lower is better).
 
         One pass without ORDER BY/LIMIT: FTS5 computes bm25 for each matching row either way, and
@@ -280,7 +288,8 @@ class IndexDB:
         """
         with self.read() as conn:
             rows = conn.execute(
-                "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?", (match,)
+                "SELECT rowid, bm25(chunks_fts, ?, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ?",
+                (title_weight, match),
             ).fetchall()
         return {int(r[0]): float(r[1]) for r in rows}
 
@@ -304,10 +313,20 @@ class IndexDB:
         marks = ",".join("?" * len(ids))
         with self.read() as conn:
             rows = conn.execute(
-                f"SELECT id, path, start_line, end_line, text, embedding FROM chunks WHERE id IN ({marks})",
+                "SELECT id, path, start_line, end_line, text, embedding, title, day FROM chunks "
+                f"WHERE id IN ({marks})",
                 ids,
             ).fetchall()
         return {r[0]: ChunkRow(*r) for r in rows}
+
+    def ids_between_days(self, first: str, last: str, limit: int) -> list[int]:
+        """Chunks whose day lies in [first, last] (ISO dates), newest first, at most `limit`."""
+        with self.read() as conn:
+            rows = conn.execute(
+                "SELECT id FROM chunks WHERE day != '' AND day BETWEEN ? AND ? ORDER BY day DESC LIMIT ?",
+                (first, last, limit),
+            ).fetchall()
+        return [int(r[0]) for r in rows]
 
     def all_vectors(self) -> list[tuple[int, bytes]]:
         with self.read() as conn:

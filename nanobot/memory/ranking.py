@@ -1,4 +1,13 @@
-"""One search over the index: keyword and vector candidates, merged, filtered and cut to size."""
+"""One search over the index: keyword, vector and date candidates, merged, filtered and cut to size.
+
+Steps: the query is normalised (a time expression is taken out and becomes a date range; stop
+words, quotes and punctuation go; English words are stemmed by the FTS5 porter tokenizer, CJK
+runs become bigrams). Keyword candidates come from one BM25 pass, vector candidates from the
+nearest neighbours of the query vector, date candidates from the chunks dated in the asked range.
+Every candidate gets both exact component scores, so the merge does not depend on which side
+found it. A date range lifts chunks inside it. Results that repeat lines of a better result of the
+same file are dropped, and each snippet is centred on the lines that match.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +32,39 @@ from nanobot.memory.search import (
     select_by_min_score,
     text_score,
 )
+from nanobot.memory.temporal import TimeRange, parse_time_range
 from nanobot.memory.vectors import VectorSearcher, from_blob
+
+TIME_WEIGHT = 0.35  # share of the final score given to "the chunk is dated in the asked range"
+MAX_SHARED_LINES = 0.5  # a result sharing more than this share of its lines with a better one is dropped
+
+
+def _in_range(day: str, when: TimeRange) -> bool:
+    try:
+        return when.contains(date.fromisoformat(day))
+    except ValueError:
+        return False
+
+
+def _overlaps(cand: Candidate, chosen: list[Candidate]) -> bool:
+    lines = cand.end_line - cand.start_line + 1
+    for other in chosen:
+        if other.path != cand.path:
+            continue
+        shared = min(cand.end_line, other.end_line) - max(cand.start_line, other.start_line) + 1
+        if shared > MAX_SHARED_LINES * lines:
+            return True
+    return False
+
+
+def _distinct(candidates: list[Candidate], limit: int) -> list[Candidate]:
+    chosen: list[Candidate] = []
+    for cand in candidates:
+        if not _overlaps(cand, chosen):
+            chosen.append(cand)
+            if len(chosen) >= limit:
+                break
+    return chosen
 
 
 def rank(
@@ -36,26 +77,25 @@ def rank(
     min_score: float,
     today: date,
 ) -> list[SearchResult]:
-    """Top `limit` results: hybrid when a query vector is given, keyword-only otherwise.
-
-    Each side contributes limit x candidateMultiplier candidates; every candidate then gets both
-    exact component scores (its cosine from the stored vector, its BM25 from the one FTS pass),
-    so the merge does not depend on which side found it.
-    """
-    terms = keywords(query)
+    """Top `limit` results: hybrid when a query vector is given, keyword-only otherwise."""
+    when, rest = parse_time_range(query, today)
+    terms = keywords(rest) if rest.strip() else []
     total, doc_counts = db.doc_counts(terms)
     matched = selective_terms(terms, total, doc_counts)
     match = match_query(matched) if matched else ""
     pool = limit * cfg.candidate_multiplier
     bm25 = db.fts_scores(match) if match else {}
-    text_ids = heapq.nsmallest(pool, bm25, key=bm25.__getitem__)
-    vector_ids = [i for i, _ in vectors.knn(qvec, pool)] if qvec is not None else []
-    rows = db.chunk_rows(list(dict.fromkeys([*text_ids, *vector_ids])))
+    ids = heapq.nsmallest(pool, bm25, key=bm25.__getitem__)
+    if qvec is not None:
+        ids += [i for i, _ in vectors.knn(qvec, pool)]
+    if when is not None:
+        ids += db.ids_between_days(when.first.isoformat(), when.last.isoformat(), pool)
+    rows = db.chunk_rows(list(dict.fromkeys(ids)))
     candidates: list[Candidate] = []
     for chunk_id, row in rows.items():
-        cand = Candidate(chunk_id, row.path, row.start_line, row.end_line, row.text)
+        cand = Candidate(chunk_id, row.path, row.start_line, row.end_line, row.text, title=row.title)
         if chunk_id in bm25:  # exact for vector candidates too: a chunk not matching scores 0
-            cand.text_score = text_score(bm25[chunk_id], coverage(row.text, terms))
+            cand.text_score = text_score(bm25[chunk_id], coverage(f"{row.title}\n{row.text}", terms))
             cand.keyword_hit = True
         if qvec is not None and row.embedding is not None:
             vec = from_blob(row.embedding)
@@ -66,14 +106,21 @@ def rank(
             cand.score = hybrid_score(cand.vector_score, cand.text_score, cfg.vector_weight, cfg.text_weight)
         else:
             cand.score = cand.text_score
+        if when is not None:
+            hit = _in_range(row.day, when)
+            cand.score = (1 - TIME_WEIGHT) * cand.score + TIME_WEIGHT * hit
+            cand.keyword_hit = cand.keyword_hit or hit
         candidates.append(cand)
     if cfg.temporal_decay:
         apply_decay(candidates, today, cfg.half_life_days)
-    chosen = select_by_min_score(candidates, min_score, limit)
-    chosen = mmr_rerank(chosen, limit, cfg.mmr_lambda) if cfg.mmr else chosen[:limit]
+    chosen = select_by_min_score(candidates, min_score, pool)
+    chosen = mmr_rerank(chosen, pool, cfg.mmr_lambda) if cfg.mmr else chosen
+    chosen = _distinct(chosen, limit)
     out: list[SearchResult] = []
     for cand in chosen:
-        snippet, _, _ = make_snippet(cand.text, cand.start_line, cand.end_line, terms)
-        cite = citation(cand.path, cand.start_line, cand.end_line)
-        out.append(SearchResult(cand.path, cand.start_line, cand.end_line, cand.score, snippet, cite))
+        snippet, first, last = make_snippet(cand.text, cand.start_line, cand.end_line, terms)
+        if cand.title:
+            snippet = f"[{cand.title}]\n{snippet}"
+        out.append(SearchResult(cand.path, cand.start_line, cand.end_line, cand.score, snippet,
+                                citation(cand.path, cand.start_line, cand.end_line)))
     return out

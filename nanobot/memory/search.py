@@ -40,6 +40,7 @@ class Candidate:
     keyword_hit: bool = False
     score: float = 0.0
     embedding: np.ndarray | None = field(default=None, repr=False)
+    title: str = ""
 
 
 def bm25_to_score(bm25: float) -> float:

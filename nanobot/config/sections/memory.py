@@ -19,8 +19,11 @@ class MemoryFlushConfig(Section):
 class MemorySearchConfig(Section):
     enabled: bool = Field(True, description="Offer the memory_search and memory_get tools and keep the "
                           "index.")
-    embedding_provider: str = Field("none", description="`none` (keyword search only), `litellm` (a hosted "
-                                    "embedding model) or `local` (an offline model).")
+    embedding_provider: str = Field("auto", description="`auto` (the local multilingual model when "
+                                    "installed, else the embedding endpoint of a configured provider that "
+                                    "has one: OpenAI, Gemini, Mistral; else keyword search only), `local` "
+                                    "(an offline model), `litellm` (a hosted embedding model) or `none` "
+                                    "(keyword search only). `nanobot memory status` shows which is used.")
     embedding_model: str = Field("", description="Embedding model name (e.g. `text-embedding-3-small`).")
     embedding_api_base: str = Field("", description="Endpoint of the embedding model; empty: the "
                                     "provider's.")
@@ -42,8 +45,9 @@ class MemorySearchConfig(Section):
     mmr: bool = Field(False, description="Re-rank for diversity (maximal marginal relevance).")
     mmr_lambda: float = Field(0.7, ge=0.0, le=1.0, description="MMR trade-off: 1 relevance only, 0 "
                               "diversity only.")
-    include_sessions: bool = Field(False, description="Index session transcripts too, not only memory "
-                                   "files.")
+    include_sessions: bool = Field(True, description="Index the session transcripts (sessions/*.jsonl and "
+                                   "sessions/archive/*.jsonl) beside the memory files, so whatever was said "
+                                   "stays findable when consolidation dropped it.")
     qmd: bool = Field(False, description="Search through the external `qmd` tool when it is installed "
                       "(falls back to the built-in index).")
     qmd_timeout_s: float = Field(5.0, gt=0, description="Seconds a qmd search may take.")

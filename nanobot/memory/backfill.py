@@ -1,0 +1,81 @@
+"""The embedding phase of an index sync: vectors for every chunk that has none, in batches.
+
+Vectors are looked up in the embedding cache by (provider, model, chunk hash) first, so a moved
+or re-chunked text is never embedded twice. Each batch is committed on its own: keyword search
+sees every chunk at once and hybrid search gains vectors as batches land. An embedding failure
+leaves the rest keyword-only until the next sync retries them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loguru import logger
+
+from nanobot.memory.embeddings import Embedder, EmbeddingError
+from nanobot.memory.index_db import IndexDB
+from nanobot.memory.vectors import to_blob
+
+
+@dataclass
+class SyncStats:
+    files_scanned: int = 0
+    files_indexed: int = 0
+    files_unchanged: int = 0
+    files_removed: int = 0
+    chunks_indexed: int = 0
+    chunks_embedded: int = 0
+    embedding_cache_hits: int = 0
+    embedding_errors: int = 0
+    full_reindex: bool = False
+    duration_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cached_vectors(db: IndexDB, embedder: Embedder | None, hashes: list[str]) -> dict[str, bytes]:
+    if embedder is None or not hashes:
+        return {}
+    return db.cache_get(embedder.provider, embedder.model, sorted(set(hashes)))
+
+
+async def embed_missing(db: IndexDB, embedder: Embedder, stats: SyncStats, batch_size: int) -> None:
+    """Embed every chunk without a vector, batch_size distinct texts at a time."""
+    missing = await asyncio.to_thread(db.chunks_without_embedding)
+    by_hash: dict[str, tuple[str, list[int]]] = {}
+    for chunk_id, text, digest in missing:
+        by_hash.setdefault(digest, (text, []))[1].append(chunk_id)
+    cached = await asyncio.to_thread(cached_vectors, db, embedder, list(by_hash))
+    if cached:
+        await asyncio.to_thread(db.set_embeddings, [(i, cached[h]) for h in cached for i in by_hash[h][1]])
+        stats.embedding_cache_hits += len(cached)
+    todo = [h for h in by_hash if h not in cached]
+    dims_text = db.get_meta("dims") or ""
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        try:
+            matrix = await embedder.embed_documents([by_hash[h][0] for h in batch])
+        except EmbeddingError as exc:
+            logger.warning(
+                "memory index: embedding failed, {} chunks stay keyword-only: {}", len(todo) - start, exc
+            )
+            stats.embedding_errors += 1
+            return
+        dims = int(matrix.shape[1])
+        if dims_text and int(dims_text) != dims:
+            # Same model name, other output size: every stored vector is stale.
+            logger.info("memory index: embedding dimensions changed {} -> {}; re-embedding", dims_text, dims)
+            await asyncio.to_thread(db.clear_embeddings)
+            await asyncio.to_thread(db.set_meta, {"dims": str(dims)})
+            stats.full_reindex = True
+            return await embed_missing(db, embedder, stats, batch_size)
+        if not dims_text:
+            dims_text = str(dims)
+            await asyncio.to_thread(db.set_meta, {"dims": dims_text})
+        blobs = [(h, to_blob(v)) for h, v in zip(batch, matrix, strict=True)]
+        await asyncio.to_thread(db.cache_put, embedder.provider, embedder.model, dims, blobs)
+        await asyncio.to_thread(db.set_embeddings, [(i, blob) for h, blob in blobs for i in by_hash[h][1]])
+        stats.chunks_embedded += len(batch)

@@ -1,0 +1,137 @@
+"""Time expressions in a search query: "yesterday", "last week", "in March", "2025-03-01", "3 days ago".
+
+parse_time_range() turns the first expression it recognises into an inclusive date range (relative
+to today) and returns the query without it, so the expression's words do not dilute the keyword
+search. Ranking then prefers chunks whose day lies in the range. English and Chinese forms; a
+month without a year means its most recent occurrence (not in the future).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+_MONTHS = {
+    name: i + 1
+    for i, names in enumerate(
+        [
+            ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
+            ("june", "jun"), ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"),
+            ("october", "oct"), ("november", "nov"), ("december", "dec"),
+        ]
+    )
+    for name in names
+}
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_NUMBER_WORDS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                 "a couple of": 2, "a few": 3, "several": 4}
+_MONTH_NAMES = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_NUM = r"(\d+|a couple of|a few|several|a|one|two|three|four|five|six|seven)"
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    first: date
+    last: date
+
+    def contains(self, day: date) -> bool:
+        return self.first <= day <= self.last
+
+
+def _month_range(year: int, month: int) -> TimeRange:
+    first = date(year, month, 1)
+    nxt = date(year + (month == 12), month % 12 + 1, 1)
+    return TimeRange(first, nxt - timedelta(days=1))
+
+
+def _recent_month(month: int, today: date) -> TimeRange:
+    year = today.year if month <= today.month else today.year - 1
+    return _month_range(year, month)
+
+
+def _count(text: str) -> int:
+    return int(text) if text.isdigit() else _NUMBER_WORDS.get(text, 1)
+
+
+def _rules(today: date) -> list[tuple[re.Pattern[str], object]]:
+    monday = today - timedelta(days=today.weekday())
+    return [
+        (re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b"), lambda m: _day(int(m[1]), int(m[2]), int(m[3]))),
+        (re.compile(r"\b(\d{4})-(\d{2})\b"), lambda m: _month(int(m[1]), int(m[2]))),
+        (re.compile(r"\btoday\b|今天"), lambda m: TimeRange(today, today)),
+        (re.compile(r"\byesterday\b|昨天"), lambda m: _ago(today, 1, 1)),
+        (re.compile(r"\bday before yesterday\b|前天"), lambda m: _ago(today, 2, 2)),
+        (re.compile(r"\b(?:this|the current) week\b|本周|这周"), lambda m: TimeRange(monday, today)),
+        (re.compile(r"\blast week\b|上周|上个星期"),
+         lambda m: TimeRange(monday - timedelta(days=7), monday - timedelta(days=1))),
+        (re.compile(r"\bthis month\b|这个月|本月"), lambda m: TimeRange(today.replace(day=1), today)),
+        (re.compile(r"\blast month\b|上个月"), lambda m: _last_month(today)),
+        (re.compile(r"\bthis year\b|今年"), lambda m: TimeRange(date(today.year, 1, 1), today)),
+        (re.compile(r"\blast year\b|去年"), lambda m: _year(today.year - 1)),
+        (re.compile(rf"\b{_NUM} (day|week|month|year)s? ago\b"), lambda m: _n_ago(today, _count(m[1]), m[2])),
+        (re.compile(rf"\b(?:in the )?(?:past|last) {_NUM} (day|week|month)s?\b"),
+         lambda m: _n_ago(today, _count(m[1]), m[2], span=True)),
+        (re.compile(rf"\b(?:last|on) ({'|'.join(_WEEKDAYS)})\b"), lambda m: _weekday(today, m[1])),
+        (re.compile(rf"\b(?:in|during|since|on|of|from) ({_MONTH_NAMES})\.?(?:,? (\d{{4}}))?\b"),
+         lambda m: _month(int(m[2]), _MONTHS[m[1]]) if m[2] else _recent_month(_MONTHS[m[1]], today)),
+        (re.compile(r"(?:(\d{4})年)?(\d{1,2})月(?:份)?"),
+         lambda m: _month(int(m[1]), int(m[2])) if m[1] else _recent_month(int(m[2]), today)
+         if 1 <= int(m[2]) <= 12 else None),
+        (re.compile(r"\bin (\d{4})\b"), lambda m: _year(int(m[1]))),
+    ]
+
+
+def _year(y: int) -> TimeRange | None:
+    return TimeRange(date(y, 1, 1), date(y, 12, 31)) if 1900 <= y <= 2200 else None
+
+
+def _day(y: int, m: int, d: int) -> TimeRange | None:
+    try:
+        day = date(y, m, d)
+    except ValueError:
+        return None
+    return TimeRange(day, day)
+
+
+def _month(y: int, m: int) -> TimeRange | None:
+    return _month_range(y, m) if 1 <= m <= 12 and 1900 <= y <= 2200 else None
+
+
+def _ago(today: date, first_days: int, last_days: int) -> TimeRange:
+    return TimeRange(today - timedelta(days=first_days), today - timedelta(days=last_days))
+
+
+def _last_month(today: date) -> TimeRange:
+    end = today.replace(day=1) - timedelta(days=1)
+    return TimeRange(end.replace(day=1), end)
+
+
+def _n_ago(today: date, n: int, unit: str, span: bool = False) -> TimeRange:
+    days = {"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n
+    if span:
+        return TimeRange(today - timedelta(days=days), today)
+    # "three weeks ago" is fuzzy: half a unit either side
+    slack = {"day": 1, "week": 3, "month": 10, "year": 120}[unit]
+    return TimeRange(today - timedelta(days=days + slack), today - timedelta(days=max(0, days - slack)))
+
+
+def _weekday(today: date, name: str) -> TimeRange:
+    back = (today.weekday() - _WEEKDAYS.index(name)) % 7 or 7
+    day = today - timedelta(days=back)
+    return TimeRange(day, day)
+
+
+def parse_time_range(query: str, today: date) -> tuple[TimeRange | None, str]:
+    """(the range the query asks about or None, the query without the time expression)."""
+    low = query.lower()
+    for pattern, build in _rules(today):
+        match = pattern.search(low)
+        if not match:
+            continue
+        found = build(match)  # type: ignore[operator]
+        if found is None:
+            continue
+        rest = (query[: match.start()] + " " + query[match.end() :]).strip()
+        return found, " ".join(rest.split())
+    return None, query
