@@ -36,10 +36,6 @@ class Chunk:
     title: str = ""  # heading path or transcript day/name; searchable, shown above the snippet
     day: str = ""  # YYYY-MM-DD the chunk is about, "" when unknown
 
-    @property
-    def embed_text(self) -> str:
-        return f"{self.title}\n{self.text}" if self.title else self.text
-
 
 @dataclass(frozen=True)
 class Unit:
