@@ -32,7 +32,7 @@ class Chunk:
     start_line: int  # 1-based, inclusive
     end_line: int  # 1-based, inclusive
     text: str  # the file's lines start_line..end_line (pieces of one line when it was split)
-    hash: str  # of embed_text: same title and text -> same vector
+    hash: str  # of title + "\n" + text (what is embedded): same title and text -> same vector
     title: str = ""  # heading path or transcript day/name; searchable, shown above the snippet
     day: str = ""  # YYYY-MM-DD the chunk is about, "" when unknown
 
