@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -203,3 +204,64 @@ def test_lint_ops_script(tmp_path: Path) -> None:
     assert "hadolint clean" in done.stderr
     if "SKIPPED systemd-analyze" not in done.stderr:
         assert done.stderr.count("systemd-analyze verify clean") == 3
+
+
+def _image_env(final_stage: list[tuple[str, str]], data_dir: Path) -> dict[str, str]:
+    """The final stage's ENV, with the container's /data mapped onto `data_dir` (PATH stays ours)."""
+    env: dict[str, str] = {}
+    for word, args in final_stage:
+        if word == "ENV":
+            for item in shlex.split(args):
+                key, _, value = item.partition("=")
+                env[key] = value
+    env.pop("PATH")
+    return {k: v.replace("/data", str(data_dir)) for k, v in env.items()}
+
+
+@pytest.mark.timeout(300)
+def test_docker_and_compose_command_lines_run_as_written(
+    tmp_path: Path, final_stage: list[tuple[str, str]], compose: dict, fake_llm
+) -> None:
+    """The compose header's flow, each line as the container runs it: `compose run --rm nanobot
+    onboard` (ENTRYPOINT + onboard) fills the volume, `compose up` runs ENTRYPOINT + `command`, the
+    HEALTHCHECK command turns 0, and `docker stop` (SIGTERM) ends it with exit 0."""
+    from tests.run_as_written import base_env, nanobot_on_path, stop, wait_healthy
+
+    words = dict(final_stage)
+    entrypoint = json.loads(words["ENTRYPOINT"])
+    health_cmd = json.loads(words["HEALTHCHECK"].split(" CMD ", 1)[1])
+    svc = compose["services"]["nanobot"]
+    header = (ROOT / "docker-compose.yml").read_text().split("services:")[0]
+    flow = re.findall(r"docker compose (run --rm nanobot \w+|up -d)", header)
+    assert flow == ["run --rm nanobot onboard", "up -d"], flow  # onboard into the volume, then up
+
+    data = tmp_path / "data"  # the nanobot-home volume
+    data.mkdir()
+    bin_dir = tmp_path / "bin"
+    exe = nanobot_on_path(bin_dir)
+    assert entrypoint[0] == "nanobot"
+    env = {**base_env(bin_dir), **_image_env(final_stage, data)}
+    env.update({k: str(v).replace("/data", str(data)) for k, v in svc["environment"].items()})
+    workdir = Path(words["WORKDIR"].replace("/data", str(data)))
+
+    onboard = subprocess.run([str(exe), *entrypoint[1:], "onboard"], env=env, cwd=workdir,
+                             capture_output=True, text=True, timeout=120)
+    assert onboard.returncode == 0, onboard.stderr
+    assert (data / "config.json").is_file() and (data / "workspace" / "AGENTS.md").is_file()
+
+    # The keys a user puts in .env and lists under `environment:` (here: the local fake LLM).
+    env.update({"NANOBOT_AGENTS__DEFAULTS__PROVIDER": "custom", "NANOBOT_AGENTS__DEFAULTS__MODEL": "fake",
+                "NANOBOT_PROVIDERS__CUSTOM__API_BASE": fake_llm.url,
+                "NANOBOT_PROVIDERS__CUSTOM__API_KEY": "test-key"})
+    log = tmp_path / "container.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([str(exe), *entrypoint[1:], *svc["command"]], env=env, cwd=workdir,
+                                stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            assert health_cmd[0] == "nanobot"
+            wait_healthy([str(exe), *health_cmd[1:]], env, workdir, proc, log)
+            assert stop(proc, log) == 0, log.read_text(errors="replace")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,89 @@
+"""The systemd unit `nanobot service install` writes starts a working gateway: its ExecStart= is run
+exactly as written (with the unit's Environment=, under a stand-in NOTIFY_SOCKET), `nanobot health`
+turns 0, READY=1 arrives, and SIGTERM stops it with exit 0 (Restart=on-failure would not fire)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.telegram_server import FakeTelegramServer
+from tests.gateway_harness import gateway_config
+from tests.run_as_written import (
+    HEALTH_TIMEOUT_S,
+    base_env,
+    nanobot_on_path,
+    notifications,
+    notify_socket,
+    stop,
+    systemd_words,
+    unit_settings,
+    wait_healthy,
+)
+
+
+@pytest.fixture
+def fake_telegram() -> FakeTelegramServer:
+    server = FakeTelegramServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("user_unit", [True, False], ids=["user-unit", "system-unit"])
+def test_installed_unit_execstart_runs_a_healthy_gateway(
+    tmp_path: Path, fake_llm: FakeLLMServer, fake_telegram: FakeTelegramServer, user_unit: bool
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    config = tmp_path / "etc" / "my config.json"  # a space: the quoting must survive
+    config.parent.mkdir()
+    data = gateway_config(fake_llm.url, fake_telegram, None, dc_allowed="")
+    del data["gateway"]["watchdogIntervalS"]  # the default, as a user has it (a loaded host is slow)
+    config.write_text(json.dumps(data))
+    bin_dir = tmp_path / "bin"
+    exe = nanobot_on_path(bin_dir)
+    env = {**base_env(bin_dir), "NANOBOT_HOME": str(home), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    units = tmp_path / "units"
+    install = subprocess.run(
+        [str(exe), "service", "install", *(["--user"] if user_unit else []), "--unit-dir", str(units),
+         "--no-systemctl", "-c", str(config)],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert install.returncode == 0, install.stderr
+    settings = unit_settings((units / "nanobot.service").read_text())
+    exec_start = [v for k, v in settings if k == "ExecStart"]
+    assert len(exec_start) == 1
+    argv = systemd_words(exec_start[0])
+    assert Path(argv[0]).is_absolute() and argv[-1] == "gateway"
+    unit_env = dict(w.split("=", 1) for k, v in settings if k == "Environment" for w in systemd_words(v))
+    assert unit_env["NANOBOT_HOME"] == str(home)
+    restart_prevent = {v for k, v in settings if k == "RestartPreventExitStatus"}
+
+    log = tmp_path / "gateway.log"
+    with notify_socket(tmp_path) as (address, sock), open(log, "wb") as fh:
+        run_env = {**base_env(bin_dir), **unit_env, "NOTIFY_SOCKET": address}
+        proc = subprocess.Popen(argv, env=run_env, cwd="/", stdin=subprocess.DEVNULL, stdout=fh,
+                                stderr=subprocess.STDOUT)
+        try:
+            health = wait_healthy([argv[0], "-c", str(config), "health"], run_env, tmp_path, proc, log)
+            assert "healthy" in health.stderr
+            seen = notifications(sock)
+            deadline = time.monotonic() + HEALTH_TIMEOUT_S  # health can pass while the model warms up
+            while "READY=1" not in seen and time.monotonic() < deadline and proc.poll() is None:
+                seen += notifications(sock)
+            assert "READY=1" in seen and "WATCHDOG=1" in seen
+            code = stop(proc, log)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert code == 0, log.read_text(errors="replace")
+        assert "STOPPING=1" in notifications(sock)
+    assert str(code) not in restart_prevent
+    assert fake_telegram.calls_to("getMe"), "the gateway never reached Telegram"
