@@ -2,7 +2,8 @@
 
 The allow-list decision (allowFrom, then `dmPolicy` in private chats: a pairing code through
 nanobot/channels/pairing.py, silence, or open), publishing to the bus, the typing indicator, send
-retries with backoff, a state for `nanobot status`, and the dispatch of outbound kinds. Platform classes
+retries and reconnects with backoff (nanobot/channels/connection.py), received media
+(nanobot/channels/media.py), a state for `nanobot status`, and the dispatch of outbound kinds. Platform classes
 implement the I/O: `start`, `stop`, `_send_text`, `_send_typing`, `_retry_delay`.
 
 Delivery guarantees differ by platform. A channel may set `InboundMessage.on_persisted` and confirm
@@ -17,23 +18,23 @@ import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal
 
 from loguru import logger
 
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.channels import media as media_util
+from nanobot.channels.connection import Connection
+from nanobot.channels.media import Fetch, MediaItem, Received
 from nanobot.channels.pairing import PairingStore, pairing_message
 from nanobot.config.paths import MEDIA_DIR
 from nanobot.config.schema import ChannelsConfig, ProvidersConfig
-from nanobot.util.fs import ensure_private_dir
-from nanobot.util.retry import backoff_s
+from nanobot.util.fs import PRIVATE_FILE_MODE, ensure_private_dir
 
 ChannelState = Literal["created", "starting", "running", "retrying", "failed", "stopped"]
-T = TypeVar("T")
 
 SLASH_COMMANDS: dict[str, str] = {
     "new": "Archive this conversation and start a new one",
@@ -42,14 +43,7 @@ SLASH_COMMANDS: dict[str, str] = {
     "status": "Show model, session and memory status",
 }
 TYPING_MAX_S = 300.0  # a turn longer than this stops showing "typing…"
-RETRY_BASE_DELAY_S = 0.5
-RETRY_MAX_DELAY_S = 30.0
-RETRY_AFTER_MAX_S = 300.0  # never sleep longer than this on a platform's retry_after
 TYPING_DRAIN_TIMEOUT_S = 2.0  # on shutdown, how long an in-flight typing request may take to finish
-
-
-class PermanentChannelError(Exception):
-    """A failure retrying cannot fix (rejected token, missing configuration)."""
 
 
 @dataclass
@@ -58,7 +52,7 @@ class _Typing:
     stop: asyncio.Event
 
 
-class Channel(ABC):
+class Channel(Connection, ABC):
     """Base class of chat platform adapters. One instance per platform, owned by ChannelManager."""
 
     name: ClassVar[str] = "channel"
@@ -86,7 +80,6 @@ class Channel(ABC):
         self.dm_policy: str = getattr(config, "dm_policy", "allowlist")
         self.state: ChannelState = "created"
         self.last_error: str | None = None
-        self.retry_base_delay_s = RETRY_BASE_DELAY_S
         self.typing_max_s = TYPING_MAX_S
         self._denied_logged: set[str] = set()
         self._typing: dict[str, _Typing] = {}
@@ -135,36 +128,6 @@ class Channel(ABC):
         if msg.kind == "message":
             await self.stop_typing(msg.chat_id)
         await self._send_text(msg)
-
-    def _backoff(self, attempt: int) -> float:
-        return backoff_s(attempt, self.retry_base_delay_s, RETRY_MAX_DELAY_S)
-
-    async def _with_retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Run one platform API call, retrying on rate limits and transient failures."""
-        max_retries = self.channels_config.send_max_retries
-        attempt = 0
-        while True:
-            try:
-                return await call()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                delay = self._retry_delay(exc, attempt)
-                if delay is None or attempt >= max_retries:
-                    raise
-                delay = min(max(delay, 0.0), RETRY_AFTER_MAX_S)
-                logger.warning(
-                    "{}: {} failed ({}: {}); retry {}/{} in {:.1f}s",
-                    self.name,
-                    what,
-                    type(exc).__name__,
-                    exc,
-                    attempt + 1,
-                    max_retries,
-                    delay,
-                )
-                attempt += 1
-                await asyncio.sleep(delay)
 
     # ------------------------------------------------------------------ allow-list and inbound
     def is_allowed(self, sender_id: str, username: str | None = None) -> bool:
@@ -335,6 +298,58 @@ class Channel(ABC):
 
     def media_dir(self) -> Path:
         return ensure_private_dir(self.workspace / MEDIA_DIR)
+
+    async def _download_media(
+        self,
+        message_id: str | int,
+        items: list[MediaItem],
+        fetch: Fetch,
+        errors: tuple[type[BaseException], ...],
+    ) -> Received:
+        """Download a message's attachments into media/ (0600); too large or failed ones become notes,
+        voice and audio get their transcript (or a note why not)."""
+        got = Received()
+        for item in items:
+            if item.size > media_util.MAX_MEDIA_BYTES:
+                got.notes.append(f"[{item.filename}: {item.size} bytes, too large to download]")
+                continue
+            path = self.media_dir() / media_util.safe_filename(self.name, message_id, item.filename)
+            try:
+                await fetch(item, path)
+                path.chmod(PRIVATE_FILE_MODE)
+            except errors as exc:
+                logger.warning("{}: could not download {}: {}", self.name, item.filename, exc)
+                got.notes.append(f"[{item.filename}: download failed]")
+                continue
+            kind = media_util.media_type(item.mime, item.filename, voice=item.voice)
+            got.paths.append(str(path))
+            got.types.append(kind)
+            if kind in ("voice", "audio"):
+                rel = path.relative_to(self.workspace).as_posix()
+                cfg = self.channels_config.transcription
+                got.notes.append(await media_util.voice_note_text(path, rel, cfg, self.providers))
+        return got
+
+    def _inbound(
+        self,
+        sender_id: str,
+        chat_id: str,
+        text: str,
+        got: Received,
+        *,
+        is_group: bool,
+        metadata: dict[str, Any],
+    ) -> InboundMessage:
+        """The message for the bus: the text followed by the media notes, media paths and types."""
+        return InboundMessage(
+            channel=self.name,
+            sender_id=sender_id,
+            chat_id=chat_id,
+            content="\n".join(part for part in [text, *got.notes] if part),
+            media=got.paths,
+            is_group=is_group,
+            metadata={**metadata, "media_types": got.types},
+        )
 
     def outbound_media(self, msg: OutboundMessage) -> list[Path]:
         """The message's attachments that are real files inside the workspace (others are refused)."""

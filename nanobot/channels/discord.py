@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -22,17 +23,16 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from loguru import logger
 
-from nanobot.bus.events import InboundMessage, OutboundMessage
-from nanobot.channels import media as media_util
+from nanobot.bus.events import OutboundMessage
 from nanobot.channels.base import SLASH_COMMANDS, Channel
+from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.markdown import markdown_to_discord
+from nanobot.channels.media import MediaItem
 from nanobot.channels.split import DISCORD_MAX_CHARS, split_message
 from nanobot.secrets import register_secret
-from nanobot.util.retry import backoff_s
 
 GUILD_READY_TIMEOUT_S = 2.0  # discord.py's wait for GUILD_CREATEs after READY
 REIDENTIFY_DELAY_S = 5.0  # discord.py's default pause before a non-initial IDENTIFY
-RECONNECT_MAX_DELAY_S = 60.0
 STOP_TIMEOUT_S = 5.0
 MESSAGE_CACHE = 200  # messages discord.py keeps (it resolves replies from this cache)
 _BAD_TOKEN_CLOSE = 4004
@@ -107,42 +107,31 @@ class DiscordChannel(Channel):
         )
 
     async def _run(self) -> None:
-        failures = 0
-        while not self._stopping:
-            client = self.client = self._make_client()
-            try:
-                await client.start(self.config.token, reconnect=True)
-                if self._stopping:
-                    return
+        await self._keep_connected(self._session, stopping=lambda: self._stopping)
+
+    async def _session(self) -> None:
+        """One client from login until discord.py gives up (it resumes dropped connections itself)."""
+        client = self.client = self._make_client()
+        try:
+            await client.start(self.config.token, reconnect=True)
+            if not self._stopping:
                 raise ConnectionError("the gateway connection closed")
-            except asyncio.CancelledError:
-                raise
-            except discord.LoginFailure:
-                self._set_state(
-                    "failed", "the bot token was rejected by Discord (401); check channels.discord.token"
-                )
-                return
-            except discord.PrivilegedIntentsRequired:
-                self._set_state(
-                    "failed", "enable the Message Content intent for this bot in the Developer Portal"
-                )
-                return
-            except discord.ConnectionClosed as exc:
-                if exc.code == _BAD_TOKEN_CLOSE:
-                    self._set_state("failed", "the gateway rejected the bot token (4004)")
-                    return
-                error = f"gateway closed ({exc.code})"
-            except Exception as exc:  # API down, DNS, 5xx during login: retry
-                error = f"{type(exc).__name__}: {exc}"
-            finally:
-                if not client.is_closed():
-                    with contextlib.suppress(Exception):
-                        await client.close()
-            if self._stopping:
-                return
-            self._set_state("retrying", error)
-            await asyncio.sleep(backoff_s(failures, self.retry_base_delay_s, RECONNECT_MAX_DELAY_S))
-            failures += 1
+        except discord.LoginFailure:
+            raise PermanentChannelError(
+                "the bot token was rejected by Discord (401); check channels.discord.token"
+            ) from None
+        except discord.PrivilegedIntentsRequired:
+            raise PermanentChannelError(
+                "enable the Message Content intent for this bot in the Developer Portal"
+            ) from None
+        except discord.ConnectionClosed as exc:
+            if exc.code == _BAD_TOKEN_CLOSE:
+                raise PermanentChannelError("the gateway rejected the bot token (4004)") from None
+            raise ConnectionError(f"gateway closed ({exc.code})") from None
+        finally:
+            if not client.is_closed():
+                with contextlib.suppress(Exception):
+                    await client.close()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -186,53 +175,27 @@ class DiscordChannel(Channel):
         if not await self._admit(sender, chat_id=channel_id, is_group=is_group, display_name=name):
             return
         content = re.sub(rf"<@!?{me_id}>", "", message.content).strip()
-        paths, types, notes = await self._download_attachments(message)
-        content = "\n".join(part for part in [content, *notes] if part)
+        voice = bool(message.flags.voice)
+        items = [MediaItem(a.filename, a.content_type, a.size, voice, a) for a in message.attachments]
+
+        async def fetch(item: MediaItem, path: Path) -> None:
+            await item.handle.save(path)
+
+        got = await self._download_media(
+            message.id, items, fetch, (discord.HTTPException, aiohttp.ClientError, OSError)
+        )
         channel = message.channel
         metadata: dict[str, Any] = {
             "message_id": str(message.id),
             "username": message.author.name,
             "display_name": message.author.display_name,
-            "media_types": types,
             "guild_id": str(message.guild.id) if message.guild else None,
         }
         if isinstance(channel, discord.Thread):
             metadata["thread_id"], metadata["parent_id"] = str(channel.id), str(channel.parent_id)
-        inbound = InboundMessage(
-            channel=self.name,
-            sender_id=sender,
-            chat_id=str(channel.id),
-            content=content,
-            media=paths,
-            is_group=is_group,
-            metadata=metadata,
+        await self._publish(
+            self._inbound(sender, str(channel.id), content, got, is_group=is_group, metadata=metadata)
         )
-        await self._publish(inbound)
-
-    async def _download_attachments(self, message: discord.Message) -> tuple[list[str], list[str], list[str]]:
-        paths: list[str] = []
-        types: list[str] = []
-        notes: list[str] = []
-        voice = bool(message.flags.voice)
-        for attachment in message.attachments:
-            if attachment.size > media_util.MAX_MEDIA_BYTES:
-                notes.append(f"[{attachment.filename}: {attachment.size} bytes, too large to download]")
-                continue
-            path = self.media_dir() / media_util.safe_filename(self.name, message.id, attachment.filename)
-            try:
-                await attachment.save(path)
-            except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
-                logger.warning("discord: could not download {}: {}", attachment.filename, exc)
-                notes.append(f"[{attachment.filename}: download failed]")
-                continue
-            kind = media_util.media_type(attachment.content_type, attachment.filename, voice=voice)
-            paths.append(str(path))
-            types.append(kind)
-            if kind in ("voice", "audio"):
-                rel = path.relative_to(self.workspace).as_posix()
-                cfg = self.channels_config.transcription
-                notes.append(await media_util.voice_note_text(path, rel, cfg, self.providers))
-        return paths, types, notes
 
     # ------------------------------------------------------------------ outbound
     def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:

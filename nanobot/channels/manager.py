@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 from pathlib import Path
 
 from loguru import logger
@@ -19,6 +20,12 @@ from nanobot.channels.base import Channel
 from nanobot.channels.pairing import PairingStore
 from nanobot.config.schema import Config
 
+# Channel name (its `channels.<name>` config section) -> (module, class, the library it needs).
+# Imported only when enabled: a gateway without Discord never loads discord.py.
+CHANNEL_CLASSES: dict[str, tuple[str, str, str]] = {
+    "telegram": ("nanobot.channels.telegram", "TelegramChannel", "python-telegram-bot"),
+    "discord": ("nanobot.channels.discord", "DiscordChannel", "discord.py"),
+}
 STOP_TIMEOUT_S = 5.0  # per channel
 DEFAULT_DRAIN_TIMEOUT_S = 3.0
 
@@ -49,24 +56,16 @@ class ChannelManager:
     def _build_enabled(self) -> None:
         cfg = self.config.channels
         common = {"channels": cfg, "providers": self.config.providers, "pairing": self.pairing}
-        if cfg.telegram.enabled:
+        for name, (module_name, class_name, package) in CHANNEL_CLASSES.items():
+            section = getattr(cfg, name)
+            if not section.enabled:
+                continue
             try:
-                from nanobot.channels.telegram import TelegramChannel
-
-                self.channels["telegram"] = TelegramChannel(cfg.telegram, self.bus, self.workspace, **common)
+                cls = getattr(importlib.import_module(module_name), class_name)
             except ImportError as exc:
-                self._load_errors["telegram"] = (
-                    f"python-telegram-bot is not installed ({exc}); pip install 'nanobot[telegram]'"
-                )
-        if cfg.discord.enabled:
-            try:
-                from nanobot.channels.discord import DiscordChannel
-
-                self.channels["discord"] = DiscordChannel(cfg.discord, self.bus, self.workspace, **common)
-            except ImportError as exc:
-                self._load_errors["discord"] = (
-                    f"discord.py is not installed ({exc}); pip install 'nanobot[discord]'"
-                )
+                self._load_errors[name] = f"{package} is not installed ({exc}); pip install 'nanobot[{name}]'"
+                continue
+            self.channels[name] = cls(section, self.bus, self.workspace, **common)
         for name, error in self._load_errors.items():
             logger.error("{}: channel failed: {}", name, error)
 
@@ -83,7 +82,8 @@ class ChannelManager:
             self._workers[name] = asyncio.create_task(self._worker(name, channel), name=f"send-{name}")
         self._dispatcher = asyncio.create_task(self._dispatch(), name="channel-dispatcher")
         if not self.channels and not self._load_errors:
-            logger.warning("no channels are enabled (channels.telegram.enabled / channels.discord.enabled)")
+            sections = " / ".join(f"channels.{name}.enabled" for name in CHANNEL_CLASSES)
+            logger.warning("no channels are enabled ({})", sections)
 
     async def stop_all(self, drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S) -> None:
         """Deliver what is already queued (up to `drain_timeout_s`), then stop every channel."""

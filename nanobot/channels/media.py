@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import mimetypes
 import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from loguru import logger
@@ -23,6 +26,29 @@ DEFAULT_TRANSCRIPTION_BASES = {
 
 class TranscriptionError(Exception):
     pass
+
+
+@dataclass
+class MediaItem:
+    """One attachment of a received message, as the platform describes it."""
+
+    filename: str
+    mime: str | None
+    size: int
+    voice: bool
+    handle: Any  # what the platform's fetch needs (a Telegram file object, a Discord attachment)
+
+
+@dataclass
+class Received:
+    """What `Channel._download_media` made of a message's attachments."""
+
+    paths: list[str] = field(default_factory=list)
+    types: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+Fetch = Callable[[MediaItem, Path], Awaitable[None]]  # download one item to the given path
 
 
 def safe_filename(channel: str, message_id: str | int, name: str) -> str:

@@ -34,14 +34,15 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
-from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.events import OutboundMessage
 from nanobot.channels.base import SLASH_COMMANDS, Channel
+from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import telegram_parts
 from nanobot.channels.split import TELEGRAM_MAX_CHARS
 from nanobot.channels.telegram_media import download_media
 from nanobot.secrets import register_secret
-from nanobot.util.retry import backoff_s, parse_retry_after
+from nanobot.util.retry import parse_retry_after
 
 REQUEST_TIMEOUT_S = 20.0
 CONNECT_TIMEOUT_S = 10.0
@@ -73,6 +74,7 @@ class TelegramChannel(Channel):
     name = "telegram"
     max_message_chars = TELEGRAM_MAX_CHARS
     typing_interval_s = 4.0  # Telegram shows a chat action for 5 s
+    reconnect_max_delay_s = RECONNECT_MAX_DELAY_S
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -156,43 +158,34 @@ class TelegramChannel(Channel):
 
     async def _run(self) -> None:
         assert self.bot is not None
-        failures = 0
-        connected = False
-        while True:
+        self._connected = False
+        await self._keep_connected(self._step, stopping=lambda: False)  # stop() cancels the task
+
+    async def _step(self) -> None:
+        """Connect when needed, then one poll; while updates wait for their save, a short pause."""
+        if not self._connected:
             try:
-                if not connected:
-                    await self._connect()
-                    connected = True
-                    self._set_state("running")
-                await self._poll_once()
-                if self.state != "running":
-                    self._set_state("running")
-                failures = 0
-                if self._acks.pending:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._acks.advanced.wait(), PENDING_POLL_INTERVAL_S)
-                continue
-            except asyncio.CancelledError:
-                raise
+                await self._connect()
             except InvalidToken:
-                self._set_state(
-                    "failed",
-                    "the bot token was rejected by Telegram (401 Unauthorized); "
-                    "check channels.telegram.token",
-                )
-                return
-            except RetryAfter as exc:
-                delay = _retry_after_s(exc)
-                self._set_state("retrying", f"rate limited by Telegram (retry after {delay:.0f}s)")
-            except TelegramError as exc:  # network drops, 5xx, timeouts, a competing poller (Conflict)
-                delay = backoff_s(failures, self.retry_base_delay_s, RECONNECT_MAX_DELAY_S)
-                self._set_state("retrying", f"{type(exc).__name__}: {exc}")
-            except Exception as exc:  # a bug handling one update must not stop the channel
-                logger.exception("telegram: unexpected error in the polling loop")
-                delay = backoff_s(failures, self.retry_base_delay_s, RECONNECT_MAX_DELAY_S)
-                self._set_state("retrying", f"{type(exc).__name__}: {exc}")
-            failures += 1
-            await asyncio.sleep(delay)
+                raise PermanentChannelError(
+                    "the bot token was rejected by Telegram (401 Unauthorized); check channels.telegram.token"
+                ) from None
+            self._connected = True
+            self._set_state("running")
+        await self._poll_once()
+        if self.state != "running":
+            self._set_state("running")
+        if self._acks.pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._acks.advanced.wait(), PENDING_POLL_INTERVAL_S)
+
+    def _reconnect_delay(self, exc: BaseException, failures: int) -> tuple[float, str]:
+        if isinstance(exc, RetryAfter):
+            delay = _retry_after_s(exc)
+            return delay, f"rate limited by Telegram (retry after {delay:.0f}s)"
+        if not isinstance(exc, TelegramError):  # network drops, 5xx, a competing poller are expected
+            logger.opt(exception=exc).error("telegram: unexpected error in the polling loop")
+        return super()._reconnect_delay(exc, failures)
 
     async def _poll_once(self) -> None:
         """One getUpdates (confirming what is saved), then handle the updates not seen before."""
@@ -242,26 +235,16 @@ class TelegramChannel(Channel):
             return False
         if self._bot_username:
             text = re.sub(rf"@{re.escape(self._bot_username)}\b", "", text, flags=re.I).strip()
-        paths, types, notes = await download_media(self, message)
-        content = "\n".join(part for part in [text, *notes] if part)
+        got = await download_media(self, message)
         metadata: dict[str, Any] = {
             "message_id": message.message_id,
             "username": user.username,
             "first_name": user.first_name,
             "chat_type": str(chat.type),
-            "media_types": types,
         }
         if message.reply_to_message is not None:
             metadata["reply_to_message_id"] = message.reply_to_message.message_id
-        inbound = InboundMessage(
-            channel=self.name,
-            sender_id=str(user.id),
-            chat_id=str(chat.id),
-            content=content,
-            media=paths,
-            is_group=is_group,
-            metadata=metadata,
-        )
+        inbound = self._inbound(str(user.id), str(chat.id), text, got, is_group=is_group, metadata=metadata)
         self._acks.track(update.update_id, inbound)
         return await self._publish(inbound, user.username)
 

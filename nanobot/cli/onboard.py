@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from importlib.resources import files
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from nanobot.cli.common import ConfigOption, config_path, err, load_cli_config
 from nanobot.config.loader import save_config
 from nanobot.config.paths import ensure_workspace
 from nanobot.config.schema import Config
+from nanobot.util.fs import atomic_write
 
 
 def templates_dir() -> Path:
@@ -26,8 +26,7 @@ def copy_templates(workspace: Path) -> list[Path]:
         target = workspace / path.relative_to(source)
         if target.exists():
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
+        atomic_write(target, path.read_bytes())
         created.append(target)
     ensure_workspace(workspace)
     return created

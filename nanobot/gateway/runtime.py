@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
@@ -42,40 +40,8 @@ OUTBOUND_FLUSH_TIMEOUT_S = 2.0
 # The hard stop after the first signal: grace + drain + this margin (10 s with the defaults).
 SHUTDOWN_MARGIN_S = 2.0
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-FSYNC_INTERVAL_S = 1.0
 _INTERNAL_CHANNELS = ("cli", "cron", "heartbeat", "system")
 HEARTBEAT_SESSION = "heartbeat:main"
-
-
-def last_private_chat(workspace: Path) -> tuple[str, str] | None:
-    """The most recently active private chat on a real channel (sessions of allowed users only)."""
-    sessions = workspace / "sessions"
-    if not sessions.exists():
-        return None
-    for path in sorted(sessions.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
-        channel, _, chat_id = path.stem.partition("_")
-        if channel in _INTERNAL_CHANNELS or not chat_id:
-            continue
-        if _is_group_session(path):
-            continue
-        return channel, chat_id
-    return None
-
-
-def _is_group_session(path: Path) -> bool:
-    """Sessions record `is_group` in their first metadata line; unknown counts as a group (safe)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for _, line in zip(range(5), fh, strict=False):
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(obj, dict) and obj.get("_type") == "metadata" and "is_group" in obj:
-                    return bool(obj["is_group"])
-    except OSError:
-        pass
-    return True
 
 
 class Gateway:
@@ -104,7 +70,9 @@ class Gateway:
                 self.workspace,
                 hb.interval_s,
                 self._heartbeat_tasks,
-                lambda: resolve_heartbeat_target(hb.target, lambda: last_private_chat(self.workspace)),
+                lambda: resolve_heartbeat_target(
+                    hb.target, lambda: self.agent.sessions.last_private_chat(_INTERNAL_CHANNELS)
+                ),
                 self._deliver,
             )
             if hb.enabled
@@ -180,11 +148,6 @@ class Gateway:
             state.set_channel(name, str(info.get("state")), info.get("error"))
         state.set_pending_tasks(self.agent.lifecycle.pending() + len(self.loop.in_flight()))
 
-    async def _fsync_loop(self) -> None:
-        while True:
-            await asyncio.sleep(FSYNC_INTERVAL_S)
-            self.agent.sessions.fsync_dirty()
-
     async def _warm_up(self) -> None:
         """Run the provider's warm-up (importing litellm takes seconds) in a thread: done inside a
         turn it would block the event loop, the channels and the stop request meanwhile."""
@@ -229,7 +192,6 @@ class Gateway:
         watchdog = asyncio.create_task(
             run_watchdog(self.state, self.config.gateway.watchdog_interval_s, self._refresh_state)
         )
-        fsyncer = asyncio.create_task(self._fsync_loop())
         await self._warm_up()
         if not self._stop.is_set():
             self.agent.lifecycle.recover_pending()
@@ -241,7 +203,7 @@ class Gateway:
             )
             await self._stop.wait()
         sd_notify("STOPPING=1")
-        await self._shutdown(watchdog, fsyncer)
+        await self._shutdown(watchdog)
         return 0
 
     async def _shutdown(self, *background: asyncio.Task[None]) -> None:
@@ -300,4 +262,4 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-__all__ = ["Gateway", "GatewayAlreadyRunning", "exit_now", "last_private_chat", "run_gateway"]
+__all__ = ["Gateway", "GatewayAlreadyRunning", "exit_now", "run_gateway"]

@@ -28,6 +28,7 @@ METADATA_FORMAT = 1
 DEFAULT_MAX_CACHED_SESSIONS = 128
 FsyncPolicy = Literal["always", "everysec", "never"]
 FSYNC_INTERVAL_S = 1.0
+METADATA_SCAN_LINES = 5  # sessions record `is_group` in their first metadata line
 
 
 @dataclass
@@ -65,6 +66,22 @@ class Session:
 
     def user_message_count(self, start: int = 0) -> int:
         return sum(1 for m in self.messages[start:] if m.get("role") == "user")
+
+
+def first_metadata(path: Path, key: str) -> dict[str, Any]:
+    """The first metadata line holding `key` among the first few lines of a transcript ({} if none)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for _, line in zip(range(METADATA_SCAN_LINES), fh, strict=False):
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict) and obj.get("_type") == "metadata" and key in obj:
+                    return obj
+    except OSError:
+        pass
+    return {}
 
 
 class SessionStore:
@@ -242,6 +259,29 @@ class SessionStore:
 
     def load_archived(self, path: Path) -> Session:
         return self._load(path.stem, path)
+
+    def archived_paths(self) -> list[Path]:
+        """Archived transcripts, oldest name first."""
+        return sorted(self.archive_dir.glob("*.jsonl")) if self.archive_dir.is_dir() else []
+
+    def transcript_paths(self, *, archived: bool = False) -> list[Path]:
+        """Live transcripts (and with `archived` the archived ones): what memory indexing reads."""
+        live = sorted(self.dir.glob("*.jsonl")) if self.dir.is_dir() else []
+        return live + (self.archived_paths() if archived else [])
+
+    # ------------------------------------------------------------------ chats
+    def last_private_chat(self, skip_channels: tuple[str, ...]) -> tuple[str, str] | None:
+        """(channel, chat id) of the most recently written private session on a channel not in
+        `skip_channels`; a session that does not say whether it is a group counts as one."""
+        if not self.dir.is_dir():
+            return None
+        for path in sorted(self.dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
+            channel, _, chat_id = path.stem.partition("_")
+            if channel in skip_channels or not chat_id:
+                continue
+            if not first_metadata(path, "is_group").get("is_group", True):
+                return channel, chat_id
+        return None
 
     def release(self, session: Session) -> None:
         """Close the file handle of a session that is no longer used (e.g. an archived one)."""
