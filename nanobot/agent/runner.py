@@ -15,8 +15,10 @@ from typing import Any
 
 from loguru import logger
 
+from nanobot.agent.reply import NO_ANSWER_REPLY, clean_reply
 from nanobot.agent.tools.base import ToolContext
 from nanobot.agent.tools.registry import ToolRegistry
+from nanobot.logs import prompts_logged
 from nanobot.providers.base import LLMProvider, StreamCallback, Usage
 from nanobot.util.text import truncate_head, truncate_middle
 
@@ -79,7 +81,7 @@ class TurnRunner:
             logger.warning("final answer after the iteration limit failed: {}", exc)
             return ""
         result.usage.add(response.usage)
-        return (response.content or "").strip()
+        return clean_reply(response.content)
 
     async def run(
         self,
@@ -97,6 +99,8 @@ class TurnRunner:
         schemas = self.tools.schemas(tool_names)
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
+            if prompts_logged():
+                logger.debug("prompt: {}", json.dumps(convo, ensure_ascii=False, default=str))
             response = await self.provider.chat(
                 convo,
                 schemas or None,
@@ -106,21 +110,26 @@ class TurnRunner:
                 on_delta=on_delta,
             )
             result.usage.add(response.usage)
+            if prompts_logged():
+                logger.debug(
+                    "completion: {} {}", response.content, [c.to_message_dict() for c in response.tool_calls]
+                )
             if not response.has_tool_calls:
-                final = {"role": "assistant", "content": response.content or ""}
-                result.content = response.content or ""
+                # after the `message` tool delivered the answer, an empty final reply is expected
+                result.content = _answer(response.content, allow_empty="message" in result.tools_used)
+                final = {"role": "assistant", "content": result.content}
                 result.messages.append(final)
                 await _emit(on_messages, [final])
                 return result
             if on_progress is not None:
-                if response.content and response.content.strip():
-                    await on_progress("progress", response.content.strip())
+                if clean_reply(response.content):
+                    await on_progress("progress", clean_reply(response.content))
                 await on_progress(
                     "tool_hint", ", ".join(tool_hint(c.name, c.arguments) for c in response.tool_calls)
                 )
             assistant = {
                 "role": "assistant",
-                "content": response.content or "",
+                "content": clean_reply(response.content),
                 "tool_calls": [c.to_message_dict() for c in response.tool_calls],
             }
             outputs = await asyncio.gather(
@@ -156,6 +165,15 @@ FINAL_ANSWER_NUDGE = (
     "You have used all your tool steps for this turn. Answer the user now with what you have, "
     "without calling tools; say what is left to do if the task is unfinished."
 )
+
+
+def _answer(content: str | None, allow_empty: bool = False) -> str:
+    """The final answer cleaned of echoed metadata and template tokens; empty only when allowed."""
+    cleaned = clean_reply(content)
+    if not cleaned and not allow_empty:
+        logger.warning("the model's answer was empty after cleaning ({} characters before)", len(content or ""))
+        return NO_ANSWER_REPLY
+    return cleaned
 
 
 async def _emit(callback: MessagesCallback | None, messages: list[dict[str, Any]]) -> None:

@@ -61,8 +61,15 @@ def fail(text: str, code: int = EXIT_FAILURE) -> NoReturn:
 
 
 def load_cli_config(path: Path | None) -> Config:
-    """Load the command's config; a bad one raises ConfigError, which the CLI reports (exit 2)."""
-    return load_config(config_path(path))
+    """Load the command's config; a bad one raises ConfigError, which the CLI reports (exit 2). Its
+    secrets are registered for masking and its prompt-logging choice applied before anything logs."""
+    from nanobot.logs import set_prompt_logging
+    from nanobot.secrets import register_config_secrets
+
+    cfg = load_config(config_path(path))
+    register_config_secrets(cfg)
+    set_prompt_logging(cfg.logging.prompts)
+    return cfg
 
 
 def set_root_log_level(log_level: str | None) -> None:

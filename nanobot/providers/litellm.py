@@ -31,6 +31,10 @@ def import_litellm() -> Any:
             litellm.suppress_debug_info = True
             litellm.drop_params = True
             litellm.telemetry = False
+            litellm.set_verbose = False  # its print()-based debug output would reach stdout
+            from nanobot.logs import route_library_logging
+
+            route_library_logging()  # litellm installs its own stream handlers at import
             _litellm = litellm
     return _litellm
 

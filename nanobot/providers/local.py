@@ -31,6 +31,21 @@ CORE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
 LOCAL_BOOTSTRAP_MAX_CHARS = 4_000
 #: a tiny model rarely finishes a task with tools: a couple of steps, then it must answer
 LOCAL_MAX_TOOL_ITERATIONS = 2
+#: earlier exchanges a 135M model is shown: with more it copies an old answer instead of answering
+LOCAL_HISTORY_EXCHANGES = 1
+
+
+def recent_exchanges(messages: list[dict[str, Any]], exchanges: int) -> list[dict[str, Any]]:
+    """The system message(s), the last `exchanges` complete exchanges and the current message.
+
+    An exchange starts at a user message; tool groups stay whole because the cut is only ever made
+    before a user message.
+    """
+    system = [m for m in messages if m.get("role") == "system"]
+    rest = [m for m in messages if m.get("role") != "system"]
+    starts = [i for i, m in enumerate(rest) if m.get("role") == "user"]
+    keep_from = starts[-(exchanges + 1)] if len(starts) > exchanges else 0
+    return system + rest[keep_from:]
 
 
 def llama_cpp_available() -> bool:
@@ -101,7 +116,7 @@ class LocalProvider(LLMProvider):
         on_delta: StreamCallback | None = None,
     ) -> LLMResponse:
         kwargs: dict[str, Any] = {
-            "messages": messages,
+            "messages": recent_exchanges(messages, LOCAL_HISTORY_EXCHANGES),
             "max_tokens": min(max_tokens or self.cfg.max_tokens, self.cfg.max_tokens),
             "temperature": 0.2 if temperature is None else temperature,
         }

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from loguru import logger
 
+from nanobot.agent.reply import NO_ANSWER_REPLY
+
 HEARTBEAT_FILE = "HEARTBEAT.md"
 HEARTBEAT_OK = "HEARTBEAT_OK"
 HEARTBEAT_SESSION_KEY = "heartbeat:main"
@@ -58,8 +60,9 @@ def is_actionable(text: str) -> bool:
 
 
 def is_heartbeat_ok(reply: str | None) -> bool:
-    """Empty, or HEARTBEAT_OK give or take Markdown emphasis, quotes and a final full stop."""
-    return not reply or reply.strip(_OK_DECORATION) in ("", HEARTBEAT_OK)
+    """Empty (or the model gave no answer), or HEARTBEAT_OK give or take Markdown emphasis, quotes
+    and a final full stop."""
+    return not reply or reply == NO_ANSWER_REPLY or reply.strip(_OK_DECORATION) in ("", HEARTBEAT_OK)
 
 
 def parse_target(value: str) -> tuple[str, str] | None:

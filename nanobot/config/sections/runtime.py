@@ -42,4 +42,6 @@ class LoggingConfig(Section):
     rotation: str = Field("10 MB", description="When the log file is rotated: a size (`10 MB`) or a time "
                           "(`1 day`, `00:00`).")
     retention: int = Field(5, ge=1, description="Rotated log files kept.")
+    prompts: bool = Field(False, description="Log prompts and completions at debug level (masked). Off: no "
+                          "prompt, memory or chat text reaches the log, whatever the level.")
 

@@ -1,0 +1,70 @@
+"""Cleaning a model's final answer before it is stored or sent.
+
+Weak models (small local ones often, hosted ones now and then) echo the runtime block that travels
+on every user message, or leak their chat template's control tokens. Neither may reach the user or
+the session file, where later prompts would repeat it. `clean_reply` removes:
+
+- a leading runtime block echo: the header line (exact or recognisably garbled) and the metadata lines
+  that follow it (`Time: …`, `Channel: … | Chat: …`, `Sender: …`);
+- a whole reply that is nothing but such metadata;
+- chat-template control tokens (`<|im_start|>assistant`, `<|eot_id|>`, `</s>`, `[INST]`…).
+
+What is left is stripped; an empty result is the caller's signal to send `NO_ANSWER_REPLY` instead of
+an empty chat message.
+"""
+
+from __future__ import annotations
+
+import re
+
+NO_ANSWER_REPLY = "(The model gave no answer. Please try again or rephrase.)"
+
+# Control tokens of the common chat templates: ChatML, Llama 2/3, Gemma, Mistral, Phi, Zephyr, GPT-2.
+_TEMPLATE_TOKEN = re.compile(
+    r"<\|im_start\|>(?:system|user|assistant|tool)?\n?"
+    r"|<\|im_end\|>|<\|endoftext\|>|<\|end\|>|<\|eot_id\|>|<\|begin_of_text\|>|<\|end_of_text\|>"
+    r"|<\|start_header_id\|>\w*<\|end_header_id\|>\n?"
+    r"|<\|(?:system|user|assistant)\|>\n?"
+    r"|<start_of_turn>(?:user|model)?\n?|<end_of_turn>"
+    r"|</?s>|\[/?INST\]|<<SYS>>|<</SYS>>"
+)
+# The runtime block's header, also when a model garbles it ("Runtime context: metadata …").
+_HEADER = re.compile(r"^\s*\[?\s*runtime\s+context\b[^\n]*$", re.IGNORECASE)
+# Metadata lines of the runtime block: "Time: …", "Channel: cli | Chat: direct", "Sender: …".
+_METADATA = re.compile(r"^\s*(?:time|date|channel|chat|sender)\s*:.*$", re.IGNORECASE)
+# The block's most distinctive line: "Channel: telegram | Chat: 42 | Sender: 7".
+_CHANNEL_LINE = re.compile(r"^\s*channel\s*:[^\n|]*\|\s*chat\s*:", re.IGNORECASE)
+
+
+def strip_template_tokens(text: str) -> str:
+    return _TEMPLATE_TOKEN.sub("", text)
+
+
+def strip_runtime_echo(text: str) -> str:
+    """`text` without a leading echo of the runtime block (header and/or its metadata lines)."""
+    lines = text.split("\n")
+    start = 0
+    while start < len(lines) and not lines[start].strip():
+        start += 1
+    i = start
+    saw_header = i < len(lines) and bool(_HEADER.match(lines[i]))
+    if saw_header:
+        i += 1
+    saw_channel = False
+    while i < len(lines) and _METADATA.match(lines[i]):
+        saw_channel = saw_channel or bool(_CHANNEL_LINE.match(lines[i]))
+        i += 1
+    # Without the header, metadata lines are an echo only with the block's "Channel: … | Chat: …"
+    # line among them: a reply that starts "Date: Monday / Time: 10:00" is an answer.
+    if saw_header or saw_channel:
+        return "\n".join(lines[i:])
+    return text
+
+
+def clean_reply(text: str | None) -> str:
+    """The answer as the user should see it (may be empty: then send NO_ANSWER_REPLY)."""
+    if not text:
+        return ""
+    cleaned = strip_template_tokens(text)
+    cleaned = strip_runtime_echo(cleaned)
+    return cleaned.strip()

@@ -1,0 +1,76 @@
+"""stdout carries only the reply, at any verbosity; debug logs carry no secret and no prompt text
+unless `logging.prompts` is on (then masked). Real CLI subprocesses against the fake LLM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import config_dict, run_cli
+
+SECRET = "sk-test-7f3a9c1e5b2d8f4a6c0e"
+QUESTION = "Where did I park the PURPLE-ELEPHANT-42?"
+MEMORY_FACT = "The user's locker code is MEMORY-MARKER-9177."
+REPLY = "In the north garage, level 2."
+
+# Every provider route the CLI can take to an OpenAI-compatible server.
+ROUTES: dict[str, dict[str, Any]] = {"default": {}}
+
+
+def _setup(home: Path, url: str, route: dict[str, Any], prompts: bool = False) -> None:
+    data = config_dict(url, **{"providers.custom.apiKey": SECRET, "logging.prompts": prompts, **route})
+    (home / "config.json").write_text(json.dumps(data), encoding="utf-8")
+    memory = home / "workspace" / "memory"
+    memory.mkdir(parents=True, exist_ok=True)
+    (memory / "MEMORY.md").write_text(f"# Memory\n\n- {MEMORY_FACT}\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_verbose_changes_stderr_only(home: Path, fake_llm, route: str) -> None:
+    _setup(home, fake_llm.url, ROUTES[route])
+    fake_llm.push(REPLY, REPLY)
+    quiet = run_cli("agent", "-m", QUESTION, home=home)
+    verbose = run_cli("-v", "agent", "-m", QUESTION, home=home)
+    assert quiet.returncode == 0, quiet.stderr
+    assert verbose.returncode == 0, verbose.stderr
+    assert quiet.stdout == verbose.stdout == REPLY + "\n"
+    assert "DEBUG" in verbose.stderr  # the debug lines are there, on stderr
+    for private in (SECRET, "PURPLE-ELEPHANT", "MEMORY-MARKER", REPLY):
+        assert private not in verbose.stderr, private
+
+
+def test_prompt_logging_is_opt_in_and_masked(home: Path, fake_llm) -> None:
+    _setup(home, fake_llm.url, {}, prompts=True)
+    fake_llm.push(REPLY)
+    verbose = run_cli("-v", "agent", "-m", QUESTION, home=home)
+    assert verbose.returncode == 0, verbose.stderr
+    assert verbose.stdout == REPLY + "\n"
+    assert "PURPLE-ELEPHANT-42" in verbose.stderr
+    assert "MEMORY-MARKER-9177" in verbose.stderr
+    assert REPLY in verbose.stderr
+    assert SECRET not in verbose.stderr
+
+
+def test_library_stream_handlers_are_rerouted() -> None:
+    """A library that installs its own stream handler (as litellm does) ends up in our sink."""
+    import io
+    import logging
+
+    from nanobot.logs import route_library_logging, setup_logging
+
+    stray = io.StringIO()
+    lib = logging.getLogger("LiteLLM")
+    lib.addHandler(logging.StreamHandler(stray))
+    try:
+        setup_logging("WARNING")
+        route_library_logging()
+        assert not [h for h in lib.handlers if isinstance(h, logging.StreamHandler)]
+        assert lib.propagate
+        lib.warning("through our sink")
+        assert stray.getvalue() == ""
+    finally:
+        for handler in list(lib.handlers):
+            lib.removeHandler(handler)

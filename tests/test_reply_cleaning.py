@@ -1,0 +1,72 @@
+"""Replies are cleaned before they are stored or sent: runtime-block echoes, chat-template tokens,
+empty answers (unit rules, then through a real turn against the fake LLM)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nanobot.agent.context import RUNTIME_HEADER
+from nanobot.agent.reply import NO_ANSWER_REPLY, clean_reply
+from nanobot.scheduler.heartbeat import is_heartbeat_ok
+from tests.conftest import run_cli
+
+ECHO = (
+    f"{RUNTIME_HEADER}\nTime: 2026-11-26 09:00 (Thursday), UTC (UTC+00:00)\n"
+    "Channel: cli | Chat: direct | Sender: user\n\nTeal is a lovely colour."
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (ECHO, "Teal is a lovely colour."),
+        # garbled header and date, as the demo model produced it
+        ("[Runtime context: metadata for this, not instructions\nTime: 2062-13-45 99:00\n"
+         "Channel: cli | Chat: direct\nHello!", "Hello!"),
+        # header-less echo: the Channel | Chat line gives it away
+        ("Time: 2026-11-26 09:00\nChannel: telegram | Chat: 42\n\nSure.", "Sure."),
+        # the whole reply is the echo
+        (f"{RUNTIME_HEADER}\nTime: 2026-11-26 09:00\nChannel: cli | Chat: direct", ""),
+        ("<|im_start|>assistant\nHi there<|im_end|>", "Hi there"),
+        ("<|start_header_id|>assistant<|end_header_id|>\nHi<|eot_id|>", "Hi"),
+        ("[INST] ok [/INST] Done.</s>", "ok  Done."),
+        ("<|im_end|>", ""),
+        (None, ""),
+        # ordinary answers that merely look a bit like metadata stay untouched
+        ("Date: Monday\nTime: 10:00\nRoom 4", "Date: Monday\nTime: 10:00\nRoom 4"),
+        ("The runtime of the film is 2 hours.", "The runtime of the film is 2 hours."),
+    ],
+)
+def test_clean_reply_rules(raw: str | None, expected: str) -> None:
+    assert clean_reply(raw) == expected
+
+
+def test_no_answer_is_silence_for_the_heartbeat() -> None:
+    assert is_heartbeat_ok(NO_ANSWER_REPLY)
+    assert not is_heartbeat_ok("Your backup failed.")
+
+
+def _session_lines(home: Path) -> list[dict]:
+    path = home / "workspace" / "sessions" / "cli_direct.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_echoed_runtime_block_never_reaches_user_or_session(home: Path, fake_llm, make_config) -> None:
+    make_config()
+    fake_llm.push(ECHO, f"{RUNTIME_HEADER}\nTime: 2026-11-26\nChannel: cli | Chat: direct")
+    first = run_cli("agent", "-m", "What colour do I like?", home=home)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "Teal is a lovely colour.\n"
+    second = run_cli("agent", "-m", "And now?", home=home)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == NO_ANSWER_REPLY + "\n"
+    assert "answer was empty after cleaning" in second.stderr
+    stored = [m["content"] for m in _session_lines(home) if m.get("role") == "assistant"]
+    assert stored == ["Teal is a lovely colour.", NO_ANSWER_REPLY]
+    # the second prompt's history holds the cleaned reply, no echo
+    history = json.dumps(fake_llm.requests[-1]["messages"][1:-1])
+    assert "Teal is a lovely colour." in history
+    assert "Runtime context" not in history
