@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from loguru import logger
@@ -96,6 +98,19 @@ def setup_logging(
         )
     logging.basicConfig(handlers=[_InterceptHandler()], level=0, force=True)
     route_library_logging()
+
+
+@contextmanager
+def library_import_guard(*logger_names: str) -> Iterator[None]:
+    """Hold `logger_names` at WARNING while a library that installs its own handlers is imported (its
+    import-time debug records would go through those handlers, some to stdout), then route it."""
+    loggers = [logging.getLogger(name) for name in logger_names]
+    for lib in loggers:
+        lib.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        route_library_logging()
 
 
 def set_prompt_logging(enabled: bool) -> None:

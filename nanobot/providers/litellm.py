@@ -26,15 +26,16 @@ def import_litellm() -> Any:
     with _import_lock:  # a warm-up thread may already be importing it
         if _litellm is None:
             configure_offline_tokenizer()
-            import litellm
+            from nanobot.logs import library_import_guard
+
+            # litellm installs stream handlers at import (debug lines to stdout): route them to our sink
+            with library_import_guard("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+                import litellm
 
             litellm.suppress_debug_info = True
             litellm.drop_params = True
             litellm.telemetry = False
             litellm.set_verbose = False  # its print()-based debug output would reach stdout
-            from nanobot.logs import route_library_logging
-
-            route_library_logging()  # litellm installs its own stream handlers at import
             _litellm = litellm
     return _litellm
 
