@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.memory.backends.check import run_check
+from nanobot.memory.backends.evaluation.check import run_check
 from tests.conftest import run_cli
 from tests.fakes.llm_server import FakeLLMServer
 from tests.test_memory_backends_contract import ENVS

@@ -27,7 +27,7 @@ def check(
     config_path: ConfigOption = None,
 ) -> None:
     """Run the swap flow: health, scope set-up, capabilities, isolation and write/read smoke tests."""
-    from nanobot.memory.backends.check import run_check
+    from nanobot.memory.backends.evaluation.check import run_check
 
     config = load_cli_config(config_path)
     report = asyncio.run(run_check(config, ready_timeout_s=ready_timeout_s, progress=err))

@@ -287,3 +287,25 @@ def resolve_provider(config: Config, config_path: str = "config.json") -> LLMPro
             f"provider '{name}' is selected but has no credentials: {missing_credentials_hint(name)}"
         )
     return _build_remote(config, name, model)
+
+
+def openai_endpoint(config: Config) -> tuple[str, str, str] | None:
+    """(base URL, API key, model) of the configured chat provider when it answers the OpenAI API
+    directly (custom, openai and the other direct routes), else None. Memory backends that make their
+    own LLM calls use it, so they reach the same endpoint the agent does."""
+    d = config.agents.defaults
+    name, model = d.provider.strip().lower() or "auto", d.model.strip()
+    if name == "custom" or (name == "auto" and model.startswith("custom/")):
+        key, base = credentials("custom", config.providers.custom)
+        return (base, key or "no-key", model.removeprefix("custom/")) if base else None
+    if name == "auto":
+        configured = [n for n in SPECS if has_credentials(n, getattr(config.providers, n))]
+        name = next((n for n in configured if not model or _matches(n, model)), "")
+    spec, pcfg = SPECS.get(name), getattr(config.providers, name, None)
+    if spec is None or pcfg is None or not spec.base_url or pcfg.via == "litellm":
+        return None
+    if not has_credentials(name, pcfg):
+        return None
+    key, base = credentials(name, pcfg)
+    base = _ollama_base(base or spec.base_url) if name == "ollama" else base or spec.base_url
+    return base, key or "no-key", _wire_model(name, model)

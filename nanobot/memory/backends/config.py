@@ -24,8 +24,8 @@ from nanobot.memory.backends.contract import (
     BackendConfigError,
     ContextBudget,
 )
+from nanobot.providers.registry import openai_endpoint
 
-OPENAI_API_BASE = "https://api.openai.com/v1"
 DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"
 DEFAULT_EMBEDDING_DIMS = 1536
 
@@ -164,22 +164,9 @@ def backend_dir(workspace: Path, name: str) -> Path:
 
 
 def _provider_endpoint(config: Config) -> Endpoint:
-    """The chat endpoint of the configured provider, when it is OpenAI-compatible."""
-    d = config.agents.defaults
-    provider = d.provider.strip().lower()
-    if provider == "custom" or d.model.startswith("custom/"):
-        cfg = config.providers.custom
-        return Endpoint(
-            base_url=cfg.api_base, api_key=cfg.api_key or "no-key", model=d.model.removeprefix("custom/")
-        )
-    if provider in ("openai", "auto") and config.providers.openai.api_key:
-        cfg = config.providers.openai
-        return Endpoint(
-            base_url=cfg.api_base or OPENAI_API_BASE,
-            api_key=cfg.api_key,
-            model=d.model.removeprefix("openai/") or "gpt-4o-mini",
-        )
-    return Endpoint()
+    """The agent's own chat endpoint, when the provider speaks the OpenAI API directly."""
+    found = openai_endpoint(config)
+    return Endpoint(base_url=found[0], api_key=found[1], model=found[2]) if found else Endpoint()
 
 
 def resolve_llm(config: Config, name: str, given: Endpoint) -> Endpoint:
@@ -192,7 +179,7 @@ def resolve_llm(config: Config, name: str, given: Endpoint) -> Endpoint:
     if not merged.base_url or not merged.model:
         raise BackendConfigError(
             f"memory.backends.{name}.llm: set baseUrl and model (an OpenAI-compatible endpoint); "
-            "they default to providers.custom or providers.openai only"
+            "they default to the agent's provider when it speaks the OpenAI API directly"
         )
     return merged
 

@@ -100,7 +100,7 @@ def build_long_term_memory(
 
 # ---------------------------------------------------------------------- factories
 def _rolling_summary(config: Config, workspace: Path, block: NativeBlock, provider: Any) -> MemoryAdapter:
-    from nanobot.memory.backends.controls import RollingSummaryControl
+    from nanobot.memory.backends.evaluation.controls import RollingSummaryControl
 
     if provider is None:
         from nanobot.providers.registry import resolve_provider
@@ -120,20 +120,20 @@ def _rolling_summary(config: Config, workspace: Path, block: NativeBlock, provid
 
 
 def _no_memory(config: Config, workspace: Path, block: NativeBlock, provider: Any) -> MemoryAdapter:
-    from nanobot.memory.backends.controls import NoMemoryControl
+    from nanobot.memory.backends.evaluation.controls import NoMemoryControl
 
     return NoMemoryControl(backend_dir(workspace, "no_memory"))
 
 
 def _full_history(config: Config, workspace: Path, block: NativeBlock, provider: Any) -> MemoryAdapter:
-    from nanobot.memory.backends.controls import FullHistoryControl
+    from nanobot.memory.backends.evaluation.controls import FullHistoryControl
 
     return FullHistoryControl(backend_dir(workspace, "full_history"))
 
 
 def _static_profile(config: Config, workspace: Path, block: NativeBlock, provider: Any) -> MemoryAdapter:
     from nanobot.memory.backends.config import StaticProfileBlock
-    from nanobot.memory.backends.controls import StaticProfileControl
+    from nanobot.memory.backends.evaluation.controls import StaticProfileControl
 
     assert isinstance(block, StaticProfileBlock)
     return StaticProfileControl(workspace, block.path)
