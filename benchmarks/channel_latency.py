@@ -2,7 +2,7 @@
 
 Runs the real python-telegram-bot and discord.py clients through ChannelManager against the local
 fakes on 127.0.0.1. The responder is pluggable:
-- `agent` (default): the full agent loop (AgentLoop + Agent from build_agent: session store, context
+- `agent` (default): the full agent loop (AgentLoop + Agent from build_runtime: session store, context
   builder, memory lifecycle, runner, tools) with an in-process 0 ms LLMProvider (no HTTP);
 - `echo`: answers straight from the inbound bus (the channels' own overhead).
 
@@ -29,8 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loguru import logger  # noqa: E402
 
-from nanobot.agent.factory import build_agent  # noqa: E402
-from nanobot.agent.loop import AgentLoop  # noqa: E402
+from nanobot.agent.factory import build_runtime  # noqa: E402
 from nanobot.bus.events import OutboundMessage  # noqa: E402
 from nanobot.bus.queue import MessageBus  # noqa: E402
 from nanobot.channels.manager import ChannelManager  # noqa: E402
@@ -70,15 +69,12 @@ async def respond_with_agent(bus: MessageBus, config: Config, workspace: Path) -
     """The full agent loop on this bus, in its own workspace under `workspace`."""
     cfg = config.model_copy(deep=True)
     cfg.agents.defaults.workspace = str(workspace / "agent")
-    agent = build_agent(cfg, bus, provider=ZeroLatencyProvider())
-    loop = AgentLoop(bus, agent, cfg.agents.defaults.max_concurrent_turns)
-    loop.start()
+    runtime = build_runtime(cfg, bus, provider=ZeroLatencyProvider())
+    runtime.loop.start()
     try:
         await asyncio.Event().wait()  # until cancelled by the benchmark
     finally:
-        await loop.stop_accepting()
-        await loop.finish(1.0)
-        await agent.aclose(drain_timeout_s=1.0)
+        await runtime.aclose(drain_timeout_s=1.0)
 
 
 RESPONDERS: dict[str, Responder] = {"agent": respond_with_agent, "echo": respond}

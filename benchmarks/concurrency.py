@@ -24,8 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from nanobot.agent.factory import build_agent  # noqa: E402
-from nanobot.agent.loop import AgentLoop  # noqa: E402
+from nanobot.agent.factory import build_runtime  # noqa: E402
 from nanobot.bus.events import InboundMessage  # noqa: E402
 from nanobot.bus.queue import MessageBus  # noqa: E402
 from nanobot.config.schema import Config  # noqa: E402
@@ -61,9 +60,8 @@ class SleepingProvider(LLMProvider):
 
 async def _run(config: Config, provider: LLMProvider | None, sessions: int) -> dict[str, Any]:
     bus = MessageBus()
-    agent = build_agent(config, bus, provider=provider)
-    loop = AgentLoop(bus, agent, max_concurrent=CONCURRENCY)
-    loop.start()
+    runtime = build_runtime(config, bus, provider=provider)  # its loop: maxConcurrentTurns = CONCURRENCY
+    runtime.loop.start()
     try:
         # warm-up (first-use imports and connections), not timed
         await bus.publish_inbound(InboundMessage("bench", "u", "warm", "hello"))
@@ -89,9 +87,7 @@ async def _run(config: Config, provider: LLMProvider | None, sessions: int) -> d
         serial_s = time.perf_counter() - start
         in_order = order == [f"re: message {i}" for i in range(ORDERED_MESSAGES)]
     finally:
-        await loop.stop_accepting()
-        await loop.finish(1.0)
-        await agent.aclose()
+        await runtime.aclose(1.0)
     return {"spread_s": spread_s, "correct": correct, "serial_s": serial_s, "in_order": in_order}
 
 

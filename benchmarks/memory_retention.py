@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nanobot.agent.factory import build_agent  # noqa: E402
+from nanobot.agent.factory import build_runtime  # noqa: E402
 from nanobot.cli.onboard import copy_templates  # noqa: E402
 from nanobot.config.schema import Config  # noqa: E402
 from nanobot.logs import setup_logging  # noqa: E402
@@ -69,12 +69,12 @@ async def run(window: int, turns: int, facts: int) -> dict[str, float]:
         copy_templates(cfg.workspace_path)
         script = MemoryScript(reply_text="Noted. " + " ".join(["sure"] * 30))
         provider = MeasuringProvider(script)
-        agent = build_agent(cfg, provider=provider)
+        runtime = build_runtime(cfg, provider=provider)
         for t, text in enumerate(script_turns(turns, facts)):
-            await agent.process_direct(text)
+            await runtime.ask(text)
             if (t + 1) % NEW_SESSION_EVERY == 0:
-                await agent.process_direct("/new")
-        await agent.aclose(drain_timeout_s=120)
+                await runtime.ask("/new")
+        await runtime.aclose(drain_timeout_s=120)
         mem = Path(tmp) / "memory"
         corpus = "\n".join(p.read_text() for p in mem.glob("*.md"))
         kept = sum(1 for n in range(facts) if f"FACT-{n}:" in corpus)

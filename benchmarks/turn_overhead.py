@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from nanobot.agent.factory import build_agent  # noqa: E402
+from nanobot.agent.factory import build_runtime  # noqa: E402
 from nanobot.config.schema import Config  # noqa: E402
 from nanobot.logs import setup_logging  # noqa: E402
 from nanobot.providers.base import LLMProvider, LLMResponse, Usage  # noqa: E402
@@ -112,12 +112,12 @@ async def measure(size: int, turns: int, tail: int, profile: bool) -> dict[str, 
         config = Config(
             agents={"defaults": {"workspace": str(workspace), "provider": "custom", "model": "x"}}
         )
-        agent = build_agent(config, provider=InstantProvider())
+        runtime = build_runtime(config, provider=InstantProvider())
         load_start = time.perf_counter()
-        await agent.process_direct("warm-up", session_key="cli:bench")  # loads the session once
+        await runtime.ask("warm-up", session_key="cli:bench")  # loads the session once
         load_ms = (time.perf_counter() - load_start) * 1000
         for _ in range(5):
-            await agent.process_direct(USER_TEXT, session_key="cli:bench")
+            await runtime.ask(USER_TEXT, session_key="cli:bench")
         durations: list[float] = []
         written: list[int] = []
         grew: list[int] = []
@@ -127,13 +127,13 @@ async def measure(size: int, turns: int, tail: int, profile: bool) -> dict[str, 
         for turn in range(turns):
             text = f"{USER_TEXT} [turn {turn}]"
             size_before = session_file.stat().st_size
-            session = agent.sessions.get("cli:bench")
+            session = runtime.agent.sessions.get("cli:bench")
             count_before = len(session.messages)
             w0 = written_bytes()
             if profiler:
                 profiler.enable()
             t0 = time.perf_counter()
-            await agent.process_direct(text, session_key="cli:bench")
+            await runtime.ask(text, session_key="cli:bench")
             durations.append((time.perf_counter() - t0) * 1000)
             if profiler:
                 profiler.disable()
@@ -141,8 +141,8 @@ async def measure(size: int, turns: int, tail: int, profile: bool) -> dict[str, 
             grew.append(session_file.stat().st_size - size_before)
             new = session.messages[count_before:]
             payload.append(sum(len(json.dumps(m, ensure_ascii=False).encode()) + 1 for m in new))
-        pending = agent.lifecycle.pending()
-        await agent.aclose()
+        pending = runtime.agent.lifecycle.pending()
+        await runtime.aclose()
         if profiler:
             print(f"\n--- profile at {size} messages (top 15 by cumulative time) ---")
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(15)

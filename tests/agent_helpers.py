@@ -8,20 +8,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nanobot.agent.agent import Agent
-from nanobot.agent.factory import build_agent
-from nanobot.bus.events import OutboundMessage
+from nanobot.agent.factory import AgentRuntime, build_runtime
+from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import Config
 
 FAST_RETRY_DELAY_S = 0.01
 
 
-def make_agent(config: Config, bus: MessageBus | None = None) -> Agent:
-    """The real agent for `config` (real litellm provider), with quick retries for tests."""
-    agent = build_agent(config, bus)
-    agent.provider.retry_base_delay_s = FAST_RETRY_DELAY_S  # type: ignore[attr-defined]
-    return agent
+def make_runtime(config: Config, bus: MessageBus | None = None) -> AgentRuntime:
+    """The real agent and loop for `config` (real litellm provider), with quick retries for tests."""
+    runtime = build_runtime(config, bus)
+    runtime.agent.provider.retry_base_delay_s = FAST_RETRY_DELAY_S  # type: ignore[attr-defined]
+    return runtime
+
+
+async def ask_for_reply(runtime: AgentRuntime, text: str, session_key: str = "cli:direct") -> OutboundMessage:
+    """One message through the bus and the loop, like `runtime.ask`, but the whole reply message."""
+    runtime.loop.start()
+    channel, _, chat_id = session_key.partition(":")
+    out = await runtime.bus.request(
+        InboundMessage(channel=channel, sender_id="user", chat_id=chat_id, content=text)
+    )
+    assert out is not None
+    return out
 
 
 def session_path(config: Config, key: str = "cli:direct") -> Path:

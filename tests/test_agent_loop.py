@@ -14,10 +14,9 @@ from nanobot.agent.loop import STOPPED_REPLY, AgentLoop
 from nanobot.bus.events import InboundMessage
 from nanobot.bus.queue import MessageBus
 from tests.agent_helpers import (
-    make_agent,
+    make_runtime,
     messages_of,
     next_outbound,
-    session_path,
     user_text,
     wait_for,
 )
@@ -30,13 +29,12 @@ SLOW_REPLY_S = 5.0
 async def running(make_config) -> AsyncIterator[tuple[AgentLoop, Agent, MessageBus]]:
     config, _ = make_config()
     bus = MessageBus()
-    agent = make_agent(config, bus)
-    loop = AgentLoop(bus, agent, max_concurrent=config.agents.defaults.max_concurrent_turns)
-    loop.start()
-    yield loop, agent, bus
-    await loop.stop_accepting()
-    await loop.finish(grace_s=1.0)
-    await agent.aclose()
+    runtime = make_runtime(config, bus)
+    runtime.loop.start()
+    yield runtime.loop, runtime.agent, bus
+    await runtime.loop.stop_accepting()
+    await runtime.loop.finish(grace_s=1.0)
+    await runtime.aclose()
 
 
 def inbound(text: str, chat_id: str = "c1", channel: str = "telegram") -> InboundMessage:
@@ -79,7 +77,7 @@ async def test_twenty_messages_on_one_session_are_answered_in_order(
     replies = [(await next_outbound(bus, timeout_s=30)).content for _ in range(20)]
     assert replies == [f"re: message {i}" for i in range(20)]
     assert in_flight["max"] == 1
-    stored = messages_of(session_path(agent.config, "telegram:c1"))
+    stored = messages_of(agent.sessions.path_for("telegram:c1"))
     assert [m["content"] for m in stored if m["role"] == "user"] == [f"message {i}" for i in range(20)]
     # each request saw every earlier exchange: the turns really ran one after another
     assert len(fake_llm.requests[-1]["messages"]) == 1 + 2 * 19 + 1
@@ -124,7 +122,7 @@ async def test_stop_cancels_the_running_turn_ahead_of_the_queue(
     queued = await next_outbound(bus, timeout_s=30)
     assert queued.content == "ok"
     await wait_for(lambda: not loop.in_flight())
-    path = session_path(agent.config, "telegram:c1")
+    path = agent.sessions.path_for("telegram:c1")
     assert [m["content"] for m in messages_of(path)] == ["a long task", "queued behind it", "ok"]
     # the session goes on normally afterwards, with the interrupted question in its history
     fake_llm.push(Reply(content="fresh answer"))
@@ -147,7 +145,7 @@ async def test_stop_mid_tool_group_leaves_no_half_group(
     await asyncio.sleep(0.3)  # the exec tool is running now
     await bus.publish_inbound(inbound("/stop"))
     assert (await next_outbound(bus)).content == STOPPED_REPLY
-    roles = [m["role"] for m in messages_of(session_path(agent.config, "telegram:c1"))]
+    roles = [m["role"] for m in messages_of(agent.sessions.path_for("telegram:c1"))]
     assert roles == ["user"]  # the assistant call without its result never reached the disk
 
 
@@ -192,7 +190,7 @@ async def test_new_through_the_loop_archives(
     loop, agent, bus = running
     await bus.publish_inbound(inbound("remember this"))
     await next_outbound(bus)
-    path = session_path(agent.config, "telegram:c1")
+    path = agent.sessions.path_for("telegram:c1")
     before = path.read_bytes()
     await bus.publish_inbound(inbound("/new"))
     assert (await next_outbound(bus)).content == "New session started."

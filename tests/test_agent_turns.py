@@ -13,7 +13,14 @@ from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.bus.events import InboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.providers.base import LLMError
-from tests.agent_helpers import drain_outbound, make_agent, messages_of, read_jsonl, session_path
+from tests.agent_helpers import (
+    ask_for_reply,
+    drain_outbound,
+    make_runtime,
+    messages_of,
+    read_jsonl,
+    session_path,
+)
 from tests.fakes.llm_server import FakeLLMServer, Reply
 
 RENDEZVOUS_TIMEOUT_S = 5.0
@@ -41,12 +48,12 @@ class RendezvousTool(Tool):
 
 async def test_plain_reply_is_returned_and_persisted(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config()
-    agent = make_agent(config)
+    rt = make_runtime(config)
     fake_llm.push(Reply(content="Hello, human."))
     try:
-        reply = await agent.process_direct("hi there")
+        reply = await rt.ask("hi there")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     assert reply == "Hello, human."
     request = fake_llm.requests[-1]
     assert request["model"] == "fake-model"
@@ -64,12 +71,12 @@ async def test_plain_reply_is_returned_and_persisted(make_config, fake_llm: Fake
 
 async def test_system_prompt_is_byte_identical_across_turns(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config()
-    agent = make_agent(config)
+    rt = make_runtime(config)
     try:
-        await agent.process_direct("one")
-        await agent.process_direct("two")
+        await rt.ask("one")
+        await rt.ask("two")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     first, second = fake_llm.requests[-2], fake_llm.requests[-1]
     assert first["messages"][0] == second["messages"][0]
     assert first["tools"] == second["tools"]
@@ -80,10 +87,10 @@ async def test_system_prompt_is_byte_identical_across_turns(make_config, fake_ll
 
 async def test_two_tool_calls_in_one_response_run_concurrently(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config()
-    agent = make_agent(config)
+    rt = make_runtime(config)
     a_started, b_started = asyncio.Event(), asyncio.Event()
-    agent.tools.register(RendezvousTool("meet_a", a_started, b_started))
-    agent.tools.register(RendezvousTool("meet_b", b_started, a_started))
+    rt.agent.tools.register(RendezvousTool("meet_a", a_started, b_started))
+    rt.agent.tools.register(RendezvousTool("meet_b", b_started, a_started))
     fake_llm.push(
         Reply(
             content=None,
@@ -95,9 +102,9 @@ async def test_two_tool_calls_in_one_response_run_concurrently(make_config, fake
         Reply(content="both met"),
     )
     try:
-        reply = await agent.process_direct("go")
+        reply = await rt.ask("go")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     assert reply == "both met"
     tool_msgs = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
     assert [(m["tool_call_id"], m["content"]) for m in tool_msgs] == [
@@ -112,7 +119,7 @@ async def test_two_tool_calls_in_one_response_run_concurrently(make_config, fake
 
 async def test_real_tools_results_reach_the_llm(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config()
-    agent = make_agent(config)
+    rt = make_runtime(config)
     fake_llm.push(
         Reply(
             content="Let me write that.",
@@ -126,11 +133,11 @@ async def test_real_tools_results_reach_the_llm(make_config, fake_llm: FakeLLMSe
         ),
         Reply(content="all done"),
     )
-    bus: MessageBus = agent.bus
+    bus: MessageBus = rt.bus
     try:
-        reply = await agent.process_direct("write and run")
+        reply = await rt.ask("write and run")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     assert reply == "all done"
     assert (config.workspace_path / "notes" / "a.txt").read_text() == "alpha"
     second = {
@@ -149,17 +156,17 @@ async def test_real_tools_results_reach_the_llm(make_config, fake_llm: FakeLLMSe
 
 async def test_streaming_publishes_deltas_on_the_bus(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config(**{"agents.defaults.stream": True})
-    agent = make_agent(config)
+    rt = make_runtime(config)
     fake_llm.push(Reply(content="streamed words arrive one by one"))
     try:
-        out = await agent.handle(
+        out = await rt.agent.handle(
             InboundMessage(channel="telegram", sender_id="1", chat_id="42", content="stream please")
         )
     finally:
-        await agent.aclose()
+        await rt.aclose()
     assert fake_llm.requests[-1]["stream"] is True
     assert out is not None and out.content == "streamed words arrive one by one"
-    deltas = [e for e in drain_outbound(agent.bus) if e.kind == "stream_delta"]
+    deltas = [e for e in drain_outbound(rt.bus) if e.kind == "stream_delta"]
     assert len(deltas) >= 3
     assert "".join(d.content for d in deltas) == out.content
     assert {d.metadata["stream_id"] for d in deltas} == {out.metadata["stream_id"]}
@@ -169,15 +176,15 @@ async def test_streaming_publishes_deltas_on_the_bus(make_config, fake_llm: Fake
 
 async def test_streaming_turn_with_tool_calls(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config(**{"agents.defaults.stream": True})
-    agent = make_agent(config)
+    rt = make_runtime(config)
     fake_llm.push(
         Reply(content="", tool_calls=[{"id": "l", "name": "list_dir", "arguments": {"path": "."}}]),
         Reply(content="listed"),
     )
     try:
-        reply = await agent.process_direct("list")
+        reply = await rt.ask("list")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     assert reply == "listed"
     tool_msg = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"][0]
     assert tool_msg["tool_call_id"] == "l" and "memory/" in tool_msg["content"]
@@ -185,15 +192,15 @@ async def test_streaming_turn_with_tool_calls(make_config, fake_llm: FakeLLMServ
 
 async def test_429_then_success(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config()
-    agent = make_agent(config)
+    rt = make_runtime(config)
     fake_llm.push(Reply(status=429, error_message="slow down"), Reply(content="after the wait"))
     try:
-        reply = await agent.process_direct("hello")
+        out = await ask_for_reply(rt, "hello")
     finally:
-        await agent.aclose()
-    assert reply == "after the wait"
+        await rt.aclose()
+    assert out.content == "after the wait"
     assert len(fake_llm.requests) == 2
-    assert not agent.last_turn_failed
+    assert not out.metadata.get("failed")
     assert [m["role"] for m in messages_of(session_path(config))] == ["user", "assistant"]
 
 
@@ -201,17 +208,18 @@ async def test_repeated_500s_give_a_clear_error_and_keep_the_transcript(
     make_config, fake_llm: FakeLLMServer
 ) -> None:
     config, _ = make_config(**{"agents.defaults.llmMaxRetries": 2})
-    agent = make_agent(config)
+    rt = make_runtime(config)
     fake_llm.push(Reply(content="first answer"))
     try:
-        await agent.process_direct("first question")
+        await rt.ask("first question")
         fake_llm.push(*[Reply(status=500, error_message="upstream exploded")] * 3)
-        reply = await agent.process_direct("second question")
-        assert agent.last_turn_failed
+        failed = await ask_for_reply(rt, "second question")
+        reply = failed.content
+        assert failed.metadata.get("failed")
         fake_llm.push(Reply(content="back again"))
-        third = await agent.process_direct("third question")
+        third = await rt.ask("third question")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     assert "HTTP 500" in reply and "try again" in reply
     assert "upstream exploded" not in reply  # provider internals stay in the log
     assert len(fake_llm.requests) == 1 + 3 + 1
@@ -290,7 +298,7 @@ async def test_iteration_limit_ends_the_turn_with_a_final_answer(
     make_config, fake_llm: FakeLLMServer
 ) -> None:
     config, _ = make_config(**{"agents.defaults.maxToolIterations": 3})
-    agent = make_agent(config)
+    rt = make_runtime(config)
 
     def responder(body: dict) -> Reply:
         if not body.get("tools"):  # the last call, without tools, after the limit
@@ -299,9 +307,9 @@ async def test_iteration_limit_ends_the_turn_with_a_final_answer(
 
     fake_llm.responder = responder
     try:
-        reply = await agent.process_direct("loop forever")
+        reply = await rt.ask("loop forever")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     assert reply == "Here is where I got to."
     assert len(fake_llm.requests) == 3 + 1 and "tools" not in fake_llm.requests[-1]
     stored = messages_of(session_path(config))
@@ -312,7 +320,7 @@ async def test_iteration_limit_ends_the_turn_with_a_final_answer(
 
 async def test_memory_edit_shows_in_the_next_system_prompt(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config()
-    agent = make_agent(config)
+    rt = make_runtime(config)
     fake_llm.push(
         Reply(
             content=None,
@@ -328,9 +336,9 @@ async def test_memory_edit_shows_in_the_next_system_prompt(make_config, fake_llm
         Reply(content="you own a cat"),
     )
     try:
-        await agent.process_direct("remember I own a cat")
-        await agent.process_direct("what do I own?")
+        await rt.ask("remember I own a cat")
+        await rt.ask("what do I own?")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     assert "owns a cat" not in fake_llm.requests[0]["messages"][0]["content"]
     assert "owns a cat" in fake_llm.requests[-1]["messages"][0]["content"]  # no stale cached prompt

@@ -15,7 +15,7 @@ from nanobot.config.loader import ConfigError, load_config
 from nanobot.providers.registry import ProviderConfigError, resolve_provider
 from nanobot.session.store import SessionStore
 from nanobot.util.text import MIDDLE_MARKER as TRUNCATION_MARKER
-from tests.agent_helpers import make_agent, messages_of, read_jsonl, session_path
+from tests.agent_helpers import make_runtime, messages_of, read_jsonl, session_path
 from tests.conftest import run_cli
 from tests.fakes.llm_server import FakeLLMServer, Reply
 
@@ -143,13 +143,13 @@ async def test_one_megabyte_message_is_stored_whole_and_sent_truncated(
     make_config, fake_llm: FakeLLMServer
 ) -> None:
     config, _ = make_config(**{"agents.defaults.maxUserMessageChars": 20_000})
-    agent = make_agent(config)
+    rt = make_runtime(config)
     big = "start-" + "x" * (ONE_MB - 12) + "-end!!"
     try:
-        await agent.process_direct(big)
-        await agent.process_direct("and a small one")
+        await rt.ask(big)
+        await rt.ask("and a small one")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     stored = messages_of(session_path(config))
     assert stored[0]["content"] == big  # whole, byte for byte
     first_sent = fake_llm.requests[0]["messages"][-1]["content"]
@@ -167,7 +167,7 @@ async def test_invalid_tool_arguments_return_an_error_and_the_turn_goes_on(
     make_config, fake_llm: FakeLLMServer
 ) -> None:
     config, _ = make_config()
-    agent = make_agent(config)
+    rt = make_runtime(config)
     fake_llm.push(
         Reply(
             content=None,
@@ -182,9 +182,9 @@ async def test_invalid_tool_arguments_return_an_error_and_the_turn_goes_on(
         Reply(content="recovered"),
     )
     try:
-        reply = await agent.process_direct("do things")
+        reply = await rt.ask("do things")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     assert reply == "recovered"
     results = {
         m["tool_call_id"]: m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"
@@ -204,7 +204,7 @@ async def test_paths_outside_the_workspace_are_refused(
     make_config, fake_llm: FakeLLMServer, tmp_path: Path
 ) -> None:
     config, _ = make_config()
-    agent = make_agent(config)
+    rt = make_runtime(config)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("top secret")
@@ -239,9 +239,9 @@ async def test_paths_outside_the_workspace_are_refused(
         Reply(content="refused, fine"),
     )
     try:
-        reply = await agent.process_direct("escape")
+        reply = await rt.ask("escape")
     finally:
-        await agent.aclose()
+        await rt.aclose()
     assert reply == "refused, fine"
     results = {
         m["tool_call_id"]: m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"

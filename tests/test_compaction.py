@@ -63,7 +63,7 @@ async def test_failed_summary_falls_back_with_counts(fake_llm: FakeLLMServer) ->
 
 
 async def test_huge_tool_result_is_truncated_before_the_llm(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
-    from nanobot.agent.factory import build_agent
+    from nanobot.agent.factory import build_runtime
 
     config, _ = make_config(**{"agents.defaults.maxToolResultChars": 2000})
     (config.workspace_path).mkdir(parents=True, exist_ok=True)
@@ -72,8 +72,8 @@ async def test_huge_tool_result_is_truncated_before_the_llm(make_config, fake_ll
         Reply(content=None, tool_calls=[{"id": "r", "name": "read_file", "arguments": {"path": "big.txt"}}]),
         Reply(content="done"),
     )
-    agent = build_agent(config)
-    assert await agent.process_direct("read big.txt") == "done"
+    rt = build_runtime(config)
+    assert await rt.ask("read big.txt") == "done"
     tool_msg = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"][0]
     assert len(tool_msg["content"]) <= 2200 and "truncated" in tool_msg["content"]
-    await agent.aclose()
+    await rt.aclose()

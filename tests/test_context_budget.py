@@ -88,7 +88,7 @@ def test_system_prompt_byte_stable_and_group_variant(workspace: Path) -> None:
         ctx.system_prompt() == first
         and builder(workspace, skills=SkillsLoader(workspace)).system_prompt() == first
     )
-    assert "Miso" in first and "Miso" not in ctx.system_prompt(is_group=True)
+    assert "Miso" in first and "Miso" not in ctx.system_prompt(memory_private=False)
     runtime = ctx.runtime_block("telegram", "42", "7")
     assert "telegram" in runtime and "Time:" in runtime and "telegram" not in first
     assert "# Memory" in first and "how nanobot's memory works" not in first.lower() or "memory" in first

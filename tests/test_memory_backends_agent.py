@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from nanobot.agent.factory import build_agent
+from nanobot.agent.factory import build_runtime
 from nanobot.config.loader import load_config
 from nanobot.config.schema import Config
 from nanobot.memory.backends.bridge import AdapterMemory
@@ -84,10 +84,10 @@ async def test_static_profile_reaches_runtime_block_system_prompt_stable(
     cfg, _ = make_config(home, fake_llm.url, {"condition": "static_profile"})
     cfg.workspace_path.mkdir(parents=True, exist_ok=True)
     (cfg.workspace_path / "PROFILE.md").write_text("The user is a night-shift nurse.\n", encoding="utf-8")
-    agent = build_agent(cfg)
+    agent = build_runtime(cfg)
     try:
-        assert await agent.process_direct("hello") == "ok"
-        assert await agent.process_direct("and again") == "ok"
+        assert await agent.ask("hello") == "ok"
+        assert await agent.ask("and again") == "ok"
     finally:
         await agent.aclose()
     (sys1, user1), (sys2, user2) = prompts(fake_llm)
@@ -99,13 +99,13 @@ async def test_static_profile_reaches_runtime_block_system_prompt_stable(
 
 async def test_full_history_brings_prior_transcript_after_new(home: Path, fake_llm: FakeLLMServer) -> None:
     cfg, _ = make_config(home, fake_llm.url, {"condition": "full_history"})
-    agent = build_agent(cfg)
+    agent = build_runtime(cfg)
     try:
-        await agent.process_direct("my locker code is 4711")
-        await agent.drain(5)
-        await agent.process_direct("/new")
-        await agent.process_direct("what was my locker code?")
-        await agent.process_direct("hi", session_key="telegram:99", channel="telegram", chat_id="99")
+        await agent.ask("my locker code is 4711")
+        await agent.agent.drain(5)
+        await agent.ask("/new")
+        await agent.ask("what was my locker code?")
+        await agent.ask("hi", session_key="telegram:99", channel="telegram", chat_id="99")
     finally:
         await agent.aclose()
     turns = prompts(fake_llm)
@@ -134,10 +134,10 @@ async def test_failing_backend_degrades_to_empty_context(home: Path, fake_llm: F
     )
     warnings: list[str] = []
     sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING")
-    agent = build_agent(cfg)
+    agent = build_runtime(cfg)
     try:
-        assert await agent.process_direct("hello") == "ok"
-        await agent.drain(5)
+        assert await agent.ask("hello") == "ok"
+        await agent.agent.drain(5)
     finally:
         await agent.aclose()
         logger.remove(sink)
@@ -160,14 +160,14 @@ async def test_backend_context_reaches_next_turn(name: str, tmp_path: Path, fake
     env = BACKEND_ENVS[name](tmp_path, fake_llm)
     env.start()
     try:
-        agent = build_agent(env.config())
+        agent = build_runtime(env.config())
         try:
-            await agent.process_direct("Please remember FACT-1: my favourite tea is genmaicha.")
-            await agent.drain(10)
-            lt = agent.long_term
+            await agent.ask("Please remember FACT-1: my favourite tea is genmaicha.")
+            await agent.agent.drain(10)
+            lt = agent.agent.long_term
             assert isinstance(lt, AdapterMemory)
             await env.settle(lt.adapter, lt.scope_for("user"))
-            await agent.process_direct("Which tea do I like? genmaicha")
+            await agent.ask("Which tea do I like? genmaicha")
         finally:
             await agent.aclose()
     finally:

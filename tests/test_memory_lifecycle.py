@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.agent.factory import build_agent
+from nanobot.agent.factory import build_runtime
 from nanobot.cli.onboard import copy_templates
 from nanobot.memory.consolidator import normalise_save_memory_args
 from tests.fakes.llm_server import FakeLLMServer
@@ -42,24 +42,24 @@ def agent_factory(make_config, script: MemoryScript):  # noqa: ANN001
     def _make(**overrides):  # noqa: ANN003, ANN202
         config, _ = make_config(**{**SMALL_WINDOW, **overrides})
         copy_templates(config.workspace_path)
-        agent = build_agent(config)
-        agents.append(agent)
-        return agent
+        runtime = build_runtime(config)
+        agents.append(runtime)
+        return runtime
 
     yield _make
-    for agent in agents:
-        agent.sessions.close()
+    for runtime in agents:
+        runtime.agent.sessions.close()
 
 
 async def chat(agent, turns: int, start: int = 0, key: str = "cli:direct", **kw) -> None:  # noqa: ANN001
     for i in range(start, start + turns):
-        await agent.process_direct(f"turn {i} FACT-{i}: the user likes item {i}. {PAD}", session_key=key, **kw)
+        await agent.ask(f"turn {i} FACT-{i}: the user likes item {i}. {PAD}", session_key=key, **kw)
 
 
 async def test_consolidation_trigger_and_user_turn_boundary(agent_factory, script: MemoryScript) -> None:
     agent = agent_factory(**{"memory.flush.enabled": False})
     await chat(agent, 14)
-    await agent.drain(30)
+    await agent.agent.drain(30)
     ws = agent.config.workspace_path
     meta = last_metadata(ws)
     messages = [x for x in session_lines(ws) if "role" in x]
@@ -72,7 +72,8 @@ async def test_consolidation_trigger_and_user_turn_boundary(agent_factory, scrip
     consolidated_facts = [f"FACT-{i}:" for i in range(pointer // 2)]
     assert all(f in memory_md for f in consolidated_facts)
     assert all(f in history for f in consolidated_facts)
-    assert agent.estimate_base_tokens(agent.sessions.get("cli:direct"), False) <= agent.lifecycle.budget_tokens
+    estimate = agent.agent.estimator(agent.agent.sessions.get("cli:direct"), True)
+    assert estimate <= agent.agent.lifecycle.budget_tokens
 
 
 def test_save_memory_argument_forms() -> None:
@@ -93,7 +94,7 @@ async def test_save_memory_arguments_as_json_string_over_http(agent_factory, fak
     fake_llm.push({"content": None, "tool_calls": [{"name": "save_memory", "arguments": json.dumps(
         {"history_entry": "[2026-02-03 04:05] Talked about a JSON string.",
          "memory_update": "# M\n- FACT-9: json string"})}]})
-    ok = await agent.lifecycle.consolidator.consolidate([{"role": "user", "content": "FACT-9: json string"}],
+    ok = await agent.agent.lifecycle.consolidator.consolidate([{"role": "user", "content": "FACT-9: json string"}],
                                                         private=True)
     assert ok
     assert "FACT-9: json string" in memory.read_memory()
@@ -105,7 +106,7 @@ async def test_no_tool_call_leaves_pointer_then_raw_archive_after_three_failures
     agent = agent_factory(**{"memory.flush.enabled": False})
     script.fail_consolidation = 100
     await chat(agent, 12)
-    await agent.drain(30)
+    await agent.agent.drain(30)
     ws = agent.config.workspace_path
     history = (ws / "memory" / "HISTORY.md")
     calls_before = script.calls["consolidate"]
@@ -120,11 +121,11 @@ async def test_no_tool_call_leaves_pointer_then_raw_archive_after_three_failures
 
 async def test_single_failure_keeps_pointer(agent_factory, script) -> None:  # noqa: ANN001
     agent = agent_factory(**{"memory.flush.enabled": False})
-    session = agent.sessions.get("cli:direct")
+    session = agent.agent.sessions.get("cli:direct")
     await chat(agent, 2)
-    await agent.drain(10)
+    await agent.agent.drain(10)
     script.fail_consolidation = 2  # the answer and its retry: one failed attempt
-    ok = await agent.lifecycle._consolidate_range(session, 0, 2, False)
+    ok = await agent.agent.lifecycle._consolidate_range(session, 0, 2, False)
     assert ok is False
     assert session.last_consolidated == 0
     assert last_metadata(agent.config.workspace_path)["consolidation_failures"] == 1
@@ -133,10 +134,10 @@ async def test_single_failure_keeps_pointer(agent_factory, script) -> None:  # n
 async def test_flush_once_per_cycle_and_no_reply(agent_factory, script, make_config) -> None:  # noqa: ANN001
     agent = agent_factory()
     ws = agent.config.workspace_path
-    session = agent.sessions.get("cli:direct")
+    session = agent.agent.sessions.get("cli:direct")
     for i in range(20):
         await chat(agent, 1, start=i)
-        await agent.drain(30)
+        await agent.agent.drain(30)
         if script.calls["flush"]:
             break
     assert script.calls["flush"] == 1
@@ -144,10 +145,10 @@ async def test_flush_once_per_cycle_and_no_reply(agent_factory, script, make_con
     daily = agent.memory.daily_path().read_text()
     assert "- FACT-0:" in daily
     # the same cycle never flushes twice, not even after a restart
-    await agent.lifecycle.maybe_flush(session, False)
-    agent.sessions.close()
+    await agent.agent.lifecycle.maybe_flush(session, True)
+    agent.agent.sessions.close()
     again = agent_factory()
-    await again.lifecycle.maybe_flush(again.sessions.get("cli:direct"), False)
+    await again.agent.lifecycle.maybe_flush(again.agent.sessions.get("cli:direct"), True)
     assert script.calls["flush"] == 1
     bullets = [line for line in agent.memory.daily_path().read_text().splitlines() if line.startswith("- ")]
     assert len(bullets) == len(set(bullets))  # no duplicate bullets
@@ -157,7 +158,7 @@ async def test_flush_no_reply_writes_nothing(agent_factory, fake_llm) -> None:  
     agent = agent_factory()
     fake_llm.responder = None
     fake_llm.push("NO_REPLY")
-    ok = await agent.lifecycle.flusher.flush([{"role": "user", "content": "hello"}], private=True)
+    ok = await agent.agent.lifecycle.flusher.flush([{"role": "user", "content": "hello"}], private=True)
     assert ok
     assert not agent.memory.daily_path().exists()
 
@@ -165,11 +166,11 @@ async def test_flush_no_reply_writes_nothing(agent_factory, fake_llm) -> None:  
 async def test_flush_fires_before_consolidation_at_default_window(make_config, script) -> None:  # noqa: ANN001
     config, _ = make_config()
     copy_templates(config.workspace_path)
-    agent = build_agent(config)
-    lc = agent.lifecycle
+    agent = build_runtime(config)
+    lc = agent.agent.lifecycle
     assert lc.budget_tokens == 65536 - 8192 - 1024
     assert lc.flush_threshold_tokens == lc.budget_tokens - 4000
-    session = agent.sessions.get("cli:direct")
+    session = agent.agent.sessions.get("cli:direct")
     big = " ".join(["memo"] * 2000)  # ~2000 tokens a message
     order: list[str] = []
     original_flush, original_consolidate = lc.flusher.flush, lc.consolidator.consolidate
@@ -184,24 +185,24 @@ async def test_flush_fires_before_consolidation_at_default_window(make_config, s
 
     lc.flusher.flush, lc.consolidator.consolidate = flush, consolidate
     for i in range(30):
-        await agent.process_direct(f"FACT-{i}: value {i}. {big}")
-        await agent.drain(30)
+        await agent.ask(f"FACT-{i}: value {i}. {big}")
+        await agent.agent.drain(30)
         if "consolidate" in order:
             break
     assert order and order[0] == "flush"
     assert "consolidate" in order
     assert order.index("flush") < order.index("consolidate")
     assert session.last_consolidated > 0
-    agent.sessions.close()
+    agent.agent.sessions.close()
 
 
 async def test_new_session_archives_and_writes_notes(agent_factory, script) -> None:  # noqa: ANN001
     agent = agent_factory(**{"memory.flush.enabled": False})
     ws = agent.config.workspace_path
     await chat(agent, 3)
-    reply = await agent.process_direct("/new")
+    reply = await agent.ask("/new")
     assert reply == "New session started."
-    await agent.drain(30)
+    await agent.agent.drain(30)
     archived = list((ws / "sessions" / "archive").glob("cli_direct-*.jsonl"))
     assert len(archived) == 1
     assert not list((ws / "sessions" / "archive").glob("*.pending"))
@@ -220,8 +221,8 @@ async def test_new_session_archives_and_writes_notes(agent_factory, script) -> N
 async def test_new_session_skips_notes_for_short_sessions(agent_factory, script) -> None:  # noqa: ANN001
     agent = agent_factory(**{"memory.flush.enabled": False})
     await chat(agent, 2)
-    await agent.process_direct("/new")
-    await agent.drain(30)
+    await agent.ask("/new")
+    await agent.agent.drain(30)
     assert script.calls["notes"] == 0
     assert "FACT-1:" in (agent.config.workspace_path / "memory" / "HISTORY.md").read_text()
 
@@ -231,14 +232,14 @@ async def test_new_with_failing_archive_loses_nothing_and_retries(agent_factory,
     ws = agent.config.workspace_path
     await chat(agent, 3)
     script.fail_consolidation = 2  # the answer and its retry
-    assert await agent.process_direct("/new") == "New session started."
-    await agent.drain(30)
+    assert await agent.ask("/new") == "New session started."
+    await agent.agent.drain(30)
     pending = list((ws / "sessions" / "archive").glob("*.pending"))
     assert len(pending) == 1  # the failure is remembered, the transcript kept
     archived = pending[0].with_name(pending[0].name.removesuffix(".pending"))
     assert "FACT-2:" in archived.read_text()
-    assert agent.lifecycle.recover_pending() == 1
-    await agent.drain(30)
+    assert agent.agent.lifecycle.recover_pending() == 1
+    await agent.agent.drain(30)
     assert not list((ws / "sessions" / "archive").glob("*.pending"))
     assert "FACT-2:" in (ws / "memory" / "HISTORY.md").read_text()
 
@@ -247,8 +248,8 @@ async def test_session_note_fallback_when_llm_fails(agent_factory, script) -> No
     agent = agent_factory(**{"memory.flush.enabled": False})
     script.fail_notes = True
     await chat(agent, 3)
-    await agent.process_direct("/new")
-    await agent.drain(30)
+    await agent.ask("/new")
+    await agent.agent.drain(30)
     notes = [p for p in (agent.config.workspace_path / "memory").glob("????-??-??-????.md")]
     assert len(notes) == 1
     assert "## Excerpt" in notes[0].read_text() and "FACT-2:" in notes[0].read_text()
@@ -265,16 +266,16 @@ async def test_new_during_background_consolidation_waits(agent_factory, script, 
 
     fake_llm.responder = slow_consolidation
     turns = 0
-    while not agent.lifecycle.consolidating and turns < 30:
+    while not agent.agent.lifecycle.consolidating and turns < 30:
         await chat(agent, 1, start=turns)
         turns += 1
-    assert agent.lifecycle.consolidating == {"cli:direct"}  # a background consolidation is running
+    assert agent.agent.lifecycle.consolidating == {"cli:direct"}  # a background consolidation is running
     await asyncio.sleep(0.05)
-    assert agent.lifecycle.lock_for("cli:direct").locked()
-    reply = await agent.process_direct("/new")
+    assert agent.agent.lifecycle.lock_for("cli:direct").locked()
+    reply = await agent.ask("/new")
     assert reply == "New session started."
-    assert not agent.lifecycle.consolidating  # /new waited for it (the session lock)
-    await agent.drain(30)
+    assert not agent.agent.lifecycle.consolidating  # /new waited for it (the session lock)
+    await agent.agent.drain(30)
     history = (ws / "memory" / "HISTORY.md").read_text()
     assert all(f"FACT-{i}:" in history for i in range(turns))  # everything said reached memory
     archived = list((ws / "sessions" / "archive").glob("cli_direct-*.jsonl"))
@@ -286,7 +287,7 @@ async def test_memory_protection_against_shrinking_update(agent_factory, script)
     facts = "\n".join(f"- FACT-{100 + i}: old fact {i}" for i in range(6))
     agent.memory.write_memory(f"# Long-term memory\n{facts}")
     script.shrink_memory = True
-    ok = await agent.lifecycle.consolidator.consolidate(
+    ok = await agent.agent.lifecycle.consolidator.consolidate(
         [{"role": "user", "content": "FACT-200: brand new"}], private=True)
     assert ok
     text = agent.memory.read_memory()
@@ -301,12 +302,12 @@ async def test_explicit_forgetting_is_not_undone(agent_factory, script) -> None:
     facts = [f"- FACT-{300 + i}: fact {i}" for i in range(5)]
     agent.memory.write_memory("# Long-term memory\n" + "\n".join(facts))
     # the agent removes a fact through its file tool, as the user asked
-    result = await agent.tools.execute("edit_file", {"path": "memory/MEMORY.md", "old_text": facts[2] + "\n",
+    result = await agent.agent.tools.execute("edit_file", {"path": "memory/MEMORY.md", "old_text": facts[2] + "\n",
                                                      "new_text": ""}, _ctx())
     assert "Replaced" in result
     assert "FACT-302" not in agent.memory.read_memory()
     # a later consolidation of the old conversation (which mentions the fact) must not bring it back
-    ok = await agent.lifecycle.consolidator.consolidate(
+    ok = await agent.agent.lifecycle.consolidator.consolidate(
         [{"role": "user", "content": "FACT-302: fact 2"}, {"role": "user", "content": "FACT-400: new"}],
         private=True)
     assert ok
@@ -317,17 +318,17 @@ async def test_explicit_forgetting_is_not_undone(agent_factory, script) -> None:
 async def test_group_chat_privacy(agent_factory, script, fake_llm) -> None:  # noqa: ANN001
     agent = agent_factory(**{"memory.flush.enabled": False})
     agent.memory.write_memory("# Long-term memory\n- FACT-500: the owner's secret hobby")
-    await agent.process_direct("hello group", session_key="telegram:-100", channel="telegram",
+    await agent.ask("hello group", session_key="telegram:-100", channel="telegram",
                                chat_id="-100")
-    agent.sessions.get("telegram:-100")
+    agent.agent.sessions.get("telegram:-100")
     msg = _inbound("hello again", group=True)
-    await agent.handle(msg)
+    await agent.agent.handle(msg)
     system = fake_llm.requests[-1]["messages"][0]["content"]
     assert "FACT-500" not in system and "group chat" in system
-    private_system = agent.context.system_prompt(is_group=False)
+    private_system = agent.agent.context.system_prompt(memory_private=True)
     assert "FACT-500" in private_system
     # group conversations consolidate into HISTORY.md only
-    ok = await agent.lifecycle.consolidator.consolidate(
+    ok = await agent.agent.lifecycle.consolidator.consolidate(
         [{"role": "user", "content": "FACT-600: said in the group"}], private=False)
     assert ok
     assert "FACT-600" in agent.memory.read_history()
@@ -342,13 +343,13 @@ async def test_stress_twenty_sessions_consolidating_at_once(agent_factory, scrip
 
     async def one(n: int, key: str) -> None:
         for i in range(10):
-            await agent.process_direct(f"FACT-{n * 100 + i}: session {n} item {i}. {PAD}", session_key=key,
+            await agent.ask(f"FACT-{n * 100 + i}: session {n} item {i}. {PAD}", session_key=key,
                                        channel="telegram", chat_id=key.split(":")[1])
 
     await asyncio.gather(*(one(n, k) for n, k in enumerate(keys)))
-    await asyncio.gather(*(agent.lifecycle.ensure_fits(agent.sessions.get(k), lambda: 10**9, is_group=False)
+    await asyncio.gather(*(agent.agent.lifecycle.ensure_fits(agent.agent.sessions.get(k), lambda: 10**9, private=True)
                            for k in keys))
-    await agent.drain(60)
+    await agent.agent.drain(60)
     ws = agent.config.workspace_path
     history = (ws / "memory" / "HISTORY.md").read_text()
     memory_md = (ws / "memory" / "MEMORY.md").read_text()

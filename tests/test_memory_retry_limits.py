@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.agent.factory import build_agent
+from nanobot.agent.factory import build_runtime
 from nanobot.cli.onboard import copy_templates
 from nanobot.memory.consolidator import SAVE_MEMORY_TOOL
 from nanobot.memory.pending import ArchiveMarker, read_marker, write_marker
@@ -35,13 +35,13 @@ def agent_factory(make_config):  # noqa: ANN001
     def _make(**overrides):  # noqa: ANN003, ANN202
         config, path = make_config(**{"memory.flush.enabled": False, **overrides})
         copy_templates(config.workspace_path)
-        agent = build_agent(config)
-        agents.append(agent)
-        return agent
+        runtime = build_runtime(config)
+        agents.append(runtime)
+        return runtime
 
     yield _make
-    for agent in agents:
-        agent.sessions.close()
+    for runtime in agents:
+        runtime.agent.sessions.close()
 
 
 CHUNK = [
@@ -55,7 +55,7 @@ async def test_refused_answer_is_retried_once_with_the_reason(agent_factory, fak
     agent = agent_factory()
     fake_llm.push(save_memory(GOOD_ENTRY, SCHEMA_ECHO))  # the real model's failure mode
     fake_llm.push(save_memory(GOOD_ENTRY, "# Memory\n- Favourite colour: teal"))
-    assert await agent.lifecycle.consolidator.consolidate(CHUNK, private=True)
+    assert await agent.agent.lifecycle.consolidator.consolidate(CHUNK, private=True)
     assert len(fake_llm.requests) == 2
     retry_note = fake_llm.requests[1]["messages"][-1]
     assert retry_note["role"] == "user"
@@ -63,18 +63,18 @@ async def test_refused_answer_is_retried_once_with_the_reason(agent_factory, fak
     assert "Favourite colour: teal" in agent.memory.read_memory()
     assert SCHEMA_ECHO[:40] not in agent.memory.read_memory()
     assert agent.memory.read_history().strip() == GOOD_ENTRY
-    assert agent.lifecycle.consolidator.outcomes["retried"] == 1
+    assert agent.agent.lifecycle.consolidator.outcomes["retried"] == 1
 
 
 async def test_twice_refused_writes_nothing_and_keeps_the_pointer(agent_factory, fake_llm, logs) -> None:  # noqa: ANN001
     agent = agent_factory()
     ws = agent.config.workspace_path
-    session = agent.sessions.get("cli:direct")
-    agent.sessions.append(session, *CHUNK)
+    session = agent.agent.sessions.get("cli:direct")
+    agent.agent.sessions.append(session, *CHUNK)
     fake_llm.push(save_memory("2-5 sentences summarising the conversation chunk, starting with "
                               "[YYYY-MM-DD HH:MM].", "<|im_start|>assistant"))
     fake_llm.push(save_memory(GOOD_ENTRY, '{"memory_update": "teal"}'))
-    ok = await agent.lifecycle._consolidate_range(session, 0, 2, False)
+    ok = await agent.agent.lifecycle._consolidate_range(session, 0, 2, True)
     assert ok is False and session.last_consolidated == 0
     assert not (ws / "memory" / "HISTORY.md").exists()
     assert not (ws / "memory" / "MEMORY.md").exists() or "teal" not in (ws / "memory" / "MEMORY.md").read_text()
@@ -88,7 +88,7 @@ async def test_refused_flush_and_session_note_reach_no_file(agent_factory, fake_
         "content": "<tool_call>write_daily_note</tool_call>"}}]}
     fake_llm.push(bad_note)
     fake_llm.push(bad_note)
-    assert await agent.lifecycle.flusher.flush(CHUNK, private=True) is False
+    assert await agent.agent.lifecycle.flusher.flush(CHUNK, private=True) is False
     assert not agent.memory.daily_path().exists()
 
     from nanobot.memory.session_notes import write_session_note
@@ -99,7 +99,7 @@ async def test_refused_flush_and_session_note_reach_no_file(agent_factory, fake_
     fake_llm.push(bad)
     fake_llm.push(bad)
     messages = CHUNK * 3
-    path = await write_session_note(agent.provider, agent.memory, messages, "cli:direct")
+    path = await write_session_note(agent.agent.provider, agent.memory, messages, "cli:direct")
     text = path.read_text()
     assert "## Excerpt" in text and "favourite colour is teal" in text
     assert echo not in text
@@ -112,16 +112,16 @@ async def test_archive_retries_back_off_then_stop_and_report(agent_factory, fake
     ws = agent.config.workspace_path
     archive = ws / "sessions" / "archive"
     for i in range(3):
-        await agent.process_direct(f"FACT-{i}: my item {i} is kept.")
+        await agent.ask(f"FACT-{i}: my item {i} is kept.")
     script.fail_consolidation = 10_000
-    assert await agent.process_direct("/new") == "New session started."
-    await agent.drain(30)
+    assert await agent.ask("/new") == "New session started."
+    await agent.agent.drain(30)
     marker = next(archive.glob("*.pending"))
     record = read_marker(marker)
     assert record.attempts == 1 and "no_tool_call" in record.last_error
 
     # backoff: a start-up right after the failure does not retry
-    assert agent.lifecycle.recover_pending() == 0
+    assert agent.agent.lifecycle.recover_pending() == 0
     assert read_marker(marker).attempts == 1
     status = run_cli("status", home=home)
     assert status.returncode == 0, status.stderr
@@ -132,14 +132,14 @@ async def test_archive_retries_back_off_then_stop_and_report(agent_factory, fake
         record = read_marker(marker)
         record.last_attempt = (agent.memory.now() - timedelta(days=1)).isoformat()
         write_marker(marker, record)  # the backoff is over
-        assert agent.lifecycle.recover_pending() == 1
-        await agent.drain(30)
+        assert agent.agent.lifecycle.recover_pending() == 1
+        await agent.agent.drain(30)
         if expected < 3:
             assert read_marker(marker).attempts == expected
     assert not marker.exists()
     failed = marker.with_name(marker.name.removesuffix(".pending") + ".failed")
     assert failed.exists() and read_marker(failed).attempts == 3
-    assert agent.lifecycle.recover_pending() == 0  # stopped: no more retries
+    assert agent.agent.lifecycle.recover_pending() == 0  # stopped: no more retries
     history = (ws / "memory" / "HISTORY.md").read_text()
     assert "[raw archive: consolidation of the archived session failed 3 times" in history
     assert all(f"FACT-{i}:" in history for i in range(3))

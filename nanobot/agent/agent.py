@@ -1,50 +1,50 @@
-"""Agent: handles one inbound message — a slash command or a turn — for one session.
+"""Agent: runs one turn, or `/new`, for one session; built complete by the factory.
 
-The AgentLoop guarantees that calls for the same session never overlap; different sessions run
-concurrently. A turn: persist the user message, build the prompt (stable system prompt + history +
-runtime block), make room through the memory lifecycle, run the TurnRunner (persisting each
-iteration as it finishes), then schedule background memory work.
+The AgentLoop is its only caller: it decides each message's context once (`context_of`),
+dispatches slash commands, and guarantees that calls for the same session never overlap while
+different sessions run concurrently. A turn: persist the user message, build the prompt (stable
+system prompt + history + runtime block), make room through the memory lifecycle, run the
+TurnRunner (persisting each iteration as it finishes), then schedule background memory work.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from nanobot.agent.commands import HELP_TEXT, parse_command
 from nanobot.agent.context import ContextBuilder
+from nanobot.agent.message_context import MessageContext
+from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnRunner
 from nanobot.agent.subagents import SubagentManager
-from nanobot.agent.tools.base import ToolContext
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
-from nanobot.config.schema import Config
 from nanobot.memory.lifecycle import MemoryLifecycle
 from nanobot.memory.seam import FileMemory, LongTermMemory, TurnRecord
-from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMError, LLMProvider
 from nanobot.providers.tokens import count_message
-from nanobot.session.history import build_history, history_indices, history_tokens
+from nanobot.session.history import build_history, history_indices
 from nanobot.session.store import Session, SessionStore
 from nanobot.timeutil import now as tz_now
 from nanobot.util.text import truncate_middle
 
+if TYPE_CHECKING:
+    from nanobot.agent.tools.mcp import MCPManager
+
 NEW_SESSION_REPLY = "New session started."
 
 
-@dataclass
+@dataclass(frozen=True)
 class AgentSettings:
-    model: str | None = None
     max_user_message_chars: int = 32_000
     max_tool_result_chars: int = 16_000
     stream: bool = False
     tool_names: set[str] | None = None  # None: all registered tools
+    share_memory_in_groups: bool = False  # memory.shareInGroups
 
 
 @dataclass
@@ -67,14 +67,12 @@ class Agent:
         context: ContextBuilder,
         runner: TurnRunner,
         lifecycle: MemoryLifecycle,
+        estimator: PromptEstimator,
         long_term: LongTermMemory | None = None,
         settings: AgentSettings | None = None,
-        status_extra: Callable[[], list[str]] | None = None,
-        memory: MemoryStore | None = None,
-        config: Config | None = None,
+        subagents: SubagentManager | None = None,
+        mcp: MCPManager | None = None,
     ) -> None:
-        self.memory = memory
-        self.config = config
         self.provider = provider
         self.bus = bus
         self.sessions = sessions
@@ -82,76 +80,17 @@ class Agent:
         self.context = context
         self.runner = runner
         self.lifecycle = lifecycle
+        self.estimator = estimator
         self.long_term = long_term or FileMemory()
         self.settings = settings or AgentSettings()
-        sessions.count_caps.update(
-            user=self.settings.max_user_message_chars, tool=self.settings.max_tool_result_chars
-        )
+        self.subagents = subagents
+        self.mcp = mcp  # its servers connect on the first turn (they may be slow or absent)
         self.stats = AgentStats()
-        self.status_extra = status_extra
-        self.on_close: list[Callable[[], Any]] = []
-        self.subagents: SubagentManager | None = None
-        self.last_turn_failed = False
-        self.cron: Any = None  # the CronService behind the cron tool (started by the gateway)
-        self.mcp: Any = None  # the MCPManager when MCP servers are configured
-        self.on_first_turn: list[Callable[[], Any]] = []  # async set-up run once, lazily
         self._ready = False
-        lifecycle.estimator = self.estimate_base_tokens
 
-    # ------------------------------------------------------------------ entry points
-    async def handle(self, msg: InboundMessage) -> OutboundMessage | None:
-        """Process one message (a command or a turn) and return the reply for its chat."""
-        try:
-            return await self._handle(msg)
-        finally:
-            msg.ack()  # commands, failures: handled either way (a no-op once persisted)
-
-    async def _handle(self, msg: InboundMessage) -> OutboundMessage | None:
-        channel, chat_id = msg.channel, msg.chat_id
-        if msg.channel == "system":  # a sub-agent result routed back into its session
-            channel = msg.metadata.get("origin_channel", "cli")
-            chat_id = msg.metadata.get("origin_chat_id", msg.chat_id)
-        command = parse_command(msg.content)
-        if command == "new":
-            return OutboundMessage(
-                channel=channel, chat_id=chat_id, content=await self.new_session(msg.session_key)
-            )
-        if command == "help":
-            return OutboundMessage(channel=channel, chat_id=chat_id, content=HELP_TEXT)
-        if command == "status":
-            return OutboundMessage(
-                channel=channel, chat_id=chat_id, content=self.status_text(msg.session_key)
-            )
-        if command == "stop":
-            return OutboundMessage(channel=channel, chat_id=chat_id, content="Nothing is running.")
-        reply = await self.run_turn(msg, channel, chat_id)
-        if not reply:  # nothing to say (the `message` tool already answered)
-            return None
-        return OutboundMessage(
-            channel=channel,
-            chat_id=chat_id,
-            content=reply,
-            metadata={"stream_id": msg.metadata.get("stream_id")} if self.settings.stream else {},
-        )
-
-    async def process_direct(
-        self,
-        text: str,
-        session_key: str = "cli:direct",
-        channel: str = "cli",
-        chat_id: str = "direct",
-        sender_id: str = "user",
-    ) -> str:
-        """One message from code (CLI, cron, heartbeat): returns the reply text."""
-        msg = InboundMessage(
-            channel=channel,
-            sender_id=sender_id,
-            chat_id=chat_id,
-            content=text,
-            session_key_override=session_key,
-        )
-        out = await self.handle(msg)
-        return out.content if out else ""
+    def context_of(self, msg: InboundMessage) -> MessageContext:
+        """The one decision about a message's context (channel, chat, sender, privacy, reply target)."""
+        return MessageContext.of(msg, share_memory_in_groups=self.settings.share_memory_in_groups)
 
     # ------------------------------------------------------------------ commands
     async def new_session(self, session_key: str) -> str:
@@ -165,7 +104,7 @@ class Agent:
         session = self.sessions.get(session_key)
         uptime = int(time.time() - self.stats.started_at)
         lines = [
-            f"Model: {self.settings.model or self.provider.default_model} ({self.provider.name})",
+            f"Model: {self.provider.default_model} ({self.provider.name})",
             f"Session: {session_key} — {len(session.messages)} messages, "
             f"{len(session.messages) - session.last_consolidated} not yet consolidated",
             f"Context: ~{self.stats.last_prompt_tokens} of {self.lifecycle.budget_tokens} prompt tokens",
@@ -175,24 +114,9 @@ class Agent:
             f"background memory tasks: {self.lifecycle.pending()}",
             f"Uptime: {uptime // 3600}h {uptime % 3600 // 60}m",
         ]
-        if self.status_extra is not None:
-            lines.extend(self.status_extra())
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ turns
-    def estimate_base_tokens(self, session: Session, is_group: bool) -> int:
-        """System prompt + tool schemas + the session's history, as the next turn would send them."""
-        system = self.context.system_prompt(is_group)
-        return self._history_tokens(session, system, self._tool_tokens())
-
-    def _tool_tokens(self) -> int:
-        return self.tools.schema_tokens(self._tool_names())
-
-    @staticmethod
-    def _history_tokens(session: Session, system: str, tool_tokens: int) -> int:
-        # count_message memoises the (long, stable) system prompt; the history sum is memoised too
-        return count_message({"role": "system", "content": system}) + tool_tokens + history_tokens(session)
-
     def _prompt_messages(
         self, session: Session, system: str, user_msg: dict[str, Any], tool_tokens: int
     ) -> tuple[list[dict[str, Any]], int]:
@@ -200,35 +124,49 @@ class Agent:
         history = build_history(
             session, indices, self.settings.max_user_message_chars, self.settings.max_tool_result_chars
         )
-        tokens = self._history_tokens(session, system, tool_tokens) + count_message(user_msg)
+        tokens = self.estimator.with_system(session, system, tool_tokens) + count_message(user_msg)
         return [{"role": "system", "content": system}, *history, user_msg], tokens
 
     async def _ensure_ready(self) -> None:
-        """Lazy set-up (e.g. MCP servers connect on first need); failures are logged, never fatal."""
+        """Lazy set-up: MCP servers connect on first need; failures are logged, never fatal."""
         if self._ready:
             return
         self._ready = True
-        for hook in self.on_first_turn:
+        if self.mcp is not None:
             try:
-                outcome = hook()
-                if asyncio.iscoroutine(outcome):
-                    await outcome
+                await self.mcp.register_into(self.tools)
             except Exception as exc:  # noqa: BLE001
                 logger.warning("set-up step failed: {}", exc)
 
-    async def run_turn(self, msg: InboundMessage, channel: str, chat_id: str) -> str | None:
+    async def handle(self, msg: InboundMessage, ctx: MessageContext | None = None) -> OutboundMessage | None:
+        """Run one turn for `msg` and return the reply for its chat (`metadata["failed"]` when the
+        model could not answer); None when there is nothing to say (the `message` tool answered)."""
+        ctx = ctx or self.context_of(msg)
+        reply, failed = await self._turn(msg, ctx)
+        if not reply:
+            return None
+        metadata: dict[str, Any] = (
+            {"stream_id": msg.metadata.get("stream_id")} if self.settings.stream else {}
+        )
+        if failed:
+            metadata["failed"] = True
+        return ctx.reply(reply, metadata=metadata)
+
+    async def _turn(self, msg: InboundMessage, ctx: MessageContext) -> tuple[str, bool]:
         await self._ensure_ready()
-        session = self.sessions.get(msg.session_key)
+        session = self.sessions.get(ctx.session_key)
         tz = self.context.tz
         user_text = msg.content
         memory_context = ""
         try:
             memory_context = await self.long_term.context_for(
-                user_text, msg.session_key, msg.sender_id, msg.is_group
+                user_text, ctx.session_key, ctx.sender_id, ctx.is_group
             )
         except Exception as exc:  # noqa: BLE001 - a failing memory backend never fails a turn
             logger.warning("memory backend {} failed to give context: {}", self.long_term.name, exc)
-        runtime = self.context.runtime_block(channel, chat_id, msg.sender_id, msg.is_group, memory_context)
+        runtime = self.context.runtime_block(
+            ctx.reply_channel, ctx.reply_chat_id, ctx.sender_id, ctx.is_group, memory_context
+        )
         llm_text = truncate_middle(user_text, self.settings.max_user_message_chars)
         user_msg = self.context.user_message(
             llm_text, runtime, msg.media, vision=bool(msg.media) and self._vision()
@@ -236,109 +174,88 @@ class Agent:
         stored: dict[str, Any] = {"role": "user", "content": user_text, "timestamp": tz_now(tz).isoformat()}
         if msg.media:
             stored["media"] = list(msg.media)
-        if msg.channel == "system":
+        if ctx.from_system:
             stored["name"] = "system"
-        system = self.context.system_prompt(msg.is_group)
-        tool_names = self._tool_names()
-        tool_tokens = self._tool_tokens()
+        system = self.context.system_prompt(ctx.memory_private)
+        tool_tokens = self.estimator.tool_tokens()
         user_tokens = count_message(user_msg)
 
         def estimate() -> int:  # tokens only: the history itself is built once, below
-            return self._history_tokens(session, system, tool_tokens) + user_tokens
+            return self.estimator.with_system(session, system, tool_tokens) + user_tokens
 
-        await self.lifecycle.ensure_fits(session, estimate, is_group=msg.is_group)
+        await self.lifecycle.ensure_fits(session, estimate, private=ctx.memory_private)
         messages, prompt_tokens = self._prompt_messages(session, system, user_msg, tool_tokens)
         if not session.messages and "is_group" not in session.metadata:
-            self.sessions.set_metadata(session, is_group=msg.is_group)
+            self.sessions.set_metadata(session, is_group=ctx.is_group)
         self.sessions.append(session, stored)
         msg.ack()  # on disk: the channel may confirm it to the platform now
-        ctx = ToolContext(
-            channel=channel,
-            chat_id=chat_id,
-            session_key=msg.session_key,
-            sender_id=msg.sender_id,
-            is_group=msg.is_group,
-        )
 
         def persist(new: list[dict[str, Any]]) -> None:
             stamp = tz_now(tz).isoformat()
             self.sessions.append(session, *({**m, "timestamp": stamp} for m in new))
 
         async def progress(kind: str, text: str) -> None:
-            await self.bus.publish_outbound(
-                OutboundMessage(channel=channel, chat_id=chat_id, content=text, kind=kind)
-            )  # type: ignore[arg-type]
+            await self.bus.publish_outbound(ctx.reply(text, kind=kind))
 
         on_delta = None
         if self.settings.stream:
-            stream_id = f"{msg.session_key}:{time.monotonic_ns()}"
+            stream_id = f"{ctx.session_key}:{time.monotonic_ns()}"
             msg.metadata["stream_id"] = stream_id
 
             async def on_delta(delta: str) -> None:
                 await self.bus.publish_outbound(
-                    OutboundMessage(
-                        channel=channel,
-                        chat_id=chat_id,
-                        content=delta,
-                        kind="stream_delta",
-                        metadata={"stream_id": stream_id},
-                    )
+                    ctx.reply(delta, kind="stream_delta", metadata={"stream_id": stream_id})
                 )
 
         self.stats.last_prompt_tokens = prompt_tokens
-        self.last_turn_failed = False
         try:
             result = await self.runner.run(
                 messages,
-                ctx,
-                tool_names=tool_names,
+                ctx.tool_context(),
+                tool_names=self.estimator.tool_names,
                 on_messages=persist,
                 on_progress=progress,
                 on_delta=on_delta,
             )
         except LLMError as exc:
-            self.last_turn_failed = True
             reply = f"Sorry, I could not get an answer from the model: {exc}"
             self.sessions.append(
                 session, {"role": "assistant", "content": reply, "timestamp": tz_now(tz).isoformat()}
             )
-            self.lifecycle.after_turn(session, is_group=msg.is_group)
-            return reply
+            self.lifecycle.after_turn(session, private=ctx.memory_private)
+            return reply, True
         self.stats.turns += 1
         self.stats.prompt_tokens += result.usage.prompt_tokens
         self.stats.completion_tokens += result.usage.completion_tokens
         logger.info(
             "turn {}: {} iteration(s), {} prompt + {} completion tokens, tools {}",
-            msg.session_key,
+            ctx.session_key,
             result.iterations,
             result.usage.prompt_tokens,
             result.usage.completion_tokens,
             result.tools_used or "none",
         )
-        self.lifecycle.after_turn(session, is_group=msg.is_group)
-        self._record_long_term(msg, user_text, result.content)
-        return result.content
+        self.lifecycle.after_turn(session, private=ctx.memory_private)
+        self._record_long_term(ctx, user_text, result.content)
+        return result.content, False
 
-    def _record_long_term(self, msg: InboundMessage, user_text: str, reply: str) -> None:
+    def _record_long_term(self, ctx: MessageContext, user_text: str, reply: str) -> None:
         if isinstance(self.long_term, FileMemory):
             return
         record = TurnRecord(
-            session_key=msg.session_key,
-            sender_id=msg.sender_id,
+            session_key=ctx.session_key,
+            sender_id=ctx.sender_id,
             user_text=user_text,
             reply=reply,
-            is_group=msg.is_group,
+            is_group=ctx.is_group,
             timestamp=tz_now(self.context.tz).isoformat(),
         )
-        self.lifecycle.track(self.long_term.record_turn(record), f"record:{msg.session_key}")
-
-    def _tool_names(self) -> set[str] | None:
-        return self.settings.tool_names
+        self.lifecycle.track(self.long_term.record_turn(record), f"record:{ctx.session_key}")
 
     def _vision(self) -> bool:
         if self.provider.is_small_local:
             return False
-        return self.provider.supports_vision(self.settings.model or self.provider.default_model)
+        return self.provider.supports_vision(self.provider.default_model)
 
     def _mcp_status(self) -> str:
         if self.mcp is None:
@@ -360,13 +277,6 @@ class Agent:
         if self.subagents is not None:
             await self.subagents.drain(drain_timeout_s)
         await self.drain(drain_timeout_s)
-        for closer in self.on_close:
-            try:
-                outcome = closer()
-                if asyncio.iscoroutine(outcome):
-                    await asyncio.wait_for(outcome, timeout=5)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("error while closing: {}", exc)
         try:
             await self.long_term.aclose()
         except Exception as exc:  # noqa: BLE001

@@ -69,8 +69,7 @@ class ContextBuilder:
         budget: Budget | None = None,
         skills: SkillsSource | None = None,
         extra_sections: list[str] | None = None,
-        share_memory_in_groups: bool = False,
-        model_name: str = "",
+        include_memory_file: bool = True,
         compact: bool = False,
     ) -> None:
         self.workspace = workspace
@@ -79,10 +78,9 @@ class ContextBuilder:
         self.budget = budget or Budget()
         self.skills = skills
         self.extra_sections = [s for s in (extra_sections or []) if s]
-        self.share_memory_in_groups = share_memory_in_groups
-        self.model_name = model_name
         self.compact = compact  # tiny local models: a short identity and memory, nothing else
-        self.include_memory_file = True  # False when an external memory backend supplies memory
+        # False when an external memory backend supplies long-term memory through the runtime block
+        self.include_memory_file = include_memory_file
         self._cache: dict[bool, tuple[tuple[Any, ...], str]] = {}
         self._warned: dict[str, tuple[int, int]] = {}
         self._skills_sig: tuple[float, tuple[Any, ...]] | None = None
@@ -119,9 +117,11 @@ class ContextBuilder:
             self._skills_sig = (now, self.skills.signature())
         return self._skills_sig[1]
 
-    def system_prompt(self, is_group: bool = False) -> str:
-        """The system prompt; identical bytes for as long as its files do not change."""
-        private = not is_group or self.share_memory_in_groups
+    def system_prompt(self, memory_private: bool = True) -> str:
+        """The system prompt; identical bytes for as long as its files do not change.
+
+        `memory_private`: the owner's MEMORY.md may be shown (see MessageContext.memory_private)."""
+        private = memory_private
         signature = self._signature()
         cached = self._cache.get(private)
         if cached is not None and cached[0] == signature:

@@ -1,15 +1,25 @@
-"""build_agent: wire provider, stores, tools, context and memory lifecycle from a Config."""
+"""build_runtime: assemble provider, stores, tools, context, memory lifecycle, agent and loop.
+
+Every part is complete when it is constructed; nothing is patched in afterwards. What the
+gateway and the CLI need comes back as explicit handles in an `AgentRuntime`.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from nanobot.agent.agent import Agent, AgentSettings
 from nanobot.agent.context import Budget, ContextBuilder
+from nanobot.agent.loop import AgentLoop
+from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnRunner
-from nanobot.agent.subagents import SubagentManager
+from nanobot.agent.subagents import MAX_SUBAGENT_ITERATIONS, SubagentManager
 from nanobot.agent.tools.cron import CronTool
 from nanobot.agent.tools.files import file_tools
 from nanobot.agent.tools.message import MessageTool
@@ -17,7 +27,7 @@ from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.agent.tools.shell import ExecTool
 from nanobot.agent.tools.spawn import SpawnTool
 from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
-from nanobot.bus.events import OutboundMessage
+from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.paths import ensure_workspace, secure_installation
 from nanobot.config.schema import Config
@@ -34,16 +44,74 @@ from nanobot.scheduler.cron_store import CronJob, DeliverTo, cron_session_key, j
 from nanobot.session.store import SessionStore
 from nanobot.timeutil import resolve_tz
 
+if TYPE_CHECKING:
+    from nanobot.agent.tools.mcp import MCPManager
+
 SMALL_LOCAL_WINDOW_TOKENS = 8192
+DEFAULT_SESSION_KEY = "cli:direct"
+CLOSE_TIMEOUT_S = 5.0
 
 
-def build_agent(
+@dataclass
+class AgentRuntime:
+    """The assembled agent and the handles its hosts (gateway, terminal, `cron run`) use."""
+
+    config: Config
+    bus: MessageBus
+    agent: Agent
+    loop: AgentLoop  # the one way into a turn
+    cron: CronService  # started and stopped by the gateway
+    memory: MemoryStore
+    mcp: MCPManager | None = None
+    #: closed after the agent (the memory index, MCP sessions); sync or async callables
+    closers: list[Callable[[], Any]] = field(default_factory=list)
+
+    async def ask(
+        self,
+        text: str,
+        *,
+        session_key: str = DEFAULT_SESSION_KEY,
+        channel: str | None = None,
+        chat_id: str | None = None,
+        sender_id: str = "user",
+    ) -> str:
+        """One message through the bus and the loop (started if need be); the reply text, "" if none.
+
+        Channel and chat default to the session key's two parts."""
+        key_channel, _, key_chat = session_key.partition(":")
+        self.loop.start()
+        out = await self.bus.request(
+            InboundMessage(
+                channel=channel or key_channel or "cli",
+                sender_id=sender_id,
+                chat_id=chat_id or key_chat or "direct",
+                content=text,
+                session_key_override=session_key,
+            )
+        )
+        return out.content if out is not None else ""
+
+    async def aclose(self, drain_timeout_s: float = 3.0) -> None:
+        """Stop the loop, finish background memory work, close everything the runtime opened."""
+        await self.loop.stop_accepting()
+        await self.loop.finish(drain_timeout_s)
+        await self.agent.aclose(drain_timeout_s)
+        for closer in self.closers:
+            try:
+                outcome = closer()
+                if asyncio.iscoroutine(outcome):
+                    await asyncio.wait_for(outcome, timeout=CLOSE_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("error while closing: {}", exc)
+
+
+def build_runtime(
     config: Config,
     bus: MessageBus | None = None,
     *,
     provider: LLMProvider | None = None,
     config_path: str = "config.json",
-) -> Agent:
+) -> AgentRuntime:
     """The whole agent for a config. Raises ProviderConfigError when no provider can be built."""
     d = config.agents.defaults
     provider = provider or resolve_provider(config, config_path)
@@ -53,10 +121,13 @@ def build_agent(
     secure_installation(workspace)
     tz = resolve_tz(d.timezone)
     small = provider.is_small_local
-    model: str | None = None  # the provider already carries the resolved model name
 
     memory = MemoryStore(workspace, tz, backups_kept=config.memory.backups_kept)
-    sessions = SessionStore(workspace, fsync=config.gateway.fsync)
+    sessions = SessionStore(
+        workspace,
+        fsync=config.gateway.fsync,
+        count_caps={"user": d.max_user_message_chars, "tool": d.max_tool_result_chars},
+    )
     tools = ToolRegistry()
     restrict = config.tools.restrict_to_workspace
     skills = _skills(workspace)
@@ -69,16 +140,16 @@ def build_agent(
     tools.register(MessageTool(bus))
     cron = CronService(
         jobs_path(workspace),
-        on_job=lambda job: _run_cron_job(agent, job),
+        on_job=lambda job: run_cron_job(bus, job),
         timezone=d.timezone,
         deliver=lambda channel, chat_id, text: bus.publish_outbound(
             OutboundMessage(channel=channel, chat_id=chat_id, content=text)
         ),
     )
     tools.register(CronTool(cron))
+    closers: list[Callable[[], Any]] = []
 
     search_on = config.memory.search.enabled and not small
-    index = None
     if search_on:
         from nanobot.agent.tools.memory import MemoryGetTool, MemorySearchTool
         from nanobot.memory.index import build_index
@@ -88,6 +159,7 @@ def build_agent(
         share = config.memory.share_in_groups
         tools.register(MemorySearchTool(index, share_in_groups=share))
         tools.register(MemoryGetTool(index, share_in_groups=share))
+        closers.append(index.close)
 
     window = min(d.context_window_tokens, SMALL_LOCAL_WINDOW_TOKENS) if small else d.context_window_tokens
     max_tokens = min(d.max_tokens, config.providers.local.max_tokens) if small else d.max_tokens
@@ -108,6 +180,29 @@ def build_agent(
         tool_names = None
         max_iterations = d.max_tool_iterations
 
+    subagents = None
+    if not small:
+        subagents = SubagentManager(
+            TurnRunner(
+                provider,
+                tools,
+                max_iterations=MAX_SUBAGENT_ITERATIONS,
+                max_tokens=max_tokens,
+                temperature=d.temperature,
+                max_tool_result_chars=d.max_tool_result_chars,
+            ),
+            bus,
+            workspace_note=f"Workspace: {workspace}",
+        )
+        tools.register(SpawnTool(subagents))
+    mcp = None
+    if config.tools.mcp_servers:
+        from nanobot.agent.tools.mcp import MCPManager
+
+        mcp = MCPManager(config.tools.mcp_servers)
+        closers.append(mcp.aclose)
+
+    long_term = build_long_term_memory(config, workspace, memory, sessions)
     extra = []
     if search_on:
         from nanobot.agent.tools.memory import memory_prompt_section
@@ -121,12 +216,14 @@ def build_agent(
         skills=skills,
         extra_sections=extra,
         compact=small,
-        share_memory_in_groups=config.memory.share_in_groups,
+        # With an external backend (or a control condition) long-term memory reaches the prompt
+        # only through that backend's runtime context, never also through MEMORY.md.
+        include_memory_file=isinstance(long_term, FileMemory),
     )
+    estimator = PromptEstimator(context, tools, tool_names)
     runner = TurnRunner(
         provider,
         tools,
-        model=model,
         max_iterations=max_iterations,
         max_tokens=max_tokens,
         temperature=d.temperature,
@@ -138,13 +235,12 @@ def build_agent(
         Consolidator(
             provider,
             memory,
-            model=model,
             context_window_tokens=window,
             max_tokens=max_tokens,
             memory_budget_chars=budget.memory_chars,
             small_model=small or d.small_model,
         ),
-        MemoryFlusher(provider, memory, model=model, small_model=small or d.small_model),
+        MemoryFlusher(provider, memory, small_model=small or d.small_model),
         LifecycleSettings(
             context_window_tokens=window,
             max_tokens=max_tokens,
@@ -157,12 +253,8 @@ def build_agent(
             max_archive_retries=config.memory.max_archive_retries,
             archive_retry_backoff_s=config.memory.archive_retry_backoff_s,
         ),
-        model=model,
+        estimator=estimator,
     )
-    long_term = build_long_term_memory(config, workspace, memory, sessions)
-    # With an external backend (or a control condition) long-term memory reaches the prompt only
-    # through that backend's runtime context, never also through MEMORY.md in the system prompt.
-    context.include_memory_file = isinstance(long_term, FileMemory)
     agent = Agent(
         provider=provider,
         bus=bus,
@@ -171,54 +263,45 @@ def build_agent(
         context=context,
         runner=runner,
         lifecycle=lifecycle,
-        memory=memory,
-        config=config,
+        estimator=estimator,
         long_term=long_term,
         settings=AgentSettings(
-            model=model,
             max_user_message_chars=d.max_user_message_chars,
             max_tool_result_chars=d.max_tool_result_chars,
             stream=d.stream,
             tool_names=tool_names,
+            share_memory_in_groups=config.memory.share_in_groups,
         ),
+        subagents=subagents,
+        mcp=mcp,
     )
-    if not small:
-        agent.subagents = SubagentManager(
-            TurnRunner(
-                provider,
-                tools,
-                model=model,
-                max_iterations=15,
-                max_tokens=max_tokens,
-                temperature=d.temperature,
-                max_tool_result_chars=d.max_tool_result_chars,
-            ),
-            bus,
-            workspace_note=f"Workspace: {workspace}",
-        )
-        tools.register(SpawnTool(agent.subagents))
-    agent.cron = cron
-    if index is not None:
-        agent.on_close.append(index.close)
-    if config.tools.mcp_servers:
-        from nanobot.agent.tools.mcp import MCPManager
-
-        mcp = MCPManager(config.tools.mcp_servers)
-        agent.mcp = mcp
-        agent.on_first_turn.append(lambda: mcp.register_into(tools))
-        agent.on_close.append(mcp.aclose)
+    loop = AgentLoop(bus, agent, d.max_concurrent_turns)
     logger.debug(
         "agent built: provider {}, model {}, {} tools", provider.name, provider.default_model, len(tools)
     )
-    return agent
-
-
-async def _run_cron_job(agent: Agent, job: CronJob) -> str:
-    """A due job runs in its own session; CronService delivers the reply to the job's chat."""
-    target = job.deliver_to or DeliverTo("cli", "direct")
-    return await agent.process_direct(
-        job_prompt(job), session_key=cron_session_key(job.id), channel=target.channel, chat_id=target.chat_id
+    return AgentRuntime(
+        config=config, bus=bus, agent=agent, loop=loop, cron=cron, memory=memory, mcp=mcp, closers=closers
     )
+
+
+async def run_cron_job(bus: MessageBus, job: CronJob) -> str:
+    """A due job is one inbound message in its own session, through the agent loop like any chat
+    message; CronService records the reply and delivers it to the job's chat."""
+    target = job.deliver_to or DeliverTo("cli", "direct")
+    out = await bus.request(
+        InboundMessage(
+            channel=target.channel,
+            sender_id="user",
+            chat_id=target.chat_id,
+            content=job_prompt(job),
+            session_key_override=cron_session_key(job.id),
+        )
+    )
+    if out is None:
+        return ""
+    if isinstance(out.metadata.get("exception"), Exception):
+        raise out.metadata["exception"]  # recorded as the job's failure, like any other
+    return out.content
 
 
 def _skills(workspace: Path):  # noqa: ANN202 - optional component

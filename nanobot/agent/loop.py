@@ -1,9 +1,20 @@
-"""AgentLoop: consumes the inbound bus and dispatches to the Agent.
+"""AgentLoop: the one way into a turn. It consumes the inbound bus and dispatches every message.
 
-Serial within a session (a FIFO per-session lock), concurrent across sessions (a semaphore of
-`maxConcurrentTurns`). `/stop` and `/status` are answered ahead of the session's queue: `/stop`
-cancels the running turn (what was already persisted stays; a half-finished tool group never
-reaches the disk) and drops the session's queued messages.
+Every message — from a chat channel, the terminal, a cron job, the heartbeat or a sub-agent —
+arrives on the bus and is handled here:
+- serial within a session (a FIFO per-session lock), concurrent across sessions (a semaphore of
+  `maxConcurrentTurns`);
+- bounded: at most `max_pending` messages are taken off the bus and not yet answered. When that
+  many are pending the loop stops reading the bus, the bounded inbound queue fills, and the
+  channels' `publish_inbound` waits, which slows their polling instead of growing memory;
+- slash commands are dispatched here and only here. `/stop`, `/status` and `/help` are answered
+  ahead of the session's queue: `/stop` cancels the running turn (what was already persisted
+  stays; a half-finished tool group never reaches the disk) and the session's sub-agents; the
+  messages queued behind the cancelled turn are kept and answered in order (they are the user's
+  words). `/new` runs in order with the session's turns.
+
+A reply goes to the publisher's `reply_future` when it set one (the terminal, cron, heartbeat),
+otherwise onto the outbound bus for the channels.
 """
 
 from __future__ import annotations
@@ -14,11 +25,17 @@ from dataclasses import dataclass, field
 from loguru import logger
 
 from nanobot.agent.agent import Agent
-from nanobot.agent.commands import parse_command
+from nanobot.agent.commands import COMMANDS, HELP_TEXT
+from nanobot.agent.message_context import MessageContext
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 
 STOPPED_REPLY = "Stopped."
+NOTHING_RUNNING_REPLY = "Nothing is running."
+#: pending messages allowed per concurrent turn: enough to keep every turn slot busy with a
+#: queue behind it, small enough that a flood waits on the bus (bounded) rather than in memory
+PENDING_PER_CONCURRENT_TURN = 4
+STOP_WAIT_S = 5.0
 
 
 @dataclass
@@ -29,18 +46,27 @@ class _SessionSlot:
 
 
 class AgentLoop:
-    def __init__(self, bus: MessageBus, agent: Agent, max_concurrent: int = 8) -> None:
+    def __init__(
+        self, bus: MessageBus, agent: Agent, max_concurrent: int = 8, max_pending: int | None = None
+    ) -> None:
         self.bus = bus
         self.agent = agent
+        self.max_pending = max_pending or max_concurrent * PENDING_PER_CONCURRENT_TURN
         self._semaphore = asyncio.Semaphore(max_concurrent)
+        self._room = asyncio.Semaphore(self.max_pending)  # one unit per message taken, not answered
         self._slots: dict[str, _SessionSlot] = {}
         self._accepting = True
         self._consumer: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> asyncio.Task[None]:
-        self._consumer = asyncio.create_task(self._consume(), name="agent-loop")
+        if self._consumer is None:
+            self._consumer = asyncio.create_task(self._consume(), name="agent-loop")
         return self._consumer
+
+    @property
+    def started(self) -> bool:
+        return self._consumer is not None
 
     async def stop_accepting(self) -> None:
         """Stop taking new messages; turns already dispatched go on."""
@@ -53,6 +79,7 @@ class AgentLoop:
                 pass
 
     def in_flight(self) -> list[asyncio.Task[None]]:
+        """Messages taken off the bus and not yet answered (running or queued behind a session)."""
         return [t for slot in self._slots.values() for t in slot.tasks]
 
     async def finish(self, grace_s: float) -> None:
@@ -76,28 +103,47 @@ class AgentLoop:
     # ------------------------------------------------------------------ dispatch
     async def _consume(self) -> None:
         while self._accepting:
-            msg = await self.bus.consume_inbound()
+            await self._room.acquire()  # back-pressure: no room, no reading from the bus
             try:
-                await self.dispatch(msg)
+                msg = await self.bus.consume_inbound()
+            except BaseException:
+                self._room.release()
+                raise
+            queued = False
+            try:
+                queued = await self._dispatch(msg)
             except Exception as exc:  # noqa: BLE001 - one bad message never stops the loop
                 logger.opt(exception=exc).error("dispatch failed for {}", msg.session_key)
+            if not queued:
+                self._room.release()
 
-    async def dispatch(self, msg: InboundMessage) -> None:
-        command = parse_command(msg.content)
-        if command == "stop":
-            await self._reply(msg, await self.stop_session(msg.session_key))
-            return
-        if command == "status":
-            await self._reply(msg, self.agent.status_text(msg.session_key))
-            return
-        slot = self._slots.get(msg.session_key)
+    async def _dispatch(self, msg: InboundMessage) -> bool:
+        """Answer an immediate command now, or queue the message behind its session.
+
+        True when queued: the message then holds one unit of room until it is answered."""
+        ctx = self.agent.context_of(msg)
+        command = COMMANDS.get(ctx.command or "")
+        if command is not None and command.immediate:
+            msg.ack()
+            await self._deliver(msg, ctx.reply(await self._immediate(ctx)))
+            return False
+        slot = self._slots.get(ctx.session_key)
         if slot is None:
-            slot = self._slots[msg.session_key] = _SessionSlot()
-        task = asyncio.create_task(self._run(msg, slot), name=f"turn:{msg.session_key}")
+            slot = self._slots[ctx.session_key] = _SessionSlot()
+        task = asyncio.create_task(self._run(msg, ctx, slot), name=f"turn:{ctx.session_key}")
         slot.tasks.add(task)
-        task.add_done_callback(lambda t, key=msg.session_key: self._done(key, t))
+        task.add_done_callback(lambda t, key=ctx.session_key: self._done(key, t))
+        return True
+
+    async def _immediate(self, ctx: MessageContext) -> str:
+        if ctx.command == "stop":
+            return await self.stop_session(ctx.session_key)
+        if ctx.command == "status":
+            return self.agent.status_text(ctx.session_key)
+        return HELP_TEXT
 
     def _done(self, key: str, task: asyncio.Task[None]) -> None:
+        self._room.release()
         slot = self._slots.get(key)
         if slot is None:
             return
@@ -105,48 +151,51 @@ class AgentLoop:
         if not slot.tasks and not slot.lock.locked():
             del self._slots[key]  # idle sessions keep no lock around
 
-    async def _run(self, msg: InboundMessage, slot: _SessionSlot) -> None:
-        async with slot.lock, self._semaphore:
-            slot.running = asyncio.current_task()
-            try:
-                out = await self.agent.handle(msg)
-            except asyncio.CancelledError:
-                logger.info("turn for {} cancelled", msg.session_key)
-                raise
-            except Exception as exc:  # noqa: BLE001
-                logger.opt(exception=exc).error("turn for {} failed", msg.session_key)
-                channel, chat_id = _reply_target(msg)
-                out = OutboundMessage(
-                    channel=channel,
-                    chat_id=chat_id,
-                    content=f"Sorry, something went wrong: {type(exc).__name__}.",
-                )
-            finally:
-                slot.running = None
-            if out is not None:
-                await self.bus.publish_outbound(out)
+    async def _run(self, msg: InboundMessage, ctx: MessageContext, slot: _SessionSlot) -> None:
+        out: OutboundMessage | None = None
+        try:
+            async with slot.lock, self._semaphore:
+                slot.running = asyncio.current_task()
+                try:
+                    out = await self._execute(msg, ctx)
+                except asyncio.CancelledError:
+                    logger.info("turn for {} cancelled", ctx.session_key)
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    logger.opt(exception=exc).error("turn for {} failed", ctx.session_key)
+                    # in-process publishers (cron) see the exception itself, the user a short note
+                    out = ctx.reply(
+                        f"Sorry, something went wrong: {type(exc).__name__}.",
+                        metadata={"failed": True, "exception": exc},
+                    )
+                finally:
+                    slot.running = None
+                    msg.ack()  # handled either way (a no-op once persisted)
+        except asyncio.CancelledError:
+            msg.resolve(None)  # a waiting publisher learns there is no reply
+            raise
+        await self._deliver(msg, out)
+
+    async def _execute(self, msg: InboundMessage, ctx: MessageContext) -> OutboundMessage | None:
+        """A message in its session's order: `/new`, or a turn."""
+        if ctx.command == "new":
+            return ctx.reply(await self.agent.new_session(ctx.session_key))
+        return await self.agent.handle(msg, ctx)
+
+    async def _deliver(self, msg: InboundMessage, out: OutboundMessage | None) -> None:
+        if msg.resolve(out) or out is None:
+            return
+        await self.bus.publish_outbound(out)
 
     async def stop_session(self, session_key: str) -> str:
-        """Cancel the session's running turn; messages queued behind it are still answered
-        (they are the user's words: dropping them would lose them)."""
+        """Cancel the session's running turn and sub-agents; the messages queued behind the turn
+        are still answered (they are the user's words: dropping them would lose them)."""
         slot = self._slots.get(session_key)
         running = slot.running if slot is not None else None
         if running is not None and not running.done():
             running.cancel()
-            await asyncio.wait([running], timeout=5.0)
+            await asyncio.wait([running], timeout=STOP_WAIT_S)
         cancelled_sub = self.agent.cancel_subagents(session_key)
         if running is None and not cancelled_sub:
-            return "Nothing is running."
+            return NOTHING_RUNNING_REPLY
         return STOPPED_REPLY
-
-    async def _reply(self, msg: InboundMessage, text: str) -> None:
-        msg.ack()
-        channel, chat_id = _reply_target(msg)
-        await self.bus.publish_outbound(OutboundMessage(channel=channel, chat_id=chat_id, content=text))
-
-
-def _reply_target(msg: InboundMessage) -> tuple[str, str]:
-    """Where a reply goes: a sub-agent's `system` message answers in the chat that spawned it."""
-    if msg.channel != "system":
-        return msg.channel, msg.chat_id
-    return msg.metadata.get("origin_channel", "cli"), msg.metadata.get("origin_chat_id", msg.chat_id)

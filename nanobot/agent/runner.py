@@ -53,7 +53,6 @@ class TurnRunner:
         provider: LLMProvider,
         tools: ToolRegistry,
         *,
-        model: str | None = None,
         max_iterations: int = 40,
         max_tokens: int = 8192,
         temperature: float = 0.1,
@@ -61,7 +60,6 @@ class TurnRunner:
     ) -> None:
         self.provider = provider
         self.tools = tools
-        self.model = model
         self.max_iterations = max_iterations
         self.max_tokens = max_tokens
         self.temperature = temperature
@@ -73,7 +71,6 @@ class TurnRunner:
             response = await self.provider.chat(
                 [*convo, {"role": "user", "content": FINAL_ANSWER_NUDGE}],
                 None,
-                model=self.model,
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
             )
@@ -104,7 +101,6 @@ class TurnRunner:
             response = await self.provider.chat(
                 convo,
                 schemas or None,
-                model=self.model,
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
                 on_delta=on_delta,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,8 +27,15 @@ class InboundMessage:
     #: called once the message is safely on disk (or fully handled): a channel may then confirm it
     #: to its platform (e.g. advance Telegram's update offset), so a crash never drops it unseen
     on_persisted: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    #: set by an in-process publisher that delivers the reply itself (the terminal prints it, cron
+    #: records and delivers it, the heartbeat drops HEARTBEAT_OK): the agent loop resolves it with
+    #: the reply (None when there is none, e.g. a turn cancelled by /stop) instead of publishing it
+    reply_future: asyncio.Future[OutboundMessage | None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def ack(self) -> None:
+        """Confirm the message to its channel (once; later calls do nothing)."""
         callback, self.on_persisted = self.on_persisted, None
         if callback is not None:
             callback()
@@ -35,6 +43,15 @@ class InboundMessage:
     @property
     def session_key(self) -> str:
         return self.session_key_override or f"{self.channel}:{self.chat_id}"
+
+    def resolve(self, reply: OutboundMessage | None) -> bool:
+        """Hand `reply` to the waiting publisher; False when nobody waits (publish it instead)."""
+        future = self.reply_future
+        if future is None:
+            return False
+        if not future.done():
+            future.set_result(reply)
+        return True
 
 
 @dataclass

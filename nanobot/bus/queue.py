@@ -2,8 +2,10 @@
 
 Back-pressure policy: both queues are bounded. `publish_inbound` waits while the inbound queue is
 full, which slows the channel's own polling (Telegram/Discord keep the undelivered updates on their
-side, nothing is dropped). Outbound progress/typing/stream events are best-effort: when the outbound
-queue is full they are dropped; replies always wait for room.
+side, nothing is dropped). The agent loop stops reading it while its bounded number of pending
+turns is reached, so a flood waits here, bounded, instead of in memory. Outbound
+progress/typing/stream events are best-effort: when the outbound queue is full they are dropped;
+replies always wait for room.
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ class MessageBus:
 
     async def publish_inbound(self, msg: InboundMessage) -> None:
         await self.inbound.put(msg)
+
+    async def request(self, msg: InboundMessage) -> OutboundMessage | None:
+        """Publish `msg` and wait for its reply, which the agent loop hands back here instead of to
+        the channels (None when there is none, e.g. a turn cancelled by /stop). For in-process
+        publishers: the terminal, cron jobs, the heartbeat."""
+        reply: asyncio.Future[OutboundMessage | None] = asyncio.get_running_loop().create_future()
+        msg.reply_future = reply
+        await self.publish_inbound(msg)
+        return await reply
 
     async def consume_inbound(self) -> InboundMessage:
         return await self.inbound.get()

@@ -36,12 +36,6 @@ from nanobot.util.fs import PRIVATE_FILE_MODE, ensure_private_dir
 
 ChannelState = Literal["created", "starting", "running", "retrying", "failed", "stopped"]
 
-SLASH_COMMANDS: dict[str, str] = {
-    "new": "Archive this conversation and start a new one",
-    "stop": "Stop the running answer",
-    "help": "Show the available commands",
-    "status": "Show model, session and memory status",
-}
 TYPING_MAX_S = 300.0  # a turn longer than this stops showing "typing…"
 TYPING_DRAIN_TIMEOUT_S = 2.0  # on shutdown, how long an in-flight typing request may take to finish
 

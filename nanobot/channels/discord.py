@@ -23,8 +23,9 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from loguru import logger
 
+from nanobot.agent.commands import starts_with_command
 from nanobot.bus.events import OutboundMessage
-from nanobot.channels.base import SLASH_COMMANDS, Channel
+from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.markdown import markdown_to_discord
 from nanobot.channels.media import MediaItem
@@ -157,9 +158,7 @@ class DiscordChannel(Channel):
         ref = message.reference
         if ref is not None and isinstance(ref.resolved, discord.Message) and ref.resolved.author.id == me_id:
             return True
-        text = message.content.strip()
-        command = text[1:].split(maxsplit=1)[0] if text.startswith("/") and len(text) > 1 else ""
-        return command in SLASH_COMMANDS
+        return starts_with_command(message.content)
 
     async def _on_message(self, message: discord.Message) -> None:
         assert self.client is not None and self.client.user is not None

@@ -34,8 +34,9 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
+from nanobot.agent.commands import COMMANDS, starts_with_command
 from nanobot.bus.events import OutboundMessage
-from nanobot.channels.base import SLASH_COMMANDS, Channel
+from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import telegram_parts
@@ -152,7 +153,7 @@ class TelegramChannel(Channel):
         await self.bot.initialize()  # getMe: rejects a bad token with InvalidToken
         self._bot_id, self._bot_username = self.bot.id, self.bot.username or ""
         await self.bot.delete_webhook(drop_pending_updates=False)
-        commands = [BotCommand(name, description) for name, description in SLASH_COMMANDS.items()]
+        commands = [BotCommand(c.name, c.description) for c in COMMANDS.values()]
         await self.bot.set_my_commands(commands)
         logger.info("telegram: connected as @{}", self._bot_username)
 
@@ -218,7 +219,7 @@ class TelegramChannel(Channel):
             return True
         if self._bot_username and f"@{self._bot_username.lower()}" in text.lower():
             return True
-        return text.startswith("/") and text[1:].split(maxsplit=1)[0].split("@")[0] in SLASH_COMMANDS
+        return starts_with_command(text)
 
     async def _handle_update(self, update: Update) -> bool:
         """Publish the update's message; False when it is filtered out (nothing for the agent)."""

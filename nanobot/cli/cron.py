@@ -13,34 +13,22 @@ import typer
 from nanobot.cli.common import EXIT_USAGE, ConfigOption, command_group, err, fail, load_cli_config
 from nanobot.config.schema import Config
 from nanobot.errors import UserError
-from nanobot.scheduler.cron import (
-    CronJob,
-    CronService,
-    CronStoreError,
-    DeliverTo,
-    cron_session_key,
-    job_prompt,
-    jobs_path,
-)
+from nanobot.scheduler.cron import CronJob, CronService, CronStoreError, DeliverTo, jobs_path
 
 app = command_group(help="Manage scheduled jobs.")
 
 
 async def _run_job_once(config: Config, job: CronJob) -> str:
-    """Run one job through a freshly built agent, in the job's own session; returns the reply."""
-    from nanobot.agent.factory import build_agent
+    """Run one job through a freshly built agent and its loop, in the job's own session (the
+    same path as in the gateway); returns the reply."""
+    from nanobot.agent.factory import build_runtime, run_cron_job
 
-    agent = build_agent(config)
-    target = job.deliver_to or DeliverTo("cli", "direct")
+    runtime = build_runtime(config)
+    runtime.loop.start()
     try:
-        return await agent.process_direct(
-            job_prompt(job),
-            session_key=cron_session_key(job.id),
-            channel=target.channel,
-            chat_id=target.chat_id,
-        )
+        return await run_cron_job(runtime.bus, job)
     finally:
-        await agent.aclose()
+        await runtime.aclose()
 
 
 def _service(config: Config) -> CronService:

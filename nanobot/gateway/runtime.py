@@ -25,13 +25,12 @@ from typing import NoReturn
 
 from loguru import logger
 
-from nanobot.agent.factory import build_agent
-from nanobot.agent.loop import AgentLoop
-from nanobot.bus.events import OutboundMessage
+from nanobot.agent.factory import build_runtime
+from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import Config
 from nanobot.providers.base import LLMProvider
-from nanobot.scheduler.heartbeat import HeartbeatService, resolve_heartbeat_target
+from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY, HeartbeatService, resolve_heartbeat_target
 from nanobot.service.state import GatewayAlreadyRunning, GatewayLock, GatewayState, run_watchdog
 from nanobot.service.systemd import sd_notify
 
@@ -41,7 +40,6 @@ OUTBOUND_FLUSH_TIMEOUT_S = 2.0
 SHUTDOWN_MARGIN_S = 2.0
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _INTERNAL_CHANNELS = ("cli", "cron", "heartbeat", "system")
-HEARTBEAT_SESSION = "heartbeat:main"
 
 
 class Gateway:
@@ -56,14 +54,15 @@ class Gateway:
         self.config = config
         self.workspace = config.workspace_path
         self.bus = MessageBus()
-        self.agent = build_agent(config, self.bus, provider=provider, config_path=config_path)
-        self.loop = AgentLoop(self.bus, self.agent, config.agents.defaults.max_concurrent_turns)
+        self.runtime = build_runtime(config, self.bus, provider=provider, config_path=config_path)
+        self.agent = self.runtime.agent
+        self.loop = self.runtime.loop
         from nanobot.channels.manager import ChannelManager
         from nanobot.channels.pairing import PairingStore, pairing_path
 
         pairing = PairingStore(pairing_path(config_path))
         self.channels = ChannelManager(config, self.bus, self.workspace, pairing=pairing)
-        self.cron = self.agent.cron
+        self.cron = self.runtime.cron
         hb = config.gateway.heartbeat
         self.heartbeat = (
             HeartbeatService(
@@ -94,14 +93,20 @@ class Gateway:
     async def _deliver(self, channel: str, chat_id: str, text: str) -> None:
         await self.bus.publish_outbound(OutboundMessage(channel=channel, chat_id=chat_id, content=text))
 
-    async def _heartbeat_tasks(self, tasks: str) -> str | None:
-        prompt = (
-            "[Heartbeat] These are your standing tasks from HEARTBEAT.md. Do what is due now. "
-            "If nothing needs the user's attention, reply exactly HEARTBEAT_OK.\n\n" + tasks
+    async def _heartbeat_tasks(self, prompt: str) -> str | None:
+        """The heartbeat's prompt (its instructions and HEARTBEAT.md) as one inbound message in the
+        heartbeat's own session, through the agent loop like any chat message."""
+        channel, _, chat_id = HEARTBEAT_SESSION_KEY.partition(":")
+        out = await self.bus.request(
+            InboundMessage(
+                channel=channel,
+                sender_id="user",
+                chat_id=chat_id,
+                content=prompt,
+                session_key_override=HEARTBEAT_SESSION_KEY,
+            )
         )
-        return await self.agent.process_direct(
-            prompt, session_key=HEARTBEAT_SESSION, channel="heartbeat", chat_id="main"
-        )
+        return out.content if out is not None else None
 
     # ------------------------------------------------------------------ signals
     def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -215,7 +220,7 @@ class Gateway:
         await self.loop.finish(g.shutdown_grace_s)
         await self._wait_outbound_empty(OUTBOUND_FLUSH_TIMEOUT_S)
         await self.channels.stop_all()
-        await self.agent.aclose(drain_timeout_s=g.drain_timeout_s)
+        await self.runtime.aclose(drain_timeout_s=g.drain_timeout_s)
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)

@@ -32,12 +32,14 @@ from nanobot.memory.pending import (
     record_failure,
     write_marker,
 )
+from nanobot.memory.seam import memory_private
 from nanobot.memory.session_notes import write_session_note
 from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import boundary_after
 from nanobot.session.history import history_indices
 from nanobot.session.store import Session, SessionStore
 
+#: tokens of the next prompt: (session, whether the owner's memory is in the prompt) -> tokens
 Estimator = Callable[[Session, bool], int]
 #: the flush margin never takes more than this share of a small window's budget
 MAX_FLUSH_MARGIN_SHARE = 0.25
@@ -66,15 +68,14 @@ class MemoryLifecycle:
         flusher: MemoryFlusher,
         settings: LifecycleSettings,
         *,
-        model: str | None = None,
+        estimator: Estimator,
     ) -> None:
         self.sessions = sessions
         self.memory = memory
         self.consolidator = consolidator
         self.flusher = flusher
         self.settings = settings
-        self.model = model
-        self.estimator: Estimator = lambda s, g: 0
+        self.estimator = estimator
         self._locks: dict[str, asyncio.Lock] = {}
         self.consolidating: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -96,9 +97,6 @@ class MemoryLifecycle:
         if lock is None:
             lock = self._locks[key] = asyncio.Lock()
         return lock
-
-    def _private(self, is_group: bool) -> bool:
-        return not is_group or self.settings.share_in_groups
 
     # ------------------------------------------------------------------ tasks
     def track(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
@@ -136,21 +134,21 @@ class MemoryLifecycle:
         return not left
 
     # ------------------------------------------------------------------ per turn
-    async def ensure_fits(self, session: Session, estimate: Callable[[], int], *, is_group: bool) -> None:
+    async def ensure_fits(self, session: Session, estimate: Callable[[], int], *, private: bool) -> None:
         """Before an LLM call: if the prompt would overflow, consolidate now (waiting for background work)."""
         if estimate() <= self.budget_tokens:
             return
         async with self.lock_for(session.key):
             if not session.archived and estimate() > self.budget_tokens:
-                await self._consolidate_locked(session, is_group, estimate)
+                await self._consolidate_locked(session, private, estimate)
 
-    def after_turn(self, session: Session, *, is_group: bool) -> None:
+    def after_turn(self, session: Session, *, private: bool) -> None:
         """Schedule the flush and/or consolidation this session needs, in the background."""
         if session.key in self.consolidating:
             return
         # The next prompt adds a user message: expect one about the size of the last one, so the
         # work starts in the background now instead of blocking the next turn.
-        estimate = self.estimator(session, is_group) + self._last_user_tokens(session)
+        estimate = self.estimator(session, private) + self._last_user_tokens(session)
         wants_flush = (
             self.settings.flush_enabled
             and estimate > self.flush_threshold_tokens
@@ -158,7 +156,7 @@ class MemoryLifecycle:
         )
         if estimate > self.budget_tokens or wants_flush:
             self.consolidating.add(session.key)
-            self.track(self._background(session, is_group), f"memory:{session.key}")
+            self.track(self._background(session, private), f"memory:{session.key}")
 
     @staticmethod
     def _last_user_tokens(session: Session) -> int:
@@ -168,33 +166,33 @@ class MemoryLifecycle:
                 return session.tokens_of(i)
         return 0
 
-    async def _background(self, session: Session, is_group: bool) -> None:
+    async def _background(self, session: Session, private: bool) -> None:
         def next_prompt() -> int:
-            return self.estimator(session, is_group) + self._last_user_tokens(session)
+            return self.estimator(session, private) + self._last_user_tokens(session)
 
         try:
             async with self.lock_for(session.key):
                 if session.archived:  # /new got here first and owns these messages now
                     return
-                await self.maybe_flush(session, is_group)
+                await self.maybe_flush(session, private)
                 if next_prompt() > self.budget_tokens:
-                    await self._consolidate_locked(session, is_group, next_prompt)
+                    await self._consolidate_locked(session, private, next_prompt)
         finally:
             self.consolidating.discard(session.key)
 
-    async def maybe_flush(self, session: Session, is_group: bool) -> None:
+    async def maybe_flush(self, session: Session, private: bool) -> None:
         """At most one flush per compaction cycle (the cycle is the consolidation pointer's value)."""
         if not self.settings.flush_enabled or session.metadata.get("flushed_at") == session.last_consolidated:
             return
-        if self.estimator(session, is_group) + self._last_user_tokens(session) <= self.flush_threshold_tokens:
+        if self.estimator(session, private) + self._last_user_tokens(session) <= self.flush_threshold_tokens:
             return
         self.llm_calls += 1
         tail = session.messages[session.last_consolidated :]
-        if await self.flusher.flush(tail, private=self._private(is_group)):
+        if await self.flusher.flush(tail, private=private):
             self.sessions.set_metadata(session, flushed_at=session.last_consolidated)
 
     async def _consolidate_locked(
-        self, session: Session, is_group: bool, estimate: Callable[[], int]
+        self, session: Session, private: bool, estimate: Callable[[], int]
     ) -> None:
         for _round in range(self.settings.max_rounds):
             current = estimate()
@@ -213,7 +211,7 @@ class MemoryLifecycle:
                 removed += session.tokens_of(end)
                 end += 1
             end = boundary_after(session.messages, start, end)
-            if not await self._consolidate_range(session, start, end, is_group):
+            if not await self._consolidate_range(session, start, end, private):
                 break
         if estimate() > self.budget_tokens:
             logger.warning(
@@ -223,10 +221,10 @@ class MemoryLifecycle:
                 self.budget_tokens,
             )
 
-    async def _consolidate_range(self, session: Session, start: int, end: int, is_group: bool) -> bool:
+    async def _consolidate_range(self, session: Session, start: int, end: int, private: bool) -> bool:
         chunk = session.messages[start:end]
         self.llm_calls += 1
-        if await self.consolidator.consolidate(chunk, private=self._private(is_group)):
+        if await self.consolidator.consolidate(chunk, private=private):
             self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
             logger.info("session {}: consolidated messages {}..{}", session.key, start, end - 1)
             return True
@@ -257,12 +255,12 @@ class MemoryLifecycle:
 
     async def _process_archive(self, archived: Any, session_key: str) -> None:
         old = self.sessions.load_archived(archived)
-        is_group = bool(old.metadata.get("is_group", False))
+        private = memory_private(bool(old.metadata.get("is_group", False)), self.settings.share_in_groups)
         start = old.last_consolidated
         rest = old.messages[start:]
         if rest:
             self.llm_calls += 1
-            ok = await self.consolidator.consolidate(rest, private=self._private(is_group))
+            ok = await self.consolidator.consolidate(rest, private=private)
             if not ok and not self._archive_failed(archived, session_key, rest):
                 return
             self.sessions.set_metadata(old, last_consolidated=len(old.messages))
@@ -273,7 +271,6 @@ class MemoryLifecycle:
                 self.memory,
                 old.messages,
                 session_key,
-                model=self.model,
                 small_model=self.consolidator.small_model,
             )
             self.sessions.set_metadata(old, note_written=True)

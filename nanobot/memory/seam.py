@@ -11,6 +11,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
+def memory_private(is_group: bool, share_in_groups: bool) -> bool:
+    """The one privacy rule: the owner's long-term memory (MEMORY.md in the prompt, consolidation
+    into it) belongs to private chats and the terminal; group chats get it only when the owner
+    shares it (`memory.shareInGroups`)."""
+    return not is_group or share_in_groups
+
+
 @dataclass(frozen=True)
 class TurnRecord:
     session_key: str

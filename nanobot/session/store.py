@@ -13,9 +13,11 @@ import os
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import IO, Any, Literal
 
 from loguru import logger
@@ -39,8 +41,8 @@ class Session:
     metadata: dict[str, Any] = field(default_factory=dict)
     _token_cache: list[int | None] = field(default_factory=list, repr=False)
     archived: bool = False  # set by /new: this object no longer owns the live file
-    # per-role content caps of the LLM's view (e.g. {"user": 32000, "tool": 16000}), set by the store
-    count_caps: dict[str, int] = field(default_factory=dict, repr=False)
+    # per-role content caps of the LLM's view (e.g. {"user": 32000, "tool": 16000}), from the store
+    count_caps: Mapping[str, int] = field(default_factory=dict, repr=False)
     # history_indices() memo, keyed by (message count, consolidation pointer): messages are append-only
     _history_memo: tuple[tuple[int, int], list[int], int | None] | None = field(default=None, repr=False)
 
@@ -93,12 +95,14 @@ class SessionStore:
         *,
         fsync: FsyncPolicy = "everysec",
         max_cached: int = DEFAULT_MAX_CACHED_SESSIONS,
+        count_caps: Mapping[str, int] | None = None,
     ) -> None:
         self.dir = workspace / SESSIONS_DIR
         self.archive_dir = self.dir / ARCHIVE_DIR
         self.fsync_policy = fsync
         self.max_cached = max_cached
-        self.count_caps: dict[str, int] = {}  # set by the agent: token estimates follow what is sent
+        # per-role caps of what the LLM is sent: token estimates count what is sent, not what is stored
+        self.count_caps: Mapping[str, int] = MappingProxyType(dict(count_caps or {}))
         self._cache: OrderedDict[str, Session] = OrderedDict()
         # Sessions evicted from the LRU but still held by a running turn: handed out again instead of
         # a second copy loaded from disk that would miss the turn's later appends.

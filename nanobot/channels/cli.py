@@ -1,0 +1,152 @@
+"""TerminalChannel: the terminal as a channel on the bus (`nanobot agent`).
+
+Each line the user types is published as an InboundMessage on the bus, like a Telegram update,
+and goes through the agent loop: the per-session lock (a one-shot `nanobot agent` in the same
+process as other publishers never overlaps a turn on the same session), the concurrency limit
+and the slash commands. Lines are published as soon as they are read, so `/stop` reaches the turn
+that is running; replies are printed in the order of the lines that asked for them (a turn
+cancelled by `/stop` prints nothing, the `/stop` prints "Stopped.").
+
+Only replies, and what the agent sends to this chat with the `message` tool, go to stdout;
+the banner goes to stderr and nothing is prompted when stdin is not a TTY. Input is read by a
+daemon thread one line at a time, and the next line only once the previous one is on the bus,
+so a long piped input waits in the pipe (bounded) and Ctrl-C at the prompt never hangs the exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+from typing import TextIO
+
+from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.queue import MessageBus
+
+EXIT_WORDS = frozenset({"/exit", "/quit", "exit", "quit", ":q"})
+BANNER = "nanobot — interactive chat. /new starts a fresh session, /help lists commands, /exit quits."
+PROMPT = "You: "
+
+ReplyFuture = asyncio.Future[OutboundMessage | None]
+
+
+class TerminalChannel:
+    name = "cli"
+
+    def __init__(
+        self,
+        bus: MessageBus,
+        session_key: str,
+        *,
+        tty: bool,
+        stdin: TextIO | None = None,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
+        channel, _, chat_id = session_key.partition(":")
+        self.bus = bus
+        self.session_key = session_key
+        self.channel = channel or "cli"
+        self.chat_id = chat_id or "direct"
+        self.tty = tty
+        self.stdin = stdin or sys.stdin
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+
+    # ------------------------------------------------------------------ inbound
+    def _inbound(self, text: str, reply: ReplyFuture) -> InboundMessage:
+        return InboundMessage(
+            channel=self.channel,
+            sender_id="user",
+            chat_id=self.chat_id,
+            content=text,
+            session_key_override=self.session_key,
+            reply_future=reply,
+        )
+
+    async def _publish(self, text: str) -> ReplyFuture:
+        reply: ReplyFuture = asyncio.get_running_loop().create_future()
+        await self.bus.publish_inbound(self._inbound(text, reply))  # waits while the bus is full
+        return reply
+
+    async def one_shot(self, text: str) -> OutboundMessage | None:
+        """`agent -m`: one message, its reply printed; returns the reply (None when there is none:
+        the `message` tool already said everything)."""
+        out = await (await self._publish(text))
+        if out is not None:
+            print(out.content, file=self.stdout, flush=True)
+        return out
+
+    async def converse(self) -> int:
+        """Interactive chat until /exit or end of input; returns the exit code (0)."""
+        if self.tty:
+            self._notice(BANNER)
+        lines: asyncio.Queue[str | None] = asyncio.Queue()
+        want_next = threading.Semaphore(1)
+        self._start_reader(lines, want_next)
+        pending: asyncio.Queue[ReplyFuture | None] = asyncio.Queue()
+        printer = asyncio.create_task(self._print_in_order(pending), name="terminal-replies")
+        try:
+            while (line := await lines.get()) is not None:
+                text = line.strip()
+                if text.lower() in EXIT_WORDS:
+                    break
+                if text:
+                    pending.put_nowait(await self._publish(text))
+                want_next.release()
+            pending.put_nowait(None)
+            await printer  # every reply asked for so far is printed before the exit
+        finally:
+            printer.cancel()
+        return 0
+
+    def _start_reader(self, lines: asyncio.Queue[str | None], want_next: threading.Semaphore) -> None:
+        loop = asyncio.get_running_loop()
+
+        def put(line: str | None) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the process is exiting
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+
+        def run() -> None:
+            while True:
+                want_next.acquire()
+                line = self._read_line()
+                put(line)
+                if line is None or line.strip().lower() in EXIT_WORDS:
+                    return
+
+        # A daemon thread, not to_thread: a blocked read must not hold up the interpreter's exit.
+        threading.Thread(target=run, name="terminal-input", daemon=True).start()
+
+    def _read_line(self) -> str | None:
+        try:
+            if self.tty:
+                return input(PROMPT)
+            return self.stdin.readline() or None
+        except (EOFError, OSError, ValueError):  # closed stdin ends the chat like end of input
+            return None
+
+    async def _print_in_order(self, pending: asyncio.Queue[ReplyFuture | None]) -> None:
+        while (reply := await pending.get()) is not None:
+            out = await reply
+            if out is not None:  # None: cancelled by /stop, which answers for it
+                self._show(out.content)
+
+    # ------------------------------------------------------------------ outbound
+    async def show_outbound(self) -> None:
+        """Print what the agent sends on its own to this channel (the `message` tool) like a reply;
+        progress, typing and stream events are not shown in the terminal."""
+        while True:
+            out = await self.bus.consume_outbound()
+            if out.kind == "message" and out.channel == self.channel and out.content:
+                print(out.content, file=self.stdout, flush=True)
+
+    def _show(self, text: str) -> None:
+        if self.tty:
+            print(f"\nnanobot: {text}\n", file=self.stdout, flush=True)
+        else:
+            print(text, file=self.stdout, flush=True)
+
+    def _notice(self, text: str) -> None:
+        print(text, file=self.stderr, flush=True)
