@@ -62,6 +62,7 @@ BASE_REQUIREMENTS = [
     "numpy",
     "tzlocal",
 ]
+FILE_RECALL_GOAL = 0.9  # the default backend must bring the relevant fact within its context budget
 TOPICS = ("tea", "bike", "garden", "violin", "holiday", "train", "recipe", "novel", "mountain", "camera")
 
 
@@ -198,6 +199,11 @@ async def main() -> None:
             f"| {r['retrieve_p50']:.1f} / {r['retrieve_p95']:.1f} | {r['llm_per_turn']:.2f} "
             f"| {r['emb_per_turn']:.2f} | {r['hit_rate']:.0%} | {r['extra_mb']:.1f} |"
         )
+    for r in rows:
+        if r["backend"] == "file":
+            verdict = "PASS" if r["hit_rate"] >= FILE_RECALL_GOAL else "FAIL"
+            print(f"\nfile backend recall within its budget: {r['hit_rate']:.0%} "
+                  f"(goal >= {FILE_RECALL_GOAL:.0%}) {verdict}")
     print("\nmemos: extraction LLM calls are made by the (fake) MemOS server; embeddings are server-side.")
     print("honcho: derivation runs inside the Honcho server (not visible to the fake LLM).")
 

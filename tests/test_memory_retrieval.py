@@ -214,3 +214,22 @@ async def test_cross_lingual_questions_with_the_real_local_model(tmp_path: Path,
     chinese = await idx.search("用户对什么食物过敏？")
     assert chinese.results[0].path == "memory/2025-05-02.md"
     idx.close()
+
+
+# ------------------------------------------------------- file memory: relevant facts per message
+
+
+async def test_file_memory_brings_relevant_facts_of_a_long_memory_file(tmp_path: Path) -> None:
+    from nanobot.memory.seam import FileMemory
+    from nanobot.memory.store import MemoryStore
+
+    store = MemoryStore(tmp_path, "UTC")
+    facts = [f"- Fact {i}: the {w} code is {w.upper()}{i}" for i, w in
+             enumerate(["apple", "birch", "cedar", "delta", "ember", "fjord", "gravel", "harbor"] * 25)]
+    facts[100] = "- The storage unit door code is QX-7731."
+    store.write_memory("# Memory\n" + "\n".join(facts) + "\n")
+    memory = FileMemory(store, prompt_chars=2_000)  # far smaller than the file: the middle is cut
+    context = await memory.context_for("what's the door code of the storage unit?", "cli:direct", "u", False)
+    assert "QX-7731" in context and len(context) < 2_000
+    assert await memory.context_for("storage unit door code", "telegram:-1", "u", True) == ""  # groups: never
+    assert await FileMemory(store, prompt_chars=100_000).context_for("storage unit", "cli:direct", "u", False) == ""

@@ -202,7 +202,7 @@ def build_runtime(
         mcp = MCPManager(config.tools.mcp_servers)
         closers.append(mcp.aclose)
 
-    long_term = build_long_term_memory(config, workspace, memory, sessions)
+    long_term = build_long_term_memory(config, workspace, memory, sessions, budget.memory_chars)
     extra = []
     if search_on:
         from nanobot.agent.tools.memory import memory_prompt_section

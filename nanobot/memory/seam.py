@@ -7,8 +7,17 @@ Context management (token budget, consolidation, flush, compaction) is separate 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from nanobot.memory.relevant import relevant_section
+
+if TYPE_CHECKING:
+    from nanobot.memory.store import MemoryStore
+
+SHOWN_HEAD_SHARE = 0.6
+SHOWN_TAIL_SHARE = 0.15
 
 
 def memory_private(is_group: bool, share_in_groups: bool) -> bool:
@@ -45,13 +54,30 @@ class LongTermMemory(Protocol):
 
 
 class FileMemory:
-    """The Markdown file memory: MEMORY.md lives in the system prompt and consolidation writes it,
-    so there is nothing query-dependent to add and nothing extra to record per turn."""
+    """The Markdown file memory: MEMORY.md lives in the system prompt and consolidation writes it.
+
+    When MEMORY.md is longer than its prompt budget, the prompt carries only its head and tail;
+    context_for() then brings the facts of the omitted middle that are relevant to the message into
+    the runtime block, so the system prompt stays byte-stable and nothing relevant is cut away.
+    """
 
     name = "file"
 
+    def __init__(self, store: MemoryStore | None = None, prompt_chars: int = 0):
+        self.store = store
+        self.prompt_chars = prompt_chars  # MEMORY.md's budget in the system prompt (0: unknown)
+
     async def context_for(self, query: str, session_key: str, sender_id: str, is_group: bool) -> str:
-        return ""
+        if self.store is None or is_group or not self.prompt_chars:
+            return ""
+        text = self.store.read_memory().strip()
+        if len(text) <= self.prompt_chars:
+            return ""  # the prompt carries all of it
+        # What the prompt shows of a long file: at least this much of its head and tail (the prompt
+        # keeps somewhat more of each, so a fact here may be repeated, never missed).
+        shown = text[: int(self.prompt_chars * SHOWN_HEAD_SHARE)] + text[-int(self.prompt_chars * SHOWN_TAIL_SHARE):]
+        facts = await asyncio.to_thread(relevant_section, text, query, shown)
+        return f"Relevant facts from memory/MEMORY.md (not shown above):\n{facts}" if facts else ""
 
     async def record_turn(self, turn: TurnRecord) -> None:
         return None

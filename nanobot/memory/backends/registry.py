@@ -78,13 +78,13 @@ def build_adapter(
 
 
 def build_long_term_memory(
-    config: Config, workspace: Path, memory_store: Any, sessions: Any
+    config: Config, workspace: Path, memory_store: Any, sessions: Any, memory_prompt_chars: int = 0
 ) -> LongTermMemory:
     """The agent's long-term memory. `file` and `rolling_summary` keep the Markdown file memory
     (MEMORY.md in the system prompt, written by consolidation); anything else goes through an adapter."""
     sel = select(config)
     if sel.name in ("file", "rolling_summary"):
-        return FileMemory()
+        return FileMemory(memory_store, memory_prompt_chars)
     from nanobot.memory.backends.bridge import AdapterMemory
 
     adapter = build_adapter(config, workspace, selection=sel)

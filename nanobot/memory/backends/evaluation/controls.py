@@ -32,6 +32,7 @@ from nanobot.memory.backends.contract import (
     RetrieveResult,
     WriteReceipt,
 )
+from nanobot.memory.relevant import relevant_first
 from nanobot.providers.tokens import count_text
 from nanobot.timeutil import parse_iso_or_none
 from nanobot.util.text import safe_id
@@ -189,7 +190,8 @@ class RollingSummaryControl(_Control):
             summary = store.read_memory().strip()
         result.raw = {"path": str(store.memory_path), "chars": len(summary)}
         if summary:
-            result.prose = summary
+            # Facts relevant to the request first: the budget cut then drops the unrelated ones.
+            result.prose = relevant_first(summary, request.query)
             result.trace.native_ids = ["MEMORY.md"]
         return result
 
