@@ -9,6 +9,7 @@ are off (`max_retries=0`): the retry policy is `RemoteProvider`'s, the same as o
 from __future__ import annotations
 
 import asyncio
+import json
 import weakref
 from collections.abc import AsyncIterator
 from typing import Any
@@ -70,7 +71,15 @@ class OpenAICompatProvider(RemoteProvider):
         return kw
 
     async def _complete(self, request: dict[str, Any]) -> Any:
-        return await self._client().chat.completions.create(**self._adapt(request))
+        # The SDK's generic `post` with raw bytes back: `chat.completions.create` would first walk
+        # every message through its type-driven transform and then build pydantic models of the
+        # answer, most of the client's CPU per call; the request is already plain JSON here.
+        kw = self._adapt(request)
+        timeout = kw.pop("timeout")
+        raw = await self._client().post(
+            "/chat/completions", body=kw, cast_to=bytes, options={"timeout": timeout}
+        )
+        return json.loads(raw)
 
     async def _open_stream(self, request: dict[str, Any]) -> AsyncIterator[Any]:
         kw = self._adapt(request)

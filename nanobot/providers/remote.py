@@ -133,33 +133,42 @@ class RemoteProvider(LLMProvider):
                 await asyncio.sleep(delay)
 
 
+def _field(obj: Any, name: str) -> Any:
+    """`obj.name` or `obj[name]`: the direct route parses JSON into dicts, litellm returns objects."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
 def _usage(raw: Any) -> Usage:
     if not raw:
         return Usage()
-    return Usage(getattr(raw, "prompt_tokens", 0) or 0, getattr(raw, "completion_tokens", 0) or 0)
+    return Usage(_field(raw, "prompt_tokens") or 0, _field(raw, "completion_tokens") or 0)
 
 
 def parse_completion(response: Any) -> LLMResponse:
-    """An OpenAI-shaped completion (SDK or litellm object) as an LLMResponse."""
-    choices = getattr(response, "choices", None)
-    if not choices:
+    """An OpenAI-shaped completion (a dict of the JSON, or an SDK/litellm object) as an LLMResponse."""
+    choices = _field(response, "choices")
+    if not choices or not isinstance(choices, list):
         raise MalformedResponseError("the completion has no choices")
     choice = choices[0]
-    message = getattr(choice, "message", None)
+    message = _field(choice, "message")
     if message is None:
         raise MalformedResponseError("the completion's choice has no message")
-    calls = [
-        ToolCall(
-            id=tc.id or f"call_{i}", name=tc.function.name, arguments=from_provider(tc.function.arguments)
+    calls = []
+    for i, tc in enumerate(_field(message, "tool_calls") or []):
+        fn = _field(tc, "function") or {}
+        calls.append(
+            ToolCall(
+                id=_field(tc, "id") or f"call_{i}",
+                name=_field(fn, "name") or "",
+                arguments=from_provider(_field(fn, "arguments")),
+            )
         )
-        for i, tc in enumerate(getattr(message, "tool_calls", None) or [])
-    ]
     return LLMResponse(
-        content=message.content,
+        content=_field(message, "content"),
         tool_calls=calls,
-        finish_reason=choice.finish_reason or "stop",
-        usage=_usage(getattr(response, "usage", None)),
-        reasoning=getattr(message, "reasoning_content", None),
+        finish_reason=_field(choice, "finish_reason") or "stop",
+        usage=_usage(_field(response, "usage")),
+        reasoning=_field(message, "reasoning_content"),
     )
 
 

@@ -266,11 +266,29 @@ def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
     }
 
 
+def echo_reply(body: dict[str, Any]) -> str:
+    """ "re: " and the last paragraph of the last message (benchmarks check replies with it)."""
+    return "re: " + str(body["messages"][-1]["content"]).rsplit("\n\n", 1)[-1]
+
+
 def main() -> None:
-    """Run standalone (for manual checks and subprocess benchmarks): prints the base URL."""
+    """Run standalone (for manual checks and subprocess benchmarks): prints the base URL.
+
+    `--delay-ms N` answers after N ms; `--echo` answers with `echo_reply` instead of "ok".
+    """
+    import argparse
     import sys
 
-    srv = FakeLLMServer().start()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--delay-ms", type=float, default=0.0)
+    parser.add_argument("--echo", action="store_true")
+    args = parser.parse_args()
+    srv = FakeLLMServer()
+    delay_s = args.delay_ms / 1000
+    srv.default_delay_s = delay_s
+    if args.echo:
+        srv.responder = lambda body: Reply(content=echo_reply(body), delay_s=delay_s)
+    srv.start()
     print(srv.url, flush=True)
     try:
         sys.stdin.read()
