@@ -18,11 +18,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from apscheduler.events import EVENT_JOB_MISSED, JobExecutionEvent
-from apscheduler.jobstores.base import JobLookupError
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from loguru import logger
 
 from nanobot.scheduler.cron_store import (
@@ -46,6 +43,10 @@ from nanobot.scheduler.cron_store import (
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import parse_iso, resolve_tz
 from nanobot.util.text import truncate_head
+
+if TYPE_CHECKING:  # APScheduler is imported when the scheduler starts, not with the agent
+    from apscheduler.events import JobExecutionEvent
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 __all__ = [
     "CRON_SESSION_PREFIX",
@@ -180,6 +181,9 @@ class CronService:
     async def start(self) -> None:
         if self._scheduler is not None:
             return
+        from apscheduler.events import EVENT_JOB_MISSED
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
         self._scheduler = AsyncIOScheduler(
             timezone=self.tz,
             job_defaults={"misfire_grace_time": self.misfire_grace_s, "coalesce": True, "max_instances": 1},
@@ -295,6 +299,8 @@ class CronService:
     def _unschedule(self, job_id: str) -> None:
         self._scheduled.pop(job_id, None)
         if self._scheduler is not None:
+            from apscheduler.jobstores.base import JobLookupError
+
             with contextlib.suppress(JobLookupError):  # a one-shot timer removes itself after firing
                 self._scheduler.remove_job(job_id)
 

@@ -15,17 +15,16 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.date import DateTrigger
-from apscheduler.triggers.interval import IntervalTrigger
 
 from nanobot.config.paths import CRON_DIR
 from nanobot.timeutil import parse_iso
 from nanobot.util.fs import atomic_write, file_lock
+
+if TYPE_CHECKING:  # APScheduler's triggers are imported where a schedule is parsed or run
+    from apscheduler.triggers.base import BaseTrigger
+    from apscheduler.triggers.cron import CronTrigger
 
 FILE_FORMAT = 1
 MAX_JOBS = 500  # a runaway agent must not grow jobs.json without bound
@@ -211,6 +210,8 @@ def crontab_trigger(expr: str, tz: tzinfo) -> CronTrigger:
     if len(fields) != 5:
         raise ValueError(f"expected 5 fields (minute hour day month weekday), got {len(fields)}")
     minute, hour, day, month, weekday = fields
+    from apscheduler.triggers.cron import CronTrigger
+
     return CronTrigger(
         minute=minute, hour=hour, day=day, month=month, day_of_week=_weekday_field(weekday), timezone=tz
     )
@@ -259,6 +260,9 @@ def make_schedule(
 
 def build_trigger(job: CronJob, default_tz: tzinfo) -> BaseTrigger:
     """The APScheduler trigger for a job. `every` is anchored on the creation time, one interval on."""
+    from apscheduler.triggers.date import DateTrigger
+    from apscheduler.triggers.interval import IntervalTrigger
+
     sched = job.schedule
     zone = job_zone(sched.tz, default_tz)
     if sched.kind == "at":

@@ -22,8 +22,15 @@ class AgentDefaults(Section):
                                      "the turn stops with a notice.")
     timezone: str = Field("", description="IANA zone (`Europe/Berlin`) for memory timestamps, dated note "
                           "names and cron; empty: the system's.")
-    max_concurrent_turns: int = Field(8, ge=1, description="Turns of different chats that may run at "
-                                      "once; one chat's messages are always answered in order.")
+    # 16: a turn mostly waits on the model (the client costs a few ms of CPU per call), so a
+    # household's or a group's simultaneous chats should not queue behind each other; the gate
+    # still bounds how many tool runs (sandboxed exec, web fetches) and model requests one gateway
+    # fires at once on a small host. See the README's performance section for the measurements.
+    max_concurrent_turns: int = Field(16, ge=1, description="Turns of different chats that may run at "
+                                      "once; one chat's messages are always answered in order. Each "
+                                      "turn mostly waits on the model, so 16 keeps simultaneous chats "
+                                      "from queueing while bounding parallel tool runs and model "
+                                      "requests; lower it for strict provider rate limits or a tiny host.")
     max_user_message_chars: int = Field(32_000, ge=1000, description="A longer user message is cut to "
                                         "this many characters before it reaches the model.")
     max_tool_result_chars: int = Field(16_000, ge=500, description="A longer tool result is cut to this "
