@@ -16,8 +16,9 @@ QUESTION = "Where did I park the PURPLE-ELEPHANT-42?"
 MEMORY_FACT = "The user's locker code is MEMORY-MARKER-9177."
 REPLY = "In the north garage, level 2."
 
-# Every provider route the CLI can take to an OpenAI-compatible server.
-ROUTES: dict[str, dict[str, Any]] = {"default": {}}
+# Every provider route the CLI can take to an OpenAI-compatible server: the direct openai SDK client
+# (the default) and litellm.
+ROUTES: dict[str, dict[str, Any]] = {"direct": {}, "litellm": {"providers.custom.via": "litellm"}}
 
 
 def _setup(home: Path, url: str, route: dict[str, Any], prompts: bool = False) -> None:
@@ -42,8 +43,9 @@ def test_verbose_changes_stderr_only(home: Path, fake_llm, route: str) -> None:
         assert private not in verbose.stderr, private
 
 
-def test_prompt_logging_is_opt_in_and_masked(home: Path, fake_llm) -> None:
-    _setup(home, fake_llm.url, {}, prompts=True)
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_prompt_logging_is_opt_in_and_masked(home: Path, fake_llm, route: str) -> None:
+    _setup(home, fake_llm.url, ROUTES[route], prompts=True)
     fake_llm.push(REPLY)
     verbose = run_cli("-v", "agent", "-m", QUESTION, home=home)
     assert verbose.returncode == 0, verbose.stderr
