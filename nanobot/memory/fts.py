@@ -104,9 +104,16 @@ def match_query(terms: list[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-def term_hits(line: str, terms: list[str]) -> int:
-    """How many keyword occurrences a line holds (used to place snippets)."""
+def match_stem(term: str) -> str:
+    """The part of a keyword that inflected forms share ("painting", "painted" -> "paint")."""
+    return term if len(term) <= 4 or not term.isascii() else term[: max(4, len(term) - 3)]
+
+
+def term_hits(line: str, terms: list[str], weights: dict[str, float] | None = None) -> float:
+    """Keyword occurrences in a line (used to place snippets), each weighted by its rarity when given."""
     if not terms:
         return 0
     low = line.lower()
-    return sum(low.count(t) for t in terms)
+    if weights is None:
+        return sum(low.count(t) for t in terms)
+    return sum(weights.get(t, 1.0) * low.count(match_stem(t)) for t in terms)

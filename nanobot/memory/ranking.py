@@ -12,6 +12,7 @@ same file are dropped, and each snippet is centred on the lines that match.
 from __future__ import annotations
 
 import heapq
+import math
 from datetime import date
 
 import numpy as np
@@ -116,9 +117,11 @@ def rank(
     chosen = select_by_min_score(candidates, min_score, pool)
     chosen = mmr_rerank(chosen, pool, cfg.mmr_lambda) if cfg.mmr else chosen
     chosen = _distinct(chosen, limit)
+    # Snippets centre on rare keywords: a name on every line of a chat must not pull the window.
+    rarity = {t: math.log((total + 1) / (doc_counts.get(t, 0) + 1)) + 0.05 for t in terms}
     out: list[SearchResult] = []
     for cand in chosen:
-        snippet, first, last = make_snippet(cand.text, cand.start_line, cand.end_line, terms)
+        snippet, first, last = make_snippet(cand.text, cand.start_line, cand.end_line, terms, weights=rarity)
         if cand.title:
             snippet = f"[{cand.title}]\n{snippet}"
         out.append(SearchResult(cand.path, cand.start_line, cand.end_line, cand.score, snippet,

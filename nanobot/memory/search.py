@@ -135,7 +135,12 @@ def mmr_rerank(candidates: Sequence[Candidate], limit: int, lam: float) -> list[
 
 
 def make_snippet(
-    text: str, start_line: int, end_line: int, terms: list[str], max_chars: int = SNIPPET_MAX_CHARS
+    text: str,
+    start_line: int,
+    end_line: int,
+    terms: list[str],
+    max_chars: int = SNIPPET_MAX_CHARS,
+    weights: dict[str, float] | None = None,
 ) -> tuple[str, int, int]:
     """At most max_chars of the chunk, from the run of whole lines holding the most keyword hits.
 
@@ -145,10 +150,10 @@ def make_snippet(
     lines = text.split("\n")
     if len(text) <= max_chars:
         return text, start_line, end_line
-    hits = [term_hits(line, terms) for line in lines]
+    hits = [term_hits(line, terms, weights) for line in lines]
     # Sliding window of whole lines within max_chars; the first window with the most hits wins.
-    best_start, best_end, best_hits = 0, 1, -1
-    last, used, total = 0, -1, 0  # window lines[first:last], its length with newlines, its hits
+    best_start, best_end, best_hits = 0, 1, -1.0
+    last, used, total = 0, -1, 0.0  # window lines[first:last], its length with newlines, its hits
     for first in range(len(lines)):
         if last < first + 1:
             last, used, total = first + 1, len(lines[first]), hits[first]
