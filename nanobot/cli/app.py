@@ -17,6 +17,7 @@ from nanobot import __version__
 from nanobot.cli import agent as agent_cmd
 from nanobot.cli import config_cmd
 from nanobot.cli import cron as cron_cmd
+from nanobot.cli import doctor as doctor_cmd
 from nanobot.cli import gateway as gateway_cmd
 from nanobot.cli import health as health_cmd
 from nanobot.cli import mcp as mcp_cmd
@@ -69,6 +70,7 @@ app.command("agent")(agent_cmd.agent)
 app.command("gateway")(gateway_cmd.gateway)
 app.command("status")(status_cmd.status)
 app.command("health")(health_cmd.health)
+app.command("doctor")(doctor_cmd.doctor)
 app.add_typer(memory_cmd.app, name="memory", help="Search and maintain the memory index.")
 app.add_typer(cron_cmd.app, name="cron", help="Manage scheduled jobs.")
 app.add_typer(service_cmd.app, name="service", help="Install the gateway as a systemd service.")

@@ -9,7 +9,7 @@ from nanobot.cli.common import ConfigOption, config_path, err, load_cli_config
 from nanobot.config.loader import save_config
 from nanobot.config.paths import ensure_workspace
 from nanobot.config.schema import Config
-from nanobot.util.fs import atomic_write
+from nanobot.util.fs import atomic_write, ensure_private_dir
 
 
 def templates_dir() -> Path:
@@ -19,6 +19,7 @@ def templates_dir() -> Path:
 def copy_templates(workspace: Path) -> list[Path]:
     """Copy template files that do not exist yet; never overwrite. Returns the files created."""
     created: list[Path] = []
+    ensure_private_dir(workspace)  # 0700 before anything lands in it
     source = templates_dir()
     for path in sorted(source.rglob("*")):
         if not path.is_file() or path.suffix not in (".md",):

@@ -1,0 +1,185 @@
+"""Doctor checks that stay on this machine: config, files, disk, gateway, service unit, memory index,
+exec sandbox. None of them uses the network."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import sqlite3
+import stat
+from pathlib import Path
+
+from nanobot.config.loader import load_config
+from nanobot.config.paths import (
+    WORKSPACE_FOLDERS,
+    ensure_workspace,
+    index_path,
+    nanobot_home,
+    secure_installation,
+)
+from nanobot.config.schema import Config
+from nanobot.doctor import Check
+from nanobot.errors import ConfigError
+
+DISK_FAIL_BYTES = 100 * 1024**2  # sessions and memory cannot be written safely below this
+DISK_WARN_BYTES = 1024**3
+GROUP_OTHER_BITS = 0o077
+
+
+def check_config(path: Path) -> tuple[Check, Config | None]:
+    """Does the config load (valid values, no unknown keys)? Returns the config when it does."""
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        return Check("config", "fail", f"{exc} (fix the key named, then run nanobot doctor again)"), None
+    if not path.exists():
+        return Check("config", "warn", f"{path} does not exist: defaults in use (run nanobot onboard)"), cfg
+    return Check("config", "ok", f"{path} is valid"), cfg
+
+
+def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
+    workspace = cfg.workspace_path
+    return [
+        check_sandbox(cfg),
+        check_files(workspace, config_path, fix=fix),
+        check_disk(workspace),
+        check_gateway(cfg),
+        check_service(),
+        check_index(cfg, fix=fix),
+    ]
+
+
+def _loose(path: Path) -> bool:
+    try:
+        return bool(stat.S_IMODE(path.stat().st_mode) & GROUP_OTHER_BITS)
+    except OSError:
+        return False
+
+
+def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
+    """Private permissions (home and workspace 0700, config 0600) and the workspace folders."""
+    home = nanobot_home()
+    loose = [p for p in (home, config_path, workspace) if p.exists() and _loose(p)]
+    missing = [name for name in WORKSPACE_FOLDERS if not (workspace / name).is_dir()]
+    if not loose and not missing:
+        return Check("files", "ok", f"private permissions; workspace {workspace} complete")
+    problems = []
+    if loose:
+        problems.append("readable by others: " + ", ".join(str(p) for p in loose))
+    if missing:
+        problems.append(f"missing folders in {workspace}: " + ", ".join(missing))
+    if not fix:
+        return Check("files", "fail" if loose else "warn", "; ".join(problems) + " (nanobot doctor --fix repairs)")
+    ensure_workspace(workspace)
+    changed = secure_installation(workspace, home)
+    if config_path.exists() and _loose(config_path):
+        config_path.chmod(0o600)
+        changed += 1
+    return Check("files", "ok", "; ".join(problems),
+                 fixed=f"made {changed} path(s) private; created {len(missing)} folder(s)")
+
+
+def check_disk(workspace: Path) -> Check:
+    probe = workspace
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    text = f"{free / 1024**3:.1f} GiB free on the workspace's file system"
+    if free < DISK_FAIL_BYTES:
+        return Check("disk", "fail", text + " (messages can no longer be saved safely)")
+    return Check("disk", "warn" if free < DISK_WARN_BYTES else "ok", text)
+
+
+def check_gateway(cfg: Config) -> Check:
+    from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary, is_healthy
+
+    workspace = cfg.workspace_path
+    if not gateway_summary(workspace)["running"]:
+        enabled = [n for n in ("telegram", "discord") if getattr(cfg.channels, n).enabled]
+        note = f" (channels {', '.join(enabled)} answer only while it runs: nanobot gateway)" if enabled else ""
+        return Check("gateway", "warn" if enabled else "ok", f"not running{note}")
+    ok, reason = is_healthy(workspace, cfg.gateway.watchdog_interval_s * WATCHDOG_STALE_FACTOR)
+    return Check("gateway", "ok" if ok else "fail", reason)
+
+
+def exec_start_argv(unit_text: str) -> list[str]:
+    """The ExecStart= command of a unit we wrote, split as systemd does for our quoting."""
+    for line in unit_text.splitlines():
+        if line.startswith("ExecStart="):
+            words = shlex.split(line.partition("=")[2])
+            return [w.replace("%%", "%").replace("$$", "$") for w in words]
+    return []
+
+
+def check_service() -> Check:
+    from nanobot.service.systemd import default_unit_path
+
+    units = [p for p in (default_unit_path(True), default_unit_path(False)) if p.is_file()]
+    if not units:
+        return Check("service", "ok", "no systemd unit installed (nanobot service install sets one up)")
+    unit = units[0]
+    try:
+        argv = exec_start_argv(unit.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return Check("service", "fail", f"{unit}: unreadable ({exc})")
+    problems = []
+    if not argv or not (Path(argv[0]).is_file() and os.access(argv[0], os.X_OK)):
+        problems.append(f"its executable {argv[0] if argv else '(none)'} is missing")
+    if "-c" in argv[:-1] and not Path(argv[argv.index("-c") + 1]).is_file():
+        problems.append(f"its config {argv[argv.index('-c') + 1]} is missing")
+    if problems:
+        return Check("service", "fail", f"{unit}: " + "; ".join(problems) + " (run nanobot service install again)")
+    return Check("service", "ok", f"{unit} installed")
+
+
+def _index_problem(path: Path) -> str | None:
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
+            row = db.execute("PRAGMA quick_check").fetchone()
+    except sqlite3.Error as exc:
+        return str(exc)
+    return None if row and row[0] == "ok" else str(row[0] if row else "no answer")
+
+
+def check_index(cfg: Config, *, fix: bool) -> Check:
+    if not cfg.memory.search.enabled:
+        return Check("memory index", "ok", "memory search is off (memory.search.enabled)")
+    path = index_path(cfg.workspace_path)
+    problem = "not built yet" if not path.exists() else _index_problem(path)
+    if problem is None:
+        return Check("memory index", "ok", f"{path} ({path.stat().st_size // 1024} KiB) passes its integrity check")
+    if not fix:
+        status = "warn" if not path.exists() else "fail"
+        return Check("memory index", status, f"{problem} (nanobot doctor --fix or nanobot memory reindex)")
+    if path.exists():  # derived data: the memory files are the truth, so a broken index is rebuilt
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    from nanobot.memory.index import build_index
+
+    index = build_index(cfg)
+    try:
+        stats = asyncio.run(index.sync(force=True))
+    finally:
+        index.close()
+    return Check("memory index", "ok", problem,
+                 fixed=f"rebuilt: {stats.files_indexed} files, {stats.chunks_indexed} chunks")
+
+
+def check_sandbox(cfg: Config) -> Check:
+    requested = cfg.tools.exec.sandbox
+    try:
+        from nanobot.sandbox import detect  # the OS sandbox package, where installed
+    except ImportError:
+        found = shutil.which("bwrap")
+        if requested == "none":
+            return Check("sandbox", "warn", "exec runs without an OS sandbox (tools.exec.sandbox is none)")
+        if found:
+            return Check("sandbox", "ok", f"bubblewrap at {found} (tools.exec.sandbox {requested})")
+        status = "fail" if requested == "bwrap" else "warn"
+        return Check("sandbox", status, "bubblewrap not found: exec runs with its best-effort guard only")
+    result = detect(requested)
+    if result.active == "unavailable":
+        return Check("sandbox", "warn", result.describe())
+    return Check("sandbox", "warn" if result.active == "off" else "ok", result.describe())

@@ -1,0 +1,130 @@
+"""`nanobot doctor` as a user runs it (subprocesses) against the local fakes: healthy set-up, a dead
+provider, rejected channel tokens, a broken config, and the safe repairs of --fix."""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import config_dict, run_cli
+from tests.fakes.discord_server import FakeDiscordServer
+from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.telegram_server import FakeTelegramServer
+from tests.gateway_harness import DC_TOKEN, TG_TOKEN, TG_USER
+
+
+@pytest.fixture
+def fake_telegram() -> Iterator[FakeTelegramServer]:
+    server = FakeTelegramServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_discord() -> Iterator[FakeDiscordServer]:
+    server = FakeDiscordServer().start()
+    yield server
+    server.stop()
+
+
+def _setup(home: Path, llm_url: str, tg: FakeTelegramServer | None = None,
+           dc: FakeDiscordServer | None = None) -> Path:
+    home.chmod(0o700)  # as onboard creates it (pytest made this one world-readable)
+    assert run_cli("onboard", home=home).returncode == 0
+    data = config_dict(llm_url)
+    if tg is not None:
+        data["channels"] = {"telegram": {"enabled": True, "token": TG_TOKEN, "allowFrom": [str(TG_USER)],
+                                         "baseUrl": tg.base_url, "baseFileUrl": tg.base_file_url}}
+    if dc is not None:
+        data.setdefault("channels", {})["discord"] = {"enabled": True, "token": DC_TOKEN, "allowFrom": [],
+                                                      "apiBase": dc.api_base, "gatewayUrl": dc.gateway_url}
+    path = home / "config.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+def _doctor(home: Path, *args: str) -> tuple[int, dict]:
+    result = run_cli("doctor", "--json", "--timeout", "10", *args, home=home, env={"XDG_CONFIG_HOME": str(home)})
+    assert "Traceback" not in result.stderr, result.stderr
+    report = json.loads(result.stdout)
+    assert report["healthy"] is (result.returncode == 0)
+    return result.returncode, {c["part"]: c for c in report["checks"]}
+
+
+def test_healthy_setup_passes(home: Path, fake_llm: FakeLLMServer, fake_telegram: FakeTelegramServer,
+                              fake_discord: FakeDiscordServer) -> None:
+    _setup(home, fake_llm.url, fake_telegram, fake_discord)
+    code, checks = _doctor(home)
+    assert code == 0, [c for c in checks.values() if c["status"] == "fail"]
+    assert checks["provider"]["status"] == "ok" and fake_llm.requests[-1]["max_tokens"] == 1
+    assert checks["telegram"]["status"] == "ok" and "1 allowed sender" in checks["telegram"]["detail"]
+    assert fake_telegram.calls_to("getMe")
+    assert checks["discord"]["status"] == "ok" and "pairing approve" in checks["discord"]["detail"]
+    assert TG_TOKEN not in json.dumps(checks) and DC_TOKEN not in json.dumps(checks)
+    assert {"config", "sandbox", "files", "disk", "gateway", "service", "memory index"} <= checks.keys()
+    text = run_cli("doctor", "--timeout", "10", home=home, env={"XDG_CONFIG_HOME": str(home)})
+    assert text.returncode == 0 and text.stdout.rstrip().endswith("healthy"), text.stdout
+
+
+def test_dead_provider_fails_naming_it(home: Path, fake_llm: FakeLLMServer) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    _setup(home, dead)
+    code, checks = _doctor(home)
+    assert code == 1
+    assert checks["provider"]["status"] == "fail", checks["provider"]
+    assert [p for p, c in checks.items() if c["status"] == "fail"] == ["provider"]
+    text = run_cli("doctor", "--timeout", "10", home=home, env={"XDG_CONFIG_HOME": str(home)})
+    assert text.returncode == 1 and "unhealthy: provider" in text.stdout
+
+
+def test_rejected_channel_tokens_fail_naming_the_channel(
+    home: Path, fake_llm: FakeLLMServer, fake_telegram: FakeTelegramServer, fake_discord: FakeDiscordServer
+) -> None:
+    _setup(home, fake_llm.url, fake_telegram, fake_discord)
+    fake_telegram.rejected_tokens.add(TG_TOKEN)
+    code, checks = _doctor(home)
+    assert code == 1
+    assert checks["telegram"]["status"] == "fail" and "rejected" in checks["telegram"]["detail"]
+    assert checks["discord"]["status"] == "ok" and checks["provider"]["status"] == "ok"
+    fake_discord.rejected_tokens.add(DC_TOKEN)
+    code, checks = _doctor(home)
+    assert code == 1 and checks["discord"]["status"] == "fail" and "rejected" in checks["discord"]["detail"]
+
+
+def test_broken_config_fails_and_skips_the_rest(home: Path) -> None:
+    (home / "config.json").write_text('{"agents": {"defaults": {"maxTokenz": 1}}}', encoding="utf-8")
+    code, checks = _doctor(home)
+    assert code == 1
+    assert checks["config"]["status"] == "fail"
+    assert "agents.defaults.maxTokenz: unknown key" in checks["config"]["detail"]
+    assert all(c["status"] == "skip" for p, c in checks.items() if p != "config")
+
+
+def test_fix_repairs_permissions_folders_and_the_index(home: Path, fake_llm: FakeLLMServer) -> None:
+    _setup(home, fake_llm.url)
+    ws = home / "workspace"
+    (ws / "memory" / "MEMORY.md").write_text("# Memory\n\nThe owner's cat is called Mila.\n")
+    ws.chmod(0o755)
+    (ws / "cron").rmdir()
+    index = ws / "memory" / ".index.sqlite"
+    index.write_bytes(b"this is not a database" * 100)
+    code, checks = _doctor(home)
+    assert code == 1
+    assert checks["files"]["status"] == "fail" and "cron" in checks["files"]["detail"]
+    assert checks["memory index"]["status"] == "fail"
+    code, checks = _doctor(home, "--fix")
+    assert code == 0, checks
+    assert checks["files"]["fixed"] and checks["memory index"]["fixed"].startswith("rebuilt")
+    assert stat.S_IMODE(ws.stat().st_mode) == 0o700 and (ws / "cron").is_dir()
+    code, checks = _doctor(home)
+    assert code == 0 and checks["memory index"]["status"] == "ok" and checks["files"]["status"] == "ok"
+    found = run_cli("memory", "search", "Mila", "--json", home=home)
+    assert "Mila" in found.stdout, found.stderr
