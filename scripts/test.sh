@@ -14,4 +14,5 @@ export PATH="$PWD/$VENV/bin:$PATH"
 ruff check .
 python scripts/config_docs.py --check
 bash scripts/lint_ops.sh
+vulture nanobot scripts/vulture_whitelist.py --min-confidence 80  # dead code
 pytest -q -p no:cacheprovider "$@"

@@ -68,13 +68,13 @@ def test_selection_rules(home: Path, fake_llm: FakeLLMServer) -> None:
 def test_file_backend_keeps_file_memory(home: Path, fake_llm: FakeLLMServer) -> None:
     for memory in ({}, {"condition": "rolling_summary"}):
         cfg, _ = make_config(home, fake_llm.url, memory)
-        assert isinstance(build_long_term_memory(cfg, cfg.workspace_path, None, None), FileMemory)
+        assert isinstance(build_long_term_memory(cfg, cfg.workspace_path, None), FileMemory)
     cfg, _ = make_config(
         home,
         fake_llm.url,
         {"condition": "full_history", "backends": {"full_history": {"runId": "r7", "contextTokens": 900}}},
     )
-    lt = build_long_term_memory(cfg, cfg.workspace_path, None, None)
+    lt = build_long_term_memory(cfg, cfg.workspace_path, None)
     assert isinstance(lt, AdapterMemory) and lt.run_id == "r7" and lt.budget.max_tokens == 900
 
 
@@ -118,11 +118,11 @@ async def test_group_chats_get_no_backend_memory_by_default(home: Path, fake_llm
     cfg, _ = make_config(home, fake_llm.url, {"condition": "static_profile"})
     cfg.workspace_path.mkdir(parents=True, exist_ok=True)
     (cfg.workspace_path / "PROFILE.md").write_text("secret profile\n", encoding="utf-8")
-    lt = build_long_term_memory(cfg, cfg.workspace_path, None, None)
+    lt = build_long_term_memory(cfg, cfg.workspace_path, None)
     assert await lt.context_for("hi", "telegram:-5", "42", is_group=True) == ""
     assert "secret profile" in await lt.context_for("hi", "telegram:42", "42", is_group=False)
     cfg.memory.share_in_groups = True
-    lt = build_long_term_memory(cfg, cfg.workspace_path, None, None)
+    lt = build_long_term_memory(cfg, cfg.workspace_path, None)
     assert "secret profile" in await lt.context_for("hi", "telegram:-5", "42", is_group=True)
 
 

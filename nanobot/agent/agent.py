@@ -240,7 +240,7 @@ class Agent:
         return result.content, False
 
     def _record_long_term(self, ctx: MessageContext, user_text: str, reply: str) -> None:
-        if isinstance(self.long_term, FileMemory):
+        if self.long_term.owns_memory_file:  # MEMORY.md is its record: nothing to send per turn
             return
         record = TurnRecord(
             session_key=ctx.session_key,

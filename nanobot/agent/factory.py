@@ -35,7 +35,6 @@ from nanobot.memory.backends.registry import build_long_term_memory
 from nanobot.memory.consolidator import Consolidator
 from nanobot.memory.flush import MemoryFlusher
 from nanobot.memory.lifecycle import LifecycleSettings, MemoryLifecycle
-from nanobot.memory.seam import FileMemory
 from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMProvider
 from nanobot.providers.registry import resolve_provider
@@ -202,7 +201,7 @@ def build_runtime(
         mcp = MCPManager(config.tools.mcp_servers)
         closers.append(mcp.aclose)
 
-    long_term = build_long_term_memory(config, workspace, memory, sessions, budget.memory_chars)
+    long_term = build_long_term_memory(config, workspace, memory, budget.memory_chars)
     extra = []
     if search_on:
         from nanobot.agent.tools.memory import memory_prompt_section
@@ -218,7 +217,7 @@ def build_runtime(
         compact=small,
         # With an external backend (or a control condition) long-term memory reaches the prompt
         # only through that backend's runtime context, never also through MEMORY.md.
-        include_memory_file=isinstance(long_term, FileMemory),
+        include_memory_file=long_term.owns_memory_file,
     )
     estimator = PromptEstimator(context, tools, tool_names)
     runner = TurnRunner(

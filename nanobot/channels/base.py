@@ -50,7 +50,6 @@ class Channel(Connection, ABC):
     """Base class of chat platform adapters. One instance per platform, owned by ChannelManager."""
 
     name: ClassVar[str] = "channel"
-    max_message_chars: ClassVar[int] = 4000
     typing_interval_s: ClassVar[float] = 4.0  # how often the platform needs the typing signal renewed
 
     def __init__(

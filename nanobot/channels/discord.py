@@ -60,14 +60,13 @@ class _Client(discord.Client):
         except Exception:  # one bad message must not disturb the gateway task
             logger.exception("discord: failed to handle message {}", message.id)
 
-    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+    async def before_identify_hook(self, _shard_id: int | None, *, initial: bool = False) -> None:
         if not initial:
             await asyncio.sleep(self.owner.reidentify_delay_s)
 
 
 class DiscordChannel(Channel):
     name = "discord"
-    max_message_chars = DISCORD_MAX_CHARS
     typing_interval_s = 8.0  # Discord shows typing for 10 s
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -73,7 +73,6 @@ def _retry_after_s(exc: RetryAfter) -> float:
 
 class TelegramChannel(Channel):
     name = "telegram"
-    max_message_chars = TELEGRAM_MAX_CHARS
     typing_interval_s = 4.0  # Telegram shows a chat action for 5 s
     reconnect_max_delay_s = RECONNECT_MAX_DELAY_S
 

@@ -109,7 +109,7 @@ class Gateway:
         return out.content if out is not None else None
 
     # ------------------------------------------------------------------ signals
-    def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
+    def _handle_signal(self, signum: int, _frame: FrameType | None) -> None:
         """Runs in the main thread between bytecodes, whatever the event loop is doing."""
         self._signals += 1
         if self._signals > 1:

@@ -39,7 +39,6 @@ __all__ = ["ROOT_SOURCES", "MemoryIndex", "SyncStats", "build_index"]
 
 EMBED_BATCH = 32  # chunks embedded and committed together during back-fill
 STALE_CHECK_INTERVAL_S = 1.0  # how often a search looks for files edited by hand
-WATCH_INTERVAL_S = 30.0
 _FROM_CONFIG: Any = object()  # MemoryIndex(embedder=...) not given: choose from the config
 
 
@@ -123,15 +122,6 @@ class MemoryIndex:
             raise
         except Exception as exc:  # a failed background sync is retried by the next search
             logger.warning("memory index background work failed: {}", exc)
-
-    async def watch(self, interval_s: float = WATCH_INTERVAL_S) -> None:
-        """Sync whenever files changed on disk; run it as a tracked task, cancel to stop."""
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self._sync_if_stale(force_check=True)
-            except Exception as exc:
-                logger.warning("memory index watch: {}", exc)
 
     # ------------------------------------------------------------------ discovery
     def discover(self) -> list[SourceFile]:

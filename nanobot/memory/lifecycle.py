@@ -79,7 +79,6 @@ class MemoryLifecycle:
         self._locks: dict[str, asyncio.Lock] = {}
         self.consolidating: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.llm_calls = 0
 
     # ------------------------------------------------------------------ thresholds
     @property
@@ -186,7 +185,6 @@ class MemoryLifecycle:
             return
         if self.estimator(session, private) + self._last_user_tokens(session) <= self.flush_threshold_tokens:
             return
-        self.llm_calls += 1
         tail = session.messages[session.last_consolidated :]
         if await self.flusher.flush(tail, private=private):
             self.sessions.set_metadata(session, flushed_at=session.last_consolidated)
@@ -223,7 +221,6 @@ class MemoryLifecycle:
 
     async def _consolidate_range(self, session: Session, start: int, end: int, private: bool) -> bool:
         chunk = session.messages[start:end]
-        self.llm_calls += 1
         if await self.consolidator.consolidate(chunk, private=private):
             self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
             logger.info("session {}: consolidated messages {}..{}", session.key, start, end - 1)
@@ -259,13 +256,11 @@ class MemoryLifecycle:
         start = old.last_consolidated
         rest = old.messages[start:]
         if rest:
-            self.llm_calls += 1
             ok = await self.consolidator.consolidate(rest, private=private)
             if not ok and not self._archive_failed(archived, session_key, rest):
                 return
             self.sessions.set_metadata(old, last_consolidated=len(old.messages))
         if not old.metadata.get("note_written"):
-            self.llm_calls += 1
             await write_session_note(
                 self.consolidator.provider,
                 self.memory,

@@ -39,6 +39,9 @@ class TurnRecord:
 
 class LongTermMemory(Protocol):
     name: str
+    # True when this memory is the Markdown file memory: MEMORY.md goes into the system prompt and
+    # consolidation writes it; False when a backend supplies context per prompt instead.
+    owns_memory_file: bool
 
     async def context_for(self, query: str, session_key: str, sender_id: str, is_group: bool) -> str:
         """Query-dependent memory context for the runtime block ("" for none)."""
@@ -62,6 +65,7 @@ class FileMemory:
     """
 
     name = "file"
+    owns_memory_file = True
 
     def __init__(self, store: MemoryStore | None = None, prompt_chars: int = 0):
         self.store = store

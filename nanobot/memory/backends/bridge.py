@@ -31,6 +31,8 @@ CONTEXT_TIMEOUT_S = 20.0  # a slow backend must not hold up the turn for long
 class AdapterMemory:
     """LongTermMemory over any MemoryAdapter (backend or control)."""
 
+    owns_memory_file = False  # context comes from the backend per prompt, never from MEMORY.md
+
     def __init__(
         self,
         adapter: MemoryAdapter,

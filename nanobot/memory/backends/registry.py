@@ -78,7 +78,7 @@ def build_adapter(
 
 
 def build_long_term_memory(
-    config: Config, workspace: Path, memory_store: Any, sessions: Any, memory_prompt_chars: int = 0
+    config: Config, workspace: Path, memory_store: Any, memory_prompt_chars: int = 0
 ) -> LongTermMemory:
     """The agent's long-term memory. `file` and `rolling_summary` keep the Markdown file memory
     (MEMORY.md in the system prompt, written by consolidation); anything else goes through an adapter."""
