@@ -1,4 +1,4 @@
-"""The adapter contract (seed 003 §9), parametrized over every backend and control condition.
+"""The adapter contract, parametrized over every backend and control condition.
 
 Every adapter is built from config through the registry and driven through its real library
 against local fakes on 127.0.0.1 (scripted OpenAI-compatible LLM, Honcho and MemOS REST fakes).

@@ -1,4 +1,4 @@
-"""Backend-specific contract cases (seed 003 §9): Honcho peers and deriver state, MemOS async mode
+"""Backend-specific contract cases: Honcho peers and deriver state, MemOS async mode
 and memory-type groups, the formatter's budget and labels."""
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ class Channel(Connection, ABC):
 
     # ------------------------------------------------------------------ allow-list and inbound
     def is_allowed(self, sender_id: str, username: str | None = None) -> bool:
-        """DESIGN A2: ["*"] allows everyone, [] no one; entries match the id or the @username.
+        """docs/contract.md, Access: ["*"] allows everyone, [] no one; entries match the id or the @username.
         Senders the owner approved with `nanobot pairing approve` count as listed."""
         if "*" in self.allow_from:
             return True

@@ -52,7 +52,8 @@ def resolve_workspace(configured: str) -> Path:
 
 
 def session_file_name(key: str) -> str:
-    """`telegram:123` -> `telegram_123.jsonl` (DESIGN A4); other unsafe characters become `_`."""
+    """`telegram:123` -> `telegram_123.jsonl` (docs/contract.md, Workspace files); other unsafe
+    characters become `_`."""
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key.replace(":", "_"))
     return f"{safe.strip('.') or 'session'}.jsonl"
 

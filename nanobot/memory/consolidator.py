@@ -1,7 +1,7 @@
 """Consolidation: turn a chunk of conversation into a HISTORY.md entry and an updated MEMORY.md.
 
-The LLM is asked to call `save_memory(history_entry, memory_update)` (DESIGN A5) with a forced
-tool_choice (the provider falls back to `auto` when a model rejects forcing). Arguments may come as
+The LLM is asked to call `save_memory(history_entry, memory_update)` (docs/contract.md, Consolidation
+tool) with a forced tool_choice (the provider falls back to `auto` when a model rejects forcing). Arguments may come as
 a dict, a JSON string or a list. The answer is untrusted input: `memory.validation` checks it
 before anything is written. A refused answer (or no tool call) is retried once with the reason
 stated to the model; a second refusal is a failed attempt and the caller leaves the pointer alone.

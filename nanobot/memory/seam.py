@@ -1,4 +1,4 @@
-"""The long-term memory seam (DESIGN Part B): the agent asks memory for two things only.
+"""The long-term memory seam (docs/architecture.md): the agent asks memory for two things only.
 
 "record this turn" and "give me the memory context for this prompt", plus hooks for /new and
 shutdown. Markdown file memory is the default implementation; external engines plug in here.

@@ -1,4 +1,4 @@
-"""MemoryStore: the single owner of `workspace/memory/` (DESIGN A4, Part B).
+"""MemoryStore: the single owner of `workspace/memory/` (docs/contract.md, Workspace files).
 
 MEMORY.md is replaced atomically (temp file + os.replace) with the previous version kept in
 `.backups/`; HISTORY.md and daily notes are append-only; session notes are new files. Every write
@@ -18,9 +18,10 @@ from pathlib import Path
 
 from loguru import logger
 
+from nanobot.config.paths import BACKENDS_DIR, MEMORY_DIR
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import resolve_tz
-from nanobot.util.fs import append_locked, atomic_write, file_lock
+from nanobot.util.fs import append_locked, atomic_write, ensure_private_dir, file_lock
 
 MEMORY_FILE = "MEMORY.md"
 HISTORY_FILE = "HISTORY.md"
@@ -40,6 +41,12 @@ def normalise_fact(line: str) -> str:
 def slugify(text: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     return slug[:MAX_SLUG_CHARS].strip("-") or "session"
+
+
+def backend_dir(workspace: Path, name: str) -> Path:
+    """The private folder of external memory backend `name` (memory/.backends/<name>/), created here;
+    only that backend's library writes inside it, and the memory index never reads dot-folders."""
+    return ensure_private_dir(workspace / MEMORY_DIR / BACKENDS_DIR / name)
 
 
 class MemoryStore:

@@ -1,4 +1,4 @@
-"""Append-only JSONL sessions (DESIGN A4): one file per session key, one line per message.
+"""Append-only JSONL sessions (docs/contract.md, Workspace files): one file per session key, one line per message.
 
 A line with `role` is a message; a line with `_type` is bookkeeping (the last `metadata` line wins).
 Every message is written and flushed when it is added (O(1), never a rewrite), under an OS file

@@ -1,6 +1,6 @@
 """AdapterMemory: a MemoryAdapter behind the agent's LongTermMemory seam.
 
-Scope mapping (issue 7): persona = the chat's user (sender_id), session = the session key, run id
+Scope mapping: persona = the chat's user (sender_id), session = the session key, run id
 from the backend's config block. Each finished turn becomes a MemoryEvent; the retrieved context
 goes to the runtime block. A failing backend degrades to an empty context with a logged warning,
 never a failed turn. Group chats get no long-term memory unless `memory.shareInGroups` is true.

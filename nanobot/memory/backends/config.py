@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from nanobot.config.paths import BACKENDS_DIR, MEMORY_DIR
 from nanobot.config.schema import Config
 from nanobot.memory.backends.contract import (
     DEFAULT_CONTEXT_ITEMS,
@@ -157,10 +155,6 @@ def config_hash(name: str, block: NativeBlock) -> str:
 
     text = json.dumps({"backend": name, "config": scrub(data)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def backend_dir(workspace: Path, name: str) -> Path:
-    return workspace / MEMORY_DIR / BACKENDS_DIR / name
 
 
 def _provider_endpoint(config: Config) -> Endpoint:

@@ -1,8 +1,8 @@
-"""The memory-backend adapter contract (seed 003 §2, issue 7): async-first, event-centred.
+"""The memory-backend adapter contract (docs/memory-backends.md): async-first, event-centred.
 
 The agent never sees these types: it talks to the LongTermMemory seam, and `bridge.py` turns a
 MemoryAdapter into that seam. Adapters only map ids, build native requests, format results and
-manage lifecycles; extraction, ranking and summarising stay inside the backend (seed §4.0).
+manage lifecycles; extraction, ranking and summarising stay inside the backend.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """format_context: one `<memory-context backend=… scope=…>` section, fitted to the request budget.
 
-Only final prompt shaping happens here (seed §6): items arrive already ranked and top-k'd by the
+Only final prompt shaping happens here: items arrive already ranked and top-k'd by the
 backend; the formatter keeps source labels (score, time, native id), keeps native groups apart,
 keeps prose as prose, and drops whole trailing items when the token budget is reached.
 """

@@ -25,7 +25,6 @@ from nanobot.memory.backends.config import (
     EmbedderEndpoint,
     Endpoint,
     GraphitiBlock,
-    backend_dir,
     resolve_embedder,
     resolve_llm,
 )
@@ -43,6 +42,7 @@ from nanobot.memory.backends.contract import (
     elapsed_ms,
 )
 from nanobot.memory.backends.honcho import honcho_id as safe_group_part
+from nanobot.memory.store import backend_dir
 
 KUZU_WILDCARDS = re.compile(r"[?*]")
 KUZU_DATABASE = "kuzu"  # any name: Graphiti 0.31.2 compares it with the group id before cloning the driver

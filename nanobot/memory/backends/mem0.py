@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.config.schema import Config
-from nanobot.memory.backends.config import Mem0Block, backend_dir, resolve_embedder, resolve_llm
+from nanobot.memory.backends.config import Mem0Block, resolve_embedder, resolve_llm
 from nanobot.memory.backends.contract import (
     AdapterError,
     HealthReport,
@@ -31,6 +31,7 @@ from nanobot.memory.backends.contract import (
     WriteReceipt,
     elapsed_ms,
 )
+from nanobot.memory.store import backend_dir
 from nanobot.timeutil import parse_iso_or_none
 
 DEFAULT_THRESHOLD = 0.1  # mem0's own default for search

@@ -15,9 +15,10 @@ from typing import Any
 from loguru import logger
 
 from nanobot.config.schema import Config
-from nanobot.memory.backends.config import BLOCKS, NativeBlock, backend_dir, config_hash, native_block
+from nanobot.memory.backends.config import BLOCKS, NativeBlock, config_hash, native_block
 from nanobot.memory.backends.contract import BackendConfigError, MemoryAdapter
 from nanobot.memory.seam import FileMemory, LongTermMemory
+from nanobot.memory.store import backend_dir
 
 BACKENDS = ("file", "mem0", "graphiti", "honcho", "memos")
 CONDITIONS = ("no_memory", "rolling_summary", "full_history", "static_profile")

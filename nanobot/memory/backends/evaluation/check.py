@@ -1,4 +1,4 @@
-"""The backend swap flow (seed 003 §4.3) as a runnable check.
+"""The backend swap flow (docs/memory-backends.md) as a runnable check.
 
 health → setup scope → capability discovery → isolation smoke test (written under scope A, not
 retrievable under scope B) → write/read smoke test after the backend's readiness wait → manifest.

@@ -1,4 +1,4 @@
-"""Control conditions (seed §2.2): not memory architectures, but the same contract and read-only gate.
+"""Control conditions (docs/memory-backends.md): not memory architectures, but the same contract and read-only gate.
 
 - no_memory: nothing is stored, the context is always empty.
 - rolling_summary (= the `file` backend): nanobot's consolidation folds each event into a
@@ -11,7 +11,6 @@ Traces label them `condition_kind="control"`.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from nanobot.memory.backends.contract import (
 from nanobot.memory.relevant import relevant_first
 from nanobot.providers.tokens import count_text
 from nanobot.timeutil import parse_iso_or_none
+from nanobot.util.fs import append_locked
 from nanobot.util.text import safe_id
 
 FULL_HISTORY_MARGIN = 0.9  # share of the budget the transcript may use (the section header needs room)
@@ -205,12 +205,8 @@ class FullHistoryControl(_Control):
         return self.scope_dir(scope) / "transcripts.jsonl"
 
     def _append(self, scope: MemoryScope, obj: dict[str, Any]) -> None:
-        path = self._log(scope)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)  # a one-shot CLI beside the gateway never interleaves lines
-            fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-            fh.flush()
+        # locked: a one-shot CLI beside the gateway never interleaves lines
+        append_locked(self._log(scope), json.dumps(obj, ensure_ascii=False) + "\n", fsync=False)
 
     async def _record(self, event: MemoryEvent) -> WriteReceipt:
         stamp = event.timestamp.isoformat()
@@ -232,10 +228,7 @@ class FullHistoryControl(_Control):
         """The chat's /new: everything recorded for it so far becomes a prior transcript."""
         line = {"session_id": session_id, "recorded_at": _wall_clock()}
         with _native_io(self.backend_name, "end_session"):
-            self.root.mkdir(parents=True, exist_ok=True)
-            with open(self.root / "boundaries.jsonl", "a", encoding="utf-8") as fh:
-                fcntl.flock(fh, fcntl.LOCK_EX)
-                fh.write(json.dumps(line) + "\n")
+            append_locked(self.root / "boundaries.jsonl", json.dumps(line) + "\n", fsync=False)
 
     def _last_boundary(self, session_id: str) -> datetime | None:
         path = self.root / "boundaries.jsonl"
