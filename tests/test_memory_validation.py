@@ -154,19 +154,24 @@ def test_notes_use_the_same_rules() -> None:
 
 
 @pytest.mark.parametrize("reply,expected", [
-    ("SUMMARY: The user likes teal.\nFACTS:\n- Favourite colour: teal\n- Sister Ana in Lisbon",
-     ("The user likes teal.", ["- Favourite colour: teal", "- Sister Ana in Lisbon"])),
-    ("```\nSUMMARY: Talked about colours.\nFACTS:\nNONE\n```", ("Talked about colours.", [])),
-    ("**Summary:** Talked about Ana.\n**Facts:**\n1. Ana lives in Lisbon",
-     ("Talked about Ana.", ["- Ana lives in Lisbon"])),
-    ("The user likes teal.\n- Favourite colour: teal", ("The user likes teal.", ["- Favourite colour: teal"])),
+    ('A one-sentence summary of the text would be: "My favourite colour is teal, and Ana lives in Lisbon."',
+     "My favourite colour is teal, and Ana lives in Lisbon."),
+    ("```\nThe user likes teal.\n```", "The user likes teal."),
+    ("Summary: The user talked about Ana.", "The user talked about Ana."),
 ])
-def test_small_profile_parser(reply: str, expected: tuple[str, list[str]]) -> None:
-    assert small_profile.parse_reply(reply) == expected
+def test_small_profile_summary(reply: str, expected: str) -> None:
+    assert small_profile.parse_summary(reply) == expected
 
 
-def test_small_profile_parser_refuses_a_missing_summary() -> None:
-    assert rule(small_profile.parse_reply("FACTS:\n- teal")) == "empty"
+def test_small_profile_facts_and_quoted_text() -> None:
+    assert small_profile.parse_facts("Facts:\n- Likes teal\n2. Ana lives in Lisbon\n- none") == [
+        "- Likes teal", "- Ana lives in Lisbon"]
+    assert small_profile.parse_facts('"Please remember that my favourite colour is teal."') == []
+    text = small_profile.quoted_user_text([
+        {"role": "user", "content": "I like  teal."}, {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [{"type": "text", "text": "Ana lives in Lisbon."}]}])
+    assert text == 'Text: "I like teal. Ana lives in Lisbon."'
+    assert rule(small_profile.parse_summary("  ")) == "empty"
 
 
 def _corpus() -> list[dict]:
@@ -180,14 +185,14 @@ def test_real_demo_model_outputs(case: dict) -> None:
     """Real answers of the demo model: each is refused by the rule recorded when it was reviewed."""
     sources = echo_sources(case["transcript"], small_model=case["profile"] == "small")
     start = datetime.fromisoformat(case["chunk_start"])
-    if case["field"] == "small_reply":
-        parsed = small_profile.parse_reply(case["text"])
-        result = parsed if isinstance(parsed, Refusal) else check_history_entry(parsed[0], sources, start)
-        if not isinstance(result, Refusal) and parsed[1]:
-            result = check_memory_update(
-                (case["previous_memory"] + "\n" + "\n".join(parsed[1])).strip(), case["previous_memory"], sources,
-                budget_chars=12_000,
-            )
+    if case["field"] == "small_summary":
+        summary = small_profile.parse_summary(case["text"])
+        result = summary if isinstance(summary, Refusal) else check_history_entry(summary, sources, start)
+    elif case["field"] == "small_facts":
+        facts = small_profile.parse_facts(case["text"])
+        previous = case["previous_memory"]
+        result = check_memory_update((previous + "\n" + "\n".join(facts)).strip(), previous, sources,
+                                     budget_chars=12_000) if facts else None
     elif case["field"] == "history_entry":
         result = check_history_entry(case["text"], sources, start)
     else:

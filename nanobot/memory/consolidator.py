@@ -89,7 +89,7 @@ CHUNK_HEADING = "## Conversation chunk"
 def echo_sources(transcript: str, *, small_model: bool) -> EchoSources:
     """What a consolidation answer must not copy: the schema, our instructions, the conversation."""
     instructions = (
-        small_profile.INSTRUCTIONS + "\n" + small_profile.RETRY_NOTE
+        small_profile.INSTRUCTIONS
         if small_model
         else "\n".join((CONSOLIDATION_SYSTEM, GROUP_NOTE, RETRY_NOTE, MEMORY_HEADING, CHUNK_HEADING))
     )
@@ -197,6 +197,10 @@ class Consolidator:
         if not messages:
             return True
         memory_now = self.memory.read_memory() if private else ""
+        start, end = chunk_time(messages, self.memory.tz, self.memory.now())
+        users = [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
+        if self.small_model:
+            return await self._consolidate_small(messages, memory_now, private, users, start, end)
         overhead = len(memory_now) // 3 + 1500
         transcript = await compact_transcript(
             self.provider,
@@ -205,21 +209,16 @@ class Consolidator:
             reserved_tokens=overhead + self.max_tokens // 4,
             model=self.model,
         )
-        start, end = chunk_time(messages, self.memory.tz, self.memory.now())
         stamp = start.strftime("%Y-%m-%d %H:%M")
-        if self.small_model:
-            prompt = small_profile.consolidation_messages(transcript, stamp)
-        else:
-            user = (f"{MEMORY_HEADING}\n\n{memory_now or '(empty)'}\n\n" if private else "") + (
-                f"{CHUNK_HEADING}\n\n{transcript}"
-            )
-            system = CONSOLIDATION_SYSTEM + ("" if private else "\n\n" + GROUP_NOTE)
-            prompt = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        sources = echo_sources(render_transcript(messages) + "\n" + transcript, small_model=self.small_model)
-        users = [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
+        user = (f"{MEMORY_HEADING}\n\n{memory_now or '(empty)'}\n\n" if private else "") + (
+            f"{CHUNK_HEADING}\n\n{transcript}"
+        )
+        system = CONSOLIDATION_SYSTEM + ("" if private else "\n\n" + GROUP_NOTE)
+        prompt = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        sources = echo_sources(render_transcript(messages) + "\n" + transcript, small_model=False)
         for attempt in range(MAX_ATTEMPTS):
             try:
-                response = await self._ask(prompt, private)
+                response = await self._ask(prompt)
             except LLMError as exc:
                 logger.warning("consolidation call failed: {}", exc)
                 self.outcomes["failed"] += 1
@@ -237,19 +236,13 @@ class Consolidator:
             logger.warning("consolidation attempt {} refused: {}", attempt + 1, verdict.reason)
             if attempt + 1 < MAX_ATTEMPTS:
                 self.outcomes["retried"] += 1
-                note = (small_profile.RETRY_NOTE if self.small_model else RETRY_NOTE).format(
-                    reason=verdict.reason, stamp=stamp
-                )
+                note = RETRY_NOTE.format(reason=verdict.reason, stamp=stamp)
                 prompt = [*prompt, {"role": "user", "content": note}]
         self.outcomes["failed"] += 1
         self.last_failure = verdict.reason
         return False
 
-    async def _ask(self, prompt: list[dict[str, Any]], private: bool) -> LLMResponse:
-        if self.small_model:
-            return await self.provider.chat(
-                prompt, None, model=self.model, max_tokens=small_profile.MAX_REPLY_TOKENS, temperature=0.0
-            )
+    async def _ask(self, prompt: list[dict[str, Any]]) -> LLMResponse:
         return await self.provider.chat(
             prompt,
             [SAVE_MEMORY_TOOL],
@@ -258,6 +251,56 @@ class Consolidator:
             temperature=0.0,
             tool_choice={"type": "function", "function": {"name": "save_memory"}},
         )
+
+    async def _consolidate_small(
+        self,
+        messages: list[dict[str, Any]],
+        memory_now: str,
+        private: bool,
+        users: list[str],
+        start: datetime,
+        end: datetime,
+    ) -> bool:
+        """The small-model profile: a summary question, then (private chats) a facts question."""
+        text = small_profile.quoted_user_text(messages)
+        sources = echo_sources(render_transcript(messages) + "\n" + text, small_model=True)
+
+        def check_summary(reply: str) -> str | Refusal:
+            summary = small_profile.parse_summary(reply)
+            return summary if isinstance(summary, Refusal) else check_history_entry(summary, sources, start, end)
+
+        def check_facts(reply: str) -> tuple[str | None, list[str]] | Refusal:
+            facts = small_profile.parse_facts(reply)
+            if not facts:
+                return None, []
+            update = (memory_now.rstrip() + "\n" + "\n".join(facts)).strip()
+            return check_memory_update(
+                update, memory_now, sources, budget_chars=self.memory_budget_chars, user_texts=users
+            )
+
+        ask = small_profile.ask_checked
+        try:
+            entry = await ask(self.provider, self.model, text, small_profile.SUMMARY_QUESTION, check_summary,
+                              self.outcomes)
+            facts: tuple[str | None, list[str]] | Refusal = (None, [])
+            if private and not isinstance(entry, Refusal):
+                facts = await ask(self.provider, self.model, text, small_profile.FACTS_QUESTION, check_facts,
+                                  self.outcomes)
+        except LLMError as exc:
+            logger.warning("consolidation call failed: {}", exc)
+            self.outcomes["failed"] += 1
+            self.last_failure = f"model call failed: {exc}"
+            return False
+        if isinstance(entry, Refusal) or isinstance(facts, Refusal):
+            refusal = entry if isinstance(entry, Refusal) else facts
+            self.outcomes["failed"] += 1
+            self.last_failure = refusal.reason if isinstance(refusal, Refusal) else "refused"
+            return False
+        self.memory.append_history(entry)
+        if facts[0] is not None:
+            self.apply_memory_update(memory_now, facts[0])
+        self.outcomes["accepted"] += 1
+        return True
 
     def _check(
         self,
@@ -270,21 +313,13 @@ class Consolidator:
         end: datetime,
     ) -> tuple[str, str | None] | Refusal:
         """(stamped history entry, MEMORY.md to write or None) or the refusal."""
-        if self.small_model:
-            parsed = small_profile.parse_reply(response.content or "")
-            if isinstance(parsed, Refusal):
-                return parsed
-            history, facts = parsed
-            # the small profile only adds facts: the previous ones are kept by construction
-            update = (memory_now.rstrip() + "\n" + "\n".join(facts)).strip() if private and facts else None
-        else:
-            call = next((c for c in response.tool_calls if c.name == "save_memory"), None)
-            if call is None:
-                return Refusal("no_tool_call", "save_memory", "the answer did not call save_memory")
-            args = normalise_save_memory_args(call.arguments)
-            if args is None:
-                return Refusal("broken", "save_memory", f"unusable arguments {str(call.arguments)[:120]!r}")
-            history, update = args.history_entry, args.memory_update if private else None
+        call = next((c for c in response.tool_calls if c.name == "save_memory"), None)
+        if call is None:
+            return Refusal("no_tool_call", "save_memory", "the answer did not call save_memory")
+        args = normalise_save_memory_args(call.arguments)
+        if args is None:
+            return Refusal("broken", "save_memory", f"unusable arguments {str(call.arguments)[:120]!r}")
+        history, update = args.history_entry, args.memory_update if private else None
         entry = check_history_entry(history, sources, start, end)
         if isinstance(entry, Refusal):
             return entry

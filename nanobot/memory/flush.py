@@ -9,6 +9,7 @@ bullets without offering a tool.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from loguru import logger
@@ -66,48 +67,62 @@ class MemoryFlusher:
 
     async def flush(self, messages: list[dict[str, Any]], *, private: bool) -> bool:
         """Run the flush turn. True when it completed (with or without notes), False on failure."""
+        transcript = render_transcript(messages)
+        try:
+            if self.small_model:
+                notes = await self._small(messages, transcript)
+            else:
+                notes = await self._with_tool(messages, transcript, private)
+        except LLMError as exc:
+            logger.warning("memory flush failed: {}", exc)
+            return False
+        if isinstance(notes, Refusal):
+            return False
+        for note in notes:
+            self.memory.append_daily(note)
+        logger.info("memory flush: {}", f"{len(notes)} note(s) saved" if notes else "nothing to store")
+        return True
+
+    async def _with_tool(self, messages: list[dict[str, Any]], transcript: str, private: bool) -> list[str] | Refusal:
         today = self.memory.read(self.memory.daily_path().name)[-MAX_DAILY_CONTEXT_CHARS:]
         memory_md = self.memory.read_memory() if private else ""
-        transcript = render_transcript(messages)
-        if self.small_model:
-            prompt = small_profile.plain_messages(small_profile.FLUSH_INSTRUCTIONS, transcript)
-            instructions = small_profile.FLUSH_INSTRUCTIONS + small_profile.RETRY_NOTE
-        else:
-            user = (
-                f"## MEMORY.md (read-only)\n\n{memory_md or '(empty)'}\n\n"
-                f"## Today's note so far\n\n{today or '(empty)'}\n\n"
-                f"## Conversation\n\n{transcript}"
-            )
-            prompt = [{"role": "system", "content": FLUSH_SYSTEM}, {"role": "user", "content": user}]
-            instructions = FLUSH_SYSTEM + RETRY_NOTE
-        sources = EchoSources(schema_text(WRITE_DAILY_NOTE_TOOL), instructions, transcript)
+        user = (
+            f"## MEMORY.md (read-only)\n\n{memory_md or '(empty)'}\n\n"
+            f"## Today's note so far\n\n{today or '(empty)'}\n\n"
+            f"## Conversation\n\n{transcript}"
+        )
+        prompt = [{"role": "system", "content": FLUSH_SYSTEM}, {"role": "user", "content": user}]
+        sources = EchoSources(schema_text(WRITE_DAILY_NOTE_TOOL), FLUSH_SYSTEM + RETRY_NOTE, transcript)
+        notes: list[str] | Refusal = []
         for attempt in range(MAX_ATTEMPTS):
-            try:
-                response = await self._ask(prompt)
-            except LLMError as exc:
-                logger.warning("memory flush failed: {}", exc)
-                return False
+            response = await self.provider.chat(
+                prompt, [WRITE_DAILY_NOTE_TOOL], model=self.model, max_tokens=self.max_tokens, temperature=0.0
+            )
             notes = self._check(response, sources)
             if not isinstance(notes, Refusal):
-                for note in notes:
-                    self.memory.append_daily(note)
-                logger.info("memory flush: {}", f"{len(notes)} note(s) saved" if notes else "nothing to store")
-                return True
+                return notes
             logger.warning("memory flush attempt {} refused: {}", attempt + 1, notes.reason)
-            note = RETRY_NOTE if not self.small_model else small_profile.RETRY_NOTE
-            prompt = [*prompt, {"role": "user", "content": note.format(reason=notes.reason)}]
-        return False
+            prompt = [*prompt, {"role": "user", "content": RETRY_NOTE.format(reason=notes.reason)}]
+        return notes
 
-    async def _ask(self, prompt: list[dict[str, Any]]) -> LLMResponse:
-        if self.small_model:
-            return await self.provider.chat(
-                prompt, None, model=self.model, max_tokens=small_profile.MAX_REPLY_TOKENS, temperature=0.0
-            )
-        return await self.provider.chat(
-            prompt, [WRITE_DAILY_NOTE_TOOL], model=self.model, max_tokens=self.max_tokens, temperature=0.0
+    async def _small(self, messages: list[dict[str, Any]], transcript: str) -> list[str] | Refusal:
+        """The small-model profile: one plain question for fact bullets about what the user said."""
+        text = small_profile.quoted_user_text(messages)
+        sources = EchoSources(schema_text(WRITE_DAILY_NOTE_TOOL), small_profile.INSTRUCTIONS, transcript + "\n" + text)
+
+        def check(reply: str) -> list[str] | Refusal:
+            facts = small_profile.parse_facts(reply)
+            if not facts:
+                return []
+            note = check_note("\n".join(facts), "daily note", sources)
+            return note if isinstance(note, Refusal) else [note]
+
+        return await small_profile.ask_checked(
+            self.provider, self.model, text, small_profile.FACTS_QUESTION, check, Counter()
         )
 
-    def _check(self, response: LLMResponse, sources: EchoSources) -> list[str] | Refusal:
+    @staticmethod
+    def _check(response: LLMResponse, sources: EchoSources) -> list[str] | Refusal:
         """The notes to append (maybe none), or the refusal of the first bad one."""
         notes = [
             first_string_arg(c.arguments, "content")
@@ -116,12 +131,9 @@ class MemoryFlusher:
         ]
         notes = [n for n in notes if n and n.strip() and n.strip() != NO_REPLY]
         text = (response.content or "").strip()
-        if not notes and text and NO_REPLY not in text:
-            lines = [line for line in text.splitlines() if line.strip()]
-            if self.small_model:
-                notes = ["\n".join(small_profile.bullets(text))] if small_profile.bullets(text) else []
-            elif all(line.lstrip().startswith(("-", "*")) for line in lines):
-                notes = [text]  # a model that answered with the bullets instead of calling the tool
+        lines = [line for line in text.splitlines() if line.strip()]
+        if not notes and lines and all(line.lstrip().startswith(("-", "*")) for line in lines):
+            notes = [text]  # a model that answered with the bullets instead of calling the tool
         checked = [check_note(n, "daily note", sources) for n in notes]
         refused = next((c for c in checked if isinstance(c, Refusal)), None)
         return refused or [c for c in checked if isinstance(c, str)]

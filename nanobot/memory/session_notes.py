@@ -8,6 +8,7 @@ sentences without offering a tool.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -74,23 +75,13 @@ async def write_session_note(
         transcript = "[...]\n" + transcript[-MAX_TRANSCRIPT_CHARS:]
     started = str(messages[0].get("timestamp", ""))[:16].replace("T", " ")
     header = f"Session: {session_key}\nStarted: {started or 'unknown'}\nMessages: {len(messages)}"
-    if small_model:
-        prompt = small_profile.plain_messages(small_profile.NOTE_INSTRUCTIONS, transcript)
-        instructions = small_profile.NOTE_INSTRUCTIONS + RETRY_NOTE
-    else:
-        prompt = [{"role": "system", "content": NOTE_SYSTEM}, {"role": "user", "content": transcript}]
-        instructions = NOTE_SYSTEM + RETRY_NOTE
-    sources = EchoSources(schema_text(SESSION_NOTE_TOOL), instructions, transcript)
     try:
-        for attempt in range(MAX_ATTEMPTS):
-            response = await _ask(provider, prompt, model, small_model)
-            note = _check(response, sources, small_model)
-            if not isinstance(note, Refusal):
-                slug, title, summary = note
-                return memory.write_session_note(slug, f"# {title}\n\n{header}\n\n{summary}")
-            logger.warning("session note attempt {} refused: {}", attempt + 1, note.reason)
-            prompt = [*prompt, {"role": "user", "content": RETRY_NOTE.format(reason=note.reason)}]
-        logger.warning("session note: no usable summary; writing a raw excerpt")
+        note = await (_small(provider, model, messages, transcript) if small_model else _with_tool(
+            provider, model, transcript))
+        if not isinstance(note, Refusal):
+            slug, title, summary = note
+            return memory.write_session_note(slug, f"# {title}\n\n{header}\n\n{summary}")
+        logger.warning("session note: no usable summary ({}); writing a raw excerpt", note.reason)
     except LLMError as exc:
         logger.warning("session note call failed ({}); writing a raw excerpt", exc)
     excerpt = transcript[-RAW_EXCERPT_CHARS:]
@@ -98,38 +89,57 @@ async def write_session_note(
     return memory.write_session_note(slug, f"# Session {slug}\n\n{header}\n\n## Excerpt\n\n{excerpt}")
 
 
-async def _ask(
-    provider: LLMProvider, prompt: list[dict[str, Any]], model: str | None, small_model: bool
-) -> LLMResponse:
-    if small_model:
-        return await provider.chat(
-            prompt, None, model=model, max_tokens=small_profile.MAX_REPLY_TOKENS, temperature=0.0
+async def _with_tool(provider: LLMProvider, model: str | None, transcript: str) -> tuple[str, str, str] | Refusal:
+    prompt = [{"role": "system", "content": NOTE_SYSTEM}, {"role": "user", "content": transcript}]
+    sources = EchoSources(schema_text(SESSION_NOTE_TOOL), NOTE_SYSTEM + RETRY_NOTE, transcript)
+    note: tuple[str, str, str] | Refusal = Refusal("empty", "summary", "no answer")
+    for attempt in range(MAX_ATTEMPTS):
+        response = await provider.chat(
+            prompt,
+            [SESSION_NOTE_TOOL],
+            model=model,
+            max_tokens=1500,
+            temperature=0.0,
+            tool_choice={"type": "function", "function": {"name": "save_session_note"}},
         )
-    return await provider.chat(
-        prompt,
-        [SESSION_NOTE_TOOL],
-        model=model,
-        max_tokens=1500,
-        temperature=0.0,
-        tool_choice={"type": "function", "function": {"name": "save_session_note"}},
-    )
+        note = _check(response, sources)
+        if not isinstance(note, Refusal):
+            return note
+        logger.warning("session note attempt {} refused: {}", attempt + 1, note.reason)
+        prompt = [*prompt, {"role": "user", "content": RETRY_NOTE.format(reason=note.reason)}]
+    return note
 
 
-def _check(response: LLMResponse, sources: EchoSources, small_model: bool) -> tuple[str, str, str] | Refusal:
-    """(slug, title, summary) of a usable answer, or the refusal."""
-    if small_model:
-        args: dict[str, Any] | None = {"summary": response.content or ""}
-    else:
-        call = next((c for c in response.tool_calls if c.name == "save_session_note"), None)
-        if call is None:
-            return Refusal("no_tool_call", "save_session_note", "the answer did not call save_session_note")
-        args = as_dict(call.arguments)
-        if args is None:
-            return Refusal("broken", "save_session_note", f"unusable arguments {str(call.arguments)[:120]!r}")
+async def _small(
+    provider: LLMProvider, model: str | None, messages: list[dict[str, Any]], transcript: str
+) -> tuple[str, str, str] | Refusal:
+    """The small-model profile: one plain summary question about what the user said."""
+    text = small_profile.quoted_user_text(messages)
+    sources = EchoSources(schema_text(SESSION_NOTE_TOOL), small_profile.INSTRUCTIONS, transcript + "\n" + text)
+
+    def check(reply: str) -> tuple[str, str, str] | Refusal:
+        summary = small_profile.parse_summary(reply)
+        return summary if isinstance(summary, Refusal) else _named({"summary": summary}, sources)
+
+    return await small_profile.ask_checked(provider, model, text, small_profile.SUMMARY_QUESTION, check, Counter())
+
+
+def _check(response: LLMResponse, sources: EchoSources) -> tuple[str, str, str] | Refusal:
+    """(slug, title, summary) of a usable save_session_note call, or the refusal."""
+    call = next((c for c in response.tool_calls if c.name == "save_session_note"), None)
+    if call is None:
+        return Refusal("no_tool_call", "save_session_note", "the answer did not call save_session_note")
+    args = as_dict(call.arguments)
+    if args is None:
+        return Refusal("broken", "save_session_note", f"unusable arguments {str(call.arguments)[:120]!r}")
+    return _named(args, sources)
+
+
+def _named(args: dict[str, Any], sources: EchoSources) -> tuple[str, str, str] | Refusal:
+    """The checked summary with a slug and title (unusable ones are made from the summary's words)."""
     summary = check_note(args.get("summary"), "summary", sources)
     if isinstance(summary, Refusal):
         return summary
-    # slug and title are optional: unusable ones are replaced by words of the summary
     slug_raw = args.get("slug")
     title_raw = args.get("title")
     words = "-".join(summary.split()[:SLUG_WORDS])

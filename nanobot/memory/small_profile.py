@@ -1,58 +1,71 @@
-"""The small-model profile: plain-text memory prompts for models that cannot be trusted with tools.
+"""The small-model profile: plain questions for models that cannot be trusted with tools or formats.
 
 Small local models (the embedded `local` provider, or any model configured with
 `agents.defaults.smallModel`) rarely produce usable tool calls: they echo the schema, emit template
-tokens or skip the call. With this profile consolidation, the pre-compaction flush and session notes
-ask for the plainest answer instead, two labelled parts in a fenced block:
+tokens or skip the call. Measured with the demo model (SmolLM2-135M), even a two-field text format
+fails: shown a `USER:`/`ASSISTANT:` transcript it continues the dialogue instead of summarising it.
+What such models do follow is one plain question about a quoted text. So this profile:
 
-    SUMMARY: one or two sentences about the conversation
-    FACTS:
-    - one fact about the user per line
+- quotes what the user said in the chunk (their messages carry the facts to remember);
+- asks "Write a one-sentence summary of the text." for the history entry (required);
+- asks "List the facts the text states, one per line starting with '- '." for new MEMORY.md facts
+  (optional: an answer without bullets adds nothing).
 
 The model never rewrites MEMORY.md here: its facts are added to the existing file, so it cannot drop
-old ones. Everything parsed here is still checked by `memory.validation` like a tool call's arguments.
+old ones. Everything parsed here is checked by `memory.validation` like a tool call's arguments.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from loguru import logger
 
 from nanobot.memory.validation import Refusal
+from nanobot.providers.base import LLMProvider
 
-MAX_REPLY_TOKENS = 256
+T = TypeVar("T")
+
+MAX_REPLY_TOKENS = 160
+#: one answer plus one retry that states why the first was refused
+MAX_ATTEMPTS = 2
 MAX_FACTS = 12
+#: a small model's window is small: only the end of a long chunk is quoted
+MAX_QUOTED_CHARS = 6_000
 
-INSTRUCTIONS = """Read the conversation and write notes about it.
-Answer with exactly this block and nothing else:
-SUMMARY: one or two sentences saying what the user said or asked.
-FACTS:
-- one fact about the user per line (write NONE when there is no fact)"""
+SUMMARY_QUESTION = "Write a one-sentence summary of the text."
+FACTS_QUESTION = "List the facts the text states, one per line starting with '- '."
+RETRY_NOTE = "Your answer was refused: {reason}. {question} Use your own words."
+INSTRUCTIONS = "\n".join((SUMMARY_QUESTION, FACTS_QUESTION, RETRY_NOTE))
 
-RETRY_NOTE = """Your answer was refused: {reason}.
-Write it again in your own words: SUMMARY: then one or two sentences, FACTS: then '- ' lines."""
-
-NOTE_INSTRUCTIONS = """Read the conversation and write a short note about it.
-Answer with two or three plain sentences: what was discussed and what the user wants remembered."""
-
-FLUSH_INSTRUCTIONS = """Read the conversation. List the facts about the user worth remembering,
-one per line starting with '- '. If there is nothing new, answer exactly NO_REPLY."""
-
+#: "A one-sentence summary of the text would be:" and similar lead-ins before the actual answer
+_LEAD_IN_RE = re.compile(r"^[^\n:]{0,80}\b(summary|summarised|summarized|facts?)\b[^\n:]{0,40}:\s*", re.I)
 _FENCE_RE = re.compile(r"```[a-zA-Z]*\n?(.*?)(?:```|\Z)", re.S)
-_LABEL_RE = re.compile(r"^\s*[#*]*\s*(SUMMARY|FACTS)\s*\**\s*:\s*\**[ \t]*", re.I | re.M)
 _BULLET_RE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)")
 _NONE_RE = re.compile(r"^\s*(none|nothing|n/a|no facts?)\.?\s*$", re.I)
+_QUOTES = "\"'“”‘’`"
 
 
-def consolidation_messages(transcript: str, stamp: str) -> list[dict[str, str]]:
-    """The chat messages of a small-profile consolidation (no tools offered)."""
-    return [
-        {"role": "system", "content": INSTRUCTIONS},
-        {"role": "user", "content": f"Conversation (started {stamp}):\n{transcript}"},
-    ]
+def quoted_user_text(messages: list[dict[str, Any]]) -> str:
+    """What the user said in the chunk, as one quoted text (the end of it when long)."""
+    said = []
+    for msg in messages:
+        if msg.get("role") != "user":
+            continue
+        content = msg.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        said.append(" ".join(str(content or "").split()))
+    text = " ".join(s for s in said if s)[-MAX_QUOTED_CHARS:]
+    return f'Text: "{text}"'
 
 
-def plain_messages(instructions: str, transcript: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": instructions}, {"role": "user", "content": transcript}]
+def question(text: str, ask: str) -> list[dict[str, str]]:
+    """One plain question about a quoted text (no system prompt: tiny models follow it best)."""
+    return [{"role": "user", "content": f"{text}\n\n{ask}"}]
 
 
 def bullets(text: str) -> list[str]:
@@ -65,22 +78,46 @@ def bullets(text: str) -> list[str]:
     return found[:MAX_FACTS]
 
 
-def parse_reply(text: str) -> tuple[str, list[str]] | Refusal:
-    """(summary, fact bullets) from a small-profile answer, or why it cannot be read."""
-    fenced = _FENCE_RE.search(text)
-    body = fenced.group(1) if fenced else text
-    parts = _LABEL_RE.split(body)
-    if len(parts) < 3:  # no label at all: bullets are facts, the other lines the summary
-        facts = bullets(body)
-        summary = "\n".join(line for line in body.splitlines() if not _BULLET_RE.match(line)).strip()
-    else:
-        labelled: dict[str, str] = {}
-        for label, value in zip(parts[1::2], parts[2::2], strict=False):
-            labelled.setdefault(label.upper(), value.strip())
-        summary = labelled.get("SUMMARY", parts[0]).strip()
-        facts = bullets(labelled.get("FACTS", ""))
-        # a summary written as a bullet list still is a summary
-        summary = " ".join(b[2:] for b in bullets(summary)) or summary
-    if not summary:
-        return Refusal("empty", "summary", "there is no SUMMARY line")
-    return " ".join(summary.split()), facts
+def parse_summary(reply: str) -> str | Refusal:
+    """The summary sentence(s) of an answer: fences, a lead-in and surrounding quotes removed."""
+    fenced = _FENCE_RE.search(reply)
+    text = (fenced.group(1) if fenced else reply).strip()
+    text = _LEAD_IN_RE.sub("", text, count=1).strip()
+    if len(text) > 1 and text[0] in _QUOTES and text[-1] in _QUOTES + ".":
+        text = text.strip(_QUOTES + " ").rstrip(_QUOTES)
+    text = " ".join(text.split())
+    if not text:
+        return Refusal("empty", "summary", "there is no summary")
+    return text
+
+
+def parse_facts(reply: str) -> list[str]:
+    """New fact bullets from an answer; none when it has no bullet lines."""
+    fenced = _FENCE_RE.search(reply)
+    return bullets(fenced.group(1) if fenced else reply)
+
+
+async def ask_checked(
+    provider: LLMProvider,
+    model: str | None,
+    text: str,
+    ask: str,
+    check: Callable[[str], T | Refusal],
+    outcomes: Counter[str],
+) -> T | Refusal:
+    """Ask one plain question; a refused answer is asked again once with the reason stated.
+
+    `outcomes` counts "refused:<rule>" and "retried" like the tool-call path does."""
+    prompt = question(text, ask)
+    verdict: T | Refusal = Refusal("empty", "answer", "no answer")
+    for attempt in range(MAX_ATTEMPTS):
+        response = await provider.chat(prompt, None, model=model, max_tokens=MAX_REPLY_TOKENS, temperature=0.0)
+        verdict = check(response.content or "")
+        if not isinstance(verdict, Refusal):
+            return verdict
+        outcomes[f"refused:{verdict.rule}"] += 1
+        logger.warning("small-model memory answer {} refused: {}", attempt + 1, verdict.reason)
+        if attempt + 1 < MAX_ATTEMPTS:
+            outcomes["retried"] += 1
+            prompt = question(text, RETRY_NOTE.format(reason=verdict.reason, question=ask))
+    return verdict
