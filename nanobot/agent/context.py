@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
+from nanobot.config.paths import SKILLS_DIR
 from nanobot.memory.store import MemoryStore
 from nanobot.timeutil import now as tz_now
 from nanobot.util.text import truncate_middle
@@ -86,7 +87,7 @@ class ContextBuilder:
         self._skills_sig: tuple[float, tuple[Any, ...]] | None = None
         # checked on every prompt build: plain strings, no pathlib work per turn
         self._watched = [str(workspace / n) for n in BOOTSTRAP_FILES] + [str(memory.memory_path)]
-        self._skills_dir = str(workspace / "skills")
+        self._skills_dir = str(workspace / SKILLS_DIR)
 
     # ------------------------------------------------------------------ system prompt
     def _signature(self) -> tuple[Any, ...]:

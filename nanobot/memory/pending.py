@@ -14,11 +14,13 @@ silently forever.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from nanobot.util.fs import atomic_write
+from nanobot.util.retry import backoff_s as retry_backoff_s
 
 PENDING_SUFFIX = ".pending"
 FAILED_SUFFIX = ".failed"
@@ -40,7 +42,7 @@ class ArchiveMarker:
             last = datetime.fromisoformat(self.last_attempt)
         except ValueError:
             return None
-        return last + timedelta(seconds=backoff_s * 2 ** (self.attempts - 1))
+        return last + timedelta(seconds=retry_backoff_s(self.attempts - 1, backoff_s, math.inf))
 
 
 def marker_path(archived: Path, suffix: str = PENDING_SUFFIX) -> Path:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from loguru import logger
 
+from nanobot.config.paths import ARCHIVE_DIR, MEMORY_DIR, SESSIONS_DIR
+
 ROOT_SOURCES = ("MEMORY.md", "HISTORY.md")  # legacy locations at the workspace root
 MAX_TRANSCRIPT_LINE_CHARS = 4000  # one transcript message as indexed
 
@@ -70,9 +72,10 @@ def discover(workspace: Path, include_sessions: bool) -> list[SourceFile]:
     for name in ROOT_SOURCES:
         if _is_regular(workspace / name):
             out.append(SourceFile(name, workspace / name, "memory"))
-    roots = [("memory", ".md", True, "memory")]
+    roots = [(MEMORY_DIR, ".md", True, "memory")]
     if include_sessions:
-        roots += [("sessions", ".jsonl", False, "sessions"), ("sessions/archive", ".jsonl", False, "sessions")]
+        archive = f"{SESSIONS_DIR}/{ARCHIVE_DIR}"
+        roots += [(SESSIONS_DIR, ".jsonl", False, "sessions"), (archive, ".jsonl", False, "sessions")]
     for folder, suffix, recursive, kind in roots:
         base = workspace / folder
         parts = folder.split("/")

@@ -264,15 +264,6 @@ class SessionStore:
     def load_archived(self, path: Path) -> Session:
         return self._load(path.stem, path)
 
-    def archived_paths(self) -> list[Path]:
-        """Archived transcripts, oldest name first."""
-        return sorted(self.archive_dir.glob("*.jsonl")) if self.archive_dir.is_dir() else []
-
-    def transcript_paths(self, *, archived: bool = False) -> list[Path]:
-        """Live transcripts (and with `archived` the archived ones): what memory indexing reads."""
-        live = sorted(self.dir.glob("*.jsonl")) if self.dir.is_dir() else []
-        return live + (self.archived_paths() if archived else [])
-
     # ------------------------------------------------------------------ chats
     def last_private_chat(self, skip_channels: tuple[str, ...]) -> tuple[str, str] | None:
         """(channel, chat id) of the most recently written private session on a channel not in

@@ -26,6 +26,8 @@ from typing import Any
 import yaml
 from loguru import logger
 
+from nanobot.config.paths import SKILLS_DIR
+
 BUILTIN_SKILLS_DIR = Path(__file__).resolve().parent
 SKILL_FILE = "SKILL.md"
 MAX_SUMMARY_DESCRIPTION_CHARS = 200
@@ -114,7 +116,7 @@ class SkillsLoader:
 
     def __init__(self, workspace: Path, builtin_dir: Path | None = None) -> None:
         self.workspace = workspace
-        self.skills_dir = workspace / "skills"
+        self.skills_dir = workspace / SKILLS_DIR
         self.builtin_dir = builtin_dir if builtin_dir is not None else BUILTIN_SKILLS_DIR
         self._warned: dict[Path, tuple[int, int]] = {}
 
