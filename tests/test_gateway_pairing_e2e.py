@@ -1,6 +1,7 @@
 """Real `nanobot gateway` subprocesses on the local fakes for what an owner meets in service:
-pairing an unknown sender on Telegram and Discord with `nanobot pairing approve` (no restart), and
-`nanobot health` when every channel failed.
+pairing an unknown sender on Telegram and Discord with `nanobot pairing approve` (no restart), a
+message saved but unanswered at a kill -9 answered after the restart, and `nanobot health` when
+every channel failed.
 
 The gateways start together at the beginning of the module (their start-up dominates the run time).
 """
@@ -24,12 +25,14 @@ from tests.gateway_harness import (
     START_TIMEOUT_S,
     TG_STRANGER,
     TG_TOKEN,
+    TG_USER,
     GatewayProcess,
     gateway_config,
     run_cli,
 )
 
 REPLY_TIMEOUT_S = 30.0
+HANG = {"on": True}  # `hang:` turns never finish while this is on (the gateway is killed meanwhile)
 DC_STRANGER_DM = 940000000000000077
 _CODE = re.compile(r"pairing approve ([A-Z2-9]{8})")
 
@@ -48,10 +51,18 @@ def _user_text(body: dict) -> str:
     return str(content).strip().splitlines()[-1]
 
 
+def route(body: dict) -> Reply:
+    text = _user_text(body)
+    if text.startswith("hang:") and HANG["on"]:
+        return Reply(content="too late", delay_s=60.0)
+    return Reply(content=f"reply: {text}")
+
+
 @pytest.fixture(scope="module")
 def llm() -> Iterator[FakeLLMServer]:
     with FakeLLMServer() as server:
-        server.responder = lambda body: Reply(content=f"reply: {_user_text(body)}")
+        server.responder = route
+
         yield server
 
 
@@ -60,7 +71,7 @@ def sites(llm: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
     made: dict[str, Site] = {}
     servers: list[FakeTelegramServer | FakeDiscordServer] = []
     try:
-        for name in ("pair", "dead"):
+        for name in ("pair", "crash", "dead"):
             home: Path = tmp_path_factory.mktemp(f"gateway-{name}")
             tg = FakeTelegramServer().start()
             servers.append(tg)
@@ -181,3 +192,36 @@ def test_pairing_on_discord_end_to_end_and_deny(pair: Site, llm: FakeLLMServer) 
     listing = run_cli(pair.gw.home, "pairing", "list")
     assert listing.returncode == 0 and "No pending pairing requests." in listing.stdout
     assert str(other) not in listing.stdout and f"discord  {DC_STRANGER} (@eve)" in listing.stdout
+
+
+def test_message_unanswered_at_kill_9_is_answered_after_restart(
+    sites: dict[str, Site], llm: FakeLLMServer
+) -> None:
+    crash = sites["crash"]
+    crash.gw.wait_channels({"telegram": "running"})
+    crash.tg.push_message("hang: are you there?", chat_id=TG_USER, user_id=TG_USER)
+    wait_until(
+        lambda: any(_user_text(r) == "hang: are you there?" for r in llm.requests), "the hung turn", 90
+    )
+    session = crash.gw.workspace / "sessions" / f"telegram_{TG_USER}.jsonl"
+    # Saved, so confirmed to Telegram, which will not send it again: only the session knows.
+    wait_until(lambda: crash.tg.held_ids() == [], "the saved message's confirmation")
+    crash.gw.kill()  # kill -9 while the model is still thinking
+    saved = [json.loads(line) for line in session.read_text().splitlines()]
+    assert [m["content"] for m in saved if "role" in m] == ["hang: are you there?"]
+    HANG["on"] = False
+    crash.gw.start()
+    wait_until(
+        lambda: "reply: hang: are you there?" in tg_texts(crash.tg, TG_USER),
+        "the answer after the restart",
+        120,
+    )
+    roles = [
+        (m["role"], m["content"]) for m in map(json.loads, session.read_text().splitlines()) if "role" in m
+    ]
+    assert roles == [("user", "hang: are you there?"), ("assistant", "reply: hang: are you there?")]
+    # The model saw the message once, with its runtime block, as the last message.
+    last = [r for r in llm.requests if "hang: are you there?" in json.dumps(r)][-1]
+    assert sum("hang: are you there?" in json.dumps(m) for m in last["messages"]) == 1
+    assert "answering a message saved" in crash.gw.log
+    assert crash.gw.stop() == 0

@@ -23,6 +23,7 @@ from nanobot.agent.subagents import SubagentManager
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.gateway.missed import DELIVERY_KEY, RESUME_KEY, delivery_of
 from nanobot.memory.lifecycle import MemoryLifecycle
 from nanobot.memory.seam import FileMemory, LongTermMemory, TurnRecord
 from nanobot.providers.base import LLMError, LLMProvider
@@ -118,13 +119,19 @@ class Agent:
 
     # ------------------------------------------------------------------ turns
     def _prompt_messages(
-        self, session: Session, system: str, user_msg: dict[str, Any], tool_tokens: int
+        self, session: Session, system: str, user_msg: dict[str, Any], tool_tokens: int, resumed: bool = False
     ) -> tuple[list[dict[str, Any]], int]:
         indices = history_indices(session)
         history = build_history(
             session, indices, self.settings.max_user_message_chars, self.settings.max_tool_result_chars
         )
         tokens = self.estimator.with_system(session, system, tool_tokens) + count_message(user_msg)
+        last_user = next((k for k in range(len(indices) - 1, -1, -1) if history[k]["role"] == "user"), None)
+        if resumed and last_user is not None:
+            # A missed turn run again (nanobot/gateway/missed.py): its saved message takes the runtime
+            # block in place; tool steps it already completed stay after it.
+            history[last_user] = user_msg
+            return [{"role": "system", "content": system}, *history], tokens
         return [{"role": "system", "content": system}, *history, user_msg], tokens
 
     async def _ensure_ready(self) -> None:
@@ -150,6 +157,8 @@ class Agent:
         )
         if failed:
             metadata["failed"] = True
+        # Which saved messages this reply answers: the gateway records its delivery (gateway/missed.py).
+        metadata[DELIVERY_KEY] = delivery_of(self.sessions.get(ctx.session_key))
         return ctx.reply(reply, metadata=metadata)
 
     async def _turn(self, msg: InboundMessage, ctx: MessageContext) -> tuple[str, bool]:
@@ -184,10 +193,12 @@ class Agent:
             return self.estimator.with_system(session, system, tool_tokens) + user_tokens
 
         await self.lifecycle.ensure_fits(session, estimate, private=ctx.memory_private)
-        messages, prompt_tokens = self._prompt_messages(session, system, user_msg, tool_tokens)
+        resumed = bool(msg.metadata.get(RESUME_KEY))  # already saved before a crash: not saved twice
+        messages, prompt_tokens = self._prompt_messages(session, system, user_msg, tool_tokens, resumed)
         if not session.messages and "is_group" not in session.metadata:
             self.sessions.set_metadata(session, is_group=ctx.is_group)
-        self.sessions.append(session, stored)
+        if not resumed:
+            self.sessions.append(session, stored)
         msg.ack()  # on disk: the channel may confirm it to the platform now
 
         def persist(new: list[dict[str, Any]]) -> None:

@@ -195,6 +195,9 @@ class AgentLoop:
         if running is not None and not running.done():
             running.cancel()
             await asyncio.wait([running], timeout=STOP_WAIT_S)
+            # The user gave up on this turn: a restart must not answer it (nanobot/gateway/missed.py).
+            session = self.agent.sessions.get(session_key)
+            self.agent.sessions.set_metadata(session, stopped_through=len(session.messages))
         cancelled_sub = self.agent.cancel_subagents(session_key)
         if running is None and not cancelled_sub:
             return NOTHING_RUNNING_REPLY

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 
 from loguru import logger
@@ -48,6 +49,8 @@ class ChannelManager:
         self._queues: dict[str, asyncio.Queue[OutboundMessage]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._dispatcher: asyncio.Task[None] | None = None
+        # Called after a reply is delivered (the gateway records it in the session; see gateway/missed.py).
+        self.on_delivered: Callable[[OutboundMessage], None] | None = None
         if channels is not None:
             self.channels = dict(channels)
         else:
@@ -162,6 +165,8 @@ class ChannelManager:
             msg = await queue.get()
             try:
                 await channel.send(msg)
+                if msg.kind == "message" and self.on_delivered is not None:
+                    self.on_delivered(msg)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

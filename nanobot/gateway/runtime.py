@@ -62,6 +62,7 @@ class Gateway:
 
         pairing = PairingStore(pairing_path(config_path))
         self.channels = ChannelManager(config, self.bus, self.workspace, pairing=pairing)
+        self.channels.on_delivered = self._delivered
         self.cron = self.runtime.cron
         hb = config.gateway.heartbeat
         self.heartbeat = (
@@ -189,6 +190,7 @@ class Gateway:
                 self._deadline.cancel()
 
     async def _run(self) -> int:
+        await self._answer_missed()  # first in the bus: ahead of what the platforms deliver again
         await self.channels.start_all()  # they connect while the provider warms up
         await self.cron.start()
         if self.heartbeat is not None:
@@ -210,6 +212,29 @@ class Gateway:
         sd_notify("STOPPING=1")
         await self._shutdown(watchdog)
         return 0
+
+    def _delivered(self, msg: OutboundMessage) -> None:
+        from nanobot.gateway.missed import mark_delivered
+
+        try:
+            mark_delivered(self.agent.sessions, msg)
+        except Exception as exc:  # noqa: BLE001 - a reply that went out must not be reported failed
+            logger.warning("could not record the delivery of a reply: {}", exc)
+
+    async def _answer_missed(self) -> int:
+        """Queue the user messages a crash left unanswered (see nanobot/gateway/missed.py)."""
+        from nanobot.gateway.missed import answer_missed
+
+        try:
+            return await answer_missed(
+                self.agent.sessions,
+                self.bus,
+                list(self.channels.channels),
+                self.config.gateway.answer_missed_within_s,
+            )
+        except Exception:  # a bad session file must not stop the gateway
+            logger.exception("could not check for unanswered messages")
+            return 0
 
     async def _shutdown(self, *background: asyncio.Task[None]) -> None:
         g = self.config.gateway

@@ -32,6 +32,10 @@ class GatewayConfig(Section):
     fsync: Literal["always", "everysec", "never"] = Field(
         "everysec", description="When session files are forced to disk: every message, once a second, or "
         "left to the OS. Bounds what a power cut can take; a process crash loses nothing either way.")
+    answer_missed_within_s: float = Field(600.0, ge=0, description="At start, a user message saved but "
+                                          "never answered (the gateway died first) is answered if it is "
+                                          "younger than this many seconds; older ones are only logged. "
+                                          "0: never.")
     heartbeat: HeartbeatConfig = Field(HeartbeatConfig(), description="The periodic heartbeat task.")
 
 

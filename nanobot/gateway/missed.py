@@ -1,0 +1,196 @@
+"""Answering messages a crash left unanswered: delivery is at-least-once up to the reply.
+
+A user message is saved before its turn runs (and only then confirmed to the platform), so after a
+kill -9 the platform will not send it again; the session file is the only record that it still
+waits for an answer. At start the gateway looks at the live session of every enabled channel: when
+its last user message has no final assistant reply after it (only, perhaps, tool steps of the
+interrupted turn), that message is unanswered. If it is younger than
+`gateway.answerMissedWithinS` the turn is run again (the saved message is not saved twice: the
+InboundMessage carries `metadata["resume"]`); older ones are only logged, since a late answer to a
+stale question would surprise more than help.
+
+A turn the user cancelled with /stop is not "missed": the loop records the position it stopped at
+(`stopped_through` in the session's metadata), and such a message is left alone.
+
+A reply that was saved but perhaps never sent (the kill came between the two) is sent again: every
+delivered reply is recorded in its session (`delivered_through` in the metadata, written by the
+gateway once the channel has sent it; a channel sends a chat's replies in order), so every young
+final reply past that mark goes out once more, before the resumed turn's reply. That is
+at-least-once: the user may see such a reply twice, never zero times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from loguru import logger
+
+from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.queue import MessageBus
+from nanobot.config.paths import session_file_name
+from nanobot.session.store import Session, SessionStore
+from nanobot.timeutil import parse_iso_or_none
+
+RESUME_KEY = "resume"  # InboundMessage.metadata flag: the user message is already in the session
+DELIVERY_KEY = "delivery"  # OutboundMessage.metadata: {"session": key, "through": message count}
+
+
+Kind = Literal["turn", "reply"]
+
+
+@dataclass(frozen=True)
+class Missed:
+    session_key: str
+    channel: str
+    chat_id: str
+    index: int  # of the user message (kind "turn") or of the saved reply (kind "reply")
+    message: dict[str, Any]
+    is_group: bool
+    age_s: float | None  # None: no readable timestamp
+    kind: Kind = "turn"
+
+
+def undelivered_replies(session: Session) -> list[int]:
+    """Indices of final replies past the recorded delivery mark (replies go out in order per chat)."""
+    messages = session.messages
+    start = int(session.metadata.get("delivered_through", 0) or 0)
+    return [
+        i
+        for i in range(start, len(messages))
+        if messages[i].get("role") == "assistant"
+        and not messages[i].get("tool_calls")
+        and str(messages[i].get("content") or "").strip()
+    ]
+
+
+def unanswered_index(session: Session) -> int | None:
+    """Index of the session's last user message if no final assistant reply follows it."""
+    messages = session.messages
+    last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    if last_user is None or messages[last_user].get("name") == "system":
+        return None  # sub-agent results are not the user's words
+    if int(session.metadata.get("stopped_through", 0) or 0) > last_user:
+        return None  # the user stopped this turn
+    replied = any(m.get("role") == "assistant" and not m.get("tool_calls") for m in messages[last_user + 1 :])
+    return None if replied else last_user
+
+
+def find_missed(sessions: SessionStore, channels: Collection[str], now: float | None = None) -> list[Missed]:
+    """In the live sessions of `channels`: saved replies not recorded as delivered ("reply") and the
+    unanswered last user message ("turn"), in session order."""
+    now = time.time() if now is None else now
+    found: list[Missed] = []
+    for stem in sessions.list_keys():
+        channel, _, chat_id = stem.partition("_")
+        key = f"{channel}:{chat_id}"
+        if channel not in channels or not chat_id or session_file_name(key) != f"{stem}.jsonl":
+            continue
+        session = sessions.get(key)
+        is_group = bool(session.metadata.get("is_group", True))  # unknown: treated as shared (safe)
+        items: list[tuple[int, Kind]] = [(i, "reply") for i in undelivered_replies(session)]
+        turn = unanswered_index(session)
+        if turn is not None:
+            items.append((turn, "turn"))
+        for index, kind in items:
+            message = session.messages[index]
+            stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
+            age = None if stamp is None else max(0.0, now - stamp.timestamp())
+            found.append(Missed(key, channel, chat_id, index, message, is_group, age, kind))
+    return sorted(found, key=lambda m: (m.session_key, m.index))  # in order within each chat
+
+
+def resume_message(missed: Missed) -> InboundMessage:
+    """The InboundMessage that runs the missed turn again without saving the message twice."""
+    return InboundMessage(
+        channel=missed.channel,
+        # The sender is not kept per message; in a private chat the chat is the sender's.
+        sender_id=missed.chat_id,
+        chat_id=missed.chat_id,
+        content=str(missed.message.get("content") or ""),
+        media=[str(p) for p in missed.message.get("media") or []],
+        is_group=missed.is_group,
+        metadata={RESUME_KEY: True},
+    )
+
+
+def delivery_of(session: Session, through: int | None = None) -> dict[str, Any]:
+    """What a reply carries so its delivery can be recorded: the session, how many of its messages
+    the reply covers, and the session's first timestamp (a session restarted by /new meanwhile is
+    another session under the same key)."""
+    first = session.messages[0].get("timestamp") if session.messages else None
+    count = len(session.messages) if through is None else through
+    return {"session": session.key, "through": count, "first": first}
+
+
+def resend_message(missed: Missed, session: Session) -> OutboundMessage:
+    """The saved reply, sent again; its delivery is recorded like any reply's."""
+    return OutboundMessage(
+        channel=missed.channel,
+        chat_id=missed.chat_id,
+        content=str(missed.message.get("content") or ""),
+        metadata={DELIVERY_KEY: delivery_of(session, missed.index + 1)},
+    )
+
+
+def mark_delivered(sessions: SessionStore, msg: OutboundMessage) -> None:
+    """Record in the session that a reply was delivered (only for replies that answer a turn)."""
+    delivery = msg.metadata.get(DELIVERY_KEY)
+    if not isinstance(delivery, dict) or not delivery.get("session"):
+        return
+    session = sessions.get(str(delivery["session"]))
+    first = session.messages[0].get("timestamp") if session.messages else None
+    if first != delivery.get("first"):
+        return  # archived by /new since: its delivery no longer matters
+    through = int(delivery.get("through") or 0)
+    if through > int(session.metadata.get("delivered_through", 0) or 0):
+        sessions.set_metadata(session, delivered_through=through)
+
+
+async def answer_missed(
+    sessions: SessionStore,
+    bus: MessageBus,
+    channels: Collection[str],
+    within_s: float,
+    now: float | None = None,
+) -> int:
+    """Publish the young missed messages of `channels`; log the old ones. Returns how many were resumed.
+
+    Called before the channels start: the resumed turns are then first in the bus, ahead of anything
+    the platforms deliver again, so each runs before newer messages of its session.
+    """
+    resumed = 0
+    for missed in find_missed(sessions, channels, now):
+        age = "unknown" if missed.age_s is None else f"{missed.age_s:.0f} s"
+        if missed.age_s is None or missed.age_s > within_s:
+            logger.warning(
+                "{}: a {} saved {} ago was left unhandled when the gateway stopped; too old to act on now "
+                "(gateway.answerMissedWithinS is {:.0f} s)",
+                missed.session_key,
+                "user message" if missed.kind == "turn" else "reply",
+                age,
+                within_s,
+            )
+            continue
+        if missed.kind == "reply":
+            if bus.outbound.full():  # nothing drains it before the channels start: never wait here
+                continue
+            logger.info(
+                "{}: sending again a reply saved {} ago that may never have been sent",
+                missed.session_key,
+                age,
+            )
+            await bus.publish_outbound(resend_message(missed, sessions.get(missed.session_key)))
+            resumed += 1
+            continue
+        if bus.inbound.full():  # before the loop runs nothing drains it: never wait here
+            logger.warning(
+                "{}: too many unanswered messages to resume; this one stays unanswered", missed.session_key
+            )
+            continue
+        logger.info("{}: answering a message saved {} ago that was never answered", missed.session_key, age)
+        await bus.publish_inbound(resume_message(missed))
+        resumed += 1
+    return resumed

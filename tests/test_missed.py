@@ -1,0 +1,158 @@
+"""Unit tests: which saved user messages count as unanswered after a crash, and which are resumed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from nanobot.bus.events import OutboundMessage
+from nanobot.bus.queue import MessageBus
+from nanobot.gateway.missed import (
+    DELIVERY_KEY,
+    RESUME_KEY,
+    answer_missed,
+    find_missed,
+    mark_delivered,
+    unanswered_index,
+    undelivered_replies,
+)
+from nanobot.session.store import Session, SessionStore
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def at(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).isoformat()
+
+
+def user(text: str, seconds_ago: float = 5.0, **extra: Any) -> dict[str, Any]:
+    return {"role": "user", "content": text, "timestamp": at(seconds_ago), **extra}
+
+
+def assistant(text: str | None = "ok", **extra: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": text, "timestamp": at(1), **extra}
+
+
+def store_with(
+    tmp_path: Path, sessions: dict[str, list[dict[str, Any]]], is_group: bool = False
+) -> SessionStore:
+    """Sessions on disk; every reply in them counts as delivered."""
+    store = SessionStore(tmp_path)
+    for key, messages in sessions.items():
+        session = store.get(key)
+        store.set_metadata(session, is_group=is_group)
+        store.append(session, *messages)
+        store.set_metadata(session, delivered_through=len(messages))
+    store.close()
+    return SessionStore(tmp_path)  # a fresh store reads the files, as a restarted gateway does
+
+
+def test_unanswered_means_no_final_reply_after_the_last_user_message() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+    tool = {"role": "tool", "tool_call_id": "c1", "content": "x", "timestamp": at(2)}
+    cases = [
+        ([], None),
+        ([user("a")], 0),
+        ([user("a"), assistant()], None),
+        ([user("a"), assistant(), user("b")], 2),
+        ([user("a"), assistant(None, tool_calls=[call]), tool], 0),  # killed inside the tool loop
+        ([user("a"), assistant(None, tool_calls=[call]), tool, assistant("done")], None),
+        ([user("result", name="system")], None),  # a sub-agent's report, not the user's words
+    ]
+    for messages, expected in cases:
+        assert unanswered_index(Session("k", Path("/x"), messages=messages)) == expected, messages
+    stopped = Session("k", Path("/x"), messages=[user("a")], metadata={"stopped_through": 1})
+    assert unanswered_index(stopped) is None  # the user cancelled it with /stop
+
+
+def test_find_missed_only_on_enabled_channels(tmp_path: Path) -> None:
+    store = store_with(
+        tmp_path,
+        {
+            "telegram:555": [user("hi"), assistant(), user("unanswered", 30)],
+            "telegram:556": [user("hi"), assistant()],
+            "discord:900": [user("old one", 3600)],
+            "cli:direct": [user("terminal")],
+        },
+    )
+    found = find_missed(store, ["telegram", "discord"], now=NOW.timestamp())
+    assert [(m.session_key, m.message["content"], round(m.age_s or 0)) for m in found] == [
+        ("discord:900", "old one", 3600),
+        ("telegram:555", "unanswered", 30),
+    ]
+    assert find_missed(store, ["discord"], now=NOW.timestamp())[0].index == 0
+
+
+async def test_young_messages_are_resumed_old_ones_logged(tmp_path: Path, logs: list[str]) -> None:
+    store = store_with(
+        tmp_path,
+        {"telegram:555": [user("recent", 30, media=["media/a.jpg"])], "telegram:-100": [user("stale", 900)]},
+        is_group=False,
+    )
+    bus = MessageBus()
+    assert await answer_missed(store, bus, ["telegram"], within_s=600, now=NOW.timestamp()) == 1
+    msg = bus.inbound.get_nowait()
+    assert (msg.session_key, msg.content, msg.media, msg.is_group) == (
+        "telegram:555",
+        "recent",
+        ["media/a.jpg"],
+        False,
+    )
+    assert msg.metadata[RESUME_KEY] is True and bus.inbound.empty()
+    assert any("telegram:-100" in line and "too old to act on now" in line for line in logs)
+    assert await answer_missed(store, MessageBus(), ["telegram"], within_s=0, now=NOW.timestamp()) == 0
+
+
+async def test_a_full_bus_is_never_waited_on(tmp_path: Path) -> None:
+    store = store_with(tmp_path, {"telegram:1": [user("a")], "telegram:2": [user("b")]})
+    bus = MessageBus(max_queue=1)
+    assert await answer_missed(store, bus, ["telegram"], within_s=600, now=NOW.timestamp()) == 1
+
+
+def test_a_saved_reply_without_a_delivery_record_is_sent_again(tmp_path: Path) -> None:
+    store = store_with(tmp_path, {"telegram:7": [user("q", 20), assistant("the answer")]})
+    session = store.get("telegram:7")
+    assert undelivered_replies(session) == []  # delivered_through covers it
+    # A reply the gateway recorded for an older turn only: the last one may never have gone out.
+    store.set_metadata(session, delivered_through=1)
+    assert undelivered_replies(session) == [1]
+    found = find_missed(store, ["telegram"], now=NOW.timestamp())
+    assert [(m.kind, m.index, m.message["content"]) for m in found] == [("reply", 1, "the answer")]
+
+
+async def test_resent_reply_goes_out_and_is_recorded(tmp_path: Path) -> None:
+    store = store_with(tmp_path, {"telegram:7": [user("q", 20), assistant("the answer")]})
+    store.set_metadata(store.get("telegram:7"), delivered_through=0)
+    bus = MessageBus()
+    assert await answer_missed(store, bus, ["telegram"], within_s=600, now=NOW.timestamp()) == 1
+    assert bus.inbound.empty()
+    out = bus.outbound.get_nowait()
+    assert (out.chat_id, out.content, out.metadata[DELIVERY_KEY]) == (
+        "7",
+        "the answer",
+        {"session": "telegram:7", "through": 2, "first": at(20)},
+    )
+    mark_delivered(store, out)  # what the gateway does once the channel has sent it
+    assert store.get("telegram:7").metadata["delivered_through"] == 2
+    assert find_missed(store, ["telegram"], now=NOW.timestamp()) == []
+    mark_delivered(store, OutboundMessage("telegram", "7", "a cron note"))  # not a turn's reply: ignored
+    older = {**out.metadata[DELIVERY_KEY], "through": 1}
+    mark_delivered(store, OutboundMessage("telegram", "7", "x", metadata={DELIVERY_KEY: older}))
+    assert store.get("telegram:7").metadata["delivered_through"] == 2  # never moves back
+    # A reply delivered after /new restarted the session counts for the old one, not the new one.
+    store.archive(store.get("telegram:7"), NOW)
+    fresh = store.get("telegram:7")
+    store.append(fresh, user("new q", 2))
+    mark_delivered(
+        store, OutboundMessage("telegram", "7", "late", metadata={DELIVERY_KEY: out.metadata[DELIVERY_KEY]})
+    )
+    assert "delivered_through" not in store.get("telegram:7").metadata
+
+
+def test_every_reply_past_the_mark_is_resent_then_the_open_turn_resumed(tmp_path: Path) -> None:
+    messages = [user("q1", 30), assistant("a1"), user("q2", 20), assistant("a2"), user("q3", 10)]
+    store = store_with(tmp_path, {"telegram:9": messages})
+    store.set_metadata(store.get("telegram:9"), delivered_through=2)  # a1 went out; the kill came after
+    found = find_missed(store, ["telegram"], now=NOW.timestamp())
+    assert [(m.kind, m.message["content"]) for m in found] == [("reply", "a2"), ("turn", "q3")]
