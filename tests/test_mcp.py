@@ -321,3 +321,23 @@ def test_cli_mcp_list(http_server: fakes.HTTPServerThread, tmp_path: Path) -> No
     empty.write_text("{}")
     result = runner.invoke(mcp_app, ["list", "-c", str(empty)])
     assert result.exit_code == 0 and result.stdout == ""
+
+
+def test_connect_timeout_is_per_server_and_reported(tmp_path: Path) -> None:
+    """A server that never answers fails after its own connectTimeoutS; `mcp list` says what it does."""
+    from tests.conftest import run_cli
+
+    home = tmp_path / "home"
+    home.mkdir()
+    hang = [sys.executable, "-c", "import time; time.sleep(60)"]
+    (home / "config.json").write_text(json.dumps({"tools": {"mcpServers": {
+        "slow": {"command": hang[0], "args": hang[1:], "connectTimeoutS": 1.5}}}}))
+    started = time.monotonic()
+    result = run_cli("mcp", "list", "--json", home=home)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)["servers"]
+    assert row["state"] == "failed" and "1.5s" in row["error"], row
+    assert "Connecting to 1 MCP server(s): slow (up to 1.5s" in result.stderr
+    assert "0 of 1 ready after" in result.stderr
+    assert elapsed < 19, elapsed  # the old fixed 20 s limit no longer applies

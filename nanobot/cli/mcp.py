@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import typer
@@ -50,7 +51,13 @@ def list_servers(
     if not servers:
         err("No MCP servers configured (tools.mcpServers in config.json).")
         return
+    limit_s = max(s.connect_timeout_s for s in servers.values())
+    err(f"Connecting to {len(servers)} MCP server(s): {', '.join(servers)} (up to {limit_s:g}s; "
+        "tools.mcpServers.<name>.connectTimeoutS)…")
+    started = time.monotonic()
     rows, descriptions = asyncio.run(_probe(servers))
+    ready = sum(1 for r in rows if r["state"] == "ready")
+    err(f"{ready} of {len(rows)} ready after {time.monotonic() - started:.1f}s")
     if as_json:
         print(json.dumps({"servers": rows}, indent=2, ensure_ascii=False))
         return

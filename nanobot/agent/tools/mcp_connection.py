@@ -29,7 +29,6 @@ from nanobot.config.schema import MCPServerConfig
 from nanobot.util.retry import backoff_s
 from nanobot.util.text import truncate_head
 
-CONNECT_TIMEOUT_S = 20.0  # spawn/handshake/tools-list budget for one server
 SHUTDOWN_TIMEOUT_S = 5.0  # per server; the stdio transport itself needs up to ~4 s for a stubborn child
 CALL_GRACE_S = 5.0  # beyond tool_timeout before the caller stops waiting on a wedged transport
 RETRY_BASE_S = 5.0  # first backoff after a failed start; doubles up to RETRY_MAX_S
@@ -167,10 +166,12 @@ class MCPServerConnection:
 
     async def _await_ready(self, gen: _Generation) -> bool:
         try:
-            listing = await asyncio.wait_for(asyncio.shield(gen.ready), CONNECT_TIMEOUT_S + CALL_GRACE_S)
+            listing = await asyncio.wait_for(asyncio.shield(gen.ready), self.cfg.connect_timeout_s + CALL_GRACE_S)
         except Exception as exc:  # noqa: BLE001 - any start failure is reported, never raised
             await self._retire(gen)
             tail = await gen.stderr.tail() if gen.stderr is not None else ""
+            if isinstance(exc, TimeoutError) and not str(exc):
+                exc = TimeoutError(f"no answer within {self.cfg.connect_timeout_s:g}s (connectTimeoutS)")
             self._mark_failed(describe_error(exc) + (f" (stderr: {tail})" if tail else ""))
             return False
         patterns = self.cfg.enabled_tools
@@ -206,7 +207,7 @@ class MCPServerConnection:
             with anyio.CancelScope() as scope:
                 # A deadline on an outer scope (not fail_after around each enter): the transport's
                 # task group opened inside must not outlive a scope that is exited early.
-                scope.deadline = anyio.current_time() + CONNECT_TIMEOUT_S
+                scope.deadline = anyio.current_time() + self.cfg.connect_timeout_s
                 async with AsyncExitStack() as stack:
                     read, write = await open_transport(stack, self.kind, self.cfg, stderr)
                     info = Implementation(name="nanobot", version="1")
@@ -218,7 +219,7 @@ class MCPServerConnection:
                     gen.ready.set_result(listing)
                     await self._serve(gen, session)
             if not gen.ready.done():
-                raise TimeoutError(f"no answer within {CONNECT_TIMEOUT_S:.0f}s")
+                raise TimeoutError(f"no answer within {self.cfg.connect_timeout_s:g}s (connectTimeoutS)")
         except Exception as exc:  # noqa: BLE001 - reported through the ready future or the state
             if not gen.ready.done():
                 gen.ready.set_exception(exc)

@@ -47,6 +47,8 @@ class MCPServerConfig(Section):
     url: str = Field("", description="URL of an HTTP server (sse or streamableHttp).")
     headers: dict[str, str] = Field({}, description="HTTP headers sent to an HTTP server.")
     tool_timeout: float = Field(30.0, gt=0, description="Seconds one tool call may take.")
+    connect_timeout_s: float = Field(20.0, gt=0, description="Seconds to start the server, connect and list "
+                                     "its tools (raise it for `npx -y` servers that download on first start).")
     enabled_tools: list[str] = Field(["*"], description="Tool names the agent may use; `[\"*\"]`: all.")
 
 
