@@ -177,3 +177,26 @@ def test_config_default_and_values() -> None:
     )
     with pytest.raises(ValueError):
         Config.model_validate({"channels": {"telegram": {"dmPolicy": "everyone"}}})
+
+
+def test_cli_uses_the_pairing_file_beside_the_chosen_config(tmp_path: Path) -> None:
+    """`-c` before or after the subcommand picks the store; list/approve/deny as a user runs them."""
+    alt = tmp_path / "alt"
+    alt.mkdir()
+    _, code = PairingStore(alt / "pairing.json").request("telegram", "42", "bob", "42")
+    env = {**os.environ, "NANOBOT_HOME": str(tmp_path / "home")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "nanobot", *args], capture_output=True, text=True, env=env, timeout=120
+        )
+
+    listed = cli("-c", str(alt / "config.json"), "pairing", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [p["code"] for p in json.loads(listed.stdout)["pending"]] == [code]
+    assert "No pending pairing requests." in cli("pairing", "list").stdout  # the default home: empty
+    wrong = cli("pairing", "approve", "NOPE1234", "-c", str(alt / "config.json"))
+    assert wrong.returncode == 1 and "no pending pairing request with code 'NOPE1234'" in wrong.stderr
+    done = cli("pairing", "approve", str(code).lower(), "-c", str(alt / "config.json"))
+    assert done.returncode == 0 and "Approved telegram sender 42 (@bob)" in done.stderr
+    assert PairingStore(alt / "pairing.json").is_approved("telegram", "42")

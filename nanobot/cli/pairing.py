@@ -13,14 +13,13 @@ from dataclasses import asdict
 import typer
 
 from nanobot.channels.pairing import PairingError, PairingStore, pairing_path
-from nanobot.cli.common import EXIT_FAILURE, ConfigOption, err, fail
-from nanobot.config.paths import default_config_path
+from nanobot.cli.common import EXIT_FAILURE, ConfigOption, config_path, err, fail
 
 app = typer.Typer(no_args_is_help=True)
 
 
 def _store(config: ConfigOption) -> PairingStore:
-    return PairingStore(pairing_path(config or default_config_path()))
+    return PairingStore(pairing_path(config_path(config)))
 
 
 def _who(username: str, sender_id: str) -> str:
