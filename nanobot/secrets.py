@@ -1,12 +1,22 @@
-"""A registry of secret values (API keys, bot tokens) and a masker for anything that is logged."""
+"""A registry of secret values (API keys, bot tokens) and a masker for anything that is logged.
+
+The same masker redacts tool results (the ToolRegistry applies it), so a secret a command or a
+file read stumbles on never reaches the LLM, a session file or a chat.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 
 MIN_SECRET_CHARS = 6  # shorter values would mask ordinary words
 _MASK = "***"
+# Environment variable names that hold credentials (provider keys, tokens, passwords, URLs with them).
+_SECRET_NAME = re.compile(
+    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PAT|CREDENTIALS?|AUTH|AUTHORIZATION|COOKIE|_DSN|DATABASE_URL)$",
+    re.IGNORECASE,
+)
 _lock = threading.Lock()
 _secrets: set[str] = set()
 _pattern: re.Pattern[str] | None = None
@@ -54,6 +64,7 @@ def register_config_secrets(config: object) -> None:
     if providers is not None:
         for name in type(providers).model_fields:
             register_secret(getattr(getattr(providers, name), "api_key", ""))
+            _register_named(getattr(getattr(providers, name), "extra_headers", None) or {})
     channels = getattr(config, "channels", None)
     if channels is not None:
         for name in ("telegram", "discord"):
@@ -61,6 +72,22 @@ def register_config_secrets(config: object) -> None:
     tools = getattr(config, "tools", None)
     if tools is not None:
         register_secret(tools.web.search.api_key)
+        for server in tools.mcp_servers.values():
+            _register_named(server.env)
+            _register_named(server.headers)
+        _register_named(tools.exec.env)
     memory = getattr(config, "memory", None)
     if memory is not None:
         register_secret(memory.search.embedding_api_key)
+
+
+def register_env_secrets(environ: dict[str, str] | None = None) -> None:
+    """Register the values of environment variables whose names say they hold a credential
+    (OPENAI_API_KEY, NANOBOT_CHANNELS__TELEGRAM__TOKEN, DATABASE_URL, GITHUB_PAT...)."""
+    _register_named(os.environ if environ is None else environ)
+
+
+def _register_named(values: object) -> None:
+    for key, value in dict(values).items():  # type: ignore[call-overload]
+        if isinstance(value, str) and _SECRET_NAME.search(str(key)):
+            register_secret(value)

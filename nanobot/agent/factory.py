@@ -23,6 +23,7 @@ from nanobot.agent.subagents import MAX_SUBAGENT_ITERATIONS, SubagentManager
 from nanobot.agent.tools.cron import CronTool
 from nanobot.agent.tools.files import file_tools
 from nanobot.agent.tools.message import MessageTool
+from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.agent.tools.shell import ExecTool
 from nanobot.agent.tools.spawn import SpawnTool
@@ -40,6 +41,7 @@ from nanobot.providers.base import LLMProvider
 from nanobot.providers.registry import resolve_provider
 from nanobot.scheduler.cron import CronService
 from nanobot.scheduler.cron_store import CronJob, DeliverTo, cron_session_key, job_prompt, jobs_path
+from nanobot.secrets import register_config_secrets, register_env_secrets
 from nanobot.session.store import SessionStore
 from nanobot.timeutil import resolve_tz
 
@@ -133,7 +135,12 @@ def build_runtime(
     roots = (skills.builtin_dir,) if skills is not None else ()
     for tool in file_tools(workspace, memory, restrict, config.tools.max_file_bytes, roots):
         tools.register(tool)
-    tools.register(ExecTool(workspace, config.tools.exec, restrict))
+    tools.register(ExecTool(workspace, config.tools.exec, restrict, **_exec_private(config, config_path)))
+    tools.policy = TrustPolicy(
+        workspace, share_in_groups=config.memory.share_in_groups, exec_in_groups=config.tools.exec.in_groups
+    )
+    register_config_secrets(config)
+    register_env_secrets()
     tools.register(WebFetchTool(config.tools.web))
     tools.register(WebSearchTool(config.tools.web.search, config.tools.web.timeout_s))
     tools.register(MessageTool(bus))
@@ -301,6 +308,17 @@ async def run_cron_job(bus: MessageBus, job: CronJob) -> str:
     if isinstance(out.metadata.get("exception"), Exception):
         raise out.metadata["exception"]  # recorded as the job's failure, like any other
     return out.content
+
+
+def _exec_private(config: Config, config_path: str) -> dict[str, tuple[Path, ...]]:
+    """What exec commands must never see: NANOBOT_HOME, the config file and the folder it is in
+    (pairing state lives beside it), the log file."""
+    from nanobot.config.paths import nanobot_home
+
+    config_file = Path(config_path)
+    dirs = [nanobot_home(), *([config_file.resolve().parent] if config_file.is_file() else [])]
+    files = [config_file, *([Path(config.logging.file)] if config.logging.file else [])]
+    return {"private_dirs": tuple(dirs), "private_files": tuple(files)}
 
 
 def _skills(workspace: Path):  # noqa: ANN202 - optional component

@@ -29,6 +29,7 @@ from nanobot.agent.commands import COMMANDS, HELP_TEXT
 from nanobot.agent.message_context import MessageContext
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.session.store import StorageError
 
 STOPPED_REPLY = "Stopped."
 NOTHING_RUNNING_REPLY = "Nothing is running."
@@ -165,7 +166,9 @@ class AgentLoop:
                     logger.opt(exception=exc).error("turn for {} failed", ctx.session_key)
                     # in-process publishers (cron) see the exception itself, the user a short note
                     out = ctx.reply(
-                        f"Sorry, something went wrong: {type(exc).__name__}.",
+                        str(exc)
+                        if isinstance(exc, StorageError)  # full disk, read-only workspace: say so
+                        else f"Sorry, something went wrong: {type(exc).__name__}.",
                         metadata={"failed": True, "exception": exc},
                     )
                 finally:

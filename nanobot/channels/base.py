@@ -130,7 +130,12 @@ class Channel(Connection, ABC):
             return True
         sid = str(sender_id)
         name = username.lstrip("@").lower() if username else ""
-        if any(entry == sid or (name and entry.lstrip("@").lower() == name) for entry in self.allow_from):
+        # An all-digit entry is an id, never a username: a user who renames themselves to an
+        # allowed id must not get in.
+        if any(
+            entry == sid or (name and not entry.isdigit() and entry.lstrip("@").lower() == name)
+            for entry in self.allow_from
+        ):
             return True
         return self.pairing is not None and self.pairing.is_approved(self.name, sid)
 

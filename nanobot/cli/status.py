@@ -25,6 +25,7 @@ def status(config: ConfigOption = None) -> None:
             f"Channel {name}: {'enabled' if ch.enabled else 'disabled'}"
             + (f", {allow}" if ch.enabled else "")
         )
+    lines.append(f"Exec sandbox: {_sandbox_line(cfg)}")
     lines.extend(_gateway_lines(ws))
     lines.append(f"Memory: backend {cfg.memory.condition or cfg.memory.backend}; {_index_line(cfg)}")
     lines.extend(_archive_lines(cfg))
@@ -39,6 +40,12 @@ def _provider_line(cfg, config_path: str) -> str:  # noqa: ANN001
     except ProviderConfigError as exc:
         return f"not configured ({str(exc).splitlines()[0]})"
     return f"{provider.name} (model {provider.default_model})"
+
+
+def _sandbox_line(cfg) -> str:  # noqa: ANN001
+    from nanobot.sandbox import detect
+
+    return detect(cfg.tools.exec.sandbox).describe()
 
 
 def _gateway_lines(ws) -> list[str]:  # noqa: ANN001

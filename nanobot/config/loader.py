@@ -111,6 +111,11 @@ def read_config_dict(path: Path) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+            "save the file as UTF-8"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
     if not isinstance(data, dict):

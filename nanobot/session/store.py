@@ -86,6 +86,36 @@ def first_metadata(path: Path, key: str) -> dict[str, Any]:
     return {}
 
 
+class StorageError(OSError):
+    """A session could not be saved (disk full, read-only workspace); nothing partial was left."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        reason = cause.strerror or str(cause)
+        self.message = (
+            f"cannot save the conversation to {path}: {reason}. Free disk space or make the "
+            "workspace writable; this message was not processed."
+        )
+        super().__init__(cause.errno, self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _append_all(fd: int, data: bytes, end: int, path: Path) -> None:
+    """Write all of `data` at the end of the file, or nothing: a failure (ENOSPC, EROFS, EIO)
+    cuts the file back to `end`, so no half line is left for the next load to trip over."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, end)
+        except OSError:
+            pass  # read-only: nothing was written either
+        raise StorageError(path, exc) from exc
+
+
 class SessionStore:
     """Owner of `workspace/sessions/`: loads, appends, records metadata, archives."""
 
@@ -152,7 +182,7 @@ class SessionStore:
                     continue
                 if "_type" in obj:
                     if obj.get("_type") == "metadata":
-                        session.metadata = {k: v for k, v in obj.items() if k != "_type"}
+                        session.metadata = _valid_metadata(key, lineno, obj, session.metadata)
                 elif "role" in obj:
                     session.messages.append(obj)
         if skipped:
@@ -174,6 +204,13 @@ class SessionStore:
     # ------------------------------------------------------------------ writing
     def _handle(self, session: Session) -> IO[str]:
         fh = self._handles.get(session.key)
+        if fh is not None and not fh.closed and os.fstat(fh.fileno()).st_nlink == 0:
+            # The file (or the whole workspace) was deleted under us: appends to the open handle
+            # would vanish with the inode. Say so loudly and start the file again.
+            logger.error(
+                "session file {} was deleted while in use (workspace removed?); recreating it", session.path
+            )
+            fh.close()
         if fh is None or fh.closed:
             fd = open_private(session.path, os.O_RDWR | os.O_APPEND)
             fh = open(fd, "a+", encoding="utf-8")  # noqa: SIM115 - kept open for appends
@@ -184,16 +221,18 @@ class SessionStore:
         if session.archived:
             raise RuntimeError(f"session {session.key} was archived; write to the new session instead")
         data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs)
-        fh = self._handle(session)
-        with fd_lock(fh.fileno()):
-            fh.seek(0, os.SEEK_END)
-            end = fh.tell()
+        try:
+            fh = self._handle(session)
+        except OSError as exc:
+            raise StorageError(session.path, exc) from exc
+        fd = fh.fileno()
+        with fd_lock(fd):
+            end = os.lseek(fd, 0, os.SEEK_END)
             # A crash may have left a truncated last line: start ours on a fresh line
             # (pread on the open handle: no second open per append).
-            if end > 0 and os.pread(fh.fileno(), 1, end - 1) != b"\n":
+            if end > 0 and os.pread(fd, 1, end - 1) != b"\n":
                 data = "\n" + data
-            fh.write(data)
-            fh.flush()
+            _append_all(fd, data.encode("utf-8"), end, session.path)
             if self.fsync_policy == "always":
                 os.fsync(fh.fileno())
             elif self.fsync_policy == "everysec":
@@ -299,3 +338,21 @@ class SessionStore:
             self._fsync_timer = None
         for key in list(self._handles):
             self._close_handle(key)
+
+
+def _valid_metadata(key: str, lineno: int, obj: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
+    """A metadata line's fields with bad values replaced by the previous line's (warned), so one
+    bad line never breaks the session."""
+    meta = {k: v for k, v in obj.items() if k != "_type"}
+    pointer = meta.get("last_consolidated", 0)
+    if isinstance(pointer, bool) or not isinstance(pointer, int) or pointer < 0:
+        logger.warning(
+            "session {}: ignoring invalid last_consolidated {!r} on line {}", key, pointer, lineno
+        )
+        meta.pop("last_consolidated", None)
+        if "last_consolidated" in previous:
+            meta["last_consolidated"] = previous["last_consolidated"]
+    if not isinstance(meta.get("is_group", False), bool):
+        logger.warning("session {}: ignoring invalid is_group {!r} on line {}", key, meta["is_group"], lineno)
+        meta.pop("is_group")
+    return meta

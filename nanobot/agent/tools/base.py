@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -16,15 +16,32 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+Trust = Literal["owner", "shared"]
+
+
+def trust_of(is_group: bool) -> Trust:
+    """The one rule: group chats are shared contexts; private chats of allowed senders (nobody else
+    reaches a turn) and the terminal are the owner's."""
+    return "shared" if is_group else "owner"
+
+
 @dataclass(frozen=True)
 class ToolContext:
-    """Who a tool call is for: the chat the turn belongs to."""
+    """Who a tool call is for: the chat the turn belongs to, and how far it is trusted."""
 
     channel: str = "cli"
     chat_id: str = "direct"
     session_key: str = "cli:direct"
     sender_id: str = "user"
     is_group: bool = False
+
+    @property
+    def trust(self) -> Trust:
+        return trust_of(self.is_group)
+
+    @property
+    def shared(self) -> bool:
+        return self.trust == "shared"
 
 
 class ToolError(Exception):

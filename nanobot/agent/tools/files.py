@@ -12,6 +12,7 @@ from typing import Any
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.config.paths import CRON_DIR, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, INDEX_FILE, SESSIONS_DIR
 from nanobot.memory.store import MemoryStore
+from nanobot.util.fs import atomic_write
 
 MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 500
@@ -81,8 +82,11 @@ class _FileTool(Tool):
             except ValueError as exc:
                 raise ToolError(str(exc)) from None
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        try:
+            # atomic: a full disk or a read-only workspace leaves the old file, never half a new one
+            atomic_write(path, text, fsync=False)
+        except OSError as exc:
+            raise ToolError(f"cannot write {path.name}: {exc.strerror or exc}") from None
 
 
 class ReadFileTool(_FileTool):

@@ -1,4 +1,8 @@
-"""ToolRegistry: the tools of one agent, their schemas, and safe execution."""
+"""ToolRegistry: the tools of one agent, their schemas, and safe execution.
+
+Every call passes the trust policy of its context first (when one is set: `policy`), and every
+result has known secret values redacted before it reaches the LLM, a session file or a chat.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,16 @@ from typing import Any
 from loguru import logger
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.providers.tokens import count_tools
+from nanobot.secrets import mask
 from nanobot.util.tool_args import parse_arguments
 
 
 class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
+        self.policy: TrustPolicy | None = None
         # Schemas and their token count are rebuilt only when the tool set changes (every turn
         # needs them; JSON-dumping and encoding ~10 KB of schemas costs milliseconds).
         self._version = 0
@@ -61,7 +68,11 @@ class ToolRegistry:
         return tokens
 
     async def execute(self, name: str, arguments: dict[str, Any] | str, ctx: ToolContext) -> str:
-        """Run a tool and return its text result. Never raises: every failure becomes an error text."""
+        """Run a tool and return its text result, secrets redacted. Never raises: every failure
+        becomes an error text."""
+        return mask(await self._execute(name, arguments, ctx))
+
+    async def _execute(self, name: str, arguments: dict[str, Any] | str, ctx: ToolContext) -> str:
         tool = self._tools.get(name)
         if tool is None:
             return f"Error: unknown tool '{name}'. Available tools: {', '.join(sorted(self._tools))}"
@@ -71,6 +82,9 @@ class ToolRegistry:
         problems = tool.validate(args)
         if problems:
             return f"Error: invalid arguments for {name}: " + "; ".join(problems)
+        refusal = self.policy.refusal(name, args, ctx) if self.policy is not None else None
+        if refusal is not None:
+            return f"Error: {refusal}"
         try:
             return await tool.execute(ctx, **args)
         except ToolError as exc:

@@ -1,25 +1,27 @@
-"""The `exec` tool: run a shell command in the workspace.
+"""The `exec` tool: run a shell command in the workspace, inside the OS sandbox (nanobot.sandbox).
 
-Guards (best effort, documented as such): a deny list of destructive patterns, refusal of commands
-naming absolute paths outside the workspace when restrictToWorkspace is on, an environment without
-provider keys and channel tokens, a timeout, and a head+tail output cap. Where bubblewrap works, the
-command also runs in an OS sandbox that can only write inside the workspace.
+The sandbox is what safety rests on: the workspace writable, nanobot's own files read-only, the
+system read-only, nothing else of $HOME or NANOBOT_HOME visible, an allow-listed environment,
+resource limits, a deadline and an output cap. In a shared (group) context the command runs
+without memory/ and sessions/ (the trust policy decides whether exec runs there at all).
+
+Before that, a path-pattern guard refuses obviously destructive commands and, with
+restrictToWorkspace, commands naming paths outside the workspace. It is a first filter that gives
+the model a clear message; commands compute paths at run time, so it is never the defence.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
 import shlex
-import shutil
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.config.schema import ExecToolConfig
+from nanobot.sandbox import Limits, Sandbox, SandboxUnavailable, detect
 from nanobot.util.text import truncate_middle
 
 BUILTIN_DENY_PATTERNS = (
@@ -31,15 +33,9 @@ BUILTIN_DENY_PATTERNS = (
     r">\s*/dev/sd[a-z]",
     r"\bchmod\s+-R\s+[0-7]{3,4}\s+/(\s|$)",
 )
-_SECRET_ENV_RE = re.compile(r"(API_KEY|TOKEN|SECRET|PASSWORD|_KEY)$|^NANOBOT_", re.IGNORECASE)
 _ABS_PATH_RE = re.compile(r"(?<![\w.~:/-])(/[^\s'\";|&<>()]*)")
 # Programs and devices a command may name although they are outside the workspace.
 _ALLOWED_SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib", "/dev/null", "/dev/stdout", "/dev/stderr")
-
-
-def scrubbed_env() -> dict[str, str]:
-    """The process environment minus anything that looks like a credential or nanobot config."""
-    return {k: v for k, v in os.environ.items() if not _SECRET_ENV_RE.search(k)}
 
 
 def cap_output(text: str, max_chars: int) -> str:
@@ -50,19 +46,6 @@ def cap_output(text: str, max_chars: int) -> str:
         marker="\n\n[... {omitted} characters omitted ...]\n\n",
         marker_budget=0,
     )
-
-
-def _bwrap_works() -> bool:
-    exe = shutil.which("bwrap")
-    if not exe:
-        return False
-    try:
-        probe = subprocess.run(
-            [exe, "--ro-bind", "/", "/", "--dev", "/dev", "true"], capture_output=True, timeout=5, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return probe.returncode == 0
 
 
 class ExecTool(Tool):
@@ -80,12 +63,34 @@ class ExecTool(Tool):
         "required": ["command"],
     }
 
-    def __init__(self, workspace: Path, cfg: ExecToolConfig, restrict: bool) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        cfg: ExecToolConfig,
+        restrict: bool,
+        *,
+        private_dirs: tuple[Path, ...] = (),
+        private_files: tuple[Path, ...] = (),
+    ) -> None:
         self.workspace = workspace.resolve()
         self.cfg = cfg
         self.restrict = restrict
         self._deny = [re.compile(p, re.IGNORECASE) for p in (*BUILTIN_DENY_PATTERNS, *cfg.deny_patterns)]
-        self._sandbox: bool | None = None
+        self.status = detect(cfg.sandbox)
+        limits = Limits(cfg.max_processes, cfg.max_cpu_s, cfg.max_file_mb, cfg.max_memory_mb)
+        self.sandbox = Sandbox(
+            self.status,
+            self.workspace,
+            network=cfg.network,
+            extra_env=cfg.env,
+            limits=limits,
+            private_dirs=(Path.home(), *private_dirs),
+            private_files=private_files,
+        )
+        if self.status.active == "off":
+            logger.warning("exec sandbox is off (tools.exec.sandbox): commands run with the daemon's rights")
+        elif self.status.active == "unavailable":
+            logger.warning("exec is disabled: no OS sandbox is available ({})", self.status.detail)
 
     def check(self, command: str) -> None:
         for pattern in self._deny:
@@ -104,60 +109,33 @@ class ExecTool(Tool):
                 if not Path(raw).resolve().is_relative_to(self.workspace):
                     raise ToolError(f"command refused: '{raw}' lies outside the workspace")
 
-    def _argv(self, command: str) -> list[str]:
-        if self._sandbox is None:
-            self._sandbox = self.cfg.sandbox == "bwrap" or (self.cfg.sandbox == "auto" and _bwrap_works())
-        if not self._sandbox:
-            return ["/bin/sh", "-c", command]
-        ws = str(self.workspace)
-        return [
-            "bwrap",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--bind",
-            ws,
-            ws,
-            "--chdir",
-            ws,
-            "--die-with-parent",
-            "/bin/sh",
-            "-c",
-            command,
-        ]
-
     async def execute(self, ctx: ToolContext, command: str, timeout_s: float | None = None, **_: Any) -> str:
         if not command.strip():
             raise ToolError("command is empty")
         self.check(command)
-        self.workspace.mkdir(parents=True, exist_ok=True)
         limit = min(timeout_s or self.cfg.timeout_s, self.cfg.timeout_s * 5)
-        proc = await asyncio.create_subprocess_exec(
-            *self._argv(command),
-            cwd=self.workspace,
-            env=scrubbed_env(),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout=limit)
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            await proc.wait()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise ToolError(f"command timed out after {limit:g} s: {shlex.quote(command)[:200]}") from None
-        text = out.decode("utf-8", errors="replace")
-        result = cap_output(text, self.cfg.max_output_chars) or "(no output)"
-        return f"{result}\n[exit code {proc.returncode}]" if proc.returncode else result
+            result = await self.sandbox.run(
+                command,
+                shared=ctx.shared,
+                timeout_s=limit,
+                cap_bytes=self.cfg.max_output_bytes,
+                keep_bytes=self.cfg.max_output_chars * 2,
+            )
+        except SandboxUnavailable as exc:
+            raise ToolError(str(exc)) from None
+        except OSError as exc:
+            raise ToolError(f"command could not start: {exc.strerror or exc}") from None
+        text = cap_output(result.text(), self.cfg.max_output_chars)
+        if result.timed_out:
+            raise ToolError(
+                f"command timed out after {limit:g} s and was killed: {shlex.quote(command)[:200]}"
+                + (f"\nOutput so far:\n{text}" if text else "")
+            )
+        if result.capped:
+            raise ToolError(
+                f"command printed more than {self.cfg.max_output_bytes} bytes and was killed"
+                + (f"\nOutput so far:\n{text}" if text else "")
+            )
+        text = text or "(no output)"
+        return f"{text}\n[exit code {result.returncode}]" if result.returncode else text

@@ -1,18 +1,22 @@
-"""Web tools: `web_fetch` (with an SSRF guard) and `web_search` (brave, tavily, searxng, duckduckgo)."""
+"""Web tools: `web_fetch` (with an SSRF guard) and `web_search` (brave, tavily, searxng, duckduckgo).
+
+web_fetch checks every hop's host with netguard (public addresses only unless allowHosts lists
+it), connects to the very address it checked (Host header and TLS SNI keep the real name), and
+`tools.web.timeoutS` is the deadline of the whole fetch, redirects and slow bodies included.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import html
-import ipaddress
 import re
-import socket
 from typing import Any
-from urllib.parse import quote_plus, urljoin, urlparse
+from urllib.parse import quote_plus, urljoin, urlparse, urlunparse
 
 import httpx
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.agent.tools.netguard import AddressRefused, resolve_checked
 from nanobot.config.schema import WebSearchConfig, WebToolConfig
 
 MAX_TEXT_CHARS = 50_000
@@ -24,40 +28,30 @@ _SEARCH_ENDPOINTS = {
 }
 
 
-def _ip_is_private(ip: str) -> bool:
-    addr = ipaddress.ip_address(ip)
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
-    return (
-        addr.is_private
-        or addr.is_loopback
-        or addr.is_link_local
-        or addr.is_reserved
-        or addr.is_multicast
-        or addr.is_unspecified
-    )
-
-
-async def check_url_allowed(url: str, allow_hosts: list[str]) -> None:
-    """Refuse non-HTTP URLs and hosts resolving to private, loopback or link-local addresses."""
+async def check_url_allowed(url: str, allow_hosts: list[str]) -> str:
+    """The checked address to connect to for `url` (raises ToolError when the URL may not be fetched)."""
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ToolError(f"only http(s) URLs with a host are allowed: {url}")
-    host = parsed.hostname.lower()
-    if host in {h.lower() for h in allow_hosts}:
-        return
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(
-            host, parsed.port or 443, type=socket.SOCK_STREAM
-        )
-    except socket.gaierror as exc:
-        raise ToolError(f"cannot resolve host {host}: {exc.strerror}") from None
-    for info in infos:
-        if _ip_is_private(str(info[4][0])):
-            raise ToolError(
-                f"refusing to fetch {host}: it resolves to a private or loopback address "
-                "(add it to tools.web.allowHosts to allow it)"
-            )
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        return await resolve_checked(parsed.hostname, port, allow_hosts)
+    except ValueError:
+        raise ToolError(f"invalid port in {url}") from None
+    except AddressRefused as exc:
+        raise ToolError(str(exc)) from None
+
+
+def pinned_request(url: str, address: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The URL with its host replaced by the checked address, the Host header and the TLS SNI name,
+    so the connection goes where the check said while the server still sees the real host name."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    literal = f"[{address}]" if ":" in address else address
+    netloc = f"{literal}:{parsed.port}" if parsed.port else literal
+    host_header = parsed.netloc.rpartition("@")[2]
+    extensions = {"sni_hostname": host} if parsed.scheme == "https" else {}
+    return urlunparse(parsed._replace(netloc=netloc)), {"Host": host_header}, extensions
 
 
 def html_to_text(markup: str) -> str:
@@ -83,7 +77,13 @@ class WebFetchTool(Tool):
         self.cfg = cfg
 
     async def execute(self, ctx: ToolContext, url: str, **_: Any) -> str:
-        current = url.strip()
+        try:
+            async with asyncio.timeout(self.cfg.timeout_s):
+                return await self._fetch(url.strip())
+        except TimeoutError:
+            raise ToolError(f"fetch did not finish within {self.cfg.timeout_s:g} s: {url}") from None
+
+    async def _fetch(self, current: str) -> str:
         async with httpx.AsyncClient(
             timeout=self.cfg.timeout_s,
             follow_redirects=False,
@@ -91,9 +91,12 @@ class WebFetchTool(Tool):
             trust_env=False,
         ) as client:
             for _hop in range(self.cfg.max_redirects + 1):
-                await check_url_allowed(current, self.cfg.allow_hosts)
+                address = await check_url_allowed(current, self.cfg.allow_hosts)
+                target, headers, extensions = pinned_request(current, address)
                 try:
-                    async with client.stream("GET", current) as resp:
+                    request = client.build_request("GET", target, headers=headers, extensions=extensions)
+                    resp = await client.send(request, stream=True)
+                    try:
                         if resp.is_redirect and resp.headers.get("location"):
                             current = urljoin(current, resp.headers["location"])
                             continue
@@ -102,8 +105,10 @@ class WebFetchTool(Tool):
                             body.extend(chunk)
                             if len(body) > self.cfg.max_bytes:
                                 break
-                        truncated = len(body) > self.cfg.max_bytes
-                        return self._render(resp, bytes(body[: self.cfg.max_bytes]), current, truncated)
+                    finally:
+                        await resp.aclose()
+                    truncated = len(body) > self.cfg.max_bytes
+                    return self._render(resp, bytes(body[: self.cfg.max_bytes]), current, truncated)
                 except httpx.HTTPError as exc:
                     raise ToolError(f"fetch failed: {type(exc).__name__}: {exc}") from None
         raise ToolError(f"too many redirects (more than {self.cfg.max_redirects})")

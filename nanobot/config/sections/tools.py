@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from nanobot.config.sections.base import Section
+
+SandboxMode = Literal["auto", "bwrap", "landlock", "off"]
 
 
 class ExecToolConfig(Section):
@@ -16,8 +18,29 @@ class ExecToolConfig(Section):
                                   "characters.")
     deny_patterns: list[str] = Field([], description="Regular expressions of commands to refuse, added to "
                                      "the built-in deny list.")
-    sandbox: Literal["auto", "bwrap", "none"] = Field("auto", description="How shell commands are "
-                                                      "isolated: `auto` uses bubblewrap where it works.")
+    sandbox: SandboxMode = Field(
+        "auto",
+        description="OS sandbox of shell commands: `auto` (bubblewrap, else Landlock, else exec is "
+        "disabled with a start-up warning), `bwrap`, `landlock`, or `off` (no sandbox; warned at every "
+        "start). `nanobot status` shows the active one.",
+    )
+    network: bool = Field(True, description="Commands may use the network (false: bubblewrap gives them "
+                          "no network, Landlock refuses TCP).")
+    in_groups: bool = Field(False, description="Allow exec in group chats (sandboxed, without memory/ and "
+                            "sessions/ mounted).")
+    env: dict[str, str] = Field({}, description="Extra environment variables for commands; the rest is an "
+                                "allow-list (PATH, locale, TZ, TERM; HOME is the workspace).")
+    max_output_bytes: int = Field(4_000_000, ge=10_000, description="A command printing more than this "
+                                  "many bytes is killed.")
+    max_processes: int = Field(256, ge=8, description="Processes and threads one command may run at once.")
+    max_cpu_s: int = Field(120, ge=1, description="CPU seconds each process of a command may use.")
+    max_file_mb: int = Field(1024, ge=1, description="Largest file a command may write, in MB.")
+    max_memory_mb: int = Field(4096, ge=64, description="Address space of each process of a command, in MB.")
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _legacy_none(cls, value: object) -> object:
+        return "off" if value == "none" else value  # the old spelling of the opt-out
 
 
 class WebSearchConfig(Section):
@@ -30,11 +53,13 @@ class WebSearchConfig(Section):
 
 
 class WebToolConfig(Section):
-    allow_hosts: list[str] = Field([], description="`host` or `host:port` entries web_fetch may reach "
-                                   "although they are not public addresses (all others are refused).")
+    allow_hosts: list[str] = Field([], description="Hosts web_fetch may reach although they are not public "
+                                   "addresses (all others are refused): `host` allows any port, `host:port` "
+                                   "only that port (IPv6 as `[::1]:8080`).")
     max_bytes: int = Field(2_000_000, ge=1000, description="Most bytes web_fetch downloads from one URL.")
     max_redirects: int = Field(5, ge=0, description="Most redirects web_fetch follows.")
-    timeout_s: float = Field(20.0, gt=0, description="Total seconds one web_fetch may take.")
+    timeout_s: float = Field(20.0, gt=0, description="Total seconds one web_fetch may take, redirects and "
+                             "slow bodies included.")
     search: WebSearchConfig = Field(WebSearchConfig(), description="The web_search tool.")
 
 

@@ -1,0 +1,79 @@
+"""Per-chat trust policy: what a tool call may do in the context it comes from.
+
+Applied by the ToolRegistry to every call (built-in tools, sub-agents and MCP tools alike), so no
+tool has to remember it. The context's trust comes from `ToolContext.trust` (group chats are
+shared; private chats of allowed senders and the terminal are the owner's).
+
+In a shared context, unless memory.shareInGroups is true:
+- no tool reads or writes `memory/` or `sessions/` (file tools by their resolved path, symlinks
+  followed; memory_search / memory_get not at all), and tools this policy does not know (MCP
+  servers, which may read anything) are refused;
+- `exec` runs only when tools.exec.inGroups is true, and then without those folders mounted;
+- `cron` cannot add jobs (a job's turn runs later, outside this chat's trust), and `message`
+  only answers in the chat it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from nanobot.agent.tools.base import ToolContext
+
+PRIVATE_DIRS = ("memory", "sessions")
+PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
+MEMORY_TOOLS = frozenset({"memory_search", "memory_get", "save_memory"})
+OPEN_TOOLS = frozenset({"web_fetch", "web_search", "spawn"})  # read nothing private themselves
+
+
+class TrustPolicy:
+    def __init__(
+        self, workspace: Path, *, share_in_groups: bool = False, exec_in_groups: bool = False
+    ) -> None:
+        self.workspace = workspace.resolve()
+        self.share_in_groups = share_in_groups
+        self.exec_in_groups = exec_in_groups
+        self._private = [self.workspace / d for d in PRIVATE_DIRS]
+
+    def refusal(self, name: str, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        """Why this call is refused in its context, or None when it may run."""
+        if not ctx.shared:
+            return None
+        if name == "exec":
+            if not self.exec_in_groups:
+                return "exec is not available in group chats (tools.exec.inGroups is false)"
+            return None
+        if name == "cron" and args.get("action") == "add":
+            return "scheduling jobs is not available in group chats"
+        if name == "message":
+            channel, chat = args.get("channel") or ctx.channel, args.get("chat_id") or ctx.chat_id
+            if (str(channel), str(chat)) != (ctx.channel, ctx.chat_id):
+                return "in a group chat, messages can only go to this chat"
+            return None
+        if self.share_in_groups or name in OPEN_TOOLS or name in ("cron",):
+            return None
+        private = "the owner's memory and other chats' transcripts are private in group chats"
+        if name in MEMORY_TOOLS:
+            return f"{name} is not available in group chats: {private} (memory.shareInGroups is false)"
+        if name in PATH_TOOLS:
+            raw = args.get("path", ".")
+            if isinstance(raw, str) and self.is_private(raw):
+                return f"'{raw}' is not readable here: {private}"
+            return None
+        return (
+            f"{name} is not available in group chats (tools outside nanobot's own set may read private files)"
+        )
+
+    def is_private(self, raw: str) -> bool:
+        """Whether `raw` (relative to the workspace or absolute) is in memory/ or sessions/,
+        by its spelling or by where its symlinks lead."""
+        path = Path(raw).expanduser()
+        path = path if path.is_absolute() else self.workspace / path
+        candidates = [Path(os.path.normpath(path))]
+        try:
+            candidates.append(path.resolve())
+        except (OSError, RuntimeError):
+            return True  # a symlink loop: refuse rather than guess
+        roots = [*self._private, *(p.resolve() for p in self._private)]
+        return any(c == r or c.is_relative_to(r) for c in candidates for r in roots)

@@ -1,0 +1,166 @@
+"""The OS sandbox behind the `exec` tool.
+
+`tools.exec.sandbox` picks it: `auto` (bubblewrap, else Landlock, else exec is disabled), `bwrap`,
+`landlock`, or `off`. `detect` says which one is active and why (shown by `nanobot status` and
+warned at start); `Sandbox.run` runs one shell command inside it with the allow-listed environment,
+the resource limits, a deadline and an output cap (see spec.py, bwrap.py, landlock.py, process.py).
+The path-pattern guard in the exec tool is only a first filter; this is what safety rests on.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from nanobot.sandbox.process import ProcessResult, run_process
+from nanobot.sandbox.spec import (
+    PROTECTED_DIRS,
+    Limits,
+    SandboxSpec,
+    limits_hook,
+    prlimit_argv,
+    running_tasks,
+    sandbox_env,
+)
+
+__all__ = ["Limits", "ProcessResult", "Sandbox", "SandboxStatus", "SandboxUnavailable", "detect"]
+
+
+class SandboxUnavailable(Exception):
+    """exec is disabled: the configured sandbox cannot run on this machine."""
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    requested: str  # auto | bwrap | landlock | off
+    active: str  # bwrap | landlock | off | unavailable
+    detail: str  # the Landlock ABI, or why the sandbox is missing
+
+    def describe(self) -> str:
+        if self.active == "off":
+            return "off (tools.exec.sandbox is off: exec runs without an OS sandbox)"
+        if self.active == "unavailable":
+            return f"unavailable, exec is disabled ({self.detail})"
+        suffix = f", {self.detail}" if self.detail else ""
+        return f"{self.active} (requested {self.requested}{suffix})"
+
+
+@functools.cache
+def detect(requested: str) -> SandboxStatus:
+    """Which sandbox `requested` amounts to on this machine (probed once per process)."""
+    from nanobot.sandbox.bwrap import bwrap_problem
+    from nanobot.sandbox.landlock import abi_version
+
+    if requested in ("off", "none"):
+        return SandboxStatus(requested, "off", "")
+    if not sys.platform.startswith("linux"):
+        return SandboxStatus(
+            requested, "unavailable", "the exec sandbox needs Linux; set tools.exec.sandbox to off"
+        )
+    problems = []
+    if requested in ("auto", "bwrap"):
+        problem = bwrap_problem()
+        if problem is None:
+            return SandboxStatus(requested, "bwrap", "")
+        problems.append(problem)
+    if requested in ("auto", "landlock"):
+        abi = abi_version()
+        if abi > 0:
+            return SandboxStatus(requested, "landlock", f"Landlock ABI {abi}")
+        problems.append("Landlock is not available (needs Linux 5.13+ with landlock among the LSMs)")
+    return SandboxStatus(requested, "unavailable", "; ".join(problems))
+
+
+class Sandbox:
+    """Runs shell commands for one workspace inside the active sandbox."""
+
+    def __init__(
+        self,
+        status: SandboxStatus,
+        workspace: Path,
+        *,
+        network: bool = True,
+        extra_env: dict[str, str] | None = None,
+        limits: Limits = Limits(),
+        private_dirs: tuple[Path, ...] = (),
+        private_files: tuple[Path, ...] = (),
+    ) -> None:
+        self.status = status
+        self.workspace = workspace.resolve()
+        self.network = network
+        self.extra_env = dict(extra_env or {})
+        self.limits = limits
+        # Outside the workspace and never visible inside: $HOME, NANOBOT_HOME, config and log files.
+        self.private_dirs = tuple(p.expanduser().resolve() for p in private_dirs)
+        self.private_files = tuple(p.expanduser().resolve() for p in private_files)
+
+    def spec(self, shared: bool) -> SandboxSpec:
+        return SandboxSpec(self.workspace, shared, self.network, self.extra_env, self.limits)
+
+    async def run(
+        self, command: str, *, shared: bool, timeout_s: float, cap_bytes: int, keep_bytes: int
+    ) -> ProcessResult:
+        """Run `/bin/sh -c command` in the workspace; raises SandboxUnavailable when exec is disabled."""
+        active = self.status.active
+        if active == "unavailable":
+            raise SandboxUnavailable(
+                f"exec is disabled: no OS sandbox is available ({self.status.detail}). "
+                "Install bubblewrap or allow unprivileged user namespaces; tools.exec.sandbox = off "
+                "runs commands unsandboxed (not recommended)."
+            )
+        spec = self.spec(shared)
+        for sub in PROTECTED_DIRS:  # exist before the command runs, so they are mounted read-only
+            (self.workspace / sub).mkdir(parents=True, exist_ok=True)
+        run = {
+            "cwd": str(self.workspace),
+            "timeout_s": timeout_s,
+            "cap_bytes": cap_bytes,
+            "keep_bytes": keep_bytes,
+        }
+        if active == "bwrap":
+            from nanobot.sandbox.bwrap import bwrap_argv, find_bwrap
+
+            exe = find_bwrap() or "bwrap"
+            wrapper = prlimit_argv(self.limits)
+            argv = bwrap_argv(exe, spec, command, list(self.private_dirs), list(self.private_files), wrapper)
+            hook = None if wrapper is not None else limits_hook(self.limits)
+            return await run_process(argv, env=sandbox_env(spec), preexec=hook, **run)
+        if active == "landlock":
+            return await self._run_landlock(spec, command, run)
+        wrapper = prlimit_argv(self.limits, running_tasks())
+        hook = None if wrapper is not None else limits_hook(self.limits)
+        argv = [*(wrapper or []), "/bin/sh", "-c", command]
+        return await run_process(argv, env=sandbox_env(spec), preexec=hook, **run)
+
+    async def _run_landlock(self, spec: SandboxSpec, command: str, run: dict) -> ProcessResult:
+        from nanobot.sandbox.landlock import build_ruleset
+
+        tmpdir = tempfile.mkdtemp(prefix="nanobot-exec-")
+        rules = build_ruleset(spec, tmpdir, self._path_roots(), [*self.private_dirs, *self.private_files])
+        try:
+            return await run_process(
+                ["/bin/sh", "-c", command],
+                env=sandbox_env(spec, tmpdir),
+                preexec=rules.restrict_hook(limits_hook(self.limits)),
+                **run,
+            )
+        finally:
+            rules.close()
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+    def _path_roots(self) -> list[Path]:
+        """Folders of PATH entries outside the private ones (e.g. a virtualenv), readable under Landlock."""
+        env = sandbox_env(self.spec(False))
+        roots: list[Path] = []
+        for entry in env.get("PATH", "").split(":"):
+            if not entry.startswith("/"):
+                continue
+            folder = Path(entry).resolve().parent
+            if folder == Path("/") or any(folder.is_relative_to(p) for p in self.private_dirs):
+                continue
+            roots.append(folder)
+        return roots

