@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from nanobot.agent.loop import AgentLoop
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.manager import ChannelManager
 from nanobot.config.schema import Config
-from tests.agent_helpers import make_agent
+from tests.agent_helpers import make_runtime
 from tests.fakes.discord_server import GUILD_CHANNEL_ID, USER_ID, FakeDiscordServer
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegramServer
@@ -39,11 +38,12 @@ def seed(ws: Path) -> None:
 
 
 @pytest.fixture
-def agent(make_config):  # noqa: ANN001, ANN201
+async def agent(make_config):  # noqa: ANN001, ANN201
     config, _ = make_config(**{"tools.exec.sandbox": "bwrap"})
-    built = make_agent(config)
+    runtime = make_runtime(config)
     seed(config.workspace_path)
-    return built
+    yield runtime.agent
+    await runtime.aclose()
 
 
 ATTACKS: list[tuple[str, dict[str, Any]]] = [
@@ -105,24 +105,22 @@ def steer(tool: str, args: dict[str, Any]):  # noqa: ANN201
 
 async def _run_gateway(config: Config, start_and_push, wait_sent) -> list[str]:  # noqa: ANN001
     bus = MessageBus()
-    agent = make_agent(config, bus)
+    runtime = make_runtime(config, bus)
     seed(config.workspace_path)
     manager = ChannelManager(config, bus, config.workspace_path)
     for channel in manager.channels.values():
         channel.retry_base_delay_s = 0.02
     if "discord" in manager.channels:
         manager.channels["discord"].guild_ready_timeout_s = 0.05  # type: ignore[attr-defined]
-    loop = AgentLoop(bus, agent)
     await manager.start_all()
-    loop.start()
+    runtime.loop.start()
     try:
         start_and_push()
         async with asyncio.timeout(100):
             return await wait_sent()
     finally:
-        await loop.stop_accepting()
+        await runtime.aclose()
         await manager.stop_all()
-        await agent.aclose()
 
 
 @pytest.mark.parametrize(

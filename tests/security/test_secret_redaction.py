@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.agent_helpers import make_agent, messages_of, session_path
+from tests.agent_helpers import make_runtime, messages_of, session_path
 from tests.fakes.llm_server import FakeLLMServer, Reply
 
 PROVIDER_KEY = "sk-proj-AbCdEf0123456789xyzLIVEKEY"
@@ -29,7 +29,7 @@ async def test_secrets_in_tool_results_never_reach_llm_session_or_chat(
             "tools.exec.sandbox": "bwrap",
         }
     )
-    agent = make_agent(config)
+    runtime = make_runtime(config)
     ws = config.workspace_path
     (ws / "leak.txt").write_text(f"openai={PROVIDER_KEY}\ntelegram={TG_TOKEN}\nembed={EMBED_KEY}\n")
     fake_llm.push(
@@ -37,8 +37,8 @@ async def test_secrets_in_tool_results_never_reach_llm_session_or_chat(
         Reply(content=None, tool_calls=[{"name": "exec", "arguments": {"command": "echo pat=$GITHUB_PAT"}}]),
         Reply(content="done"),
     )
-    reply = await agent.process_direct("show me leak.txt and the token", session_key="cli:direct")
-    await agent.aclose()
+    reply = await runtime.ask("show me leak.txt and the token", session_key="cli:direct")
+    await runtime.aclose()
     sent_to_llm = repr(fake_llm.requests)
     stored = Path(session_path(config)).read_text()
     for secret in (PROVIDER_KEY, TG_TOKEN, EMBED_KEY, ENV_SECRET):
