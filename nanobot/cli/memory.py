@@ -57,14 +57,18 @@ def search(
 
 @app.command("reindex")
 def reindex(config_path: ConfigOption = None) -> None:
-    """Rebuild the memory index from the memory files."""
+    """Rebuild the memory index from the memory files (progress, rate and ETA on stderr)."""
+    from nanobot.cli.progress import Progress
+
     config = load_cli_config(config_path)
     index = _index(config)
+    index.progress = progress = Progress()
     try:
         stats = asyncio.run(index.sync(force=True))
     except EmbeddingError as exc:
         fail(f"Error: {exc}")
     finally:
+        progress.finish()
         index.close()
     typer.echo(
         f"Indexed {stats.files_indexed} files, {stats.chunks_indexed} chunks "

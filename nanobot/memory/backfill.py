@@ -9,6 +9,7 @@ leaves the rest keyword-only until the next sync retries them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,8 +43,12 @@ def cached_vectors(db: IndexDB, embedder: Embedder | None, hashes: list[str]) ->
     return db.cache_get(embedder.provider, embedder.model, sorted(set(hashes)))
 
 
-async def embed_missing(db: IndexDB, embedder: Embedder, stats: SyncStats, batch_size: int) -> None:
-    """Embed every chunk without a vector, batch_size distinct texts at a time."""
+async def embed_missing(
+    db: IndexDB, embedder: Embedder, stats: SyncStats, batch_size: int,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> None:
+    """Embed every chunk without a vector, batch_size distinct texts at a time; `progress` (phase, done,
+    total) hears after every batch."""
     missing = await asyncio.to_thread(db.chunks_without_embedding)
     by_hash: dict[str, tuple[str, list[int]]] = {}
     for chunk_id, text, digest in missing:
@@ -71,7 +76,7 @@ async def embed_missing(db: IndexDB, embedder: Embedder, stats: SyncStats, batch
             await asyncio.to_thread(db.clear_embeddings)
             await asyncio.to_thread(db.set_meta, {"dims": str(dims)})
             stats.full_reindex = True
-            return await embed_missing(db, embedder, stats, batch_size)
+            return await embed_missing(db, embedder, stats, batch_size, progress)
         if not dims_text:
             dims_text = str(dims)
             await asyncio.to_thread(db.set_meta, {"dims": dims_text})
@@ -79,3 +84,5 @@ async def embed_missing(db: IndexDB, embedder: Embedder, stats: SyncStats, batch
         await asyncio.to_thread(db.cache_put, embedder.provider, embedder.model, dims, blobs)
         await asyncio.to_thread(db.set_embeddings, [(i, blob) for h, blob in blobs for i in by_hash[h][1]])
         stats.chunks_embedded += len(batch)
+        if progress is not None:
+            progress("embedding chunks", start + len(batch), len(todo))

@@ -73,6 +73,8 @@ class MemoryIndex:
         self._last_check = 0.0
         self._last_sync: float | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # (phase, done, total) during sync and back-fill, for a command's progress line
+        self.progress: Callable[[str, int, int], None] | None = None
         self._sync_task: asyncio.Task[Any] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -186,6 +188,8 @@ class MemoryIndex:
         for source in found:
             rel = source.rel
             stats.files_scanned += 1
+            if self.progress is not None:
+                self.progress("indexing files", stats.files_scanned, len(found))
             try:
                 st = source.path.lstat()
                 known = existing.get(rel)
@@ -234,7 +238,7 @@ class MemoryIndex:
             return stats
         async with self._embed_lock:
             await asyncio.to_thread(self._ensure_open)
-            await embed_missing(self._db, self.embedder, stats, EMBED_BATCH)
+            await embed_missing(self._db, self.embedder, stats, EMBED_BATCH, self.progress)
         return stats
 
     async def _sync_if_stale(self, force_check: bool = False) -> None:
