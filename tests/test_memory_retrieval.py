@@ -233,3 +233,16 @@ async def test_file_memory_brings_relevant_facts_of_a_long_memory_file(tmp_path:
     assert "QX-7731" in context and len(context) < 2_000
     assert await memory.context_for("storage unit door code", "telegram:-1", "u", True) == ""  # groups: never
     assert await FileMemory(store, prompt_chars=100_000).context_for("storage unit", "cli:direct", "u", False) == ""
+
+
+def test_snippet_centres_on_the_rare_word_not_on_a_word_that_contains_it() -> None:
+    from nanobot.memory.fts import term_hits
+    from nanobot.memory.search import make_snippet
+
+    assert term_hits("assistant: sounds good", ["sister"], {"sister": 2.0}) == 0  # "sist" inside a word
+    assert term_hits("my sister's place", ["sister"], {"sister": 2.0}) == 2.0
+    lines = [f"assistant: Sounds good! {'filler ' * 20}" for _ in range(12)]
+    lines[0] = "user: By the way, my sister Lindqvist lives in Trieste."
+    snippet, first, _ = make_snippet("\n".join(lines), 2, 13, ["sister", "live"], max_chars=400,
+                                     weights={"sister": 2.0, "live": 0.5})
+    assert "Trieste" in snippet and first == 2

@@ -8,6 +8,7 @@ overlapping bigrams ("记忆检索" -> "记忆 忆检 检索") both when indexin
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 # Han (incl. extension A and compatibility), kana, Hangul syllables and jamo.
 _CJK_CLASS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
@@ -109,6 +110,13 @@ def match_stem(term: str) -> str:
     return term if len(term) <= 4 or not term.isascii() else term[: max(4, len(term) - 3)]
 
 
+@lru_cache(maxsize=512)
+def _word_start(term: str) -> re.Pattern[str]:
+    """Words beginning with the keyword's stem ("sist" finds "sister", never "assistant")."""
+    stem = re.escape(match_stem(term))
+    return re.compile(rf"(?<![^\W_]){stem}" if term.isascii() else stem)
+
+
 def term_hits(line: str, terms: list[str], weights: dict[str, float] | None = None) -> float:
     """Keyword occurrences in a line (used to place snippets), each weighted by its rarity when given."""
     if not terms:
@@ -116,4 +124,4 @@ def term_hits(line: str, terms: list[str], weights: dict[str, float] | None = No
     low = line.lower()
     if weights is None:
         return sum(low.count(t) for t in terms)
-    return sum(weights.get(t, 1.0) * low.count(match_stem(t)) for t in terms)
+    return sum(weights.get(t, 1.0) * len(_word_start(t).findall(low)) for t in terms)

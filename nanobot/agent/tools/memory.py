@@ -39,8 +39,9 @@ def memory_prompt_section(enabled: bool = True) -> str:
 class MemorySearchTool(Tool):
     name = "memory_search"
     description = (
-        "Search your long-term memory (MEMORY.md, HISTORY.md, dated daily and session notes) by "
-        "meaning and keywords. Use it before answering about past work, people, preferences, dates "
+        "Search your long-term memory (MEMORY.md, HISTORY.md, dated daily and session notes, and the "
+        "transcripts of past conversations) by meaning and keywords; time words such as 'last week' "
+        "narrow it to that time. Use it before answering about past work, people, preferences, dates "
         "and decisions. Returns JSON: mode and results with path, line range, score, snippet, citation."
     )
     parameters = {
