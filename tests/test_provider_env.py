@@ -50,6 +50,8 @@ def test_openai_env_vars_reach_the_fake_and_never_import_litellm(home: Path, fak
     imported = _imported(result.stderr)
     assert "nanobot" in imported and "openai" in imported  # the check can see imports at all
     assert "litellm" not in imported
+    # what a one-shot turn does not use is not loaded either
+    assert not {"telegram", "discord", "mcp", "apscheduler", "sqlite_vec"} & imported
     assert "embedded demo model" not in result.stderr
 
 
