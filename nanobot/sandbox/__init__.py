@@ -97,6 +97,7 @@ class Sandbox:
         # Outside the workspace and never visible inside: $HOME, NANOBOT_HOME, config and log files.
         self.private_dirs = tuple(p.expanduser().resolve() for p in private_dirs)
         self.private_files = tuple(p.expanduser().resolve() for p in private_files)
+        self._read_grants: list[str] | None = None  # Landlock's read-only folders, computed once
 
     def spec(self, shared: bool) -> SandboxSpec:
         return SandboxSpec(self.workspace, shared, self.network, self.extra_env, self.limits)
@@ -137,17 +138,21 @@ class Sandbox:
         return await run_process(argv, env=sandbox_env(spec), preexec=hook, **run)
 
     async def _run_landlock(self, spec: SandboxSpec, command: str, run: dict) -> ProcessResult:
-        from nanobot.sandbox.landlock import build_ruleset
+        from nanobot.sandbox.landlock import build_ruleset, read_grants
 
+        if self._read_grants is None:
+            private = [*self.private_dirs, *self.private_files]
+            self._read_grants = read_grants(self._path_roots(), private, self.workspace)
         tmpdir = tempfile.mkdtemp(prefix="nanobot-exec-")
-        rules = build_ruleset(spec, tmpdir, self._path_roots(), [*self.private_dirs, *self.private_files])
+        rules = build_ruleset(spec, tmpdir, self._read_grants)
         try:
-            return await run_process(
-                ["/bin/sh", "-c", command],
-                env=sandbox_env(spec, tmpdir),
-                preexec=rules.restrict_hook(limits_hook(self.limits)),
-                **run,
-            )
+            env = sandbox_env(spec, tmpdir)
+            wrapper = prlimit_argv(self.limits, running_tasks())
+            if wrapper is not None:
+                argv = [*wrapper, "/bin/sh", "-c", command]
+                return await run_process(argv, env=env, spawner=rules.spawn_restricted, **run)
+            hook = rules.restrict_hook(limits_hook(self.limits))
+            return await run_process(["/bin/sh", "-c", command], env=env, preexec=hook, **run)
         finally:
             rules.close()
             shutil.rmtree(tmpdir, ignore_errors=True)

@@ -78,21 +78,29 @@ async def run_process(
     cap_bytes: int,
     keep_bytes: int,
     preexec: Callable[[], None] | None = None,
+    spawner: Callable[[Callable[[], subprocess.Popen[bytes]]], subprocess.Popen[bytes]] | None = None,
 ) -> ProcessResult:
-    """Run `argv` to completion, the deadline or the cap; see the module docstring."""
+    """Run `argv` to completion, the deadline or the cap; see the module docstring.
+
+    `preexec` runs in the child before exec; `spawner`, when given, runs the spawn itself (e.g. in
+    a thread that carries the sandbox's restrictions)."""
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    proc = subprocess.Popen(  # noqa: S603 - argv built by the sandbox
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=preexec,  # noqa: PLW1509 - limits and Landlock must be set between fork and exec
-        close_fds=True,
-    )
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(  # noqa: S603 - argv built by the sandbox
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=preexec,  # noqa: PLW1509 - limits and Landlock must be set between fork and exec
+            close_fds=True,
+        )
+
+    proc = spawner(start) if spawner is not None else start()
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
