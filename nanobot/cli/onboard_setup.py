@@ -1,0 +1,129 @@
+"""The provider and channel part of `nanobot onboard`: asked on a terminal, or given as flags.
+
+Answers are merged into the raw config.json (keys the user wrote stay as they are), checked live the
+way `nanobot doctor` checks them (one tiny completion, Telegram getMe, Discord /users/@me), and saved
+with owner-only permissions. Without a terminal and without flags nothing is asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nanobot.cli.common import err
+from nanobot.config.loader import load_config, read_config_dict
+from nanobot.doctor import Check
+from nanobot.util.fs import atomic_write
+
+PROVIDERS = ("openai", "anthropic", "openrouter", "gemini", "groq", "deepseek", "mistral", "ollama", "custom")
+CHECK_TIMEOUT_S = 15.0
+
+
+@dataclass
+class Answers:
+    provider: str = ""
+    api_key: str = ""
+    api_base: str = ""
+    model: str = ""
+    telegram_token: str = ""
+    discord_token: str = ""
+
+    def any(self) -> bool:
+        return any(vars(self).values())
+
+
+def ask(answers: Answers) -> Answers:
+    """Fill what the flags left open, on the terminal (Enter skips a question)."""
+    if not answers.provider:
+        err(f"LLM provider ({', '.join(PROVIDERS)}; Enter to skip and use the demo model):")
+        answers.provider = input("provider> ").strip().lower()
+    if answers.provider == "custom" and not answers.api_base:
+        answers.api_base = input("base URL of the OpenAI-compatible server (http://…/v1)> ").strip()
+    if answers.provider == "ollama" and not answers.api_base:
+        answers.api_base = input("Ollama URL [http://127.0.0.1:11434]> ").strip() or "http://127.0.0.1:11434"
+    if answers.provider and answers.provider != "ollama" and not answers.api_key:
+        answers.api_key = getpass.getpass("API key (not shown; Enter for none)> ").strip()
+    if answers.provider and not answers.model:
+        answers.model = input("model (Enter for the provider's default)> ").strip()
+    if not answers.telegram_token:
+        answers.telegram_token = getpass.getpass("Telegram bot token from @BotFather (Enter to skip)> ").strip()
+    if not answers.discord_token:
+        answers.discord_token = getpass.getpass("Discord bot token (Enter to skip)> ").strip()
+    return answers
+
+
+def merged(data: dict[str, Any], answers: Answers) -> dict[str, Any]:
+    """`data` (the raw config.json) with the answers set, camelCase like the file."""
+    def node(*keys: str) -> dict[str, Any]:
+        cur = data
+        for key in keys:
+            cur = cur.setdefault(key, {})
+        return cur
+
+    if answers.provider:
+        if answers.provider not in PROVIDERS:
+            raise ValueError(f"unknown provider {answers.provider!r}; choose one of {', '.join(PROVIDERS)}")
+        node("agents", "defaults")["provider"] = answers.provider
+        block = node("providers", answers.provider)
+        if answers.api_key:
+            block["apiKey"] = answers.api_key
+        if answers.api_base:
+            block["apiBase"] = answers.api_base
+    if answers.model:
+        node("agents", "defaults")["model"] = answers.model
+    for name, token in (("telegram", answers.telegram_token), ("discord", answers.discord_token)):
+        if token:
+            block = node("channels", name)
+            block.update(enabled=True, token=token)
+    return data
+
+
+async def _checks(path: Path, answers: Answers) -> list[Check]:
+    from nanobot.doctor import remote
+
+    cfg = load_config(path)
+    jobs = []
+    if answers.provider:
+        jobs.append(remote.check_provider(cfg, path, CHECK_TIMEOUT_S))
+    if answers.telegram_token:
+        jobs.append(remote.check_telegram(cfg, CHECK_TIMEOUT_S))
+    if answers.discord_token:
+        jobs.append(remote.check_discord(cfg, CHECK_TIMEOUT_S))
+    from nanobot.secrets import mask, register_config_secrets
+
+    register_config_secrets(cfg)
+    checks = list(await asyncio.gather(*jobs))
+    for c in checks:
+        c.detail = mask(c.detail)
+    return checks
+
+
+def apply(path: Path, answers: Answers, *, check: bool) -> bool:
+    """Write the answers into config.json and check them live; False when a check failed."""
+    data = merged(read_config_dict(path), answers)
+    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    err(f"Saved {path}")
+    if not check:
+        return True
+    ok = True
+    for c in asyncio.run(_checks(path, answers)):
+        err(f"  {c.part}: {c.status} — {c.detail}")
+        ok = ok and c.status != "fail"
+    return ok
+
+
+def offer_service(config_path: Path) -> None:
+    """Offer `nanobot service install --user` (only on a terminal)."""
+    import subprocess
+    import sys
+
+    reply = input("Install the gateway as a systemd user service now? [y/N]> ").strip().lower()
+    if reply not in ("y", "yes"):
+        err("Later: nanobot service install --user  (or run nanobot gateway yourself)")
+        return
+    subprocess.run([sys.executable, "-m", "nanobot", "service", "install", "--user", "-c", str(config_path)],
+                   check=False)

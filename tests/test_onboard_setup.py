@@ -1,0 +1,131 @@
+"""`nanobot onboard` setting up provider and bot tokens: on a terminal (a real pty: prompts, hidden
+key entry, live checks against the fakes, the service offer) and with flags for scripts."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.telegram_server import FakeTelegramServer
+from tests.gateway_harness import TG_TOKEN
+
+PROMPT_TIMEOUT_S = 90.0
+
+
+@pytest.fixture
+def fake_telegram() -> Iterator[FakeTelegramServer]:
+    server = FakeTelegramServer().start()
+    yield server
+    server.stop()
+
+
+def _controlling_tty() -> None:
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # getpass reads the key from /dev/tty, as for a user
+
+
+class Terminal:
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
+                                     preexec_fn=_controlling_tty, close_fds=True)
+        os.close(slave)
+        self.seen = ""
+        self.transcript = ""
+
+    def expect(self, text: str) -> None:
+        deadline = time.monotonic() + PROMPT_TIMEOUT_S
+        while text not in self.seen:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} on the terminal; saw:\n{self.seen}")
+            ready, _, _ = select.select([self.master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(self.master, 4096).decode(errors="replace")
+                    self.seen += chunk
+                    self.transcript += chunk
+                except OSError:
+                    continue
+        self.seen = self.seen[self.seen.index(text) + len(text):]  # consume up to the prompt
+
+    def send(self, line: str) -> None:
+        os.write(self.master, line.encode() + b"\r")
+
+    def finish(self, timeout: float = 60.0) -> tuple[int, str]:
+        rest = ""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None or select.select([self.master], [], [], 0)[0]:
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                break
+            if select.select([self.master], [], [], 0.2)[0]:
+                try:
+                    rest += os.read(self.master, 4096).decode(errors="replace")
+                except OSError:
+                    break
+        os.close(self.master)
+        return self.proc.wait(), self.transcript + rest
+
+
+def test_onboard_on_a_terminal_asks_checks_and_saves(
+    home: Path, fake_llm: FakeLLMServer, fake_telegram: FakeTelegramServer
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO), TERM="dumb",
+               # the Bot API base is not asked: the fake stands in for api.telegram.org
+               NANOBOT_CHANNELS__TELEGRAM__BASE_URL=fake_telegram.base_url)
+    term = Terminal([sys.executable, "-m", "nanobot", "onboard"], env, home)
+    term.expect("provider>")
+    term.send("custom")
+    term.expect("base URL")
+    term.send(fake_llm.url)
+    term.expect("API key (not shown")
+    term.send("sk-typed-secret")
+    term.expect("model (Enter")
+    term.send("fake-model")
+    term.expect("Telegram bot token")
+    term.send(TG_TOKEN)
+    term.expect("Discord bot token")
+    term.send("")
+    term.expect("systemd user service now? [y/N]>")
+    term.send("n")
+    code, output = term.finish()
+    assert code == 0, output
+    assert "provider: ok" in output and "telegram: ok" in output, output
+    assert "sk-typed-secret" not in output and TG_TOKEN not in output  # hidden entry, masked checks
+    data = json.loads((home / "config.json").read_text())
+    assert data["agents"]["defaults"] == {**data["agents"]["defaults"], "provider": "custom", "model": "fake-model"}
+    assert data["providers"]["custom"]["apiKey"] == "sk-typed-secret"
+    assert data["channels"]["telegram"]["enabled"] is True and data["channels"]["telegram"]["token"] == TG_TOKEN
+    assert (home / "config.json").stat().st_mode & 0o077 == 0
+    assert fake_llm.requests and fake_telegram.calls_to("getMe")
+    assert (home / "workspace" / "AGENTS.md").is_file()
+
+
+def test_onboard_flags_for_scripts_check_live_and_name_the_failure(
+    home: Path, fake_llm: FakeLLMServer, fake_telegram: FakeTelegramServer
+) -> None:
+    fake_telegram.rejected_tokens.add(TG_TOKEN)
+    env = {"NANOBOT_CHANNELS__TELEGRAM__BASE_URL": fake_telegram.base_url}
+    result = run_cli("onboard", "--provider", "custom", "--api-base", fake_llm.url, "--api-key", "k",
+                     "--model", "fake-model", "--telegram-token", TG_TOKEN, home=home, env=env)
+    assert result.returncode == 1, result.stderr
+    assert "provider: ok" in result.stderr and "telegram: fail" in result.stderr
+    assert "provider>" not in result.stderr  # nothing asked without a terminal
+    data = json.loads((home / "config.json").read_text())
+    assert data["providers"]["custom"]["apiBase"] == fake_llm.url  # saved even so, for the user to fix
+    bad = run_cli("onboard", "--provider", "nosuch", home=home)
+    assert bad.returncode == 2 and "unknown provider 'nosuch'" in bad.stderr
