@@ -23,7 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nanobot.sandbox.spec import PRIVATE_DIRS, PROTECTED_DIRS, PROTECTED_MEMORY_PREFIX, SandboxSpec
+from nanobot.sandbox.spec import (
+    PRIVATE_DIRS,
+    PROTECTED_DIRS,
+    PROTECTED_IF_PRESENT,
+    PROTECTED_MEMORY_PREFIX,
+    SandboxSpec,
+)
 
 T = TypeVar("T")
 
@@ -257,7 +263,7 @@ def _collect_except(root: Path, excluded: list[Path], out: list[str]) -> None:
 
 def _allow_workspace(rules: Ruleset, spec: SandboxSpec, write: int) -> None:
     ws = spec.workspace
-    protected = {ws / d for d in PROTECTED_DIRS}
+    protected = {ws / d for d in (*PROTECTED_DIRS, *PROTECTED_IF_PRESENT)}
     private = {ws / d for d in PRIVATE_DIRS} if spec.shared else set()
     if not spec.shared:
         rules.allow(

@@ -15,8 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nanobot.config.paths import BACKENDS_DIR, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, MEMORY_DIR
+
 # Workspace folders nanobot owns: readable by commands in owner contexts, never writable.
 PROTECTED_DIRS = ("sessions", "cron", "memory/.backups")
+# Also read-only when they exist: the gateway's lock and state files, external memory backends' data.
+PROTECTED_IF_PRESENT = (GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, f"{MEMORY_DIR}/{BACKENDS_DIR}")
 # Files in memory/ that belong to the index (SQLite with its journal files).
 PROTECTED_MEMORY_PREFIX = ".index"
 # Folders a shared (group) context must not see: the owner's memory and every chat's transcript.
@@ -50,7 +54,7 @@ class SandboxSpec:
     def protected_paths(self) -> list[Path]:
         """Existing paths inside the workspace that commands may read but never change."""
         ws = self.workspace
-        paths = [ws / d for d in PROTECTED_DIRS if (ws / d).exists()]
+        paths = [ws / d for d in (*PROTECTED_DIRS, *PROTECTED_IF_PRESENT) if (ws / d).exists()]
         memory = ws / "memory"
         if memory.is_dir():
             paths.extend(sorted(p for p in memory.iterdir() if p.name.startswith(PROTECTED_MEMORY_PREFIX)))

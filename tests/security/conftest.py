@@ -57,6 +57,8 @@ def nano_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (ws / "memory" / ".backups" / "MEMORY-1.md").write_text("old\n")
     (ws / "sessions" / "telegram_555.jsonl").write_text('{"role": "user", "content": "my private DM"}\n')
     (ws / "cron" / "jobs.json").write_text('{"jobs": []}\n')
+    (ws / ".gateway.json").write_text('{"pid": 1}\n')
+    (ws / ".gateway.lock").write_text("")
     monkeypatch.setenv("NANOBOT_HOME", str(home))
     monkeypatch.setenv("NANOBOT_PROVIDERS__ANTHROPIC__API_KEY", ENV_KEY)
     return home

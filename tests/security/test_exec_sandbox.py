@@ -109,6 +109,9 @@ async def test_session_files_cannot_be_forged(nano_home: Path, mode: str) -> Non
     )
     await run(tool, "mv sessions sessions.old; mkdir -p sessions; echo x > sessions/new.jsonl")
     await run(tool, "echo '{\"jobs\": [1]}' > cron/jobs.json; touch memory/.backups/evil")
+    await run(tool, "rm -f .gateway.lock; echo '{}' > .gateway.json")
+    assert (nano_home / "workspace" / ".gateway.lock").exists()
+    assert (nano_home / "workspace" / ".gateway.json").read_text() == '{"pid": 1}\n'
     assert session.read_bytes() == before
     assert (nano_home / "workspace" / "cron" / "jobs.json").read_text() == '{"jobs": []}\n'
     assert not (nano_home / "workspace" / "memory" / ".backups" / "evil").exists()
