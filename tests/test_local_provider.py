@@ -45,3 +45,11 @@ def test_without_a_model_the_cli_explains_and_exits_2(home: Path) -> None:
         assert "NANOBOT_PROVIDERS__OPENAI__API_KEY" in str(exc)
     else:
         raise AssertionError("expected ProviderConfigError")
+
+
+def test_model_load_is_reported(home: Path) -> None:
+    """Loading the embedded model takes seconds: the log (stderr here, no terminal) says so and how long."""
+    result = run_cli("agent", "-m", "Hi", home=home, timeout=600, env={"NANOBOT_LOG_LEVEL": "INFO"})
+    assert result.returncode == 0, result.stderr
+    assert "loading the embedded model" in result.stderr and " MB)" in result.stderr
+    assert "embedded model loaded in" in result.stderr

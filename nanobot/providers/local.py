@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,14 @@ def local_provider_available(cfg: LocalProviderConfig) -> bool:
     return llama_cpp_available() and resolve_model_path(cfg) is not None
 
 
+
+def _notice(text: str) -> None:
+    """Model loading takes seconds: a person at a terminal sees it on stderr, a daemon logs it."""
+    if sys.stderr.isatty():
+        print(f"nanobot: {text}", file=sys.stderr, flush=True)
+    else:
+        logger.info(text)
+
 class LocalProvider(LLMProvider):
     name = "local"
     is_small_local = True
@@ -95,6 +105,9 @@ class LocalProvider(LLMProvider):
         if self._llama is None:
             from llama_cpp import Llama
 
+            started = time.monotonic()
+            size_mb = self.model_path.stat().st_size / 1e6
+            _notice(f"loading the embedded model {self.model_path.name} ({size_mb:.0f} MB)…")
             self._llama = Llama(
                 model_path=str(self.model_path),
                 n_ctx=self.cfg.n_ctx,
@@ -102,6 +115,7 @@ class LocalProvider(LLMProvider):
                 chat_format="chatml-function-calling" if self.cfg.enable_tools else "chatml",
                 verbose=False,
             )
+            _notice(f"embedded model loaded in {time.monotonic() - started:.1f}s")
         return self._llama
 
     async def chat(
