@@ -406,9 +406,11 @@ class ForkedGateway:
             return self._code
         os.kill(self.pid, signal.SIGTERM)
         code = self._wait(ZYGOTE_STOP_TIMEOUT_S)
-        if code is None:
+        if code is None:  # the graceful stop overran: say so, then kill (the pending wait reports it)
+            print(f"graceful stop took over {ZYGOTE_STOP_TIMEOUT_S:.0f} s; log tail:\n{self.log[-2000:]}")
             os.kill(self.pid, signal.SIGKILL)
-            code = int(self._read_line(30.0) or 0)
+            line = self._read_line(30.0)
+            code = self._code = int(line) if line else -signal.SIGKILL
         return code
 
     def close(self) -> None:

@@ -164,7 +164,7 @@ async def answer_missed(
     resumed = 0
     for missed in find_missed(sessions, channels, now):
         age = "unknown" if missed.age_s is None else f"{missed.age_s:.0f} s"
-        if missed.age_s is None or missed.age_s > within_s:
+        if within_s <= 0 or missed.age_s is None or missed.age_s > within_s:
             logger.warning(
                 "{}: a {} saved {} ago was left unhandled when the gateway stopped; too old to act on now "
                 "(gateway.answerMissedWithinS is {:.0f} s)",

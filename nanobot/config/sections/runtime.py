@@ -34,8 +34,8 @@ class GatewayConfig(Section):
         "left to the OS. Bounds what a power cut can take; a process crash loses nothing either way.")
     answer_missed_within_s: float = Field(600.0, ge=0, description="At start, a user message saved but "
                                           "never answered (the gateway died first) is answered if it is "
-                                          "younger than this many seconds; older ones are only logged. "
-                                          "0: never.")
+                                          "younger than this many seconds (and a saved reply that may not "
+                                          "have gone out is sent again); older ones are only logged. 0: never.")
     heartbeat: HeartbeatConfig = Field(HeartbeatConfig(), description="The periodic heartbeat task.")
 
 
