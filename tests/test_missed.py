@@ -156,3 +156,23 @@ def test_every_reply_past_the_mark_is_resent_then_the_open_turn_resumed(tmp_path
     store.set_metadata(store.get("telegram:9"), delivered_through=2)  # a1 went out; the kill came after
     found = find_missed(store, ["telegram"], now=NOW.timestamp())
     assert [(m.kind, m.message["content"]) for m in found] == [("reply", "a2"), ("turn", "q3")]
+
+
+async def test_undelivered_replies_of_a_just_archived_transcript_are_sent_again(tmp_path: Path) -> None:
+    # q1 answered and delivered, q2 answered but not delivered, then /new archived the transcript.
+    store = store_with(
+        tmp_path, {"telegram:5": [user("q1", 30), assistant("a1"), user("q2", 20), assistant("a2")]}
+    )
+    session = store.get("telegram:5")
+    store.set_metadata(session, delivered_through=2)
+    store.archive(session, NOW)
+    store.append(store.get("telegram:5"), user("fresh", 5), assistant("hello"))
+    store.set_metadata(store.get("telegram:5"), delivered_through=2)
+    assert find_missed(store, ["telegram"], now=NOW.timestamp()) == []  # archives only with recent_s
+    bus = MessageBus()
+    assert await answer_missed(store, bus, ["telegram"], within_s=600, now=NOW.timestamp()) == 1
+    out = bus.outbound.get_nowait()
+    assert (out.chat_id, out.content) == ("5", "a2")
+    assert DELIVERY_KEY not in out.metadata  # the archive cannot be marked; the live session is not touched
+    mark_delivered(store, out)
+    assert store.get("telegram:5").metadata["delivered_through"] == 2

@@ -21,6 +21,7 @@ at-least-once: the user may see such a reply twice, never zero times.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from nanobot.config.paths import session_file_name
 from nanobot.session.store import Session, SessionStore
 from nanobot.timeutil import parse_iso_or_none
 
+_ARCHIVE_NAME = re.compile(r"^(.+)-\d{8}T\d{6}(?:-\d+)?$")  # <session file stem>-<stamp>[-n]
 RESUME_KEY = "resume"  # InboundMessage.metadata flag: the user message is already in the session
 DELIVERY_KEY = "delivery"  # OutboundMessage.metadata: {"session": key, "through": message count}
 
@@ -51,6 +53,7 @@ class Missed:
     is_group: bool
     age_s: float | None  # None: no readable timestamp
     kind: Kind = "turn"
+    archived: bool = False  # in a transcript /new archived: its delivery cannot be recorded any more
 
 
 def undelivered_replies(session: Session) -> list[int]:
@@ -78,9 +81,12 @@ def unanswered_index(session: Session) -> int | None:
     return None if replied else last_user
 
 
-def find_missed(sessions: SessionStore, channels: Collection[str], now: float | None = None) -> list[Missed]:
+def find_missed(
+    sessions: SessionStore, channels: Collection[str], now: float | None = None, recent_s: float | None = None
+) -> list[Missed]:
     """In the live sessions of `channels`: saved replies not recorded as delivered ("reply") and the
-    unanswered last user message ("turn"), in session order."""
+    unanswered last user message ("turn"), in session order; with `recent_s`, also the undelivered
+    replies of transcripts archived within that many seconds."""
     now = time.time() if now is None else now
     found: list[Missed] = []
     for stem in sessions.list_keys():
@@ -99,7 +105,32 @@ def find_missed(sessions: SessionStore, channels: Collection[str], now: float | 
             stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
             age = None if stamp is None else max(0.0, now - stamp.timestamp())
             found.append(Missed(key, channel, chat_id, index, message, is_group, age, kind))
+    found.extend(_archived_replies(sessions, channels, now, recent_s))
     return sorted(found, key=lambda m: (m.session_key, m.index))  # in order within each chat
+
+
+def _archived_replies(
+    sessions: SessionStore, channels: Collection[str], now: float, recent_s: float | None
+) -> list[Missed]:
+    """Undelivered replies in transcripts /new archived recently (the kill came after the archive but
+    before the replies went out). Only files changed within `recent_s` are read."""
+    if recent_s is None or recent_s <= 0 or not sessions.archive_dir.is_dir():
+        return []
+    found: list[Missed] = []
+    for path in sorted(sessions.archive_dir.glob("*.jsonl")):
+        match = _ARCHIVE_NAME.match(path.stem)
+        channel, _, chat_id = (match.group(1) if match else "").partition("_")
+        if channel not in channels or not chat_id or time.time() - path.stat().st_mtime > recent_s:
+            continue
+        session = sessions.load_archived(path)
+        sessions.release(session)
+        for index in undelivered_replies(session):
+            message = session.messages[index]
+            stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
+            age = None if stamp is None else max(0.0, now - stamp.timestamp())
+            key = f"{channel}:{chat_id}"
+            found.append(Missed(key, channel, chat_id, index, message, False, age, "reply", archived=True))
+    return found
 
 
 def resume_message(missed: Missed) -> InboundMessage:
@@ -125,13 +156,14 @@ def delivery_of(session: Session, through: int | None = None) -> dict[str, Any]:
     return {"session": session.key, "through": count, "first": first}
 
 
-def resend_message(missed: Missed, session: Session) -> OutboundMessage:
-    """The saved reply, sent again; its delivery is recorded like any reply's."""
+def resend_message(missed: Missed, session: Session | None) -> OutboundMessage:
+    """The saved reply, sent again; its delivery is recorded like any reply's (a live session's)."""
+    metadata = {} if session is None else {DELIVERY_KEY: delivery_of(session, missed.index + 1)}
     return OutboundMessage(
         channel=missed.channel,
         chat_id=missed.chat_id,
         content=str(missed.message.get("content") or ""),
-        metadata={DELIVERY_KEY: delivery_of(session, missed.index + 1)},
+        metadata=metadata,
     )
 
 
@@ -162,7 +194,7 @@ async def answer_missed(
     the platforms deliver again, so each runs before newer messages of its session.
     """
     resumed = 0
-    for missed in find_missed(sessions, channels, now):
+    for missed in find_missed(sessions, channels, now, recent_s=within_s):
         age = "unknown" if missed.age_s is None else f"{missed.age_s:.0f} s"
         if within_s <= 0 or missed.age_s is None or missed.age_s > within_s:
             logger.warning(
@@ -182,7 +214,8 @@ async def answer_missed(
                 missed.session_key,
                 age,
             )
-            await bus.publish_outbound(resend_message(missed, sessions.get(missed.session_key)))
+            live = None if missed.archived else sessions.get(missed.session_key)
+            await bus.publish_outbound(resend_message(missed, live))
             resumed += 1
             continue
         if bus.inbound.full():  # before the loop runs nothing drains it: never wait here
