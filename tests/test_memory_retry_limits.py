@@ -146,6 +146,10 @@ async def test_archive_retries_back_off_then_stop_and_report(agent_factory, fake
     assert list((ws / "memory").glob("*-planted-facts.md"))  # the session note is still written
     status = run_cli("status", home=home)
     assert "consolidation gave up after 3 attempts" in status.stdout
+    doctor = run_cli("doctor", "--json", "--timeout", "2", home=home)
+    checks = {c["part"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["memory archives"]["status"] == "warn"
+    assert "gave up after 3 attempts" in checks["memory archives"]["detail"]
 
 
 def test_old_style_marker_counts_as_no_attempt(tmp_path: Path) -> None:

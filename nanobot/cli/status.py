@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nanobot.cli.common import ConfigOption, config_path, load_cli_config
-from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR, index_path
+from nanobot.config.paths import index_path
 
 
 def status(config: ConfigOption = None) -> None:
@@ -69,7 +69,7 @@ def _archive_lines(cfg) -> list[str]:  # noqa: ANN001
     from nanobot.memory.pending import status_lines
 
     found = status_lines(
-        cfg.workspace_path / SESSIONS_DIR / ARCHIVE_DIR,
+        cfg.workspace_path,
         cfg.memory.max_archive_retries,
         cfg.memory.archive_retry_backoff_s,
     )

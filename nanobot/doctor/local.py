@@ -48,7 +48,21 @@ def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
         check_gateway(cfg),
         check_service(),
         check_index(cfg, fix=fix),
+        check_archives(cfg),
     ]
+
+
+def check_archives(cfg: Config) -> Check:
+    """Archived sessions whose consolidation is still pending or was given up (memory.pending)."""
+    from nanobot.memory.pending import status_lines
+
+    lines = status_lines(
+        cfg.workspace_path, cfg.memory.max_archive_retries, cfg.memory.archive_retry_backoff_s
+    )
+    if not lines:
+        return Check("memory archives", "ok", "every archived session is consolidated")
+    return Check("memory archives", "warn", f"{len(lines)} archived session(s) not consolidated: "
+                 + "; ".join(line.strip() for line in lines))
 
 
 def _loose(path: Path) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR
 from nanobot.util.fs import atomic_write
 from nanobot.util.retry import backoff_s as retry_backoff_s
 
@@ -111,9 +112,9 @@ def summarise(archive_dir: Path) -> ArchiveSummary:
     )
 
 
-def status_lines(archive_dir: Path, max_attempts: int, backoff_s: float) -> list[str]:
+def status_lines(workspace: Path, max_attempts: int, backoff_s: float) -> list[str]:
     """Human lines for `nanobot status` / `doctor`: nothing when every archive was processed."""
-    summary = summarise(archive_dir)
+    summary = summarise(workspace / SESSIONS_DIR / ARCHIVE_DIR)
     lines = []
     for path, rec in summary.pending:
         due = rec.next_attempt(backoff_s)
