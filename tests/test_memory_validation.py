@@ -144,6 +144,8 @@ def test_repeating_previous_facts_is_not_an_echo() -> None:
 def test_empty_memory_update_means_no_change() -> None:
     assert memory("") == (None, [])
     assert memory("(empty)") == (None, [])
+    # a bare timestamp (what the demo model put there) is not "no change": it is refused
+    assert rule(memory("2026-11-27 13:59:48.199")) == "empty"
 
 
 def test_notes_use_the_same_rules() -> None:

@@ -5,7 +5,8 @@ pre-compaction flush (daily-note bullets) and session notes (summary) pass throu
 Each check returns the text to write (possibly repaired: a stamp added, dropped facts put back)
 or a `Refusal` naming the rule it broke. Rules (the names appear in logs and benchmarks):
 
-- `empty`: nothing usable (blank, a placeholder such as "(empty)", or too few words to be a summary).
+- `empty`: nothing usable (blank, a placeholder such as "(empty)", no words at all, or too few words
+  to be a summary).
 - `broken`: JSON fragments, the tool's own field names, chat-template tokens (`<|im_start|>`,
   `<tool_call>`, ...) or a text that keeps repeating itself.
 - `schema_echo`: more than a small share copied from the tool schema's descriptions.
@@ -61,6 +62,7 @@ _FIELD_NAMES_RE = re.compile(
 )
 _SPEAKER_RE = re.compile(r"^\s*(?:\[[^\]\n]{0,25}\]\s*)?(USER|ASSISTANT|User|Assistant|TOOL|SYSTEM)\s*:", re.M)
 _PLACEHOLDERS = {"", "(empty)", "empty", "none", "null", "n/a", "...", "no_reply", "-", "tbd"}
+_LETTERS_RE = re.compile(r"[^\W\d_]{2,}")
 _WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _FORGET_RE = re.compile(
     r"\b(forget|remove|delete|erase|drop|no longer|not true|isn't true|is wrong|stop remembering)\b", re.I
@@ -162,6 +164,8 @@ def check_text(text: Any, field: str, sources: EchoSources) -> str | Refusal:
     stripped = text.strip()
     if stripped.strip("`").strip().lower() in _PLACEHOLDERS:
         return Refusal("empty", field, "there is no content")
+    if not _LETTERS_RE.search(stripped):
+        return Refusal("empty", field, "there are no words, only numbers or punctuation")
     if token := _TEMPLATE_TOKEN_RE.search(stripped):
         return Refusal("broken", field, f"it contains the chat-template token {token.group(0)!r}")
     if name := _FIELD_NAMES_RE.search(stripped):
