@@ -110,11 +110,15 @@ def match_stem(term: str) -> str:
     return term if len(term) <= 4 or not term.isascii() else term[: max(4, len(term) - 3)]
 
 
-@lru_cache(maxsize=512)
-def _word_start(term: str) -> re.Pattern[str]:
-    """Words beginning with the keyword's stem ("sist" finds "sister", never "assistant")."""
-    stem = re.escape(match_stem(term))
-    return re.compile(rf"(?<![^\W_]){stem}" if term.isascii() else stem)
+@lru_cache(maxsize=256)
+def _stems_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
+    """One pattern for all keywords: words beginning with an English stem ("sist" finds "sister",
+    never "assistant"), CJK bigrams anywhere."""
+    ascii_stems = sorted({re.escape(match_stem(t)) for t in terms if t.isascii()}, key=len, reverse=True)
+    other = sorted({re.escape(t) for t in terms if not t.isascii()}, key=len, reverse=True)
+    parts = [rf"(?<![^\W_])(?:{'|'.join(ascii_stems)})"] if ascii_stems else []
+    parts += other
+    return re.compile("|".join(parts) or r"(?!)")
 
 
 def term_hits(line: str, terms: list[str], weights: dict[str, float] | None = None) -> float:
@@ -124,4 +128,5 @@ def term_hits(line: str, terms: list[str], weights: dict[str, float] | None = No
     low = line.lower()
     if weights is None:
         return sum(low.count(t) for t in terms)
-    return sum(weights.get(t, 1.0) * len(_word_start(t).findall(low)) for t in terms)
+    by_stem = {match_stem(t) if t.isascii() else t: weights.get(t, 1.0) for t in terms}
+    return sum(by_stem.get(m, 1.0) for m in _stems_pattern(tuple(terms)).findall(low))
