@@ -1,7 +1,8 @@
 """Each refusal rule of memory.validation, the repairs, and the small-profile parser.
 
 The corpus cases replay real answers of the demo model (SmolLM2-135M) collected by
-`benchmarks/consolidation_quality.py --collect` into tests/data/consolidation_outputs.jsonl.
+`benchmarks/consolidation_quality.py --collect` into tests/data/consolidation_outputs.jsonl (deduplicated,
+a few per rule; the speaker-lines case came from an earlier labelled-format prompt of the small profile).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.memory import small_profile
-from nanobot.memory.consolidator import SAVE_MEMORY_TOOL, echo_sources
+from nanobot.memory.consolidator import SAVE_MEMORY_TOOL, echo_sources, normalise_save_memory_args
 from nanobot.memory.validation import (
     KEPT_FACTS_HEADING,
     Refusal,
@@ -195,6 +196,8 @@ def test_real_demo_model_outputs(case: dict) -> None:
         previous = case["previous_memory"]
         result = check_memory_update((previous + "\n" + "\n".join(facts)).strip(), previous, sources,
                                      budget_chars=12_000) if facts else None
+    elif case["field"] == "save_memory_arguments":
+        result = Refusal("broken", "save_memory", "") if normalise_save_memory_args(case["text"]) is None else None
     elif case["field"] == "history_entry":
         result = check_history_entry(case["text"], sources, start)
     else:

@@ -50,7 +50,7 @@ MIN_DISTINCT_WORD_SHARE = 0.25
 KEPT_FACTS_HEADING = "## Kept from the previous version"
 
 STAMP_FORMAT = "%Y-%m-%d %H:%M"
-_STAMP_RE = re.compile(r"^\s*\[?\s*(\d{4}-\d{2}-\d{2})[ T](\d{1,2}:\d{2})(?::\d{2})?\s*\]?[\s:,.-]*")
+_STAMP_RE = re.compile(r"^\s*\[?\s*(\d{4}-\d{2}-\d{2})[ T](\d{1,2}:\d{2})(?:[:.]\d+)*\s*\]?[\s:,.-]*")
 _LEADING_BRACKET_RE = re.compile(r"^\s*\[[^\]\n{}\"]{0,40}\][\s:,.-]*")
 _TEMPLATE_TOKEN_RE = re.compile(
     r"<\|[a-z_]{2,30}\|>|</?tool_call>|</?function_call>|<function=|</?tool_response>|</?think>"
@@ -218,7 +218,7 @@ def check_history_entry(
             f"it is {len(checked)} characters; write 2-5 sentences (at most {MAX_HISTORY_ENTRY_CHARS})",
         )
     body = checked
-    if len(_words(body)) < MIN_SUMMARY_WORDS:
+    if len(_LETTERS_RE.findall(body)) < MIN_SUMMARY_WORDS:
         return Refusal("empty", "history_entry", "after the timestamp there is no real summary")
     end = chunk_end or chunk_start
     tz = chunk_start.tzinfo
