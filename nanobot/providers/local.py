@@ -103,6 +103,9 @@ class LocalProvider(LLMProvider):
 
     def _load(self) -> Any:
         if self._llama is None:
+            # llama.cpp's OpenMP threads spin while idle by default: on a small shared box that starves
+            # everything else (answers took 10x longer under load). Read once, when the library loads.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             from llama_cpp import Llama
 
             started = time.monotonic()
