@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 SMALL_LOCAL_WINDOW_TOKENS = 8192
 DEFAULT_SESSION_KEY = "cli:direct"
 CLOSE_TIMEOUT_S = 5.0
+CLOSE_GRACE_S = 3.0  # turns still running at close (e.g. the terminal interrupted by Ctrl-C)
 
 
 @dataclass
@@ -92,10 +93,11 @@ class AgentRuntime:
         )
         return out.content if out is not None else ""
 
-    async def aclose(self, drain_timeout_s: float = 3.0) -> None:
-        """Stop the loop, finish background memory work, close everything the runtime opened."""
+    async def aclose(self, drain_timeout_s: float = 3.0, grace_s: float = CLOSE_GRACE_S) -> None:
+        """Stop the loop (turns still running get `grace_s`, then are cancelled safely), finish
+        background memory work within `drain_timeout_s`, close everything the runtime opened."""
         await self.loop.stop_accepting()
-        await self.loop.finish(drain_timeout_s)
+        await self.loop.finish(grace_s)
         await self.agent.aclose(drain_timeout_s)
         for closer in self.closers:
             try:

@@ -115,6 +115,7 @@ class AgentLoop:
                 queued = await self._dispatch(msg)
             except Exception as exc:  # noqa: BLE001 - one bad message never stops the loop
                 logger.opt(exception=exc).error("dispatch failed for {}", msg.session_key)
+                msg.resolve(None)  # a waiting publisher must not wait forever
             if not queued:
                 self._room.release()
 
