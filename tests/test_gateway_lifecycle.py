@@ -56,13 +56,17 @@ class ScriptedProvider(LLMProvider):
             await asyncio.sleep(self.memory_delay_s)
             args = {
                 "history_entry": "[2026-01-01 10:00] Lifecycle test. DRAINED-ENTRY.",
-                "memory_update": "- x\n",
+                "memory_update": "- The user is testing how the gateway shuts down.\n",
             }
             return LLMResponse(tool_calls=[ToolCall("c1", "save_memory", args)], finish_reason="tool_calls")
         if "save_session_note" in names:
             self.calls.append("save_session_note")
             await asyncio.sleep(self.memory_delay_s)
-            args = {"slug": "lifecycle", "title": "Lifecycle", "summary": "NOTE-DRAINED"}
+            args = {
+                "slug": "lifecycle",
+                "title": "Lifecycle",
+                "summary": "The user tested the gateway's shutdown with a few messages. NOTE-DRAINED.",
+            }
             return LLMResponse(
                 tool_calls=[ToolCall("c2", "save_session_note", args)], finish_reason="tool_calls"
             )
