@@ -20,6 +20,7 @@ from typing import Any
 
 from nanobot.providers.base import LLMProvider, LLMResponse, ToolCall, Usage
 from nanobot.providers.tokens import count_messages, count_tools
+from tests.fakes.memory_llm import prompt_section, prompt_text
 
 MEMORY_TOOLS = {"save_memory", "write_daily_note", "save_session_note"}
 _STAMP = re.compile(r"\[(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2})")
@@ -32,21 +33,6 @@ class Fact:
     answer: str  # the detail that must come back
     paraphrase: str  # how a model would note it
     vague: str  # the same note with the detail dropped
-
-
-def _text(messages: list[dict[str, Any]]) -> str:
-    parts = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        parts.append(str(content or ""))
-    return "\n".join(parts)
-
-
-def _section(text: str, heading: str) -> str:
-    match = re.search(rf"## {re.escape(heading)}[^\n]*\n(.*?)(?=\n## |\Z)", text, re.S)
-    return match.group(1) if match else ""
 
 
 class LossyModel(LLMProvider):
@@ -102,14 +88,14 @@ class LossyModel(LLMProvider):
 
     def decide(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
         names = {t["function"]["name"] for t in tools or []}
-        text = _text(messages)
+        text = prompt_text(messages)
         if "save_memory" in names:
             self.calls["consolidate"] += 1
             failed = self._failure("consolidate", "save_memory")
             if failed:
                 return failed
-            current = _section(text, "Current MEMORY.md").strip()
-            chunk = _section(text, "Conversation chunk") or text
+            current = prompt_section(text, "Current MEMORY.md").strip()
+            chunk = prompt_section(text, "Conversation chunk") or text
             new = [f for f in self._seen(chunk) if f.answer not in current and f.vague[2:] not in current]
             stamp = _STAMP.search(chunk)
             when = f"{stamp.group(1)} {stamp.group(2)}" if stamp else "2026-01-01 00:00"
@@ -125,8 +111,8 @@ class LossyModel(LLMProvider):
             failed = self._failure("flush", "write_daily_note")
             if failed:
                 return failed
-            known = _section(text, "MEMORY.md") + _section(text, "Today's note so far")
-            fresh = [f for f in self._seen(_section(text, "Conversation")) if f.answer not in known]
+            known = prompt_section(text, "MEMORY.md") + prompt_section(text, "Today's note so far")
+            fresh = [f for f in self._seen(prompt_section(text, "Conversation")) if f.answer not in known]
             if not fresh:
                 return {"content": "NO_REPLY"}
             return {"content": None, "tool_calls": [{"name": "write_daily_note", "arguments": {

@@ -27,7 +27,8 @@ def facts_in(text: str) -> list[str]:
     return list(dict.fromkeys(m.group(0).strip() for m in FACT_RE.finditer(text)))
 
 
-def _text(messages: list[dict[str, Any]]) -> str:
+def prompt_text(messages: list[dict[str, Any]]) -> str:
+    """All message texts of a request, one after another (content parts flattened)."""
     parts = []
     for m in messages:
         content = m.get("content")
@@ -37,7 +38,8 @@ def _text(messages: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def _section(text: str, heading: str) -> str:
+def prompt_section(text: str, heading: str) -> str:
+    """The body under a `## heading` of a memory prompt (empty when absent)."""
     match = re.search(rf"## {re.escape(heading)}[^\n]*\n(.*?)(?=\n## |\Z)", text, re.S)
     return match.group(1) if match else ""
 
@@ -56,14 +58,14 @@ class MemoryScript:
     def decide(self, body: dict[str, Any]) -> dict[str, Any]:
         """{"content": ..., "tool_calls": [{"name", "arguments"}]}"""
         tools = {t["function"]["name"] for t in body.get("tools") or []}
-        text = _text(body.get("messages", []))
+        text = prompt_text(body.get("messages", []))
         if "save_memory" in tools:
             self.calls["consolidate"] += 1
             if self.fail_consolidation > 0:
                 self.fail_consolidation -= 1
                 return {"content": "I cannot do that right now."}
-            current = _section(text, "Current MEMORY.md")
-            chunk = _section(text, "Conversation chunk") or text
+            current = prompt_section(text, "Current MEMORY.md")
+            chunk = prompt_section(text, "Conversation chunk") or text
             new = facts_in(chunk)
             stamp = re.search(r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2})", chunk)
             entry = f"[{stamp.group(1) if stamp else '2026-01-01 00:00'}] Conversation covered " + (
@@ -79,8 +81,8 @@ class MemoryScript:
             self.calls["flush"] += 1
             if self.fail_flush:
                 return {"content": "error: cannot flush"}
-            known = set(facts_in(_section(text, "MEMORY.md") + _section(text, "Today's note so far")))
-            fresh = [f for f in facts_in(_section(text, "Conversation")) if f not in known]
+            known = set(facts_in(prompt_section(text, "MEMORY.md") + prompt_section(text, "Today's note so far")))
+            fresh = [f for f in facts_in(prompt_section(text, "Conversation")) if f not in known]
             if not fresh:
                 return {"content": "NO_REPLY"}
             return {"content": None, "tool_calls": [{"name": "write_daily_note", "arguments": {
