@@ -21,7 +21,10 @@ from nanobot.memory.validation import (
     check_history_entry,
     check_memory_update,
     check_note,
+    tool_arguments,
 )
+from nanobot.providers.base import LLMResponse, ToolCall
+from nanobot.util.tool_args import as_dict
 
 CORPUS = Path(__file__).parent / "data" / "consolidation_outputs.jsonl"
 START = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)
@@ -210,3 +213,16 @@ def test_the_corpus_covers_every_rule() -> None:
     if not seen:
         pytest.skip("corpus not collected yet")
     assert {"broken", "schema_echo", "transcript_echo", "empty"} <= seen
+
+
+def test_tool_arguments_names_what_is_missing_or_unusable() -> None:
+    def answer(*calls: ToolCall) -> LLMResponse:
+        return LLMResponse(content="sure", tool_calls=list(calls))
+
+    missing = tool_arguments(answer(ToolCall("1", "other", {"x": 1})), "save_session_note", as_dict)
+    assert isinstance(missing, Refusal) and missing.rule == "no_tool_call"
+    assert "did not call save_session_note" in missing.reason
+    broken = tool_arguments(answer(ToolCall("1", "save_memory", "{not json")), "save_memory", as_dict)
+    assert isinstance(broken, Refusal) and broken.rule == "broken" and "{not json" in broken.detail
+    good = answer(ToolCall("1", "other", {}), ToolCall("2", "save_memory", '{"history_entry": "x"}'))
+    assert tool_arguments(good, "save_memory", as_dict) == {"history_entry": "x"}

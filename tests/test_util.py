@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import stat
+import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 from nanobot.util import fs
 from nanobot.util.retry import backoff_s, parse_retry_after, retry_after_from_headers, retry_delay_s
+from nanobot.util.tasks import finish_or_cancel
 from nanobot.util.text import truncate_head, truncate_middle, truncate_tail
 from nanobot.util.tool_args import as_dict, first_string_arg, from_provider, parse_arguments
 
@@ -158,3 +161,51 @@ def test_tool_args() -> None:
     assert first_string_arg('{"content": "c"}', "content") == "c"
     assert first_string_arg("plain text", "content") == "plain text"
     assert first_string_arg({"content": 3}, "content") is None
+
+
+async def test_finish_or_cancel_waits_then_cancels_and_lets_cleanup_run() -> None:
+    cleaned: list[str] = []
+
+    async def quick() -> None:
+        await asyncio.sleep(0.01)
+
+    async def hanging() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(0.01)  # cleanup that itself awaits
+            cleaned.append("hanging")
+
+    done, stuck = asyncio.create_task(quick()), asyncio.create_task(hanging())
+    late = await finish_or_cancel([done, stuck], 0.2, unwind_s=None)
+    assert late == {stuck}
+    assert done.done() and not done.cancelled()
+    assert stuck.cancelled() and cleaned == ["hanging"]
+    assert await finish_or_cancel([], 0.1) == set()
+
+
+async def test_finish_or_cancel_bounds_a_task_that_ignores_cancellation() -> None:
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue  # swallows the cancellation
+
+    task = asyncio.create_task(stubborn())
+    started = time.monotonic()
+    late = await finish_or_cancel([task], 0.05, unwind_s=0.1)
+    assert late == {task} and not task.done()
+    assert time.monotonic() - started < 1.0
+    release.set()
+    task.cancel()
+    await asyncio.wait([task], timeout=1.0)
+
+
+def test_unused_path_counts_up_past_taken_names(tmp_path: Path) -> None:
+    assert fs.unused_path(tmp_path, "note", ".md") == tmp_path / "note.md"
+    (tmp_path / "note.md").write_text("x")
+    (tmp_path / "note-2.md").write_text("x")
+    assert fs.unused_path(tmp_path, "note", ".md") == tmp_path / "note-3.md"

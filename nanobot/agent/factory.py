@@ -188,17 +188,21 @@ def build_runtime(
         tool_names = None
         max_iterations = d.max_tool_iterations
 
+    def runner_with(iterations: int) -> TurnRunner:
+        """Turns and sub-agents run tools alike; only their step limit differs."""
+        return TurnRunner(
+            provider,
+            tools,
+            max_iterations=iterations,
+            max_tokens=max_tokens,
+            temperature=d.temperature,
+            max_tool_result_chars=d.max_tool_result_chars,
+        )
+
     subagents = None
     if not small:
         subagents = SubagentManager(
-            TurnRunner(
-                provider,
-                tools,
-                max_iterations=MAX_SUBAGENT_ITERATIONS,
-                max_tokens=max_tokens,
-                temperature=d.temperature,
-                max_tool_result_chars=d.max_tool_result_chars,
-            ),
+            runner_with(MAX_SUBAGENT_ITERATIONS),
             bus,
             workspace_note=f"Workspace: {workspace}",
         )
@@ -229,14 +233,7 @@ def build_runtime(
         include_memory_file=long_term.owns_memory_file,
     )
     estimator = PromptEstimator(context, tools, tool_names)
-    runner = TurnRunner(
-        provider,
-        tools,
-        max_iterations=max_iterations,
-        max_tokens=max_tokens,
-        temperature=d.temperature,
-        max_tool_result_chars=d.max_tool_result_chars,
-    )
+    runner = runner_with(max_iterations)
     lifecycle = MemoryLifecycle(
         sessions,
         memory,

@@ -30,6 +30,7 @@ from nanobot.agent.message_context import MessageContext
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.session.store import StorageError
+from nanobot.util.tasks import finish_or_cancel
 
 STOPPED_REPLY = "Stopped."
 NOTHING_RUNNING_REPLY = "Nothing is running."
@@ -85,17 +86,11 @@ class AgentLoop:
 
     async def finish(self, grace_s: float) -> None:
         """Let in-flight turns finish within `grace_s`, then cancel the rest safely."""
-        tasks = self.in_flight()
-        if not tasks:
-            return
-        _, left = await asyncio.wait(tasks, timeout=grace_s)
-        for task in left:
-            task.cancel()
+        left = await finish_or_cancel(self.in_flight(), grace_s, unwind_s=2.0)
         if left:
             logger.warning(
                 "cancelled {} turn(s) still running after the {:.0f} s grace period", len(left), grace_s
             )
-            await asyncio.wait(left, timeout=2.0)
 
     @property
     def active_sessions(self) -> int:

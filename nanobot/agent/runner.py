@@ -113,10 +113,7 @@ class TurnRunner:
             if not response.has_tool_calls:
                 # after the `message` tool delivered the answer, an empty final reply is expected
                 result.content = _answer(response.content, allow_empty="message" in result.tools_used)
-                final = {"role": "assistant", "content": result.content}
-                result.messages.append(final)
-                await _emit(on_messages, [final])
-                return result
+                break
             if on_progress is not None:
                 if clean_reply(response.content):
                     await on_progress("progress", clean_reply(response.content))
@@ -145,12 +142,13 @@ class TurnRunner:
             convo.extend(group)
             result.messages.extend(group)
             await _emit(on_messages, group)
-        logger.warning("turn stopped at the tool-iteration limit ({})", self.max_iterations)
-        result.hit_iteration_limit = True
-        result.content = await self._final_answer(convo, result) or (
-            f"I stopped after {self.max_iterations} tool steps without finishing. "
-            "Tell me to continue, or narrow the task."
-        )
+        else:
+            logger.warning("turn stopped at the tool-iteration limit ({})", self.max_iterations)
+            result.hit_iteration_limit = True
+            result.content = await self._final_answer(convo, result) or (
+                f"I stopped after {self.max_iterations} tool steps without finishing. "
+                "Tell me to continue, or narrow the task."
+            )
         final = {"role": "assistant", "content": result.content}
         result.messages.append(final)
         await _emit(on_messages, [final])

@@ -15,6 +15,7 @@ from nanobot.agent.runner import TurnRunner
 from nanobot.agent.tools.base import ToolContext
 from nanobot.bus.events import InboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.util.tasks import finish_or_cancel
 
 SUBAGENT_TOOLS = frozenset(
     {"read_file", "write_file", "edit_file", "list_dir", "exec", "web_fetch", "web_search"}
@@ -51,11 +52,7 @@ class SubagentManager:
         return len(jobs)
 
     async def drain(self, timeout_s: float) -> None:
-        jobs = [job for _, job in self._tasks.values()]
-        if jobs:
-            _, left = await asyncio.wait(jobs, timeout=timeout_s)
-            for job in left:
-                job.cancel()
+        await finish_or_cancel([job for _, job in self._tasks.values()], timeout_s)
 
     async def _run(self, task_id: str, task: str, label: str, ctx: ToolContext) -> None:
         messages = [

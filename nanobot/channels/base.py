@@ -32,7 +32,9 @@ from nanobot.channels.media import Fetch, MediaItem, Received
 from nanobot.channels.pairing import PairingStore, pairing_message
 from nanobot.config.paths import MEDIA_DIR
 from nanobot.config.schema import ChannelsConfig, ProvidersConfig
+from nanobot.secrets import register_secret
 from nanobot.util.fs import PRIVATE_FILE_MODE, ensure_private_dir
+from nanobot.util.tasks import finish_or_cancel
 
 ChannelState = Literal["created", "starting", "running", "retrying", "failed", "stopped"]
 
@@ -138,6 +140,16 @@ class Channel(Connection, ABC):
         ):
             return True
         return self.pairing is not None and self.pairing.is_approved(self.name, sid)
+
+    def _ready_to_start(self) -> bool:
+        """What every token channel does first: keep the token out of logs, warn when nobody could
+        write, and fail the channel (False) when the token is missing."""
+        register_secret(self.config.token)
+        self._warn_if_nobody_allowed()
+        if not self.config.token:
+            self._set_state("failed", f"channels.{self.name}.token is empty")
+            return False
+        return True
 
     def _warn_if_nobody_allowed(self) -> None:
         pairing = self.dm_policy == "pairing" and self.pairing is not None
@@ -252,14 +264,7 @@ class Channel(Connection, ABC):
         """Stop every indicator and wait (briefly) for in-flight requests before the client closes."""
         for chat_id in list(self._typing):
             await self.stop_typing(chat_id)
-        tasks = list(self._typing_tasks)
-        if not tasks:
-            return
-        _, late = await asyncio.wait(tasks, timeout=TYPING_DRAIN_TIMEOUT_S)
-        for task in late:
-            task.cancel()
-        if late:
-            await asyncio.wait(late)
+        await finish_or_cancel(self._typing_tasks, TYPING_DRAIN_TIMEOUT_S, unwind_s=None)
 
     async def _typing_loop(self, chat_id: str, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + self.typing_max_s

@@ -30,7 +30,6 @@ from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.markdown import markdown_to_discord
 from nanobot.channels.media import MediaItem
 from nanobot.channels.split import DISCORD_MAX_CHARS, split_message
-from nanobot.secrets import register_secret
 
 GUILD_READY_TIMEOUT_S = 2.0  # discord.py's wait for GUILD_CREATEs after READY
 REIDENTIFY_DELAY_S = 5.0  # discord.py's default pause before a non-initial IDENTIFY
@@ -79,10 +78,7 @@ class DiscordChannel(Channel):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        register_secret(self.config.token)
-        self._warn_if_nobody_allowed()
-        if not self.config.token:
-            self._set_state("failed", "channels.discord.token is empty")
+        if not self._ready_to_start():
             return
         # discord.py reads both endpoints from class attributes: one Discord bot per process.
         discord.http.Route.BASE = self.config.api_base.rstrip("/")

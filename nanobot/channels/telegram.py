@@ -42,7 +42,6 @@ from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import telegram_parts
 from nanobot.channels.split import TELEGRAM_MAX_CHARS
 from nanobot.channels.telegram_media import download_media
-from nanobot.secrets import register_secret
 from nanobot.util.retry import parse_retry_after
 
 REQUEST_TIMEOUT_S = 20.0
@@ -88,10 +87,7 @@ class TelegramChannel(Channel):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        register_secret(self.config.token)
-        self._warn_if_nobody_allowed()
-        if not self.config.token:
-            self._set_state("failed", "channels.telegram.token is empty")
+        if not self._ready_to_start():
             return
         self._set_state("starting")
         self.bot = self._make_bot()

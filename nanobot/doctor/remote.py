@@ -6,7 +6,10 @@ some URLs carry a token."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -73,49 +76,73 @@ def _allow_state(name: str, allow_from: list[str], dm_policy: str) -> tuple[str,
     return "warn", f"nobody may use it (channels.{name}.allowFrom is empty and dmPolicy is allowlist)"
 
 
-async def _get(url: str, timeout_s: float, headers: dict[str, str] | None = None,
-               proxy: str | None = None) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=timeout_s, proxy=proxy or None) as client:
-        return await client.get(url, headers=headers)
+@dataclass(frozen=True)
+class _BotProbe:
+    """How one chat platform confirms a bot token: the URL to GET, and what its answers mean."""
+
+    channel: str
+    token_source: str  # where a user gets the token
+    api: str  # the API's name in messages
+    url: str
+    rejected: tuple[int, ...]  # statuses meaning "wrong token"
+    rejected_hint: str
+    bot_name: Callable[[Any], str | None]  # the bot's display name from the decoded answer
+    no_bot: str  # what was asked, and what it failed to name, for the message
+    headers: dict[str, str] | None = None
+    proxy: str | None = None
+
+
+async def _probe_bot(probe: _BotProbe, channel: Any, timeout_s: float) -> Check:
+    name = probe.channel
+    if not channel.token:
+        return Check(name, "fail", f"enabled without a token (channels.{name}.token, {probe.token_source})")
+    status, allow = _allow_state(name, channel.allow_from, getattr(channel, "dm_policy", "allowlist"))
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s, proxy=probe.proxy or None) as client:
+            resp = await client.get(probe.url, headers=probe.headers)
+    except httpx.HTTPError as exc:
+        return Check(name, "fail", f"{probe.api} unreachable: {type(exc).__name__}: {exc}")
+    if resp.status_code in probe.rejected:
+        return Check(name, "fail", f"token rejected by {name.capitalize()} (401): {probe.rejected_hint}")
+    try:
+        bot = probe.bot_name(resp.json())
+    except (ValueError, KeyError, TypeError):
+        bot = None
+    if bot is None:
+        return Check(name, "fail", probe.no_bot.format(status=resp.status_code))
+    return Check(name, status, f"token ok ({bot}); {allow}")
 
 
 async def check_telegram(cfg: Config, timeout_s: float) -> Check:
     tg = cfg.channels.telegram
-    if not tg.token:
-        return Check("telegram", "fail", "enabled without a token (channels.telegram.token, from @BotFather)")
-    status, allow = _allow_state("telegram", tg.allow_from, getattr(tg, "dm_policy", "allowlist"))
-    try:
-        resp = await _get(f"{tg.base_url}{tg.token}/getMe", timeout_s, proxy=tg.proxy)
-    except httpx.HTTPError as exc:
-        return Check("telegram", "fail", f"Bot API unreachable: {type(exc).__name__}: {exc}")
-    if resp.status_code in (401, 404):
-        return Check("telegram", "fail", "token rejected by Telegram (401): copy it again from @BotFather")
-    try:
-        me = resp.json()
-        username = me["result"]["username"] if me.get("ok") else None
-    except (ValueError, KeyError, TypeError):
-        username = None
-    if username is None:
-        return Check("telegram", "fail", f"getMe answered HTTP {resp.status_code} without a bot")
-    return Check("telegram", status, f"token ok (@{username}); {allow}")
+    probe = _BotProbe(
+        "telegram",
+        "from @BotFather",
+        "Bot API",
+        f"{tg.base_url}{tg.token}/getMe",
+        (401, 404),
+        "copy it again from @BotFather",
+        lambda me: f"@{me['result']['username']}" if me.get("ok") else None,
+        "getMe answered HTTP {status} without a bot",
+        proxy=tg.proxy,
+    )
+    return await _probe_bot(probe, tg, timeout_s)
 
 
 async def check_discord(cfg: Config, timeout_s: float) -> Check:
     dc = cfg.channels.discord
-    if not dc.token:
-        return Check("discord", "fail", "enabled without a token (channels.discord.token, from the developer portal)")
-    status, allow = _allow_state("discord", dc.allow_from, getattr(dc, "dm_policy", "allowlist"))
-    try:
-        resp = await _get(f"{dc.api_base}/users/@me", timeout_s, headers={"Authorization": f"Bot {dc.token}"})
-    except httpx.HTTPError as exc:
-        return Check("discord", "fail", f"Discord API unreachable: {type(exc).__name__}: {exc}")
-    if resp.status_code == 401:
-        return Check("discord", "fail", "token rejected by Discord (401): reset it under Bot in the developer portal")
-    try:
-        name = resp.json()["username"]
-    except (ValueError, KeyError, TypeError):
-        return Check("discord", "fail", f"/users/@me answered HTTP {resp.status_code} without a user")
-    return Check("discord", status, f"token ok ({name}); {allow}")
+    probe = _BotProbe(
+        "discord",
+        "from the developer portal",
+        "Discord API",
+        f"{dc.api_base}/users/@me",
+        (401,),
+        "reset it under Bot in the developer portal",
+        lambda me: str(me["username"]),
+        "/users/@me answered HTTP {status} without a user",
+        headers={"Authorization": f"Bot {dc.token}"},
+    )
+    return await _probe_bot(probe, dc, timeout_s)
 
 
 async def check_mcp(cfg: Config, timeout_s: float) -> list[Check]:

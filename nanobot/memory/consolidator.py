@@ -32,6 +32,7 @@ from nanobot.memory.validation import (
     check_memory_update,
     fact_lines,
     schema_text,
+    tool_arguments,
 )
 from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
 from nanobot.timeutil import parse_iso_or_none
@@ -220,10 +221,7 @@ class Consolidator:
             try:
                 response = await self._ask(prompt)
             except LLMError as exc:
-                logger.warning("consolidation call failed: {}", exc)
-                self.outcomes["failed"] += 1
-                self.last_failure = f"model call failed: {exc}"
-                return False
+                return self._call_failed(exc)
             verdict = self._check(response, memory_now, private, sources, users, start, end)
             if not isinstance(verdict, Refusal):
                 history, memory_update = verdict
@@ -240,6 +238,13 @@ class Consolidator:
                 prompt = [*prompt, {"role": "user", "content": note}]
         self.outcomes["failed"] += 1
         self.last_failure = verdict.reason
+        return False
+
+    def _call_failed(self, exc: LLMError) -> bool:
+        """A model call that failed after the provider's retries: counted, kept for status, False."""
+        logger.warning("consolidation call failed: {}", exc)
+        self.outcomes["failed"] += 1
+        self.last_failure = f"model call failed: {exc}"
         return False
 
     async def _ask(self, prompt: list[dict[str, Any]]) -> LLMResponse:
@@ -287,10 +292,7 @@ class Consolidator:
                 facts = await ask(self.provider, self.model, text, small_profile.FACTS_QUESTION, check_facts,
                                   self.outcomes)
         except LLMError as exc:
-            logger.warning("consolidation call failed: {}", exc)
-            self.outcomes["failed"] += 1
-            self.last_failure = f"model call failed: {exc}"
-            return False
+            return self._call_failed(exc)
         if isinstance(entry, Refusal) or isinstance(facts, Refusal):
             refusal = entry if isinstance(entry, Refusal) else facts
             self.outcomes["failed"] += 1
@@ -313,12 +315,9 @@ class Consolidator:
         end: datetime,
     ) -> tuple[str, str | None] | Refusal:
         """(stamped history entry, MEMORY.md to write or None) or the refusal."""
-        call = next((c for c in response.tool_calls if c.name == "save_memory"), None)
-        if call is None:
-            return Refusal("no_tool_call", "save_memory", "the answer did not call save_memory")
-        args = normalise_save_memory_args(call.arguments)
-        if args is None:
-            return Refusal("broken", "save_memory", f"unusable arguments {str(call.arguments)[:120]!r}")
+        args = tool_arguments(response, "save_memory", normalise_save_memory_args)
+        if isinstance(args, Refusal):
+            return args
         history, update = args.history_entry, args.memory_update if private else None
         entry = check_history_entry(history, sources, start, end)
         if isinstance(entry, Refusal):

@@ -38,6 +38,7 @@ from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import boundary_after
 from nanobot.session.history import history_indices
 from nanobot.session.store import Session, SessionStore
+from nanobot.util.tasks import finish_or_cancel
 
 #: tokens of the next prompt: (session, whether the owner's memory is in the prompt) -> tokens
 Estimator = Callable[[Session, bool], int]
@@ -119,13 +120,8 @@ class MemoryLifecycle:
 
     async def drain(self, timeout_s: float) -> bool:
         """Wait for background tasks; cancel what is left after `timeout_s` (it stays recoverable)."""
-        if not self._tasks:
-            return True
-        done, left = await asyncio.wait(set(self._tasks), timeout=timeout_s)
-        for task in left:
-            task.cancel()
+        left = await finish_or_cancel(self._tasks, timeout_s, unwind_s=1.0)
         if left:
-            await asyncio.wait(left, timeout=1.0)
             logger.warning(
                 "{} background memory task(s) cancelled at shutdown; the transcripts keep their data",
                 len(left),

@@ -17,7 +17,14 @@ from loguru import logger
 from nanobot.memory import small_profile
 from nanobot.memory.store import MemoryStore, slugify
 from nanobot.memory.transcript import render_transcript
-from nanobot.memory.validation import EchoSources, Refusal, check_note, check_text, schema_text
+from nanobot.memory.validation import (
+    EchoSources,
+    Refusal,
+    check_note,
+    check_text,
+    schema_text,
+    tool_arguments,
+)
 from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
 from nanobot.util.tool_args import as_dict
 
@@ -126,13 +133,8 @@ async def _small(
 
 def _check(response: LLMResponse, sources: EchoSources) -> tuple[str, str, str] | Refusal:
     """(slug, title, summary) of a usable save_session_note call, or the refusal."""
-    call = next((c for c in response.tool_calls if c.name == "save_session_note"), None)
-    if call is None:
-        return Refusal("no_tool_call", "save_session_note", "the answer did not call save_session_note")
-    args = as_dict(call.arguments)
-    if args is None:
-        return Refusal("broken", "save_session_note", f"unusable arguments {str(call.arguments)[:120]!r}")
-    return _named(args, sources)
+    args = tool_arguments(response, "save_session_note", as_dict)
+    return args if isinstance(args, Refusal) else _named(args, sources)
 
 
 def _named(args: dict[str, Any], sources: EchoSources) -> tuple[str, str, str] | Refusal:

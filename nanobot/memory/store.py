@@ -21,7 +21,7 @@ from loguru import logger
 from nanobot.config.paths import BACKENDS_DIR, MEMORY_DIR
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import resolve_tz
-from nanobot.util.fs import append_locked, atomic_write, ensure_private_dir, file_lock
+from nanobot.util.fs import append_locked, atomic_write, ensure_private_dir, file_lock, unused_path
 
 MEMORY_FILE = "MEMORY.md"
 HISTORY_FILE = "HISTORY.md"
@@ -188,11 +188,7 @@ class MemoryStore:
         when = when or self.now()
         base = f"{when.strftime('%Y-%m-%d')}-{slugify(slug)}"
         with self.locked():
-            path = self.dir / f"{base}.md"
-            n = 2
-            while path.exists():
-                path = self.dir / f"{base}-{n}.md"
-                n += 1
+            path = unused_path(self.dir, base, ".md")
             atomic_write(path, text.rstrip("\n") + "\n")
         self._changed(path)
         return path

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nanobot.session.history import truncate_middle
+from nanobot.util.text import truncate_middle
 
 MAX_TOOL_RESULT_IN_TRANSCRIPT = 1_500
 MAX_MESSAGE_IN_TRANSCRIPT = 20_000

@@ -24,12 +24,15 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from nanobot.memory.store import normalise_fact
+from nanobot.providers.base import LLMResponse
+
+T = TypeVar("T")
 
 #: words per shingle when looking for text copied from the schema / instructions (short phrases)
 PROMPT_SHINGLE_WORDS = 4
@@ -95,6 +98,18 @@ class EchoSources:
     schema: str = ""
     instructions: str = ""
     transcript: str = ""
+
+
+def tool_arguments(response: LLMResponse, tool: str, decode: Callable[[Any], T | None]) -> T | Refusal:
+    """The decoded arguments of the answer's call to `tool`: `no_tool_call` when it made none,
+    `broken` when `decode` finds the arguments unusable (None)."""
+    call = next((c for c in response.tool_calls if c.name == tool), None)
+    if call is None:
+        return Refusal("no_tool_call", tool, f"the answer did not call {tool}")
+    args = decode(call.arguments)
+    if args is None:
+        return Refusal("broken", tool, f"unusable arguments {str(call.arguments)[:120]!r}")
+    return args
 
 
 def schema_text(tool: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from loguru import logger
 
 from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR, session_file_name
 from nanobot.providers.tokens import count_message
-from nanobot.util.fs import ensure_private_dir, fd_lock, open_private
+from nanobot.util.fs import ensure_private_dir, fd_lock, open_private, unused_path
 
 METADATA_FORMAT = 1
 DEFAULT_MAX_CACHED_SESSIONS = 128
@@ -292,11 +292,7 @@ class SessionStore:
             return None
         ensure_private_dir(self.archive_dir)
         stamp = now.strftime("%Y%m%dT%H%M%S")
-        target = self.archive_dir / f"{session.path.stem}-{stamp}.jsonl"
-        n = 2
-        while target.exists():
-            target = self.archive_dir / f"{session.path.stem}-{stamp}-{n}.jsonl"
-            n += 1
+        target = unused_path(self.archive_dir, f"{session.path.stem}-{stamp}", ".jsonl")
         os.replace(session.path, target)
         return target
 

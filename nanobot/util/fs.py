@@ -6,6 +6,7 @@
   never interleave lines.
 - `file_lock(path)` / `fd_lock(fd)`: exclusive (or shared) `flock` on a lock file or an open file.
 - `ensure_private_dir(path)`: create missing folders 0700 (umask cannot widen them).
+- `unused_path(folder, stem, suffix)`: `stem + suffix`, or with a -2, -3 ... suffix when taken.
 - `repair_private(root)`: tighten an existing file or tree (installations from before files were private):
   group/other bits are removed, symlinks are never followed.
 """
@@ -40,6 +41,15 @@ def ensure_private_dir(path: Path, mode: int = PRIVATE_DIR_MODE) -> Path:
         except FileExistsError:
             continue  # another process created it between our check and mkdir
         os.chmod(folder, mode)  # mkdir's mode is filtered through the umask
+    return path
+
+
+def unused_path(folder: Path, stem: str, suffix: str) -> Path:
+    """`folder/stem+suffix`, or the first free `stem-2`, `stem-3` ...; the caller holds the lock that
+    keeps another writer from taking it in between."""
+    path, n = folder / f"{stem}{suffix}", 2
+    while path.exists():
+        path, n = folder / f"{stem}-{n}{suffix}", n + 1
     return path
 
 

@@ -21,12 +21,16 @@ def _marker(marker: str, omitted: int, total: int, limit: int) -> str:
     return marker.format(omitted=omitted, total=total, limit=limit)
 
 
+def _room(text: str, max_chars: int, marker: str) -> int:
+    """Characters of `text` that fit within `max_chars` beside the filled-in marker."""
+    return max(0, max_chars - len(_marker(marker, len(text) - max_chars, len(text), max_chars)))
+
+
 def truncate_head(text: str, max_chars: int, marker: str = ELLIPSIS) -> str:
     """The first characters of `text` plus `marker`, at most `max_chars` long in all."""
     if len(text) <= max_chars:
         return text
-    probe = _marker(marker, len(text) - max_chars, len(text), max_chars)
-    keep = max(0, max_chars - len(probe))
+    keep = _room(text, max_chars, marker)
     return text[:keep] + _marker(marker, len(text) - keep, len(text), max_chars)
 
 
@@ -34,8 +38,7 @@ def truncate_tail(text: str, max_chars: int, marker: str = ELLIPSIS) -> str:
     """`marker` plus the last characters of `text`, at most `max_chars` long in all."""
     if len(text) <= max_chars:
         return text
-    probe = _marker(marker, len(text) - max_chars, len(text), max_chars)
-    keep = max(0, max_chars - len(probe))
+    keep = _room(text, max_chars, marker)
     return _marker(marker, len(text) - keep, len(text), max_chars) + (text[-keep:] if keep else "")
 
 

@@ -24,6 +24,7 @@ from nanobot.agent.tools.mcp_connection import (
     tool_name,
 )
 from nanobot.config.schema import MCPServerConfig
+from nanobot.util.tasks import finish_or_cancel
 
 if TYPE_CHECKING:
     from nanobot.agent.tools.registry import ToolRegistry
@@ -109,9 +110,6 @@ class MCPManager:
         conns = list(self.connections.values())
         if not conns:
             return
-        tasks = [asyncio.create_task(c.aclose()) for c in conns]
-        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
-        for task in pending:
-            task.cancel()
+        pending = await finish_or_cancel([asyncio.create_task(c.aclose()) for c in conns], timeout_s)
         if pending:
             logger.warning("MCP shutdown: {} server(s) did not close within {:.0f}s", len(pending), timeout_s)

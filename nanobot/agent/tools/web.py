@@ -125,6 +125,11 @@ class WebFetchTool(Tool):
         return f"URL: {url}\nStatus: {resp.status_code}{note}\n\n{text}"
 
 
+def _hits(items: list[dict[str, Any]], snippet_key: str) -> list[dict[str, str]]:
+    """A search API's result objects as title / url / snippet (the snippet's key differs per API)."""
+    return [{"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get(snippet_key, "")} for i in items]
+
+
 class WebSearchTool(Tool):
     name = "web_search"
     description = "Search the web; returns titles, URLs and snippets."
@@ -177,30 +182,21 @@ class WebSearchTool(Tool):
         )
         resp.raise_for_status()
         items = resp.json().get("web", {}).get("results", [])
-        return [
-            {"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get("description", "")}
-            for i in items
-        ]
+        return _hits(items, "description")
 
     async def _tavily(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
         resp = await client.post(
             self._endpoint("tavily"), json={"api_key": self.cfg.api_key, "query": query, "max_results": n}
         )
         resp.raise_for_status()
-        return [
-            {"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get("content", "")}
-            for i in resp.json().get("results", [])
-        ]
+        return _hits(resp.json().get("results", []), "content")
 
     async def _searxng(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
         resp = await client.get(
             self.cfg.base_url.rstrip("/") + "/search", params={"q": query, "format": "json"}
         )
         resp.raise_for_status()
-        return [
-            {"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get("content", "")}
-            for i in resp.json().get("results", [])
-        ]
+        return _hits(resp.json().get("results", []), "content")
 
     async def _duckduckgo(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
         resp = await client.get(f"{self._endpoint('duckduckgo')}?q={quote_plus(query)}")

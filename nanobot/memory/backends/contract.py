@@ -38,6 +38,12 @@ class MemoryScope:
         return f"{self.run_id}:{self.persona_id}"
 
 
+def _set_tags(scenario: str | None, context: str | None, attribute: str | None) -> dict[str, str]:
+    """The CS fields that are set (scenario / context / attribute), shared by events and requests."""
+    values = {"scenario": scenario, "context": context, "attribute": attribute}
+    return {k: v for k, v in values.items() if v}
+
+
 @dataclass(frozen=True)
 class MemoryEvent:
     """One finished turn (or any other runtime event) as the agent saw it."""
@@ -54,9 +60,7 @@ class MemoryEvent:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def tags(self) -> dict[str, str]:
-        """The CS fields that are set (scenario / context / attribute)."""
-        values = {"scenario": self.scenario, "context": self.context, "attribute": self.attribute}
-        return {k: v for k, v in values.items() if v}
+        return _set_tags(self.scenario, self.context, self.attribute)
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,7 @@ class RetrieveRequest:
     filters: dict[str, Any] = field(default_factory=dict)
 
     def tags(self) -> dict[str, str]:
-        values = {"scenario": self.scenario, "context": self.context, "attribute": self.attribute}
-        return {k: v for k, v in values.items() if v}
+        return _set_tags(self.scenario, self.context, self.attribute)
 
 
 @dataclass
