@@ -77,6 +77,20 @@ class LLMError(Exception):
         self.status = status
 
 
+@dataclass(frozen=True)
+class ChatRequest:
+    """One `chat` call as its arguments: the conversation, the tools offered and the caller's options
+    (None: the provider's own default)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    on_delta: StreamCallback | None = None
+
+
 class LLMProvider(ABC):
     """What the agent needs from a model."""
 
@@ -88,7 +102,6 @@ class LLMProvider(ABC):
     @abstractmethod
     def default_model(self) -> str: ...
 
-    @abstractmethod
     async def chat(
         self,
         messages: list[dict[str, Any]],
@@ -101,6 +114,12 @@ class LLMProvider(ABC):
         on_delta: StreamCallback | None = None,
     ) -> LLMResponse:
         """One completion. `on_delta` (when given) receives text deltas as they stream in."""
+        return await self._chat(ChatRequest(messages, tools, model, max_tokens, temperature, tool_choice, on_delta))
+
+    async def _chat(self, call: ChatRequest) -> LLMResponse:
+        """What a provider implements: the completion of `call`. (A test double may replace `chat`
+        whole instead, which is why this is not abstract.)"""
+        raise NotImplementedError(f"{type(self).__name__} implements neither chat nor _chat")
 
     def supports_vision(self, model: str | None = None) -> bool:
         """Whether `model` (default: this provider's) accepts images; unknown models do not."""

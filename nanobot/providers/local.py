@@ -18,7 +18,7 @@ from typing import Any
 from loguru import logger
 
 from nanobot.config.schema import LocalProviderConfig
-from nanobot.providers.base import LLMError, LLMProvider, LLMResponse, StreamCallback, ToolCall, Usage
+from nanobot.providers.base import ChatRequest, LLMError, LLMProvider, LLMResponse, ToolCall, Usage
 from nanobot.util.tool_args import from_provider
 
 DEMO_NOTICE = (
@@ -121,25 +121,15 @@ class LocalProvider(LLMProvider):
             _notice(f"embedded model loaded in {time.monotonic() - started:.1f}s")
         return self._llama
 
-    async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        on_delta: StreamCallback | None = None,
-    ) -> LLMResponse:
+    async def _chat(self, call: ChatRequest) -> LLMResponse:
         kwargs: dict[str, Any] = {
-            "messages": recent_exchanges(messages, LOCAL_HISTORY_EXCHANGES),
-            "max_tokens": min(max_tokens or self.cfg.max_tokens, self.cfg.max_tokens),
-            "temperature": 0.2 if temperature is None else temperature,
+            "messages": recent_exchanges(call.messages, LOCAL_HISTORY_EXCHANGES),
+            "max_tokens": min(call.max_tokens or self.cfg.max_tokens, self.cfg.max_tokens),
+            "temperature": 0.2 if call.temperature is None else call.temperature,
         }
-        if tools:
-            kwargs["tools"] = tools
-            kwargs["tool_choice"] = tool_choice or "auto"
+        if call.tools:
+            kwargs["tools"] = call.tools
+            kwargs["tool_choice"] = call.tool_choice or "auto"
         async with self._lock:
             try:
                 llama = await asyncio.to_thread(self._load)
@@ -162,8 +152,8 @@ class LocalProvider(LLMProvider):
             )
         usage = result.get("usage") or {}
         content = message.get("content")
-        if on_delta is not None and content:
-            await on_delta(content)
+        if call.on_delta is not None and content:
+            await call.on_delta(content)
         return LLMResponse(
             content=content,
             tool_calls=calls,

@@ -23,7 +23,7 @@ from typing import Any
 
 from loguru import logger
 
-from nanobot.providers.base import LLMProvider, LLMResponse, StreamCallback, ToolCall, Usage
+from nanobot.providers.base import ChatRequest, LLMProvider, LLMResponse, StreamCallback, ToolCall, Usage
 from nanobot.providers.errors import MalformedResponseError, classify, rejects_tool_choice, to_llm_error
 from nanobot.util.retry import retry_delay_s
 from nanobot.util.tool_args import from_provider
@@ -69,31 +69,21 @@ class RemoteProvider(LLMProvider):
     async def _open_stream(self, request: dict[str, Any]) -> AsyncIterator[Any]:
         """Send `request` as a stream (usage included) and return the async iterator of chunks."""
 
-    async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-        on_delta: StreamCallback | None = None,
-    ) -> LLMResponse:
-        request: dict[str, Any] = {"model": model or self._model, "messages": messages}
-        if max_tokens:
-            request["max_tokens"] = max_tokens
-        if temperature is not None:
-            request["temperature"] = temperature
-        if tools:
-            request["tools"] = tools
-            if tool_choice is not None:
-                request["tool_choice"] = tool_choice
+    async def _chat(self, call: ChatRequest) -> LLMResponse:
+        request: dict[str, Any] = {"model": call.model or self._model, "messages": call.messages}
+        if call.max_tokens:
+            request["max_tokens"] = call.max_tokens
+        if call.temperature is not None:
+            request["temperature"] = call.temperature
+        if call.tools:
+            request["tools"] = call.tools
+            if call.tool_choice is not None:
+                request["tool_choice"] = call.tool_choice
         attempt = 0
         while True:
             try:
-                if on_delta is not None:
-                    return await collect_stream(await self._open_stream(request), on_delta)
+                if call.on_delta is not None:
+                    return await collect_stream(await self._open_stream(request), call.on_delta)
                 return parse_completion(await self._complete(request))
             except Exception as exc:  # noqa: BLE001 - classified below
                 if request.get("tool_choice", "auto") != "auto" and rejects_tool_choice(exc):
