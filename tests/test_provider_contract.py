@@ -231,3 +231,48 @@ async def test_unreachable_endpoint_is_a_connection_error(route: str) -> None:
     with pytest.raises(LLMError) as info:
         await build(route, f"http://127.0.0.1:{port}/v1", retries=1).chat(MESSAGES)
     assert info.value.kind == "connection"
+
+
+async def test_stream_split_across_reads_with_crlf_line_ends(route: str, fake_llm: FakeLLMServer) -> None:
+    deltas: list[str] = []
+    fake_llm.push(
+        Reply(content="alpha beta gamma", stream_piece_bytes=7, stream_line_end="\r\n", completion_tokens=3),
+        Reply(
+            content=None,
+            tool_calls=[{"id": "t1", "name": "save_memory", "arguments": {"a": "split"}}],
+            stream_piece_bytes=5,
+        ),
+    )
+    provider = build(route, fake_llm.url)
+    response = await provider.chat(MESSAGES, on_delta=_sink(deltas))
+    assert response.content == "alpha beta gamma" and "".join(deltas) == "alpha beta gamma"
+    assert response.usage.completion_tokens == 3
+    response = await provider.chat(MESSAGES, TOOLS, on_delta=_sink(deltas))
+    assert response.tool_calls[0].id == "t1" and response.tool_calls[0].arguments == {"a": "split"}
+
+
+async def test_malformed_event_in_a_stream_is_retried_then_reported(
+    route: str, fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.push(Reply(content="x", stream_bad_event="{not json"), Reply(content="clean"))
+    assert (await build(route, fake_llm.url).chat(MESSAGES, on_delta=_sink([]))).content == "clean"
+    fake_llm.push(*[Reply(content="x", stream_bad_event="{not json")] * 2)
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url, retries=1).chat(MESSAGES, on_delta=_sink([]))
+    assert info.value.kind == "malformed" and len(fake_llm.requests) == 4
+
+
+async def test_stream_429_waits_for_retry_after(route: str, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(Reply(status=429, headers={"Retry-After": "0.4"}), Reply(content="streamed after"))
+    provider = build(route, fake_llm.url)
+    provider.retry_base_delay_s = 20.0  # type: ignore[attr-defined]
+    start = time.perf_counter()
+    response = await provider.chat(MESSAGES, on_delta=_sink([]))
+    assert response.content == "streamed after" and 0.4 <= time.perf_counter() - start < 5.0
+
+
+async def test_stream_500_is_reported_as_a_server_error(route: str, fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(*[Reply(status=502, error_message="upstream down")] * 2)
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url, retries=1).chat(MESSAGES, on_delta=_sink([]))
+    assert (info.value.kind, info.value.status) == ("server", 502) and len(fake_llm.requests) == 2

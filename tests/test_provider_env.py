@@ -39,7 +39,9 @@ def _dead_url() -> str:
         return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
 
 
-def test_openai_env_vars_reach_the_fake_and_never_import_litellm(home: Path, fake_llm: FakeLLMServer) -> None:
+def test_openai_env_vars_reach_the_fake_and_never_import_litellm_or_the_openai_sdk(
+    home: Path, fake_llm: FakeLLMServer
+) -> None:
     fake_llm.push(Reply(content="hello from the fake"))
     env = {"OPENAI_API_KEY": "sk-env", "OPENAI_BASE_URL": fake_llm.url, "PYTHONPROFILEIMPORTTIME": "1"}
     result = run_cli("agent", "-m", "hi", home=home, env=env)
@@ -48,8 +50,8 @@ def test_openai_env_vars_reach_the_fake_and_never_import_litellm(home: Path, fak
     assert fake_llm.request_headers[-1]["authorization"] == "Bearer sk-env"
     assert fake_llm.requests[-1]["model"] == "gpt-4o-mini"  # openai's default model
     imported = _imported(result.stderr)
-    assert "nanobot" in imported and "openai" in imported  # the check can see imports at all
-    assert "litellm" not in imported
+    assert "nanobot" in imported and "h11" in imported  # the check can see imports at all
+    assert "litellm" not in imported and "openai" not in imported
     # what a one-shot turn does not use is not loaded either
     assert not {"telegram", "discord", "mcp", "apscheduler", "sqlite_vec"} & imported
     assert "embedded demo model" not in result.stderr

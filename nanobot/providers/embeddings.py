@@ -1,8 +1,8 @@
 """Remote embedding requests for memory search, over the same two routes as chat.
 
 `openai/…` models (and bare names) go to an OpenAI-compatible `/embeddings` endpoint through the
-openai SDK: the configured base URL, else `OPENAI_BASE_URL`, else OpenAI's; the key likewise falls
-back to `OPENAI_API_KEY`. Every other prefix (`gemini/…`, `ollama/…`, `cohere/…`) goes through
+direct route's JSON client: the configured base URL, else `OPENAI_BASE_URL`, else OpenAI's; the
+key likewise falls back to `OPENAI_API_KEY`. Every other prefix (`gemini/…`, `ollama/…`, `cohere/…`) goes through
 litellm, imported (in a thread: it takes seconds) on the first such request only.
 """
 

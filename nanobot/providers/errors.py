@@ -1,9 +1,10 @@
-"""What a failed model call means, the same for every remote route (the openai SDK or litellm).
+"""What a failed model call means, the same for every remote route (our JSON client or litellm).
 
 `classify(exc)` turns whatever a client library raised into a `Failure`: an error kind (see
 `nanobot.providers.base.ERROR_KINDS`), the HTTP status when there was one, whether another attempt
-may succeed, and the server's Retry-After. Both client libraries raise the openai SDK's exception
-classes (litellm's subclass them), so the classification reads attributes, never library types.
+may succeed, and the server's Retry-After. litellm raises the openai SDK's exception classes (or
+its own subclasses of them) and `nanobot.providers.http` its own; both carry `status_code` and
+`response.headers`, so the classification reads attributes and class names, never library types.
 """
 
 from __future__ import annotations

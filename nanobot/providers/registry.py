@@ -14,7 +14,7 @@ when those are empty, from each provider's usual environment variables (`OPENAI_
    demo model when it is installed, else a how-to-configure text (exit 2).
 
 Routes: OpenAI-compatible providers (openai, custom, openrouter, deepseek, groq, mistral, ollama) go
-through the openai SDK directly; the others (anthropic, gemini) and any provider with
+through our own JSON client directly; the others (anthropic, gemini) and any provider with
 `via: "litellm"` go through litellm, which is then imported on first use.
 """
 

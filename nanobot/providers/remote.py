@@ -1,8 +1,8 @@
 """The behaviour every remote model route shares, whichever client library carries the request.
 
-A route (the openai SDK for OpenAI-compatible endpoints, litellm for the providers that need
+A route (our own JSON client for OpenAI-compatible endpoints, litellm for the providers that need
 translation) only sends one request and returns the completion, or the stream of chunks, in the
-OpenAI shape. Everything a user can observe is decided here, once:
+OpenAI shape (dicts of the JSON, or litellm's objects). Everything a user can observe is decided here, once:
 
 - retries: retryable failures (429, 5xx, timeouts, connection errors, malformed answers) are tried
   again up to `max_retries` times, waiting the server's Retry-After when it gives one (a wait longer
@@ -170,26 +170,30 @@ async def collect_stream(stream: AsyncIterator[Any], on_delta: StreamCallback) -
     usage = Usage()
     answered = False  # some chunk carried a message part (litellm invents chunks for a bad stream)
     async for chunk in stream:
-        if getattr(chunk, "usage", None):
-            usage = _usage(chunk.usage)
-        if not chunk.choices:
+        if _field(chunk, "usage"):
+            usage = _usage(_field(chunk, "usage"))
+        choices = _field(chunk, "choices")
+        if not choices:
             continue
-        choice = chunk.choices[0]
-        delta = choice.delta
-        if delta is not None and (getattr(delta, "role", None) or getattr(delta, "tool_calls", None)):
-            answered = True
-        if delta is not None and getattr(delta, "content", None):
-            answered = True
-            text.append(delta.content)
-            await on_delta(delta.content)
-        for tc in (getattr(delta, "tool_calls", None) or []) if delta is not None else []:
-            slot = calls.setdefault(tc.index or 0, {"id": None, "name": "", "arguments": ""})
-            slot["id"] = tc.id or slot["id"]
-            if tc.function is not None:
-                slot["name"] += tc.function.name or ""
-                slot["arguments"] += tc.function.arguments or ""
-        if choice.finish_reason:
-            finish = choice.finish_reason
+        choice = choices[0]
+        delta = _field(choice, "delta")
+        if delta is not None:
+            content = _field(delta, "content")
+            pieces = _field(delta, "tool_calls") or []
+            if content or pieces or _field(delta, "role"):
+                answered = True
+            if content:
+                text.append(content)
+                await on_delta(content)
+            for tc in pieces:
+                slot = calls.setdefault(_field(tc, "index") or 0, {"id": None, "name": "", "arguments": ""})
+                slot["id"] = _field(tc, "id") or slot["id"]
+                fn = _field(tc, "function")
+                if fn is not None:
+                    slot["name"] += _field(fn, "name") or ""
+                    slot["arguments"] += _field(fn, "arguments") or ""
+        if _field(choice, "finish_reason"):
+            finish = _field(choice, "finish_reason")
     if not answered and not usage.completion_tokens:
         raise MalformedResponseError("the stream carried no message")
     tool_calls = [

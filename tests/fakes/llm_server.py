@@ -37,6 +37,10 @@ class Reply:
     completion_tokens: int = 5
     headers: dict[str, str] = field(default_factory=dict)  # extra response headers, e.g. Retry-After
     raw_body: str | None = None  # sent as is (with status 200, JSON content type) instead of a completion
+    # a streamed reply written in pieces of this many bytes (events split mid-line), with these line ends
+    stream_piece_bytes: int = 0
+    stream_line_end: str = "\n"
+    stream_bad_event: str | None = None  # sent as one event's data after the first delta (e.g. not JSON)
 
 
 Responder = Callable[[dict[str, Any]], "Reply | dict[str, Any] | str"]
@@ -191,14 +195,26 @@ class FakeLLMServer(ThreadedHTTPFake):
                     "model": body.get("model", "fake"),
                 }
 
+                end = reply.stream_line_end
+
+                def write(text: str) -> None:
+                    data = text.replace("\n", end).encode()
+                    step = reply.stream_piece_bytes or len(data)
+                    for start in range(0, len(data), step):
+                        self.wfile.write(data[start : start + step])
+                        self.wfile.flush()
+                        if reply.stream_piece_bytes:
+                            time.sleep(0.001)  # separate TCP segments, separate reads
+
                 def emit(delta: dict[str, Any], finish: str | None = None, usage: dict | None = None) -> None:
                     chunk = dict(base, choices=[{"index": 0, "delta": delta, "finish_reason": finish}])
                     if usage:
                         chunk["usage"] = usage
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                    self.wfile.flush()
+                    write(f"data: {json.dumps(chunk)}\n\n")
 
                 emit({"role": "assistant", "content": ""})
+                if reply.stream_bad_event is not None:
+                    write(f"data: {reply.stream_bad_event}\n\n")
                 text = reply.content or ""
                 for piece in re.findall(r"\S+\s*|\s+", text):
                     emit({"content": piece})
@@ -228,8 +244,7 @@ class FakeLLMServer(ThreadedHTTPFake):
                         "total_tokens": reply.prompt_tokens + reply.completion_tokens,
                     },
                 )
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
+                write("data: [DONE]\n\n")
                 self.close_connection = True
 
         return Handler
