@@ -96,6 +96,17 @@ async def test_memos_sync_mode_commits_with_native_ids(memos: MemosEnv) -> None:
     await adapter.aclose()
 
 
+async def test_health_reports_an_unreachable_store_as_unavailable(memos: MemosEnv) -> None:
+    adapter = memos.build()
+    healthy = await adapter.health()
+    assert healthy.status == "ok" and healthy.warnings == [] and healthy.native_memory_types
+    memos.server.fail_status = 503
+    broken = await adapter.health()
+    assert broken.status == "unavailable" and "HTTP 503" in broken.warnings[0]
+    assert broken.backend_name == "memos" and broken.latency_ms >= 0
+    await adapter.aclose()
+
+
 def test_formatter_fits_budget_keeps_labels_and_prose() -> None:
     req = RetrieveRequest("q", ALICE, "s", ContextBudget(max_tokens=80, max_items=10))
     items = [

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from nanobot.providers.registry import ProviderConfigError
+
+T = TypeVar("T")
 
 WriteStatus = Literal["committed", "queued", "pending", "skipped_read_only", "discarded"]
 Consistency = Literal["immediate", "eventual", "async_derived"]
@@ -188,6 +191,11 @@ class AdapterError(Exception):
         self.operation = operation
         self.raw = raw
 
+    @classmethod
+    def native(cls, backend: str, operation: str, exc: BaseException, raw: Any = None) -> AdapterError:
+        """The failure `exc` of a backend's own library, named by its type; `raw` defaults to `exc`."""
+        return cls(backend, operation, f"{type(exc).__name__}: {exc}", raw=exc if raw is None else raw)
+
 
 class BackendConfigError(ProviderConfigError):
     """A memory config key is invalid or its backend library is missing; the message names the key.
@@ -265,6 +273,34 @@ class MemoryAdapter(ABC):
     def __init__(self) -> None:
         self._read_only = False
         self._read_only_reason = ""
+
+    async def _health(self, probe: Awaitable[Any], *, notes: list[str] | None = None, **native: Any) -> HealthReport:
+        """The report of one probe of the native store: "ok", or "unavailable" with the probe's error
+        as the first warning; `notes` are further warnings, `native` the report's native_* fields."""
+        started = time.perf_counter()
+        status, warnings = "ok", []
+        try:
+            await probe
+        except AdapterError as exc:
+            status, warnings = "unavailable", [str(exc)]
+        return HealthReport(
+            status,
+            self.backend_name,
+            elapsed_ms(started),
+            self.consistency_model,
+            warnings=[*warnings, *(notes or [])],
+            **native,
+        )
+
+    async def _native(self, operation: str, call: Awaitable[T]) -> T:
+        """Await a call into the backend's library: its failures become AdapterErrors for `operation`
+        that keep the original; a missing library (ImportError) passes through as itself."""
+        try:
+            return await call
+        except (AdapterError, ImportError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - libraries raise many kinds; all keep their original
+            raise AdapterError.native(self.backend_name, operation, exc) from exc
 
     @property
     def read_only(self) -> bool:

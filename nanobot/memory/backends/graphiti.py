@@ -29,7 +29,6 @@ from nanobot.memory.backends.config import (
     resolve_llm,
 )
 from nanobot.memory.backends.contract import (
-    AdapterError,
     HealthReport,
     MemoryAdapter,
     MemoryEvent,
@@ -82,14 +81,7 @@ class GraphitiAdapter(MemoryAdapter):
         async with self._lock:
             if self._graphiti is None:
                 os.environ.setdefault("GRAPHITI_TELEMETRY_ENABLED", "false")
-                try:
-                    self._graphiti = await self._open()
-                except ImportError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - any native start-up failure
-                    raise AdapterError(
-                        self.backend_name, "open", f"{type(exc).__name__}: {exc}", raw=exc
-                    ) from exc
+                self._graphiti = await self._native("open", self._open())
             return self._graphiti
 
     async def _open(self) -> Any:
@@ -165,14 +157,6 @@ class GraphitiAdapter(MemoryAdapter):
                 if "already exists" not in str(exc):
                     raise
 
-    async def _native(self, operation: str, call: Any) -> Any:
-        try:
-            return await call
-        except AdapterError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - graphiti, kuzu, openai errors: all keep their original
-            raise AdapterError(self.backend_name, operation, f"{type(exc).__name__}: {exc}", raw=exc) from exc
-
     # ------------------------------------------------------------------ contract
     async def setup_scope(self, scope: MemoryScope) -> None:
         await self.graphiti()  # the group is a partition key: nothing to create
@@ -244,21 +228,12 @@ class GraphitiAdapter(MemoryAdapter):
         return ResetReceipt(scope=scope, removed=None, latency_ms=elapsed_ms(started))
 
     async def health(self) -> HealthReport:
-        started = time.perf_counter()
-        status, warnings = "ok", []
-        try:
-            await self.graphiti()
-        except AdapterError as exc:
-            status, warnings = "unavailable", [str(exc)]
+        notes = []
         if self.block.driver == "kuzu":
-            warnings.append(
-                "Kuzu is unmaintained upstream; set driver to neo4j or falkordb for long-lived use"
-            )
-        return HealthReport(
-            status,
-            self.backend_name,
-            elapsed_ms(started),
-            self.consistency_model,
+            notes.append("Kuzu is unmaintained upstream; set driver to neo4j or falkordb for long-lived use")
+        return await self._health(
+            self.graphiti(),
+            notes=notes,
             native_ingest_modes=[
                 "message episodes (default)",
                 "text",
@@ -266,7 +241,6 @@ class GraphitiAdapter(MemoryAdapter):
                 "fact_triple (explicit config only)",
                 "custom entity/edge types (explicit config only)",
             ],
-            warnings=warnings,
         )
 
     async def aclose(self) -> None:

@@ -83,11 +83,12 @@ class HonchoAdapter(MemoryAdapter):
             )
         return self._clients[ws]
 
-    async def _native(self, operation: str, coro: Any) -> Any:
+    async def _native(self, operation: str, call: Any) -> Any:
+        """Honcho's own errors keep their HTTP status and body; anything else but I/O passes through."""
         from honcho.http.exceptions import HonchoError
 
         try:
-            return await coro
+            return await call
         except HonchoError as exc:
             raw = {
                 "error": type(exc).__name__,
@@ -95,9 +96,9 @@ class HonchoAdapter(MemoryAdapter):
                 "body": getattr(exc, "body", None),
                 "status": getattr(exc, "status_code", None),
             }
-            raise AdapterError(self.backend_name, operation, f"{type(exc).__name__}: {exc}", raw=raw) from exc
+            raise AdapterError.native(self.backend_name, operation, exc, raw) from exc
         except (OSError, ValueError) as exc:
-            raise AdapterError(self.backend_name, operation, f"{type(exc).__name__}: {exc}", raw=exc) from exc
+            raise AdapterError.native(self.backend_name, operation, exc) from exc
 
     # ------------------------------------------------------------------ contract
     async def setup_scope(self, scope: MemoryScope) -> None:
@@ -238,18 +239,8 @@ class HonchoAdapter(MemoryAdapter):
         return ResetReceipt(scope=scope, removed=removed, latency_ms=elapsed_ms(started))
 
     async def health(self) -> HealthReport:
-        started = time.perf_counter()
         probe = MemoryScope(run_id=self.block.run_id, persona_id="health")  # the run's own workspace
-        status, warnings = "ok", []
-        try:
-            await self._native("health", self.client(probe).aio.queue_status())
-        except AdapterError as exc:
-            status, warnings = "unavailable", [str(exc)]
-        return HealthReport(
-            status,
-            self.backend_name,
-            elapsed_ms(started),
-            self.consistency_model,
+        return await self._health(
+            self._native("health", self.client(probe).aio.queue_status()),
             native_ingest_modes=["session messages (user and assistant peers)"],
-            warnings=warnings,
         )

@@ -94,25 +94,13 @@ class Mem0Adapter(MemoryAdapter):
                 self.root.mkdir(parents=True, exist_ok=True)
                 os.environ.setdefault("MEM0_TELEMETRY", "False")
                 os.environ.setdefault("MEM0_DIR", str(self.root))
-                try:
-                    from mem0 import AsyncMemory
-
-                    self._memory = await asyncio.to_thread(AsyncMemory.from_config, self.native_config)
-                except ImportError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - any native start-up failure
-                    raise AdapterError(
-                        self.backend_name, "open", f"{type(exc).__name__}: {exc}", raw=exc
-                    ) from exc
+                self._memory = await self._native("open", self._open())
             return self._memory
 
-    async def _native(self, operation: str, call: Any) -> Any:
-        try:
-            return await call
-        except AdapterError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - mem0 raises many kinds; all keep their original
-            raise AdapterError(self.backend_name, operation, f"{type(exc).__name__}: {exc}", raw=exc) from exc
+    async def _open(self) -> Any:
+        from mem0 import AsyncMemory
+
+        return await asyncio.to_thread(AsyncMemory.from_config, self.native_config)
 
     def _ids(self, scope: MemoryScope) -> dict[str, str]:
         ids = {"user_id": scope.persona_id, "run_id": scope.run_id}
@@ -201,23 +189,13 @@ class Mem0Adapter(MemoryAdapter):
         return ResetReceipt(scope=scope, removed=None, latency_ms=elapsed_ms(started))
 
     async def health(self) -> HealthReport:
-        started = time.perf_counter()
-        status, warnings = "ok", []
-        try:
-            await self.memory()
-        except AdapterError as exc:
-            status, warnings = "unavailable", [str(exc)]
+        notes = []
         try:
             import spacy  # noqa: F401
         except ImportError:
-            warnings.append("spaCy not installed (mem0[nlp]): BM25 lemmatization and entity linking are off")
-        return HealthReport(
-            status,
-            self.backend_name,
-            elapsed_ms(started),
-            self.consistency_model,
-            native_ingest_modes=[f"messages (infer={self.block.infer})"],
-            warnings=warnings,
+            notes.append("spaCy not installed (mem0[nlp]): BM25 lemmatization and entity linking are off")
+        return await self._health(
+            self.memory(), notes=notes, native_ingest_modes=[f"messages (infer={self.block.infer})"]
         )
 
     async def aclose(self) -> None:

@@ -81,7 +81,7 @@ class MemosAdapter(MemoryAdapter):
         try:
             response = await self.client.request(method, path, **kw)
         except httpx.HTTPError as exc:
-            raise AdapterError(self.backend_name, operation, f"{type(exc).__name__}: {exc}", raw=exc) from exc
+            raise AdapterError.native(self.backend_name, operation, exc) from exc
         try:
             body = response.json()
         except ValueError:
@@ -246,21 +246,10 @@ class MemosAdapter(MemoryAdapter):
         return ResetReceipt(scope=scope, removed=len(ids), latency_ms=elapsed_ms(started))
 
     async def health(self) -> HealthReport:
-        started = time.perf_counter()
-        warnings: list[str] = []
-        status = "ok"
-        try:
-            await self._call("health", "GET", STATUS_PATH)
-        except AdapterError as exc:
-            status, warnings = "unavailable", [str(exc)]
-        return HealthReport(
-            status,
-            self.backend_name,
-            elapsed_ms(started),
-            self.consistency_model,
+        return await self._health(
+            self._call("health", "GET", STATUS_PATH),
             native_memory_types=list(NATIVE_TYPES),
             native_ingest_modes=[f"async_mode={self.block.async_mode}", f"mode={self.block.mode}"],
-            warnings=warnings,
         )
 
     async def aclose(self) -> None:

@@ -51,7 +51,7 @@ def _native_io(backend: str, operation: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise AdapterError(backend, operation, f"{type(exc).__name__}: {exc}", raw=exc) from exc
+        raise AdapterError.native(backend, operation, exc) from exc
 
 
 class _Control(MemoryAdapter):
