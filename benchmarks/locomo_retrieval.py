@@ -83,12 +83,28 @@ def write_conversation(sample: dict, workspace: Path) -> dict[str, tuple[str, in
     return where
 
 
+def evidence_turns(qa: dict, where: dict[str, tuple[str, int]]) -> list[str]:
+    """The question's evidence turns that exist in the written notes."""
+    return [e for e in _DIA.findall(" ".join(qa.get("evidence", []))) if e in where]
+
+
+def select_conversations(samples: list[dict], only: str) -> list[tuple[int, dict]]:
+    """(index, conversation) for '0-4', '5,7' or '' (all): held-out sets are chosen by index."""
+    if not only.strip():
+        return list(enumerate(samples))
+    chosen: set[int] = set()
+    for part in only.split(","):
+        first, _, last = part.strip().partition("-")
+        chosen.update(range(int(first), int(last or first) + 1))
+    return [(i, s) for i, s in enumerate(samples) if i in chosen]
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else 0.0
 
 
-async def run_mode(samples: list[dict], mode: str, model: str, limit: int | None, cache: Path,
+async def run_mode(samples: list[tuple[int, dict]], mode: str, model: str, limit: int | None, cache: Path,
                    overrides: dict) -> dict:
     config = MemorySearchConfig(embedding_provider="local" if mode == "hybrid" else "none",
                                 embedding_model=model, **overrides)
@@ -102,7 +118,7 @@ async def run_mode(samples: list[dict], mode: str, model: str, limit: int | None
     evidence_total = questions = chunks = 0
     latencies: list[float] = []
     index_s = 0.0
-    for ci, sample in enumerate(samples):
+    for done, (ci, sample) in enumerate(samples, start=1):
         workspace = cache / f"conv{ci}"
         where = write_conversation(sample, workspace)
         index = MemoryIndex(workspace, config, embedder=embedder)
@@ -111,7 +127,7 @@ async def run_mode(samples: list[dict], mode: str, model: str, limit: int | None
         index_s += time.perf_counter() - started
         chunks += index.status()["chunks"]
         for qa in [q for q in sample["qa"] if q.get("category") in CATEGORIES][:limit]:
-            evidence = [e for e in _DIA.findall(" ".join(qa.get("evidence", []))) if e in where]
+            evidence = evidence_turns(qa, where)
             started = time.perf_counter()
             response = await index.search(str(qa["question"]), max_results=POOL)
             latencies.append((time.perf_counter() - started) * 1000)
@@ -135,10 +151,11 @@ async def run_mode(samples: list[dict], mode: str, model: str, limit: int | None
             for k in TOP_K:
                 chars[k].append(sum(len(r.snippet) for r in results[:k]))
         index.close()
-        print(f"  {mode}: conversation {ci + 1}/{len(samples)} done", file=sys.stderr, flush=True)
+        print(f"  {mode}: conversation {ci} done ({done}/{len(samples)})", file=sys.stderr, flush=True)
     n = evidence_total or 1
     report: dict = {
         "mode": mode,
+        "conversations": ",".join(str(ci) for ci, _ in samples),
         "model": model if mode == "hybrid" else None,
         "questions": questions,
         "evidenceTurns": evidence_total,
@@ -170,6 +187,7 @@ def main() -> None:
     parser.add_argument("--modes", default="keyword,hybrid", help="comma-separated: keyword,hybrid")
     parser.add_argument("--model", default="multilingual-e5-small", help="local embedding model for hybrid")
     parser.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
+    parser.add_argument("--only", default="", help="conversation indexes, e.g. 0-4 or 5,7 (after --conversations)")
     parser.add_argument("--questions", type=int, default=None, help="only the first N questions per conversation")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -180,7 +198,7 @@ def main() -> None:
     if not args.data.is_file():
         sys.exit(f"LoCoMo data not found at {args.data} (set --data or LOCOMO_DATA)")
     overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
-    samples = json.loads(args.data.read_text(encoding="utf-8"))[: args.conversations]
+    samples = select_conversations(json.loads(args.data.read_text(encoding="utf-8"))[: args.conversations], args.only)
     reports = [
         asyncio.run(run_mode(samples, m.strip(), args.model, args.questions, args.cache_dir, overrides))
         for m in args.modes.split(",")
