@@ -14,6 +14,7 @@ from nanobot.memory.chunking import chunk_markdown, estimate_tokens
 from nanobot.memory.embeddings import EmbeddingError, LocalEmbedder, build_embedder
 from nanobot.memory.fts import keywords, to_fts_text, tokenize
 from nanobot.memory.search import (
+    SNIPPET_MAX_CHARS,
     Candidate,
     bm25_to_score,
     decay_factor,
@@ -127,7 +128,7 @@ def test_snippet_is_capped_and_centred_on_matches() -> None:
     lines[29] = "the passport renewal is on Monday"
     text = "\n".join(lines)
     snippet, first, last = make_snippet(text, 11, 50, ["passport"])
-    assert len(snippet) <= 700 and "passport renewal" in snippet
+    assert len(snippet) <= SNIPPET_MAX_CHARS and "passport renewal" in snippet
     assert first <= 40 <= last  # line 30 of the chunk is file line 40
     assert snippet.split("\n")[0] == lines[first - 11]
     short, s1, s2 = make_snippet("tiny", 5, 5, ["x"])

@@ -60,7 +60,7 @@ async def test_memory_search_tool_returns_results_with_citations(index: MemoryIn
     assert set(first) == {"path", "startLine", "endLine", "score", "snippet", "citation"}
     assert first["path"] == "memory/MEMORY.md" and "14 March" in first["snippet"]
     assert first["citation"] == f"memory/MEMORY.md#L{first['startLine']}-L{first['endLine']}"
-    assert len(first["snippet"]) <= 700
+    assert len(first["snippet"]) <= index.config.snippet_chars
     limited = json.loads(
         await tool.execute(PRIVATE, query="note nothing special", maxResults=1, minScore=0.0)
     )

@@ -123,10 +123,15 @@ def _stems_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
 
 def term_hits(line: str, terms: list[str], weights: dict[str, float] | None = None) -> float:
     """Keyword occurrences in a line (used to place snippets), each weighted by its rarity when given."""
+    return lines_hits([line], terms, weights)[0]
+
+
+def lines_hits(lines: list[str], terms: list[str], weights: dict[str, float] | None = None) -> list[float]:
+    """term_hits() of every line, with the pattern and the weights by stem prepared once."""
     if not terms:
-        return 0
-    low = line.lower()
+        return [0.0] * len(lines)
     if weights is None:
-        return sum(low.count(t) for t in terms)
+        return [float(sum(line.lower().count(t) for t in terms)) for line in lines]
     by_stem = {match_stem(t) if t.isascii() else t: weights.get(t, 1.0) for t in terms}
-    return sum(by_stem.get(m, 1.0) for m in _stems_pattern(tuple(terms)).findall(low))
+    find = _stems_pattern(tuple(terms)).findall
+    return [sum(by_stem.get(m, 1.0) for m in find(line.lower())) for line in lines]

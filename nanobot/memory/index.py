@@ -38,6 +38,7 @@ from nanobot.memory.vectors import VectorSearcher
 __all__ = ["ROOT_SOURCES", "MemoryIndex", "SyncStats", "build_index"]
 
 EMBED_BATCH = 32  # chunks embedded and committed together during back-fill
+QUERY_CACHE_SIZE = 128  # query embeddings kept per index
 STALE_CHECK_INTERVAL_S = 1.0  # how often a search looks for files edited by hand
 _FROM_CONFIG: Any = object()  # MemoryIndex(embedder=...) not given: choose from the config
 
@@ -76,6 +77,7 @@ class MemoryIndex:
         # (phase, done, total) during sync and back-fill, for a command's progress line
         self.progress: Callable[[str, int, int], None] | None = None
         self._sync_task: asyncio.Task[Any] | None = None
+        self._query_vectors: dict[str, np.ndarray] = {}  # insertion order = least recently used first
 
     # ------------------------------------------------------------------ lifecycle
     def _ensure_open(self) -> None:
@@ -291,7 +293,7 @@ class MemoryIndex:
         qvec: np.ndarray | None = None
         if self.embedder is not None:
             try:
-                qvec = await self.embedder.embed_query(query)
+                qvec = await self._query_vector(query)
             except EmbeddingError as exc:
                 logger.warning("memory search: query embedding failed, keyword search only: {}", exc)
         mode = "hybrid" if qvec is not None else "keyword"
@@ -306,6 +308,17 @@ class MemoryIndex:
                 await self._sync(True)
             results = self._rank(query, qvec, limit, threshold)
         return SearchResponse(mode, results)
+
+    async def _query_vector(self, query: str) -> np.ndarray:
+        """The query's embedding; the last QUERY_CACHE_SIZE are kept (an agent often repeats a search)."""
+        cached = self._query_vectors.pop(query, None)
+        if cached is None:
+            assert self.embedder is not None
+            cached = await self.embedder.embed_query(query)
+        self._query_vectors[query] = cached
+        while len(self._query_vectors) > QUERY_CACHE_SIZE:
+            del self._query_vectors[next(iter(self._query_vectors))]
+        return cached
 
     def _rank(self, query: str, qvec: np.ndarray | None, limit: int, min_score: float) -> list[SearchResult]:
         self._ensure_open()

@@ -37,6 +37,7 @@ from nanobot.memory.temporal import TimeRange, parse_time_range
 from nanobot.memory.vectors import VectorSearcher, from_blob
 
 TIME_WEIGHT = 0.35  # share of the final score given to "the chunk is dated in the asked range"
+MAX_YEARS_BACK = 10  # how far "in March" (no year) may reach back for notes of a March
 MAX_SHARED_LINES = 0.5  # a result sharing more than this share of its lines with a better one is dropped
 
 
@@ -45,6 +46,22 @@ def _in_range(day: str, when: TimeRange) -> bool:
         return when.contains(date.fromisoformat(day))
     except ValueError:
         return False
+
+
+def _range_with_notes(db: IndexDB, when: TimeRange | None, pool: int) -> TimeRange | None:
+    """The asked range if memory has chunks dated in it; "in March" without a year falls back to
+    the latest earlier March that has some; None (no date preference) when nothing is dated there,
+    so an empty range does not scale every score down."""
+    tries = MAX_YEARS_BACK if when is not None and when.year_implied else 1
+    for _ in range(tries):
+        if when is None or db.ids_between_days(when.first.isoformat(), when.last.isoformat(), 1):
+            return when
+        when = when.year_before()
+    return None
+
+
+def _lift(score: float, in_range: bool) -> float:
+    return (1 - TIME_WEIGHT) * score + TIME_WEIGHT * in_range
 
 
 def _overlaps(cand: Candidate, chosen: list[Candidate]) -> bool:
@@ -68,6 +85,25 @@ def _distinct(candidates: list[Candidate], limit: int) -> list[Candidate]:
     return chosen
 
 
+def fuse_by_rank(candidates: list[Candidate], k: int, vector_weight: float, text_weight: float) -> None:
+    """Reciprocal-rank fusion of the keyword and vector orders, scaled to [0, 1] (1: first in both).
+
+    Each side adds weight / (k + rank) for the candidates it ranks (keyword: the chunks that match
+    at all); the cosine scale of a small model (every chunk near 0.75) then no longer flattens the
+    keyword side. A date-range lift is applied afterwards, as in the weighted merge.
+    """
+    best = (vector_weight + text_weight) / (k + 1) or 1.0
+    fused = {c.id: 0.0 for c in candidates}
+    by_text = sorted((c for c in candidates if c.keyword_hit), key=lambda c: c.text_score, reverse=True)
+    by_vector = sorted((c for c in candidates if c.embedding is not None), key=lambda c: c.vector_score,
+                       reverse=True)
+    for weight, order in ((text_weight, by_text), (vector_weight, by_vector)):
+        for position, cand in enumerate(order, start=1):
+            fused[cand.id] += weight / (k + position)
+    for cand in candidates:
+        cand.score = fused[cand.id] / best
+
+
 def rank(
     db: IndexDB,
     vectors: VectorSearcher,
@@ -89,10 +125,12 @@ def rank(
     ids = heapq.nsmallest(pool, bm25, key=bm25.__getitem__)
     if qvec is not None:
         ids += [i for i, _ in vectors.knn(qvec, pool)]
+    when = _range_with_notes(db, when, pool)
     if when is not None:
         ids += db.ids_between_days(when.first.isoformat(), when.last.isoformat(), pool)
     rows = db.chunk_rows(list(dict.fromkeys(ids)))
     candidates: list[Candidate] = []
+    dated: set[int] = set()  # chunks inside the asked date range
     for chunk_id, row in rows.items():
         cand = Candidate(chunk_id, row.path, row.start_line, row.end_line, row.text, title=row.title)
         if chunk_id in bm25:  # exact for vector candidates too: a chunk not matching scores 0
@@ -109,9 +147,18 @@ def rank(
             cand.score = cand.text_score
         if when is not None:
             hit = _in_range(row.day, when)
-            cand.score = (1 - TIME_WEIGHT) * cand.score + TIME_WEIGHT * hit
+            cand.score = _lift(cand.score, hit)
             cand.keyword_hit = cand.keyword_hit or hit
+            if hit:
+                dated.add(chunk_id)
         candidates.append(cand)
+    if qvec is not None and cfg.fusion == "rrf":
+        # min_score keeps its meaning (the weighted score); the fused order ranks what passes it.
+        candidates = select_by_min_score(candidates, min_score, pool)
+        fuse_by_rank(candidates, cfg.rrf_k, cfg.vector_weight, cfg.text_weight)
+        for cand in candidates:
+            cand.score = _lift(cand.score, cand.id in dated) if when is not None else cand.score
+        min_score = 0.0
     if cfg.temporal_decay:
         apply_decay(candidates, today, cfg.half_life_days)
     chosen = select_by_min_score(candidates, min_score, pool)
@@ -121,7 +168,8 @@ def rank(
     rarity = {t: math.log((total + 1) / (doc_counts.get(t, 0) + 1)) + 0.05 for t in terms}
     out: list[SearchResult] = []
     for cand in chosen:
-        snippet, first, last = make_snippet(cand.text, cand.start_line, cand.end_line, terms, weights=rarity)
+        snippet, first, last = make_snippet(cand.text, cand.start_line, cand.end_line, terms, cfg.snippet_chars,
+                                              weights=rarity)
         if cand.title:
             snippet = f"[{cand.title}]\n{snippet}"
         out.append(SearchResult(cand.path, cand.start_line, cand.end_line, cand.score, snippet,

@@ -18,9 +18,9 @@ from datetime import date
 
 import numpy as np
 
-from nanobot.memory.fts import term_hits, tokenize
+from nanobot.memory.fts import lines_hits, tokenize
 
-SNIPPET_MAX_CHARS = 700
+SNIPPET_MAX_CHARS = 1000  # the default of memory.search.snippetChars
 COVERAGE_WEIGHT = 0.25
 _DATED_NAME = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 _NEVER_DECAY = frozenset({"MEMORY.md"})
@@ -150,7 +150,7 @@ def make_snippet(
     lines = text.split("\n")
     if len(text) <= max_chars:
         return text, start_line, end_line
-    hits = [term_hits(line, terms, weights) for line in lines]
+    hits = lines_hits(lines, terms, weights)
     # Sliding window of whole lines within max_chars; the first window with the most hits wins.
     best_start, best_end, best_hits = 0, 1, -1.0
     last, used, total = 0, -1, 0.0  # window lines[first:last], its length with newlines, its hits

@@ -3,7 +3,8 @@
 parse_time_range() turns the first expression it recognises into an inclusive date range (relative
 to today) and returns the query without it, so the expression's words do not dilute the keyword
 search. Ranking then prefers chunks whose day lies in the range. English and Chinese forms; a
-month without a year means its most recent occurrence (not in the future).
+month without a year means its most recent occurrence (not in the future); the range says so
+(year_implied), and ranking moves it to the latest earlier year that memory has notes of.
 """
 
 from __future__ import annotations
@@ -34,9 +35,17 @@ _NUM = r"(\d+|a couple of|a few|several|a|one|two|three|four|five|six|seven)"
 class TimeRange:
     first: date
     last: date
+    year_implied: bool = False  # "in March": the year was not said, an earlier one may be meant
 
     def contains(self, day: date) -> bool:
         return self.first <= day <= self.last
+
+    def year_before(self) -> TimeRange:
+        """The same days one year earlier (29 February becomes the 28th)."""
+        def back(day: date) -> date:
+            return day.replace(year=day.year - 1, day=min(day.day, 28) if day.month == 2 else day.day)
+
+        return TimeRange(back(self.first), back(self.last), self.year_implied)
 
 
 def _month_range(year: int, month: int) -> TimeRange:
@@ -47,7 +56,8 @@ def _month_range(year: int, month: int) -> TimeRange:
 
 def _recent_month(month: int, today: date) -> TimeRange:
     year = today.year if month <= today.month else today.year - 1
-    return _month_range(year, month)
+    found = _month_range(year, month)
+    return TimeRange(found.first, found.last, year_implied=True)
 
 
 def _count(text: str) -> int:

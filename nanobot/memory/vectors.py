@@ -1,7 +1,7 @@
 """Nearest-neighbour search over the chunk vectors stored in the index file.
 
 Two backends over the same float32 BLOB column: NumPy brute force on a matrix cached in memory
-(reloaded when the index generation changes; the default, ~0.1 ms for 10k x 384 here) and
+(reloaded when the index generation changes; the default, ~2 ms for 10k x 384 here) and
 sqlite-vec's vec_distance_cosine evaluated inside SQLite (~2-3 ms; no copy in Python memory).
 """
 
@@ -62,7 +62,9 @@ class VectorSearcher:
             ids, matrix = self._ids, self._matrix
         if not len(ids) or matrix.shape[1] != query.shape[0]:
             return []
-        sims = matrix @ query
+        # einsum runs in this thread; a BLAS matrix-vector product wakes a thread pool that, on a
+        # small busy machine, fights the embedding model's threads (4x slower p50 under load).
+        sims = np.einsum("ij,j->i", matrix, query)
         k = min(limit, len(sims))
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.argsort(-sims[top])]

@@ -35,7 +35,16 @@ class MemorySearchConfig(Section):
                                  "score.")
     text_weight: float = Field(0.3, ge=0.0, le=1.0, description="Weight of the keyword score in a hybrid "
                                "score.")
+    fusion: Literal["weighted", "rrf"] = Field("weighted", description="How a hybrid search merges "
+                                               "keyword and vector results: `weighted` (the weighted sum "
+                                               "of both scores) or `rrf` (reciprocal-rank fusion of both "
+                                               "orders, weighted the same way).")
+    rrf_k: int = Field(60, ge=1, description="Rank offset of reciprocal-rank fusion: larger flattens the "
+                       "difference between the first places.")
     candidate_multiplier: int = Field(4, ge=1, description="Candidates ranked per result wanted.")
+    snippet_chars: int = Field(1000, ge=100, le=4000, description="Most characters of a result's "
+                               "snippet (the matching lines of its chunk); the default result count "
+                               "then returns about 6,000 characters.")
     chunk_tokens: int = Field(400, ge=50, description="Size of an indexed chunk, in tokens.")
     chunk_overlap_tokens: int = Field(80, ge=0, description="Tokens shared by neighbouring chunks.")
     vector_backend: Literal["numpy", "sqlite-vec"] = Field("numpy", description="Where vector similarity "

@@ -1,0 +1,130 @@
+"""Ranking choices of memory search through the real SQLite index: rank fusion, the snippet budget,
+month names without a year, an empty date range, and the query-embedding cache."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nanobot.config.schema import MemorySearchConfig
+from nanobot.memory import index as index_mod
+from nanobot.memory.index import MemoryIndex
+from nanobot.memory.ranking import fuse_by_rank
+from nanobot.memory.search import Candidate
+from nanobot.memory.temporal import parse_time_range
+from tests.test_memory_index import FakeEmbedder, write
+
+TODAY = date(2026, 11, 26)
+
+
+def cand(cid: int, text_score: float, vector: float | None) -> Candidate:
+    c = Candidate(cid, "memory/x.md", 1, 1, "x", text_score=text_score, keyword_hit=text_score > 0)
+    if vector is not None:
+        c.vector_score = vector
+        c.embedding = np.ones(2, dtype=np.float32)
+    return c
+
+
+def test_rank_fusion_scores_by_position_not_by_scale() -> None:
+    # Keyword order: 1, 2; vector order: 2, 3, 1 (cosines all within 0.02 of each other).
+    cands = [cand(1, 0.9, 0.741), cand(2, 0.2, 0.760), cand(3, 0.0, 0.750)]
+    fuse_by_rank(cands, k=10, vector_weight=0.5, text_weight=0.5)
+    score = {c.id: c.score for c in cands}
+    assert score[2] == pytest.approx((0.5 / 12 + 0.5 / 11) / (1 / 11))  # 2nd by keyword, 1st by vector
+    assert score[1] == pytest.approx((0.5 / 11 + 0.5 / 13) / (1 / 11))
+    assert score[3] == pytest.approx((0.5 / 12) / (1 / 11))  # no keyword match: the vector side only
+    assert score[2] > score[1] > score[3]
+    both_first = [cand(7, 0.5, 0.8)]
+    fuse_by_rank(both_first, k=60, vector_weight=0.7, text_weight=0.3)
+    assert both_first[0].score == pytest.approx(1.0)
+
+
+async def test_rrf_lifts_the_keyword_match_a_flat_cosine_buries(tmp_path: Path) -> None:
+    # The keyword hit's vector is the least similar; a weighted sum (vector 0.7) ranks the three
+    # notes without the word above it, rank fusion brings it to the top.
+    write(tmp_path, "memory/a.md", "- The kiln firing schedule for the ceramics class is on Thursdays.\n")
+    for i, text in enumerate(("We talked about the weather.", "A walk along the river.", "Bought bread.")):
+        write(tmp_path, f"memory/other{i}.md", f"- {text}\n")
+
+    class Tilted(FakeEmbedder):
+        async def embed_query(self, text: str) -> np.ndarray:
+            vec = np.zeros(self.dim, dtype=np.float32)
+            vec[0] = 1.0
+            return vec
+
+        async def embed_documents(self, texts: list[str]) -> np.ndarray:
+            out = np.zeros((len(texts), self.dim), dtype=np.float32)
+            for row, text in enumerate(texts):
+                cos = 0.60 if "kiln" in text else 0.95
+                out[row, 0], out[row, 1] = cos, (1 - cos * cos) ** 0.5
+            return out
+
+    results = {}
+    for fusion in ("weighted", "rrf"):
+        cfg = MemorySearchConfig(embedding_provider="local", fusion=fusion, rrf_k=10, min_score=0.0)
+        idx = MemoryIndex(tmp_path, cfg, embedder=Tilted())
+        await idx.sync()
+        results[fusion] = (await idx.search("kiln firing schedule", max_results=4)).results
+        idx.close()
+    assert results["weighted"][0].path != "memory/a.md"
+    assert results["rrf"][0].path == "memory/a.md"
+    assert all(0.0 <= r.score <= 1.0 for r in results["rrf"])
+
+
+async def test_snippet_budget_follows_the_config(tmp_path: Path) -> None:
+    lines = [f"- filler entry number {i} about nothing in particular at all" for i in range(120)]
+    lines[60] = "- The locksmith's number is 0172 555 0199."
+    write(tmp_path, "memory/MEMORY.md", "\n".join(lines) + "\n")
+    for chars in (300, 900):
+        idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none", snippet_chars=chars))
+        hit = (await idx.search("locksmith number")).results[0]
+        body = hit.snippet.split("\n", 1)[1] if hit.snippet.startswith("[") else hit.snippet
+        assert "locksmith" in body and chars - 200 < len(body) <= chars
+        idx.close()
+
+
+def test_month_without_a_year_is_marked_as_such() -> None:
+    when, _ = parse_time_range("camping in June", TODAY)
+    assert (when.first, when.year_implied) == (date(2026, 6, 1), True)
+    assert when.year_before().year_before().first == date(2024, 6, 1)
+    assert parse_time_range("camping in June 2023", TODAY)[0].year_implied is False
+    leap = parse_time_range("in February", date(2024, 3, 1))[0]
+    assert leap.last == date(2024, 2, 29) and leap.year_before().last == date(2023, 2, 28)
+
+
+async def test_month_without_a_year_reaches_the_latest_year_with_notes(tmp_path: Path) -> None:
+    write(tmp_path, "memory/2023-06-20.md", "- Went camping at the lake with the kids.\n")
+    write(tmp_path, "memory/2023-08-02.md", "- Went camping again; camping camping at the coast.\n")
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"), today=lambda: TODAY)
+    assert (await idx.search("When did we go camping in June?")).results[0].path == "memory/2023-06-20.md"
+    # No note in any October: no date preference, the keyword order stands and nothing is cut.
+    plain = [r.path for r in (await idx.search("camping")).results]
+    assert [r.path for r in (await idx.search("camping in October")).results] == plain
+    idx.close()
+
+
+async def test_a_repeated_query_is_embedded_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, "memory/MEMORY.md", "- The user's cat is called Miso.\n")
+
+    class Counting(FakeEmbedder):
+        queries: list[str] = []
+
+        async def embed_query(self, text: str) -> np.ndarray:
+            self.queries.append(text)
+            return await super().embed_query(text)
+
+    embedder = Counting()
+    monkeypatch.setattr(index_mod, "QUERY_CACHE_SIZE", 2)
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="local"), embedder=embedder)
+    await idx.sync()
+    first = (await idx.search("cat name")).results
+    again = (await idx.search("  cat name ")).results
+    assert embedder.queries == ["cat name"] and first == again and first[0].path == "memory/MEMORY.md"
+    await idx.search("dog name")
+    await idx.search("bird name")  # the cache holds two: "cat name" goes
+    await idx.search("cat name")
+    assert embedder.queries == ["cat name", "dog name", "bird name", "cat name"]
+    idx.close()
