@@ -251,3 +251,34 @@ async def test_subagent_result_failure_is_reported_to_the_origin_chat(
     out = await next_outbound(bus)
     assert (out.channel, out.chat_id) == ("telegram", "c9")
     assert out.content.startswith("Sorry, something went wrong")
+
+
+async def test_turns_cancelled_before_saving_their_message_do_not_ack_it(
+    running: tuple[AgentLoop, Agent, MessageBus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At shutdown, a turn still making room (a long consolidation) has not saved its message: no
+    ack, so the channel never confirms it and the platform serves it again. /stop does ack (the
+    user gave that message up)."""
+    loop, agent, bus = running
+    entered: list[int] = []
+
+    async def long_consolidation(*_args: object, **_kwargs: object) -> None:
+        entered.append(1)
+        await asyncio.sleep(60)
+
+    monkeypatch.setattr(agent.lifecycle, "ensure_fits", long_consolidation)
+    acks: list[str] = []
+    for text in ("given up with /stop", "cut by the shutdown", "queued behind it"):
+        msg = inbound(text)
+        msg.on_persisted = lambda text=text: acks.append(text)
+        await bus.publish_inbound(msg)
+    await wait_for(lambda: len(entered) == 1)
+    await bus.publish_inbound(inbound("/stop"))
+    assert (await next_outbound(bus, timeout_s=10)).content == STOPPED_REPLY
+    assert acks == ["given up with /stop"]
+    await wait_for(lambda: len(entered) == 2)  # the next one is making room now
+    await loop.stop_accepting()
+    await loop.finish(grace_s=0.2)
+    assert not loop.in_flight()
+    assert acks == ["given up with /stop"]
+    assert messages_of(agent.sessions.path_for("telegram:c1")) == []

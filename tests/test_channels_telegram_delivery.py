@@ -87,13 +87,20 @@ async def test_window_offset_waits_for_the_oldest_unacked_update() -> None:
     assert window.is_new(8) and not window.is_new(7)
 
 
-async def test_window_confirms_a_message_dropped_without_ack(logs: list[str]) -> None:
+async def test_window_never_confirms_a_message_dropped_without_ack(logs: list[str]) -> None:
     window = AckWindow("telegram")
     window.receive(3)
-    window.track(3, _message())  # nobody holds it: gone at once
+    window.track(3, _message())  # nobody holds it: gone at once (a turn cancelled at shutdown)
     gc.collect()
+    await asyncio.sleep(0)
+    assert window.offset == 3  # unsaved: never confirmed, whatever happens next
+    assert window.is_new(3)  # served again, it is published again
+    assert any("update 3 was dropped before it was saved; it stays unconfirmed" in line for line in logs)
+    again = _message()
+    window.receive(3)
+    window.track(3, again)
+    again.ack()
     assert window.offset == 4
-    assert any("update 3 was dropped before it was saved" in line for line in logs)
 
 
 async def test_window_republishes_an_update_interrupted_before_publishing() -> None:
@@ -127,6 +134,22 @@ async def test_unsaved_update_is_redelivered_after_a_crash(server, gateways) -> 
     again.ack()
     await wait_confirmed(server, uid + 1)
     assert server.held_ids() == []
+
+
+async def test_a_message_dropped_unsaved_is_published_again_and_never_confirmed(server, gateways) -> None:
+    first = await gateways()
+    uid = server.push_message("dropped by a cancelled turn")
+    msg = await first.inbound()
+    del msg  # the turn holding it was cancelled before it saved the message
+    gc.collect()
+    again = await first.inbound()  # Telegram serves it again; this time it is published again
+    assert again.content == "dropped by a cancelled turn"
+    await asyncio.sleep(2 * PENDING_POLL_INTERVAL_S)
+    assert server.confirmed_offset <= uid and uid in server.held_ids()
+    del again
+    gc.collect()
+    await first.stop()  # a clean stop confirms only what was saved
+    assert server.confirmed_offset == uid and server.held_ids() == [uid]
 
 
 async def test_clean_stop_confirms_only_what_was_saved(server, gateways) -> None:

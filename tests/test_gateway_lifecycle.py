@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -319,6 +320,40 @@ async def test_overrunning_shutdown_hits_the_hard_deadline(
     await h.stopped()
     assert [code for code, _ in h.exits] == [EXIT_FORCED]
     assert 0.4 < h.exits[0][1] - sent_at < 1.2
+
+
+async def test_hard_deadline_runs_while_the_event_loop_is_blocked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first signal arms the deadline itself: a loop blocked in synchronous work (which would
+    run the stop request only afterwards) cannot hold the process past its stop budget."""
+    monkeypatch.setattr(runtime, "SHUTDOWN_MARGIN_S", 0.3)
+    h = await Harness(tmp_path, grace_s=0.1, drain_s=0.1).start()
+    sent_at = time.monotonic()
+    kill_self()
+    time.sleep(1.2)  # the event loop is blocked throughout
+    assert [code for code, _ in h.exits] == [EXIT_FORCED]
+    assert 0.4 < h.exits[0][1] - sent_at < 1.1
+    await h.stopped()
+
+
+def test_serve_does_not_wait_for_worker_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`asyncio.run` would join the default executor's threads at the end (an embedding batch, a
+    model load): the stop would wait for them. `serve` returns once the gateway has stopped."""
+    release = threading.Event()
+
+    async def gateway_leaving_a_thread_busy(_config: Config, _path: str) -> int:
+        asyncio.get_running_loop().run_in_executor(None, release.wait, 30.0)
+        await asyncio.sleep(0.05)
+        return 0
+
+    monkeypatch.setattr(runtime, "run_gateway", gateway_leaving_a_thread_busy)
+    try:
+        started = time.monotonic()
+        assert runtime.serve(Config()) == 0
+        assert time.monotonic() - started < 5.0
+    finally:
+        release.set()
 
 
 async def test_signal_before_start_up_stops_without_taking_messages(tmp_path: Path) -> None:

@@ -12,6 +12,9 @@ arrives on the bus and is handled here:
   stays; a half-finished tool group never reaches the disk) and the session's sub-agents; the
   messages queued behind the cancelled turn are kept and answered in order (they are the user's
   words). `/new` runs in order with the session's turns.
+- a message is acked to its channel once it is saved (or handled: answered, failed, given up with
+  `/stop`), never because its turn was cancelled at shutdown: what was not saved then stays
+  unconfirmed, and the platform serves it again after the restart.
 
 A reply goes to the publisher's `reply_future` when it set one (the terminal, cron, heartbeat),
 otherwise onto the outbound bus for the channels.
@@ -45,6 +48,7 @@ class _SessionSlot:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     running: asyncio.Task[None] | None = None
+    user_stopped: bool = False  # the running turn is being cancelled by /stop
 
 
 class AgentLoop:
@@ -110,6 +114,7 @@ class AgentLoop:
                 queued = await self._dispatch(msg)
             except Exception as exc:  # noqa: BLE001 - one bad message never stops the loop
                 logger.opt(exception=exc).error("dispatch failed for {}", msg.session_key)
+                msg.ack()  # handled (it failed): served again it would only fail again
                 msg.resolve(None)  # a waiting publisher must not wait forever
             if not queued:
                 self._room.release()
@@ -157,6 +162,10 @@ class AgentLoop:
                     out = await self._execute(msg, ctx)
                 except asyncio.CancelledError:
                     logger.info("turn for {} cancelled", ctx.session_key)
+                    if slot.user_stopped:  # /stop: the user gave this message up
+                        msg.ack()
+                    # Otherwise (shutdown) no ack: a message saved before the cancellation was
+                    # acked then; one not yet saved stays unconfirmed and is served again.
                     raise
                 except Exception as exc:  # noqa: BLE001
                     logger.opt(exception=exc).error("turn for {} failed", ctx.session_key)
@@ -169,7 +178,8 @@ class AgentLoop:
                     )
                 finally:
                     slot.running = None
-                    msg.ack()  # handled either way (a no-op once persisted)
+                    slot.user_stopped = False
+                msg.ack()  # handled, answered or failed (a no-op once persisted)
         except asyncio.CancelledError:
             msg.resolve(None)  # a waiting publisher learns there is no reply
             raise
@@ -192,6 +202,8 @@ class AgentLoop:
         slot = self._slots.get(session_key)
         running = slot.running if slot is not None else None
         if running is not None and not running.done():
+            assert slot is not None
+            slot.user_stopped = True
             running.cancel()
             await asyncio.wait([running], timeout=STOP_WAIT_S)
             # The user gave up on this turn: a restart must not answer it (nanobot/gateway/missed.py).

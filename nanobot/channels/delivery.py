@@ -4,7 +4,8 @@ Telegram keeps every update until a getUpdates call passes an `offset` above its
 therefore confirms only up to the oldest update whose message is not yet safely handled: the agent
 acks a message (`InboundMessage.ack()`) once it is written to the session file, and what a crash
 leaves unacked is served again on the next start. Until then a re-served update that is still
-pending in this process is not published twice.
+pending in this process is not published twice. A message dropped unsaved in this process (its
+turn cancelled at shutdown) is never confirmed: it stays pending and is published again.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from collections.abc import Callable
 
 from loguru import logger
 
@@ -57,9 +59,9 @@ class AckWindow:
         """Hand `msg` the ack callback for `update_id` (set it before publishing the message)."""
         self._published.add(update_id)
         msg.on_persisted = lambda: self._release_threadsafe(update_id)
-        # A message dropped in this process without an ack (a cancelled queued turn) can never be
-        # acked; confirm it rather than holding every later update back until the next restart.
-        finalizer = weakref.finalize(msg, self._dropped, update_id)
+        # A message dropped in this process without an ack (a turn cancelled at shutdown before it
+        # saved the message) must not be confirmed: it stays pending, so Telegram serves it again.
+        finalizer = weakref.finalize(msg, self._dropped_threadsafe, update_id)
         finalizer.atexit = False
 
     def release(self, update_id: int) -> None:
@@ -78,21 +80,29 @@ class AckWindow:
             self._loop = asyncio.get_running_loop()
             self._thread_id = threading.get_ident()
 
-    def _release_threadsafe(self, update_id: int) -> None:
+    def _on_loop(self, action: Callable[[int], None], update_id: int) -> None:
         # Acks and finalizers may run off the loop's thread (garbage collection runs anywhere).
         if self._loop is None or threading.get_ident() == self._thread_id:
-            self.release(update_id)
+            action(update_id)
             return
         try:
-            self._loop.call_soon_threadsafe(self.release, update_id)
+            self._loop.call_soon_threadsafe(action, update_id)
         except RuntimeError:  # the loop is closed: the process is ending; Telegram will re-serve it
             pass
 
-    def _dropped(self, update_id: int) -> None:
+    def _release_threadsafe(self, update_id: int) -> None:
+        self._on_loop(self.release, update_id)
+
+    def _dropped_threadsafe(self, update_id: int) -> None:
+        self._on_loop(self.dropped, update_id)
+
+    def dropped(self, update_id: int) -> None:
+        """The message of `update_id` is gone from this process unsaved: keep it pending (it holds the
+        offset back) and let the next poll publish it again; after a restart Telegram serves it."""
         if update_id in self._published:
-            logger.warning(
-                "{}: the message of update {} was dropped before it was saved; confirming it anyway",
+            logger.info(
+                "{}: the message of update {} was dropped before it was saved; it stays unconfirmed",
                 self.channel,
                 update_id,
             )
-            self._release_threadsafe(update_id)
+            self._published.discard(update_id)

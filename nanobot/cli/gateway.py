@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from nanobot.cli.common import ConfigOption, config_path, load_cli_config, log_level_override
 
 
@@ -17,8 +15,8 @@ def gateway(config: ConfigOption = None) -> None:
     # -v/-q and NANOBOT_LOG_LEVEL win over logging.level
     level = log_level_override() or cfg.logging.level
     setup_logging(level, cfg.logging.file, cfg.logging.rotation, cfg.logging.retention)
-    from nanobot.gateway.runtime import exit_now, run_gateway
+    from nanobot.gateway.runtime import exit_now, serve
 
     # A second gateway (GatewayAlreadyRunning) or a provider config error propagate as user errors.
-    code = asyncio.run(run_gateway(cfg, str(config_path(config))))
-    exit_now(code)  # shut down already: skip the slow interpreter teardown
+    code = serve(cfg, str(config_path(config)))
+    exit_now(code)  # shut down already: skip the slow interpreter teardown and worker threads

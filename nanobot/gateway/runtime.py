@@ -1,14 +1,19 @@
 """The gateway: channels, agent loop, cron, heartbeat and watchdog until SIGINT/SIGTERM.
 
 Shutdown order: stop taking input, let in-flight turns finish within `gateway.shutdownGraceS`
-(then cancel them safely), deliver their replies, stop channels, drain background memory work
-within `gateway.drainTimeoutS` (unfinished work stays recoverable from the kept transcripts), flush
-sessions, release the workspace lock, exit 0. A second signal forces an immediate exit, and so does
-a shutdown that overruns grace + drain + `SHUTDOWN_MARGIN_S`: every message is already handed to
-the OS when it is persisted, so a forced exit loses nothing acknowledged.
+(then cancel them safely: a message not yet saved stays unconfirmed, so the platform serves it
+again after the restart), deliver their replies, stop channels, drain background memory work
+within `gateway.drainTimeoutS` (unfinished work stays recoverable from the kept transcripts; an
+interrupted consolidation leaves its pointer where it was), flush sessions, release the workspace
+lock, exit 0. Every phase takes only what is left of one shutdown deadline. A second signal forces
+an immediate exit, and so does a shutdown that overruns grace + drain + `SHUTDOWN_MARGIN_S`: every
+message is already handed to the OS when it is persisted, so a forced exit loses nothing
+acknowledged.
 
-Signals are caught with plain `signal.signal` handlers (not `loop.add_signal_handler`), so a second
-signal still forces the exit while the event loop is busy or blocked.
+Signals are caught with plain `signal.signal` handlers (not `loop.add_signal_handler`), and the
+hard deadline is armed in the handler itself, so it runs even while the event loop is blocked.
+`serve()` runs the event loop without the wait `asyncio.run` makes for worker threads at the end
+(an embedding batch or a model load may take longer than the whole stop budget).
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ EXIT_FORCED = 1
 OUTBOUND_FLUSH_TIMEOUT_S = 2.0
 # The hard stop after the first signal: grace + drain + this margin (10 s with the defaults).
 SHUTDOWN_MARGIN_S = 2.0
+#: the least a later shutdown phase gets even when the earlier ones used up their share
+MIN_PHASE_S = 0.5
+#: after the gateway stopped: how long tasks still left in the event loop may take to unwind
+LEFTOVER_TASKS_WAIT_S = 1.0
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _INTERNAL_CHANNELS = ("cli", "cron", "heartbeat", "system")
 
@@ -84,7 +93,9 @@ class Gateway:
         self._stop = asyncio.Event()
         self._signals = 0
         self._event_loop: asyncio.AbstractEventLoop | None = None
-        self._deadline: threading.Timer | None = None
+        self._deadline_armed = threading.Event()
+        self._deadline_off = threading.Event()
+        self._stop_started = 0.0  # event-loop time of the stop request
 
     @property
     def shutdown_budget_s(self) -> float:
@@ -118,6 +129,8 @@ class Gateway:
             os.write(2, b"nanobot: second signal, forcing exit\n")
             self.force_exit(EXIT_FORCED)
             return
+        # Armed here, not in request_stop: a blocked event loop would run that only much later.
+        self._deadline_armed.set()
         if self._event_loop is not None:
             self._event_loop.call_soon_threadsafe(self.request_stop, signum)
 
@@ -127,14 +140,24 @@ class Gateway:
             return
         name = signal.Signals(signum).name if signum else "stop request"
         logger.info("{} received: shutting down (budget {:.0f} s)", name, self.shutdown_budget_s)
-        self._deadline = threading.Timer(self.shutdown_budget_s, self._deadline_passed)
-        self._deadline.daemon = True
-        self._deadline.start()
+        self._deadline_armed.set()
+        self._stop_started = asyncio.get_running_loop().time()
         self._stop.set()
 
-    def _deadline_passed(self) -> None:
+    def _watch_deadline(self) -> None:
+        """A daemon thread: once armed, force the exit when the shutdown overruns its budget."""
+        self._deadline_armed.wait()
+        if self._deadline_off.wait(self.shutdown_budget_s):
+            return
         os.write(2, f"nanobot: shutdown overran {self.shutdown_budget_s:.0f} s, forcing exit\n".encode())
         self.force_exit(EXIT_FORCED)
+
+    def _left_s(self, phase_s: float, reserve_s: float = 0.0) -> float:
+        """What a shutdown phase may take: its own limit, cut to what is left of grace + drain
+        (minus `reserve_s` kept for the phases after it), never under MIN_PHASE_S."""
+        g = self.config.gateway
+        end = self._stop_started + g.shutdown_grace_s + g.drain_timeout_s - reserve_s
+        return max(MIN_PHASE_S, min(phase_s, end - asyncio.get_running_loop().time()))
 
     def _install_signals(self) -> dict[int, object]:
         previous: dict[int, object] = {}
@@ -176,6 +199,7 @@ class Gateway:
 
     async def run(self, early_signals: list[int] | None = None) -> int:
         self._event_loop = asyncio.get_running_loop()
+        threading.Thread(target=self._watch_deadline, name="shutdown-deadline", daemon=True).start()
         previous = self._install_signals()
         for signum in early_signals or []:  # in the loop already: act now, not on the next turn
             self._signals += 1
@@ -186,8 +210,8 @@ class Gateway:
             return await self._run()
         finally:
             self._restore_signals(previous)
-            if self._deadline is not None:
-                self._deadline.cancel()
+            self._deadline_off.set()
+            self._deadline_armed.set()  # lets the watcher thread end
 
     async def _run(self) -> int:
         await self._answer_missed()  # first in the bus: ahead of what the platforms deliver again
@@ -238,14 +262,16 @@ class Gateway:
 
     async def _shutdown(self, *background: asyncio.Task[None]) -> None:
         g = self.config.gateway
+        if not self._stop_started:
+            self._stop_started = asyncio.get_running_loop().time()
         await self.loop.stop_accepting()
         await self.cron.stop()
         if self.heartbeat is not None:
             await self.heartbeat.stop()
-        await self.loop.finish(g.shutdown_grace_s)
-        await self._wait_outbound_empty(OUTBOUND_FLUSH_TIMEOUT_S)
-        await self.channels.stop_all()
-        await self.runtime.aclose(drain_timeout_s=g.drain_timeout_s)
+        await self.loop.finish(self._left_s(g.shutdown_grace_s, reserve_s=g.drain_timeout_s))
+        await self._wait_outbound_empty(self._left_s(OUTBOUND_FLUSH_TIMEOUT_S))
+        await self.channels.stop_all(drain_timeout_s=self._left_s(OUTBOUND_FLUSH_TIMEOUT_S))
+        await self.runtime.aclose(drain_timeout_s=self._left_s(g.drain_timeout_s))
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
@@ -278,6 +304,30 @@ async def run_gateway(config: Config, config_path: str = "config.json") -> int:
         lock.release()
 
 
+def serve(config: Config, config_path: str = "config.json") -> int:
+    """Run the gateway in a new event loop until it stops; its exit code.
+
+    Unlike `asyncio.run`, this does not wait for the default executor's worker threads at the end:
+    a thread still embedding a batch or loading a model would hold the process past the stop
+    budget (the gateway is stopped by then; what such work had not written is redone later).
+    Tasks still left in the loop get LEFTOVER_TASKS_WAIT_S to unwind after their cancellation.
+    Call `exit_now` next: the abandoned threads must not be joined at interpreter exit.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        code = loop.run_until_complete(run_gateway(config, config_path))
+        leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            loop.run_until_complete(asyncio.wait(leftovers, timeout=LEFTOVER_TASKS_WAIT_S))
+        return code
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()  # shuts the executor down without waiting for its threads
+
+
 def exit_now(code: int) -> NoReturn:
     """Exit after a finished shutdown without the interpreter's teardown.
 
@@ -292,4 +342,4 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-__all__ = ["Gateway", "GatewayAlreadyRunning", "exit_now", "run_gateway"]
+__all__ = ["Gateway", "GatewayAlreadyRunning", "exit_now", "run_gateway", "serve"]
