@@ -8,9 +8,11 @@ import pytest
 from loguru import logger
 
 from nanobot.agent.context import Budget, ContextBuilder, fit_to_budget
+from nanobot.agent.factory import build_runtime
 from nanobot.memory.store import MemoryStore
 from nanobot.skills.loader import SkillsLoader
 from nanobot.timeutil import resolve_tz
+from tests.fakes.llm_server import FakeLLMServer, Reply
 
 
 @pytest.fixture
@@ -97,3 +99,57 @@ def test_system_prompt_byte_stable_and_group_variant(workspace: Path) -> None:
 def test_always_on_memory_skill_is_inlined(workspace: Path) -> None:
     prompt = builder(workspace, skills=SkillsLoader(workspace)).system_prompt()
     assert "memory/MEMORY.md" in prompt and "forget" in prompt  # the built-in memory skill, always on
+
+
+# ---------------------------------------------------------------------- MEMORY.md over its budget
+class _KeepingModel:
+    """Turns answer "ok"; consolidation keeps every fact of MEMORY.md and adds one (a real summary)."""
+
+    def __init__(self) -> None:
+        self.consolidations = 0
+
+    def __call__(self, body: dict) -> Reply:  # type: ignore[type-arg]
+        tools = {t.get("function", {}).get("name") for t in body.get("tools") or []}
+        if "save_memory" in tools:
+            self.consolidations += 1
+            prompt = str(body["messages"][1]["content"])
+            current = prompt.split("## Current MEMORY.md\n\n", 1)[1].split("\n\n## Conversation chunk", 1)[0]
+            args = {
+                "history_entry": f"[2026-01-01 10:00] The user chatted about item {self.consolidations}.",
+                "memory_update": f"{current.strip()}\n- The user mentioned item {self.consolidations}.\n",
+            }
+            return Reply(content=None, tool_calls=[{"name": "save_memory", "arguments": args}])
+        if "write_daily_note" in tools:
+            note = {"content": "- The user chatted about items."}
+            return Reply(content=None, tool_calls=[{"name": "write_daily_note", "arguments": note}])
+        return Reply(content="ok")
+
+
+async def test_memory_over_its_budget_does_not_make_every_turn_consolidate(
+    make_config, fake_llm: FakeLLMServer, logs: list[str]  # noqa: ANN001
+) -> None:
+    """A small window (the whole prompt budget ~2,400 tokens, ~1,300 of them tool schemas) and a
+    MEMORY.md well over its prompt share: the prompt must still leave room for the conversation, so
+    consolidation runs now and then (not before every turn) and never ends over the budget; every
+    fact stays in the file."""
+    model = _KeepingModel()
+    fake_llm.responder = model
+    config, _ = make_config(**{"agents.defaults.contextWindowTokens": 3328, "agents.defaults.maxTokens": 512})
+    facts = [f"- Fact {i}: the user's item number {i} is kept in box {i * 7}." for i in range(120)]
+    memory_md = config.workspace_path / "memory" / "MEMORY.md"
+    memory_md.parent.mkdir(parents=True, exist_ok=True)
+    memory_md.write_text("# Memory\n\n" + "\n".join(facts) + "\n", encoding="utf-8")
+    runtime = build_runtime(config)
+    try:
+        budget = runtime.agent.lifecycle.budget_tokens
+        turns = 16
+        for i in range(turns):
+            assert await runtime.ask(f"message {i} about the weather", session_key="telegram:1") == "ok"
+            assert runtime.agent.stats.last_prompt_tokens <= budget
+            await runtime.agent.lifecycle.drain(10.0)
+        assert not [line for line in logs if "still ~" in line and "after consolidation" in line]
+        assert 1 <= model.consolidations <= turns // 4
+        kept = memory_md.read_text(encoding="utf-8")
+        assert all(fact in kept for fact in facts)
+    finally:
+        await runtime.aclose()

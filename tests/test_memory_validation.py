@@ -111,8 +111,11 @@ def test_over_budget() -> None:
     assert rule(history("[2026-03-04 10:00] " + long_entry)) == "over_budget"
     big = PREVIOUS + "\n" + "\n".join(f"- person{i} likes thing{i}" for i in range(200))
     assert rule(memory(big)) == "over_budget"
-    # a MEMORY.md already over the budget may stay that size, but not grow
+    # a MEMORY.md already over the budget may stay that size or gain a chunk's facts, not balloon
     assert rule(memory(big, previous=big)) is None
+    assert rule(memory(big + "\n- The user's sister Ann moved to Lyon.", previous=big)) is None
+    huge = big + "\n" + "\n".join(f"- person{i} visits town{i}" for i in range(200, 400))
+    assert rule(memory(huge, previous=big)) == "over_budget"
 
 
 def test_stamp_added_or_repaired_when_the_summary_is_real() -> None:

@@ -17,6 +17,7 @@ from loguru import logger
 from nanobot.agent.agent import Agent, AgentSettings
 from nanobot.agent.context import Budget, ContextBuilder
 from nanobot.agent.loop import AgentLoop
+from nanobot.agent.prompt_budget import cut_bootstrap, cut_memory, system_room_tokens
 from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnRunner
 from nanobot.agent.subagents import MAX_SUBAGENT_ITERATIONS, SubagentManager
@@ -39,6 +40,7 @@ from nanobot.memory.lifecycle import LifecycleSettings, MemoryLifecycle
 from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMProvider
 from nanobot.providers.registry import resolve_provider
+from nanobot.providers.tokens import count_message
 from nanobot.scheduler.cron import CronService
 from nanobot.scheduler.cron_store import CronJob, DeliverTo, cron_session_key, job_prompt, jobs_path
 from nanobot.secrets import register_config_secrets, register_env_secrets
@@ -179,7 +181,8 @@ def build_runtime(
         max_iterations = min(d.max_tool_iterations, LOCAL_MAX_TOOL_ITERATIONS)
     else:
         # Small windows get smaller prompt budgets (about 4 characters a token): the bootstrap files
-        # may take at most ~35% of the window and MEMORY.md ~25%, so history always has room.
+        # may take at most ~35% of the window and MEMORY.md ~25%; both are cut further below to
+        # what the tool schemas leave (agent/prompt_budget.py), so history always has room.
         budget = Budget(
             min(d.bootstrap_max_chars, window * 4 * 35 // 100),
             min(d.bootstrap_total_max_chars, window * 4 * 35 // 100),
@@ -214,24 +217,46 @@ def build_runtime(
         mcp = MCPManager(config.tools.mcp_servers)
         closers.append(mcp.aclose)
 
-    long_term = build_long_term_memory(config, workspace, memory, budget.memory_chars)
+    settings = LifecycleSettings(
+        context_window_tokens=window,
+        max_tokens=max_tokens,
+        safety_buffer_tokens=min(config.memory.safety_buffer_tokens, window // 8),
+        max_rounds=config.memory.max_consolidation_rounds,
+        max_failures=config.memory.max_consolidation_failures,
+        flush_enabled=config.memory.flush.enabled,
+        flush_soft_tokens=config.memory.flush.soft_threshold_tokens,
+        share_in_groups=config.memory.share_in_groups,
+        max_archive_retries=config.memory.max_archive_retries,
+        archive_retry_backoff_s=config.memory.archive_retry_backoff_s,
+    )
     extra = []
     if search_on:
         from nanobot.agent.tools.memory import memory_prompt_section
 
         extra.append(memory_prompt_section())
-    context = ContextBuilder(
-        workspace,
-        memory,
-        tz,
-        budget=budget,
-        skills=skills,
-        extra_sections=extra,
-        compact=small,
-        # With an external backend (or a control condition) long-term memory reaches the prompt
-        # only through that backend's runtime context, never also through MEMORY.md.
-        include_memory_file=long_term.owns_memory_file,
-    )
+
+    def context_with(prompt_budget: Budget, include_memory_file: bool) -> ContextBuilder:
+        return ContextBuilder(
+            workspace,
+            memory,
+            tz,
+            budget=prompt_budget,
+            skills=skills,
+            extra_sections=extra,
+            compact=small,
+            include_memory_file=include_memory_file,
+        )
+
+    memory_file_chars = budget.memory_chars  # the file's own limit for consolidation
+    if not small:  # the prompt shares leave the conversation room beside the tool schemas
+        system_tokens = system_room_tokens(settings.budget_tokens, tools.schema_tokens(tool_names))
+        budget = cut_bootstrap(budget, system_tokens)
+        rest = count_message({"role": "system", "content": context_with(budget, False).system_prompt()})
+        budget = cut_memory(budget, system_tokens, rest)
+    long_term = build_long_term_memory(config, workspace, memory, budget.memory_chars)
+    # With an external backend (or a control condition) long-term memory reaches the prompt
+    # only through that backend's runtime context, never also through MEMORY.md.
+    context = context_with(budget, long_term.owns_memory_file)
     estimator = PromptEstimator(context, tools, tool_names)
     runner = runner_with(max_iterations)
     lifecycle = MemoryLifecycle(
@@ -242,22 +267,11 @@ def build_runtime(
             memory,
             context_window_tokens=window,
             max_tokens=max_tokens,
-            memory_budget_chars=budget.memory_chars,
+            memory_budget_chars=memory_file_chars,
             small_model=small or d.small_model,
         ),
         MemoryFlusher(provider, memory, small_model=small or d.small_model),
-        LifecycleSettings(
-            context_window_tokens=window,
-            max_tokens=max_tokens,
-            safety_buffer_tokens=min(config.memory.safety_buffer_tokens, window // 8),
-            max_rounds=config.memory.max_consolidation_rounds,
-            max_failures=config.memory.max_consolidation_failures,
-            flush_enabled=config.memory.flush.enabled,
-            flush_soft_tokens=config.memory.flush.soft_threshold_tokens,
-            share_in_groups=config.memory.share_in_groups,
-            max_archive_retries=config.memory.max_archive_retries,
-            archive_retry_backoff_s=config.memory.archive_retry_backoff_s,
-        ),
+        settings,
         estimator=estimator,
     )
     agent = Agent(

@@ -59,6 +59,11 @@ class LifecycleSettings:
     max_archive_retries: int = 5
     archive_retry_backoff_s: float = 300.0
 
+    @property
+    def budget_tokens(self) -> int:
+        """The prompt budget: context window − reply tokens − safety buffer."""
+        return max(512, self.context_window_tokens - self.max_tokens - self.safety_buffer_tokens)
+
 
 class MemoryLifecycle:
     def __init__(
@@ -84,8 +89,7 @@ class MemoryLifecycle:
     # ------------------------------------------------------------------ thresholds
     @property
     def budget_tokens(self) -> int:
-        s = self.settings
-        return max(512, s.context_window_tokens - s.max_tokens - s.safety_buffer_tokens)
+        return self.settings.budget_tokens
 
     @property
     def flush_threshold_tokens(self) -> int:

@@ -12,7 +12,8 @@ or a `Refusal` naming the rule it broke. Rules (the names appear in logs and ben
 - `schema_echo`: more than a small share copied from the tool schema's descriptions.
 - `instruction_echo`: more than a small share copied from the prompt's instructions.
 - `transcript_echo`: the conversation copied verbatim instead of summarised.
-- `over_budget`: a MEMORY.md larger than its budget (or a history entry far beyond 2-5 sentences).
+- `over_budget`: a MEMORY.md larger than its budget (one already over it may grow by a chunk's facts,
+  `MAX_OVER_BUDGET_GROWTH_CHARS`), or a history entry far beyond 2-5 sentences.
 
 Repairs (not refusals): a history entry whose summary is real but whose `[YYYY-MM-DD HH:MM]` stamp
 is missing, a placeholder or far from the chunk's time gets the chunk's stamp; facts of the previous
@@ -46,6 +47,8 @@ MIN_PROMPT_ECHO_WORDS = 6
 MIN_TRANSCRIPT_ECHO_WORDS = 24
 MIN_SUMMARY_WORDS = 4
 MAX_HISTORY_ENTRY_CHARS = 2_000
+#: how much one update may grow a MEMORY.md that is already over its budget
+MAX_OVER_BUDGET_GROWTH_CHARS = 1_000
 #: a model stamp further than this from the chunk's own time is replaced by the chunk's stamp
 MAX_STAMP_DRIFT = timedelta(days=1)
 MAX_LINE_REPEATS = 3
@@ -305,7 +308,10 @@ def check_memory_update(
         checked = check_text(new_part, "memory_update", sources)
         if isinstance(checked, Refusal):
             return checked
-    limit = max(budget_chars, len(previous))
+    # A file already over its budget may still gain the facts of one chunk: refusing would fail
+    # every consolidation until the chunk is raw-archived, and its facts would never reach the file
+    # (the prompt carries such a file's head, tail and relevant facts, not all of it).
+    limit = budget_chars if len(previous) <= budget_chars else len(previous) + MAX_OVER_BUDGET_GROWTH_CHARS
     if len(text.strip()) > limit:
         return Refusal(
             "over_budget", "memory_update",
