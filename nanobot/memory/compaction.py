@@ -65,7 +65,6 @@ async def compact_transcript(
     window_tokens: int,
     *,
     reserved_tokens: int = 2000,
-    model: str | None = None,
 ) -> str:
     """A transcript of `messages` that fits one call: verbatim when it fits, else a progressive summary."""
     original = [count_message(m) for m in messages]
@@ -97,7 +96,6 @@ async def compact_transcript(
             response = await provider.chat(
                 [{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": prompt}],
                 None,
-                model=model,
                 max_tokens=SUMMARY_MAX_TOKENS,
                 temperature=0.0,
             )

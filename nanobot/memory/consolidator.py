@@ -176,7 +176,6 @@ class Consolidator:
         provider: LLMProvider,
         memory: MemoryStore,
         *,
-        model: str | None = None,
         context_window_tokens: int = 65536,
         max_tokens: int = 8192,
         memory_budget_chars: int = DEFAULT_MEMORY_BUDGET_CHARS,
@@ -184,7 +183,6 @@ class Consolidator:
     ) -> None:
         self.provider = provider
         self.memory = memory
-        self.model = model
         self.context_window_tokens = context_window_tokens
         self.max_tokens = max_tokens
         self.memory_budget_chars = memory_budget_chars
@@ -208,7 +206,6 @@ class Consolidator:
             messages,
             self.context_window_tokens,
             reserved_tokens=overhead + self.max_tokens // 4,
-            model=self.model,
         )
         stamp = start.strftime("%Y-%m-%d %H:%M")
         user = (f"{MEMORY_HEADING}\n\n{memory_now or '(empty)'}\n\n" if private else "") + (
@@ -251,7 +248,6 @@ class Consolidator:
         return await self.provider.chat(
             prompt,
             [SAVE_MEMORY_TOOL],
-            model=self.model,
             max_tokens=self.max_tokens,
             temperature=0.0,
             tool_choice={"type": "function", "function": {"name": "save_memory"}},
@@ -285,11 +281,11 @@ class Consolidator:
 
         ask = small_profile.ask_checked
         try:
-            entry = await ask(self.provider, self.model, text, small_profile.SUMMARY_QUESTION, check_summary,
+            entry = await ask(self.provider, text, small_profile.SUMMARY_QUESTION, check_summary,
                               self.outcomes)
             facts: tuple[str | None, list[str]] | Refusal = (None, [])
             if private and not isinstance(entry, Refusal):
-                facts = await ask(self.provider, self.model, text, small_profile.FACTS_QUESTION, check_facts,
+                facts = await ask(self.provider, text, small_profile.FACTS_QUESTION, check_facts,
                                   self.outcomes)
         except LLMError as exc:
             return self._call_failed(exc)

@@ -55,13 +55,11 @@ class MemoryFlusher:
         provider: LLMProvider,
         memory: MemoryStore,
         *,
-        model: str | None = None,
         max_tokens: int = 1024,
         small_model: bool = False,
     ) -> None:
         self.provider = provider
         self.memory = memory
-        self.model = model
         self.max_tokens = max_tokens
         self.small_model = small_model
 
@@ -96,7 +94,7 @@ class MemoryFlusher:
         notes: list[str] | Refusal = []
         for attempt in range(MAX_ATTEMPTS):
             response = await self.provider.chat(
-                prompt, [WRITE_DAILY_NOTE_TOOL], model=self.model, max_tokens=self.max_tokens, temperature=0.0
+                prompt, [WRITE_DAILY_NOTE_TOOL], max_tokens=self.max_tokens, temperature=0.0
             )
             notes = self._check(response, sources)
             if not isinstance(notes, Refusal):
@@ -118,7 +116,7 @@ class MemoryFlusher:
             return note if isinstance(note, Refusal) else [note]
 
         return await small_profile.ask_checked(
-            self.provider, self.model, text, small_profile.FACTS_QUESTION, check, Counter()
+            self.provider, text, small_profile.FACTS_QUESTION, check, Counter()
         )
 
     @staticmethod

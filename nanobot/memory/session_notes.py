@@ -70,7 +70,6 @@ async def write_session_note(
     messages: list[dict[str, Any]],
     session_key: str,
     *,
-    model: str | None = None,
     small_model: bool = False,
 ) -> Path | None:
     """Write the note (LLM summary, or a raw excerpt as fallback). None when the session was too short."""
@@ -83,8 +82,7 @@ async def write_session_note(
     started = str(messages[0].get("timestamp", ""))[:16].replace("T", " ")
     header = f"Session: {session_key}\nStarted: {started or 'unknown'}\nMessages: {len(messages)}"
     try:
-        note = await (_small(provider, model, messages, transcript) if small_model else _with_tool(
-            provider, model, transcript))
+        note = await (_small(provider, messages, transcript) if small_model else _with_tool(provider, transcript))
         if not isinstance(note, Refusal):
             slug, title, summary = note
             return memory.write_session_note(slug, f"# {title}\n\n{header}\n\n{summary}")
@@ -96,7 +94,7 @@ async def write_session_note(
     return memory.write_session_note(slug, f"# Session {slug}\n\n{header}\n\n## Excerpt\n\n{excerpt}")
 
 
-async def _with_tool(provider: LLMProvider, model: str | None, transcript: str) -> tuple[str, str, str] | Refusal:
+async def _with_tool(provider: LLMProvider, transcript: str) -> tuple[str, str, str] | Refusal:
     prompt = [{"role": "system", "content": NOTE_SYSTEM}, {"role": "user", "content": transcript}]
     sources = EchoSources(schema_text(SESSION_NOTE_TOOL), NOTE_SYSTEM + RETRY_NOTE, transcript)
     note: tuple[str, str, str] | Refusal = Refusal("empty", "summary", "no answer")
@@ -104,7 +102,6 @@ async def _with_tool(provider: LLMProvider, model: str | None, transcript: str) 
         response = await provider.chat(
             prompt,
             [SESSION_NOTE_TOOL],
-            model=model,
             max_tokens=1500,
             temperature=0.0,
             tool_choice={"type": "function", "function": {"name": "save_session_note"}},
@@ -118,7 +115,7 @@ async def _with_tool(provider: LLMProvider, model: str | None, transcript: str) 
 
 
 async def _small(
-    provider: LLMProvider, model: str | None, messages: list[dict[str, Any]], transcript: str
+    provider: LLMProvider, messages: list[dict[str, Any]], transcript: str
 ) -> tuple[str, str, str] | Refusal:
     """The small-model profile: one plain summary question about what the user said."""
     text = small_profile.quoted_user_text(messages)
@@ -128,7 +125,7 @@ async def _small(
         summary = small_profile.parse_summary(reply)
         return summary if isinstance(summary, Refusal) else _named({"summary": summary}, sources)
 
-    return await small_profile.ask_checked(provider, model, text, small_profile.SUMMARY_QUESTION, check, Counter())
+    return await small_profile.ask_checked(provider, text, small_profile.SUMMARY_QUESTION, check, Counter())
 
 
 def _check(response: LLMResponse, sources: EchoSources) -> tuple[str, str, str] | Refusal:

@@ -99,7 +99,6 @@ def parse_facts(reply: str) -> list[str]:
 
 async def ask_checked(
     provider: LLMProvider,
-    model: str | None,
     text: str,
     ask: str,
     check: Callable[[str], T | Refusal],
@@ -111,7 +110,7 @@ async def ask_checked(
     prompt = question(text, ask)
     verdict: T | Refusal = Refusal("empty", "answer", "no answer")
     for attempt in range(MAX_ATTEMPTS):
-        response = await provider.chat(prompt, None, model=model, max_tokens=MAX_REPLY_TOKENS, temperature=0.0)
+        response = await provider.chat(prompt, None, max_tokens=MAX_REPLY_TOKENS, temperature=0.0)
         verdict = check(response.content or "")
         if not isinstance(verdict, Refusal):
             return verdict

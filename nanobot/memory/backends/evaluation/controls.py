@@ -152,13 +152,11 @@ class RollingSummaryControl(_Control):
         provider: Any,
         *,
         name: str = "rolling_summary",
-        model: str | None = None,
         timezone: Any = "",
     ) -> None:
         super().__init__(root)
         self.backend_name = name
         self.provider = provider
-        self.model = model
         self.timezone = timezone
 
     def _store(self, scope: MemoryScope):  # noqa: ANN202 - MemoryStore, imported lazily
@@ -173,7 +171,7 @@ class RollingSummaryControl(_Control):
         store.dir.mkdir(parents=True, exist_ok=True)
         stamp = event.timestamp.isoformat()
         messages = [{**m, "timestamp": m.get("timestamp", stamp)} for m in event.messages]
-        ok = await Consolidator(self.provider, store, model=self.model).consolidate(messages, private=True)
+        ok = await Consolidator(self.provider, store).consolidate(messages, private=True)
         if not ok:
             raw = {"consolidated": False, "detail": "the model call failed or did not call save_memory"}
             raise AdapterError(
