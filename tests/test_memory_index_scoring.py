@@ -25,7 +25,7 @@ from nanobot.memory.search import (
     select_by_min_score,
     text_score,
 )
-from nanobot.memory.sources import transcript_lines
+from nanobot.session.transcripts import transcript_lines
 
 
 def test_chunks_cover_every_line_with_correct_ranges_and_overlap() -> None:

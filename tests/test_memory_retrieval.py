@@ -18,7 +18,7 @@ from nanobot.cli.memory import app as memory_app
 from nanobot.config.schema import Config, MemorySearchConfig
 from nanobot.memory.embeddings import LiteLLMEmbedder, LocalEmbedder, select_embedder
 from nanobot.memory.index import MemoryIndex, build_index
-from nanobot.memory.sources import discover, read_text
+from nanobot.memory.sources import SourceFile, discover
 from nanobot.memory.temporal import parse_time_range
 from tests.fakes.llm_server import FakeLLMServer
 
@@ -120,8 +120,9 @@ async def test_archived_transcripts_are_searchable_and_symlinks_never_followed(t
 
     found = {s.rel for s in discover(ws, include_sessions=True)}
     assert found == {"memory/MEMORY.md", "sessions/archive/telegram_42-20250301T101010.jsonl"}
-    with pytest.raises(OSError):
-        read_text(ws / "memory" / "config.md")  # O_NOFOLLOW: a link swapped in after the walk
+    for rel, kind in (("memory/config.md", "memory"), ("sessions/cli_direct.jsonl", "sessions")):
+        with pytest.raises(OSError):  # O_NOFOLLOW: a link swapped in after the walk
+            SourceFile(rel, ws / rel, kind).read_text()
 
     idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     hit = (await idx.search("favourite colour teal")).results[0]

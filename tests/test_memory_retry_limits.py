@@ -14,7 +14,7 @@ import pytest
 from nanobot.agent.factory import build_runtime
 from nanobot.cli.onboard import copy_templates
 from nanobot.memory.consolidator import SAVE_MEMORY_TOOL
-from nanobot.memory.pending import ArchiveMarker, read_marker, write_marker
+from nanobot.session.markers import ArchiveMarker, read_marker, write_marker
 from tests.conftest import run_cli
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.memory_llm import MemoryScript

@@ -309,3 +309,74 @@ def test_history_memo_follows_appends_and_the_pointer(tmp_path: Path) -> None:
     store.set_metadata(session, last_consolidated=2)
     assert history_indices(session) == [2]
     assert history_tokens(session) == session.tokens_of(2)
+
+
+# ------------------------------------------------------------------ what others read through the store
+
+
+def test_archive_retry_markers_go_through_the_store(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, fsync="never")
+    assert store.pending_archives() == [] and store.archive_markers().pending == []
+    session = store.get("telegram:42")
+    store.append(session, msg("user", "hi"))
+    archived = store.archive(session, datetime(2026, 1, 2, 3, 4, 5))
+    assert archived is not None
+    store.mark_pending(archived, session.key)
+    marker = archived.with_name(archived.name + ".pending")  # the file name status and doctor report
+    assert json.loads(marker.read_text())["key"] == "telegram:42"
+    [(path, record)] = store.pending_archives()
+    assert path == archived and record.attempts == 0 and record.next_attempt(300) is None
+
+    when = datetime(2026, 1, 2, 4, 0, tzinfo=UTC)
+    assert store.record_archive_failure(archived, when, "x" * 1000).attempts == 1
+    [(_, record)] = store.pending_archives()
+    assert record.attempts == 1 and len(record.last_error) == 300  # errors kept short
+    assert record.next_attempt(300) == datetime(2026, 1, 2, 4, 5, tzinfo=UTC)
+    assert store.record_archive_failure(archived, when, "again").attempts == 2
+    [(_, record)] = store.pending_archives()
+    assert record.next_attempt(300) == datetime(2026, 1, 2, 4, 10, tzinfo=UTC)  # backs off
+
+    failed = store.give_up_archive(archived)
+    assert failed.name == archived.name + ".failed" and not marker.exists()
+    assert store.pending_archives() == []  # given up: never retried again
+    summary = store.archive_markers()
+    assert summary.pending == [] and [(p, r.attempts) for p, r in summary.failed] == [(failed, 2)]
+
+    other = store.archive(store.get("cli:direct"), datetime(2026, 1, 2))  # nothing written: no file
+    assert other is None
+    second = store.get("cli:direct")
+    store.append(second, msg("user", "there"))
+    kept = store.archive(second, datetime(2026, 1, 3))
+    assert kept is not None
+    store.mark_pending(kept, "cli:direct")
+    store.clear_pending(kept)
+    assert store.pending_archives() == [] and kept.exists()  # processed: the transcript stays
+
+    store.mark_pending(kept, "cli:direct")
+    kept.unlink()  # a marker whose transcript is gone is dropped, not retried
+    assert store.pending_archives() == []
+    assert not kept.with_name(kept.name + ".pending").exists()
+
+
+def test_transcript_listing_is_symlink_free_and_recent_archives_name_their_session(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, fsync="never")
+    live = store.get("telegram:7")
+    store.append(live, msg("user", "live"))
+    old = store.get("discord:9")
+    store.append(old, msg("user", "old"))
+    archived = store.archive(old, datetime(2026, 1, 2, 3, 4, 5))
+    assert archived is not None
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(json.dumps(msg("user", "not ours")) + "\n")
+    os.symlink(outside, store.dir / "linked.jsonl")
+    (store.archive_dir / "notes.txt").write_text("not a transcript")
+    os.mkfifo(store.dir / "pipe.jsonl")
+
+    files = store.transcript_files()
+    assert [(f.rel, f.archived) for f in files] == [
+        ("sessions/telegram_7.jsonl", False),
+        ("sessions/archive/discord_9-20260102T030405.jsonl", True),
+    ]
+    assert store.archived_since(60) == [("discord_9", archived)]
+    os.utime(archived, (1, 1))  # long ago
+    assert store.archived_since(60) == []

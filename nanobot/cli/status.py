@@ -66,13 +66,11 @@ def _gateway_lines(ws) -> list[str]:  # noqa: ANN001
 
 
 def _archive_lines(cfg) -> list[str]:  # noqa: ANN001
-    from nanobot.memory.pending import status_lines
+    from nanobot.session.markers import status_lines
+    from nanobot.session.store import SessionStore
 
-    found = status_lines(
-        cfg.workspace_path,
-        cfg.memory.max_archive_retries,
-        cfg.memory.archive_retry_backoff_s,
-    )
+    summary = SessionStore(cfg.workspace_path).archive_markers()
+    found = status_lines(summary, cfg.memory.max_archive_retries, cfg.memory.archive_retry_backoff_s)
     return [f"Archived sessions not consolidated: {len(found)}", *found] if found else []
 
 

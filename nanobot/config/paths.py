@@ -19,7 +19,7 @@ CONFIG_FILE = "config.json"
 
 # Workspace layout. Folders: created at start, in this order.
 MEMORY_DIR = "memory"  # MemoryStore (MEMORY.md, HISTORY.md, daily notes, .backups/, .backends/)
-SESSIONS_DIR = "sessions"  # SessionStore (transcripts, archive/); memory/pending.py (retry markers)
+SESSIONS_DIR = "sessions"  # SessionStore (transcripts, archive/, retry markers of archives)
 MEDIA_DIR = "media"  # channels (downloaded attachments)
 SKILLS_DIR = "skills"  # the user's skills
 CRON_DIR = "cron"  # CronStore (jobs.json)

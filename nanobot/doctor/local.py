@@ -53,12 +53,12 @@ def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
 
 
 def check_archives(cfg: Config) -> Check:
-    """Archived sessions whose consolidation is still pending or was given up (memory.pending)."""
-    from nanobot.memory.pending import status_lines
+    """Archived sessions whose consolidation is still pending or was given up (SessionStore's markers)."""
+    from nanobot.session.markers import status_lines
+    from nanobot.session.store import SessionStore
 
-    lines = status_lines(
-        cfg.workspace_path, cfg.memory.max_archive_retries, cfg.memory.archive_retry_backoff_s
-    )
+    summary = SessionStore(cfg.workspace_path).archive_markers()
+    lines = status_lines(summary, cfg.memory.max_archive_retries, cfg.memory.archive_retry_backoff_s)
     if not lines:
         return Check("memory archives", "ok", "every archived session is consolidated")
     return Check("memory archives", "warn", f"{len(lines)} archived session(s) not consolidated: "

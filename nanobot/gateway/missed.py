@@ -21,7 +21,6 @@ at-least-once: the user may see such a reply twice, never zero times.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ from nanobot.config.paths import session_file_name
 from nanobot.session.store import Session, SessionStore
 from nanobot.timeutil import parse_iso_or_none
 
-_ARCHIVE_NAME = re.compile(r"^(.+)-\d{8}T\d{6}(?:-\d+)?$")  # <session file stem>-<stamp>[-n]
 RESUME_KEY = "resume"  # InboundMessage.metadata flag: the user message is already in the session
 DELIVERY_KEY = "delivery"  # OutboundMessage.metadata: {"session": key, "through": message count}
 
@@ -114,13 +112,12 @@ def _archived_replies(
 ) -> list[Missed]:
     """Undelivered replies in transcripts /new archived recently (the kill came after the archive but
     before the replies went out). Only files changed within `recent_s` are read."""
-    if recent_s is None or recent_s <= 0 or not sessions.archive_dir.is_dir():
+    if recent_s is None or recent_s <= 0:
         return []
     found: list[Missed] = []
-    for path in sorted(sessions.archive_dir.glob("*.jsonl")):
-        match = _ARCHIVE_NAME.match(path.stem)
-        channel, _, chat_id = (match.group(1) if match else "").partition("_")
-        if channel not in channels or not chat_id or time.time() - path.stat().st_mtime > recent_s:
+    for stem, path in sessions.archived_since(recent_s):
+        channel, _, chat_id = stem.partition("_")
+        if channel not in channels or not chat_id:
             continue
         session = sessions.load_archived(path)
         sessions.release(session)

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, replace
 
 from nanobot.memory.fts import is_cjk_char
-from nanobot.memory.sources import transcript_lines
+from nanobot.session.transcripts import transcript_lines
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")

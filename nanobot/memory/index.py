@@ -32,7 +32,7 @@ from nanobot.memory.index_db import IndexDB
 from nanobot.memory.qmd import QmdBackend
 from nanobot.memory.ranking import rank
 from nanobot.memory.search import SearchResponse, SearchResult, file_date
-from nanobot.memory.sources import ROOT_SOURCES, SourceFile, discover, read_text
+from nanobot.memory.sources import ROOT_SOURCES, SourceFile, discover
 from nanobot.memory.vectors import VectorSearcher
 
 __all__ = ["ROOT_SOURCES", "MemoryIndex", "SyncStats", "build_index"]
@@ -199,7 +199,7 @@ class MemoryIndex:
                 if known and known[1:] == (st.st_mtime_ns, st.st_size):
                     stats.files_unchanged += 1
                     continue
-                content = await asyncio.to_thread(read_text, source.path)
+                content = await asyncio.to_thread(source.read_text)
             except OSError as exc:
                 logger.warning("memory index: cannot read {}: {}", rel, exc)
                 signature.pop(rel, None)

@@ -8,7 +8,8 @@
 - /new: archive the transcript at once, then consolidate the rest and write session notes in the
   background; a failure leaves a `.pending` marker and the kept transcript, retried at start-up with
   a backoff; after `max_archive_retries` failed attempts the rest is raw-archived into HISTORY.md
-  and the marker becomes `.failed` (reported by `nanobot status`), see `memory.pending`.
+  and the marker becomes `.failed` (reported by `nanobot status`); SessionStore keeps the markers
+  (`session/markers.py`).
 """
 
 from __future__ import annotations
@@ -16,22 +17,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
 from nanobot.memory.consolidator import Consolidator
 from nanobot.memory.flush import MemoryFlusher
-from nanobot.memory.pending import (
-    PENDING_SUFFIX,
-    ArchiveMarker,
-    archived_path,
-    give_up,
-    marker_path,
-    read_marker,
-    record_failure,
-    write_marker,
-)
 from nanobot.memory.seam import memory_private
 from nanobot.memory.session_notes import write_session_note
 from nanobot.memory.store import MemoryStore
@@ -247,10 +239,10 @@ class MemoryLifecycle:
             archived = self.sessions.archive(session, self.memory.now())
         if archived is None:
             return
-        write_marker(marker_path(archived), ArchiveMarker(key=session.key))
+        self.sessions.mark_pending(archived, session.key)
         self.track(self._process_archive(archived, session.key), f"archive:{session.key}")
 
-    async def _process_archive(self, archived: Any, session_key: str) -> None:
+    async def _process_archive(self, archived: Path, session_key: str) -> None:
         old = self.sessions.load_archived(archived)
         private = memory_private(bool(old.metadata.get("is_group", False)), self.settings.share_in_groups)
         start = old.last_consolidated
@@ -270,13 +262,14 @@ class MemoryLifecycle:
             )
             self.sessions.set_metadata(old, note_written=True)
         self.sessions.release(old)
-        marker_path(archived).unlink(missing_ok=True)
+        self.sessions.clear_pending(archived)
         logger.info("archived session {} processed", session_key)
 
-    def _archive_failed(self, archived: Any, session_key: str, rest: list[dict[str, Any]]) -> bool:
+    def _archive_failed(self, archived: Path, session_key: str, rest: list[dict[str, Any]]) -> bool:
         """Count a failed attempt. True when that was the last one: the rest is raw-archived, go on."""
-        marker = marker_path(archived)
-        record = record_failure(marker, self.memory.now(), self.consolidator.last_failure or "unknown")
+        record = self.sessions.record_archive_failure(
+            archived, self.memory.now(), self.consolidator.last_failure or "unknown"
+        )
         limit = self.settings.max_archive_retries
         if record.attempts < limit:
             logger.warning(
@@ -285,7 +278,7 @@ class MemoryLifecycle:
             )
             return False
         self.consolidator.raw_archive(rest, f"consolidation of the archived session failed {limit} times")
-        give_up(marker)
+        self.sessions.give_up_archive(archived)
         logger.error(
             "archive of {} not consolidated after {} attempts ({}); raw-archived into HISTORY.md",
             session_key, limit, record.last_error,
@@ -296,18 +289,8 @@ class MemoryLifecycle:
         """At start-up: retry the archives whose processing did not finish and whose backoff is over.
 
         Returns how many retries were started."""
-        markers = (
-            sorted(self.sessions.archive_dir.glob(f"*{PENDING_SUFFIX}"))
-            if self.sessions.archive_dir.exists()
-            else []
-        )
         started = 0
-        for marker in markers:
-            archived = archived_path(marker)
-            if not archived.exists():
-                marker.unlink(missing_ok=True)
-                continue
-            record = read_marker(marker)
+        for archived, record in self.sessions.pending_archives():
             due = record.next_attempt(self.settings.archive_retry_backoff_s)
             if due is not None and due > self.memory.now():
                 logger.info("archive {}: retry backs off until {:%Y-%m-%d %H:%M}", archived.name, due)

@@ -1,14 +1,14 @@
-"""Bookkeeping for archived sessions whose `/new` processing has not finished.
+"""Retry markers of archived sessions whose `/new` processing has not finished (SessionStore's).
 
 `/new` leaves `sessions/archive/<name>.jsonl.pending` next to the kept transcript until the archive
 is consolidated. The marker records the session key, how many attempts failed, when the last one
 ran and why it failed (JSON; an older marker holding only the session key reads as no attempts).
 
 Retries happen at start-up and back off: after `n` failed attempts the next one waits
-`backoff_s * 2**(n-1)` seconds, so a restart loop does not hammer the model. After `max_attempts`
-failures the retries stop: the lifecycle raw-archives the transcript into HISTORY.md and the marker
-becomes `<name>.jsonl.failed`, which `nanobot status` (and `doctor`) report instead of retrying
-silently forever.
+`backoff_s * 2**(n-1)` seconds, so a restart loop does not hammer the model. After the configured
+number of failures the retries stop: the memory lifecycle raw-archives the transcript into HISTORY.md
+and the marker becomes `<name>.jsonl.failed`, which `nanobot status` (and `doctor`) report instead of
+retrying silently forever. Only SessionStore (session/store.py) calls the functions that touch disk.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR
 from nanobot.util.fs import atomic_write
 from nanobot.util.retry import backoff_s as retry_backoff_s
 
@@ -112,9 +111,8 @@ def summarise(archive_dir: Path) -> ArchiveSummary:
     )
 
 
-def status_lines(workspace: Path, max_attempts: int, backoff_s: float) -> list[str]:
+def status_lines(summary: ArchiveSummary, max_attempts: int, backoff_s: float) -> list[str]:
     """Human lines for `nanobot status` / `doctor`: nothing when every archive was processed."""
-    summary = summarise(workspace / SESSIONS_DIR / ARCHIVE_DIR)
     lines = []
     for path, rec in summary.pending:
         due = rec.next_attempt(backoff_s)

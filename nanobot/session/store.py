@@ -1,8 +1,12 @@
-"""Append-only JSONL sessions (docs/contract.md, Workspace files): one file per session key, one line per message.
+"""SessionStore: the one owner of `workspace/sessions/` (docs/contract.md, Workspace files).
 
-A line with `role` is a message; a line with `_type` is bookkeeping (the last `metadata` line wins).
-Every message is written and flushed when it is added (O(1), never a rewrite), under an OS file
-lock so two processes never interleave lines. fsync follows the configured policy.
+One append-only JSONL file per session key, one line per message. Every message is written and
+flushed when it is added (O(1), never a rewrite), under an OS file lock so two processes never
+interleave lines; fsync follows the configured policy. `/new` moves the file into `archive/`.
+
+Everyone else who needs these files goes through the store: the memory lifecycle's retry markers
+beside archived transcripts (`markers.py`), the memory index's listing and reading of transcripts
+and the gateway's look at recently archived ones (`transcripts.py`), the heartbeat's last private chat.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -23,97 +26,24 @@ from typing import IO, Any, Literal
 from loguru import logger
 
 from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR, session_file_name
-from nanobot.providers.tokens import count_message
+from nanobot.session import markers
+from nanobot.session.markers import ArchiveMarker, ArchiveSummary
+from nanobot.session.session import (
+    METADATA_FORMAT,
+    Session,
+    StorageError,
+    append_all,
+    first_metadata,
+    valid_metadata,
+)
+from nanobot.session.transcripts import TRANSCRIPT_SUFFIX, TranscriptFile, archived_stem, list_transcripts
 from nanobot.util.fs import ensure_private_dir, fd_lock, open_private, unused_path
 
-METADATA_FORMAT = 1
+__all__ = ["Session", "SessionStore", "StorageError"]
+
 DEFAULT_MAX_CACHED_SESSIONS = 128
 FsyncPolicy = Literal["always", "everysec", "never"]
 FSYNC_INTERVAL_S = 1.0
-METADATA_SCAN_LINES = 5  # sessions record `is_group` in their first metadata line
-
-
-@dataclass
-class Session:
-    key: str
-    path: Path
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    _token_cache: list[int | None] = field(default_factory=list, repr=False)
-    archived: bool = False  # set by /new: this object no longer owns the live file
-    # per-role content caps of the LLM's view (e.g. {"user": 32000, "tool": 16000}), from the store
-    count_caps: Mapping[str, int] = field(default_factory=dict, repr=False)
-    # history_indices() memo, keyed by (message count, consolidation pointer): messages are append-only
-    _history_memo: tuple[tuple[int, int], list[int], int | None] | None = field(default=None, repr=False)
-
-    @property
-    def last_consolidated(self) -> int:
-        return int(self.metadata.get("last_consolidated", 0))
-
-    def tokens_of(self, index: int) -> int:
-        """Token estimate of message `index` as the LLM is sent it (capped content), computed once."""
-        while len(self._token_cache) < len(self.messages):
-            self._token_cache.append(None)
-        cached = self._token_cache[index]
-        if cached is None:
-            message = self.messages[index]
-            content = message.get("content")
-            cap = self.count_caps.get(str(message.get("role")))
-            if cap and isinstance(content, str) and len(content) > cap:
-                # a 1 MB message is stored whole but sent cut to the cap: count what is sent
-                message = {**message, "content": content[:cap]}
-            cached = count_message(message)
-            self._token_cache[index] = cached
-        return cached
-
-    def user_message_count(self, start: int = 0) -> int:
-        return sum(1 for m in self.messages[start:] if m.get("role") == "user")
-
-
-def first_metadata(path: Path, key: str) -> dict[str, Any]:
-    """The first metadata line holding `key` among the first few lines of a transcript ({} if none)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for _, line in zip(range(METADATA_SCAN_LINES), fh, strict=False):
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(obj, dict) and obj.get("_type") == "metadata" and key in obj:
-                    return obj
-    except OSError:
-        pass
-    return {}
-
-
-class StorageError(OSError):
-    """A session could not be saved (disk full, read-only workspace); nothing partial was left."""
-
-    def __init__(self, path: Path, cause: OSError) -> None:
-        reason = cause.strerror or str(cause)
-        self.message = (
-            f"cannot save the conversation to {path}: {reason}. Free disk space or make the "
-            "workspace writable; this message was not processed."
-        )
-        super().__init__(cause.errno, self.message)
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def _append_all(fd: int, data: bytes, end: int, path: Path) -> None:
-    """Write all of `data` at the end of the file, or nothing: a failure (ENOSPC, EROFS, EIO)
-    cuts the file back to `end`, so no half line is left for the next load to trip over."""
-    view = memoryview(data)
-    try:
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError as exc:
-        try:
-            os.ftruncate(fd, end)
-        except OSError:
-            pass  # read-only: nothing was written either
-        raise StorageError(path, exc) from exc
 
 
 class SessionStore:
@@ -182,7 +112,7 @@ class SessionStore:
                     continue
                 if "_type" in obj:
                     if obj.get("_type") == "metadata":
-                        session.metadata = _valid_metadata(key, lineno, obj, session.metadata)
+                        session.metadata = valid_metadata(key, lineno, obj, session.metadata)
                 elif "role" in obj:
                     session.messages.append(obj)
         if skipped:
@@ -232,7 +162,7 @@ class SessionStore:
             # (pread on the open handle: no second open per append).
             if end > 0 and os.pread(fd, 1, end - 1) != b"\n":
                 data = "\n" + data
-            _append_all(fd, data.encode("utf-8"), end, session.path)
+            append_all(fd, data.encode("utf-8"), end, session.path)
             if self.fsync_policy == "always":
                 os.fsync(fh.fileno())
             elif self.fsync_policy == "everysec":
@@ -313,6 +243,61 @@ class SessionStore:
                 return channel, chat_id
         return None
 
+    # ------------------------------------------------------------------ retry markers
+    def mark_pending(self, archived: Path, key: str) -> None:
+        """Leave the `.pending` marker beside an archived transcript until it has been processed."""
+        markers.write_marker(markers.marker_path(archived), ArchiveMarker(key=key))
+
+    def pending_archives(self) -> list[tuple[Path, ArchiveMarker]]:
+        """(archived transcript, its marker) of every archive still pending, in name order; a marker
+        whose transcript is gone is removed."""
+        if not self.archive_dir.is_dir():
+            return []
+        found = []
+        for marker in sorted(self.archive_dir.glob(f"*{markers.PENDING_SUFFIX}")):
+            archived = markers.archived_path(marker)
+            if not archived.exists():
+                marker.unlink(missing_ok=True)
+                continue
+            found.append((archived, markers.read_marker(marker)))
+        return found
+
+    def record_archive_failure(self, archived: Path, when: datetime, error: str) -> ArchiveMarker:
+        """Count one more failed attempt on the archive's pending marker; returns the updated record."""
+        return markers.record_failure(markers.marker_path(archived), when, error)
+
+    def give_up_archive(self, archived: Path) -> Path:
+        """Stop retrying the archive: its `.pending` marker becomes `.failed` (shown by status and doctor)."""
+        return markers.give_up(markers.marker_path(archived))
+
+    def clear_pending(self, archived: Path) -> None:
+        """The archive has been processed: remove its pending marker."""
+        markers.marker_path(archived).unlink(missing_ok=True)
+
+    def archive_markers(self) -> ArchiveSummary:
+        """Every pending and failed marker with its record (for `nanobot status` and `doctor`)."""
+        return markers.summarise(self.archive_dir)
+
+    # ------------------------------------------------------------------ transcripts as documents
+    def transcript_files(self) -> list[TranscriptFile]:
+        """Live, then archived transcripts (regular files only, never through a symlink)."""
+        return list_transcripts(self.dir.parent)
+
+    def archived_since(self, max_age_s: float) -> list[tuple[str, Path]]:
+        """(live file stem, path) of the transcripts /new archived within the last `max_age_s` seconds."""
+        if not self.archive_dir.is_dir():
+            return []
+        found = []
+        for path in sorted(self.archive_dir.glob(f"*{TRANSCRIPT_SUFFIX}")):
+            stem = archived_stem(path)
+            try:
+                young = time.time() - path.stat().st_mtime <= max_age_s
+            except OSError:
+                continue
+            if stem and young:
+                found.append((stem, path))
+        return found
+
     def release(self, session: Session) -> None:
         """Close the file handle of a session that is no longer used (e.g. an archived one)."""
         self._close_handle(session.key)
@@ -334,21 +319,3 @@ class SessionStore:
             self._fsync_timer = None
         for key in list(self._handles):
             self._close_handle(key)
-
-
-def _valid_metadata(key: str, lineno: int, obj: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
-    """A metadata line's fields with bad values replaced by the previous line's (warned), so one
-    bad line never breaks the session."""
-    meta = {k: v for k, v in obj.items() if k != "_type"}
-    pointer = meta.get("last_consolidated", 0)
-    if isinstance(pointer, bool) or not isinstance(pointer, int) or pointer < 0:
-        logger.warning(
-            "session {}: ignoring invalid last_consolidated {!r} on line {}", key, pointer, lineno
-        )
-        meta.pop("last_consolidated", None)
-        if "last_consolidated" in previous:
-            meta["last_consolidated"] = previous["last_consolidated"]
-    if not isinstance(meta.get("is_group", False), bool):
-        logger.warning("session {}: ignoring invalid is_group {!r} on line {}", key, meta["is_group"], lineno)
-        meta.pop("is_group")
-    return meta

@@ -18,7 +18,6 @@ from nanobot.config.paths import secure_installation
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.logs import setup_logging
 from nanobot.memory.index import MemoryIndex
-from nanobot.memory.pending import ArchiveMarker, marker_path, write_marker
 from nanobot.memory.store import MemoryStore
 from nanobot.scheduler.cron_store import CronStore, jobs_path
 from nanobot.service.state import GatewayLock, GatewayState
@@ -61,7 +60,7 @@ def test_every_store_creates_private_files(tmp_path: Path) -> None:
     sessions.append(session, {"role": "user", "content": "hi"})
     archived = sessions.archive(session, datetime(2026, 1, 2, 3, 4, 5))
     assert archived is not None
-    write_marker(marker_path(archived), ArchiveMarker(key=session.key))  # what /new leaves
+    sessions.mark_pending(archived, session.key)  # what /new leaves
     sessions.close()
     memory = MemoryStore(ws)
     memory.write_memory("# Memory\n- likes tea\n")

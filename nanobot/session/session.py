@@ -1,0 +1,126 @@
+"""A session in memory (its messages and bookkeeping) and the line-level rules of its JSONL file.
+
+A line with `role` is a message; a line with `_type` is bookkeeping (the last `metadata` line wins).
+A bad metadata value is replaced by the previous line's (warned), so one bad line never breaks the
+session. Appends write all of a line batch or nothing (`append_all`). SessionStore (store.py) is the
+only user of the file-level helpers here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from nanobot.providers.tokens import count_message
+
+METADATA_FORMAT = 1
+METADATA_SCAN_LINES = 5  # sessions record `is_group` in their first metadata line
+
+
+@dataclass
+class Session:
+    key: str
+    path: Path
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    _token_cache: list[int | None] = field(default_factory=list, repr=False)
+    archived: bool = False  # set by /new: this object no longer owns the live file
+    # per-role content caps of the LLM's view (e.g. {"user": 32000, "tool": 16000}), from the store
+    count_caps: Mapping[str, int] = field(default_factory=dict, repr=False)
+    # history_indices() memo, keyed by (message count, consolidation pointer): messages are append-only
+    _history_memo: tuple[tuple[int, int], list[int], int | None] | None = field(default=None, repr=False)
+
+    @property
+    def last_consolidated(self) -> int:
+        return int(self.metadata.get("last_consolidated", 0))
+
+    def tokens_of(self, index: int) -> int:
+        """Token estimate of message `index` as the LLM is sent it (capped content), computed once."""
+        while len(self._token_cache) < len(self.messages):
+            self._token_cache.append(None)
+        cached = self._token_cache[index]
+        if cached is None:
+            message = self.messages[index]
+            content = message.get("content")
+            cap = self.count_caps.get(str(message.get("role")))
+            if cap and isinstance(content, str) and len(content) > cap:
+                # a 1 MB message is stored whole but sent cut to the cap: count what is sent
+                message = {**message, "content": content[:cap]}
+            cached = count_message(message)
+            self._token_cache[index] = cached
+        return cached
+
+    def user_message_count(self, start: int = 0) -> int:
+        return sum(1 for m in self.messages[start:] if m.get("role") == "user")
+
+
+def first_metadata(path: Path, key: str) -> dict[str, Any]:
+    """The first metadata line holding `key` among the first few lines of a transcript ({} if none)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for _, line in zip(range(METADATA_SCAN_LINES), fh, strict=False):
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict) and obj.get("_type") == "metadata" and key in obj:
+                    return obj
+    except OSError:
+        pass
+    return {}
+
+
+class StorageError(OSError):
+    """A session could not be saved (disk full, read-only workspace); nothing partial was left."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        reason = cause.strerror or str(cause)
+        self.message = (
+            f"cannot save the conversation to {path}: {reason}. Free disk space or make the "
+            "workspace writable; this message was not processed."
+        )
+        super().__init__(cause.errno, self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def append_all(fd: int, data: bytes, end: int, path: Path) -> None:
+    """Write all of `data` at the end of the file, or nothing: a failure (ENOSPC, EROFS, EIO)
+    cuts the file back to `end`, so no half line is left for the next load to trip over."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, end)
+        except OSError:
+            pass  # read-only: nothing was written either
+        raise StorageError(path, exc) from exc
+
+
+
+
+def valid_metadata(key: str, lineno: int, obj: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
+    """A metadata line's fields with bad values replaced by the previous line's (warned), so one
+    bad line never breaks the session."""
+    meta = {k: v for k, v in obj.items() if k != "_type"}
+    pointer = meta.get("last_consolidated", 0)
+    if isinstance(pointer, bool) or not isinstance(pointer, int) or pointer < 0:
+        logger.warning(
+            "session {}: ignoring invalid last_consolidated {!r} on line {}", key, pointer, lineno
+        )
+        meta.pop("last_consolidated", None)
+        if "last_consolidated" in previous:
+            meta["last_consolidated"] = previous["last_consolidated"]
+    if not isinstance(meta.get("is_group", False), bool):
+        logger.warning("session {}: ignoring invalid is_group {!r} on line {}", key, meta["is_group"], lineno)
+        meta.pop("is_group")
+    return meta

@@ -1,0 +1,90 @@
+"""Reading transcripts as documents (SessionStore's, for the memory index and the gateway's recovery).
+
+- `list_transcripts`: the live `sessions/*.jsonl` and archived `sessions/archive/*.jsonl` files,
+  regular files only and never through a symlink (a linked `sessions/` or `archive/` is skipped
+  with a warning); dot-names are never listed.
+- `read_transcript`: a transcript's text, refusing anything that is not a regular file at open time.
+- `transcript_lines`: the user/assistant messages of a transcript with their file line numbers and
+  days, the one parser of the file format outside SessionStore's loader.
+- `archived_stem`: the live file name an archived transcript came from (`<stem>-<stamp>[-n]`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from loguru import logger
+
+from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR
+from nanobot.util.nofollow import plain_path, read_regular_text, regular_files
+
+TRANSCRIPT_SUFFIX = ".jsonl"
+MAX_TRANSCRIPT_LINE_CHARS = 4000  # one message as the index holds it
+_ARCHIVE_NAME = re.compile(r"^(.+)-\d{8}T\d{6}(?:-\d+)?$")  # <session file stem>-<stamp>[-n]
+
+
+@dataclass(frozen=True)
+class TranscriptFile:
+    rel: str  # workspace-relative, "/"-separated
+    path: Path
+    archived: bool
+
+
+def list_transcripts(workspace: Path) -> list[TranscriptFile]:
+    """Live transcripts, then archived ones, each in name order; never through a symlink."""
+    out: list[TranscriptFile] = []
+    for folder, archived in ((SESSIONS_DIR, False), (f"{SESSIONS_DIR}/{ARCHIVE_DIR}", True)):
+        if not plain_path(workspace, folder):
+            parts = folder.split("/")
+            if any(workspace.joinpath(*parts[: i + 1]).is_symlink() for i in range(len(parts))):
+                logger.warning("memory index: {} is reached through a symlink; not indexed", folder)
+            continue
+        for path in regular_files(workspace / folder, TRANSCRIPT_SUFFIX, recursive=False):
+            out.append(TranscriptFile(path.relative_to(workspace).as_posix(), path, archived))
+    return out
+
+
+def read_transcript(path: Path) -> str:
+    """A transcript's text (a regular file at open time, never a symlink)."""
+    return read_regular_text(path)
+
+
+def archived_stem(path: Path) -> str:
+    """`telegram_42-20260102T030405-2.jsonl` -> `telegram_42` ("" for a name /new did not make)."""
+    match = _ARCHIVE_NAME.match(path.stem)
+    return match.group(1) if match else ""
+
+
+@dataclass(frozen=True)
+class TranscriptLine:
+    number: int  # 1-based line of the JSONL file
+    text: str  # "user: ..." / "assistant: ..."
+    day: str  # YYYY-MM-DD of the message's timestamp, "" when it has none
+
+
+def transcript_lines(text: str) -> list[TranscriptLine]:
+    """The user/assistant messages of a JSONL transcript, with file line numbers and dates.
+
+    Tool calls and results, bookkeeping lines and a truncated last line (after a crash) are skipped.
+    """
+    out: list[TranscriptLine] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or record.get("role") not in ("user", "assistant"):
+            continue
+        content = record.get("content")
+        if isinstance(content, list):  # multimodal content parts
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        if not isinstance(content, str) or not content.strip():
+            continue
+        flat = " ".join(content.split())[:MAX_TRANSCRIPT_LINE_CHARS]
+        stamp = str(record.get("timestamp") or "")
+        day = stamp[:10] if len(stamp) >= 10 and stamp[4] == "-" and stamp[7] == "-" else ""
+        out.append(TranscriptLine(number, f"{record['role']}: {flat}", day))
+    return out
