@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +196,24 @@ def test_cli_agent_with_memos_remembers_across_processes(home: Path, fake_llm: F
     assert second.stdout.strip() == "ok"
     last_user = prompts(fake_llm)[-1][1]
     assert '<memory-context backend="memos"' in last_user and "green Brompton" in last_user
+
+
+def test_evaluation_package_is_loaded_only_when_a_condition_is_selected(home: Path, fake_llm: FakeLLMServer) -> None:
+    """The product path (file memory, a real backend) never imports the evaluation harness."""
+    script = (
+        "import json, sys\n"
+        "from nanobot.config.loader import load_config\n"
+        "from nanobot.memory.backends.registry import build_long_term_memory\n"
+        "from pathlib import Path\n"
+        "cfg = load_config(Path(sys.argv[1]))\n"
+        "build_long_term_memory(cfg, cfg.workspace_path, None)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if '.evaluation' in m)))\n"
+    )
+    memos = {"backend": "memos", "backends": {"memos": {"baseUrl": "http://127.0.0.1:9"}}}
+    for memory, loaded in (({}, False), (memos, False), ({"condition": "no_memory"}, True)):
+        _, path = make_config(home, fake_llm.url, memory)
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60, check=True
+        )
+        modules = json.loads(out.stdout.strip().splitlines()[-1])
+        assert bool(modules) == loaded, (memory, modules)

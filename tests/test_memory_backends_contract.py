@@ -19,6 +19,7 @@ from nanobot.memory.backends.contract import (
     MemoryScope,
     RetrieveRequest,
 )
+from nanobot.memory.backends.evaluation.conditions import condition_kind
 from tests.fakes import memory_backend_cases as cases
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.memory_backend_cases import Env, make_event
@@ -77,9 +78,7 @@ async def test_record_returns_receipt(env: Env, adapter: MemoryAdapter) -> None:
     else:
         assert receipt.status == "discarded"
     assert receipt.latency_ms >= 0 and receipt.trace.backend_name == adapter.backend_name
-    assert receipt.trace.condition_kind == (
-        "control" if env.condition or env.name == "file" else "architecture"
-    )
+    assert condition_kind(adapter) == ("control" if env.condition or env.name == "file" else "architecture")
 
 
 # 2 + 3 -----------------------------------------------------------------------------------

@@ -56,18 +56,6 @@ class FileBlock(NativeBlock):
     pass
 
 
-class NoMemoryBlock(NativeBlock):
-    pass
-
-
-class FullHistoryBlock(NativeBlock):
-    context_tokens: int = Field(8_000, ge=50)
-
-
-class StaticProfileBlock(NativeBlock):
-    path: str = "PROFILE.md"  # relative to the workspace; may contain {run_id} and {persona_id}
-
-
 class Mem0Block(NativeBlock):
     path: str = ""  # local Qdrant directory; empty: memory/.backends/mem0 in the workspace
     collection: str = "nanobot"
@@ -118,10 +106,6 @@ class MemosBlock(NativeBlock):
 
 BLOCKS: dict[str, type[NativeBlock]] = {
     "file": FileBlock,
-    "rolling_summary": FileBlock,
-    "no_memory": NoMemoryBlock,
-    "full_history": FullHistoryBlock,
-    "static_profile": StaticProfileBlock,
     "mem0": Mem0Block,
     "graphiti": GraphitiBlock,
     "honcho": HonchoBlock,
@@ -142,7 +126,7 @@ def native_block(config: Config, name: str, model: type[B]) -> B:
 
 
 def config_hash(name: str, block: NativeBlock) -> str:
-    """A stable hash of the native config (secrets excluded) for the run manifest."""
+    """A stable hash of the native config (secrets excluded): logged at start, shown by the check."""
     data = block.model_dump(mode="json", by_alias=True)
 
     def scrub(node: Any) -> Any:

@@ -21,7 +21,6 @@ T = TypeVar("T")
 WriteStatus = Literal["committed", "queued", "pending", "skipped_read_only", "discarded"]
 Consistency = Literal["immediate", "eventual", "async_derived"]
 HealthStatus = Literal["ok", "degraded", "unavailable"]
-ConditionKind = Literal["architecture", "control"]
 
 DEFAULT_CONTEXT_TOKENS = 1_500
 DEFAULT_CONTEXT_ITEMS = 8
@@ -29,7 +28,8 @@ DEFAULT_CONTEXT_ITEMS = 8
 
 @dataclass(frozen=True)
 class MemoryScope:
-    """Who the memory belongs to: one benchmark run and one persona (the chat's user)."""
+    """Who the memory belongs to: a namespace (the block's `runId`, "nanobot" by default) and one
+    persona (the chat's user)."""
 
     run_id: str
     persona_id: str
@@ -92,12 +92,12 @@ class RetrieveRequest:
 
 @dataclass
 class Trace:
-    """What happened natively; for benchmarks and debugging, never for the prompt."""
+    """What happened natively (ids, latency, what was retrieved); for logs and diagnostics, never for
+    the prompt."""
 
     backend_name: str
     scope: MemoryScope
     native_operation: str
-    condition_kind: ConditionKind = "architecture"
     native_ids: list[str] = field(default_factory=list)
     latency_ms: float = 0.0
     consistency: Literal["committed", "queued", "pending"] = "committed"
@@ -169,7 +169,6 @@ class HealthReport:
     backend_name: str
     latency_ms: float
     consistency_model: Consistency
-    condition_kind: ConditionKind = "architecture"
     native_memory_types: list[str] | None = None
     native_ingest_modes: list[str] | None = None
     warnings: list[str] = field(default_factory=list)
@@ -264,10 +263,10 @@ def elapsed_ms(started: float) -> float:
 
 # ---------------------------------------------------------------------- the adapter
 class MemoryAdapter(ABC):
-    """Base of every backend and control. The read-only gate lives here, so it is the same for all."""
+    """Base of every backend (and of the evaluation's controls). The read-only gate lives here, so it
+    is the same for all."""
 
     backend_name: str = "abstract"
-    condition_kind: ConditionKind = "architecture"
     consistency_model: Consistency = "immediate"
 
     def __init__(self) -> None:
@@ -341,7 +340,6 @@ class MemoryAdapter(ABC):
             backend_name=self.backend_name,
             scope=scope,
             native_operation=operation,
-            condition_kind=self.condition_kind,
         )
 
     def format_context(self, result: RetrieveResult) -> str:

@@ -1,8 +1,10 @@
-"""MemoryAdapterRegistry: config → the one active adapter (backend or control condition).
+"""MemoryAdapterRegistry: config → the one active adapter.
 
-`memory.condition` (no_memory | rolling_summary | full_history | static_profile), when set,
-replaces `memory.backend` (file | mem0 | graphiti | honcho | memos): exactly one is active. Each
-backend library is imported only here, and only when its backend is selected.
+`memory.backend` (file | mem0 | graphiti | honcho | memos) picks the long-term memory; each backend
+library is imported only here, and only when its backend is selected. `memory.condition`, when set,
+replaces it with a control condition for evaluation (no_memory | rolling_summary | full_history |
+static_profile); those live in `evaluation/conditions.py`, imported only then - as is the adapter
+over the file memory, which only the check and benchmarks build (the agent uses FileMemory).
 """
 
 from __future__ import annotations
@@ -18,10 +20,8 @@ from nanobot.config.schema import Config
 from nanobot.memory.backends.config import BLOCKS, NativeBlock, config_hash, native_block
 from nanobot.memory.backends.contract import BackendConfigError, MemoryAdapter
 from nanobot.memory.seam import FileMemory, LongTermMemory
-from nanobot.memory.store import backend_dir
 
 BACKENDS = ("file", "mem0", "graphiti", "honcho", "memos")
-CONDITIONS = ("no_memory", "rolling_summary", "full_history", "static_profile")
 EXTRAS = {"mem0": "memory-mem0", "graphiti": "memory-graphiti", "honcho": "memory-honcho"}
 
 
@@ -41,13 +41,15 @@ def select(config: Config) -> Selection:
     condition = config.memory.condition.strip().lower()
     backend = config.memory.backend.strip().lower() or "file"
     if condition:
-        if condition not in CONDITIONS:
+        from nanobot.memory.backends.evaluation import conditions
+
+        if condition not in conditions.CONDITIONS:
             raise BackendConfigError(
-                f"memory.condition: unknown condition {condition!r}; choose one of {', '.join(CONDITIONS)}"
+                f"memory.condition: unknown condition {condition!r}; choose one of {', '.join(conditions.CONDITIONS)}"
             )
         if backend != "file":
             logger.info("memory.condition {} replaces memory.backend {}", condition, backend)
-        return Selection(condition, "condition", native_block(config, condition, BLOCKS[condition]))
+        return Selection(condition, "condition", native_block(config, condition, conditions.BLOCKS[condition]))
     if backend not in BACKENDS:
         raise BackendConfigError(
             f"memory.backend: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}"
@@ -68,10 +70,14 @@ def build_adapter(
     provider: Any = None,
     selection: Selection | None = None,
 ) -> MemoryAdapter:
-    """The adapter for the config. `provider` serves the rolling-summary control (resolved if None)."""
+    """The adapter for the config. `provider` serves the rolling-summary adapter of `file` (resolved if None)."""
     sel = selection or select(config)
     workspace = workspace or config.workspace_path
-    factory = _FACTORIES[sel.name]
+    factory = _FACTORIES.get(sel.name)
+    if factory is None:  # a control condition, or the file memory as an adapter
+        from nanobot.memory.backends.evaluation.conditions import FACTORIES
+
+        factory = FACTORIES[sel.name]
     try:
         return factory(config, workspace, sel.block, provider)
     except ImportError as exc:
@@ -100,46 +106,6 @@ def build_long_term_memory(
 
 
 # ---------------------------------------------------------------------- factories
-def _rolling_summary(config: Config, workspace: Path, block: NativeBlock, provider: Any) -> MemoryAdapter:
-    from nanobot.memory.backends.evaluation.controls import RollingSummaryControl
-
-    if provider is None:
-        from nanobot.providers.registry import resolve_provider
-
-        provider = resolve_provider(config)
-    name = (
-        "file"
-        if config.memory.backend.strip().lower() in ("", "file") and not config.memory.condition
-        else ("rolling_summary")
-    )
-    return RollingSummaryControl(
-        backend_dir(workspace, "rolling_summary"),
-        provider,
-        name=name,
-        timezone=config.agents.defaults.timezone,
-    )
-
-
-def _no_memory(config: Config, workspace: Path, block: NativeBlock, provider: Any) -> MemoryAdapter:
-    from nanobot.memory.backends.evaluation.controls import NoMemoryControl
-
-    return NoMemoryControl(backend_dir(workspace, "no_memory"))
-
-
-def _full_history(config: Config, workspace: Path, block: NativeBlock, provider: Any) -> MemoryAdapter:
-    from nanobot.memory.backends.evaluation.controls import FullHistoryControl
-
-    return FullHistoryControl(backend_dir(workspace, "full_history"))
-
-
-def _static_profile(config: Config, workspace: Path, block: NativeBlock, provider: Any) -> MemoryAdapter:
-    from nanobot.memory.backends.config import StaticProfileBlock
-    from nanobot.memory.backends.evaluation.controls import StaticProfileControl
-
-    assert isinstance(block, StaticProfileBlock)
-    return StaticProfileControl(workspace, block.path)
-
-
 def _mem0(config: Config, workspace: Path, block: NativeBlock, provider: Any) -> MemoryAdapter:
     from nanobot.memory.backends.mem0 import build_mem0
 
@@ -166,11 +132,6 @@ def _memos(config: Config, workspace: Path, block: NativeBlock, provider: Any) -
 
 Factory = Callable[[Config, Path, NativeBlock, Any], MemoryAdapter]
 _FACTORIES: dict[str, Factory] = {
-    "file": _rolling_summary,
-    "rolling_summary": _rolling_summary,
-    "no_memory": _no_memory,
-    "full_history": _full_history,
-    "static_profile": _static_profile,
     "mem0": _mem0,
     "graphiti": _graphiti,
     "honcho": _honcho,

@@ -29,6 +29,7 @@ from nanobot.memory.backends.contract import (
     capabilities,
     elapsed_ms,
 )
+from nanobot.memory.backends.evaluation.conditions import condition_kind
 from nanobot.memory.backends.registry import build_adapter, select
 
 READY_TIMEOUT_S = 60.0
@@ -104,7 +105,7 @@ async def run_check(
         "backend": adapter.backend_name,
         "selected_by": f"memory.{sel.kind}",
         "name": sel.name,
-        "condition_kind": adapter.condition_kind,
+        "condition_kind": condition_kind(adapter),
         "config_hash": sel.config_hash,
         "run_id": sel.block.run_id,
         "agent_id": sel.block.agent_id,

@@ -6,7 +6,7 @@
 - full_history: the same chat's prior transcripts (before its last /new), newest that fit the
   budget, in chronological order; never another chat's or another scope's.
 - static_profile: fixed profile text from a file; no accumulation writes.
-Traces label them `condition_kind="control"`.
+The check's manifest labels them `condition_kind: control` (conditions.condition_kind).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def _native_io(backend: str, operation: str) -> Iterator[None]:
         raise AdapterError.native(backend, operation, exc) from exc
 
 
-class _Control(MemoryAdapter):
-    condition_kind = "control"
+class ControlCondition(MemoryAdapter):
+    """Base of the control conditions: a folder per scope under `root`."""
 
     def __init__(self, root: Path) -> None:
         super().__init__()
@@ -74,7 +74,7 @@ class _Control(MemoryAdapter):
         return ResetReceipt(scope=scope, removed=removed, latency_ms=0.0)
 
     async def health(self) -> HealthReport:
-        return HealthReport("ok", self.backend_name, 0.0, self.consistency_model, condition_kind="control")
+        return HealthReport("ok", self.backend_name, 0.0, self.consistency_model)
 
     def scope_mapping(self, scope: MemoryScope) -> dict[str, str]:
         return {"run_id": scope.run_id, "persona_id": scope.persona_id, "store": str(self.scope_dir(scope))}
@@ -83,7 +83,7 @@ class _Control(MemoryAdapter):
         return RetrieveResult(request, [], None, self.trace(request.scope, operation))
 
 
-class NoMemoryControl(_Control):
+class NoMemoryControl(ControlCondition):
     backend_name = "no_memory"
 
     async def _record(self, event: MemoryEvent) -> WriteReceipt:
@@ -93,7 +93,7 @@ class NoMemoryControl(_Control):
         return self._empty(request, "retrieve(no_memory)")
 
 
-class StaticProfileControl(_Control):
+class StaticProfileControl(ControlCondition):
     """Profile text from `path` (workspace-relative; `{run_id}`/`{persona_id}` pick a per-persona file)."""
 
     backend_name = "static_profile"
@@ -141,7 +141,7 @@ class StaticProfileControl(_Control):
         }
 
 
-class RollingSummaryControl(_Control):
+class RollingSummaryControl(ControlCondition):
     """The Markdown file memory as a controlled baseline: each event is consolidated into MEMORY.md."""
 
     backend_name = "rolling_summary"
@@ -194,7 +194,7 @@ class RollingSummaryControl(_Control):
         return result
 
 
-class FullHistoryControl(_Control):
+class FullHistoryControl(ControlCondition):
     """Prior transcripts of the same chat, packed chronologically into the budget."""
 
     backend_name = "full_history"
