@@ -154,6 +154,7 @@ async def run_mode(samples: list[tuple[int, dict]], mode: str, model: str, limit
         print(f"  {mode}: conversation {ci} done ({done}/{len(samples)})", file=sys.stderr, flush=True)
     n = evidence_total or 1
     report: dict = {
+        "loadAverage": round(os.getloadavg()[0], 2),
         "mode": mode,
         "conversations": ",".join(str(ci) for ci, _ in samples),
         "model": model if mode == "hybrid" else None,

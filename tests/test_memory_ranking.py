@@ -1,8 +1,10 @@
 """Ranking choices of memory search through the real SQLite index: rank fusion, the snippet budget,
-month names without a year, an empty date range, and the query-embedding cache."""
+month names without a year, an empty date range, and the query-embedding cache, and
+the cheap check for files changed by hand."""
 
 from __future__ import annotations
 
+import os
 from datetime import date
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.memory import index as index_mod
+from nanobot.memory import staleness
 from nanobot.memory.index import MemoryIndex
 from nanobot.memory.ranking import fuse_by_rank
 from nanobot.memory.search import Candidate
@@ -127,4 +130,46 @@ async def test_a_repeated_query_is_embedded_once(tmp_path: Path, monkeypatch: py
     await idx.search("bird name")  # the cache holds two: "cat name" goes
     await idx.search("cat name")
     assert embedder.queries == ["cat name", "dog name", "bird name", "cat name"]
+    idx.close()
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["edit", "same_size_edit", "new_in_empty_folder", "new_nested_folder", "delete", "new_archive", "swap_link"],
+)
+async def test_cheap_staleness_check_notices_every_kind_of_change(
+    tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_mod, "STALE_CHECK_INTERVAL_S", 0.0)
+
+    write(tmp_path, "memory/MEMORY.md", "- The user's cat is called Miso.\n")
+    write(tmp_path, "memory/2025-01-02.md", "- Booked the dentist.\n")
+    write(tmp_path, "sessions/archive/cli_direct-1.jsonl", '{"_type": "metadata", "format": 1}\n')
+    (tmp_path / "memory/projects").mkdir()
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"))
+    await idx.sync()
+    assert staleness.unchanged(str(tmp_path), idx._snapshot, True)
+    note = tmp_path / "memory/2025-01-02.md"
+    if change == "edit":
+        note.write_text("- Booked the dentist for Friday.\n")
+    elif change == "same_size_edit":
+        before = note.stat()
+        note.write_text("- Booked the dentisT.\n")
+        os.utime(note, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+    elif change == "new_in_empty_folder":
+        write(tmp_path, "memory/projects/roof.md", "- The roofer comes in May.\n")
+    elif change == "new_nested_folder":
+        write(tmp_path, "memory/projects/house/roof.md", "- The roofer comes in May.\n")
+    elif change == "delete":
+        note.unlink()
+    elif change == "new_archive":
+        write(tmp_path, "sessions/archive/cli_direct-2.jsonl", '{"_type": "metadata", "format": 1}\n')
+    else:  # a note replaced by a symlink to a file outside: noticed, and the sync then refuses the link
+        outside = write(tmp_path.parent / f"{tmp_path.name}-outside", "secret.md", "- walrus secret\n")
+        note.unlink()
+        note.symlink_to(outside)
+    assert not staleness.unchanged(str(tmp_path), idx._snapshot, True)
+    await idx.search("anything")  # the search's own check: a sync, then a fresh snapshot
+    assert staleness.unchanged(str(tmp_path), idx._snapshot, True)
+    assert (await idx.search("walrus secret")).results == []
     idx.close()

@@ -33,6 +33,7 @@ from nanobot.memory.qmd import QmdBackend
 from nanobot.memory.ranking import rank
 from nanobot.memory.search import SearchResponse, SearchResult, file_date
 from nanobot.memory.sources import ROOT_SOURCES, SourceFile, discover
+from nanobot.memory.staleness import Snapshot, folder_times, unchanged
 from nanobot.memory.vectors import VectorSearcher
 
 __all__ = ["ROOT_SOURCES", "MemoryIndex", "SyncStats", "build_index"]
@@ -70,7 +71,7 @@ class MemoryIndex:
         self._sync_lock = asyncio.Lock()  # the text phase
         self._embed_lock = asyncio.Lock()  # the embedding back-fill
         self._dirty = True
-        self._signature: dict[str, tuple[int, int]] | None = None
+        self._snapshot: Snapshot | None = None  # what the last sync saw (staleness.py)
         self._last_check = 0.0
         self._last_sync: float | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -132,16 +133,6 @@ class MemoryIndex:
         """Every file to index (regular files only, no symlinks, no dot-folders)."""
         return discover(self.workspace, self.config.include_sessions)
 
-    def _stat_signature(self) -> dict[str, tuple[int, int]]:
-        sig: dict[str, tuple[int, int]] = {}
-        for source in self.discover():
-            try:
-                st = source.path.lstat()
-            except OSError:
-                continue
-            sig[source.rel] = (st.st_mtime_ns, st.st_size)
-        return sig
-
     # ------------------------------------------------------------------ sync
     def _chunking_signature(self) -> str:
         sources = "memory+sessions" if self.config.include_sessions else "memory"
@@ -184,6 +175,7 @@ class MemoryIndex:
             await asyncio.to_thread(db.set_meta, {"embedding": self._embedding_signature(), "dims": ""})
             stats.full_reindex = True
 
+        folders = await asyncio.to_thread(folder_times, str(self.workspace), self.config.include_sessions)
         existing = await asyncio.to_thread(db.file_rows)
         found = await asyncio.to_thread(self.discover)
         signature: dict[str, tuple[int, int]] = {}
@@ -219,7 +211,7 @@ class MemoryIndex:
         for rel in set(existing) - set(signature):
             await asyncio.to_thread(db.delete_file, rel)
             stats.files_removed += 1
-        self._signature = signature
+        self._snapshot = Snapshot(signature, folders)
         self._last_sync = time.time()
         self._last_check = time.monotonic()
         stats.duration_s = time.perf_counter() - started
@@ -247,12 +239,13 @@ class MemoryIndex:
         """Text-sync changed files now (fast), then embed them in the background."""
         if self._sync_lock.locked():
             return  # a sync is running: search what is already committed
-        if not (self._dirty or self._signature is None):
+        if not (self._dirty or self._snapshot is None):
             now = time.monotonic()
             if not force_check and now - self._last_check < STALE_CHECK_INTERVAL_S:
                 return
             self._last_check = now
-            if await asyncio.to_thread(self._stat_signature) == self._signature:
+            snap = self._snapshot
+            if await asyncio.to_thread(unchanged, str(self.workspace), snap, self.config.include_sessions):
                 return
         await self.sync_text()
         if self.embedder is not None and not self._embed_lock.locked():
