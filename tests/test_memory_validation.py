@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.memory import small_profile
+from nanobot.memory.asking import MAX_ATTEMPTS, ask_until_accepted
 from nanobot.memory.consolidator import SAVE_MEMORY_TOOL, echo_sources, normalise_save_memory_args
 from nanobot.memory.validation import (
     KEPT_FACTS_HEADING,
@@ -229,3 +230,32 @@ def test_tool_arguments_names_what_is_missing_or_unusable() -> None:
     assert isinstance(broken, Refusal) and broken.rule == "broken" and "{not json" in broken.detail
     good = answer(ToolCall("1", "other", {}), ToolCall("2", "save_memory", '{"history_entry": "x"}'))
     assert tool_arguments(good, "save_memory", as_dict) == {"history_entry": "x"}
+
+
+async def test_ask_until_accepted_retries_with_the_reason_and_counts() -> None:
+    from collections import Counter
+
+    answers = iter(["bad", "good"])
+    prompts: list[list[dict[str, str]]] = []
+
+    async def ask(prompt: list[dict[str, str]]) -> LLMResponse:
+        prompts.append(prompt)
+        return LLMResponse(content=next(answers))
+
+    def check(response: LLMResponse) -> str | Refusal:
+        return response.content if response.content == "good" else Refusal("empty", "note", "too thin")
+
+    def retry(prompt: list[dict[str, str]], refusal: Refusal) -> list[dict[str, str]]:
+        return [*prompt, {"role": "user", "content": refusal.reason}]
+
+    outcomes: Counter[str] = Counter()
+    start = [{"role": "user", "content": "summarise"}]
+    assert await ask_until_accepted(ask, start, check, retry, what="test", outcomes=outcomes) == "good"
+    assert prompts[1][-1]["content"] == "note refused (empty): too thin"
+    assert outcomes == Counter({"refused:empty": 1, "retried": 1})
+
+    answers = iter(["bad"] * MAX_ATTEMPTS)
+    outcomes.clear()
+    last = await ask_until_accepted(ask, start, check, retry, what="test", outcomes=outcomes)
+    assert isinstance(last, Refusal) and last.rule == "empty"
+    assert outcomes == Counter({"refused:empty": MAX_ATTEMPTS, "retried": MAX_ATTEMPTS - 1})

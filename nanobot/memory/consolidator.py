@@ -21,6 +21,7 @@ from typing import Any
 from loguru import logger
 
 from nanobot.memory import small_profile
+from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.compaction import compact_transcript
 from nanobot.memory.store import MemoryStore, normalise_fact
 from nanobot.memory.transcript import render_transcript
@@ -42,7 +43,6 @@ from nanobot.util.tool_args import decode_lenient
 MAX_DROPPED_FACT_SHARE = 0.5
 MIN_FACTS_FOR_PROTECTION = 4
 #: one answer plus one retry that states why the first was refused
-MAX_ATTEMPTS = 2
 DEFAULT_MEMORY_BUDGET_CHARS = 12_000
 
 SAVE_MEMORY_TOOL = {
@@ -214,28 +214,29 @@ class Consolidator:
         system = CONSOLIDATION_SYSTEM + ("" if private else "\n\n" + GROUP_NOTE)
         prompt = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         sources = echo_sources(render_transcript(messages) + "\n" + transcript, small_model=False)
-        for attempt in range(MAX_ATTEMPTS):
-            try:
-                response = await self._ask(prompt)
-            except LLMError as exc:
-                return self._call_failed(exc)
-            verdict = self._check(response, memory_now, private, sources, users, start, end)
-            if not isinstance(verdict, Refusal):
-                history, memory_update = verdict
-                self.memory.append_history(history)
-                if memory_update is not None and memory_update.strip() != memory_now.strip():
-                    self.apply_memory_update(memory_now, memory_update)
-                self.outcomes["accepted"] += 1
-                return True
-            self.outcomes[f"refused:{verdict.rule}"] += 1
-            logger.warning("consolidation attempt {} refused: {}", attempt + 1, verdict.reason)
-            if attempt + 1 < MAX_ATTEMPTS:
-                self.outcomes["retried"] += 1
-                note = RETRY_NOTE.format(reason=verdict.reason, stamp=stamp)
-                prompt = [*prompt, {"role": "user", "content": note}]
-        self.outcomes["failed"] += 1
-        self.last_failure = verdict.reason
-        return False
+        try:
+            verdict = await ask_until_accepted(
+                self._ask,
+                prompt,
+                lambda response: self._check(response, memory_now, private, sources, users, start, end),
+                lambda p, refusal: [
+                    *p, {"role": "user", "content": RETRY_NOTE.format(reason=refusal.reason, stamp=stamp)}
+                ],
+                what="consolidation",
+                outcomes=self.outcomes,
+            )
+        except LLMError as exc:
+            return self._call_failed(exc)
+        if isinstance(verdict, Refusal):
+            self.outcomes["failed"] += 1
+            self.last_failure = verdict.reason
+            return False
+        history, memory_update = verdict
+        self.memory.append_history(history)
+        if memory_update is not None and memory_update.strip() != memory_now.strip():
+            self.apply_memory_update(memory_now, memory_update)
+        self.outcomes["accepted"] += 1
+        return True
 
     def _call_failed(self, exc: LLMError) -> bool:
         """A model call that failed after the provider's retries: counted, kept for status, False."""

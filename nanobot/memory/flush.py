@@ -15,6 +15,7 @@ from typing import Any
 from loguru import logger
 
 from nanobot.memory import small_profile
+from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import render_transcript
 from nanobot.memory.validation import EchoSources, Refusal, check_note, schema_text
@@ -46,7 +47,6 @@ store, reply exactly {NO_REPLY}. Nothing you write here is shown to the user."""
 
 RETRY_NOTE = """Your previous answer was refused: {reason}.
 Call write_daily_note again with your own '- ' bullets, or reply exactly NO_REPLY."""
-MAX_ATTEMPTS = 2
 
 
 class MemoryFlusher:
@@ -91,17 +91,13 @@ class MemoryFlusher:
         )
         prompt = [{"role": "system", "content": FLUSH_SYSTEM}, {"role": "user", "content": user}]
         sources = EchoSources(schema_text(WRITE_DAILY_NOTE_TOOL), FLUSH_SYSTEM + RETRY_NOTE, transcript)
-        notes: list[str] | Refusal = []
-        for attempt in range(MAX_ATTEMPTS):
-            response = await self.provider.chat(
-                prompt, [WRITE_DAILY_NOTE_TOOL], max_tokens=self.max_tokens, temperature=0.0
-            )
-            notes = self._check(response, sources)
-            if not isinstance(notes, Refusal):
-                return notes
-            logger.warning("memory flush attempt {} refused: {}", attempt + 1, notes.reason)
-            prompt = [*prompt, {"role": "user", "content": RETRY_NOTE.format(reason=notes.reason)}]
-        return notes
+        return await ask_until_accepted(
+            lambda p: self.provider.chat(p, [WRITE_DAILY_NOTE_TOOL], max_tokens=self.max_tokens, temperature=0.0),
+            prompt,
+            lambda response: self._check(response, sources),
+            lambda p, refusal: [*p, {"role": "user", "content": RETRY_NOTE.format(reason=refusal.reason)}],
+            what="memory flush",
+        )
 
     async def _small(self, messages: list[dict[str, Any]], transcript: str) -> list[str] | Refusal:
         """The small-model profile: one plain question for fact bullets about what the user said."""

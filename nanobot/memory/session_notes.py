@@ -15,6 +15,7 @@ from typing import Any
 from loguru import logger
 
 from nanobot.memory import small_profile
+from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.store import MemoryStore, slugify
 from nanobot.memory.transcript import render_transcript
 from nanobot.memory.validation import (
@@ -29,7 +30,6 @@ from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
 from nanobot.util.tool_args import as_dict
 
 MIN_USER_MESSAGES = 3
-MAX_ATTEMPTS = 2
 SLUG_WORDS = 4
 MAX_TRANSCRIPT_CHARS = 60_000
 RAW_EXCERPT_CHARS = 3_000
@@ -97,21 +97,19 @@ async def write_session_note(
 async def _with_tool(provider: LLMProvider, transcript: str) -> tuple[str, str, str] | Refusal:
     prompt = [{"role": "system", "content": NOTE_SYSTEM}, {"role": "user", "content": transcript}]
     sources = EchoSources(schema_text(SESSION_NOTE_TOOL), NOTE_SYSTEM + RETRY_NOTE, transcript)
-    note: tuple[str, str, str] | Refusal = Refusal("empty", "summary", "no answer")
-    for attempt in range(MAX_ATTEMPTS):
-        response = await provider.chat(
-            prompt,
+    return await ask_until_accepted(
+        lambda p: provider.chat(
+            p,
             [SESSION_NOTE_TOOL],
             max_tokens=1500,
             temperature=0.0,
             tool_choice={"type": "function", "function": {"name": "save_session_note"}},
-        )
-        note = _check(response, sources)
-        if not isinstance(note, Refusal):
-            return note
-        logger.warning("session note attempt {} refused: {}", attempt + 1, note.reason)
-        prompt = [*prompt, {"role": "user", "content": RETRY_NOTE.format(reason=note.reason)}]
-    return note
+        ),
+        prompt,
+        lambda response: _check(response, sources),
+        lambda p, refusal: [*p, {"role": "user", "content": RETRY_NOTE.format(reason=refusal.reason)}],
+        what="session note",
+    )
 
 
 async def _small(

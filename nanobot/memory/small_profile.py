@@ -22,8 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from loguru import logger
-
+from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.validation import Refusal
 from nanobot.providers.base import LLMProvider
 
@@ -31,7 +30,6 @@ T = TypeVar("T")
 
 MAX_REPLY_TOKENS = 160
 #: one answer plus one retry that states why the first was refused
-MAX_ATTEMPTS = 2
 MAX_FACTS = 12
 #: a small model's window is small: only the end of a long chunk is quoted
 MAX_QUOTED_CHARS = 6_000
@@ -107,16 +105,11 @@ async def ask_checked(
     """Ask one plain question; a refused answer is asked again once with the reason stated.
 
     `outcomes` counts "refused:<rule>" and "retried" like the tool-call path does."""
-    prompt = question(text, ask)
-    verdict: T | Refusal = Refusal("empty", "answer", "no answer")
-    for attempt in range(MAX_ATTEMPTS):
-        response = await provider.chat(prompt, None, max_tokens=MAX_REPLY_TOKENS, temperature=0.0)
-        verdict = check(response.content or "")
-        if not isinstance(verdict, Refusal):
-            return verdict
-        outcomes[f"refused:{verdict.rule}"] += 1
-        logger.warning("small-model memory answer {} refused: {}", attempt + 1, verdict.reason)
-        if attempt + 1 < MAX_ATTEMPTS:
-            outcomes["retried"] += 1
-            prompt = question(text, RETRY_NOTE.format(reason=verdict.reason, question=ask))
-    return verdict
+    return await ask_until_accepted(
+        lambda p: provider.chat(p, None, max_tokens=MAX_REPLY_TOKENS, temperature=0.0),
+        question(text, ask),
+        lambda response: check(response.content or ""),
+        lambda _p, refusal: question(text, RETRY_NOTE.format(reason=refusal.reason, question=ask)),
+        what="small-model memory answer",
+        outcomes=outcomes,
+    )

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from nanobot.timeutil import parse_iso_or_none
 from nanobot.util.fs import atomic_write
 from nanobot.util.retry import backoff_s as retry_backoff_s
 
@@ -36,11 +37,8 @@ class ArchiveMarker:
 
     def next_attempt(self, backoff_s: float) -> datetime | None:
         """When a start-up may retry (None: at once)."""
-        if self.attempts <= 0 or not self.last_attempt:
-            return None
-        try:
-            last = datetime.fromisoformat(self.last_attempt)
-        except ValueError:
+        last = parse_iso_or_none(self.last_attempt)
+        if self.attempts <= 0 or last is None:
             return None
         return last + timedelta(seconds=retry_backoff_s(self.attempts - 1, backoff_s, math.inf))
 
