@@ -182,15 +182,15 @@ async def test_raw_results_keep_native_provenance(env: Env, adapter: MemoryAdapt
 
 # 9 ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("env", STORING, indirect=True)
-async def test_cs_tags_travel_with_events_and_requests(env: Env, adapter: MemoryAdapter) -> None:
+async def test_tags_travel_with_events_and_requests(env: Env, adapter: MemoryAdapter) -> None:
     tagged = make_event(ALICE, FACT, scenario="travel", context="personal", attribute="drinks")
     await adapter.record_event(tagged)
     await env.settle(adapter, ALICE)
-    req = request_for(ALICE, scenario="travel", context="personal", attribute="drinks")
+    req = request_for(ALICE, tags={"scenario": "travel", "context": "personal", "attribute": "drinks"})
     result = await adapter.retrieve(req)
     assert result.trace.filtering in ("hard", "semantic", "none")
     assert "genmaicha" in adapter.format_context(result)
-    env_check = getattr(env, "check_cs", None)
+    env_check = getattr(env, "check_tags", None)
     if env_check is not None:
         env_check(tagged)
 

@@ -44,7 +44,7 @@ def make_event(
         timestamp=datetime(2026, 3, 1, 9, n % 60, tzinfo=UTC),
         messages=[{"role": "user", "content": user}, {"role": "assistant", "content": reply}],
         metadata={"source": "contract-test"},
-        **tags,
+        tags=tags,
     )
 
 
@@ -188,7 +188,7 @@ class MemosEnv(Env):
     async def break_native(self, adapter: MemoryAdapter) -> None:
         self.server.fail_status = 503
 
-    def check_cs(self, event: MemoryEvent) -> None:
+    def check_tags(self, event: MemoryEvent) -> None:
         adds = [b for path, b in self.server.requests if path == "/product/add"]
         assert adds[-1]["custom_tags"] == ["scenario:travel", "context:personal", "attribute:drinks"]
         search = [b for path, b in self.server.requests if path == "/product/search"][-1]

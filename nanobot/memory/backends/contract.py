@@ -41,12 +41,6 @@ class MemoryScope:
         return f"{self.run_id}:{self.persona_id}"
 
 
-def _set_tags(scenario: str | None, context: str | None, attribute: str | None) -> dict[str, str]:
-    """The CS fields that are set (scenario / context / attribute), shared by events and requests."""
-    values = {"scenario": scenario, "context": context, "attribute": attribute}
-    return {k: v for k, v in values.items() if v}
-
-
 @dataclass(frozen=True)
 class MemoryEvent:
     """One finished turn (or any other runtime event) as the agent saw it."""
@@ -57,13 +51,8 @@ class MemoryEvent:
     turn_id: str
     timestamp: datetime  # aware
     messages: list[dict[str, Any]]  # {role, content, name?, tool_call_id?}
-    scenario: str | None = None
-    context: str | None = None
-    attribute: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)  # labels stored natively (tags, metadata)
     metadata: dict[str, Any] = field(default_factory=dict)
-
-    def tags(self) -> dict[str, str]:
-        return _set_tags(self.scenario, self.context, self.attribute)
 
 
 @dataclass(frozen=True)
@@ -81,13 +70,8 @@ class RetrieveRequest:
     scope: MemoryScope
     session_id: str
     budget: ContextBudget = field(default_factory=ContextBudget)
-    scenario: str | None = None
-    context: str | None = None
-    attribute: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)  # labels to match (a hard filter where native)
     filters: dict[str, Any] = field(default_factory=dict)
-
-    def tags(self) -> dict[str, str]:
-        return _set_tags(self.scenario, self.context, self.attribute)
 
 
 @dataclass

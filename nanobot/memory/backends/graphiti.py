@@ -168,7 +168,7 @@ class GraphitiAdapter(MemoryAdapter):
         body = "\n".join(
             f"{m.get('name') or m.get('role')}: {m.get('content') or ''}" for m in event.messages
         )
-        tags = "; ".join(f"{k}={v}" for k, v in event.tags().items())
+        tags = "; ".join(f"{k}={v}" for k, v in event.tags.items())
         result = await self._native(
             "record_event",
             graphiti.add_episode(
@@ -189,7 +189,7 @@ class GraphitiAdapter(MemoryAdapter):
         from graphiti_core.search.search_config_recipes import EDGE_HYBRID_SEARCH_RRF
 
         graphiti = await self.graphiti()
-        query = " ".join([request.query, *request.tags().values()])  # CS fields: semantic only
+        query = " ".join([request.query, *request.tags.values()])  # tags: semantic only
         query = " ".join(KUZU_WILDCARDS.sub(" ", query).split()) if self.block.driver == "kuzu" else query
         config = EDGE_HYBRID_SEARCH_RRF.model_copy(deep=True)
         config.limit = request.budget.max_items
@@ -215,7 +215,7 @@ class GraphitiAdapter(MemoryAdapter):
             )
         trace = self.trace(request.scope, "search_(EDGE_HYBRID_SEARCH_RRF)")
         trace.native_ids = [i.native_id for i in items if i.native_id]
-        trace.filtering = "semantic" if request.tags() else "none"
+        trace.filtering = "semantic" if request.tags else "none"
         return RetrieveResult(request, items, {"edges": [i.raw for i in items]}, trace)
 
     async def reset_scope(self, scope: MemoryScope) -> ResetReceipt:

@@ -134,7 +134,7 @@ class HonchoAdapter(MemoryAdapter):
             user = await self._native("record_event", honcho.aio.peer(self.user_peer(event.scope)))
             assistant = await self._native("record_event", honcho.aio.peer(self.block.assistant_peer))
             session = await self._session(event.scope, event.session_id)
-            meta = {"event_id": event.event_id, "turn_id": event.turn_id, **event.tags()}
+            meta = {"event_id": event.event_id, "turn_id": event.turn_id, **event.tags}
             messages = [
                 (user if m.get("role") == "user" else assistant).message(
                     str(m.get("content") or ""), metadata=meta, created_at=event.timestamp
@@ -152,7 +152,7 @@ class HonchoAdapter(MemoryAdapter):
 
     async def _retrieve(self, request: RetrieveRequest) -> RetrieveResult:
         session = await self._session(request.scope, request.session_id)
-        query = " ".join([request.query, *request.tags().values()])  # CS fields: semantic only
+        query = " ".join([request.query, *request.tags.values()])  # tags: semantic only
         context = await self._native(
             "retrieve",
             session.aio.context(
@@ -190,7 +190,7 @@ class HonchoAdapter(MemoryAdapter):
         ]
         trace = self.trace(request.scope, "session.context")
         trace.native_ids = [i.native_id for i in items if i.native_id]
-        trace.filtering = "semantic" if request.tags() else "none"
+        trace.filtering = "semantic" if request.tags else "none"
         if context.summary is not None:
             trace.representation_version = context.summary.message_id
         raw = {

@@ -3,7 +3,7 @@
 Storage is a local Qdrant directory inside the workspace (memory/.backends/mem0) with mem0's
 history database beside it; LLM and embedder go through the configured OpenAI-compatible
 provider. Scope mapping: user_id = persona, run_id = run, agent_id when configured; search takes
-them inside `filters` (with the CS tags as hard metadata filters). `infer=True` by default; 2.2
+them inside `filters` (with the tags as hard metadata filters). `infer=True` by default; 2.2
 only adds (dedup by hash) — updates and deletes are explicit native mutations.
 Telemetry is off (MEM0_TELEMETRY=False) and MEM0_DIR points into the workspace before import.
 """
@@ -121,7 +121,7 @@ class Mem0Adapter(MemoryAdapter):
             "turn_id": event.turn_id,
             "session_id": event.session_id,
             "timestamp": event.timestamp.isoformat(),
-            **event.tags(),
+            **event.tags,
         }
         messages = [{k: v for k, v in m.items() if k in ("role", "content", "name")} for m in event.messages]
         result = await self._native(
@@ -137,7 +137,7 @@ class Mem0Adapter(MemoryAdapter):
 
     async def _retrieve(self, request: RetrieveRequest) -> RetrieveResult:
         memory = await self.memory()
-        filters: dict[str, Any] = {**self._ids(request.scope), **request.tags(), **request.filters}
+        filters: dict[str, Any] = {**self._ids(request.scope), **request.tags, **request.filters}
         threshold = self.block.threshold if self.block.threshold is not None else DEFAULT_THRESHOLD
         response = await self._native(
             "retrieve",
@@ -161,7 +161,7 @@ class Mem0Adapter(MemoryAdapter):
         ]
         trace = self.trace(request.scope, "Memory.search")
         trace.native_ids = [i.native_id for i in items if i.native_id]
-        trace.filtering = "hard" if request.tags() else "none"
+        trace.filtering = "hard" if request.tags else "none"
         return RetrieveResult(request, items, response, trace)
 
     async def native_mutation(self, scope: MemoryScope, operation: str, **kwargs: Any) -> dict[str, Any]:

@@ -105,14 +105,14 @@ class MemosAdapter(MemoryAdapter):
             "writable_cube_ids": [self.cube_id(event.scope)],
             "messages": [{**m, "chat_time": stamp} for m in event.messages],
             "async_mode": self.block.async_mode,
-            "custom_tags": [f"{k}:{v}" for k, v in event.tags().items()] or None,
+            "custom_tags": [f"{k}:{v}" for k, v in event.tags.items()] or None,
             "info": {
                 "event_id": event.event_id,
                 "turn_id": event.turn_id,
                 "run_id": event.scope.run_id,
                 "timestamp": stamp,
                 **({"agent_id": event.scope.agent_id} if event.scope.agent_id else {}),
-                **event.tags(),
+                **event.tags,
                 **{k: v for k, v in event.metadata.items() if isinstance(v, str)},
             },
         }
@@ -132,7 +132,7 @@ class MemosAdapter(MemoryAdapter):
 
     async def _retrieve(self, request: RetrieveRequest) -> RetrieveResult:
         k = request.budget.max_items
-        tags = request.tags()
+        tags = request.tags
         body = {
             "query": request.query,
             "user_id": self.user_id(request.scope),
@@ -147,7 +147,7 @@ class MemosAdapter(MemoryAdapter):
             "tool_mem_top_k": k,
             "include_skill_memory": self.block.include_skill_memory,
             "skill_mem_top_k": k,
-            # CS tags are info keys on write; MemOS filters on info keys natively.
+            # tags are info keys on write; MemOS filters on info keys natively.
             "filter": {"and": [{key: value} for key, value in tags.items()]} if tags else None,
             **({"filter": request.filters} if request.filters else {}),
         }
