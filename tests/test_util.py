@@ -209,3 +209,19 @@ def test_unused_path_counts_up_past_taken_names(tmp_path: Path) -> None:
     (tmp_path / "note.md").write_text("x")
     (tmp_path / "note-2.md").write_text("x")
     assert fs.unused_path(tmp_path, "note", ".md") == tmp_path / "note-3.md"
+
+
+def test_try_flock_says_when_another_holder_has_it(tmp_path: Path) -> None:
+    path = tmp_path / "x.lock"
+    first = fs.open_private(path, os.O_RDWR)
+    second = os.open(path, os.O_RDWR)  # another open file description: flock treats it as another holder
+    try:
+        assert fs.try_flock(first)
+        assert not fs.try_flock(second) and not fs.try_flock(second, shared=True)
+        os.close(first)
+        first = -1
+        assert fs.try_flock(second, shared=True)
+    finally:
+        for fd in (first, second):
+            if fd >= 0:
+                os.close(fd)

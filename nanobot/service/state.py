@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -23,7 +22,7 @@ from loguru import logger
 
 from nanobot.config.paths import GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE
 from nanobot.errors import UserError
-from nanobot.util.fs import atomic_write, open_private
+from nanobot.util.fs import atomic_write, open_private, try_flock
 
 LOCK_FILE_NAME = GATEWAY_LOCK_FILE
 STATE_FILE_NAME = GATEWAY_STATE_FILE
@@ -97,12 +96,11 @@ class GatewayLock:
         deadline = time.monotonic() + ACQUIRE_RETRY_S
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    os.close(fd)
-                    raise
+                if try_flock(fd):
+                    break
+            except OSError:
+                os.close(fd)
+                raise
             holder = _read_pid(self.path)
             if holder is not None or time.monotonic() >= deadline:
                 os.close(fd)
@@ -143,11 +141,8 @@ def lock_holder(workspace: Path) -> int | None:
     except FileNotFoundError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+        if not try_flock(fd, shared=True):
             return _read_pid(path) or 0
-        raise
     finally:
         os.close(fd)  # closing drops our probe lock if we got it
     return None

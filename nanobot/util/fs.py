@@ -4,7 +4,8 @@
   file or the new one, never half of either, and the temp file is removed when anything fails.
 - `append_locked(path, text)`: one append under an exclusive OS lock (`flock`), so two processes
   never interleave lines.
-- `file_lock(path)` / `fd_lock(fd)`: exclusive (or shared) `flock` on a lock file or an open file.
+- `file_lock(path)` / `fd_lock(fd)`: exclusive (or shared) `flock` on a lock file or an open file;
+  `try_flock(fd)`: take it without waiting, False when another holder has it.
 - `ensure_private_dir(path)`: create missing folders 0700 (umask cannot widen them).
 - `unused_path(folder, stem, suffix)`: `stem + suffix`, or with a -2, -3 ... suffix when taken.
 - `repair_private(root)`: tighten an existing file or tree (installations from before files were private):
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -74,6 +76,20 @@ def atomic_write(path: Path, data: str | bytes, mode: int = PRIVATE_FILE_MODE, *
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)  # what flock says when another holder has it
+
+
+def try_flock(fd: int, *, shared: bool = False) -> bool:
+    """Take `flock` on `fd` without waiting: True when taken, False when another holder has it."""
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in _BUSY:
+            return False
+        raise
+    return True
 
 
 @contextmanager
