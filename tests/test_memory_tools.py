@@ -221,3 +221,14 @@ async def test_qmd_configured_but_not_installed(ws: Path, monkeypatch: pytest.Mo
     assert idx.mode == "keyword"
     assert (await idx.search("Hetzner")).mode == "keyword"
     idx.close()
+
+
+async def test_memory_get_reads_a_cited_transcript(index: MemoryIndex, ws: Path) -> None:
+    line = json.dumps({"role": "user", "content": "the wiki moved to Hetzner", "timestamp": "2025-02-10T09:00"})
+    write(ws, "sessions/archive/telegram_42-20250210T090000.jsonl", '{"_type": "metadata"}\n' + line + "\n")
+    out = json.loads(
+        await MemoryGetTool(index).execute(
+            PRIVATE, path="sessions/archive/telegram_42-20250210T090000.jsonl", **{"from": 2, "lines": 1}
+        )
+    )
+    assert out["totalLines"] == 2 and "Hetzner" in out["text"]

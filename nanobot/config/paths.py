@@ -32,6 +32,8 @@ GATEWAY_LOCK_FILE = ".gateway.lock"
 GATEWAY_STATE_FILE = ".gateway.json"
 # Folders and files of the workspace that only nanobot writes (tools treat them as read-only).
 NANOBOT_OWNED = (SESSIONS_DIR, CRON_DIR, INDEX_FILE, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE)
+# Folders a shared (group) context must not see: the owner's memory and every chat's transcript.
+PRIVATE_DIRS = (MEMORY_DIR, SESSIONS_DIR)
 
 
 def nanobot_home() -> Path:

@@ -15,16 +15,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nanobot.config.paths import BACKENDS_DIR, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, MEMORY_DIR
+from nanobot.config.paths import (
+    BACKENDS_DIR,
+    BACKUP_DIR,
+    CRON_DIR,
+    GATEWAY_LOCK_FILE,
+    GATEWAY_STATE_FILE,
+    MEMORY_DIR,
+    PRIVATE_DIRS,
+    SESSIONS_DIR,
+)
 
 # Workspace folders nanobot owns: readable by commands in owner contexts, never writable.
-PROTECTED_DIRS = ("sessions", "cron", "memory/.backups")
+PROTECTED_DIRS = (SESSIONS_DIR, CRON_DIR, f"{MEMORY_DIR}/{BACKUP_DIR}")
 # Also read-only when they exist: the gateway's lock and state files, external memory backends' data.
 PROTECTED_IF_PRESENT = (GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, f"{MEMORY_DIR}/{BACKENDS_DIR}")
 # Files in memory/ that belong to the index (SQLite with its journal files).
 PROTECTED_MEMORY_PREFIX = ".index"
-# Folders a shared (group) context must not see: the owner's memory and every chat's transcript.
-PRIVATE_DIRS = ("memory", "sessions")
 
 # Environment variables passed through from the daemon (never credentials: names only on this list).
 ENV_ALLOW = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")

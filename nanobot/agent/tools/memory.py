@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.config.paths import SESSIONS_DIR
 from nanobot.memory.index import ROOT_SOURCES, MemoryIndex
+from nanobot.session.transcripts import read_transcript
+from nanobot.util.nofollow import read_regular_text
 
 MAX_GET_LINES = 400
 MAX_GET_CHARS = 20_000
@@ -110,7 +113,7 @@ class MemoryGetTool(Tool):
         allowed = (
             (parts[:1] == ["memory"] and len(parts) > 1 and rel.endswith(".md"))
             or (len(parts) == 1 and rel in ROOT_SOURCES)
-            or (self.index.config.include_sessions and parts[:1] == ["sessions"] and rel.endswith(".jsonl"))
+            or (self.index.config.include_sessions and parts[:1] == [SESSIONS_DIR] and rel.endswith(".jsonl"))
         )
         if not allowed:
             raise ToolError(f"memory_get reads memory files only (memory/*.md): {raw!r}")
@@ -127,7 +130,12 @@ class MemoryGetTool(Tool):
         rel, path = self.resolve(str(kwargs.get("path") or ""))
         start = max(1, int(kwargs.get("from") or 1))
         count = min(MAX_GET_LINES, max(1, int(kwargs.get("lines") or DEFAULT_GET_LINES)))
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        # Transcripts are read through their owner; both readers refuse a symlink swapped in since resolve().
+        reader = read_transcript if rel.startswith(f"{SESSIONS_DIR}/") else read_regular_text
+        try:
+            lines = reader(path).splitlines()
+        except OSError as exc:
+            raise ToolError(f"cannot read {rel}: {exc}") from exc
         chosen = lines[start - 1 : start - 1 + count]
         text = "\n".join(chosen)
         truncated = len(text) > MAX_GET_CHARS

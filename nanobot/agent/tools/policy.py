@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import ToolContext
+from nanobot.config.paths import PRIVATE_DIRS
 
-PRIVATE_DIRS = ("memory", "sessions")
 PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
 MEMORY_TOOLS = frozenset({"memory_search", "memory_get", "save_memory"})
 OPEN_TOOLS = frozenset({"web_fetch", "web_search", "spawn"})  # read nothing private themselves
