@@ -128,13 +128,15 @@ class _KeepingModel:
 async def test_memory_over_its_budget_does_not_make_every_turn_consolidate(
     make_config, fake_llm: FakeLLMServer, logs: list[str]  # noqa: ANN001
 ) -> None:
-    """A small window (the whole prompt budget ~2,400 tokens, ~1,300 of them tool schemas) and a
+    """A small window (the whole prompt budget ~2,600 tokens, ~1,400 of them tool schemas as estimated) and a
     MEMORY.md well over its prompt share: the prompt must still leave room for the conversation, so
     consolidation runs now and then (not before every turn) and never ends over the budget; every
     fact stays in the file."""
     model = _KeepingModel()
     fake_llm.responder = model
-    config, _ = make_config(**{"agents.defaults.contextWindowTokens": 3328, "agents.defaults.maxTokens": 512})
+    # 3,584 rather than 3,328: token estimates lean ~7% high, and at 3,328 the system prompt and the
+    # tool schemas alone came to the whole budget
+    config, _ = make_config(**{"agents.defaults.contextWindowTokens": 3584, "agents.defaults.maxTokens": 512})
     facts = [f"- Fact {i}: the user's item number {i} is kept in box {i * 7}." for i in range(120)]
     memory_md = config.workspace_path / "memory" / "MEMORY.md"
     memory_md.parent.mkdir(parents=True, exist_ok=True)

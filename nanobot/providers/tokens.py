@@ -1,21 +1,72 @@
-"""Offline token counting with tiktoken, using the BPE files bundled inside litellm (never a download)."""
+"""Token counts for context budgeting: a table-free estimate that leans high, never a download.
+
+Models count tokens with their own tokenizers (cl100k/o200k for OpenAI, SentencePiece for Llama,
+Qwen, Gemini…), so no count here is exact for every model; what budgeting needs is a count that
+rarely falls below the real one and does not waste much of the window. Holding a BPE table costs
+~40 MiB and ~0.5 s to load, so the text is instead cut the way BPE pre-tokenizers cut it (words
+with their leading space, 1–3 digit groups, punctuation runs, whitespace runs) and each piece is
+priced from its shape: short words one token, longer words and camelCase more, non-ASCII letters
+by their script (Han characters cost the most). The prices were fitted against cl100k on English
+prose, Python code, JSON tool schemas and Chinese/Japanese/Korean text, then raised by
+`SAFETY_MARGIN`; `benchmarks/token_estimate.py` prints the current ratios (estimate / cl100k).
+Very short CJK strings and base64-like blobs can still come out below cl100k; the memory
+settings' safety buffer absorbs that.
+
+`configure_offline_tokenizer` keeps litellm (the translating route, which counts with tiktoken
+itself) on the BPE files bundled inside it.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from loguru import logger
-
-ENCODING_NAME = "cl100k_base"
-CHARS_PER_TOKEN_FALLBACK = 3.5
+SAFETY_MARGIN = 1.05
 MESSAGE_OVERHEAD_TOKENS = 4  # role, separators
+IMAGE_PART_TOKENS = 85  # an image part at low detail
 _TEXT_CACHE_MAX_CHARS = 2_000  # short strings share a big memo; long ones a small one
 _LONG_CACHE_ENTRIES = 64  # system prompts (private/group) and tool lists, with room for edits
+
+#: the pre-tokenizer's cut: contractions, words with their leading space, digit groups,
+#: punctuation runs (with trailing newlines), newline runs, whitespace runs
+_PIECE = re.compile(
+    r"'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+|\d{1,3}| ?(?:[^\s\w]|_)+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+#: camelCase and ACRONYMWord boundaries: BPE rarely merges across them
+_CASE_STEP = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
+_ASCII_IN_WORD = 0.3  # an ASCII letter inside a word that also holds non-ASCII letters
+_TWO_BYTE = 1.2  # Latin with diacritics, Greek, Cyrillic, Hebrew, Arabic
+_HAN = 1.8  # CJK ideographs: common ones are one token, many are two or three
+_THREE_BYTE = 1.3  # kana, Hangul, other BMP scripts
+_FOUR_BYTE = 3.0  # emoji and rare ideographs
+#: the words of JSON tool schemas: long, but one token each, and sent with every request
+_SCHEMA_WORDS = frozenset(
+    [
+        "description",
+        "parameters",
+        "properties",
+        "function",
+        "required",
+        "string",
+        "integer",
+        "boolean",
+        "number",
+        "object",
+        "array",
+        "items",
+        "enum",
+        "minimum",
+        "maximum",
+        "default",
+        "additionalProperties",
+    ]
+)
 
 
 def _bundled_tokenizer_dir() -> Path | None:
@@ -35,30 +86,52 @@ def configure_offline_tokenizer() -> None:
         os.environ.setdefault("CUSTOM_TIKTOKEN_CACHE_DIR", str(folder))
 
 
-@lru_cache(maxsize=1)
-def _encoding() -> Any | None:
-    configure_offline_tokenizer()
-    try:
-        import tiktoken
+def _char_cost(ch: str) -> float:
+    code = ord(ch)
+    if code < 0x80:
+        return _ASCII_IN_WORD
+    if code < 0x800:
+        return _TWO_BYTE
+    if code < 0x10000:
+        return _HAN if 0x4E00 <= code <= 0x9FFF or 0x3400 <= code <= 0x4DBF else _THREE_BYTE
+    return _FOUR_BYTE
 
-        return tiktoken.get_encoding(ENCODING_NAME)
-    except Exception as exc:  # noqa: BLE001 - fall back to an estimate rather than fail a turn
-        logger.warning("tiktoken unavailable ({}); estimating tokens from characters", exc)
-        return None
+
+def _piece_cost(piece: str) -> float:
+    if not piece.isascii():
+        return max(1.0, sum(_char_cost(ch) for ch in piece))
+    core = piece.rstrip("\r\n") or piece  # punctuation takes the newlines after it along
+    last = core[-1]
+    length = len(core.lstrip(" ")) or len(core)
+    if last.isalpha():
+        if piece in _SCHEMA_WORDS:
+            return 1.0
+        steps = len(_CASE_STEP.findall(piece))
+        return (1.0 if length <= 6 else 1.0 + (length - 6) / 5) + 0.8 * steps
+    if last.isdigit():
+        return 1.0
+    if last.isspace():
+        return 1.0 if length <= 2 else 2.0  # a newline and the next line's indentation
+    # punctuation: JSON's `":"`, `","`, `":{"` are single tokens; longer runs split
+    return 1.0 if length <= 4 else 1.0 + (length - 4) / 2.5
+
+
+def estimate_tokens(text: str) -> int:
+    """The estimated token count of `text` (see the module docstring); 0 for an empty text."""
+    if not text:
+        return 0
+    return math.ceil(sum(_piece_cost(piece) for piece in _PIECE.findall(text)) * SAFETY_MARGIN)
 
 
 @lru_cache(maxsize=8192)
 def _count_short(text: str) -> int:
-    enc = _encoding()
-    if enc is None:
-        return int(len(text) / CHARS_PER_TOKEN_FALLBACK) + 1
-    return len(enc.encode(text, disallowed_special=()))
+    return estimate_tokens(text)
 
 
 @lru_cache(maxsize=_LONG_CACHE_ENTRIES)
 def _count_long(text: str) -> int:
     """Long texts that recur every turn (the system prompt, the tool schemas) are counted once."""
-    return _count_short.__wrapped__(text)
+    return estimate_tokens(text)
 
 
 def count_text(text: str) -> int:
@@ -80,7 +153,7 @@ def count_message(message: dict[str, Any]) -> int:
             if isinstance(part, dict) and part.get("type") == "text":
                 total += count_text(str(part.get("text", "")))
             else:
-                total += 85  # an image part at low detail
+                total += IMAGE_PART_TOKENS
     for call in message.get("tool_calls") or []:
         fn = call.get("function", {})
         total += count_text(str(fn.get("name", ""))) + count_text(str(fn.get("arguments", ""))) + 3
@@ -94,7 +167,7 @@ def count_messages(messages: list[dict[str, Any]]) -> int:
 
 
 def count_tools(schemas: list[dict[str, Any]]) -> int:
-    """Tokens of the tool schemas; the same list (byte-stable across turns) is encoded only once."""
+    """Tokens of the tool schemas; the same list (byte-stable across turns) is estimated only once."""
     if not schemas:
         return 0
     return count_text(json.dumps(schemas, ensure_ascii=False, separators=(",", ":")))
