@@ -54,7 +54,7 @@ def test_openai_env_vars_reach_the_fake_and_never_import_litellm_or_the_openai_s
     assert "litellm" not in imported and "openai" not in imported
     assert "tiktoken" not in imported  # token budgets are estimated without a BPE table
     # what a one-shot turn does not use is not loaded either
-    assert not {"telegram", "discord", "mcp", "apscheduler", "sqlite_vec"} & imported
+    assert not {"telegram", "discord", "mcp", "apscheduler", "sqlite_vec", "numpy", "httpx"} & imported
     assert "embedded demo model" not in result.stderr
 
 

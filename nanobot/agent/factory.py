@@ -161,10 +161,14 @@ def build_runtime(
 
     search_on = config.memory.search.enabled and not small
     if search_on:
-        from nanobot.agent.tools.memory import MemoryGetTool, MemorySearchTool
-        from nanobot.memory.index import build_index
+        from nanobot.agent.tools.memory import IndexOnFirstUse, MemoryGetTool, MemorySearchTool
 
-        index = build_index(config, workspace)
+        def open_index() -> Any:
+            from nanobot.memory.index import build_index  # numpy and the retrieval modules load here
+
+            return build_index(config, workspace)
+
+        index = IndexOnFirstUse(open_index)
         memory.on_change(lambda _path: index.mark_dirty())
         share = config.memory.share_in_groups
         tools.register(MemorySearchTool(index, share_in_groups=share))

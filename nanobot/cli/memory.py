@@ -7,20 +7,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from nanobot.cli import memory_backend
 from nanobot.cli.common import ConfigOption, command_group, fail, load_cli_config
 from nanobot.config.schema import Config
-from nanobot.memory.embeddings import EmbeddingError
-from nanobot.memory.index import MemoryIndex, build_index
+
+if TYPE_CHECKING:  # the index (and numpy) load when a memory command runs, not with every command
+    from nanobot.memory.index import MemoryIndex
 
 app = command_group(help="Search and maintain the memory index.")
 
 
 def _index(config: Config) -> MemoryIndex:
+    from nanobot.memory.embeddings import EmbeddingError
+    from nanobot.memory.index import build_index
+
     try:
         return build_index(config)
     except EmbeddingError as exc:
@@ -35,6 +39,8 @@ def search(
     config_path: ConfigOption = None,
 ) -> None:
     """Search memory like the memory_search tool."""
+    from nanobot.memory.embeddings import EmbeddingError
+
     config = load_cli_config(config_path)
     index = _index(config)
     try:
@@ -59,6 +65,7 @@ def search(
 def reindex(config_path: ConfigOption = None) -> None:
     """Rebuild the memory index from the memory files (progress, rate and ETA on stderr)."""
     from nanobot.cli.progress import Progress
+    from nanobot.memory.embeddings import EmbeddingError
 
     config = load_cli_config(config_path)
     index = _index(config)

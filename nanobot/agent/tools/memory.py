@@ -4,19 +4,27 @@ In group chats both refuse unless memory.shareInGroups is true (the owner's memo
 memory_get reads only memory files (memory/**/*.md, the root MEMORY.md/HISTORY.md, and session
 transcripts when they are indexed); absolute paths, `..`, dot-folders and symlinks leading out
 are refused.
+
+`IndexOnFirstUse` stands in for the index until something needs it: building it loads numpy and
+the retrieval modules and opens its SQLite files, which a turn that never searches memory (a
+one-shot `nanobot agent -m …`) should not pay for.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.config.paths import SESSIONS_DIR
-from nanobot.memory.index import ROOT_SOURCES, MemoryIndex
+from nanobot.memory.sources import ROOT_SOURCES
 from nanobot.session.transcripts import read_transcript
 from nanobot.util.nofollow import read_regular_text
+
+if TYPE_CHECKING:
+    from nanobot.memory.index import MemoryIndex
 
 MAX_GET_LINES = 400
 MAX_GET_CHARS = 20_000
@@ -27,6 +35,42 @@ Before answering anything about past work, decisions, dates, people, preferences
 call `memory_search` with a short query and use what it finds; read more lines around a hit
 with `memory_get` (path and line numbers from the result). Cite what you use as `path#Lx-Ly`.
 If the search finds nothing relevant, say that you checked and do not remember, rather than guess."""
+
+class IndexOnFirstUse:
+    """The memory index, built by `build` the first time a tool asks for it."""
+
+    def __init__(self, build: Callable[[], MemoryIndex]) -> None:
+        self._build = build
+        self._index: MemoryIndex | None = None
+
+    def get(self) -> MemoryIndex:
+        if self._index is None:
+            self._index = self._build()
+        return self._index
+
+    def mark_dirty(self) -> None:
+        """A memory file changed: a built index re-syncs in the background; one not built yet
+        syncs everything on its first search anyway."""
+        if self._index is not None:
+            self._index.mark_dirty()
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+
+
+class _IndexTool(Tool):
+    """A memory tool over an index, or over the stand-in that builds it on first use."""
+
+    def __init__(self, index: MemoryIndex | IndexOnFirstUse, *, share_in_groups: bool = False):
+        self._source = index
+        self.share_in_groups = share_in_groups
+
+    @property
+    def index(self) -> MemoryIndex:
+        source = self._source
+        return source.get() if isinstance(source, IndexOnFirstUse) else source
+
 
 _GROUP_REFUSAL = (
     "{name} is not available in group chats: the owner's memory is private here "
@@ -39,7 +83,7 @@ def memory_prompt_section(enabled: bool = True) -> str:
     return MEMORY_RECALL_PROMPT if enabled else ""
 
 
-class MemorySearchTool(Tool):
+class MemorySearchTool(_IndexTool):
     name = "memory_search"
     description = (
         "Search your long-term memory (MEMORY.md, HISTORY.md, dated daily and session notes, and the "
@@ -57,10 +101,6 @@ class MemorySearchTool(Tool):
         "required": ["query"],
     }
 
-    def __init__(self, index: MemoryIndex, *, share_in_groups: bool = False):
-        self.index = index
-        self.share_in_groups = share_in_groups
-
     async def execute(self, ctx: ToolContext, **kwargs: Any) -> str:
         if ctx.is_group and not self.share_in_groups:
             raise ToolError(_GROUP_REFUSAL.format(name=self.name))
@@ -71,7 +111,7 @@ class MemorySearchTool(Tool):
         return json.dumps(response.to_json(), ensure_ascii=False)
 
 
-class MemoryGetTool(Tool):
+class MemoryGetTool(_IndexTool):
     name = "memory_get"
     description = (
         "Read lines of a memory file (e.g. a memory_search hit): path relative to the workspace such "
@@ -91,10 +131,6 @@ class MemoryGetTool(Tool):
         },
         "required": ["path"],
     }
-
-    def __init__(self, index: MemoryIndex, *, share_in_groups: bool = False):
-        self.index = index
-        self.share_in_groups = share_in_groups
 
     def resolve(self, raw: str) -> tuple[str, Path]:
         """(relative path, absolute path) of an allowed memory file, else ToolError."""
