@@ -173,3 +173,34 @@ async def test_cheap_staleness_check_notices_every_kind_of_change(
     assert staleness.unchanged(str(tmp_path), idx._snapshot, True)
     assert (await idx.search("walrus secret")).results == []
     idx.close()
+
+
+async def test_keyword_pass_runs_while_the_query_is_embedded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+    import threading
+
+    from nanobot.memory.index_db import IndexDB
+
+    write(tmp_path, "memory/MEMORY.md", "- The user's cat is called Miso.\n")
+    bm25_done = threading.Event()
+    real_fts = IndexDB.fts_scores
+
+    def fts_scores(self: IndexDB, match: str, title_weight: float = 0.5) -> dict[int, float]:
+        found = real_fts(self, match, title_weight)
+        bm25_done.set()
+        return found
+
+    class Waiting(FakeEmbedder):
+        async def embed_query(self, text: str) -> np.ndarray:
+            # Done one after the other, BM25 would only start after this returns: the wait fails.
+            assert await asyncio.to_thread(bm25_done.wait, 5.0), "BM25 did not run during the embedding"
+            return await super().embed_query(text)
+
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="local"), embedder=Waiting())
+    await idx.sync()
+    monkeypatch.setattr(IndexDB, "fts_scores", fts_scores)
+    response = await idx.search("cat called Miso")
+    assert response.mode == "hybrid" and response.results[0].path == "memory/MEMORY.md"
+    idx.close()

@@ -30,7 +30,7 @@ from nanobot.memory.chunking import Chunk, chunk_markdown, chunk_transcript, tex
 from nanobot.memory.embeddings import Embedder, EmbeddingError, select_embedder
 from nanobot.memory.index_db import IndexDB
 from nanobot.memory.qmd import QmdBackend
-from nanobot.memory.ranking import rank
+from nanobot.memory.ranking import KeywordPass, keyword_pass, rank
 from nanobot.memory.search import SearchResponse, SearchResult, file_date
 from nanobot.memory.sources import ROOT_SOURCES, SourceFile, discover
 from nanobot.memory.staleness import Snapshot, folder_times, unchanged
@@ -284,23 +284,31 @@ class MemoryIndex:
         except Exception as exc:  # searching what is indexed beats failing the turn
             logger.warning("memory index sync before search failed: {}", exc)
         qvec: np.ndarray | None = None
-        if self.embedder is not None:
-            try:
-                qvec = await self._query_vector(query)
-            except EmbeddingError as exc:
-                logger.warning("memory search: query embedding failed, keyword search only: {}", exc)
-        mode = "hybrid" if qvec is not None else "keyword"
+        keyword: asyncio.Future[KeywordPass] | None = None
         try:
-            results = self._rank(query, qvec, limit, threshold)
+            if self.embedder is not None and query not in self._query_vectors:
+                # The BM25 pass runs in a thread while the model embeds the query.
+                keyword = asyncio.ensure_future(asyncio.to_thread(self._keyword_pass, query))
+            if self.embedder is not None:
+                try:
+                    qvec = await self._query_vector(query)
+                except EmbeddingError as exc:
+                    logger.warning("memory search: query embedding failed, keyword search only: {}", exc)
+            found = await keyword if keyword is not None else self._keyword_pass(query)
+            results = self._rank(found, qvec, limit, threshold)
         except Exception as exc:
+            if keyword is not None and not keyword.done():
+                keyword.cancel()  # its thread finishes on its own; the result is not wanted
+            elif keyword is not None and not keyword.cancelled():
+                keyword.exception()  # retrieved: not reported again as "never retrieved"
             if not self._db.is_database_error(exc):
                 raise
             logger.warning("memory index unusable during search ({}); rebuilding it", exc)
             async with self._sync_lock:
                 await asyncio.to_thread(self._reset_db)
                 await self._sync(True)
-            results = self._rank(query, qvec, limit, threshold)
-        return SearchResponse(mode, results)
+            results = self._rank(self._keyword_pass(query), qvec, limit, threshold)
+        return SearchResponse("hybrid" if qvec is not None else "keyword", results)
 
     async def _query_vector(self, query: str) -> np.ndarray:
         """The query's embedding; the last QUERY_CACHE_SIZE are kept (an agent often repeats a search)."""
@@ -313,10 +321,14 @@ class MemoryIndex:
             del self._query_vectors[next(iter(self._query_vectors))]
         return cached
 
-    def _rank(self, query: str, qvec: np.ndarray | None, limit: int, min_score: float) -> list[SearchResult]:
+    def _keyword_pass(self, query: str) -> KeywordPass:
+        self._ensure_open()
+        return keyword_pass(self._db, query, self._today())
+
+    def _rank(self, found: KeywordPass, qvec: np.ndarray | None, limit: int, min_score: float) -> list[SearchResult]:
         self._ensure_open()
         assert self._vectors is not None
-        return rank(self._db, self._vectors, self.config, query, qvec, limit, min_score, self._today())
+        return rank(self._db, self._vectors, self.config, found, qvec, limit, min_score, self._today())
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 from datetime import date
 
 import numpy as np
@@ -104,24 +105,40 @@ def fuse_by_rank(candidates: list[Candidate], k: int, vector_weight: float, text
         cand.score = fused[cand.id] / best
 
 
+@dataclass(frozen=True)
+class KeywordPass:
+    """What the keyword side found; needs no query vector, so it can run while the model embeds."""
+
+    when: TimeRange | None  # the date range the query asks about
+    terms: list[str]  # the query's keywords (time expression and stop words out)
+    total: int  # chunks in the index
+    doc_counts: dict[str, int]  # chunks containing each keyword
+    bm25: dict[int, float]  # FTS5 bm25 of every matching chunk
+
+
+def keyword_pass(db: IndexDB, query: str, today: date) -> KeywordPass:
+    """Normalise the query and run its one BM25 pass."""
+    when, rest = parse_time_range(query, today)
+    terms = keywords(rest) if rest.strip() else []
+    total, doc_counts = db.doc_counts(terms)
+    matched = selective_terms(terms, total, doc_counts)
+    bm25 = db.fts_scores(match_query(matched)) if matched else {}
+    return KeywordPass(when, terms, total, doc_counts, bm25)
+
+
 def rank(
     db: IndexDB,
     vectors: VectorSearcher,
     cfg: MemorySearchConfig,
-    query: str,
+    found: KeywordPass,
     qvec: np.ndarray | None,
     limit: int,
     min_score: float,
     today: date,
 ) -> list[SearchResult]:
     """Top `limit` results: hybrid when a query vector is given, keyword-only otherwise."""
-    when, rest = parse_time_range(query, today)
-    terms = keywords(rest) if rest.strip() else []
-    total, doc_counts = db.doc_counts(terms)
-    matched = selective_terms(terms, total, doc_counts)
-    match = match_query(matched) if matched else ""
+    when, terms, total, doc_counts, bm25 = found.when, found.terms, found.total, found.doc_counts, found.bm25
     pool = limit * cfg.candidate_multiplier
-    bm25 = db.fts_scores(match) if match else {}
     ids = heapq.nsmallest(pool, bm25, key=bm25.__getitem__)
     if qvec is not None:
         ids += [i for i, _ in vectors.knn(qvec, pool)]
