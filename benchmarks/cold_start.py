@@ -2,7 +2,7 @@
 
 The HTTP fake LLM answers at 0 ms from a thread of this process; each run is a fresh
 `python -m nanobot agent -m hi` in an onboarded home whose config points `providers.custom` at the
-fake (the direct openai-SDK route). In the same sitting it times bare `python -c pass` and
+fake (the direct route, nanobot's own HTTP client). In the same sitting it times bare `python -c pass` and
 `python -c "import litellm"`, so the ratio holds however loaded the machine is. Prints the median
 and min over `--runs`, each run's peak RSS (from wait4), and the slowest imports of one
 `-X importtime` run.

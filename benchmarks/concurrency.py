@@ -4,7 +4,7 @@ The fake LLM runs in its own process (`python -m tests.fakes.llm_server`), so th
 spends is the client's and the agent's only.
 
 1. Client CPU per LLM call: `provider.chat()` in a loop against the fake at 0 ms, CPU time of this
-   process divided by the calls (median of `--runs` batches); the direct openai-SDK route, and the
+   process divided by the calls (median of `--runs` batches); the direct route (nanobot's own HTTP client), and the
    litellm route (`via: "litellm"`) for comparison.
 2. 50 sessions × 1 message, the model answering after 200 ms, through the AgentLoop and the direct
    route with `maxConcurrentTurns` 50 (median of `--runs`); the same with the default gate, and with
@@ -183,7 +183,7 @@ async def main() -> int:
             for via in routes:
                 provider = resolve_provider(config(ws / "cpu", fast.url, GATE, via))
                 cpu = await cpu_per_call_ms(provider, args.calls, args.runs)
-                label = "direct (openai SDK)" if via == "auto" else "litellm"
+                label = "direct (own HTTP client)" if via == "auto" else "litellm"
                 print(
                     f"client CPU per call, {label}: median {med(cpu):.2f} ms (min {min(cpu):.2f}) "
                     f"over {args.runs} × {args.calls} calls"

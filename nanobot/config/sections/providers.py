@@ -19,7 +19,7 @@ class ProviderConfig(Section):
                                           "provider.")
     via: Literal["auto", "litellm"] = Field("auto", description="Client library: `auto` sends "
                                             "OpenAI-compatible APIs (openai, custom, openrouter, deepseek, "
-                                            "groq, mistral, ollama) through the openai SDK and the others "
+                                            "groq, mistral, ollama) through nanobot's own HTTP client and the others "
                                             "through litellm; `litellm` always uses litellm (slower start).")
 
 
