@@ -16,7 +16,7 @@ import pytest
 from nanobot.util import fs
 from nanobot.util.retry import backoff_s, parse_retry_after, retry_after_from_headers, retry_delay_s
 from nanobot.util.tasks import finish_or_cancel
-from nanobot.util.text import truncate_head, truncate_middle, truncate_tail
+from nanobot.util.text import pack, truncate_head, truncate_middle, truncate_tail
 from nanobot.util.tool_args import as_dict, first_string_arg, from_provider, parse_arguments
 
 
@@ -225,3 +225,10 @@ def test_try_flock_says_when_another_holder_has_it(tmp_path: Path) -> None:
         for fd in (first, second):
             if fd >= 0:
                 os.close(fd)
+
+
+def test_pack_groups_in_order_within_the_budget() -> None:
+    assert pack(["a", "b", "c", "d"], [4, 5, 2, 9], 10) == [["a", "b"], ["c"], ["d"]]
+    assert pack(["big", "x"], [25, 1], 10) == [["big"], ["x"]]  # too large alone: a group by itself
+    assert pack([], [], 10) == []
+    assert pack("abc", [0.25, 0.25, 0.25], 0.5) == [["a", "b"], ["c"]]

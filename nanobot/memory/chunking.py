@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from nanobot.memory.fts import is_cjk_char
 from nanobot.session.transcripts import transcript_lines
+from nanobot.util.text import pack
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -67,19 +68,8 @@ def iso_day(text: str) -> str:
 
 def _split_long_line(line: str, max_tokens: int) -> list[str]:
     """Cut a line that alone exceeds the budget into pieces of about max_tokens each."""
-    pieces: list[str] = []
-    current: list[str] = []
-    used = 0.0
-    for ch in line:
-        cost = 1.0 if is_cjk_char(ch) else 1.0 / CHARS_PER_TOKEN
-        if current and used + cost > max_tokens:
-            pieces.append("".join(current))
-            current, used = [], 0.0
-        current.append(ch)
-        used += cost
-    if current:
-        pieces.append("".join(current))
-    return pieces
+    costs = [1.0 if is_cjk_char(ch) else 1.0 / CHARS_PER_TOKEN for ch in line]
+    return ["".join(piece) for piece in pack(line, costs, max_tokens)]
 
 
 def _units(lines: list[tuple[int, str]], max_tokens: int, day: str = "", turns: list[bool] | None = None,

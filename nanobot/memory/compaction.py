@@ -15,6 +15,7 @@ from loguru import logger
 from nanobot.memory.transcript import render_message
 from nanobot.providers.base import LLMProvider
 from nanobot.providers.tokens import count_message, count_text
+from nanobot.util.text import pack
 
 BASE_CHUNK_RATIO = 0.4
 MIN_CHUNK_RATIO = 0.15
@@ -31,21 +32,6 @@ def chunk_ratio(avg_message_tokens: float, window_tokens: int) -> float:
     """Smaller chunks when messages are large relative to the window."""
     ratio = BASE_CHUNK_RATIO - (avg_message_tokens * SAFETY_MARGIN) / max(window_tokens, 1)
     return max(MIN_CHUNK_RATIO, min(BASE_CHUNK_RATIO, ratio))
-
-
-def split_by_tokens(lines: list[str], sizes: list[int], max_tokens: int) -> list[list[str]]:
-    chunks: list[list[str]] = []
-    current: list[str] = []
-    used = 0
-    for line, size in zip(lines, sizes, strict=True):
-        if current and used + size > max_tokens:
-            chunks.append(current)
-            current, used = [], 0
-        current.append(line)
-        used += size
-    if current:
-        chunks.append(current)
-    return chunks
 
 
 def fallback_summary(messages: list[dict[str, Any]], omitted_note: str) -> str:
@@ -84,7 +70,7 @@ async def compact_transcript(
         return "\n".join(lines) + omitted_note
     ratio = chunk_ratio(sum(sizes) / max(len(sizes), 1), window_tokens)
     chunk_tokens = max(256, int(window_tokens * ratio / SAFETY_MARGIN))
-    chunks = split_by_tokens(lines, sizes, chunk_tokens)
+    chunks = pack(lines, sizes, chunk_tokens)
     logger.info("compaction: {} messages in {} chunks (ratio {:.2f})", len(lines), len(chunks), ratio)
     summary = ""
     for n, chunk in enumerate(chunks, 1):

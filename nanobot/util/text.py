@@ -2,7 +2,8 @@
 
 `safe_id` turns any string into a file-system and API safe id.
 
-`truncate_head` keeps the start, `truncate_tail` the end, `truncate_middle` both ends around a marker.
+`truncate_head` keeps the start, `truncate_tail` the end, `truncate_middle` both ends around a marker;
+`pack` splits a sequence into consecutive groups within a size budget (chunks of a token budget).
 Markers are format strings that may use `{omitted}` (characters dropped), `{total}` (original length)
 and `{limit}` (the size asked for). Text within the limit is returned unchanged.
 """
@@ -11,6 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 ELLIPSIS = "…"
 MIDDLE_MARKER = "\n\n[... truncated: {omitted} of {total} characters omitted ...]\n\n"
@@ -62,6 +67,23 @@ def truncate_middle(
     tail = max(0, max_chars - head - marker_budget) if tail_share is None else int(max_chars * tail_share)
     omitted = len(text) - head - tail
     return text[:head] + _marker(marker, omitted, len(text), max_chars) + (text[-tail:] if tail else "")
+
+
+def pack(items: Sequence[T], sizes: Sequence[float], budget: float) -> list[list[T]]:
+    """`items` in order, in consecutive groups whose `sizes` add up to at most `budget`; an item
+    larger than the budget on its own forms a group by itself."""
+    groups: list[list[T]] = []
+    current: list[T] = []
+    used = 0.0
+    for item, size in zip(items, sizes, strict=True):
+        if current and used + size > budget:
+            groups.append(current)
+            current, used = [], 0.0
+        current.append(item)
+        used += size
+    if current:
+        groups.append(current)
+    return groups
 
 
 def safe_id(value: str, *, allowed: str = "A-Za-z0-9_-", max_chars: int = 64) -> str:
