@@ -39,7 +39,7 @@ class MemorySearchConfig(Section):
                                                "keyword and vector results: `weighted` (the weighted sum "
                                                "of both scores) or `rrf` (reciprocal-rank fusion of both "
                                                "orders, weighted the same way).")
-    rrf_k: int = Field(60, ge=1, description="Rank offset of reciprocal-rank fusion: larger flattens the "
+    rrf_k: int = Field(10, ge=1, description="Rank offset of reciprocal-rank fusion: larger flattens the "
                        "difference between the first places.")
     candidate_multiplier: int = Field(4, ge=1, description="Candidates ranked per result wanted.")
     snippet_chars: int = Field(1000, ge=100, le=4000, description="Most characters of a result's "
