@@ -127,15 +127,12 @@ class ExecTool(Tool):
         except OSError as exc:
             raise ToolError(f"command could not start: {exc.strerror or exc}") from None
         text = cap_output(result.text(), self.cfg.max_output_chars)
+        killed = None
         if result.timed_out:
-            raise ToolError(
-                f"command timed out after {limit:g} s and was killed: {shlex.quote(command)[:200]}"
-                + (f"\nOutput so far:\n{text}" if text else "")
-            )
-        if result.capped:
-            raise ToolError(
-                f"command printed more than {self.cfg.max_output_bytes} bytes and was killed"
-                + (f"\nOutput so far:\n{text}" if text else "")
-            )
+            killed = f"command timed out after {limit:g} s and was killed: {shlex.quote(command)[:200]}"
+        elif result.capped:
+            killed = f"command printed more than {self.cfg.max_output_bytes} bytes and was killed"
+        if killed:
+            raise ToolError(killed + (f"\nOutput so far:\n{text}" if text else ""))
         text = text or "(no output)"
         return f"{text}\n[exit code {result.returncode}]" if result.returncode else text
