@@ -16,8 +16,8 @@ from nanobot.memory.backends.contract import (
     RetrieveRequest,
     RetrieveResult,
     Trace,
-    capabilities,
 )
+from nanobot.memory.backends.evaluation.capabilities import capabilities
 from nanobot.memory.backends.formatting import format_result
 from nanobot.providers.tokens import count_text
 from tests.fakes.llm_server import FakeLLMServer

@@ -18,9 +18,9 @@ from nanobot.memory.backends.contract import (
     MemoryAdapter,
     MemoryEvent,
     MemoryScope,
-    SupportsReadiness,
     SupportsSessionBoundary,
 )
+from nanobot.memory.backends.evaluation.capabilities import SupportsReadiness
 from nanobot.memory.backends.registry import build_adapter
 from tests.fakes.llm_server import FakeLLMServer
 

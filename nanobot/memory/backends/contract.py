@@ -186,59 +186,14 @@ class BackendConfigError(ProviderConfigError):
 
 
 # ---------------------------------------------------------------------- optional capabilities
-@runtime_checkable
-class SupportsReadiness(Protocol):
-    async def readiness(self, scope: MemoryScope) -> Readiness: ...
-
-    async def wait_until_ready(self, scope: MemoryScope, timeout_s: float) -> Readiness: ...
-
-
-@runtime_checkable
-class SupportsBulkIngest(Protocol):
-    async def record_events(self, events: list[MemoryEvent]) -> list[WriteReceipt]: ...
-
-
-@runtime_checkable
-class SupportsNativeMutation(Protocol):
-    async def native_mutation(self, scope: MemoryScope, operation: str, **kwargs: Any) -> dict[str, Any]: ...
-
-
-@runtime_checkable
-class SupportsProvenance(Protocol):
-    async def provenance(self, scope: MemoryScope, native_id: str) -> dict[str, Any]: ...
-
-
-@runtime_checkable
-class SupportsNativeQuery(Protocol):
-    async def native_query(self, scope: MemoryScope, query: str) -> dict[str, Any]: ...
-
-
-@runtime_checkable
-class SupportsFeedback(Protocol):
-    async def apply_feedback(self, scope: MemoryScope, session_id: str, feedback: str) -> WriteReceipt: ...
-
-
+# The agent uses one: the session boundary. The others (readiness, bulk ingest, native mutation,
+# feedback, ...) are discovered by the check in evaluation/capabilities.py.
 @runtime_checkable
 class SupportsSessionBoundary(Protocol):
     """A /new in the chat (whoever spoke in it): controls that pack prior transcripts need to know
     where one ends."""
 
     async def end_session(self, session_id: str) -> None: ...
-
-
-CAPABILITIES: dict[str, type] = {
-    "readiness": SupportsReadiness,
-    "bulk_ingest": SupportsBulkIngest,
-    "native_mutation": SupportsNativeMutation,
-    "provenance": SupportsProvenance,
-    "native_query": SupportsNativeQuery,
-    "feedback": SupportsFeedback,
-    "session_boundary": SupportsSessionBoundary,
-}
-
-
-def capabilities(adapter: object) -> dict[str, bool]:
-    return {name: isinstance(adapter, proto) for name, proto in CAPABILITIES.items()}
 
 
 def elapsed_ms(started: float) -> float:

@@ -24,11 +24,10 @@ from nanobot.memory.backends.contract import (
     MemoryEvent,
     MemoryScope,
     RetrieveRequest,
-    SupportsReadiness,
     SupportsSessionBoundary,
-    capabilities,
     elapsed_ms,
 )
+from nanobot.memory.backends.evaluation.capabilities import SupportsReadiness, capabilities
 from nanobot.memory.backends.evaluation.conditions import condition_kind
 from nanobot.memory.backends.registry import build_adapter, select
 
