@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nanobot.config.paths import ARCHIVE_DIR, MEMORY_DIR, SESSIONS_DIR
+from nanobot.config.paths import MEMORY_DIR
+from nanobot.session.transcripts import TRANSCRIPT_FOLDERS
 
 Stamp = tuple[int, int]  # (mtime_ns, size)
 
@@ -29,7 +30,7 @@ class Snapshot:
 def _folders(root: str, include_sessions: bool) -> list[str]:
     found = ["", MEMORY_DIR]
     if include_sessions:
-        found += [SESSIONS_DIR, f"{SESSIONS_DIR}/{ARCHIVE_DIR}"]
+        found += TRANSCRIPT_FOLDERS
     memory = os.path.join(root, MEMORY_DIR)
     for here, dirs, _files in os.walk(memory, followlinks=False):
         dirs[:] = [d for d in dirs if not d.startswith(".")]

@@ -22,6 +22,8 @@ from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR
 from nanobot.util.nofollow import plain_path, read_regular_text, regular_files
 
 TRANSCRIPT_SUFFIX = ".jsonl"
+#: where transcripts live, workspace-relative: live ones, then the ones /new archived
+TRANSCRIPT_FOLDERS = (SESSIONS_DIR, f"{SESSIONS_DIR}/{ARCHIVE_DIR}")
 MAX_TRANSCRIPT_LINE_CHARS = 4000  # one message as the index holds it
 _ARCHIVE_NAME = re.compile(r"^(.+)-\d{8}T\d{6}(?:-\d+)?$")  # <session file stem>-<stamp>[-n]
 
@@ -36,7 +38,7 @@ class TranscriptFile:
 def list_transcripts(workspace: Path) -> list[TranscriptFile]:
     """Live transcripts, then archived ones, each in name order; never through a symlink."""
     out: list[TranscriptFile] = []
-    for folder, archived in ((SESSIONS_DIR, False), (f"{SESSIONS_DIR}/{ARCHIVE_DIR}", True)):
+    for folder, archived in zip(TRANSCRIPT_FOLDERS, (False, True), strict=True):
         if not plain_path(workspace, folder):
             parts = folder.split("/")
             if any(workspace.joinpath(*parts[: i + 1]).is_symlink() for i in range(len(parts))):
