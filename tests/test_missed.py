@@ -12,6 +12,7 @@ from nanobot.gateway.missed import (
     DELIVERY_KEY,
     RESUME_KEY,
     answer_missed,
+    delivery_of,
     find_missed,
     mark_delivered,
     unanswered_index,
@@ -173,6 +174,25 @@ async def test_undelivered_replies_of_a_just_archived_transcript_are_sent_again(
     assert await answer_missed(store, bus, ["telegram"], within_s=600, now=NOW.timestamp()) == 1
     out = bus.outbound.get_nowait()
     assert (out.chat_id, out.content) == ("5", "a2")
-    assert DELIVERY_KEY not in out.metadata  # the archive cannot be marked; the live session is not touched
-    mark_delivered(store, out)
+    mark_delivered(store, out)  # recorded in the archive; the live session is not touched
     assert store.get("telegram:5").metadata["delivered_through"] == 2
+    archive = next((tmp_path / "sessions" / "archive").glob("telegram_5-*.jsonl"))
+    assert store.load_archived(archive).metadata["delivered_through"] == 4
+    # So the next start does not send it once more.
+    assert await answer_missed(store, MessageBus(), ["telegram"], within_s=600, now=NOW.timestamp()) == 0
+
+
+async def test_a_reply_delivered_after_new_is_recorded_in_its_archive(tmp_path: Path) -> None:
+    store = store_with(tmp_path, {"telegram:6": [user("q1", 30), assistant("a1"), user("q2", 20)]})
+    session = store.get("telegram:6")
+    store.set_metadata(session, delivered_through=2)
+    store.append(session, assistant("a2"))
+    reply = OutboundMessage("telegram", "6", "a2", metadata={DELIVERY_KEY: delivery_of(session)})
+    store.archive(session, NOW)  # /new ran before the channel sent a2
+    store.append(store.get("telegram:6"), user("fresh", 5), assistant("hello"))
+    store.set_metadata(store.get("telegram:6"), delivered_through=2)
+    mark_delivered(store, reply)
+    assert store.get("telegram:6").metadata["delivered_through"] == 2  # the live session is not touched
+    archive = next((tmp_path / "sessions" / "archive").glob("telegram_6-*.jsonl"))
+    assert store.load_archived(archive).metadata["delivered_through"] == 4
+    assert await answer_missed(store, MessageBus(), ["telegram"], within_s=600, now=NOW.timestamp()) == 0

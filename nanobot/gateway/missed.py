@@ -16,7 +16,8 @@ A reply that was saved but perhaps never sent (the kill came between the two) is
 delivered reply is recorded in its session (`delivered_through` in the metadata, written by the
 gateway once the channel has sent it; a channel sends a chat's replies in order), so every young
 final reply past that mark goes out once more, before the resumed turn's reply. That is
-at-least-once: the user may see such a reply twice, never zero times.
+at-least-once: the user may see such a reply twice, never zero times. A reply delivered after /new
+archived its transcript is recorded in the archive, so it is not sent again at every start.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from nanobot.timeutil import parse_iso_or_none
 
 RESUME_KEY = "resume"  # InboundMessage.metadata flag: the user message is already in the session
 DELIVERY_KEY = "delivery"  # OutboundMessage.metadata: {"session": key, "through": message count}
+ARCHIVES_SEARCHED = 5  # a reply delivered after /new belongs to one of its chat's newest archives...
+ARCHIVE_DELIVERY_WINDOW_S = 86_400.0  # ...changed within this many seconds
 
 
 Kind = Literal["turn", "reply"]
@@ -51,7 +54,8 @@ class Missed:
     is_group: bool
     age_s: float | None  # None: no readable timestamp
     kind: Kind = "turn"
-    archived: bool = False  # in a transcript /new archived: its delivery cannot be recorded any more
+    archived: bool = False  # in a transcript /new archived (its delivery is recorded in that file)
+    first: str | None = None  # an archived transcript's first timestamp: which archive it is
 
 
 def undelivered_replies(session: Session) -> list[int]:
@@ -126,7 +130,10 @@ def _archived_replies(
             stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
             age = None if stamp is None else max(0.0, now - stamp.timestamp())
             key = f"{channel}:{chat_id}"
-            found.append(Missed(key, channel, chat_id, index, message, False, age, "reply", archived=True))
+            first = session.messages[0].get("timestamp") if session.messages else None
+            found.append(
+                Missed(key, channel, chat_id, index, message, False, age, "reply", archived=True, first=first)
+            )
     return found
 
 
@@ -154,8 +161,13 @@ def delivery_of(session: Session, through: int | None = None) -> dict[str, Any]:
 
 
 def resend_message(missed: Missed, session: Session | None) -> OutboundMessage:
-    """The saved reply, sent again; its delivery is recorded like any reply's (a live session's)."""
-    metadata = {} if session is None else {DELIVERY_KEY: delivery_of(session, missed.index + 1)}
+    """The saved reply, sent again; its delivery is recorded like any reply's (an archived one's in
+    its archive, so the next start does not send it once more)."""
+    metadata: dict[str, Any] = {}
+    if session is not None:
+        metadata[DELIVERY_KEY] = delivery_of(session, missed.index + 1)
+    elif missed.archived:
+        metadata[DELIVERY_KEY] = {"session": missed.session_key, "through": missed.index + 1, "first": missed.first}
     return OutboundMessage(
         channel=missed.channel,
         chat_id=missed.chat_id,
@@ -169,13 +181,34 @@ def mark_delivered(sessions: SessionStore, msg: OutboundMessage) -> None:
     delivery = msg.metadata.get(DELIVERY_KEY)
     if not isinstance(delivery, dict) or not delivery.get("session"):
         return
-    session = sessions.get(str(delivery["session"]))
+    key = str(delivery["session"])
+    session = sessions.get(key)
     first = session.messages[0].get("timestamp") if session.messages else None
-    if first != delivery.get("first"):
-        return  # archived by /new since: its delivery no longer matters
     through = int(delivery.get("through") or 0)
+    if first != delivery.get("first"):
+        _mark_archived(sessions, key, delivery.get("first"), through)  # /new archived it since
+        return
     if through > int(session.metadata.get("delivered_through", 0) or 0):
         sessions.set_metadata(session, delivered_through=through)
+
+
+def _mark_archived(sessions: SessionStore, key: str, first: Any, through: int) -> None:
+    """Record a delivery in the archived transcript it belongs to (one of the newest few of `key`):
+    otherwise every start within answerMissedWithinS would send that reply again."""
+    if not first:
+        return
+    stem = session_file_name(key).removesuffix(".jsonl")
+    archives = [path for of, path in sessions.archived_since(ARCHIVE_DELIVERY_WINDOW_S) if of == stem]
+    for path in sorted(archives, reverse=True)[:ARCHIVES_SEARCHED]:
+        # Loaded and written at once (no await between): the line carries the file's latest metadata.
+        archived = sessions.load_archived(path)
+        try:
+            if archived.messages and archived.messages[0].get("timestamp") == first:
+                if through > int(archived.metadata.get("delivered_through", 0) or 0):
+                    sessions.set_metadata(archived, delivered_through=through)
+                return
+        finally:
+            sessions.release(archived)
 
 
 async def answer_missed(
