@@ -15,7 +15,11 @@ Checked after every kill:
 - acknowledged messages missing from the transcripts: every message whose reply the fake server
   received must be in a session file (live or archived), and so must the reply. Must be 0.
 
-Checked at the end (after a last, clean run has answered the backlog):
+Checked at the end: a last run is stopped gracefully (SIGTERM) while it answers the backlog, like a
+kill under load; the stop is timed and must exit 0 within 15 s (the service unit's TimeoutStopSec
+is 20 s). A graceful stop may leave messages unanswered, never lost: what it had not saved stays
+unconfirmed at Telegram, what it saved is answered at the next start. So one more start answers
+what is left and is stopped gracefully once replies pause. Then:
 - unanswered messages: every message the producer pushed must have received its reply (delivery is
   at-least-once up to the reply: Telegram serves again what was not saved, and the gateway answers
   at start what was saved but not answered). Must be 0. Replies sent twice (a message answered, then
@@ -23,11 +27,12 @@ Checked at the end (after a last, clean run has answered the backlog):
 
     .venv/bin/python benchmarks/crash_safety.py [--iterations 50] [--chats 3] [--seed 1] [--launcher fork|exec]
 
-Exit status 0 when all four figures are 0. Most of the run time is the gateway's start-up, chiefly
-importing litellm (seconds). By default the gateways are therefore forked from a "zygote" process
-that has imported everything once (`--launcher fork`): each child then runs the same CLI entry
-point as `nanobot gateway`, in its own process with its own pid, files and lock, and is SIGKILLed
-like any other. `--launcher exec` starts `python -m nanobot gateway` afresh every time instead.
+Exit status 0 when all four figures are 0 and both graceful stops exit 0 in time. Most of the run
+time is the gateway's start-up, chiefly importing litellm (seconds). By default the gateways are
+therefore forked from a "zygote" process that has imported everything once (`--launcher fork`):
+each child then runs the same CLI entry point as `nanobot gateway`, in its own process with its own
+pid, files and lock, and is SIGKILLed like any other. `--launcher exec` starts
+`python -m nanobot gateway` afresh every time instead.
 """
 
 from __future__ import annotations
@@ -469,6 +474,20 @@ def wait_for_new_ack(
     return False
 
 
+def wait_all_saved(tg: FakeTelegramServer, timeout_s: float = 120.0) -> None:
+    """Wait until Telegram holds no unconfirmed update (every message is saved)."""
+    deadline = time.monotonic() + timeout_s
+    while tg.held_ids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def timed_stop(gw: GatewayProcess | ForkedGateway) -> tuple[int | None, float]:
+    """SIGTERM and wait (a gateway overrunning ZYGOTE_STOP_TIMEOUT_S is killed): (exit code, s)."""
+    started = time.monotonic()
+    code = gw.stop() if isinstance(gw, ForkedGateway) else gw.stop(timeout=ZYGOTE_STOP_TIMEOUT_S)
+    return code, time.monotonic() - started
+
+
 def settle(tg: FakeTelegramServer, quiet_s: float, timeout_s: float = 120.0) -> None:
     """Wait until no new reply arrives for `quiet_s` (the backlog is answered)."""
     deadline = time.monotonic() + timeout_s
@@ -503,6 +522,9 @@ def run(iterations: int, chats: int, seed: int, verbose: bool, launcher: str = "
             ForkedGateway(home) if launcher == "fork" else GatewayProcess(home)
         )
         final_code: int | None = None
+        final_stop_s = restart_stop_s = 0.0
+        restart_code: int | None = None
+        held_at_stop = 0
         saved: set[str] = set()
         replied: set[str] = set()
         try:
@@ -531,13 +553,20 @@ def run(iterations: int, chats: int, seed: int, verbose: bool, launcher: str = "
                         f"{figures.missing_reply}  t={time.monotonic() - started:5.0f}s",
                         flush=True,
                     )
-            # A last, clean run: answer the backlog, stop gracefully, check once more.
+            # A last run: SIGTERM while it answers the backlog (turns and memory work in flight).
             producer.stop_event.set()
             producer.new_epoch()
             gw.start()
             wait_for_new_ack(tg, gw, sum(acked(tg).values()), FIRST_REPLY_TIMEOUT_S)
+            time.sleep(rng.uniform(0.0, LOAD_KILL_MAX_S))
+            held_at_stop = len(tg.held_ids())
+            final_code, final_stop_s = timed_stop(gw)
+            check(gw.workspace, acked(tg), figures)
+            # What that stop left unanswered is answered by the next start; stopped gracefully too.
+            gw.start()
+            wait_all_saved(tg)
             settle(tg, SETTLE_QUIET_S)
-            final_code = gw.stop()
+            restart_code, restart_stop_s = timed_stop(gw)
             check(gw.workspace, acked(tg), figures)
             saved, replied = check_sessions(gw.workspace, Figures())
         finally:
@@ -554,16 +583,23 @@ def run(iterations: int, chats: int, seed: int, verbose: bool, launcher: str = "
 
     elapsed = time.monotonic() - started
     ok = figures.corrupt_session_lines == figures.corrupt_memory_files == 0
-    ok = ok and figures.missing_user == figures.missing_reply == 0 and final_code == 0
+    ok = ok and figures.missing_user == figures.missing_reply == 0 and final_code == restart_code == 0
     ok = ok and unanswered == 0
     print(
         "goal: 0 corrupt session lines, 0 corrupt memory files, 0 acknowledged messages missing from the "
-        "transcripts, 0 messages never answered (at-least-once up to the reply), final stop exit 0"
+        "transcripts, 0 messages never answered (at-least-once up to the reply), graceful stops exit 0 "
+        f"within {ZYGOTE_STOP_TIMEOUT_S:.0f} s"
     )
+    load = os.getloadavg()
     print(f"launcher: {launcher}")
+    print(f"host load average at the end (1/5/15 min): {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
     print(
         f"iterations: {figures.iterations} (killed under load: {figures.load_kills}, during start-up: "
-        f"{figures.startup_kills}) in {elapsed:.0f} s; final graceful stop exit code {final_code}"
+        f"{figures.startup_kills}) in {elapsed:.0f} s"
+    )
+    print(
+        f"graceful stop under load ({held_at_stop} updates not yet saved at SIGTERM): exit code {final_code} "
+        f"in {final_stop_s:.1f} s; idle stop after one more start: exit code {restart_code} in {restart_stop_s:.1f} s"
     )
     print(
         f"messages pushed: {pushed} (+{producer.commands} /new), acknowledged: {len(acks)}, "
