@@ -437,9 +437,10 @@ def write_config(home: Path, llm: FakeLLMServer, tg: FakeTelegramServer) -> None
                 "provider": "custom",
                 "model": "fake-model",
                 "llmMaxRetries": 0,
-                # ~2,000 tokens of system prompt and tools: flushes every compaction cycle,
-                # consolidation every ~20 turns, an archive every NEW_EVERY_MESSAGES.
-                "contextWindowTokens": 3328,
+                # ~2,200 tokens of system prompt and tools leave ~450 for the conversation:
+                # flushes every compaction cycle, consolidation every ~20 turns, an archive every
+                # NEW_EVERY_MESSAGES. (A smaller window leaves no room: the gateway warns at start.)
+                "contextWindowTokens": 3840,
                 "maxTokens": 512,
             }
         },

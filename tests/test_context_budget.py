@@ -155,3 +155,15 @@ async def test_memory_over_its_budget_does_not_make_every_turn_consolidate(
         assert all(fact in kept for fact in facts)
     finally:
         await runtime.aclose()
+
+
+def test_a_window_too_small_for_tools_and_system_prompt_is_reported_at_start(
+    make_config, logs: list[str]  # noqa: ANN001
+) -> None:
+    for window, cramped in ((2048, True), (65536, False)):
+        logs.clear()
+        config, _ = make_config(**{"agents.defaults.contextWindowTokens": window, "agents.defaults.maxTokens": 512})
+        runtime = build_runtime(config)
+        runtime.agent.sessions.close()
+        said = [line for line in logs if "for the conversation beside the tool schemas" in line]
+        assert bool(said) == cramped, (window, said)

@@ -17,7 +17,13 @@ from loguru import logger
 from nanobot.agent.agent import Agent, AgentSettings
 from nanobot.agent.context import Budget, ContextBuilder
 from nanobot.agent.loop import AgentLoop
-from nanobot.agent.prompt_budget import cut_bootstrap, cut_memory, system_room_tokens
+from nanobot.agent.prompt_budget import (
+    CHARS_PER_TOKEN,
+    cut_bootstrap,
+    cut_memory,
+    system_room_tokens,
+    warn_if_cramped,
+)
 from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnRunner
 from nanobot.agent.subagents import MAX_SUBAGENT_ITERATIONS, SubagentManager
@@ -253,10 +259,12 @@ def build_runtime(
 
     memory_file_chars = budget.memory_chars  # the file's own limit for consolidation
     if not small:  # the prompt shares leave the conversation room beside the tool schemas
-        system_tokens = system_room_tokens(settings.budget_tokens, tools.schema_tokens(tool_names))
+        tool_tokens = tools.schema_tokens(tool_names)
+        system_tokens = system_room_tokens(settings.budget_tokens, tool_tokens)
         budget = cut_bootstrap(budget, system_tokens)
         rest = count_message({"role": "system", "content": context_with(budget, False).system_prompt()})
         budget = cut_memory(budget, system_tokens, rest)
+        warn_if_cramped(settings.budget_tokens, tool_tokens, rest + budget.memory_chars // CHARS_PER_TOKEN)
     long_term = build_long_term_memory(config, workspace, memory, budget.memory_chars)
     # With an external backend (or a control condition) long-term memory reaches the prompt
     # only through that backend's runtime context, never also through MEMORY.md.

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from loguru import logger
+
 from nanobot.agent.context import Budget
 
 #: share of the room after the tool schemas the system prompt may take; the rest is the conversation's
@@ -24,6 +26,8 @@ SYSTEM_SHARE = 0.6
 CHARS_PER_TOKEN = 3
 #: MEMORY.md's prompt share never goes below this many characters
 MIN_MEMORY_CHARS = 600
+#: with less of the budget left for the conversation, consolidation would run on most turns
+MIN_CONVERSATION_SHARE = 0.1
 
 
 def system_room_tokens(prompt_tokens: int, tool_tokens: int) -> int:
@@ -41,3 +45,18 @@ def cut_memory(budget: Budget, system_tokens: int, rest_tokens: int) -> Budget:
     """MEMORY.md's prompt cap cut to what the rest of the system prompt (`rest_tokens`) leaves."""
     left = max(MIN_MEMORY_CHARS, (system_tokens - rest_tokens) * CHARS_PER_TOKEN)
     return replace(budget, memory_chars=min(budget.memory_chars, left))
+
+
+def warn_if_cramped(prompt_tokens: int, tool_tokens: int, system_tokens: int) -> None:
+    """Say at start-up when the window leaves the conversation almost no room (no cut can help)."""
+    left = prompt_tokens - tool_tokens - system_tokens
+    if left < prompt_tokens * MIN_CONVERSATION_SHARE:
+        logger.warning(
+            "the prompt budget of {} tokens leaves ~{} for the conversation beside the tool schemas ({}) "
+            "and the system prompt (~{}): memory consolidation will run on most turns; raise "
+            "agents.defaults.contextWindowTokens",
+            prompt_tokens,
+            max(left, 0),
+            tool_tokens,
+            system_tokens,
+        )
