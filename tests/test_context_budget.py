@@ -167,3 +167,36 @@ def test_a_window_too_small_for_tools_and_system_prompt_is_reported_at_start(
         runtime.agent.sessions.close()
         said = [line for line in logs if "for the conversation beside the tool schemas" in line]
         assert bool(said) == cramped, (window, said)
+
+
+async def test_consolidation_does_not_repeat_when_the_message_alone_is_over_the_budget(
+    make_config, monkeypatch: pytest.MonkeyPatch, logs: list[str]  # noqa: ANN001
+) -> None:
+    """A message that alone overflows the budget: consolidating a short history cannot help, so it
+    is not done before every turn (it is, once the history is substantial), and it is said once."""
+    config, _ = make_config(**{"agents.defaults.contextWindowTokens": 3840, "agents.defaults.maxTokens": 512})
+    runtime = build_runtime(config)
+    lifecycle = runtime.agent.lifecycle
+    calls: list[int] = []
+
+    async def consolidate(messages: list, *, private: bool) -> bool:  # type: ignore[type-arg]
+        calls.append(len(messages))
+        return True
+
+    monkeypatch.setattr(lifecycle.consolidator, "consolidate", consolidate)
+    session = runtime.agent.sessions.get("telegram:1")
+    runtime.agent.sessions.append(session, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"})
+    huge = lifecycle.budget_tokens + 500  # the system prompt, tools and a pasted document
+    try:
+        for _ in range(3):
+            await lifecycle.ensure_fits(session, lambda: huge, private=True)
+        assert calls == []
+        assert len([line for line in logs if "alone take" in line]) == 1
+        long_reply = " ".join(["word"] * lifecycle.budget_tokens)
+        runtime.agent.sessions.append(
+            session, {"role": "user", "content": "and this"}, {"role": "assistant", "content": long_reply}
+        )
+        await lifecycle.ensure_fits(session, lambda: huge + lifecycle.budget_tokens, private=True)
+        assert calls  # a substantial history is consolidated
+    finally:
+        runtime.agent.sessions.close()

@@ -36,6 +36,10 @@ from nanobot.util.tasks import finish_or_cancel
 Estimator = Callable[[Session, bool], int]
 #: the flush margin never takes more than this share of a small window's budget
 MAX_FLUSH_MARGIN_SHARE = 0.25
+#: when the prompt without its history is over the budget (a huge message), consolidation waits
+#: until the history is at least this share of the budget instead of running before every turn
+MIN_HOPELESS_HISTORY_SHARE = 0.25
+OVER_WARN_STEP_TOKENS = 256  # "still over budget" is logged again when the prompt grows by this
 
 
 @dataclass
@@ -76,6 +80,7 @@ class MemoryLifecycle:
         self.estimator = estimator
         self._locks: dict[str, asyncio.Lock] = {}
         self.consolidating: set[str] = set()
+        self._over_warned: dict[str, int] = {}  # session -> prompt size (in steps) last warned about
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------ thresholds
@@ -192,6 +197,8 @@ class MemoryLifecycle:
             target = max(self.budget_tokens // 2, fixed + (self.budget_tokens - fixed) // 2)
             if current <= self.budget_tokens and _round > 0:
                 break
+            if fixed >= self.budget_tokens and history < self.budget_tokens * MIN_HOPELESS_HISTORY_SHARE:
+                break  # the rest alone is over: consolidating this little history would only repeat
             start = session.last_consolidated
             if start >= len(session.messages):
                 break
@@ -203,12 +210,17 @@ class MemoryLifecycle:
             end = boundary_after(session.messages, start, end)
             if not await self._consolidate_range(session, start, end, private):
                 break
-        if estimate() > self.budget_tokens:
+        left = estimate()
+        if left > self.budget_tokens and self._over_warned.get(session.key) != left // OVER_WARN_STEP_TOKENS:
+            self._over_warned[session.key] = left // OVER_WARN_STEP_TOKENS  # said once per size
+            history = sum(session.tokens_of(i) for i in history_indices(session))
             logger.warning(
-                "session {}: prompt still ~{} tokens after consolidation (budget {})",
+                "session {}: prompt still ~{} tokens after consolidation (budget {}); the system prompt, "
+                "tools and the new message alone take ~{}",
                 session.key,
-                estimate(),
+                left,
                 self.budget_tokens,
+                left - history,
             )
 
     async def _consolidate_range(self, session: Session, start: int, end: int, private: bool) -> bool:
