@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -332,12 +333,13 @@ def test_connect_timeout_is_per_server_and_reported(tmp_path: Path) -> None:
     hang = [sys.executable, "-c", "import time; time.sleep(60)"]
     (home / "config.json").write_text(json.dumps({"tools": {"mcpServers": {
         "slow": {"command": hang[0], "args": hang[1:], "connectTimeoutS": 1.5}}}}))
-    started = time.monotonic()
     result = run_cli("mcp", "list", "--json", home=home)
-    elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     (row,) = json.loads(result.stdout)["servers"]
     assert row["state"] == "failed" and "1.5s" in row["error"], row
     assert "Connecting to 1 MCP server(s): slow (up to 1.5s" in result.stderr
-    assert "0 of 1 ready after" in result.stderr
-    assert elapsed < 19, elapsed  # the old fixed 20 s limit no longer applies
+    # the wait as the command measured it (interpreter start and the hung child's teardown excluded,
+    # they vary with the host's load): well under the old fixed 20 s limit
+    waited = re.search(r"0 of 1 ready after ([0-9.]+)s", result.stderr)
+    assert waited is not None, result.stderr
+    assert float(waited.group(1)) < 12, waited.group(0)
