@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -45,12 +46,20 @@ class Recorder:
 
     async def deliver(self, channel: str, chat_id: str, text: str) -> None:
         self.delivered.append((channel, chat_id, text))
+        self.event.set()
 
     async def wait_calls(self, n: int, timeout_s: float = WAIT_S) -> None:
+        await self._wait(lambda: len(self.jobs) >= n, timeout_s)
+
+    async def wait_delivered(self, n: int, timeout_s: float = WAIT_S) -> None:
+        """A job's reply is delivered after its on_job returned: wait for that, not for the call."""
+        await self._wait(lambda: len(self.delivered) >= n, timeout_s)
+
+    async def _wait(self, done: Callable[[], bool], timeout_s: float) -> None:
         async def until() -> None:
-            while len(self.jobs) < n:
-                self.event.clear()
+            while not done():
                 await self.event.wait()
+                self.event.clear()
 
         await asyncio.wait_for(until(), timeout_s)
 
@@ -150,7 +159,7 @@ async def test_job_persists_across_restart_and_fires(tmp_path: Path) -> None:
     svc2 = service(path, rec)
     await svc2.start()
     try:
-        await rec.wait_calls(2)
+        await rec.wait_delivered(2)
     finally:
         await svc2.stop()
     assert rec.jobs[0].id == job.id and rec.jobs[0].message == "remind me to drink water"
