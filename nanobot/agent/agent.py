@@ -266,7 +266,7 @@ class Agent:
     def _vision(self) -> bool:
         if self.provider.is_small_local:
             return False
-        return self.provider.supports_vision(self.provider.default_model)
+        return self.provider.supports_vision()
 
     def _mcp_status(self) -> str:
         if self.mcp is None:

@@ -84,7 +84,6 @@ class ChatRequest:
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
-    model: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     tool_choice: str | dict[str, Any] | None = None
@@ -107,22 +106,21 @@ class LLMProvider(ABC):
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         *,
-        model: str | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
         tool_choice: str | dict[str, Any] | None = None,
         on_delta: StreamCallback | None = None,
     ) -> LLMResponse:
         """One completion. `on_delta` (when given) receives text deltas as they stream in."""
-        return await self._chat(ChatRequest(messages, tools, model, max_tokens, temperature, tool_choice, on_delta))
+        return await self._chat(ChatRequest(messages, tools, max_tokens, temperature, tool_choice, on_delta))
 
     async def _chat(self, call: ChatRequest) -> LLMResponse:
         """What a provider implements: the completion of `call`. (A test double may replace `chat`
         whole instead, which is why this is not abstract.)"""
         raise NotImplementedError(f"{type(self).__name__} implements neither chat nor _chat")
 
-    def supports_vision(self, model: str | None = None) -> bool:
-        """Whether `model` (default: this provider's) accepts images; unknown models do not."""
+    def supports_vision(self) -> bool:
+        """Whether this provider's model accepts images; unknown models do not."""
         return False
 
     def warm_up(self) -> None:

@@ -89,9 +89,9 @@ class LiteLLMProvider(RemoteProvider):
         stream = await import_litellm().acompletion(**kw, stream=True, stream_options={"include_usage": True})
         return _check_response(stream)
 
-    def supports_vision(self, model: str | None = None) -> bool:
+    def supports_vision(self) -> bool:
         try:
-            return bool(import_litellm().supports_vision(model=model or self._model))
+            return bool(import_litellm().supports_vision(model=self._model))
         except Exception:  # noqa: BLE001 - unknown models: no images
             return False
 

@@ -60,8 +60,8 @@ class OpenAICompatProvider(RemoteProvider):
         body = {**self._adapt(request), "stream": True, "stream_options": {"include_usage": True}}
         return post_events(self._url, body, headers=self._stream_headers, timeout_s=self.timeout_s)
 
-    def supports_vision(self, model: str | None = None) -> bool:
-        return model_supports_vision(model or self._model, self.name)
+    def supports_vision(self) -> bool:
+        return model_supports_vision(self._model, self.name)
 
 
 async def embed(

@@ -70,7 +70,7 @@ class RemoteProvider(LLMProvider):
         """Send `request` as a stream (usage included) and return the async iterator of chunks."""
 
     async def _chat(self, call: ChatRequest) -> LLMResponse:
-        request: dict[str, Any] = {"model": call.model or self._model, "messages": call.messages}
+        request: dict[str, Any] = {"model": self._model, "messages": call.messages}
         if call.max_tokens:
             request["max_tokens"] = call.max_tokens
         if call.temperature is not None:
