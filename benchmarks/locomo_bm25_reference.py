@@ -8,7 +8,9 @@ question of categories 1-4 runs as plain bm25() over the OR of its terms (every 
 question; --stopwords drops the usual English function words). Unit recall@k: the evidence turn
 lies in one of the k best chunks, the definition locomo_retrieval.py uses for memory_search.
 Also reported: characters returned at k (whole chunks), and the share of evidence reached within
-6,000 characters of whole chunks.
+6,000 characters of whole chunks. Every recall is counted per evidence turn and per question (a
+question counts when any of its evidence turns is found), as in locomo_retrieval.py; whole chunks
+are returned, so visible recall equals unit recall here.
 
     python benchmarks/locomo_bm25_reference.py [--no-porter] [--stopwords] [--chunk-tokens 400]
         [--only 0-4] [--data /work/shared/data/locomo10.json]
@@ -32,7 +34,10 @@ from locomo_retrieval import (  # noqa: E402
     CATEGORIES,
     DEFAULT_DATA,
     TOP_K,
+    Recall,
     evidence_turns,
+    recall_figures,
+    recall_lines,
     select_conversations,
     write_conversation,
 )
@@ -74,9 +79,10 @@ def match_expression(question: str, stopwords: bool) -> str:
 
 def run(samples: list[tuple[int, dict]], porter: bool, stopwords: bool, max_tokens: int, overlap: int) -> dict:
     tokenizer = "porter unicode61" if porter else "unicode61"
-    unit = {k: 0 for k in TOP_K}
+    recalls = {f"unit@{k}": Recall() for k in TOP_K}
+    recalls["within6000"] = Recall()
     chars: dict[int, list[int]] = {k: [] for k in TOP_K}
-    within = evidence_total = questions = chunk_count = 0
+    evidence_total = questions = with_evidence = chunk_count = 0
     with tempfile.TemporaryDirectory() as tmp:
         for ci, sample in samples:
             workspace = Path(tmp) / f"conv{ci}"
@@ -105,21 +111,20 @@ def run(samples: list[tuple[int, dict]], porter: bool, stopwords: bool, max_toke
                 evidence = evidence_turns(qa, where)
                 questions += 1
                 evidence_total += len(evidence)
-                for dia in evidence:
-                    path, line = where[dia]
-                    within += any(p == path and a <= line <= b for p, a, b, _ in budget)
-                    for k in TOP_K:
-                        unit[k] += any(p == path and a <= line <= b for p, a, b, _ in top[:k])
+                with_evidence += bool(evidence)
+                spots = [where[dia] for dia in evidence]
+                recalls["within6000"].add([any(p == s and a <= n <= b for p, a, b, _ in budget) for s, n in spots])
+                for k in TOP_K:
+                    recalls[f"unit@{k}"].add([any(p == s and a <= n <= b for p, a, b, _ in top[:k]) for s, n in spots])
                 for k in TOP_K:
                     chars[k].append(sum(s[3] for s in top[:k]))
             db.close()
-    n = evidence_total or 1
+    figures = recall_figures(recalls, evidence_total, with_evidence)
     report: dict = {"porter": porter, "stopwords": stopwords, "chunkTokens": max_tokens, "overlapTokens": overlap,
-                    "questions": questions, "evidenceTurns": evidence_total, "chunks": chunk_count}
+                    "questions": questions, "evidenceTurns": evidence_total, "questionsWithEvidence": with_evidence,
+                    "chunks": chunk_count, **figures["perTurn"], "perQuestion": figures["perQuestion"]}
     for k in TOP_K:
-        report[f"unit@{k}"] = round(unit[k] / n, 4)
         report[f"meanChars@{k}"] = round(statistics.mean(chars[k]), 1) if chars[k] else 0.0
-    report["within6000"] = round(within / n, 4)
     return report
 
 
@@ -137,6 +142,9 @@ def main() -> None:
     samples = select_conversations(json.loads(args.data.read_text(encoding="utf-8")), args.only)
     report = run(samples, not args.no_porter, args.stopwords, args.chunk_tokens, args.overlap_tokens)
     print(json.dumps(report, indent=2))
+    label = "porter" if report["porter"] else "unicode"
+    print("\n".join(recall_lines(label, {"perTurn": {m: report[m] for m in report["perQuestion"]},
+                                        "perQuestion": report["perQuestion"]})))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ one memory search with the default configuration except the embedding provider. 
   snippet characters would exceed 6,000 (a fixed context budget, whatever the result count);
 - returned characters at k, p50/p95 search latency.
 
+Each recall is counted two ways, printed side by side: per evidence turn (the share of all evidence
+turns found; the goals below use this one) and per question (the share of questions with evidence
+of which at least one evidence turn is found; figures quoted elsewhere for LoCoMo are often of this
+kind, and for questions with several evidence turns it is the more lenient of the two).
+
 Goals (printed with PASS/FAIL): unit @10 >= 0.92 keyword, >= 0.95 hybrid; visible @10 >= 0.85 and
 within 6,000 chars >= 0.85 in both modes.
 
@@ -51,6 +56,36 @@ POOL = 30  # results asked for when filling the character budget
 GOALS = {"keyword": {"unit@10": 0.92}, "hybrid": {"unit@10": 0.95}}
 SHARED_GOALS = {"visible@10": 0.85, "within6000": 0.85}
 _DIA = re.compile(r"D\d+:\d+")
+
+
+class Recall:
+    """Hits of one recall metric, counted per evidence turn and per question."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.questions = 0
+
+    def add(self, hits: list[bool]) -> None:
+        """One question's hits, one per evidence turn: each turn counts, the question counts once."""
+        self.turns += sum(hits)
+        self.questions += any(hits)
+
+
+def recall_figures(recalls: dict[str, Recall], turns: int, questions: int) -> dict:
+    """{'perTurn': {metric: share}, 'perQuestion': {metric: share}} over the given totals."""
+    return {
+        "perTurn": {m: round(r.turns / (turns or 1), 4) for m, r in recalls.items()},
+        "perQuestion": {m: round(r.questions / (questions or 1), 4) for m, r in recalls.items()},
+    }
+
+
+def recall_lines(label: str, figures: dict) -> list[str]:
+    """Both countings of every metric, labelled, one line each."""
+    return [
+        f"{label:>8} {metric:<11} per turn {figures['perTurn'][metric]:.3f}   "
+        f"per question {figures['perQuestion'][metric]:.3f}"
+        for metric in figures["perTurn"]
+    ]
 
 
 def session_date(text: str) -> str:
@@ -111,11 +146,10 @@ async def run_mode(samples: list[tuple[int, dict]], mode: str, model: str, limit
     embedder = LocalEmbedder(model) if mode == "hybrid" else None
     if embedder is not None:
         embedder.warm_up()
-    unit = {k: 0 for k in TOP_K}
-    visible = {k: 0 for k in TOP_K}
+    recalls = {f"{kind}@{k}": Recall() for kind in ("unit", "visible") for k in TOP_K}
+    recalls["within6000"] = Recall()
     chars: dict[int, list[int]] = {k: [] for k in TOP_K}
-    within = 0
-    evidence_total = questions = chunks = 0
+    evidence_total = questions = with_evidence = chunks = 0
     latencies: list[float] = []
     index_s = 0.0
     for done, (ci, sample) in enumerate(samples, start=1):
@@ -133,6 +167,7 @@ async def run_mode(samples: list[tuple[int, dict]], mode: str, model: str, limit
             latencies.append((time.perf_counter() - started) * 1000)
             questions += 1
             evidence_total += len(evidence)
+            with_evidence += bool(evidence)
             results = response.results
             budget: list = []
             used = 0
@@ -141,18 +176,19 @@ async def run_mode(samples: list[tuple[int, dict]], mode: str, model: str, limit
                     break
                 used += len(r.snippet)
                 budget.append(r)
-            for dia in evidence:
-                path, line = where[dia]
-                within += any(f"[{dia}]" in r.snippet for r in budget)
-                for k in TOP_K:
-                    top = results[:k]
-                    unit[k] += any(r.path == path and r.start_line <= line <= r.end_line for r in top)
-                    visible[k] += any(f"[{dia}]" in r.snippet for r in top)
+            recalls["within6000"].add([any(f"[{dia}]" in r.snippet for r in budget) for dia in evidence])
+            for k in TOP_K:
+                top = results[:k]
+                recalls[f"unit@{k}"].add([
+                    any(r.path == where[dia][0] and r.start_line <= where[dia][1] <= r.end_line for r in top)
+                    for dia in evidence
+                ])
+                recalls[f"visible@{k}"].add([any(f"[{dia}]" in r.snippet for r in top) for dia in evidence])
             for k in TOP_K:
                 chars[k].append(sum(len(r.snippet) for r in results[:k]))
         index.close()
         print(f"  {mode}: conversation {ci} done ({done}/{len(samples)})", file=sys.stderr, flush=True)
-    n = evidence_total or 1
+    figures = recall_figures(recalls, evidence_total, with_evidence)
     report: dict = {
         "loadAverage": round(os.getloadavg()[0], 2),
         "mode": mode,
@@ -160,16 +196,16 @@ async def run_mode(samples: list[tuple[int, dict]], mode: str, model: str, limit
         "model": model if mode == "hybrid" else None,
         "questions": questions,
         "evidenceTurns": evidence_total,
+        "questionsWithEvidence": with_evidence,
         "chunks": chunks,
         "indexSeconds": round(index_s, 2),
         "searchP50Ms": round(percentile(latencies, 0.5), 2),
         "searchP95Ms": round(percentile(latencies, 0.95), 2),
     }
+    report.update(figures["perTurn"])  # the goals' definition keeps the top-level keys
+    report["perQuestion"] = figures["perQuestion"]
     for k in TOP_K:
-        report[f"unit@{k}"] = round(unit[k] / n, 4)
-        report[f"visible@{k}"] = round(visible[k] / n, 4)
         report[f"meanChars@{k}"] = round(statistics.mean(chars[k]), 1) if chars[k] else 0.0
-    report["within6000"] = round(within / n, 4)
     return report
 
 
@@ -205,7 +241,11 @@ def main() -> None:
         for m in args.modes.split(",")
     ]
     print(json.dumps(reports, indent=2))
+    for r in reports:
+        print("\n".join(recall_lines(r["mode"], {"perTurn": {m: r[m] for m in r["perQuestion"]},
+                                                "perQuestion": r["perQuestion"]})))
     lines = [line for r in reports for line in verdicts(r)]
+    print("goals (per evidence turn):")
     print("\n".join(lines))
     if args.out:
         args.out.write_text(json.dumps(reports, indent=2) + "\n", encoding="utf-8")
