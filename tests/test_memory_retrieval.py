@@ -247,3 +247,20 @@ def test_snippet_centres_on_the_rare_word_not_on_a_word_that_contains_it() -> No
     snippet, first, _ = make_snippet("\n".join(lines), 2, 13, ["sister", "live"], max_chars=400,
                                      weights={"sister": 2.0, "live": 0.5})
     assert "Trieste" in snippet and first == 2
+
+
+async def test_snippet_keeps_the_reply_after_the_matching_turn(tmp_path: Path) -> None:
+    # Ten turns of 99 characters, a 500-character snippet (five turns): the question about the
+    # bicycle is the fifth turn, its answer the sixth. A window that merely holds the match ends
+    # on it; the snippet must show the reply too.
+    def turn(n: int, text: str) -> str:
+        return f"[D1:{n}] {text}".ljust(99, ".")
+
+    lines = [turn(n, f"Alice: filler talk number {n} about the weather and tea") for n in range(1, 11)]
+    lines[4] = turn(5, "Bob: did you ever get that new bicycle you wanted?")
+    lines[5] = turn(6, "Alice: yes, a red one from the shop on Elm Street")
+    write(tmp_path, "memory/2025-05-04.md", "\n".join(lines) + "\n")
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none", min_score=0.0, snippet_chars=500))
+    results = (await idx.search("Where is the bicycle from?")).results
+    assert results and results[0].end_line - results[0].start_line == 9  # one chunk: the window is chosen inside it
+    assert "[D1:5]" in results[0].snippet and "Elm Street" in results[0].snippet

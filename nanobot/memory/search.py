@@ -142,7 +142,7 @@ def make_snippet(
     max_chars: int = SNIPPET_MAX_CHARS,
     weights: dict[str, float] | None = None,
 ) -> tuple[str, int, int]:
-    """At most max_chars of the chunk, from the run of whole lines holding the most keyword hits.
+    """At most max_chars of the chunk: the run of whole lines holding the most keyword hits, centred on them.
 
     Returns (snippet, first line, last line) of what the snippet shows; when the chunk's lines do
     not map one-to-one onto file lines (a split long line, a transcript) the chunk's range is kept.
@@ -151,8 +151,11 @@ def make_snippet(
     if len(text) <= max_chars:
         return text, start_line, end_line
     hits = lines_hits(lines, terms, weights)
-    # Sliding window of whole lines within max_chars; the first window with the most hits wins.
+    # Sliding window of whole lines within max_chars. The first window with the most hits pushes
+    # the matching lines to its end, cutting the reply that follows them; of the run of windows
+    # right after it that hold the same hits, the middle one is taken, so the matches sit centred.
     best_start, best_end, best_hits = 0, 1, -1.0
+    ties: list[tuple[int, int]] = []  # consecutive windows holding best_hits, from the first one
     last, used, total = 0, -1, 0.0  # window lines[first:last], its length with newlines, its hits
     for first in range(len(lines)):
         if last < first + 1:
@@ -161,10 +164,14 @@ def make_snippet(
             used += 1 + len(lines[last])
             total += hits[last]
             last += 1
-        if total > best_hits:
-            best_start, best_end, best_hits = first, last, total
+        if total > best_hits + 1e-9:
+            best_hits, ties = total, [(first, last)]
+        elif ties and total >= best_hits - 1e-9 and ties[-1][0] == first - 1:
+            ties.append((first, last))
         used -= len(lines[first]) + (1 if last > first + 1 else 0)
         total -= hits[first]
+    if ties:
+        best_start, best_end = ties[len(ties) // 2]
     snippet = "\n".join(lines[best_start:best_end])[:max_chars]
     if len(lines) != end_line - start_line + 1:
         return snippet, start_line, end_line
