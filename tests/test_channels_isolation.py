@@ -124,6 +124,9 @@ async def test_rate_limited_telegram_does_not_delay_discord(servers, tmp_path: P
         await bus.publish_outbound(OutboundMessage("discord", str(DM_CHANNEL_ID), "fast"))
         sent = await dc.wait_for("send_message", timeout=1.0)  # well before Telegram's retry_after
         assert sent[0].params["content"] == "fast"
+        # Telegram's first (rate-limited) attempt may reach its server after Discord's send; its
+        # retry must not come before retry_after
+        await tg.wait_for("sendMessage", count=1, timeout=1.0)
         assert len(tg.calls_to("sendMessage")) == 1
         await tg.wait_for("sendMessage", count=2, timeout=5)
     finally:
