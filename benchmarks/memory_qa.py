@@ -137,7 +137,8 @@ def print_report(report: dict, which: str) -> None:
     print(f"\n{report['mode']} — {report['selection']}, {report['chunks']} chunks, {which} questions, @{report['k']}")
     print(f"  {'group':<14} {'questions':>9} {'complete':>9} {'unit (lines)':>13} {'visible (lines)':>16}")
     for group, f in report["groups"].items():
-        print(f"  {group:<14} {f['questions']:>9} {f['complete']:>9.3f} {f['unitLines']:>13.3f} {f['visibleLines']:>16.3f}")
+        print(f"  {group:<14} {f['questions']:>9} {f['complete']:>9.3f} {f['unitLines']:>13.3f} "
+              f"{f['visibleLines']:>16.3f}")
 
 
 def main() -> None:
