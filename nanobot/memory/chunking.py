@@ -22,6 +22,7 @@ from nanobot.memory.fts import is_cjk_char
 from nanobot.session.transcripts import transcript_lines
 from nanobot.util.text import pack
 
+CHUNKER_VERSION = 2  # bump when chunk boundaries change: indexes built before are re-chunked (2: bare headings)
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _ISO_DAY = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
@@ -173,8 +174,13 @@ def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80, f
     for number, line in enumerate(text.splitlines(), start=1):
         heading = _HEADING.match(line)
         if heading:
-            flush()
             level = len(heading.group(1))
+            if heading_line and path and level > path[-1][0] and not any(t.strip() for _, t in section[1:]):
+                # A bare heading over a deeper one ("# 2026-04-14" then "## Work"): it titles the
+                # chunks below it and would only be a result without content on its own.
+                section.clear()
+                line_days.clear()
+            flush()
             path = [(lv, h) for lv, h in path if lv < level] + [(level, heading.group(2))]
             section_day = iso_day(heading.group(2)) or (section_day if level > 1 else file_day) or file_day
             current_day = section_day

@@ -37,6 +37,23 @@ ever 的 了 是 在 我 你 他 她 它 们 吗
 STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
 
 
+_NOT_ASCII_LETTERS = bytes(b for b in range(128) if not chr(b).isalpha())
+WIDE_CHAR_LETTERS = 3  # one CJK character carries about what three letters of an alphabet do
+
+
+def non_latin_share(text: str) -> float | None:
+    """How much of the text is written in other characters than ASCII letters, 0.0-1.0.
+
+    Non-ASCII characters (mostly CJK here) count WIDE_CHAR_LETTERS letters each, so a Chinese
+    sentence quoting a product name stays Chinese; None for text with neither (a bare date).
+    Two texts far apart on this scale cannot share words. Runs in C: it is computed per candidate.
+    """
+    ascii_text = text.encode("ascii", "ignore")
+    wide = WIDE_CHAR_LETTERS * (len(text) - len(ascii_text))
+    letters = len(ascii_text.translate(None, _NOT_ASCII_LETTERS))
+    return wide / (wide + letters) if wide + letters else None
+
+
 def is_cjk_char(ch: str) -> bool:
     return bool(_CJK_RUN.fullmatch(ch))
 
@@ -65,11 +82,15 @@ def tokenize(text: str) -> list[str]:
     return terms
 
 
-def keywords(query: str) -> list[str]:
-    """Distinct query terms without stopwords (all terms when only stopwords were given)."""
+def keywords(query: str, only_stopwords_ok: bool = True) -> list[str]:
+    """Distinct query terms without stopwords.
+
+    A query of stop words only ("to be or not to be") keeps them all, unless only_stopwords_ok is
+    False ("what did I do" once "last Saturday" was taken out: the date alone says what is wanted).
+    """
     terms = tokenize(query)
     kept = [t for t in terms if t not in STOPWORDS and not (len(t) == 1 and t.isascii())]
-    chosen = kept or terms
+    chosen = kept or (terms if only_stopwords_ok else [])
     seen: dict[str, None] = {}
     for term in chosen:
         seen.setdefault(term, None)

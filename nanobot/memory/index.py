@@ -26,7 +26,7 @@ from loguru import logger
 from nanobot.config.paths import INDEX_FILE, index_path
 from nanobot.config.schema import Config, MemorySearchConfig
 from nanobot.memory.backfill import SyncStats, cached_vectors, embed_missing
-from nanobot.memory.chunking import Chunk, chunk_markdown, chunk_transcript, text_hash
+from nanobot.memory.chunking import CHUNKER_VERSION, Chunk, chunk_markdown, chunk_transcript, text_hash
 from nanobot.memory.embeddings import Embedder, EmbeddingError, select_embedder
 from nanobot.memory.index_db import IndexDB
 from nanobot.memory.qmd import QmdBackend
@@ -136,7 +136,7 @@ class MemoryIndex:
     # ------------------------------------------------------------------ sync
     def _chunking_signature(self) -> str:
         sources = "memory+sessions" if self.config.include_sessions else "memory"
-        return f"{self.config.chunk_tokens}/{self.config.chunk_overlap_tokens}/{sources}"
+        return f"v{CHUNKER_VERSION}/{self.config.chunk_tokens}/{self.config.chunk_overlap_tokens}/{sources}"
 
     def _embedding_signature(self) -> str:
         return f"{self.embedder.provider}:{self.embedder.model}" if self.embedder else "none"

@@ -27,6 +27,8 @@ _MONTHS = {
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _NUMBER_WORDS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                  "a couple of": 2, "a few": 3, "several": 4}
+_ZH_WEEKDAYS = "一二三四五六日天"  # 周一 ... 周日 / 周天
+_ZH_DIGITS = "〇一二三四五六七八九"
 _MONTH_NAMES = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _NUM = r"(\d+|a couple of|a few|several|a|one|two|three|four|five|six|seven)"
 
@@ -72,6 +74,10 @@ def _rules(today: date) -> list[tuple[re.Pattern[str], object]]:
         (re.compile(r"\btoday\b|今天"), lambda m: TimeRange(today, today)),
         (re.compile(r"\byesterday\b|昨天"), lambda m: _ago(today, 1, 1)),
         (re.compile(r"\bday before yesterday\b|前天"), lambda m: _ago(today, 2, 2)),
+        (re.compile(rf"(上|这|本)(?:个)?(?:周|星期|礼拜)([{_ZH_WEEKDAYS}])"),
+         lambda m: _day_of_week(monday - timedelta(days=7 if m[1] == "上" else 0), m[2])),
+        (re.compile(rf"(?<![{_ZH_DIGITS}十两几每])(?:周|星期|礼拜)([{_ZH_WEEKDAYS}])"),  # not 一周一次
+         lambda m: _weekday(today, _WEEKDAYS[_zh_weekday(m[1])])),
         (re.compile(r"\b(?:this|the current) week\b|本周|这周"), lambda m: TimeRange(monday, today)),
         (re.compile(r"\blast week\b|上周|上个星期"),
          lambda m: TimeRange(monday - timedelta(days=7), monday - timedelta(days=1))),
@@ -85,11 +91,49 @@ def _rules(today: date) -> list[tuple[re.Pattern[str], object]]:
         (re.compile(rf"\b(?:last|on) ({'|'.join(_WEEKDAYS)})\b"), lambda m: _weekday(today, m[1])),
         (re.compile(rf"\b(?:in|during|since|on|of|from) ({_MONTH_NAMES})\.?(?:,? (\d{{4}}))?\b"),
          lambda m: _month(int(m[2]), _MONTHS[m[1]]) if m[2] else _recent_month(_MONTHS[m[1]], today)),
-        (re.compile(r"(?:(\d{4})年)?(\d{1,2})月(?:份)?"),
-         lambda m: _month(int(m[1]), int(m[2])) if m[1] else _recent_month(int(m[2]), today)
-         if 1 <= int(m[2]) <= 12 else None),
+        (re.compile(rf"(?:(\d{{4}})年)?(\d{{1,2}}|[{_ZH_DIGITS}十]{{1,3}})月(?:份)?(初|中旬|中|底|末)?"),
+         lambda m: _part_of_month(_zh_month(m[1], m[2], today), m[3])),
         (re.compile(r"\bin (\d{4})\b"), lambda m: _year(int(m[1]))),
     ]
+
+
+def _zh_number(text: str) -> int:
+    """'4', '四', '十', '十二' -> 4, 4, 10, 12 (0 when it is none of these)."""
+    if text.isdigit():
+        return int(text)
+    if text == "十":
+        return 10
+    if text.startswith("十"):
+        return 10 + _ZH_DIGITS.index(text[1])
+    if text.endswith("十"):
+        return 10 * _ZH_DIGITS.index(text[0])
+    return _ZH_DIGITS.index(text) if len(text) == 1 else 0
+
+
+def _zh_month(year: str | None, month: str, today: date) -> TimeRange | None:
+    number = _zh_number(month)
+    if not 1 <= number <= 12:
+        return None
+    return _month(int(year), number) if year else _recent_month(number, today)
+
+
+def _part_of_month(month: TimeRange | None, part: str | None) -> TimeRange | None:
+    """月初 / 月中 / 月底: the first, middle or last ten days of the month."""
+    if month is None or not part:
+        return month
+    first = {"初": 1, "中": 11, "中旬": 11}.get(part, 21)
+    last = {"初": 10, "中": 20, "中旬": 20}.get(part, month.last.day)
+    return TimeRange(month.first.replace(day=first), month.first.replace(day=last), month.year_implied)
+
+
+def _zh_weekday(name: str) -> int:
+    """'一' ... '六' -> 0 ... 5; '日' and '天' (Sunday) -> 6."""
+    return min(_ZH_WEEKDAYS.index(name), 6)
+
+
+def _day_of_week(monday: date, name: str) -> TimeRange:
+    day = monday + timedelta(days=_zh_weekday(name))
+    return TimeRange(day, day)
 
 
 def _year(y: int) -> TimeRange | None:

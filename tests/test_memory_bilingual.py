@@ -1,0 +1,123 @@
+"""Memory search for a bilingual user: Chinese time expressions, chunks in another script than the
+question, questions that are only a date, and daily notes whose first heading is only a title."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from nanobot.config.schema import MemorySearchConfig
+from nanobot.memory.chunking import chunk_markdown
+from nanobot.memory.fts import non_latin_share
+from nanobot.memory.index import MemoryIndex
+from nanobot.memory.temporal import parse_time_range
+from tests.test_memory_index import FakeEmbedder, write
+
+MONDAY = date(2026, 4, 20)
+
+
+def _range(query: str) -> tuple[date, date] | None:
+    when, _ = parse_time_range(query, MONDAY)
+    return (when.first, when.last) if when else None
+
+
+def test_chinese_months_weekdays_and_parts_of_a_month() -> None:
+    assert _range("四月份到账的奖金是多少") == (date(2026, 4, 1), date(2026, 4, 30))
+    assert _range("十二月的电费") == (date(2025, 12, 1), date(2025, 12, 31))  # the most recent December
+    assert _range("2025年十一月底") == (date(2025, 11, 21), date(2025, 11, 30))
+    assert _range("三月初家里断网") == (date(2026, 3, 1), date(2026, 3, 10))
+    assert _range("一月中旬") == (date(2026, 1, 11), date(2026, 1, 20))
+    assert _range("上周四下午的活动") == (date(2026, 4, 16), date(2026, 4, 16))
+    assert _range("上个星期天") == (date(2026, 4, 19), date(2026, 4, 19))
+    assert _range("这周一开会了吗") == (date(2026, 4, 20), date(2026, 4, 20))
+    assert _range("星期三去了哪") == (date(2026, 4, 15), date(2026, 4, 15))  # the most recent Wednesday
+    assert _range("上周我和谁吃饭") == (date(2026, 4, 13), date(2026, 4, 19))
+    # Not a date: a frequency, a count of months, no month thirteen.
+    for query in ("一周一次", "每周一开会", "三个月前的事", "二十月"):
+        assert _range(query) is None, query
+    assert parse_time_range("上周四下午的活动", MONDAY)[1] == "下午的活动"
+
+
+async def test_a_question_that_is_only_a_date_finds_the_notes_of_that_day(tmp_path: Path) -> None:
+    # After "last Saturday" is taken out only stop words remain; they must not decide the ranking.
+    write(tmp_path, "memory/HISTORY.md",
+          "[2026-04-10 09:00] What did you do? I did the laundry and did do the dishes.\n"
+          "[2026-04-18 18:40] Tulip fields near Lisse with Jonas.\n")
+    write(tmp_path, "memory/2026-04-11.md", "- What do I do with rhubarb? Did it into a crumble.\n")
+    for n, errand in enumerate(("Paid the rent.", "Bought new running shoes.", "Cat to the vet.", "Boiler serviced.",
+                                "Booked flights to Chengdu.", "Tax return filed.", "Called the bank.")):
+        write(tmp_path, f"memory/2026-03-{n + 10}.md", f"- {errand}\n")  # the stop words are rare: BM25 counts them
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"), today=lambda: MONDAY)
+    results = (await idx.search("What did I do last Saturday?")).results
+    assert results and "Lisse" in results[0].snippet
+    # Without a date, a query of stop words still searches by them.
+    assert (await idx.search("what did I do")).results
+    idx.close()
+
+
+def test_non_latin_share_tells_the_script_apart() -> None:
+    assert non_latin_share("What did the specialist say?") == 0.0
+    assert non_latin_share("诊断：左膝骨关节炎，中度。") == 1.0
+    assert non_latin_share("我们现在用的是 dagster 1.9.6") > 0.5  # Chinese quoting a name stays Chinese
+    assert non_latin_share("Café au lait, très bon") < 0.5
+    assert non_latin_share("# 2026-04-14") is None  # no letters: no script
+
+
+class Planted(FakeEmbedder):
+    """The query vector is e0; each note's cosine to it is planted by a marker word."""
+
+    COSINES = {"膝盖": 0.80, "knee": 0.70, "garden": 0.80}
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        vec = np.zeros(self.dim, dtype=np.float32)
+        vec[0] = 1.0
+        return vec
+
+    async def embed_documents(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            cos = next((c for word, c in self.COSINES.items() if word in text), 0.1)
+            out[row, 0], out[row, 1] = cos, (1 - cos * cos) ** 0.5
+        return out
+
+
+async def test_a_chunk_in_another_script_is_not_held_back_by_the_keyword_side(tmp_path: Path) -> None:
+    # English question. The Chinese note is the closest by vector but cannot share a word with the
+    # question; the English knee note shares words but is further. The weighted merge alone (0.7 x
+    # 0.80 = 0.56 against 0.7 x 0.70 + 0.3 x its keyword score) ranks the English note first.
+    write(tmp_path, "memory/2026-03-24.md", "- 医生说妈妈的膝盖是骨关节炎，中度，暂时不用手术。\n")
+    write(tmp_path, "memory/2026-03-01.md", "- Mum's knee specialist appointment is booked; the knee got worse.\n")
+    write(tmp_path, "memory/2026-03-05.md", "- Planted tomatoes in the garden.\n")  # same script, no keyword
+    for n in range(4):
+        write(tmp_path, f"memory/2026-02-0{n + 1}.md", f"- Unrelated errand number {n}.\n")
+    cfg = MemorySearchConfig(embedding_provider="local", min_score=0.0)
+    idx = MemoryIndex(tmp_path, cfg, embedder=Planted())
+    await idx.sync()
+    results = (await idx.search("What did the knee specialist say about Mum's knee?", max_results=3)).results
+    assert [r.path for r in results[:2]] == ["memory/2026-03-24.md", "memory/2026-03-01.md"]
+    garden = next(r for r in (await idx.search("knee specialist Mum", max_results=10)).results
+                  if r.path == "memory/2026-03-05.md")
+    assert abs(garden.score - 0.7 * 0.80) < 1e-3  # an English note without the words: not lifted
+    idx.close()
+
+
+def test_a_bare_title_heading_over_sections_is_not_a_chunk_of_its_own() -> None:
+    note = "# 2026-04-14\n\n## Work\n- Shipped the fix.\n\n## Life\n- Bonus came in.\n# Lone heading\n"
+    chunks = chunk_markdown(note, file_day="2026-04-14")
+    assert [(c.start_line, c.end_line) for c in chunks] == [(3, 5), (6, 7), (8, 8)]
+    assert all(c.title == "2026-04-14" for c in chunks[:2])  # the title heading still names them
+    assert chunks[2].text == "# Lone heading"  # a heading with nothing deeper below stays findable
+
+
+async def test_an_index_chunked_by_an_older_chunker_is_rechunked(tmp_path: Path) -> None:
+    write(tmp_path, "memory/2026-04-14.md", "# 2026-04-14\n\n## Work\n- Shipped the fix.\n")
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"))
+    await idx.sync()
+    idx._db.set_meta({"chunking": "400/80/memory+sessions"})  # what an index before CHUNKER_VERSION says
+    idx.close()
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"))
+    stats = await idx.sync()
+    assert stats.full_reindex and idx.status()["chunks"] == 1
+    idx.close()
