@@ -7,8 +7,9 @@ candidates come from one BM25 pass, vector candidates from the nearest neighbour
 vector, date candidates from the chunks dated in the asked range. Every candidate gets both exact
 component scores, so the merge does not depend on which side found it. A chunk written in another
 script than the query (a Chinese note, an English question) cannot share its words, so it scores
-at least OTHER_SCRIPT_VECTOR_SHARE of its vector score. A date range lifts chunks inside it. Results that repeat lines of a better result of the
-same file are dropped, and each snippet is centred on the lines that match.
+at least OTHER_SCRIPT_VECTOR_SHARE of its vector score. A date range lifts chunks inside it.
+Results that repeat lines of a better result of the same file are dropped, and each snippet is
+centred on the lines that match.
 """
 
 from __future__ import annotations
