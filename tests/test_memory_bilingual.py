@@ -6,14 +6,12 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
-import numpy as np
-
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.memory.chunking import chunk_markdown
 from nanobot.memory.fts import non_latin_share
 from nanobot.memory.index import MemoryIndex
 from nanobot.memory.temporal import parse_time_range
-from tests.test_memory_index import FakeEmbedder, write
+from tests.test_memory_index import PlantedEmbedder, write
 
 MONDAY = date(2026, 4, 20)
 
@@ -65,22 +63,7 @@ def test_non_latin_share_tells_the_script_apart() -> None:
     assert non_latin_share("# 2026-04-14") is None  # no letters: no script
 
 
-class Planted(FakeEmbedder):
-    """The query vector is e0; each note's cosine to it is planted by a marker word."""
-
-    COSINES = {"膝盖": 0.80, "knee": 0.70, "garden": 0.80}
-
-    async def embed_query(self, text: str) -> np.ndarray:
-        vec = np.zeros(self.dim, dtype=np.float32)
-        vec[0] = 1.0
-        return vec
-
-    async def embed_documents(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            cos = next((c for word, c in self.COSINES.items() if word in text), 0.1)
-            out[row, 0], out[row, 1] = cos, (1 - cos * cos) ** 0.5
-        return out
+COSINES = {"膝盖": 0.80, "knee": 0.70, "garden": 0.80}  # each note's planted cosine to any query
 
 
 async def test_a_chunk_in_another_script_is_not_held_back_by_the_keyword_side(tmp_path: Path) -> None:
@@ -93,7 +76,8 @@ async def test_a_chunk_in_another_script_is_not_held_back_by_the_keyword_side(tm
     for n in range(4):
         write(tmp_path, f"memory/2026-02-0{n + 1}.md", f"- Unrelated errand number {n}.\n")
     cfg = MemorySearchConfig(embedding_provider="local", min_score=0.0)
-    idx = MemoryIndex(tmp_path, cfg, embedder=Planted())
+    embedder = PlantedEmbedder(lambda text: next((c for word, c in COSINES.items() if word in text), 0.1))
+    idx = MemoryIndex(tmp_path, cfg, embedder=embedder)
     await idx.sync()
     results = (await idx.search("What did the knee specialist say about Mum's knee?", max_results=3)).results
     assert [r.path for r in results[:2]] == ["memory/2026-03-24.md", "memory/2026-03-01.md"]

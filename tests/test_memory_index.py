@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -44,6 +45,26 @@ class FakeEmbedder:
 
     async def embed_query(self, text: str) -> np.ndarray:
         return normalise(np.array(hashed_embedding(text, self.dim)))[0]
+
+
+class PlantedEmbedder(FakeEmbedder):
+    """Every query embeds to e0 and each document to a vector whose cosine to it is cosine_of(text)."""
+
+    def __init__(self, cosine_of: Callable[[str], float]):
+        super().__init__()
+        self.cosine_of = cosine_of
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        vec = np.zeros(self.dim, dtype=np.float32)
+        vec[0] = 1.0
+        return vec
+
+    async def embed_documents(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            cos = self.cosine_of(text)
+            out[row, 0], out[row, 1] = cos, (1 - cos * cos) ** 0.5
+        return out
 
 
 def write(ws: Path, rel: str, text: str) -> Path:

@@ -18,7 +18,7 @@ from nanobot.memory.index import MemoryIndex
 from nanobot.memory.ranking import fuse_by_rank
 from nanobot.memory.search import Candidate
 from nanobot.memory.temporal import parse_time_range
-from tests.test_memory_index import FakeEmbedder, write
+from tests.test_memory_index import FakeEmbedder, PlantedEmbedder, write
 
 TODAY = date(2026, 11, 26)
 
@@ -52,23 +52,10 @@ async def test_rrf_lifts_the_keyword_match_a_flat_cosine_buries(tmp_path: Path) 
     for i, text in enumerate(("We talked about the weather.", "A walk along the river.", "Bought bread.")):
         write(tmp_path, f"memory/other{i}.md", f"- {text}\n")
 
-    class Tilted(FakeEmbedder):
-        async def embed_query(self, text: str) -> np.ndarray:
-            vec = np.zeros(self.dim, dtype=np.float32)
-            vec[0] = 1.0
-            return vec
-
-        async def embed_documents(self, texts: list[str]) -> np.ndarray:
-            out = np.zeros((len(texts), self.dim), dtype=np.float32)
-            for row, text in enumerate(texts):
-                cos = 0.60 if "kiln" in text else 0.95
-                out[row, 0], out[row, 1] = cos, (1 - cos * cos) ** 0.5
-            return out
-
     results = {}
     for fusion in ("weighted", "rrf"):
         cfg = MemorySearchConfig(embedding_provider="local", fusion=fusion, rrf_k=10, min_score=0.0)
-        idx = MemoryIndex(tmp_path, cfg, embedder=Tilted())
+        idx = MemoryIndex(tmp_path, cfg, embedder=PlantedEmbedder(lambda text: 0.60 if "kiln" in text else 0.95))
         await idx.sync()
         results[fusion] = (await idx.search("kiln firing schedule", max_results=4)).results
         idx.close()
