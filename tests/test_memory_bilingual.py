@@ -33,9 +33,20 @@ def test_chinese_months_weekdays_and_parts_of_a_month() -> None:
     assert _range("星期三去了哪") == (date(2026, 4, 15), date(2026, 4, 15))  # the most recent Wednesday
     assert _range("上周我和谁吃饭") == (date(2026, 4, 13), date(2026, 4, 19))
     # Not a date: a frequency, a count of months, no month thirteen.
-    for query in ("一周一次", "每周一开会", "三个月前的事", "二十月"):
+    assert _range("二十月") is None and _range("十十月") is None and _range("二二月") is None
+    for query in ("一周一次", "每周一开会", "三个月前的事"):
         assert _range(query) is None, query
     assert parse_time_range("上周四下午的活动", MONDAY)[1] == "下午的活动"
+
+
+def test_any_run_of_chinese_numerals_before_a_month_parses_or_is_no_date() -> None:
+    # Whatever the user (or a model) types, a search never fails on the date parser.
+    numerals = "〇一二三四五六七八九十两"
+    runs = [a + b + c for a in numerals for b in ("", *numerals) for c in ("", *numerals)]
+    for run in runs:
+        for query in (f"{run}月", f"{run}月底", f"上周{run}", f"星期{run}"):
+            when, _ = parse_time_range(query, MONDAY)
+            assert when is None or when.first <= when.last, query
 
 
 async def test_a_question_that_is_only_a_date_finds_the_notes_of_that_day(tmp_path: Path) -> None:

@@ -186,8 +186,7 @@ def rank(
         if cand.id in cross:
             # Words cannot match across scripts: such a chunk is not held back by an empty keyword side.
             cand.score = max(cand.score, OTHER_SCRIPT_VECTOR_SHARE * cand.vector_score)
-    if when is not None:
-        for cand in candidates:
+        if when is not None:
             cand.score = _lift(cand.score, cand.id in dated)
     if qvec is not None and cfg.fusion == "rrf":
         # min_score keeps its meaning (the weighted score); the fused order ranks what passes it.

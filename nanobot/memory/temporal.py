@@ -98,16 +98,15 @@ def _rules(today: date) -> list[tuple[re.Pattern[str], object]]:
 
 
 def _zh_number(text: str) -> int:
-    """'4', '四', '十', '十二' -> 4, 4, 10, 12 (0 when it is none of these)."""
+    """'4', '四', '十', '十二', '二十' -> 4, 4, 10, 12, 20 (0 when it is no number: '十十', '二二')."""
     if text.isdigit():
         return int(text)
-    if text == "十":
-        return 10
-    if text.startswith("十"):
-        return 10 + _ZH_DIGITS.index(text[1])
-    if text.endswith("十"):
-        return 10 * _ZH_DIGITS.index(text[0])
-    return _ZH_DIGITS.index(text) if len(text) == 1 else 0
+    tens, ten, ones = text.partition("十")
+    if not ten:
+        return _ZH_DIGITS.index(text) if len(text) == 1 else 0
+    if len(tens) > 1 or len(ones) > 1 or "十" in ones:
+        return 0
+    return (_ZH_DIGITS.index(tens) if tens else 1) * 10 + (_ZH_DIGITS.index(ones) if ones else 0)
 
 
 def _zh_month(year: str | None, month: str, today: date) -> TimeRange | None:
