@@ -51,15 +51,19 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def locate(workspace: Path, fragment: str) -> tuple[str, int]:
-    """(workspace-relative path, 1-based line) of the one line holding the fragment; else SystemExit."""
-    found = [
-        (path.relative_to(workspace).as_posix(), number)
+def workspace_lines(workspace: Path) -> list[tuple[str, int, str]]:
+    """(workspace-relative path, 1-based line number, line) of every note and transcript line."""
+    return [
+        (path.relative_to(workspace).as_posix(), number, line)
         for path in sorted(workspace.rglob("*"))
         if path.is_file() and path.suffix in (".md", ".jsonl")
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-        if fragment in line
     ]
+
+
+def locate(lines: list[tuple[str, int, str]], fragment: str) -> tuple[str, int]:
+    """(path, line) of the one line holding the fragment; SystemExit when it is on none or several."""
+    found = [(rel, number) for rel, number, line in lines if fragment in line]
     if len(found) != 1:
         sys.exit(f"evidence {fragment!r} is on {len(found)} lines of the workspace (must be exactly one)")
     return found[0]
@@ -109,11 +113,12 @@ async def run_mode(mode: str, questions: list[dict], k: int, cache: Path) -> dic
     config = MemorySearchConfig(embedding_provider="none") if mode == "keyword" else MemorySearchConfig()
     index = MemoryIndex(workspace, config, today=lambda: asked["day"])
     await index.sync()
+    lines = workspace_lines(workspace)
     tallies: dict[str, Tally] = defaultdict(Tally)
     misses: list[str] = []
     for qa in questions:
         asked["day"] = date.fromisoformat(qa["asked_on"])
-        where = [locate(workspace, fragment) for fragment in qa["evidence"]]
+        where = [locate(lines, fragment) for fragment in qa["evidence"]]
         results = (await index.search(qa["question"], max_results=k)).results
         unit = [any(r.path == p and r.start_line <= line <= r.end_line for r in results) for p, line in where]
         visible = [any(flat(fragment) in flat(r.snippet) for r in results) for fragment in qa["evidence"]]
