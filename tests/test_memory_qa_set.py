@@ -30,9 +30,9 @@ def _lines() -> list[tuple[str, str]]:
 
 def test_set_is_balanced_and_every_fragment_is_on_exactly_one_line() -> None:
     questions = json.loads((DATA / "questions.json").read_text(encoding="utf-8"))
-    assert len({q["id"] for q in questions}) == len(questions) == 80
+    assert len({q["id"] for q in questions}) == len(questions) == 120
     per_set = Counter((q["set"], q["category"]) for q in questions)
-    assert per_set == {(s, c): 8 for s in ("tune", "holdout") for c in CATEGORIES}
+    assert per_set == {(s, c): 8 for s in ("tune", "holdout", "fresh") for c in CATEGORIES}
     lines = _lines()
     for qa in questions:
         assert qa["evidence"], qa["id"]
