@@ -4,7 +4,8 @@ The corpus is synthetic but word-realistic: sentences drawn from the LoCoMo voca
 word frequencies (falls back to a generated vocabulary when the data set is absent), written as
 dated memory files. Queries are the LoCoMo questions. Hybrid uses the default local model
 (multilingual-e5-small): every query is embedded by the real model inside the timed search; the
-10k corpus vectors are deterministic random unit vectors unless --embed-corpus (embedding 10k
+10k corpus vectors (one per embedded line, and the chunk vectors made from them) are deterministic
+random unit vectors unless --embed-corpus (embedding 10k
 chunks takes an hour on a busy 2-core machine, and nearest-neighbour cost does not depend on
 what the vectors mean). Also measures the hybrid search without its query embedding
 (the model's vectors computed first and served by a stand-in: KNN, BM25, fusion, snippets and SQL
@@ -39,6 +40,7 @@ from nanobot.config.schema import MemorySearchConfig  # noqa: E402
 from nanobot.logs import setup_logging  # noqa: E402
 from nanobot.memory.embeddings import LocalEmbedder  # noqa: E402
 from nanobot.memory.index import MemoryIndex  # noqa: E402
+from nanobot.memory.vectors import chunk_vector, embedding_units, lines_to_blob, to_blob  # noqa: E402
 
 DATA = Path(os.environ.get("LOCOMO_DATA", "/work/shared/data/locomo10.json"))
 GOALS_P95_MS = {"keyword": 50.0, "hybrid[numpy]": 80.0}
@@ -165,15 +167,19 @@ class PrecomputedQueries:
 
 
 def fill_random_vectors(index: MemoryIndex, dims: int) -> None:
-    """Deterministic random unit vectors for every chunk (see the module docstring)."""
+    """Deterministic random unit vectors for every line the index would embed, and the chunk vectors
+    made from them (see the module docstring)."""
     db = index._db  # the benchmark reaches into the index to skip an hour of embedding
     rng = np.random.default_rng(SEED)
     with db.read() as conn:
-        ids = [r[0] for r in conn.execute("SELECT id FROM chunks").fetchall()]
-    matrix = rng.standard_normal((len(ids), dims)).astype(np.float32)
-    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        chunks = conn.execute("SELECT id, title, text FROM chunks").fetchall()
+    rows = []
+    for chunk_id, title, text in chunks:
+        lines = rng.standard_normal((len(embedding_units(title, text)), dims)).astype(np.float32)
+        lines /= np.linalg.norm(lines, axis=1, keepdims=True)
+        rows.append((chunk_id, to_blob(chunk_vector(lines)), lines_to_blob(lines)))
     db.set_meta({"dims": str(dims)})
-    db.set_embeddings([(i, matrix[k].tobytes()) for k, i in enumerate(ids)])
+    db.set_embeddings(rows)
 
 
 async def run(args: argparse.Namespace) -> dict:

@@ -1,10 +1,13 @@
 """Memory search for a bilingual user: Chinese time expressions, chunks in another script than the
-question, questions that are only a date, and daily notes whose first heading is only a title."""
+question, questions that are only a date, daily notes whose first heading is only a title, and the
+one line of a chunk that answers."""
 
 from __future__ import annotations
 
 from datetime import date
 from pathlib import Path
+
+import pytest
 
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.memory.chunking import chunk_markdown
@@ -74,13 +77,13 @@ def test_non_latin_share_tells_the_script_apart() -> None:
     assert non_latin_share("# 2026-04-14") is None  # no letters: no script
 
 
-COSINES = {"膝盖": 0.80, "knee": 0.70, "garden": 0.80}  # each note's planted cosine to any query
+COSINES = {"膝盖": 0.85, "knee": 0.70, "garden": 0.80}  # each note's planted cosine to any query
 
 
 async def test_a_chunk_in_another_script_is_not_held_back_by_the_keyword_side(tmp_path: Path) -> None:
     # English question. The Chinese note is the closest by vector but cannot share a word with the
     # question; the English knee note shares words but is further. The weighted merge alone (0.7 x
-    # 0.80 = 0.56 against 0.7 x 0.70 + 0.3 x its keyword score) ranks the English note first.
+    # 0.85 = 0.595 against 0.7 x 0.70 + 0.3 x its keyword score) ranks the English note first.
     write(tmp_path, "memory/2026-03-24.md", "- 医生说妈妈的膝盖是骨关节炎，中度，暂时不用手术。\n")
     write(tmp_path, "memory/2026-03-01.md", "- Mum's knee specialist appointment is booked; the knee got worse.\n")
     write(tmp_path, "memory/2026-03-05.md", "- Planted tomatoes in the garden.\n")  # same script, no keyword
@@ -115,4 +118,32 @@ async def test_an_index_chunked_by_an_older_chunker_is_rechunked(tmp_path: Path)
     idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"))
     stats = await idx.sync()
     assert stats.full_reindex and idx.status()["chunks"] == 1
+    idx.close()
+
+
+async def test_a_chunk_is_scored_by_its_best_line_not_only_by_its_average(tmp_path: Path) -> None:
+    # One day's note: six errands and, among them, the line that answers. Its chunk vector (the mean
+    # of its lines) is far from the question; another note's single line is nearer than that mean
+    # but further than the answering line, which must win.
+    errands = [f"- Errand number {n}: picked up the parcel." for n in range(6)]
+    note = errands[:3] + ["- Cancel the gym trial before it auto-renews on the 30th."] + errands[3:]
+    write(tmp_path, "memory/2026-03-24.md", "\n".join(note) + "\n")
+    write(tmp_path, "memory/2026-03-01.md", "- Looked at the price list of the climbing hall.\n")
+    planted = {"gym trial": 0.9, "climbing": 0.6}
+    embedded: list[str] = []
+
+    def cosine_of(text: str) -> float:
+        embedded.append(text)
+        return next((c for words, c in planted.items() if words in text), 0.2)
+
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="local", min_score=0.0),
+                      embedder=PlantedEmbedder(cosine_of))
+    await idx.sync()
+    # Each line that says something is embedded on its own; the whole chunk is not.
+    assert "- Cancel the gym trial before it auto-renews on the 30th." in embedded
+    assert not any("\n" in text for text in embedded)
+    results = (await idx.search("a subscription to stop before it charges me again", max_results=2)).results
+    assert results[0].path == "memory/2026-03-24.md"
+    # The mean of the seven lines alone is near 0.32; with the best line's 0.9 the note scores 0.72.
+    assert results[0].score == pytest.approx(0.7 * (0.3 * 0.316 + 0.7 * 0.9), abs=0.01)
     idx.close()

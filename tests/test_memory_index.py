@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -187,15 +188,20 @@ async def test_hybrid_merge_arithmetic(ws: Path) -> None:
     assert top.path == "memory/MEMORY.md"
     text = (ws / top.path).read_text().strip("\n")
     qvec = await embedder.embed_query(query)
-    cvec = normalise(np.array(hashed_embedding(text)))[0]
+    # Each line that says something is embedded; the chunk vector is their normalised mean, and the
+    # vector score mixes it (0.3) with the best line's (0.7).
+    line_vecs = normalise(np.array([hashed_embedding(line.strip()) for line in text.split("\n")
+                                    if len("".join(line.split())) >= 12]))
+    mean = line_vecs.mean(axis=0)
+    cosine = 0.3 * float(mean / np.linalg.norm(mean) @ qvec) + 0.7 * float(np.max(line_vecs @ qvec))
     terms = keywords(query)
     with idx._db.read() as conn:
         (chunk_id,) = conn.execute("SELECT id FROM chunks WHERE path = 'memory/MEMORY.md'").fetchone()
     bm25 = idx._db.fts_scores(match_query(terms))[chunk_id]
     expected = hybrid_score(
-        cosine_to_score(float(cvec @ qvec)), text_score(bm25, coverage(text, terms)), 0.7, 0.3
+        cosine_to_score(cosine), text_score(bm25, coverage(text, terms)), 0.7, 0.3
     )
-    assert top.score == pytest.approx(expected, abs=1e-6)
+    assert top.score == pytest.approx(expected, abs=1e-3)  # line vectors are stored as float16
     idx.close()
 
 
@@ -247,6 +253,24 @@ async def test_corrupt_or_missing_index_is_rebuilt(ws: Path) -> None:
     index_file.unlink()
     idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     assert (await idx.search("billing")).results[0].path == "memory/2025-03-01.md"
+    idx.close()
+
+
+async def test_an_index_of_the_schema_before_line_vectors_is_rebuilt_with_them(ws: Path) -> None:
+    cfg = MemorySearchConfig(embedding_provider="fake")
+    idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
+    await idx.sync()
+    idx.close()
+    index_file = ws / "memory" / ".index.sqlite"
+    with sqlite3.connect(index_file) as conn:  # what an index written before line vectors looks like
+        conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
+        conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
+    response = await idx.search("PostgreSQL analytics", wait_for_vectors=True)
+    assert idx._db.rebuilt and response.mode == "hybrid"
+    assert response.results[0].path == "memory/MEMORY.md"
+    with idx._db.read() as conn:
+        assert conn.execute("SELECT count(*) FROM chunks WHERE line_vectors IS NULL").fetchone()[0] == 0
     idx.close()
 
 

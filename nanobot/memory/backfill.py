@@ -1,9 +1,10 @@
 """The embedding phase of an index sync: vectors for every chunk that has none, in batches.
 
-Vectors are looked up in the embedding cache by (provider, model, chunk hash) first, so a moved
-or re-chunked text is never embedded twice. Each batch is committed on its own: keyword search
-sees every chunk at once and hybrid search gains vectors as batches land. An embedding failure
-leaves the rest keyword-only until the next sync retries them.
+A chunk is embedded line by line (vectors.embedding_units); its line vectors are stored and its
+chunk vector is their normalised mean. Vectors are looked up in the embedding cache by (provider,
+model, chunk hash) first, so a moved or re-chunked text is never embedded twice. Each batch is
+committed on its own: keyword search sees every chunk at once and hybrid search gains vectors as
+batches land. An embedding failure leaves the rest keyword-only until the next sync retries them.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 from loguru import logger
 
 from nanobot.memory.embeddings import Embedder, EmbeddingError
 from nanobot.memory.index_db import IndexDB
-from nanobot.memory.vectors import to_blob
+from nanobot.memory.vectors import chunk_vector, embedding_units, lines_from_blob, lines_to_blob, to_blob
+
+ChunkVectors = tuple[bytes, bytes]  # (chunk vector, line vectors) blobs as the chunks table stores them
 
 
 @dataclass
@@ -37,10 +41,16 @@ class SyncStats:
         return asdict(self)
 
 
-def cached_vectors(db: IndexDB, embedder: Embedder | None, hashes: list[str]) -> dict[str, bytes]:
+def _vectors(lines: np.ndarray) -> ChunkVectors:
+    return to_blob(chunk_vector(lines)), lines_to_blob(lines)
+
+
+def cached_vectors(db: IndexDB, embedder: Embedder | None, hashes: list[str]) -> dict[str, ChunkVectors]:
+    """hash -> the chunk's vectors, for the chunks among `hashes` already embedded by this model."""
     if embedder is None or not hashes:
         return {}
-    return db.cache_get(embedder.provider, embedder.model, sorted(set(hashes)))
+    found = db.cache_get(embedder.provider, embedder.model, sorted(set(hashes)))
+    return {h: _vectors(lines_from_blob(blob, dims)) for h, (dims, blob) in found.items()}
 
 
 async def embed_missing(
@@ -50,19 +60,21 @@ async def embed_missing(
     """Embed every chunk without a vector, batch_size distinct texts at a time; `progress` (phase, done,
     total) hears after every batch."""
     missing = await asyncio.to_thread(db.chunks_without_embedding)
-    by_hash: dict[str, tuple[str, list[int]]] = {}
-    for chunk_id, text, digest in missing:
-        by_hash.setdefault(digest, (text, []))[1].append(chunk_id)
+    by_hash: dict[str, tuple[list[str], list[int]]] = {}
+    for chunk_id, title, text, digest in missing:
+        by_hash.setdefault(digest, (embedding_units(title, text), []))[1].append(chunk_id)
     cached = await asyncio.to_thread(cached_vectors, db, embedder, list(by_hash))
     if cached:
-        await asyncio.to_thread(db.set_embeddings, [(i, cached[h]) for h in cached for i in by_hash[h][1]])
+        rows = [(i, *cached[h]) for h in cached for i in by_hash[h][1]]
+        await asyncio.to_thread(db.set_embeddings, rows)
         stats.embedding_cache_hits += len(cached)
     todo = [h for h in by_hash if h not in cached]
     dims_text = db.get_meta("dims") or ""
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
+        units = [unit for h in batch for unit in by_hash[h][0]]
         try:
-            matrix = await embedder.embed_documents([by_hash[h][0] for h in batch])
+            matrix = await embedder.embed_documents(units)
         except EmbeddingError as exc:
             logger.warning(
                 "memory index: embedding failed, {} chunks stay keyword-only: {}", len(todo) - start, exc
@@ -80,9 +92,15 @@ async def embed_missing(
         if not dims_text:
             dims_text = str(dims)
             await asyncio.to_thread(db.set_meta, {"dims": dims_text})
-        blobs = [(h, to_blob(v)) for h, v in zip(batch, matrix, strict=True)]
-        await asyncio.to_thread(db.cache_put, embedder.provider, embedder.model, dims, blobs)
-        await asyncio.to_thread(db.set_embeddings, [(i, blob) for h, blob in blobs for i in by_hash[h][1]])
+        made: dict[str, ChunkVectors] = {}
+        first = 0
+        for h in batch:
+            count = len(by_hash[h][0])
+            made[h] = _vectors(matrix[first : first + count])
+            first += count
+        await asyncio.to_thread(db.cache_put, embedder.provider, embedder.model, dims,
+                                [(h, lines) for h, (_, lines) in made.items()])
+        await asyncio.to_thread(db.set_embeddings, [(i, *made[h]) for h in batch for i in by_hash[h][1]])
         stats.chunks_embedded += len(batch)
         if progress is not None:
             progress("embedding chunks", start + len(batch), len(todo))

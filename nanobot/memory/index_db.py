@@ -22,7 +22,7 @@ from nanobot.memory.chunking import Chunk
 from nanobot.memory.fts import to_fts_text
 from nanobot.util.fs import open_private
 
-SCHEMA_VERSION = "2"  # 2: chunk titles and days, a title column in the FTS table
+SCHEMA_VERSION = "3"  # 2: chunk titles and days, a title column in the FTS table; 3: line vectors
 BUSY_TIMEOUT_MS = 5000
 # Porter stemming over unicode61 ("hiking" finds "hiked"); CJK runs arrive pre-split into bigrams.
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -36,13 +36,13 @@ CREATE TABLE IF NOT EXISTS files(
 CREATE TABLE IF NOT EXISTS chunks(
     id INTEGER PRIMARY KEY, path TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
     text TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB,
-    title TEXT NOT NULL DEFAULT '', day TEXT NOT NULL DEFAULT '');
+    title TEXT NOT NULL DEFAULT '', day TEXT NOT NULL DEFAULT '', line_vectors BLOB);
 CREATE INDEX IF NOT EXISTS chunks_path ON chunks(path);
 CREATE INDEX IF NOT EXISTS chunks_day ON chunks(day);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(title, body, tokenize='{FTS_TOKENIZER}');
 CREATE TABLE IF NOT EXISTS embedding_cache(
     provider TEXT NOT NULL, model TEXT NOT NULL, hash TEXT NOT NULL, dims INTEGER NOT NULL,
-    vector BLOB NOT NULL, PRIMARY KEY(provider, model, hash));
+    vector BLOB NOT NULL, PRIMARY KEY(provider, model, hash));  -- vector: the chunk's line vectors
 """
 
 
@@ -56,6 +56,7 @@ class ChunkRow:
     embedding: bytes | None
     title: str
     day: str
+    line_vectors: bytes | None  # float16 (lines x dims), see vectors.py
 
 
 def _connect_module(use_sqlite_vec: bool) -> tuple[Any, bool]:
@@ -203,15 +204,18 @@ class IndexDB:
         digest: str,
         mtime_ns: int,
         size: int,
-        chunks: list[tuple[Chunk, bytes | None]],
+        chunks: list[tuple[Chunk, tuple[bytes, bytes] | None]],
     ) -> None:
+        """Replace a file's chunks; each comes with its (chunk vector, line vectors) blobs when known."""
         with self.write() as conn:
             self._delete_chunks(conn, path)
-            for chunk, vector in chunks:
+            for chunk, vectors in chunks:
+                vector, lines = vectors or (None, None)
                 cur = conn.execute(
-                    "INSERT INTO chunks(path, start_line, end_line, text, hash, embedding, title, day) "
-                    "VALUES(?,?,?,?,?,?,?,?)",
-                    (path, chunk.start_line, chunk.end_line, chunk.text, chunk.hash, vector, chunk.title, chunk.day),
+                    "INSERT INTO chunks(path, start_line, end_line, text, hash, embedding, title, day, line_vectors)"
+                    " VALUES(?,?,?,?,?,?,?,?,?)",
+                    (path, chunk.start_line, chunk.end_line, chunk.text, chunk.hash, vector, chunk.title, chunk.day,
+                     lines),
                 )
                 conn.execute(
                     "INSERT INTO chunks_fts(rowid, title, body) VALUES(?, ?, ?)",
@@ -243,32 +247,36 @@ class IndexDB:
 
     def clear_embeddings(self) -> None:
         with self.write() as conn:
-            conn.execute("UPDATE chunks SET embedding=NULL")
+            conn.execute("UPDATE chunks SET embedding=NULL, line_vectors=NULL")
 
-    def chunks_without_embedding(self) -> list[tuple[int, str, str]]:
-        """(id, text to embed: title + body, hash) of every chunk still without a vector."""
+    def chunks_without_embedding(self) -> list[tuple[int, str, str, str]]:
+        """(id, title, text, hash) of every chunk still without a vector."""
         with self._write_lock:
             rows = self._writer.execute(
                 "SELECT id, title, text, hash FROM chunks WHERE embedding IS NULL"
             ).fetchall()
-        return [(r[0], f"{r[1]}\n{r[2]}" if r[1] else r[2], r[3]) for r in rows]
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
-    def set_embeddings(self, rows: Iterable[tuple[int, bytes]]) -> None:
+    def set_embeddings(self, rows: Iterable[tuple[int, bytes, bytes | None]]) -> None:
+        """(chunk id, chunk vector, line vectors) blobs."""
         with self.write() as conn:
-            conn.executemany("UPDATE chunks SET embedding=? WHERE id=?", [(v, i) for i, v in rows])
+            conn.executemany(
+                "UPDATE chunks SET embedding=?, line_vectors=? WHERE id=?", [(v, lines, i) for i, v, lines in rows]
+            )
 
-    def cache_get(self, provider: str, model: str, hashes: list[str]) -> dict[str, bytes]:
-        found: dict[str, bytes] = {}
+    def cache_get(self, provider: str, model: str, hashes: list[str]) -> dict[str, tuple[int, bytes]]:
+        """hash -> (dims, line vectors blob) of the cached chunks among `hashes`."""
+        found: dict[str, tuple[int, bytes]] = {}
         with self._write_lock:
             for start in range(0, len(hashes), 500):  # stay under SQLite's variable limit
                 part = hashes[start : start + 500]
                 marks = ",".join("?" * len(part))
                 rows = self._writer.execute(
-                    "SELECT hash, vector FROM embedding_cache "
+                    "SELECT hash, dims, vector FROM embedding_cache "
                     f"WHERE provider=? AND model=? AND hash IN ({marks})",
                     (provider, model, *part),
                 ).fetchall()
-                found.update({h: v for h, v in rows})
+                found.update({h: (int(d), v) for h, d, v in rows})
         return found
 
     def cache_put(self, provider: str, model: str, dims: int, items: list[tuple[str, bytes]]) -> None:
@@ -313,7 +321,7 @@ class IndexDB:
         marks = ",".join("?" * len(ids))
         with self.read() as conn:
             rows = conn.execute(
-                "SELECT id, path, start_line, end_line, text, embedding, title, day FROM chunks "
+                "SELECT id, path, start_line, end_line, text, embedding, title, day, line_vectors FROM chunks "
                 f"WHERE id IN ({marks})",
                 ids,
             ).fetchall()

@@ -1,4 +1,11 @@
-"""Nearest-neighbour search over the chunk vectors stored in the index file.
+"""Chunk and line vectors, and nearest-neighbour search over the chunk vectors in the index file.
+
+A chunk is embedded line by line (embedding_units: its lines of at least MIN_LINE_CHARS visible
+characters). Its line vectors are kept (float16) and its chunk vector is their normalised mean.
+A whole chunk's vector blurs the one line that answers a question among lines about other things;
+so a chunk's similarity to a query mixes the chunk vector with its best line (LINE_SHARE of the
+score). Measured on the memory QA set's tuning and fresh questions, vector ranking alone: all
+evidence in the first 10 for 0.688 of the questions with one vector per chunk, 0.850 this way.
 
 Two backends over the same float32 BLOB column: NumPy brute force on a matrix cached in memory
 (reloaded when the index generation changes; the default, ~2 ms for 10k x 384 here) and
@@ -13,6 +20,11 @@ import numpy as np
 
 from nanobot.memory.index_db import IndexDB
 
+# Visible characters, a CJK character counting three: a shorter line (a bare heading, "- ok") is not
+# embedded on its own; a chunk of only such lines is embedded whole.
+MIN_LINE_CHARS = 12
+LINE_SHARE = 0.7  # of a chunk's similarity: its best line; the rest is the chunk vector's
+
 
 def to_blob(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
@@ -20,6 +32,43 @@ def to_blob(vector: np.ndarray) -> bytes:
 
 def from_blob(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
+
+
+def _visible_chars(line: str) -> int:
+    """Characters that are not white space, a CJK character counting three (it is about a word)."""
+    return sum(3 if ord(ch) >= 0x2E80 else 1 for ch in line if not ch.isspace())
+
+
+def embedding_units(title: str, text: str) -> list[str]:
+    """The texts embedded for one chunk: its lines that say something, else the whole chunk."""
+    lines = [line.strip() for line in text.split("\n") if _visible_chars(line) >= MIN_LINE_CHARS]
+    if lines:
+        return lines
+    return [f"{title}\n{text}" if title else text]
+
+
+def lines_to_blob(matrix: np.ndarray) -> bytes:
+    return np.asarray(matrix, dtype=np.float16).tobytes()
+
+
+def lines_from_blob(blob: bytes, dims: int) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float16).reshape(-1, dims).astype(np.float32)
+
+
+def chunk_vector(lines: np.ndarray) -> np.ndarray:
+    """The chunk's vector: the normalised mean of its line vectors."""
+    mean = np.asarray(lines, dtype=np.float32).mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    return mean / norm if norm > 0 else mean
+
+
+def similarity(chunk: np.ndarray, lines: np.ndarray | None, query: np.ndarray) -> float:
+    """A chunk's cosine similarity to the query: its vector's, mixed with its best line's."""
+    whole = float(chunk @ query)
+    if lines is None or not len(lines):
+        return whole
+    best = float(np.max(lines @ query))
+    return (1 - LINE_SHARE) * whole + LINE_SHARE * best
 
 
 class VectorSearcher:
