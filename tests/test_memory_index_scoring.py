@@ -135,6 +135,21 @@ def test_snippet_is_capped_and_centred_on_matches() -> None:
     assert (short, s1, s2) == ("tiny", 5, 5)
 
 
+def test_snippet_shows_the_line_nearest_by_meaning() -> None:
+    lines = [f"filler line {i} " + "z" * 60 for i in range(1, 41)]
+    lines[37] = "- Cancel the gym trial before it auto-renews on the 30th."
+    text = "\n".join(lines)
+    # No keyword of the question is in the chunk: without the lead line the window is the middle one.
+    plain, _, _ = make_snippet(text, 1, 40, ["subscription"])
+    assert "gym trial" not in plain
+    led, first, last = make_snippet(text, 1, 40, ["subscription"], lead_line=37)
+    assert "gym trial" in led and first <= 38 <= last and len(led) <= SNIPPET_MAX_CHARS
+    # A keyword line decides where the window goes; the lead line only stands in when there is none.
+    lines[2] = "the subscription price went up"
+    keyword, _, _ = make_snippet("\n".join(lines), 1, 40, ["subscription"], lead_line=37)
+    assert "subscription price" in keyword and "gym trial" not in keyword
+
+
 def test_embedder_selection_and_missing_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     assert build_embedder(MemorySearchConfig(embedding_provider="none")) is None
     with pytest.raises(EmbeddingError, match="embeddingModel"):

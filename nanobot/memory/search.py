@@ -41,6 +41,7 @@ class Candidate:
     score: float = 0.0
     embedding: np.ndarray | None = field(default=None, repr=False)
     title: str = ""
+    best_line: int | None = None  # index in text.split("\n") of the line nearest the query vector
 
 
 def bm25_to_score(bm25: float) -> float:
@@ -141,8 +142,12 @@ def make_snippet(
     terms: list[str],
     max_chars: int = SNIPPET_MAX_CHARS,
     weights: dict[str, float] | None = None,
+    lead_line: int | None = None,
 ) -> tuple[str, int, int]:
     """At most max_chars of the chunk: the run of whole lines holding the most keyword hits, centred on them.
+
+    When no line matches a keyword, the window is centred on lead_line (the line nearest the query
+    by meaning, from the line vectors) instead of being the middle of the chunk.
 
     Returns (snippet, first line, last line) of what the snippet shows; when the chunk's lines do
     not map one-to-one onto file lines (a split long line, a transcript) the chunk's range is kept.
@@ -151,6 +156,8 @@ def make_snippet(
     if len(text) <= max_chars:
         return text, start_line, end_line
     hits = lines_hits(lines, terms, weights)
+    if lead_line is not None and 0 <= lead_line < len(lines) and max(hits) == 0:
+        hits[lead_line] = 1.0
     # Sliding window of whole lines within max_chars. The first window with the most hits pushes
     # the matching lines to its end, cutting the reply that follows them; of the run of windows
     # right after it that hold the same hits, the middle one is taken, so the matches sit centred.

@@ -39,12 +39,24 @@ def _visible_chars(line: str) -> int:
     return sum(3 if ord(ch) >= 0x2E80 else 1 for ch in line if not ch.isspace())
 
 
+def unit_lines(text: str) -> list[int]:
+    """Indexes (in text.split("\\n")) of the chunk's lines that are embedded on their own."""
+    return [n for n, line in enumerate(text.split("\n")) if _visible_chars(line) >= MIN_LINE_CHARS]
+
+
 def embedding_units(title: str, text: str) -> list[str]:
     """The texts embedded for one chunk: its lines that say something, else the whole chunk."""
-    lines = [line.strip() for line in text.split("\n") if _visible_chars(line) >= MIN_LINE_CHARS]
-    if lines:
-        return lines
-    return [f"{title}\n{text}" if title else text]
+    lines = text.split("\n")
+    units = [lines[n].strip() for n in unit_lines(text)]
+    return units or [f"{title}\n{text}" if title else text]
+
+
+def best_line(text: str, lines: np.ndarray, query: np.ndarray) -> int | None:
+    """Index (in text.split("\\n")) of the chunk's line nearest the query; None for a chunk embedded whole."""
+    indexes = unit_lines(text)
+    if len(indexes) != len(lines):
+        return None
+    return indexes[int(np.argmax(lines @ query))]
 
 
 def lines_to_blob(matrix: np.ndarray) -> bytes:
