@@ -39,7 +39,7 @@ from nanobot.memory.search import (
     text_score,
 )
 from nanobot.memory.temporal import TimeRange, parse_time_range
-from nanobot.memory.vectors import VectorSearcher, best_line, from_blob, lines_from_blob, similarity
+from nanobot.memory.vectors import VectorSearcher, from_blob, line_index, lines_from_blob, similarity
 
 TIME_WEIGHT = 0.35  # share of the final score given to "the chunk is dated in the asked range"
 MAX_YEARS_BACK = 10  # how far "in March" (no year) may reach back for notes of a March
@@ -114,6 +114,11 @@ def fuse_by_rank(candidates: list[Candidate], k: int, vector_weight: float, text
         cand.score = fused[cand.id] / best
 
 
+def _lead_line(cand: Candidate) -> int | None:
+    """The chunk's line nearest the query by meaning, where the snippet goes without keyword hits."""
+    return None if cand.best_unit is None else line_index(cand.text, cand.best_unit, cand.units)
+
+
 def _other_script(text: str, query_share: float | None) -> bool:
     share = non_latin_share(text)
     return query_share is not None and share is not None and abs(share - query_share) > CROSS_SCRIPT
@@ -174,9 +179,9 @@ def rank(
             if vec.shape == qvec.shape:
                 cand.embedding = vec
                 lines = lines_from_blob(row.line_vectors, len(vec)) if row.line_vectors else None
-                cand.vector_score = cosine_to_score(similarity(vec, lines, qvec))
-                if lines is not None:
-                    cand.best_line = best_line(row.text, lines, qvec)
+                cosine, cand.best_unit = similarity(vec, lines, qvec)
+                cand.vector_score = cosine_to_score(cosine)
+                cand.units = 0 if lines is None else len(lines)
         if qvec is not None:
             cand.score = hybrid_score(cand.vector_score, cand.text_score, cfg.vector_weight, cfg.text_weight)
             if cand.embedding is not None and _other_script(row.text, found.non_latin):
@@ -210,7 +215,7 @@ def rank(
     out: list[SearchResult] = []
     for cand in chosen:
         snippet, first, last = make_snippet(cand.text, cand.start_line, cand.end_line, terms, cfg.snippet_chars,
-                                              weights=rarity, lead_line=cand.best_line)
+                                              weights=rarity, lead_line=_lead_line(cand))
         if cand.title:
             snippet = f"[{cand.title}]\n{snippet}"
         out.append(SearchResult(cand.path, cand.start_line, cand.end_line, cand.score, snippet,

@@ -14,6 +14,7 @@ sqlite-vec's vec_distance_cosine evaluated inside SQLite (~2-3 ms; no copy in Py
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -23,6 +24,8 @@ from nanobot.memory.index_db import IndexDB
 # Visible characters, a CJK character counting three: a shorter line (a bare heading, "- ok") is not
 # embedded on its own; a chunk of only such lines is embedded whole.
 MIN_LINE_CHARS = 12
+_SPACE = re.compile(r"\s")
+_CJK = re.compile(r"[\u2e80-\U0010ffff]")
 LINE_SHARE = 0.7  # of a chunk's similarity: its best line; the rest is the chunk vector's
 
 
@@ -36,7 +39,7 @@ def from_blob(blob: bytes) -> np.ndarray:
 
 def _visible_chars(line: str) -> int:
     """Characters that are not white space, a CJK character counting three (it is about a word)."""
-    return sum(3 if ord(ch) >= 0x2E80 else 1 for ch in line if not ch.isspace())
+    return len(line) - len(_SPACE.findall(line)) + 2 * len(_CJK.findall(line))
 
 
 def unit_lines(text: str) -> list[int]:
@@ -51,12 +54,11 @@ def embedding_units(title: str, text: str) -> list[str]:
     return units or [f"{title}\n{text}" if title else text]
 
 
-def best_line(text: str, lines: np.ndarray, query: np.ndarray) -> int | None:
-    """Index (in text.split("\\n")) of the chunk's line nearest the query; None for a chunk embedded whole."""
+def line_index(text: str, unit: int, units: int) -> int | None:
+    """Index (in text.split("\\n")) of the chunk's embedded unit number `unit`, of `units`; None for a
+    chunk embedded whole."""
     indexes = unit_lines(text)
-    if len(indexes) != len(lines):
-        return None
-    return indexes[int(np.argmax(lines @ query))]
+    return indexes[unit] if len(indexes) == units and 0 <= unit < units else None
 
 
 def lines_to_blob(matrix: np.ndarray) -> bytes:
@@ -74,13 +76,15 @@ def chunk_vector(lines: np.ndarray) -> np.ndarray:
     return mean / norm if norm > 0 else mean
 
 
-def similarity(chunk: np.ndarray, lines: np.ndarray | None, query: np.ndarray) -> float:
-    """A chunk's cosine similarity to the query: its vector's, mixed with its best line's."""
+def similarity(chunk: np.ndarray, lines: np.ndarray | None, query: np.ndarray) -> tuple[float, int | None]:
+    """A chunk's cosine similarity to the query (its vector's, mixed with its best line's), and which
+    of its lines is the best (None without line vectors)."""
     whole = float(chunk @ query)
     if lines is None or not len(lines):
-        return whole
-    best = float(np.max(lines @ query))
-    return (1 - LINE_SHARE) * whole + LINE_SHARE * best
+        return whole, None
+    sims = lines @ query
+    best = int(np.argmax(sims))
+    return (1 - LINE_SHARE) * whole + LINE_SHARE * float(sims[best]), best
 
 
 class VectorSearcher:
