@@ -40,7 +40,7 @@ from nanobot.config.schema import MemorySearchConfig  # noqa: E402
 from nanobot.logs import setup_logging  # noqa: E402
 from nanobot.memory.embeddings import LocalEmbedder  # noqa: E402
 from nanobot.memory.index import MemoryIndex  # noqa: E402
-from nanobot.memory.vectors import chunk_vector, embedding_units, lines_to_blob, to_blob  # noqa: E402
+from nanobot.memory.vectors import embedding_units, vector_blobs  # noqa: E402
 
 DATA = Path(os.environ.get("LOCOMO_DATA", "/work/shared/data/locomo10.json"))
 GOALS_P95_MS = {"keyword": 50.0, "hybrid[numpy]": 80.0}
@@ -177,7 +177,7 @@ def fill_random_vectors(index: MemoryIndex, dims: int) -> None:
     for chunk_id, title, text in chunks:
         lines = rng.standard_normal((len(embedding_units(title, text)), dims)).astype(np.float32)
         lines /= np.linalg.norm(lines, axis=1, keepdims=True)
-        rows.append((chunk_id, to_blob(chunk_vector(lines)), lines_to_blob(lines)))
+        rows.append((chunk_id, *vector_blobs(lines)))
     db.set_meta({"dims": str(dims)})
     db.set_embeddings(rows)
 

@@ -14,12 +14,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
 from loguru import logger
 
 from nanobot.memory.embeddings import Embedder, EmbeddingError
 from nanobot.memory.index_db import IndexDB
-from nanobot.memory.vectors import chunk_vector, embedding_units, lines_from_blob, lines_to_blob, to_blob
+from nanobot.memory.vectors import embedding_units, lines_from_blob, vector_blobs
 
 ChunkVectors = tuple[bytes, bytes]  # (chunk vector, line vectors) blobs as the chunks table stores them
 
@@ -41,16 +40,12 @@ class SyncStats:
         return asdict(self)
 
 
-def _vectors(lines: np.ndarray) -> ChunkVectors:
-    return to_blob(chunk_vector(lines)), lines_to_blob(lines)
-
-
 def cached_vectors(db: IndexDB, embedder: Embedder | None, hashes: list[str]) -> dict[str, ChunkVectors]:
     """hash -> the chunk's vectors, for the chunks among `hashes` already embedded by this model."""
     if embedder is None or not hashes:
         return {}
     found = db.cache_get(embedder.provider, embedder.model, sorted(set(hashes)))
-    return {h: _vectors(lines_from_blob(blob, dims)) for h, (dims, blob) in found.items()}
+    return {h: vector_blobs(lines_from_blob(blob, dims)) for h, (dims, blob) in found.items()}
 
 
 async def embed_missing(
@@ -96,7 +91,7 @@ async def embed_missing(
         first = 0
         for h in batch:
             count = len(by_hash[h][0])
-            made[h] = _vectors(matrix[first : first + count])
+            made[h] = vector_blobs(matrix[first : first + count])
             first += count
         await asyncio.to_thread(db.cache_put, embedder.provider, embedder.model, dims,
                                 [(h, lines) for h, (_, lines) in made.items()])

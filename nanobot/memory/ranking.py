@@ -116,7 +116,7 @@ def fuse_by_rank(candidates: list[Candidate], k: int, vector_weight: float, text
 
 def _lead_line(cand: Candidate) -> int | None:
     """The chunk's line nearest the query by meaning, where the snippet goes without keyword hits."""
-    return None if cand.best_unit is None else line_index(cand.text, cand.best_unit, cand.units)
+    return None if cand.best_unit is None else line_index(cand.text, cand.best_unit)
 
 
 def _other_script(text: str, query_share: float | None) -> bool:
@@ -181,7 +181,6 @@ def rank(
                 lines = lines_from_blob(row.line_vectors, len(vec)) if row.line_vectors else None
                 cosine, cand.best_unit = similarity(vec, lines, qvec)
                 cand.vector_score = cosine_to_score(cosine)
-                cand.units = 0 if lines is None else len(lines)
         if qvec is not None:
             cand.score = hybrid_score(cand.vector_score, cand.text_score, cfg.vector_weight, cfg.text_weight)
             if cand.embedding is not None and _other_script(row.text, found.non_latin):

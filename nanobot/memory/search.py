@@ -42,7 +42,6 @@ class Candidate:
     embedding: np.ndarray | None = field(default=None, repr=False)
     title: str = ""
     best_unit: int | None = None  # which of the chunk's embedded lines is nearest the query vector
-    units: int = 0  # how many lines of the chunk were embedded on their own
 
 
 def bm25_to_score(bm25: float) -> float:

@@ -19,13 +19,15 @@ import threading
 
 import numpy as np
 
+from nanobot.memory.embeddings import normalise
+from nanobot.memory.fts import WIDE_CHAR_LETTERS
 from nanobot.memory.index_db import IndexDB
 
 # Visible characters, a CJK character counting three: a shorter line (a bare heading, "- ok") is not
 # embedded on its own; a chunk of only such lines is embedded whole.
 MIN_LINE_CHARS = 12
 _SPACE = re.compile(r"\s")
-_CJK = re.compile(r"[\u2e80-\U0010ffff]")
+_WIDE = re.compile(r"[\u2e80-\U0010ffff]")  # CJK and beyond: one character is about a word
 LINE_SHARE = 0.7  # of a chunk's similarity: its best line; the rest is the chunk vector's
 
 
@@ -39,7 +41,7 @@ def from_blob(blob: bytes) -> np.ndarray:
 
 def _visible_chars(line: str) -> int:
     """Characters that are not white space, a CJK character counting three (it is about a word)."""
-    return len(line) - len(_SPACE.findall(line)) + 2 * len(_CJK.findall(line))
+    return len(line) - len(_SPACE.findall(line)) + (WIDE_CHAR_LETTERS - 1) * len(_WIDE.findall(line))
 
 
 def unit_lines(text: str) -> list[int]:
@@ -54,11 +56,11 @@ def embedding_units(title: str, text: str) -> list[str]:
     return units or [f"{title}\n{text}" if title else text]
 
 
-def line_index(text: str, unit: int, units: int) -> int | None:
-    """Index (in text.split("\\n")) of the chunk's embedded unit number `unit`, of `units`; None for a
-    chunk embedded whole."""
+def line_index(text: str, unit: int) -> int | None:
+    """Index (in text.split("\\n")) of the chunk's embedded line number `unit`; None for a chunk
+    embedded whole (it has no line long enough to be embedded on its own)."""
     indexes = unit_lines(text)
-    return indexes[unit] if len(indexes) == units and 0 <= unit < units else None
+    return indexes[unit] if 0 <= unit < len(indexes) else None
 
 
 def lines_to_blob(matrix: np.ndarray) -> bytes:
@@ -71,9 +73,12 @@ def lines_from_blob(blob: bytes, dims: int) -> np.ndarray:
 
 def chunk_vector(lines: np.ndarray) -> np.ndarray:
     """The chunk's vector: the normalised mean of its line vectors."""
-    mean = np.asarray(lines, dtype=np.float32).mean(axis=0)
-    norm = float(np.linalg.norm(mean))
-    return mean / norm if norm > 0 else mean
+    return normalise(np.asarray(lines, dtype=np.float32).mean(axis=0))[0]
+
+
+def vector_blobs(lines: np.ndarray) -> tuple[bytes, bytes]:
+    """(chunk vector, line vectors) blobs of a chunk, as the chunks table stores them."""
+    return to_blob(chunk_vector(lines)), lines_to_blob(lines)
 
 
 def similarity(chunk: np.ndarray, lines: np.ndarray | None, query: np.ndarray) -> tuple[float, int | None]:
