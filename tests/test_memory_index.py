@@ -256,21 +256,81 @@ async def test_corrupt_or_missing_index_is_rebuilt(ws: Path) -> None:
     idx.close()
 
 
+def _chunks_without_cached_lines(idx: MemoryIndex) -> int:
+    with idx._db.read() as conn:
+        return conn.execute(
+            "SELECT count(*) FROM chunks c WHERE c.embedding IS NULL OR NOT EXISTS"
+            " (SELECT 1 FROM embedding_cache e WHERE e.hash = c.hash AND e.provider = 'fake')"
+        ).fetchone()[0]
+
+
 async def test_an_index_of_the_schema_before_line_vectors_is_rebuilt_with_them(ws: Path) -> None:
     cfg = MemorySearchConfig(embedding_provider="fake")
     idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
     await idx.sync()
     idx.close()
     index_file = ws / "memory" / ".index.sqlite"
-    with sqlite3.connect(index_file) as conn:  # what an index written before line vectors looks like
-        conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
+    with sqlite3.connect(index_file) as conn:  # an index written before line vectors: one vector a chunk
+        conn.execute("DELETE FROM embedding_cache")
         conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
-    idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
+    embedder = FakeEmbedder()
+    idx = MemoryIndex(ws, cfg, embedder=embedder)
     response = await idx.search("PostgreSQL analytics", wait_for_vectors=True)
-    assert idx._db.rebuilt and response.mode == "hybrid"
+    assert idx._db.rebuilt and response.mode == "hybrid" and embedder.embedded
     assert response.results[0].path == "memory/MEMORY.md"
+    assert _chunks_without_cached_lines(idx) == 0
+    idx.close()
+
+
+async def test_an_index_with_line_vectors_on_its_chunks_is_migrated_without_embedding_again(ws: Path) -> None:
+    (ws / "memory" / "MEMORY.md").write_text("# Notes\n" + "".join(
+        f"- Project {n} runs on PostgreSQL {n} with nightly analytics exports\n" for n in range(400)
+    ))
+    cfg = MemorySearchConfig(embedding_provider="fake")
+    idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
+    await idx.sync()
+    expected = [(r.path, r.start_line) for r in (await idx.search("PostgreSQL 7 analytics")).results]
+    idx.close()
+    index_file = ws / "memory" / ".index.sqlite"
+    conn = sqlite3.connect(index_file)  # schema 3: each chunk kept its line vectors a second time
+    conn.execute("ALTER TABLE chunks ADD COLUMN line_vectors BLOB")
+    conn.execute("UPDATE chunks SET line_vectors = (SELECT vector FROM embedding_cache WHERE hash = chunks.hash)")
+    conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()  # the last connection to close folds the WAL into the file
+    schema3_bytes = index_file.stat().st_size
+    embedder = FakeEmbedder()
+    idx = MemoryIndex(ws, cfg, embedder=embedder)
+    response = await idx.search("PostgreSQL 7 analytics", wait_for_vectors=True)
+    assert not idx._db.rebuilt and embedder.embedded == []
+    assert response.mode == "hybrid" and [(r.path, r.start_line) for r in response.results] == expected
+    assert _chunks_without_cached_lines(idx) == 0
     with idx._db.read() as conn:
-        assert conn.execute("SELECT count(*) FROM chunks WHERE line_vectors IS NULL").fetchone()[0] == 0
+        assert "line_vectors" not in [row[1] for row in conn.execute("PRAGMA table_info(chunks)")]
+        assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    idx.close()
+    assert index_file.stat().st_size < schema3_bytes
+
+
+async def test_embedding_cache_keeps_what_chunks_use_and_a_bounded_spare(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("nanobot.memory.index_db.CACHE_SPARE_ROWS", 2)
+    live = ws / "sessions" / "telegram_42.jsonl"
+    live.parent.mkdir(exist_ok=True)
+    embedder = FakeEmbedder()
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="fake"), embedder=embedder)
+    for turn in range(8):  # a live transcript: its last chunk changes with every turn
+        with live.open("a") as f:
+            f.write(f'{{"role": "user", "content": "turn {turn}: the parcel locker code is {turn}41{turn}"}}\n')
+        await idx.sync()
+    with idx._db.read() as conn:
+        used = conn.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
+        cached = conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+    assert cached == used + 2
+    assert _chunks_without_cached_lines(idx) == 0
+    response = await idx.search("parcel locker code 7417")
+    assert response.mode == "hybrid" and response.results[0].path == "sessions/telegram_42.jsonl"
     idx.close()
 
 

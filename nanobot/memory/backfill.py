@@ -1,8 +1,8 @@
 """The embedding phase of an index sync: vectors for every chunk that has none, in batches.
 
-A chunk is embedded line by line (vectors.embedding_units); its line vectors are stored and its
-chunk vector is their normalised mean. Vectors are looked up in the embedding cache by (provider,
-model, chunk hash) first, so a moved or re-chunked text is never embedded twice. Each batch is
+A chunk is embedded line by line (vectors.embedding_units); its line vectors go to the embedding
+cache under (provider, model, chunk hash) and its chunk vector, their normalised mean, onto the
+chunk. The cache is looked up first, so a moved or re-chunked text is never embedded twice. Each batch is
 committed on its own: keyword search sees every chunk at once and hybrid search gains vectors as
 batches land. An embedding failure leaves the rest keyword-only until the next sync retries them.
 """
@@ -18,9 +18,7 @@ from loguru import logger
 
 from nanobot.memory.embeddings import Embedder, EmbeddingError
 from nanobot.memory.index_db import IndexDB
-from nanobot.memory.vectors import embedding_units, lines_from_blob, vector_blobs
-
-ChunkVectors = tuple[bytes, bytes]  # (chunk vector, line vectors) blobs as the chunks table stores them
+from nanobot.memory.vectors import chunk_vector, embedding_units, lines_from_blob, to_blob, vector_blobs
 
 
 @dataclass
@@ -40,12 +38,12 @@ class SyncStats:
         return asdict(self)
 
 
-def cached_vectors(db: IndexDB, embedder: Embedder | None, hashes: list[str]) -> dict[str, ChunkVectors]:
-    """hash -> the chunk's vectors, for the chunks among `hashes` already embedded by this model."""
+def cached_vectors(db: IndexDB, embedder: Embedder | None, hashes: list[str]) -> dict[str, bytes]:
+    """hash -> the chunk vector blob, for the chunks among `hashes` already embedded by this model."""
     if embedder is None or not hashes:
         return {}
     found = db.cache_get(embedder.provider, embedder.model, sorted(set(hashes)))
-    return {h: vector_blobs(lines_from_blob(blob, dims)) for h, (dims, blob) in found.items()}
+    return {h: to_blob(chunk_vector(lines_from_blob(blob, dims))) for h, (dims, blob) in found.items()}
 
 
 async def embed_missing(
@@ -60,7 +58,7 @@ async def embed_missing(
         by_hash.setdefault(digest, (embedding_units(title, text), []))[1].append(chunk_id)
     cached = await asyncio.to_thread(cached_vectors, db, embedder, list(by_hash))
     if cached:
-        rows = [(i, *cached[h]) for h in cached for i in by_hash[h][1]]
+        rows = [(i, cached[h]) for h in cached for i in by_hash[h][1]]
         await asyncio.to_thread(db.set_embeddings, rows)
         stats.embedding_cache_hits += len(cached)
     todo = [h for h in by_hash if h not in cached]
@@ -80,22 +78,23 @@ async def embed_missing(
         if dims_text and int(dims_text) != dims:
             # Same model name, other output size: every stored vector is stale.
             logger.info("memory index: embedding dimensions changed {} -> {}; re-embedding", dims_text, dims)
-            await asyncio.to_thread(db.clear_embeddings)
+            await asyncio.to_thread(db.clear_embeddings, (embedder.provider, embedder.model))
             await asyncio.to_thread(db.set_meta, {"dims": str(dims)})
             stats.full_reindex = True
             return await embed_missing(db, embedder, stats, batch_size, progress)
         if not dims_text:
             dims_text = str(dims)
             await asyncio.to_thread(db.set_meta, {"dims": dims_text})
-        made: dict[str, ChunkVectors] = {}
+        lines: list[tuple[str, bytes]] = []
+        vectors: list[tuple[int, bytes]] = []
         first = 0
         for h in batch:
             count = len(by_hash[h][0])
-            made[h] = vector_blobs(matrix[first : first + count])
+            line_blob, vector = vector_blobs(matrix[first : first + count])
             first += count
-        await asyncio.to_thread(db.cache_put, embedder.provider, embedder.model, dims,
-                                [(h, lines) for h, (_, lines) in made.items()])
-        await asyncio.to_thread(db.set_embeddings, [(i, *made[h]) for h in batch for i in by_hash[h][1]])
+            lines.append((h, line_blob))
+            vectors += [(i, vector) for i in by_hash[h][1]]
+        await asyncio.to_thread(db.store_embeddings, embedder.provider, embedder.model, dims, lines, vectors)
         stats.chunks_embedded += len(batch)
         if progress is not None:
             progress("embedding chunks", start + len(batch), len(todo))

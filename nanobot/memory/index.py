@@ -84,7 +84,8 @@ class MemoryIndex:
     def _ensure_open(self) -> None:
         if self._vectors is None:
             self._db.open()
-            self._vectors = VectorSearcher(self._db, self.config.vector_backend)
+            embedded_by = (self.embedder.provider, self.embedder.model) if self.embedder else None
+            self._vectors = VectorSearcher(self._db, self.config.vector_backend, embedded_by)
 
     def _reset_db(self) -> None:
         self._db.close()
@@ -211,6 +212,8 @@ class MemoryIndex:
         for rel in set(existing) - set(signature):
             await asyncio.to_thread(db.delete_file, rel)
             stats.files_removed += 1
+        if stats.files_indexed or stats.files_removed:
+            await asyncio.to_thread(db.prune_cache)
         self._snapshot = Snapshot(signature, folders)
         self._last_sync = time.time()
         self._last_check = time.monotonic()

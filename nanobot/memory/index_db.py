@@ -1,5 +1,10 @@
 """The SQLite file behind memory search: files, chunks (+ vectors), an FTS5 table, an embedding cache.
 
+A chunk row holds its chunk vector (float32, what nearest-neighbour search scans); its line vectors
+(float16, see vectors.py) are kept once, in the embedding cache under the chunk's text hash, and
+read with the chunk rows of a search. The cache keeps every row a chunk refers to and at most
+CACHE_SPARE_ROWS others (the newest: text that was edited away may come back).
+
 Two connections in WAL mode: the writer (used by sync, in a worker thread) and the reader (used
 by search), so a search never waits for a sync. A file that is not a valid index is deleted and
 created anew; it only holds data derived from the memory files.
@@ -22,7 +27,10 @@ from nanobot.memory.chunking import Chunk
 from nanobot.memory.fts import to_fts_text
 from nanobot.util.fs import open_private
 
-SCHEMA_VERSION = "3"  # 2: chunk titles and days, a title column in the FTS table; 3: line vectors
+# 2: chunk titles and days, a title column in the FTS table; 3: line vectors; 4: line vectors only in
+# the cache (a schema-3 file is migrated in place: its cache already holds every line vector).
+SCHEMA_VERSION = "4"
+CACHE_SPARE_ROWS = 500  # cached embeddings of text no chunk holds any more (~10 KB each)
 BUSY_TIMEOUT_MS = 5000
 # Porter stemming over unicode61 ("hiking" finds "hiked"); CJK runs arrive pre-split into bigrams.
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -36,7 +44,7 @@ CREATE TABLE IF NOT EXISTS files(
 CREATE TABLE IF NOT EXISTS chunks(
     id INTEGER PRIMARY KEY, path TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
     text TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB,
-    title TEXT NOT NULL DEFAULT '', day TEXT NOT NULL DEFAULT '', line_vectors BLOB);
+    title TEXT NOT NULL DEFAULT '', day TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS chunks_path ON chunks(path);
 CREATE INDEX IF NOT EXISTS chunks_day ON chunks(day);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(title, body, tokenize='{FTS_TOKENIZER}');
@@ -56,7 +64,7 @@ class ChunkRow:
     embedding: bytes | None
     title: str
     day: str
-    line_vectors: bytes | None  # float16 (lines x dims), see vectors.py
+    line_vectors: bytes | None  # float16 (lines x dims), see vectors.py; from the embedding cache
 
 
 def _connect_module(use_sqlite_vec: bool) -> tuple[Any, bool]:
@@ -110,7 +118,10 @@ class IndexDB:
             check = writer.execute("PRAGMA quick_check").fetchone()
             if not check or check[0] != "ok":
                 raise sqlite3.DatabaseError(f"quick_check: {check}")
-            if self._meta(writer, "schema_version") not in (None, SCHEMA_VERSION):
+            version = self._meta(writer, "schema_version")
+            if version == "3":
+                self._migrate_from_3(writer)
+            elif version not in (None, SCHEMA_VERSION):
                 raise sqlite3.DatabaseError("index schema version changed")
             writer.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
             writer.commit()
@@ -119,6 +130,16 @@ class IndexDB:
             raise
         self._writer = writer
         self._reader = self._connect()
+
+    @staticmethod
+    def _migrate_from_3(conn: Any) -> None:
+        """Schema 3 kept each chunk's line vectors twice (on the chunk and in the cache): drop the
+        chunks' copy and give the space back; no vector needs to be made again."""
+        conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
+        conn.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+        conn.commit()
+        conn.execute("VACUUM")
+        logger.info("memory index: migrated to schema {} (line vectors kept once)", SCHEMA_VERSION)
 
     def open(self) -> None:
         """Open (creating if needed); a corrupt or foreign file is replaced by an empty index."""
@@ -204,18 +225,16 @@ class IndexDB:
         digest: str,
         mtime_ns: int,
         size: int,
-        chunks: list[tuple[Chunk, tuple[bytes, bytes] | None]],
+        chunks: list[tuple[Chunk, bytes | None]],
     ) -> None:
-        """Replace a file's chunks; each comes with its (chunk vector, line vectors) blobs when known."""
+        """Replace a file's chunks; each comes with its chunk vector blob when the cache has it."""
         with self.write() as conn:
             self._delete_chunks(conn, path)
-            for chunk, vectors in chunks:
-                vector, lines = vectors or (None, None)
+            for chunk, vector in chunks:
                 cur = conn.execute(
-                    "INSERT INTO chunks(path, start_line, end_line, text, hash, embedding, title, day, line_vectors)"
-                    " VALUES(?,?,?,?,?,?,?,?,?)",
-                    (path, chunk.start_line, chunk.end_line, chunk.text, chunk.hash, vector, chunk.title, chunk.day,
-                     lines),
+                    "INSERT INTO chunks(path, start_line, end_line, text, hash, embedding, title, day)"
+                    " VALUES(?,?,?,?,?,?,?,?)",
+                    (path, chunk.start_line, chunk.end_line, chunk.text, chunk.hash, vector, chunk.title, chunk.day),
                 )
                 conn.execute(
                     "INSERT INTO chunks_fts(rowid, title, body) VALUES(?, ?, ?)",
@@ -245,9 +264,12 @@ class IndexDB:
             conn.execute("DELETE FROM chunks")
             conn.execute("DELETE FROM files")
 
-    def clear_embeddings(self) -> None:
+    def clear_embeddings(self, stale_model: tuple[str, str] | None = None) -> None:
+        """Every chunk without a vector; stale_model (provider, model): its cached vectors go too."""
         with self.write() as conn:
-            conn.execute("UPDATE chunks SET embedding=NULL, line_vectors=NULL")
+            conn.execute("UPDATE chunks SET embedding=NULL")
+            if stale_model is not None:
+                conn.execute("DELETE FROM embedding_cache WHERE provider=? AND model=?", stale_model)
 
     def chunks_without_embedding(self) -> list[tuple[int, str, str, str]]:
         """(id, title, text, hash) of every chunk still without a vector."""
@@ -257,12 +279,22 @@ class IndexDB:
             ).fetchall()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
-    def set_embeddings(self, rows: Iterable[tuple[int, bytes, bytes | None]]) -> None:
-        """(chunk id, chunk vector, line vectors) blobs."""
+    def set_embeddings(self, rows: Iterable[tuple[int, bytes]]) -> None:
+        """(chunk id, chunk vector blob) of chunks whose line vectors the cache already holds."""
+        with self.write() as conn:
+            conn.executemany("UPDATE chunks SET embedding=? WHERE id=?", [(v, i) for i, v in rows])
+
+    def store_embeddings(
+        self, provider: str, model: str, dims: int, lines: list[tuple[str, bytes]], rows: list[tuple[int, bytes]]
+    ) -> None:
+        """Newly made vectors in one transaction: (hash, line vectors blob) into the cache and
+        (chunk id, chunk vector blob) onto the chunks, so no chunk has a vector without its lines."""
         with self.write() as conn:
             conn.executemany(
-                "UPDATE chunks SET embedding=?, line_vectors=? WHERE id=?", [(v, lines, i) for i, v, lines in rows]
+                "INSERT OR REPLACE INTO embedding_cache VALUES(?,?,?,?,?)",
+                [(provider, model, h, dims, v) for h, v in lines],
             )
+            conn.executemany("UPDATE chunks SET embedding=? WHERE id=?", [(v, i) for i, v in rows])
 
     def cache_get(self, provider: str, model: str, hashes: list[str]) -> dict[str, tuple[int, bytes]]:
         """hash -> (dims, line vectors blob) of the cached chunks among `hashes`."""
@@ -279,12 +311,18 @@ class IndexDB:
                 found.update({h: (int(d), v) for h, d, v in rows})
         return found
 
-    def cache_put(self, provider: str, model: str, dims: int, items: list[tuple[str, bytes]]) -> None:
+    def prune_cache(self) -> int:
+        """Drop cached embeddings of text no chunk holds, all but the CACHE_SPARE_ROWS newest; how
+        many went. A live transcript changes its last chunk every turn: unpruned, the cache grows
+        for ever."""
         with self.write() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO embedding_cache VALUES(?,?,?,?,?)",
-                [(provider, model, h, dims, v) for h, v in items],
+            cur = conn.execute(
+                "DELETE FROM embedding_cache WHERE rowid IN ("
+                " SELECT rowid FROM embedding_cache WHERE hash NOT IN (SELECT hash FROM chunks)"
+                " ORDER BY rowid DESC LIMIT -1 OFFSET ?)",
+                (CACHE_SPARE_ROWS,),
             )
+            return cur.rowcount
 
     # ------------------------------------------------------------------ search side
     def fts_scores(self, match: str, title_weight: float = TITLE_WEIGHT) -> dict[int, float]:
@@ -315,15 +353,19 @@ class IndexDB:
                     self._df_cache[term] = row.fetchone()[0]
             return self._df_cache[""], {t: self._df_cache[t] for t in terms}
 
-    def chunk_rows(self, ids: list[int]) -> dict[int, ChunkRow]:
+    def chunk_rows(self, ids: list[int], lines_of: tuple[str, str] | None = None) -> dict[int, ChunkRow]:
+        """The chunks `ids`; with lines_of = (provider, model), each with that model's line vectors."""
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
+        provider, model = lines_of or ("", "")
         with self.read() as conn:
             rows = conn.execute(
-                "SELECT id, path, start_line, end_line, text, embedding, title, day, line_vectors FROM chunks "
-                f"WHERE id IN ({marks})",
-                ids,
+                "SELECT c.id, c.path, c.start_line, c.end_line, c.text, c.embedding, c.title, c.day, e.vector"
+                " FROM chunks c LEFT JOIN embedding_cache e"
+                " ON e.provider=? AND e.model=? AND e.hash=c.hash AND c.embedding IS NOT NULL"
+                f" WHERE c.id IN ({marks})",
+                (provider, model, *ids),
             ).fetchall()
         return {r[0]: ChunkRow(*r) for r in rows}
 

@@ -165,7 +165,7 @@ def rank(
     when = _range_with_notes(db, when, pool)
     if when is not None:
         ids += db.ids_between_days(when.first.isoformat(), when.last.isoformat(), pool)
-    rows = db.chunk_rows(list(dict.fromkeys(ids)))
+    rows = db.chunk_rows(list(dict.fromkeys(ids)), lines_of=vectors.embedded_by if qvec is not None else None)
     candidates: list[Candidate] = []
     dated: set[int] = set()  # chunks inside the asked date range
     cross: set[int] = set()  # chunks written in another script than the query

@@ -1,7 +1,8 @@
 """Chunk and line vectors, and nearest-neighbour search over the chunk vectors in the index file.
 
 A chunk is embedded line by line (embedding_units: its lines of at least MIN_LINE_CHARS visible
-characters). Its line vectors are kept (float16) and its chunk vector is their normalised mean.
+characters). Its line vectors are kept (float16, in the index's embedding cache) and its chunk
+vector is their normalised mean.
 A whole chunk's vector blurs the one line that answers a question among lines about other things;
 so a chunk's similarity to a query mixes the chunk vector with its best line (LINE_SHARE of the
 score). Measured on the memory QA set's tuning and fresh questions, vector ranking alone: all
@@ -77,8 +78,10 @@ def chunk_vector(lines: np.ndarray) -> np.ndarray:
 
 
 def vector_blobs(lines: np.ndarray) -> tuple[bytes, bytes]:
-    """(chunk vector, line vectors) blobs of a chunk, as the chunks table stores them."""
-    return to_blob(chunk_vector(lines)), lines_to_blob(lines)
+    """(line vectors blob for the embedding cache, chunk vector blob for the chunks table). The chunk
+    vector is made from the float16 lines, as a later cache hit makes it."""
+    line_blob = lines_to_blob(lines)
+    return line_blob, to_blob(chunk_vector(lines_from_blob(line_blob, lines.shape[1])))
 
 
 def similarity(chunk: np.ndarray, lines: np.ndarray | None, query: np.ndarray) -> tuple[float, int | None]:
@@ -93,8 +96,9 @@ def similarity(chunk: np.ndarray, lines: np.ndarray | None, query: np.ndarray) -
 
 
 class VectorSearcher:
-    def __init__(self, db: IndexDB, backend: str = "numpy"):
+    def __init__(self, db: IndexDB, backend: str = "numpy", embedded_by: tuple[str, str] | None = None):
         self._db = db
+        self.embedded_by = embedded_by  # (provider, model) whose line vectors the cache holds for the chunks
         self.backend = "sqlite-vec" if backend == "sqlite-vec" and db.sqlite_vec else "numpy"
         self._lock = threading.Lock()
         self._generation = -1
