@@ -131,14 +131,17 @@ class IndexDB:
         self._writer = writer
         self._reader = self._connect()
 
-    @staticmethod
-    def _migrate_from_3(conn: Any) -> None:
+    def _migrate_from_3(self, conn: Any) -> None:
         """Schema 3 kept each chunk's line vectors twice (on the chunk and in the cache): drop the
         chunks' copy and give the space back; no vector needs to be made again."""
         conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
         conn.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
         conn.commit()
-        conn.execute("VACUUM")
+        try:
+            conn.execute("VACUUM")
+        except (sqlite3.OperationalError, self._module.OperationalError) as exc:
+            # e.g. another process is reading: the free pages get reused as the index grows
+            logger.info("memory index: space not given back after the migration ({})", exc)
         logger.info("memory index: migrated to schema {} (line vectors kept once)", SCHEMA_VERSION)
 
     def open(self) -> None:
