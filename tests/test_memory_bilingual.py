@@ -42,6 +42,20 @@ def test_chinese_months_weekdays_and_parts_of_a_month() -> None:
     assert parse_time_range("上周四下午的活动", MONDAY)[1] == "下午的活动"
 
 
+def test_chinese_parts_of_a_year_and_of_this_or_last_month() -> None:
+    assert _range("今年年初的加薪") == (date(2026, 1, 1), date(2026, 2, 28))
+    assert _range("年初定的目标") == (date(2026, 1, 1), date(2026, 2, 28))  # this year
+    assert _range("去年底搬的家") == _range("去年年末") == (date(2025, 11, 1), date(2025, 12, 31))
+    assert _range("2025年初") == (date(2025, 1, 1), date(2025, 2, 28))
+    assert _range("上个月底交的房租") == (date(2026, 3, 21), date(2026, 3, 31))
+    assert _range("月初的账单") == (date(2026, 4, 1), date(2026, 4, 10))
+    assert _range("本月中旬") == (date(2026, 4, 11), date(2026, 4, 20))
+    assert parse_time_range("去年底搬的家", MONDAY)[1] == "搬的家"
+    # A count of years or months, the mid-autumn festival, a bottom line: no date.
+    for query in ("每年中秋", "十年底线", "三年初", "三个月底", "一年中最冷的时候"):
+        assert _range(query) is None, query
+
+
 def test_any_run_of_chinese_numerals_before_a_month_parses_or_is_no_date() -> None:
     # Whatever the user (or a model) types, a search never fails on the date parser.
     numerals = "〇一二三四五六七八九十两"

@@ -85,6 +85,38 @@ def test_month_without_a_year_is_marked_as_such() -> None:
     assert leap.last == date(2024, 2, 29) and leap.year_before().last == date(2023, 2, 28)
 
 
+def test_parts_of_a_month_or_a_year_narrow_the_range() -> None:
+    def span(query: str) -> tuple[date, date] | None:
+        when, _ = parse_time_range(query, TODAY)
+        return (when.first, when.last) if when else None
+
+    assert span("the leak in early March") == (date(2026, 3, 1), date(2026, 3, 10))
+    assert parse_time_range("the leak in early March", TODAY)[0].year_implied
+    assert span("mid-March 2025") == (date(2025, 3, 11), date(2025, 3, 20))
+    assert span("what broke towards the end of October?") == (date(2026, 10, 21), date(2026, 10, 31))
+    assert span("rent paid at the end of last month") == (date(2026, 10, 21), date(2026, 10, 31))
+    assert span("at the beginning of the month") == (date(2026, 11, 1), date(2026, 11, 10))
+    assert span("the raise I got at the start of the year") == (date(2026, 1, 1), date(2026, 2, 28))
+    assert span("late last year") == (date(2025, 11, 1), date(2025, 12, 31))
+    assert span("in the middle of 2024") == (date(2024, 5, 1), date(2024, 8, 31))
+    assert parse_time_range("How big was the raise I got at the start of the year?", TODAY)[1] == (
+        "How big was the raise I got ?"
+    )
+    assert parse_time_range("earlier this year we moved", TODAY)[1] == "we moved"
+    for query in ("in the middle of the night", "I may be late", "early in the morning", "the end of the day"):
+        assert span(query) is None, query
+
+
+async def test_the_end_of_last_month_prefers_its_last_days(tmp_path: Path) -> None:
+    write(tmp_path, "memory/2026-10-03.md", "- Dinner at the Ethiopian place. Dinner was great, dinner again soon.\n")
+    write(tmp_path, "memory/2026-10-29.md", "- Dinner at the new ramen bar with Jonas.\n")
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"), today=lambda: TODAY)
+    assert (await idx.search("dinner last month")).results[0].path == "memory/2026-10-03.md"
+    found = (await idx.search("Where did we have dinner at the end of last month?")).results
+    assert found[0].path == "memory/2026-10-29.md"
+    idx.close()
+
+
 async def test_month_without_a_year_reaches_the_latest_year_with_notes(tmp_path: Path) -> None:
     write(tmp_path, "memory/2023-06-20.md", "- Went camping at the lake with the kids.\n")
     write(tmp_path, "memory/2023-08-02.md", "- Went camping again; camping camping at the coast.\n")

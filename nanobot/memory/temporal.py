@@ -1,4 +1,5 @@
-"""Time expressions in a search query: "yesterday", "last week", "in March", "2025-03-01", "3 days ago".
+"""Time expressions in a search query: "yesterday", "last week", "in March", "2025-03-01", "3 days ago",
+and parts of a month or a year ("early March", "the end of last month", "年初", "去年底").
 
 parse_time_range() turns the first expression it recognises into an inclusive date range (relative
 to today) and returns the query without it, so the expression's words do not dilute the keyword
@@ -31,6 +32,11 @@ _ZH_WEEKDAYS = "一二三四五六日天"  # 周一 ... 周日 / 周天
 _ZH_DIGITS = "〇一二三四五六七八九"
 _MONTH_NAMES = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _NUM = r"(\d+|a couple of|a few|several|a|one|two|three|four|five|six|seven)"
+# "early March", "mid-March", "at the end of last year": the part, as 初 / 中 / 底 (see _part_of_month)
+_EN_PARTS = {"early": "初", "start of": "初", "beginning of": "初", "mid": "中", "middle of": "中", "late": "底",
+             "end of": "底"}
+_EN_PART = (r"\b(?:(?:at|in|around|by|towards?|until|till) )?(?:the )?"
+            rf"({'|'.join(_EN_PARTS)})[ -](?:the month of )?")
 
 
 @dataclass(frozen=True)
@@ -68,9 +74,25 @@ def _count(text: str) -> int:
 
 def _rules(today: date) -> list[tuple[re.Pattern[str], object]]:
     monday = today - timedelta(days=today.weekday())
+    this_month = _month_range(today.year, today.month)
     return [
         (re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b"), lambda m: _day(int(m[1]), int(m[2]), int(m[3]))),
         (re.compile(r"\b(\d{4})-(\d{2})\b"), lambda m: _month(int(m[1]), int(m[2]))),
+        # A part of a month or a year ("early March", "the end of last month", "年初") before the
+        # whole periods below, which would otherwise match inside it.
+        (re.compile(rf"{_EN_PART}({_MONTH_NAMES})\.?(?:,? (\d{{4}}))?\b"),
+         lambda m: _part_of_month(
+             _month(int(m[3]), _MONTHS[m[2]]) if m[3] else _recent_month(_MONTHS[m[2]], today), _EN_PARTS[m[1]])),
+        (re.compile(rf"{_EN_PART}(?:the|this|last) month\b"),
+         lambda m: _part_of_month(_last_month(today) if "last month" in m[0] else this_month, _EN_PARTS[m[1]])),
+        (re.compile(rf"{_EN_PART}(?:(?:the|this|last) year|(\d{{4}}))\b"),
+         lambda m: _part_of_year(_year(int(m[2]) if m[2] else today.year - ("last year" in m[0])),
+                                 _EN_PARTS[m[1]])),
+        # Not 年中 (每年中秋), 十年底线 nor 三年初: 年 as a count of years.
+        (re.compile(rf"(?:(今|去|前)年?|(\d{{4}})|(?<![\d{_ZH_DIGITS}十两几多每]))年(初|底(?!线)|末)"),
+         lambda m: _part_of_year(_year(int(m[2]) if m[2] else today.year - "今去前".index(m[1] or "今")), m[3])),
+        (re.compile(rf"(?:(上个?|这个|本)|(?<![个\d{_ZH_DIGITS}十两]))月(初|中旬|中|底|末)"),
+         lambda m: _part_of_month(_last_month(today) if m[1] and m[1][0] == "上" else this_month, m[2])),
         (re.compile(r"\btoday\b|今天"), lambda m: TimeRange(today, today)),
         (re.compile(r"\byesterday\b|昨天"), lambda m: _ago(today, 1, 1)),
         (re.compile(r"\bday before yesterday\b|前天"), lambda m: _ago(today, 2, 2)),
@@ -78,12 +100,12 @@ def _rules(today: date) -> list[tuple[re.Pattern[str], object]]:
          lambda m: _day_of_week(monday - timedelta(days=7 if m[1] == "上" else 0), m[2])),
         (re.compile(rf"(?<![{_ZH_DIGITS}十两几每])(?:周|星期|礼拜)([{_ZH_WEEKDAYS}])"),  # not 一周一次
          lambda m: _weekday(today, _WEEKDAYS[_zh_weekday(m[1])])),
-        (re.compile(r"\b(?:this|the current) week\b|本周|这周"), lambda m: TimeRange(monday, today)),
+        (re.compile(r"\b(?:earlier )?(?:this|the current) week\b|本周|这周"), lambda m: TimeRange(monday, today)),
         (re.compile(r"\blast week\b|上周|上个星期"),
          lambda m: TimeRange(monday - timedelta(days=7), monday - timedelta(days=1))),
-        (re.compile(r"\bthis month\b|这个月|本月"), lambda m: TimeRange(today.replace(day=1), today)),
+        (re.compile(r"\b(?:earlier )?this month\b|这个月|本月"), lambda m: TimeRange(today.replace(day=1), today)),
         (re.compile(r"\blast month\b|上个月"), lambda m: _last_month(today)),
-        (re.compile(r"\bthis year\b|今年"), lambda m: TimeRange(date(today.year, 1, 1), today)),
+        (re.compile(r"\b(?:earlier )?this year\b|今年"), lambda m: TimeRange(date(today.year, 1, 1), today)),
         (re.compile(r"\blast year\b|去年"), lambda m: _year(today.year - 1)),
         (re.compile(rf"\b{_NUM} (day|week|month|year)s? ago\b"), lambda m: _n_ago(today, _count(m[1]), m[2])),
         (re.compile(rf"\b(?:in the )?(?:past|last) {_NUM} (day|week|month)s?\b"),
@@ -123,6 +145,15 @@ def _part_of_month(month: TimeRange | None, part: str | None) -> TimeRange | Non
     first = {"初": 1, "中": 11, "中旬": 11}.get(part, 21)
     last = {"初": 10, "中": 20, "中旬": 20}.get(part, month.last.day)
     return TimeRange(month.first.replace(day=first), month.first.replace(day=last), month.year_implied)
+
+
+def _part_of_year(year: TimeRange | None, part: str) -> TimeRange | None:
+    """年初 / 年底, "the start / middle / end of the year": its first two months, May to August,
+    its last two months."""
+    if year is None:
+        return None
+    first, last = {"初": (1, 2), "中": (5, 8)}.get(part, (11, 12))
+    return TimeRange(year.first.replace(month=first), _month_range(year.first.year, last).last)
 
 
 def _zh_weekday(name: str) -> int:
