@@ -13,6 +13,7 @@ from nanobot.config.schema import MemorySearchConfig
 from nanobot.memory.chunking import chunk_markdown
 from nanobot.memory.fts import non_latin_share
 from nanobot.memory.index import MemoryIndex
+from nanobot.memory.ranking import TIME_WEIGHT, VECTOR_FLOOR_SHARE
 from nanobot.memory.temporal import parse_time_range
 from tests.test_memory_index import PlantedEmbedder, write
 
@@ -112,6 +113,27 @@ async def test_a_chunk_in_another_script_is_not_held_back_by_the_keyword_side(tm
     garden = next(r for r in (await idx.search("knee specialist Mum", max_results=10)).results
                   if r.path == "memory/2026-03-05.md")
     assert abs(garden.score - 0.7 * 0.80) < 1e-3  # an English note without the words: not lifted
+    idx.close()
+
+
+async def test_a_chunk_dated_in_the_asked_range_is_not_held_back_by_the_keyword_side(tmp_path: Path) -> None:
+    # "pay bump" shares no word with "raise"; the bike-path note shares three words but is further by
+    # vector. Both lie in the asked range (the start of the year), so the date lifts both alike.
+    write(tmp_path, "memory/2026-01-12.md", "- Payroll slip came in: the January raise is 4 percent.\n")
+    write(tmp_path, "memory/2026-02-03.md", "- The big bump on the bike path is still there, pay attention.\n")
+    write(tmp_path, "memory/2026-03-10.md", "- Another raise rumour going round at work.\n")  # outside the range
+    for n in range(4):
+        write(tmp_path, f"memory/2026-03-1{n + 1}.md", f"- Unrelated errand number {n}.\n")
+    cosines = {"January raise": 0.80, "bike path": 0.50, "rumour": 0.80}
+    cfg = MemorySearchConfig(embedding_provider="local", min_score=0.0)
+    embedder = PlantedEmbedder(lambda text: next((c for words, c in cosines.items() if words in text), 0.1))
+    idx = MemoryIndex(tmp_path, cfg, embedder=embedder, today=lambda: MONDAY)
+    await idx.sync()
+    results = (await idx.search("How big was the pay bump I got at the start of the year?")).results
+    assert [r.path for r in results[:2]] == ["memory/2026-01-12.md", "memory/2026-02-03.md"]
+    rumour = next(r for r in results if r.path == "memory/2026-03-10.md")
+    assert abs(rumour.score - (1 - TIME_WEIGHT) * 0.7 * 0.80) < 1e-3  # outside the range: no floor, no lift
+    assert abs(results[0].score - ((1 - TIME_WEIGHT) * VECTOR_FLOOR_SHARE * 0.80 + TIME_WEIGHT)) < 1e-3
     idx.close()
 
 

@@ -7,8 +7,11 @@ candidates come from one BM25 pass, vector candidates from the nearest neighbour
 vector (the chunk vectors'; a chunk's vector score then mixes in its best line, vectors.py), date
 candidates from the chunks dated in the asked range. Every candidate gets both exact
 component scores, so the merge does not depend on which side found it. A chunk written in another
-script than the query (a Chinese note, an English question) cannot share its words, so it scores
-at least OTHER_SCRIPT_VECTOR_SHARE of its vector score. A date range lifts chunks inside it.
+script than the query (a Chinese note, an English question) cannot share its words, and a chunk
+dated in the asked range is already chosen by its date (a past event is seldom asked about in its
+own words: "the pay bump at the start of the year" for "the January raise"): neither is held back
+by an empty keyword side, each scores at least VECTOR_FLOOR_SHARE of its vector score. A date range
+lifts chunks inside it.
 Results that repeat lines of a better result of the same file are dropped, and each snippet is
 centred on the lines that match.
 """
@@ -44,10 +47,11 @@ from nanobot.memory.vectors import VectorSearcher, from_blob, line_index, lines_
 TIME_WEIGHT = 0.35  # share of the final score given to "the chunk is dated in the asked range"
 MAX_YEARS_BACK = 10  # how far "in March" (no year) may reach back for notes of a March
 CROSS_SCRIPT = 0.5  # a query and a chunk whose non_latin_share() differ by more are in different scripts
-# A chunk in another script than the query scores at least this share of its vector score (tuned
-# on the memory QA set's tuning and fresh questions with line vectors: 0.91-0.92 best; 0.90 and 0.94
-# each lose two questions of 80, 0.85 nine).
-OTHER_SCRIPT_VECTOR_SHARE = 0.92
+# A chunk in another script than the query, or dated in the asked range and matching no query word,
+# scores at least this share of its vector score (tuned on the memory QA set's tuning and fresh
+# questions with line vectors, for the other script: 0.91-0.92 best; 0.90 and 0.94 each lose two
+# questions of 80, 0.85 nine).
+VECTOR_FLOOR_SHARE = 0.92
 MAX_SHARED_LINES = 0.5  # a result sharing more than this share of its lines with a better one is dropped
 
 
@@ -192,9 +196,8 @@ def rank(
             cand.keyword_hit = True
         candidates.append(cand)
     for cand in candidates:
-        if cand.id in cross:
-            # Words cannot match across scripts: such a chunk is not held back by an empty keyword side.
-            cand.score = max(cand.score, OTHER_SCRIPT_VECTOR_SHARE * cand.vector_score)
+        if cand.id in cross or (cand.id in dated and cand.id not in bm25):
+            cand.score = max(cand.score, VECTOR_FLOOR_SHARE * cand.vector_score)
         if when is not None:
             cand.score = _lift(cand.score, cand.id in dated)
     if qvec is not None and cfg.fusion == "rrf":
