@@ -212,8 +212,6 @@ class MemoryIndex:
         for rel in set(existing) - set(signature):
             await asyncio.to_thread(db.delete_file, rel)
             stats.files_removed += 1
-        if stats.files_indexed or stats.files_removed:
-            await asyncio.to_thread(db.prune_cache)
         self._snapshot = Snapshot(signature, folders)
         self._last_sync = time.time()
         self._last_check = time.monotonic()
@@ -236,6 +234,7 @@ class MemoryIndex:
         async with self._embed_lock:
             await asyncio.to_thread(self._ensure_open)
             await embed_missing(self._db, self.embedder, stats, EMBED_BATCH, self.progress)
+            await asyncio.to_thread(self._db.prune_cache)  # here, not in the text phase a search waits for
         return stats
 
     async def _sync_if_stale(self, force_check: bool = False) -> None:

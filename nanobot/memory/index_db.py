@@ -318,6 +318,12 @@ class IndexDB:
         """Drop cached embeddings of text no chunk holds, all but the CACHE_SPARE_ROWS newest; how
         many went. A live transcript changes its last chunk every turn: unpruned, the cache grows
         for ever."""
+        with self._write_lock:  # counting first: the DELETE costs ~20 ms at 10k chunks, the counts ~1 ms
+            cached, chunks = self._writer.execute(
+                "SELECT (SELECT count(*) FROM embedding_cache), (SELECT count(*) FROM chunks)"
+            ).fetchone()
+        if cached <= chunks + CACHE_SPARE_ROWS:
+            return 0
         with self.write() as conn:
             cur = conn.execute(
                 "DELETE FROM embedding_cache WHERE rowid IN ("
