@@ -53,7 +53,7 @@ def test_chinese_parts_of_a_year_and_of_this_or_last_month() -> None:
     assert _range("本月中旬") == (date(2026, 4, 11), date(2026, 4, 20))
     assert parse_time_range("去年底搬的家", MONDAY)[1] == "搬的家"
     # A count of years or months, the mid-autumn festival, a bottom line: no date.
-    for query in ("每年中秋", "十年底线", "三年初", "三个月底", "一年中最冷的时候"):
+    for query in ("每年中秋", "十年底线", "三年初", "三个月底", "一年中最冷的时候", "每月底交房租", "正月初一"):
         assert _range(query) is None, query
 
 

@@ -91,7 +91,8 @@ def _rules(today: date) -> list[tuple[re.Pattern[str], object]]:
         # Not 年中 (每年中秋), 十年底线 nor 三年初: 年 as a count of years.
         (re.compile(rf"(?:(今|去|前)年?|(\d{{4}})|(?<![\d{_ZH_DIGITS}十两几多每]))年(初|底(?!线)|末)"),
          lambda m: _part_of_year(_year(int(m[2]) if m[2] else today.year - "今去前".index(m[1] or "今")), m[3])),
-        (re.compile(rf"(?:(上个?|这个|本)|(?<![个\d{_ZH_DIGITS}十两]))月(初|中旬|中|底|末)"),
+        # Not 三个月底 (a count), 每月底 (every month), 正月初一 (a lunar date).
+        (re.compile(rf"(?:(上个?|这个|本)|(?<![个每正\d{_ZH_DIGITS}十两]))月(初|中旬|中|底|末)"),
          lambda m: _part_of_month(_last_month(today) if m[1] and m[1][0] == "上" else this_month, m[2])),
         (re.compile(r"\btoday\b|今天"), lambda m: TimeRange(today, today)),
         (re.compile(r"\byesterday\b|昨天"), lambda m: _ago(today, 1, 1)),
