@@ -18,7 +18,7 @@ from loguru import logger
 
 from nanobot.memory.embeddings import Embedder, EmbeddingError
 from nanobot.memory.index_db import IndexDB
-from nanobot.memory.vectors import chunk_vector, embedding_units, lines_from_blob, to_blob, vector_blobs
+from nanobot.memory.vectors import chunk_blob, embedding_units, vector_blobs
 
 
 @dataclass
@@ -43,7 +43,7 @@ def cached_vectors(db: IndexDB, embedder: Embedder | None, hashes: list[str]) ->
     if embedder is None or not hashes:
         return {}
     found = db.cache_get(embedder.provider, embedder.model, sorted(set(hashes)))
-    return {h: to_blob(chunk_vector(lines_from_blob(blob, dims))) for h, (dims, blob) in found.items()}
+    return {h: chunk_blob(blob, dims) for h, (dims, blob) in found.items()}
 
 
 async def embed_missing(

@@ -11,9 +11,8 @@ script than the query (a Chinese note, an English question) cannot share its wor
 dated in the asked range is already chosen by its date (a past event is seldom asked about in its
 own words: "the pay bump at the start of the year" for "the January raise"): neither is held back
 by an empty keyword side, each scores at least VECTOR_FLOOR_SHARE of its vector score. A date range
-lifts chunks inside it.
-Results that repeat lines of a better result of the same file are dropped, and each snippet is
-centred on the lines that match.
+lifts chunks inside it. Results that repeat lines of a better result of the same file are dropped,
+and each snippet is centred on the lines that match.
 """
 
 from __future__ import annotations

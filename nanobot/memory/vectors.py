@@ -77,11 +77,16 @@ def chunk_vector(lines: np.ndarray) -> np.ndarray:
     return normalise(np.asarray(lines, dtype=np.float32).mean(axis=0))[0]
 
 
+def chunk_blob(line_blob: bytes, dims: int) -> bytes:
+    """The chunk vector blob (for the chunks table) made from a line vectors blob (from the cache)."""
+    return to_blob(chunk_vector(lines_from_blob(line_blob, dims)))
+
+
 def vector_blobs(lines: np.ndarray) -> tuple[bytes, bytes]:
     """(line vectors blob for the embedding cache, chunk vector blob for the chunks table). The chunk
     vector is made from the float16 lines, as a later cache hit makes it."""
     line_blob = lines_to_blob(lines)
-    return line_blob, to_blob(chunk_vector(lines_from_blob(line_blob, lines.shape[1])))
+    return line_blob, chunk_blob(line_blob, lines.shape[1])
 
 
 def similarity(chunk: np.ndarray, lines: np.ndarray | None, query: np.ndarray) -> tuple[float, int | None]:
