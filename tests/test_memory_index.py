@@ -282,6 +282,16 @@ async def test_an_index_of_the_schema_before_line_vectors_is_rebuilt_with_them(w
     idx.close()
 
 
+def make_schema_3(index_file: Path) -> None:
+    """Turn a closed index into what schema 3 wrote: each chunk kept its line vectors a second time."""
+    conn = sqlite3.connect(index_file)
+    conn.execute("ALTER TABLE chunks ADD COLUMN line_vectors BLOB")
+    conn.execute("UPDATE chunks SET line_vectors = (SELECT vector FROM embedding_cache WHERE hash = chunks.hash)")
+    conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()  # the last connection to close folds the WAL into the file
+
+
 async def test_an_index_with_line_vectors_on_its_chunks_is_migrated_without_embedding_again(ws: Path) -> None:
     (ws / "memory" / "MEMORY.md").write_text("# Notes\n" + "".join(
         f"- Project {n} runs on PostgreSQL {n} with nightly analytics exports\n" for n in range(400)
@@ -292,12 +302,7 @@ async def test_an_index_with_line_vectors_on_its_chunks_is_migrated_without_embe
     expected = [(r.path, r.start_line) for r in (await idx.search("PostgreSQL 7 analytics")).results]
     idx.close()
     index_file = ws / "memory" / ".index.sqlite"
-    conn = sqlite3.connect(index_file)  # schema 3: each chunk kept its line vectors a second time
-    conn.execute("ALTER TABLE chunks ADD COLUMN line_vectors BLOB")
-    conn.execute("UPDATE chunks SET line_vectors = (SELECT vector FROM embedding_cache WHERE hash = chunks.hash)")
-    conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
-    conn.commit()
-    conn.close()  # the last connection to close folds the WAL into the file
+    make_schema_3(index_file)
     schema3_bytes = index_file.stat().st_size
     embedder = FakeEmbedder()
     idx = MemoryIndex(ws, cfg, embedder=embedder)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -104,13 +104,14 @@ class MemoryIndex:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    def _spawn(self, coro: Any) -> asyncio.Task[Any] | None:
+    def _spawn(self, work: Callable[[], Awaitable[Any]]) -> asyncio.Task[Any] | None:
+        """Run work() in the background; it is only called once the task runs (cancelled by close()
+        before that, no coroutine is left un-awaited)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            coro.close()
             return None
-        task = loop.create_task(coro)
+        task = loop.create_task(self._background(work))
         self._tasks.add(task)  # a strong reference until it finishes
         task.add_done_callback(self._tasks.discard)
         return task
@@ -119,11 +120,11 @@ class MemoryIndex:
         """A memory file changed: sync in the background (and the next search syncs its text first)."""
         self._dirty = True
         if self._sync_task is None or self._sync_task.done():
-            self._sync_task = self._spawn(self._background(self.sync()))
+            self._sync_task = self._spawn(self.sync)
 
-    async def _background(self, coro: Any) -> None:
+    async def _background(self, work: Callable[[], Awaitable[Any]]) -> None:
         try:
-            await coro
+            await work()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed background sync is retried by the next search
@@ -154,7 +155,7 @@ class MemoryIndex:
             try:
                 return await self._sync(force)
             except Exception as exc:
-                if not self._db.is_database_error(exc):
+                if not self._db.is_unusable(exc):
                     raise
                 logger.warning("memory index failed during sync ({}); rebuilding it", exc)
                 await asyncio.to_thread(self._reset_db)
@@ -251,7 +252,7 @@ class MemoryIndex:
                 return
         await self.sync_text()
         if self.embedder is not None and not self._embed_lock.locked():
-            self._spawn(self._background(self.backfill()))
+            self._spawn(self.backfill)
 
     # ------------------------------------------------------------------ search
     @property
@@ -303,7 +304,7 @@ class MemoryIndex:
                 keyword.cancel()  # its thread finishes on its own; the result is not wanted
             elif keyword is not None and not keyword.cancelled():
                 keyword.exception()  # retrieved: not reported again as "never retrieved"
-            if not self._db.is_database_error(exc):
+            if not self._db.is_unusable(exc):
                 raise
             logger.warning("memory index unusable during search ({}); rebuilding it", exc)
             async with self._sync_lock:

@@ -7,7 +7,9 @@ CACHE_SPARE_ROWS others (the newest: text that was edited away may come back).
 
 Two connections in WAL mode: the writer (used by sync, in a worker thread) and the reader (used
 by search), so a search never waits for a sync. A file that is not a valid index is deleted and
-created anew; it only holds data derived from the memory files.
+created anew; it only holds data derived from the memory files. A file that another process is
+writing (its write lock held longer than BUSY_TIMEOUT_MS) is fine: that raises IndexBusy and the
+file is left alone. Opening an up-to-date index writes nothing, so searching never needs the lock.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from nanobot.util.fs import open_private
 SCHEMA_VERSION = "4"
 CACHE_SPARE_ROWS = 500  # cached embeddings of text no chunk holds any more (~10 KB each)
 BUSY_TIMEOUT_MS = 5000
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # primary result codes; extended codes carry them in the low byte
 # Porter stemming over unicode61 ("hiking" finds "hiked"); CJK runs arrive pre-split into bigrams.
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 TITLE_WEIGHT = 0.5  # a heading/day match counts half a body match in BM25
@@ -52,6 +55,18 @@ CREATE TABLE IF NOT EXISTS embedding_cache(
     provider TEXT NOT NULL, model TEXT NOT NULL, hash TEXT NOT NULL, dims INTEGER NOT NULL,
     vector BLOB NOT NULL, PRIMARY KEY(provider, model, hash));  -- vector: the chunk's line vectors
 """
+
+
+class IndexBusy(Exception):
+    """Another process has held the index's write lock for longer than BUSY_TIMEOUT_MS."""
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether a database error is a lock wait that timed out (the file is fine)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return "database is locked" in str(exc)  # DB-API modules without result codes
 
 
 @dataclass(frozen=True)
@@ -121,10 +136,10 @@ class IndexDB:
             version = self._meta(writer, "schema_version")
             if version == "3":
                 self._migrate_from_3(writer)
-            elif version not in (None, SCHEMA_VERSION):
+            elif version is None:
+                writer.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+            elif version != SCHEMA_VERSION:
                 raise sqlite3.DatabaseError("index schema version changed")
-            writer.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
-            writer.commit()
         except Exception:
             writer.close()
             raise
@@ -134,9 +149,15 @@ class IndexDB:
     def _migrate_from_3(self, conn: Any) -> None:
         """Schema 3 kept each chunk's line vectors twice (on the chunk and in the cache): drop the
         chunks' copy and give the space back; no vector needs to be made again."""
-        conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
-        conn.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
-        conn.commit()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if self._meta(conn, "schema_version") == "3":  # not migrated by another process meanwhile
+                conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
+                conn.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
         try:
             conn.execute("VACUUM")
         except (sqlite3.OperationalError, self._module.OperationalError) as exc:
@@ -150,6 +171,8 @@ class IndexDB:
         try:
             self._open_once()
         except (sqlite3.DatabaseError, self._module.DatabaseError) as exc:
+            if is_busy(exc):
+                raise self._busy() from exc
             logger.warning("memory index {} is unusable ({}); rebuilding it", self.path, exc)
             self.close()
             self.delete_files()
@@ -174,8 +197,15 @@ class IndexDB:
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(str(self.path) + suffix).unlink(missing_ok=True)
 
-    def is_database_error(self, exc: BaseException) -> bool:
-        return isinstance(exc, (sqlite3.DatabaseError, self._module.DatabaseError))
+    def is_unusable(self, exc: BaseException) -> bool:
+        """Whether an error means the file must be rebuilt (a database error, not a lock wait)."""
+        return isinstance(exc, (sqlite3.DatabaseError, self._module.DatabaseError)) and not is_busy(exc)
+
+    def _busy(self) -> IndexBusy:
+        return IndexBusy(
+            f"the memory index {self.path} is busy: another process has been writing it for over "
+            f"{BUSY_TIMEOUT_MS / 1000:g} s; try again"
+        )
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -194,8 +224,10 @@ class IndexDB:
                 conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
                 conn.execute("INSERT OR IGNORE INTO meta VALUES('generation', '1')")
                 conn.commit()
-            except BaseException:
+            except BaseException as exc:
                 conn.rollback()
+                if isinstance(exc, (sqlite3.DatabaseError, self._module.DatabaseError)) and is_busy(exc):
+                    raise self._busy() from exc
                 raise
 
     @contextmanager

@@ -1,0 +1,129 @@
+"""The memory index while another process writes it (the gateway and a `nanobot memory` command, or
+two of them starting after an upgrade): a lock wait that times out is not corruption. The index is
+left alone, searches read what is committed, and the one that needed the lock gets a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nanobot.agent.tools.base import ToolContext, ToolError
+from nanobot.agent.tools.memory import MemorySearchTool
+from nanobot.cli.memory import app as memory_app
+from nanobot.config.schema import MemorySearchConfig
+from nanobot.memory.index import MemoryIndex
+from nanobot.memory.index_db import IndexBusy
+from tests.test_memory_index import FakeEmbedder, make_schema_3, write
+
+# Another process takes the index's write lock, optionally runs SQL inside it, says "locked" and
+# holds the lock until its stdin closes; then it commits.
+HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+for statement in sys.argv[2:]:
+    conn.execute(statement)
+print("locked", flush=True)
+sys.stdin.read()
+conn.execute("COMMIT")
+"""
+
+
+@contextmanager
+def write_lock_held(index_file: Path, *statements: str) -> Iterator[None]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(index_file), *statements],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        assert holder.wait(timeout=30) == 0
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr("nanobot.memory.index_db.BUSY_TIMEOUT_MS", 200)
+    write(tmp_path, "memory/MEMORY.md", "# Memory\n- The plumber is called Bram.\n")
+    return tmp_path
+
+
+def index_file(ws: Path) -> Path:
+    return ws / "memory" / ".index.sqlite"
+
+
+async def test_a_lock_held_elsewhere_leaves_the_index_and_search_reads_what_is_committed(ws: Path) -> None:
+    first = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
+    await first.sync()
+    first.close()
+    inode = index_file(ws).stat().st_ino
+    write(ws, "memory/MEMORY.md", "# Memory\n- The plumber is called Bram.\n- The dentist is Dr. Verhoeven.\n")
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
+    with write_lock_held(index_file(ws)):
+        with pytest.raises(IndexBusy, match="busy"):
+            await idx.sync()
+        response = await idx.search("plumber")  # the edit cannot be indexed yet; what is, is searched
+        assert [r.path for r in response.results] == ["memory/MEMORY.md"]
+        assert "dentist" not in response.results[0].snippet
+    assert index_file(ws).stat().st_ino == inode and not idx._db.rebuilt
+    assert "Verhoeven" in (await idx.search("dentist")).results[0].snippet  # the next search catches up
+    idx.close()
+
+
+async def test_an_upgrade_waiting_for_the_lock_is_reported_not_rebuilt(ws: Path) -> None:
+    cfg = MemorySearchConfig(embedding_provider="fake")
+    first = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
+    await first.sync()
+    first.close()
+    make_schema_3(index_file(ws))
+    embedder = FakeEmbedder()
+    tool = MemorySearchTool(MemoryIndex(ws, cfg, embedder=embedder))
+    with write_lock_held(index_file(ws)), pytest.raises(ToolError, match="busy"):
+        await tool.execute(ToolContext(), query="plumber")
+    assert '"memory/MEMORY.md"' in await tool.execute(ToolContext(), query="plumber")
+    assert embedder.embedded == [] and not tool.index._db.rebuilt  # migrated, nothing embedded again
+    tool.index.close()
+
+
+async def test_two_processes_upgrading_at_once_migrate_once(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("nanobot.memory.index_db.BUSY_TIMEOUT_MS", 20_000)
+    cfg = MemorySearchConfig(embedding_provider="fake")
+    first = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
+    await first.sync()
+    first.close()
+    make_schema_3(index_file(ws))
+    embedder = FakeEmbedder()
+    idx = MemoryIndex(ws, cfg, embedder=embedder)
+    migrating = ("ALTER TABLE chunks DROP COLUMN line_vectors", "UPDATE meta SET value='4' WHERE key='schema_version'")
+    with write_lock_held(index_file(ws), *migrating):  # the other process is migrating, not yet committed
+        search = asyncio.ensure_future(idx.search("plumber", wait_for_vectors=True))
+        await asyncio.sleep(1.0)  # this one reads schema 3 and waits for the lock to migrate too
+        assert not search.done()
+    response = await search
+    assert response.results[0].path == "memory/MEMORY.md" and response.mode == "hybrid"
+    assert not idx._db.rebuilt and embedder.embedded == []
+    idx.close()
+
+
+def test_cli_reindex_while_locked_fails_clearly(ws: Path, tmp_path: Path) -> None:
+    config_file = tmp_path / "config.json"
+    config = {"agents": {"defaults": {"workspace": str(ws)}}, "memory": {"search": {"embeddingProvider": "none"}}}
+    config_file.write_text(json.dumps(config))
+    runner = CliRunner()
+    assert runner.invoke(memory_app, ["reindex", "-c", str(config_file)]).exit_code == 0
+    inode = index_file(ws).stat().st_ino
+    with write_lock_held(index_file(ws)):
+        result = runner.invoke(memory_app, ["reindex", "-c", str(config_file)])
+    assert result.exit_code == 1 and "is busy" in result.output and isinstance(result.exception, SystemExit)
+    assert index_file(ws).stat().st_ino == inode
