@@ -18,17 +18,18 @@ from typer.testing import CliRunner
 from nanobot.agent.tools.base import ToolContext, ToolError
 from nanobot.agent.tools.memory import MemorySearchTool
 from nanobot.cli.memory import app as memory_app
+from nanobot.config.loader import load_config
 from nanobot.config.schema import MemorySearchConfig
+from nanobot.doctor.local import check_index
 from nanobot.memory.index import MemoryIndex
 from nanobot.memory.index_db import IndexBusy
 from tests.test_memory_index import FakeEmbedder, make_schema_3, write
 
-# Another process takes the index's write lock, optionally runs SQL inside it, says "locked" and
-# holds the lock until its stdin closes; then it commits.
+# Another process runs SQL on the index (by default: takes its write lock), says "locked" and holds
+# its locks until its stdin closes; then it commits.
 HOLDER = """
 import sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN IMMEDIATE")
 for statement in sys.argv[2:]:
     conn.execute(statement)
 print("locked", flush=True)
@@ -38,9 +39,9 @@ conn.execute("COMMIT")
 
 
 @contextmanager
-def write_lock_held(index_file: Path, *statements: str) -> Iterator[None]:
+def write_lock_held(index_file: Path, *statements: str, begin: bool = True) -> Iterator[None]:
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(index_file), *statements],
+        [sys.executable, "-c", HOLDER, str(index_file), *(["BEGIN IMMEDIATE"] if begin else []), *statements],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
@@ -116,10 +117,15 @@ async def test_two_processes_upgrading_at_once_migrate_once(ws: Path, monkeypatc
     idx.close()
 
 
-def test_cli_reindex_while_locked_fails_clearly(ws: Path, tmp_path: Path) -> None:
-    config_file = tmp_path / "config.json"
+def keyword_config(ws: Path) -> Path:
+    config_file = ws / "config.json"
     config = {"agents": {"defaults": {"workspace": str(ws)}}, "memory": {"search": {"embeddingProvider": "none"}}}
     config_file.write_text(json.dumps(config))
+    return config_file
+
+
+def test_cli_reindex_while_locked_fails_clearly(ws: Path) -> None:
+    config_file = keyword_config(ws)
     runner = CliRunner()
     assert runner.invoke(memory_app, ["reindex", "-c", str(config_file)]).exit_code == 0
     inode = index_file(ws).stat().st_ino
@@ -127,3 +133,14 @@ def test_cli_reindex_while_locked_fails_clearly(ws: Path, tmp_path: Path) -> Non
         result = runner.invoke(memory_app, ["reindex", "-c", str(config_file)])
     assert result.exit_code == 1 and "is busy" in result.output and isinstance(result.exception, SystemExit)
     assert index_file(ws).stat().st_ino == inode
+
+
+def test_doctor_fix_leaves_an_index_locked_by_another_process(ws: Path) -> None:
+    cfg = load_config(keyword_config(ws))
+    assert check_index(cfg, fix=True).fixed.startswith("rebuilt")  # not built yet: built
+    inode = index_file(ws).stat().st_ino
+    exclusive = ("PRAGMA locking_mode=EXCLUSIVE", "BEGIN EXCLUSIVE", "UPDATE meta SET value=value")
+    with write_lock_held(index_file(ws), *exclusive, begin=False):  # not even readers get in
+        check = check_index(cfg, fix=True)
+    assert (check.status, check.fixed) == ("warn", "") and "busy" in check.detail
+    assert index_file(ws).stat().st_ino == inode and check_index(cfg, fix=False).status == "ok"
