@@ -82,12 +82,17 @@ async def test_a_lock_held_elsewhere_leaves_the_index_and_search_reads_what_is_c
     idx.close()
 
 
-async def test_an_upgrade_waiting_for_the_lock_is_reported_not_rebuilt(ws: Path) -> None:
-    cfg = MemorySearchConfig(embedding_provider="fake")
+async def schema_3_index(ws: Path, cfg: MemorySearchConfig) -> None:
+    """An embedded index as the release before the current schema left it."""
     first = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
     await first.sync()
     first.close()
     make_schema_3(index_file(ws))
+
+
+async def test_an_upgrade_waiting_for_the_lock_is_reported_not_rebuilt(ws: Path) -> None:
+    cfg = MemorySearchConfig(embedding_provider="fake")
+    await schema_3_index(ws, cfg)
     embedder = FakeEmbedder()
     tool = MemorySearchTool(MemoryIndex(ws, cfg, embedder=embedder))
     with write_lock_held(index_file(ws)), pytest.raises(ToolError, match="busy"):
@@ -100,10 +105,7 @@ async def test_an_upgrade_waiting_for_the_lock_is_reported_not_rebuilt(ws: Path)
 async def test_two_processes_upgrading_at_once_migrate_once(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("nanobot.memory.index_db.BUSY_TIMEOUT_MS", 20_000)
     cfg = MemorySearchConfig(embedding_provider="fake")
-    first = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
-    await first.sync()
-    first.close()
-    make_schema_3(index_file(ws))
+    await schema_3_index(ws, cfg)
     embedder = FakeEmbedder()
     idx = MemoryIndex(ws, cfg, embedder=embedder)
     migrating = ("ALTER TABLE chunks DROP COLUMN line_vectors", "UPDATE meta SET value='4' WHERE key='schema_version'")
