@@ -40,14 +40,14 @@ def search(
 ) -> None:
     """Search memory like the memory_search tool."""
     from nanobot.memory.embeddings import EmbeddingError
-    from nanobot.memory.index_db import IndexBusy
+    from nanobot.memory.index_db import IndexUnavailable
 
     config = load_cli_config(config_path)
     index = _index(config)
     try:
         # A one-shot command: embed what is not embedded yet instead of leaving it to a background task.
         response = asyncio.run(index.search(query, max_results=max_results, wait_for_vectors=True))
-    except (EmbeddingError, IndexBusy) as exc:
+    except (EmbeddingError, IndexUnavailable) as exc:
         fail(f"Error: {exc}")
     finally:
         index.close()
@@ -67,14 +67,14 @@ def reindex(config_path: ConfigOption = None) -> None:
     """Rebuild the memory index from the memory files (progress, rate and ETA on stderr)."""
     from nanobot.cli.progress import Progress
     from nanobot.memory.embeddings import EmbeddingError
-    from nanobot.memory.index_db import IndexBusy
+    from nanobot.memory.index_db import IndexUnavailable
 
     config = load_cli_config(config_path)
     index = _index(config)
     index.progress = progress = Progress()
     try:
         stats = asyncio.run(index.sync(force=True))
-    except (EmbeddingError, IndexBusy) as exc:
+    except (EmbeddingError, IndexUnavailable) as exc:
         fail(f"Error: {exc}")
     finally:
         progress.finish()
@@ -94,13 +94,13 @@ def status(
     config_path: ConfigOption = None,
 ) -> None:
     """Show what is indexed (without syncing first)."""
-    from nanobot.memory.index_db import IndexBusy
+    from nanobot.memory.index_db import IndexUnavailable
 
     config = load_cli_config(config_path)
     index = _index(config)
     try:
         info = index.status()
-    except IndexBusy as exc:
+    except IndexUnavailable as exc:
         fail(f"Error: {exc}")
     finally:
         index.close()

@@ -149,15 +149,17 @@ def check_service() -> Check:
 
 
 def _index_problem(path: Path) -> str | None:
-    """What is wrong with the index file, or None; IndexBusy when another process holds it locked."""
+    """What is wrong with the index file, or None; IndexUnavailable when it cannot be read now
+    (another process holds it locked) without being damaged."""
     from nanobot.memory import index_db
 
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=index_db.BUSY_TIMEOUT_MS / 1000) as db:
             row = db.execute("PRAGMA quick_check").fetchone()
     except sqlite3.Error as exc:
-        if index_db.is_busy(exc):  # a lock, not damage: the file must not be deleted for it
-            raise index_db.IndexBusy(f"{path} is busy: another process holds it locked ({exc})") from exc
+        unavailable = index_db.unavailable_error(exc, path)
+        if unavailable is not None:  # not damage: deleting the file would not help
+            raise unavailable from exc
         return str(exc)
     return None if row and row[0] == "ok" else str(row[0] if row else "no answer")
 
@@ -165,13 +167,13 @@ def _index_problem(path: Path) -> str | None:
 def check_index(cfg: Config, *, fix: bool) -> Check:
     if not cfg.memory.search.enabled:
         return Check("memory index", "ok", "memory search is off (memory.search.enabled)")
-    from nanobot.memory.index_db import IndexBusy
+    from nanobot.memory.index_db import IndexUnavailable
 
     path = index_path(cfg.workspace_path)
     try:
         problem = "not built yet" if not path.exists() else _index_problem(path)
-    except IndexBusy as exc:
-        return Check("memory index", "warn", f"{exc}; run doctor again when it is done")
+    except IndexUnavailable as exc:
+        return Check("memory index", "warn", f"{exc}; run doctor again later")
     if problem is None:
         return Check("memory index", "ok", f"{path} ({path.stat().st_size // 1024} KiB) passes its integrity check")
     if not fix:

@@ -156,6 +156,7 @@ class MemoryIndex:
                 return await self._sync(force)
             except Exception as exc:
                 if not self._db.is_unusable(exc):
+                    self._dirty = True  # not done: the next search tries again
                     raise
                 logger.warning("memory index failed during sync ({}); rebuilding it", exc)
                 await asyncio.to_thread(self._reset_db)

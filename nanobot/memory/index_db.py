@@ -7,9 +7,11 @@ CACHE_SPARE_ROWS others (the newest: text that was edited away may come back).
 
 Two connections in WAL mode: the writer (used by sync, in a worker thread) and the reader (used
 by search), so a search never waits for a sync. A file that is not a valid index is deleted and
-created anew; it only holds data derived from the memory files. A file that another process is
-writing (its write lock held longer than BUSY_TIMEOUT_MS) is fine: that raises IndexBusy and the
-file is left alone. Opening an up-to-date index writes nothing, so searching never needs the lock.
+created anew; it only holds data derived from the memory files. An error that says the file
+cannot be used now although nothing is wrong with it (another process has held the write lock
+longer than BUSY_TIMEOUT_MS, the disk is full) raises IndexUnavailable and leaves the file alone:
+a rebuild would not help and would throw away every vector. Opening an up-to-date index writes
+nothing, so searching what is committed never needs the write lock.
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ from nanobot.util.fs import open_private
 SCHEMA_VERSION = "4"
 CACHE_SPARE_ROWS = 500  # cached embeddings of text no chunk holds any more (~10 KB each)
 BUSY_TIMEOUT_MS = 5000
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # primary result codes; extended codes carry them in the low byte
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+_SQLITE_NOMEM, _SQLITE_FULL = 7, 13
+# Primary result codes (an extended code carries its primary code in the low byte) of errors that
+# are not the file's fault: another process holds it, or there is no room (memory or disk). A file
+# that cannot be opened or written for its permissions is rebuilt, which helps when its folder is
+# writable (an index left behind by another user).
+_NOT_DAMAGE = frozenset({_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_NOMEM, _SQLITE_FULL})
 # Porter stemming over unicode61 ("hiking" finds "hiked"); CJK runs arrive pre-split into bigrams.
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 TITLE_WEIGHT = 0.5  # a heading/day match counts half a body match in BM25
@@ -57,16 +65,23 @@ CREATE TABLE IF NOT EXISTS embedding_cache(
 """
 
 
-class IndexBusy(Exception):
-    """Another process has held the index's write lock for longer than BUSY_TIMEOUT_MS."""
+class IndexUnavailable(Exception):
+    """The index cannot be used now but is not damaged, so it is left as it is."""
 
 
-def is_busy(exc: BaseException) -> bool:
-    """Whether a database error is a lock wait that timed out (the file is fine)."""
+def unavailable_error(exc: BaseException, path: Path) -> IndexUnavailable | None:
+    """The IndexUnavailable a database error amounts to, or None when it may be damage."""
     code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
-    return "database is locked" in str(exc)  # DB-API modules without result codes
+    if not isinstance(code, int):  # DB-API modules without result codes
+        code = _SQLITE_BUSY if "database is locked" in str(exc) else None
+    if code is None or code & 0xFF not in _NOT_DAMAGE:
+        return None
+    if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        return IndexUnavailable(
+            f"the memory index {path} is busy: another process has been writing it for over "
+            f"{BUSY_TIMEOUT_MS / 1000:g} s; try again"
+        )
+    return IndexUnavailable(f"the memory index {path} cannot be used now ({exc}); it is kept as it is")
 
 
 @dataclass(frozen=True)
@@ -101,6 +116,7 @@ class IndexDB:
     def __init__(self, path: Path, *, use_sqlite_vec: bool = False):
         self.path = path
         self._module, self.sqlite_vec = _connect_module(use_sqlite_vec)
+        self._errors = (sqlite3.DatabaseError, self._module.DatabaseError)
         self._write_lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._writer: Any = None
@@ -170,9 +186,10 @@ class IndexDB:
         self.rebuilt = False
         try:
             self._open_once()
-        except (sqlite3.DatabaseError, self._module.DatabaseError) as exc:
-            if is_busy(exc):
-                raise self._busy() from exc
+        except self._errors as exc:
+            unavailable = unavailable_error(exc, self.path)
+            if unavailable is not None:
+                raise unavailable from exc
             logger.warning("memory index {} is unusable ({}); rebuilding it", self.path, exc)
             self.close()
             self.delete_files()
@@ -198,14 +215,8 @@ class IndexDB:
             Path(str(self.path) + suffix).unlink(missing_ok=True)
 
     def is_unusable(self, exc: BaseException) -> bool:
-        """Whether an error means the file must be rebuilt (a database error, not a lock wait)."""
-        return isinstance(exc, (sqlite3.DatabaseError, self._module.DatabaseError)) and not is_busy(exc)
-
-    def _busy(self) -> IndexBusy:
-        return IndexBusy(
-            f"the memory index {self.path} is busy: another process has been writing it for over "
-            f"{BUSY_TIMEOUT_MS / 1000:g} s; try again"
-        )
+        """Whether an error means the file must be rebuilt (a database error that may be damage)."""
+        return isinstance(exc, self._errors) and unavailable_error(exc, self.path) is None
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -226,8 +237,9 @@ class IndexDB:
                 conn.commit()
             except BaseException as exc:
                 conn.rollback()
-                if isinstance(exc, (sqlite3.DatabaseError, self._module.DatabaseError)) and is_busy(exc):
-                    raise self._busy() from exc
+                unavailable = unavailable_error(exc, self.path) if isinstance(exc, self._errors) else None
+                if unavailable is not None:
+                    raise unavailable from exc
                 raise
 
     @contextmanager

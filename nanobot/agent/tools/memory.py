@@ -107,11 +107,11 @@ class MemorySearchTool(_IndexTool):
         query = str(kwargs.get("query") or "").strip()
         if not query:
             raise ToolError("query must not be empty")
-        from nanobot.memory.index_db import IndexBusy  # loaded with the index, not with the tools
+        from nanobot.memory.index_db import IndexUnavailable  # loaded with the index, not with the tools
 
         try:
             response = await self.index.search(query, kwargs.get("maxResults"), kwargs.get("minScore"))
-        except IndexBusy as exc:
+        except IndexUnavailable as exc:
             raise ToolError(str(exc)) from exc
         return json.dumps(response.to_json(), ensure_ascii=False)
 

@@ -1,11 +1,13 @@
 """The memory index while another process writes it (the gateway and a `nanobot memory` command, or
-two of them starting after an upgrade): a lock wait that times out is not corruption. The index is
-left alone, searches read what is committed, and the one that needed the lock gets a clear error."""
+two of them starting after an upgrade), and on a full disk: neither is damage. The index is left
+as it is (a rebuild would make every vector again), searches read what is committed, and what
+needed to write gets a clear error."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ from nanobot.config.loader import load_config
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.doctor.local import check_index
 from nanobot.memory.index import MemoryIndex
-from nanobot.memory.index_db import IndexBusy
+from nanobot.memory.index_db import IndexUnavailable
 from tests.test_memory_index import FakeEmbedder, make_schema_3, write
 
 # Another process runs SQL on the index (by default: takes its write lock), says "locked" and holds
@@ -64,20 +66,34 @@ def index_file(ws: Path) -> Path:
     return ws / "memory" / ".index.sqlite"
 
 
+def mark(ws: Path) -> None:
+    """A row only this file holds: gone if the file is deleted and built again."""
+    with sqlite3.connect(index_file(ws)) as conn:
+        conn.execute("INSERT INTO meta VALUES('test-mark', 'kept')")
+    conn.close()
+
+
+def marked(ws: Path) -> bool:
+    with sqlite3.connect(index_file(ws)) as conn:
+        row = conn.execute("SELECT value FROM meta WHERE key='test-mark'").fetchone()
+    conn.close()
+    return row == ("kept",)
+
+
 async def test_a_lock_held_elsewhere_leaves_the_index_and_search_reads_what_is_committed(ws: Path) -> None:
     first = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     await first.sync()
     first.close()
-    inode = index_file(ws).stat().st_ino
+    mark(ws)
     write(ws, "memory/MEMORY.md", "# Memory\n- The plumber is called Bram.\n- The dentist is Dr. Verhoeven.\n")
     idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
     with write_lock_held(index_file(ws)):
-        with pytest.raises(IndexBusy, match="busy"):
+        with pytest.raises(IndexUnavailable, match="busy"):
             await idx.sync()
         response = await idx.search("plumber")  # the edit cannot be indexed yet; what is, is searched
         assert [r.path for r in response.results] == ["memory/MEMORY.md"]
         assert "dentist" not in response.results[0].snippet
-    assert index_file(ws).stat().st_ino == inode and not idx._db.rebuilt
+    assert marked(ws) and not idx._db.rebuilt
     assert "Verhoeven" in (await idx.search("dentist")).results[0].snippet  # the next search catches up
     idx.close()
 
@@ -88,6 +104,7 @@ async def schema_3_index(ws: Path, cfg: MemorySearchConfig) -> None:
     await first.sync()
     first.close()
     make_schema_3(index_file(ws))
+    mark(ws)
 
 
 async def test_an_upgrade_waiting_for_the_lock_is_reported_not_rebuilt(ws: Path) -> None:
@@ -98,7 +115,7 @@ async def test_an_upgrade_waiting_for_the_lock_is_reported_not_rebuilt(ws: Path)
     with write_lock_held(index_file(ws)), pytest.raises(ToolError, match="busy"):
         await tool.execute(ToolContext(), query="plumber")
     assert '"memory/MEMORY.md"' in await tool.execute(ToolContext(), query="plumber")
-    assert embedder.embedded == [] and not tool.index._db.rebuilt  # migrated, nothing embedded again
+    assert embedder.embedded == [] and marked(ws)  # migrated, nothing embedded again
     tool.index.close()
 
 
@@ -115,7 +132,7 @@ async def test_two_processes_upgrading_at_once_migrate_once(ws: Path, monkeypatc
         assert not search.done()
     response = await search
     assert response.results[0].path == "memory/MEMORY.md" and response.mode == "hybrid"
-    assert not idx._db.rebuilt and embedder.embedded == []
+    assert marked(ws) and embedder.embedded == []
     idx.close()
 
 
@@ -130,19 +147,35 @@ def test_cli_reindex_while_locked_fails_clearly(ws: Path) -> None:
     config_file = keyword_config(ws)
     runner = CliRunner()
     assert runner.invoke(memory_app, ["reindex", "-c", str(config_file)]).exit_code == 0
-    inode = index_file(ws).stat().st_ino
+    mark(ws)
     with write_lock_held(index_file(ws)):
         result = runner.invoke(memory_app, ["reindex", "-c", str(config_file)])
     assert result.exit_code == 1 and "is busy" in result.output and isinstance(result.exception, SystemExit)
-    assert index_file(ws).stat().st_ino == inode
+    assert marked(ws)
 
 
 def test_doctor_fix_leaves_an_index_locked_by_another_process(ws: Path) -> None:
     cfg = load_config(keyword_config(ws))
     assert check_index(cfg, fix=True).fixed.startswith("rebuilt")  # not built yet: built
-    inode = index_file(ws).stat().st_ino
+    mark(ws)
     exclusive = ("PRAGMA locking_mode=EXCLUSIVE", "BEGIN EXCLUSIVE", "UPDATE meta SET value=value")
     with write_lock_held(index_file(ws), *exclusive, begin=False):  # not even readers get in
         check = check_index(cfg, fix=True)
     assert (check.status, check.fixed) == ("warn", "") and "busy" in check.detail
-    assert index_file(ws).stat().st_ino == inode and check_index(cfg, fix=False).status == "ok"
+    assert marked(ws) and check_index(cfg, fix=False).status == "ok"
+
+
+async def test_a_full_disk_keeps_the_index_and_search_reads_what_is_committed(ws: Path) -> None:
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
+    await idx.sync()
+    mark(ws)
+    pages = idx._db._writer.execute("PRAGMA page_count").fetchone()[0]
+    idx._db._writer.execute(f"PRAGMA max_page_count={pages}")  # the disk is full: the file cannot grow
+    write(ws, "memory/2026-01-02.md", "".join(f"- aquarium note {n}: the fish tank filter\n" for n in range(3000)))
+    with pytest.raises(IndexUnavailable, match="full"):
+        await idx.sync()
+    assert [r.path for r in (await idx.search("plumber")).results] == ["memory/MEMORY.md"]
+    assert marked(ws)
+    idx._db._writer.execute(f"PRAGMA max_page_count={2**30}")  # room again: the next search catches up
+    assert (await idx.search("aquarium filter")).results[0].path == "memory/2026-01-02.md"
+    idx.close()
