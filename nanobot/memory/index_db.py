@@ -167,9 +167,11 @@ class IndexDB:
         chunks' copy and give the space back; no vector needs to be made again."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if self._meta(conn, "schema_version") == "3":  # not migrated by another process meanwhile
-                conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
-                conn.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+            if self._meta(conn, "schema_version") != "3":
+                conn.rollback()
+                return  # another process migrated it while this one waited for the lock
+            conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
+            conn.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
             conn.commit()
         except BaseException:
             conn.rollback()
