@@ -104,7 +104,7 @@ class LiteLLMEmbedder:
 class QueriesFirst:
     """Turns at a native engine that is not re-entrant: one call at a time, and a waiting query
     goes before the next slice of a document batch. A search must not wait for the background
-    embedding of a whole batch (a back-fill batch is ~270 lines, ~16 s)."""
+    embedding of a whole batch (32 chunks: hundreds of lines, tens of seconds)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
