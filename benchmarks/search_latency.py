@@ -98,6 +98,15 @@ def pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))], 3)
 
 
+def summary(times_ms: list[float]) -> dict:
+    return {
+        "queries": len(times_ms),
+        "p50Ms": pct(times_ms, 0.5),
+        "p95Ms": pct(times_ms, 0.95),
+        "maxMs": pct(times_ms, 1.0),
+    }
+
+
 async def measure(index: MemoryIndex, queries: list[str]) -> dict:
     await index.search(queries[0])  # warm caches (vector matrix, model)
     times: list[float] = []
@@ -105,12 +114,7 @@ async def measure(index: MemoryIndex, queries: list[str]) -> dict:
         started = time.perf_counter()
         await index.search(q)
         times.append((time.perf_counter() - started) * 1000)
-    return {
-        "queries": len(times),
-        "p50Ms": pct(times, 0.5),
-        "p95Ms": pct(times, 0.95),
-        "maxMs": pct(times, 1.0),
-    }
+    return summary(times)
 
 
 def knn_micro(n: int = 10_000, dim: int = 384, reps: int = 50) -> dict:
@@ -212,7 +216,7 @@ async def measure_during_backfill(ws: Path, embedder: LocalEmbedder, queries: li
     backfill.cancel()
     await asyncio.gather(backfill, return_exceptions=True)
     index.close()
-    return {"queries": len(times), "p50Ms": pct(times, 0.5), "p95Ms": pct(times, 0.95), "maxMs": pct(times, 1.0)}
+    return summary(times)
 
 
 async def run(args: argparse.Namespace) -> dict:

@@ -71,10 +71,8 @@ class IndexUnavailable(Exception):
 
 def unavailable_error(exc: BaseException, path: Path) -> IndexUnavailable | None:
     """The IndexUnavailable a database error amounts to, or None when it may be damage."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if not isinstance(code, int):  # DB-API modules without result codes
-        code = _SQLITE_BUSY if "database is locked" in str(exc) else None
-    if code is None or code & 0xFF not in _NOT_DAMAGE:
+    code = getattr(exc, "sqlite_errorcode", None)  # sqlite3 and sqlean errors carry it (Python 3.11+)
+    if not isinstance(code, int) or code & 0xFF not in _NOT_DAMAGE:
         return None
     if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED):
         return IndexUnavailable(
@@ -165,17 +163,14 @@ class IndexDB:
     def _migrate_from_3(self, conn: Any) -> None:
         """Schema 3 kept each chunk's line vectors twice (on the chunk and in the cache): drop the
         chunks' copy and give the space back; no vector needs to be made again."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if self._meta(conn, "schema_version") != "3":
-                conn.rollback()
-                return  # another process migrated it while this one waited for the lock
-            conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
-            conn.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
+        with self._transaction(conn):
+            # Not when another process migrated it while this one waited for the lock.
+            migrate = self._meta(conn, "schema_version") == "3"
+            if migrate:
+                conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
+                conn.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+        if not migrate:
+            return
         try:
             conn.execute("VACUUM")
         except (sqlite3.OperationalError, self._module.OperationalError) as exc:
@@ -228,21 +223,26 @@ class IndexDB:
 
     @contextmanager
     def write(self) -> Iterator[Any]:
-        """One write transaction on the writer connection."""
-        with self._write_lock:
-            conn = self._writer
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                yield conn
-                conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
-                conn.execute("INSERT OR IGNORE INTO meta VALUES('generation', '1')")
-                conn.commit()
-            except BaseException as exc:
-                conn.rollback()
-                unavailable = unavailable_error(exc, self.path) if isinstance(exc, self._errors) else None
-                if unavailable is not None:
-                    raise unavailable from exc
-                raise
+        """One write transaction on the writer connection; it moves the index's generation on."""
+        with self._write_lock, self._transaction(self._writer) as conn:
+            yield conn
+            conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
+            conn.execute("INSERT OR IGNORE INTO meta VALUES('generation', '1')")
+
+    @contextmanager
+    def _transaction(self, conn: Any) -> Iterator[Any]:
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any error; a lock wait or a full disk comes
+        out as IndexUnavailable."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            conn.commit()
+        except BaseException as exc:
+            conn.rollback()
+            unavailable = unavailable_error(exc, self.path) if isinstance(exc, self._errors) else None
+            if unavailable is not None:
+                raise unavailable from exc
+            raise
 
     @contextmanager
     def read(self) -> Iterator[Any]:
