@@ -270,6 +270,18 @@ async def test_file_size_cap_and_memory_routing(registry: ToolRegistry, tmp_path
     assert (tmp_path / "ws" / "memory" / "MEMORY.md").read_text().startswith("- likes tea")
 
 
+async def test_edit_file_refuses_a_file_over_the_limit_before_reading_it(
+    registry: ToolRegistry, tmp_path: Path
+) -> None:
+    """A file the edit could never write back (a 400 MB file filled the daemon's memory) is refused
+    by its size, before a byte of it is read."""
+    (tmp_path / "ws" / "big.log").write_text("x" * 5000)
+    args = {"path": "big.log", "old_text": "x", "new_text": "y", "replace_all": True}
+    result = await registry.execute("edit_file", args, CTX)
+    assert result.startswith("Error: big.log is larger than 2000 bytes (5000)"), result
+    assert (tmp_path / "ws" / "big.log").read_text() == "x" * 5000
+
+
 async def test_symlink_escape_is_refused(registry: ToolRegistry, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()

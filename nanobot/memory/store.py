@@ -205,7 +205,8 @@ class MemoryStore:
             self.write_memory(text)
             return path
         with self.locked():
-            atomic_write(path, text)
+            # the folders were checked above; a link swapped in since must not redirect the write
+            atomic_write(path, text, beneath=self.workspace)
         self._changed(path)
         return path
 

@@ -1,7 +1,8 @@
 """Private, crash-safe files: every file nanobot writes is 0600 and every folder it creates 0700.
 
 - `atomic_write(path, data)`: temp file in the same folder, fsync, `os.replace`; a crash leaves the old
-  file or the new one, never half of either, and the temp file is removed when anything fails.
+  file or the new one, never half of either, and the temp file is removed when anything fails;
+  `beneath=root` also refuses to write anywhere but under `root` (a link swapped in meanwhile).
 - `append_locked(path, text)`: one append under an exclusive OS lock (`flock`), so two processes
   never interleave lines.
 - `file_lock(path)` / `fd_lock(fd)`: exclusive (or shared) `flock` on a lock file or an open file;
@@ -18,11 +19,13 @@ import contextlib
 import errno
 import fcntl
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from nanobot.util.nofollow import open_folder_beneath
 
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
@@ -61,21 +64,44 @@ def open_private(path: Path, flags: int, mode: int = PRIVATE_FILE_MODE) -> int:
     return os.open(path, flags | os.O_CREAT, mode)
 
 
-def atomic_write(path: Path, data: str | bytes, mode: int = PRIVATE_FILE_MODE, *, fsync: bool = True) -> None:
-    """Replace `path` with `data` so a crash leaves either the old or the new file, never half."""
+def atomic_write(
+    path: Path,
+    data: str | bytes,
+    mode: int = PRIVATE_FILE_MODE,
+    *,
+    fsync: bool = True,
+    beneath: Path | None = None,
+) -> None:
+    """Replace `path` with `data` so a crash leaves either the old or the new file, never half.
+
+    The temp file is created and renamed through a descriptor of the folder, so the write lands in
+    the folder that was opened; with `beneath`, that folder must lie under it (a link swapped in
+    after the caller checked the path raises PermissionError instead of writing elsewhere).
+    """
     ensure_private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if beneath is None:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    else:
+        folder = open_folder_beneath(beneath, path.parent)
+    tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-            fh.flush()
-            if fsync:
-                os.fsync(fh.fileno())
-            os.fchmod(fh.fileno(), mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder
+        )
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+                fh.flush()
+                if fsync:
+                    os.fsync(fh.fileno())
+                os.fchmod(fh.fileno(), mode)
+            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+    finally:
+        os.close(folder)
 
 
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)  # what flock says when another holder has it

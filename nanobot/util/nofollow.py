@@ -4,13 +4,22 @@ Used where a planted link must not pull outside data in (the memory index readin
 A symlink anywhere on the way (a folder, a sub-folder, the file) is skipped, and files are opened with
 O_NOFOLLOW and checked to be regular after opening, so a link swapped in between the walk and the
 read is refused too. Dot-names are never listed.
+
+`open_folder_beneath(root, folder)` is the same guarantee for a path checked earlier (the file tools
+resolve a path, then open it): the folder is opened first and the folder actually opened is checked
+to lie under `root`, and everything after goes through that descriptor. A command that swaps a
+folder for a link to ~/.ssh between the check and the open gets a refusal, not the key.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
+
+_OPEN_FILE = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a planted FIFO must not hang the open
+_MAX_DEPTH = 4096
 
 
 def is_plain_dir(path: Path) -> bool:
@@ -42,7 +51,9 @@ def regular_files(base: Path, suffix: str, *, recursive: bool) -> list[Path]:
         here = Path(root)
         # os.walk lists a symlink to a folder under `dirs` but never descends it (followlinks=False);
         # dropping it here also keeps it out of the listing.
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and is_plain_dir(here / d)) if recursive else []
+        dirs[:] = (
+            sorted(d for d in dirs if not d.startswith(".") and is_plain_dir(here / d)) if recursive else []
+        )
         for name in sorted(files):
             path = here / name
             if name.endswith(suffix) and not name.startswith(".") and is_regular(path):
@@ -50,16 +61,66 @@ def regular_files(base: Path, suffix: str, *, recursive: bool) -> list[Path]:
     return found
 
 
-def read_regular_text(path: Path) -> str:
-    """The file's text, refusing anything that is not a regular file at open time (no symlinks)."""
-    # O_NONBLOCK: a planted FIFO must not hang the open; it is refused just below.
-    flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(path, flags)
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _is_beneath(fd: int, root: os.stat_result) -> bool:
+    """Whether the folder open as `fd` is `root` or below it, found by walking up its `..` entries
+    (what the kernel says now, not what a path said when it was checked)."""
+    current = os.dup(fd)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        for _ in range(_MAX_DEPTH):
+            here = os.fstat(current)
+            if _same(here, root):
+                return True
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=current)
+            os.close(current)
+            current = parent
+            if _same(os.fstat(current), here):
+                return False  # the file system's root
+        return False
+    finally:
+        os.close(current)
+
+
+def open_folder_beneath(root: Path, folder: Path) -> int:
+    """A descriptor of `folder`, which must be `root` or lie below it when it is opened; raises
+    PermissionError when a link swapped in since the path was checked leads elsewhere."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if not _is_beneath(fd, os.stat(root)):
+            raise PermissionError(errno.EACCES, f"{folder} leads outside {root}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular_bytes(path: Path, *, beneath: Path | None = None, max_bytes: int | None = None) -> bytes:
+    """The file's bytes, refusing anything that is not a regular file at open time (no symlinks), a
+    file outside `beneath` (see open_folder_beneath) and, with `max_bytes`, a larger file (OSError
+    EFBIG, before anything is read)."""
+    if beneath is None:
+        fd = os.open(path, os.O_RDONLY | _OPEN_FILE)
+    else:
+        folder = open_folder_beneath(beneath, path.parent)
+        try:
+            fd = os.open(path.name, os.O_RDONLY | _OPEN_FILE, dir_fd=folder)
+        finally:
+            os.close(folder)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path} is not a regular file")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise OSError(errno.EFBIG, f"{path.name} is larger than {max_bytes} bytes ({st.st_size})")
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read()
+            return fh.read()
     finally:
         os.close(fd)
-    return data.decode("utf-8", errors="replace")
+
+
+def read_regular_text(path: Path, *, beneath: Path | None = None) -> str:
+    """read_regular_bytes decoded as UTF-8 (undecodable bytes replaced)."""
+    return read_regular_bytes(path, beneath=beneath).decode("utf-8", errors="replace")

@@ -2,10 +2,18 @@
 
 Writes under `memory/` go through the MemoryStore (its lock, its atomic writes); `sessions/`,
 `cron/` and the memory index are never writable by tools (one owner per file on disk).
+
+A path is checked when it is resolved and again when it is opened: every read, write and listing
+goes through a descriptor of the folder that was actually opened, which must lie under the
+workspace (or the read-only root it was resolved to), so a folder swapped for a symlink in between
+by a concurrent command cannot turn a checked path into ~/.ssh.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +21,7 @@ from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.config.paths import CRON_DIR, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, INDEX_FILE, SESSIONS_DIR
 from nanobot.memory.store import MemoryStore
 from nanobot.util.fs import atomic_write
+from nanobot.util.nofollow import open_folder_beneath, read_regular_bytes
 
 MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 500
@@ -51,6 +60,12 @@ class PathGuard:
             raise ToolError(f"path '{raw}' is outside the workspace ({self.workspace}); access denied")
         return path
 
+    def root_of(self, path: Path) -> Path | None:
+        """The folder `path` must still lie under when it is opened (None: unrestricted)."""
+        if not self.restrict or self.inside(path):
+            return self.workspace if self.restrict else None
+        return next((root for root in self.read_only_roots if path.is_relative_to(root)), self.workspace)
+
     def inside(self, path: Path) -> bool:
         try:
             path.resolve().relative_to(self.workspace)
@@ -84,9 +99,23 @@ class _FileTool(Tool):
             return
         try:
             # atomic: a full disk or a read-only workspace leaves the old file, never half a new one
-            atomic_write(path, text, fsync=False)
+            atomic_write(path, text, fsync=False, beneath=self.guard.root_of(path))
         except OSError as exc:
             raise ToolError(f"cannot write {path.name}: {exc.strerror or exc}") from None
+
+    def _read(self, path: Path, raw: str, max_bytes: int) -> str:
+        """The text of the file `path` resolved to, opened without following a link swapped in since."""
+        try:
+            data = read_regular_bytes(path, beneath=self.guard.root_of(path), max_bytes=max_bytes)
+        except FileNotFoundError:
+            raise ToolError(f"file not found: {raw}") from None
+        except OSError as exc:
+            if exc.errno == errno.EFBIG:
+                raise ToolError(
+                    f"{exc.strerror}: too large for this tool; work on it in parts via exec"
+                ) from None
+            raise ToolError(f"cannot read {raw}: {exc.strerror or exc}") from None
+        return data.decode("utf-8", errors="replace")
 
 
 class ReadFileTool(_FileTool):
@@ -106,13 +135,7 @@ class ReadFileTool(_FileTool):
         self, ctx: ToolContext, path: str, offset: int = 1, limit: int | None = None, **_: Any
     ) -> str:
         target = self.guard.resolve_readable(path)
-        if not target.is_file():
-            raise ToolError(f"file not found: {path}")
-        if target.stat().st_size > self.max_bytes * 10:
-            raise ToolError(
-                f"file is too large ({target.stat().st_size} bytes); read it with offset/limit via exec"
-            )
-        text = target.read_text(encoding="utf-8", errors="replace")
+        text = self._read(target, path, self.max_bytes * 10)
         if offset > 1 or limit:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[offset - 1 : offset - 1 + limit if limit else None])
@@ -157,9 +180,11 @@ class EditFileTool(_FileTool):
         self, ctx: ToolContext, path: str, old_text: str, new_text: str, replace_all: bool = False, **_: Any
     ) -> str:
         target = self.guard.resolve(path)
-        if not target.is_file():
-            raise ToolError(f"file not found: {path}")
-        text = target.read_text(encoding="utf-8")
+        self.guard.check_writable(target)
+        # the result must fit the write limit, so a larger file is refused before it is read
+        text = self._read(
+            target, path, self.max_bytes + max(0, len(old_text.encode()) - len(new_text.encode()))
+        )
         count = text.count(old_text) if old_text else 0
         if count == 0:
             raise ToolError("old_text was not found in the file (it must match exactly, whitespace included)")
@@ -178,16 +203,42 @@ class ListDirTool(_FileTool):
 
     async def execute(self, ctx: ToolContext, path: str = ".", **_: Any) -> str:
         target = self.guard.resolve_readable(path)
-        if not target.is_dir():
-            raise ToolError(f"not a folder: {path}")
-        entries = sorted(target.iterdir(), key=lambda p: (not p.is_dir(), p.name))
-        lines = [
-            f"{p.name}/" if p.is_dir() else f"{p.name} ({p.stat().st_size} bytes)"
-            for p in entries[:MAX_LIST_ENTRIES]
-        ]
+        root = self.guard.root_of(target)
+        try:
+            folder = (
+                open_folder_beneath(root, target) if root else os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+            )
+        except (NotADirectoryError, FileNotFoundError):
+            raise ToolError(f"not a folder: {path}") from None
+        except OSError as exc:
+            raise ToolError(f"cannot list {path}: {exc.strerror or exc}") from None
+        try:
+            entries = sorted(_entries(folder), key=lambda e: (not e[1], e[0]))
+        finally:
+            os.close(folder)
+        lines = [f"{name}{suffix}" for name, _folder, suffix in entries[:MAX_LIST_ENTRIES]]
         if len(entries) > MAX_LIST_ENTRIES:
             lines.append(f"... and {len(entries) - MAX_LIST_ENTRIES} more")
         return "\n".join(lines) or "(empty folder)"
+
+
+def _entries(folder: int) -> list[tuple[str, bool, str]]:
+    """(name, is a folder, how it is shown after the name) of each entry of the open folder; a link
+    is described, not followed."""
+    found = []
+    with os.scandir(folder) as it:
+        for entry in it:
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    found.append((entry.name, True, "/"))
+                elif stat.S_ISLNK(st.st_mode):
+                    found.append((entry.name, False, f" -> {os.readlink(entry.name, dir_fd=folder)}"))
+                else:
+                    found.append((entry.name, False, f" ({st.st_size} bytes)"))
+            except OSError:
+                continue  # removed while listing
+    return found
 
 
 def file_tools(

@@ -172,9 +172,12 @@ class MemoryGetTool(_IndexTool):
         start = max(1, int(kwargs.get("from") or 1))
         count = min(MAX_GET_LINES, max(1, int(kwargs.get("lines") or DEFAULT_GET_LINES)))
         # Transcripts are read through their owner; both readers refuse a symlink swapped in since resolve().
-        reader = read_transcript if rel.startswith(f"{SESSIONS_DIR}/") else read_regular_text
+        workspace = self.index.workspace.resolve()
         try:
-            lines = reader(path).splitlines()
+            if rel.startswith(f"{SESSIONS_DIR}/"):
+                lines = read_transcript(path).splitlines()
+            else:
+                lines = read_regular_text(path, beneath=workspace).splitlines()
         except OSError as exc:
             raise ToolError(f"cannot read {rel}: {exc}") from exc
         chosen = lines[start - 1 : start - 1 + count]
