@@ -19,12 +19,11 @@ from typing import Any, Protocol
 
 from loguru import logger
 
-from nanobot.config.paths import SKILLS_DIR
+from nanobot.config.paths import BOOTSTRAP_FILES, SKILLS_DIR
 from nanobot.memory.store import MemoryStore
 from nanobot.timeutil import now as tz_now
 from nanobot.util.text import truncate_middle
 
-BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
 HEAD_SHARE = 0.7
 TAIL_SHARE = 0.2
 IMAGE_MAX_BYTES = 5_000_000

@@ -34,6 +34,12 @@ GATEWAY_STATE_FILE = ".gateway.json"
 NANOBOT_OWNED = (SESSIONS_DIR, CRON_DIR, INDEX_FILE, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE)
 # Folders a shared (group) context must not see: the owner's memory and every chat's transcript.
 PRIVATE_DIRS = (MEMORY_DIR, SESSIONS_DIR)
+# The owner's instructions, in every system prompt.
+BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
+HEARTBEAT_FILE = "HEARTBEAT.md"  # the heartbeat's task list, done in a turn of the owner's
+# What steers turns that run as the owner: a shared (group) context may read it, never change it,
+# or a group member would write the owner's next instructions (a task for the heartbeat, a skill).
+OWNER_STEERING = (*BOOTSTRAP_FILES, HEARTBEAT_FILE, SKILLS_DIR)
 
 
 def nanobot_home() -> Path:

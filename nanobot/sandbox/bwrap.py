@@ -2,8 +2,12 @@
 
 The whole system is mounted read-only, `$HOME`, `NANOBOT_HOME` and `/tmp` are replaced by empty
 tmpfs folders, the config and log files by /dev/null, and then the workspace is bound back writable
-with nanobot's own files in it read-only again. A fresh /proc shows only the sandbox's processes,
-so the daemon's environment and command line are out of reach.
+with nanobot's own files in it read-only again. A folder holding such a read-only file is bound onto
+itself too: a mount point cannot be renamed, so `mv memory m2` cannot carry the backups out from
+under their read-only mount. In a shared context the workspace root itself is read-only and its
+entries are bound writable one by one (as under Landlock), so a missing HEARTBEAT.md or AGENTS.md
+cannot be created. A fresh /proc shows only the sandbox's processes, so the daemon's environment
+and command line are out of reach.
 """
 
 from __future__ import annotations
@@ -86,8 +90,18 @@ def bwrap_argv(
     for file in hidden_files:
         if file.is_file() and not file.is_relative_to(ws):
             argv += ["--ro-bind", "/dev/null", str(file)]
-    argv += ["--bind", str(ws), str(ws)]
-    for path in spec.protected_paths():
+    protected = spec.protected_paths()
+    if spec.shared:
+        argv += ["--ro-bind", str(ws), str(ws)]
+        hidden_here = spec.hidden_paths()
+        for entry in sorted(ws.iterdir()):
+            if not entry.is_symlink() and entry not in protected and entry not in hidden_here:
+                argv += ["--bind-try", str(entry), str(entry)]  # -try: it may be removed meanwhile
+    else:
+        argv += ["--bind", str(ws), str(ws)]
+    for folder in sorted({p.parent for p in protected} - {ws}):
+        argv += ["--bind", str(folder), str(folder)]
+    for path in protected:
         argv += ["--ro-bind", str(path), str(path)]
     for path in spec.hidden_paths():
         argv += ["--tmpfs", str(path)]

@@ -25,8 +25,6 @@ from typing import Any, TypeVar
 
 from nanobot.sandbox.spec import (
     PRIVATE_DIRS,
-    PROTECTED_DIRS,
-    PROTECTED_IF_PRESENT,
     PROTECTED_MEMORY_PREFIX,
     SandboxSpec,
 )
@@ -263,7 +261,7 @@ def _collect_except(root: Path, excluded: list[Path], out: list[str]) -> None:
 
 def _allow_workspace(rules: Ruleset, spec: SandboxSpec, write: int) -> None:
     ws = spec.workspace
-    protected = {ws / d for d in (*PROTECTED_DIRS, *PROTECTED_IF_PRESENT)}
+    protected = {ws / d for d in spec.read_only_names()}
     private = {ws / d for d in PRIVATE_DIRS} if spec.shared else set()
     if not spec.shared:
         rules.allow(

@@ -3,7 +3,8 @@
 Both sandboxes (bubblewrap and Landlock) build their rules from one `SandboxSpec`, so they agree on
 what is writable: the workspace, except nanobot's own files inside it (`PROTECTED_DIRS`, the memory
 index and the MEMORY.md backups), which stay read-only. In a shared (group) context the private
-folders (`PRIVATE_DIRS`) are not visible at all.
+folders (`PRIVATE_DIRS`) are not visible at all, and what steers the owner's turns
+(`OWNER_STEERING`: the bootstrap files, HEARTBEAT.md, skills/) is read-only, nor can it be created.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from nanobot.config.paths import (
     GATEWAY_LOCK_FILE,
     GATEWAY_STATE_FILE,
     MEMORY_DIR,
+    OWNER_STEERING,
     PRIVATE_DIRS,
     SESSIONS_DIR,
 )
@@ -58,10 +60,14 @@ class SandboxSpec:
     extra_env: dict[str, str] = field(default_factory=dict)
     limits: Limits = Limits()
 
+    def read_only_names(self) -> tuple[str, ...]:
+        """Workspace paths (relative) that commands may read but never change."""
+        return (*PROTECTED_DIRS, *PROTECTED_IF_PRESENT, *(OWNER_STEERING if self.shared else ()))
+
     def protected_paths(self) -> list[Path]:
         """Existing paths inside the workspace that commands may read but never change."""
         ws = self.workspace
-        paths = [ws / d for d in (*PROTECTED_DIRS, *PROTECTED_IF_PRESENT) if (ws / d).exists()]
+        paths = [ws / d for d in self.read_only_names() if (ws / d).exists()]
         memory = ws / "memory"
         if memory.is_dir():
             paths.extend(sorted(p for p in memory.iterdir() if p.name.startswith(PROTECTED_MEMORY_PREFIX)))

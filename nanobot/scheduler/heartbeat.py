@@ -21,8 +21,8 @@ from pathlib import Path
 from loguru import logger
 
 from nanobot.agent.reply import NO_ANSWER_REPLY
+from nanobot.config.paths import HEARTBEAT_FILE
 
-HEARTBEAT_FILE = "HEARTBEAT.md"
 HEARTBEAT_OK = "HEARTBEAT_OK"
 HEARTBEAT_SESSION_KEY = "heartbeat:main"
 MAX_HEARTBEAT_CHARS = 20_000  # more than this is not a task list; the rest is cut off

@@ -10,7 +10,11 @@ In a shared context, unless memory.shareInGroups is true:
   servers, which may read anything) are refused;
 - `exec` runs only when tools.exec.inGroups is true, and then without those folders mounted;
 - `cron` cannot add jobs (a job's turn runs later, outside this chat's trust), and `message`
-  only answers in the chat it came from.
+  only answers in the chat it came from, attaching no private file.
+
+Whatever memory.shareInGroups says, a shared context cannot change what steers the owner's own
+turns (`OWNER_STEERING`: the bootstrap files, HEARTBEAT.md, skills/): the heartbeat would do a group
+member's tasks as the owner, with every tool.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import ToolContext
-from nanobot.config.paths import PRIVATE_DIRS
+from nanobot.config.paths import OWNER_STEERING, PRIVATE_DIRS
 
 PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
 MEMORY_TOOLS = frozenset({"memory_search", "memory_get", "save_memory"})
+WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 OPEN_TOOLS = frozenset({"web_fetch", "web_search", "spawn"})  # read nothing private themselves
+PRIVATE = "the owner's memory and other chats' transcripts are private in group chats"
 
 
 class TrustPolicy:
@@ -35,6 +41,7 @@ class TrustPolicy:
         self.share_in_groups = share_in_groups
         self.exec_in_groups = exec_in_groups
         self._private = [self.workspace / d for d in PRIVATE_DIRS]
+        self._steering = [self.workspace / d for d in OWNER_STEERING]
 
     def refusal(self, name: str, args: dict[str, Any], ctx: ToolContext) -> str | None:
         """Why this call is refused in its context, or None when it may run."""
@@ -50,16 +57,23 @@ class TrustPolicy:
             channel, chat = args.get("channel") or ctx.channel, args.get("chat_id") or ctx.chat_id
             if (str(channel), str(chat)) != (ctx.channel, ctx.chat_id):
                 return "in a group chat, messages can only go to this chat"
+            media = args.get("media") or []
+            for item in media if isinstance(media, list) else [media]:
+                if not self.share_in_groups and (not isinstance(item, str) or self.is_private(item)):
+                    return f"{item!r} cannot be attached here: {PRIVATE}"
             return None
+        if name in WRITE_TOOLS:
+            raw = args.get("path")
+            if not isinstance(raw, str) or self._under(raw, self._steering):
+                return f"{raw!r} is read-only in group chats: it holds instructions for the owner's own turns"
         if self.share_in_groups or name in OPEN_TOOLS or name in ("cron",):
             return None
-        private = "the owner's memory and other chats' transcripts are private in group chats"
         if name in MEMORY_TOOLS:
-            return f"{name} is not available in group chats: {private} (memory.shareInGroups is false)"
+            return f"{name} is not available in group chats: {PRIVATE} (memory.shareInGroups is false)"
         if name in PATH_TOOLS:
             raw = args.get("path", ".")
             if isinstance(raw, str) and self.is_private(raw):
-                return f"'{raw}' is not readable here: {private}"
+                return f"'{raw}' is not readable here: {PRIVATE}"
             return None
         return (
             f"{name} is not available in group chats (tools outside nanobot's own set may read private files)"
@@ -68,6 +82,11 @@ class TrustPolicy:
     def is_private(self, raw: str) -> bool:
         """Whether `raw` (relative to the workspace or absolute) is in memory/ or sessions/,
         by its spelling or by where its symlinks lead."""
+        return self._under(raw, self._private)
+
+    def _under(self, raw: str, folders: list[Path]) -> bool:
+        """Whether `raw` is one of `folders` or lies under one, by its spelling or by where its
+        symlinks lead."""
         path = Path(raw).expanduser()
         path = path if path.is_absolute() else self.workspace / path
         candidates = [Path(os.path.normpath(path))]
@@ -75,5 +94,5 @@ class TrustPolicy:
             candidates.append(path.resolve())
         except (OSError, RuntimeError):
             return True  # a symlink loop: refuse rather than guess
-        roots = [*self._private, *(p.resolve() for p in self._private)]
+        roots = [*folders, *(p.resolve() for p in folders)]
         return any(c == r or c.is_relative_to(r) for c in candidates for r in roots)
