@@ -261,7 +261,7 @@ def _collect_except(root: Path, excluded: list[Path], out: list[str]) -> None:
 
 def _allow_workspace(rules: Ruleset, spec: SandboxSpec, write: int) -> None:
     ws = spec.workspace
-    protected = {ws / d for d in spec.read_only_names()}
+    protected = {*(ws / d for d in spec.read_only_names()), *spec.protected_paths()}
     private = {ws / d for d in PRIVATE_DIRS} if spec.shared else set()
     if not spec.shared:
         rules.allow(

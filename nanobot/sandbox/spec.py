@@ -68,10 +68,12 @@ class SandboxSpec:
         """Existing paths inside the workspace that commands may read but never change."""
         ws = self.workspace
         paths = [ws / d for d in self.read_only_names() if (ws / d).exists()]
+        if self.shared:  # the HOME of every command: .gitconfig, .config/ ... configure the owner's too
+            paths.extend(sorted(p for p in ws.iterdir() if p.name.startswith(".") and not p.is_symlink()))
         memory = ws / "memory"
         if memory.is_dir():
             paths.extend(sorted(p for p in memory.iterdir() if p.name.startswith(PROTECTED_MEMORY_PREFIX)))
-        return [p for p in paths if not self.shared or not _under_private(ws, p)]
+        return [p for p in dict.fromkeys(paths) if not self.shared or not _under_private(ws, p)]
 
     def hidden_paths(self) -> list[Path]:
         """Folders replaced by an empty one (shared contexts only)."""

@@ -175,6 +175,7 @@ async def test_group_exec_cannot_write_the_owners_instructions(
         assert (ws / name).read_text() == "owner text\n" if present else not (ws / name).exists()
     assert (ws / "skills" / "mine" / "SKILL.md").read_text() == "owner skill\n"
     assert not (ws / "skills" / "new").exists() and not (ws / "s2").exists()
+    assert not (ws / ".gitconfig").exists() and not (ws / ".config" / "evil").exists()  # HOME's dot-files
     # the rest of the workspace stays writable for the group's own work
     assert "made" in await run(tool, "mkdir -p media/g && echo made > media/g/f && cat media/g/f", GROUP)
 

@@ -13,8 +13,9 @@ In a shared context, unless memory.shareInGroups is true:
   only answers in the chat it came from, attaching no private file.
 
 Whatever memory.shareInGroups says, a shared context cannot change what steers the owner's own
-turns (`OWNER_STEERING`: the bootstrap files, HEARTBEAT.md, skills/): the heartbeat would do a group
-member's tasks as the owner, with every tool.
+turns (`OWNER_STEERING`: the bootstrap files, HEARTBEAT.md, skills/, and the dot-entries of the
+workspace root, which is every command's HOME): the heartbeat would do a group member's tasks as the
+owner, with every tool.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class TrustPolicy:
             return None
         if name in WRITE_TOOLS:
             raw = args.get("path")
-            if not isinstance(raw, str) or self._under(raw, self._steering):
+            if not isinstance(raw, str) or self._under(raw, self._steering, dot_entries=True):
                 return f"{raw!r} is read-only in group chats: it holds instructions for the owner's own turns"
         if self.share_in_groups or name in OPEN_TOOLS or name in ("cron",):
             return None
@@ -84,9 +85,10 @@ class TrustPolicy:
         by its spelling or by where its symlinks lead."""
         return self._under(raw, self._private)
 
-    def _under(self, raw: str, folders: list[Path]) -> bool:
+    def _under(self, raw: str, folders: list[Path], *, dot_entries: bool = False) -> bool:
         """Whether `raw` is one of `folders` or lies under one, by its spelling or by where its
-        symlinks lead."""
+        symlinks lead; with `dot_entries`, also under a dot-entry of the workspace root (the HOME of
+        every command: .gitconfig, .config/ ... configure the owner's commands too)."""
         path = Path(raw).expanduser()
         path = path if path.is_absolute() else self.workspace / path
         candidates = [Path(os.path.normpath(path))]
@@ -95,4 +97,11 @@ class TrustPolicy:
         except (OSError, RuntimeError):
             return True  # a symlink loop: refuse rather than guess
         roots = [*folders, *(p.resolve() for p in folders)]
-        return any(c == r or c.is_relative_to(r) for c in candidates for r in roots)
+        if any(c == r or c.is_relative_to(r) for c in candidates for r in roots):
+            return True
+        return dot_entries and any(
+            c.is_relative_to(self.workspace)
+            and c.relative_to(self.workspace).parts[:1] != ()
+            and c.relative_to(self.workspace).parts[0].startswith(".")
+            for c in candidates
+        )
