@@ -316,6 +316,47 @@ async def test_explicit_forgetting_is_not_undone(agent_factory, script) -> None:
     assert "FACT-302" not in text and "FACT-400: new" in text
 
 
+@pytest.mark.parametrize("put_back_by", ["the agent", "hand"])
+async def test_a_forgotten_fact_put_back_stays(agent_factory, script, put_back_by: str) -> None:  # noqa: ANN001
+    """A tombstone kept deleting its line at every consolidation, even after the user (by hand) or the
+    agent (asked to remember it again) had put it back."""
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    facts = [f"- FACT-{700 + i}: fact {i}" for i in range(5)]
+    agent.memory.write_memory("# Long-term memory\n" + "\n".join(facts))
+    forget = {"path": "memory/MEMORY.md", "old_text": facts[2] + "\n", "new_text": ""}
+    assert "Replaced" in await agent.agent.tools.execute("edit_file", forget, _ctx())
+    if put_back_by == "hand":
+        agent.memory.memory_path.write_text(agent.memory.read_memory() + "- FACT-702: fact 2\n")
+    else:
+        back = {"path": "memory/MEMORY.md", "old_text": facts[3], "new_text": "- FACT-702: fact 2\n" + facts[3]}
+        assert "Replaced" in await agent.agent.tools.execute("edit_file", back, _ctx())
+    ok = await agent.agent.lifecycle.consolidator.consolidate(
+        [{"role": "user", "content": "FACT-800: unrelated"}], private=True)
+    assert ok
+    text = agent.memory.read_memory()
+    assert "FACT-702: fact 2" in text and "FACT-800: unrelated" in text
+
+
+async def test_overwriting_memory_with_one_fact_is_refused(agent_factory, script) -> None:  # noqa: ANN001
+    """A model that answers "remember I prefer tea" with write_file instead of edit_file would erase
+    every fact (and tombstone each); HISTORY.md is append-only."""
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    facts = [f"- FACT-{900 + i}: fact {i}" for i in range(5)]
+    agent.memory.write_memory("# Long-term memory\n" + "\n".join(facts))
+    agent.memory.append_history("[2026-01-01] talked about tea")
+    out = await agent.agent.tools.execute(
+        "write_file", {"path": "memory/MEMORY.md", "content": "- prefers tea"}, _ctx())
+    assert out.startswith("Error: this would remove 5 of the 5 facts in MEMORY.md; use edit_file"), out
+    assert all(f in agent.memory.read_memory() for f in facts) and agent.memory.forgotten() == set()
+    out = await agent.agent.tools.execute("write_file", {"path": "memory/HISTORY.md", "content": "x"}, _ctx())
+    assert out.startswith("Error: HISTORY.md is the append-only log"), out
+    assert "talked about tea" in agent.memory.read_history()
+    # a whole-file rewrite that keeps the facts (and drops one) still works
+    kept = "# Long-term memory\n" + "\n".join(facts[:4]) + "\n- prefers tea\n"
+    out = await agent.agent.tools.execute("write_file", {"path": "memory/MEMORY.md", "content": kept}, _ctx())
+    assert out.startswith("Wrote") and agent.memory.read_memory() == kept
+
+
 async def test_group_chat_privacy(agent_factory, script, fake_llm) -> None:  # noqa: ANN001
     agent = agent_factory(**{"memory.flush.enabled": False})
     agent.memory.write_memory("# Long-term memory\n- FACT-500: the owner's secret hobby")

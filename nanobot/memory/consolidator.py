@@ -23,7 +23,12 @@ from loguru import logger
 from nanobot.memory import small_profile
 from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.compaction import compact_transcript
-from nanobot.memory.store import MemoryStore, normalise_fact
+from nanobot.memory.store import (
+    MAX_DROPPED_FACT_SHARE,
+    MIN_FACTS_FOR_PROTECTION,
+    MemoryStore,
+    normalise_fact,
+)
 from nanobot.memory.transcript import render_transcript
 from nanobot.memory.validation import (
     KEPT_FACTS_HEADING,
@@ -40,8 +45,6 @@ from nanobot.timeutil import parse_iso_or_none
 from nanobot.util.tool_args import decode_lenient
 
 #: share of existing MEMORY.md facts an update may drop before protection steps in
-MAX_DROPPED_FACT_SHARE = 0.5
-MIN_FACTS_FOR_PROTECTION = 4
 #: one answer plus one retry that states why the first was refused
 DEFAULT_MEMORY_BUDGET_CHARS = 12_000
 

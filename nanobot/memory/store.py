@@ -31,6 +31,10 @@ FORGOTTEN_FILE = ".forgotten.json"
 MAX_FORGOTTEN = 500
 DEFAULT_BACKUPS_KEPT = 5
 MAX_SLUG_CHARS = 48
+# The shrink guard (consolidation and whole-file tool writes alike): a new MEMORY.md may drop at most
+# this share of the facts of one that holds at least MIN_FACTS_FOR_PROTECTION.
+MAX_DROPPED_FACT_SHARE = 0.5
+MIN_FACTS_FOR_PROTECTION = 4
 _DAILY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 
 
@@ -194,15 +198,25 @@ class MemoryStore:
         return path
 
     def write_file(self, name: str, text: str) -> Path:
-        """A file-tool write under memory/ (through the same lock as everything else)."""
+        """A file-tool write under memory/ (through the same lock as everything else).
+
+        HISTORY.md is append-only (nanobot writes it); a write of MEMORY.md that would drop more
+        than the shrink guard allows is refused (a model that overwrites instead of editing would
+        erase every fact, and each removed line would become a tombstone)."""
         path = (self.dir / name).resolve()
         if not self.is_memory_path(path) or any(
             part.startswith(".") for part in path.relative_to(self.dir.resolve()).parts
         ):
             raise ValueError(f"not a writable memory file: {name}")
-        if path.name == MEMORY_FILE and path.parent == self.dir.resolve():
-            self._remember_removed(self.read_memory(), text)
-            self.write_memory(text)
+        at_top = path.parent == self.dir.resolve()
+        if at_top and path.name == HISTORY_FILE:
+            raise ValueError("HISTORY.md is the append-only log of past conversations; nanobot writes it")
+        if at_top and path.name == MEMORY_FILE:
+            with self.locked():
+                old = self.read_memory()
+                self._refuse_mass_drop(old, text)
+                self._remember_removed(old, text)
+                self.write_memory(text)
             return path
         with self.locked():
             # the folders were checked above; a link swapped in since must not redirect the write
@@ -211,21 +225,41 @@ class MemoryStore:
         return path
 
     # ------------------------------------------------------------------ forgetting
+    @staticmethod
+    def _refuse_mass_drop(old: str, new: str) -> None:
+        old_facts = {
+            normalise_fact(x) for x in old.splitlines() if x.strip() and not x.lstrip().startswith("#")
+        }
+        kept = old_facts & {normalise_fact(x) for x in new.splitlines()}
+        dropped = len(old_facts) - len(kept)
+        if len(old_facts) >= MIN_FACTS_FOR_PROTECTION and dropped / len(old_facts) > MAX_DROPPED_FACT_SHARE:
+            raise ValueError(
+                f"this would remove {dropped} of the {len(old_facts)} facts in MEMORY.md; use edit_file to "
+                "add or change lines, and to remove only those the user asked to forget"
+            )
+
     def _remember_removed(self, old: str, new: str) -> None:
         """Lines the agent removed from MEMORY.md itself (the user asked to forget them) become
-        tombstones, so a later consolidation cannot bring them back."""
+        tombstones, so a later consolidation cannot bring them back; a tombstone's line written
+        back is wanted again and loses its tombstone."""
         new_lines = {normalise_fact(line) for line in new.splitlines()}
         removed = [
             normalise_fact(line)
             for line in old.splitlines()
             if line.strip() and not line.lstrip().startswith("#") and normalise_fact(line) not in new_lines
         ]
-        if removed:
-            self.add_forgotten(removed)
+        stored = self._read_forgotten()
+        if removed or new_lines.intersection(stored):
+            kept = [x for x in stored if x not in new_lines]
+            self._write_forgotten([*kept, *removed])
 
     def add_forgotten(self, lines: list[str]) -> None:
         with self.locked():
-            current = list(dict.fromkeys([*self._read_forgotten(), *(normalise_fact(x) for x in lines)]))
+            self._write_forgotten([*self._read_forgotten(), *(normalise_fact(x) for x in lines)])
+
+    def _write_forgotten(self, lines: list[str]) -> None:
+        with self.locked():
+            current = list(dict.fromkeys(lines))
             atomic_write(self.dir / FORGOTTEN_FILE, json.dumps(current[-MAX_FORGOTTEN:], ensure_ascii=False))
 
     def _read_forgotten(self) -> list[str]:
@@ -236,8 +270,12 @@ class MemoryStore:
         return [str(x) for x in data] if isinstance(data, list) else []
 
     def forgotten(self) -> set[str]:
-        """Normalised MEMORY.md lines the user had removed."""
-        return set(self._read_forgotten())
+        """Normalised MEMORY.md lines the user had removed, minus those back in MEMORY.md now (put
+        back by hand or by the agent: wanted again; a consolidation must not remove them)."""
+        stored = set(self._read_forgotten())
+        if not stored:
+            return stored
+        return stored - {normalise_fact(line) for line in self.read_memory().splitlines()}
 
     @staticmethod
     def is_daily_note(path: Path) -> bool:
