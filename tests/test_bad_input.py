@@ -7,6 +7,7 @@ goes through the agent and the real litellm to the fake LLM.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,32 @@ async def test_invalid_tool_arguments_return_an_error_and_the_turn_goes_on(
     roles = [m["role"] for m in messages_of(session_path(config))]
     assert roles == ["user", "assistant", "tool", "tool", "tool", "tool", "tool", "assistant"]
     assert read_jsonl(session_path(config))  # every line still valid JSON
+
+
+async def test_undecodable_bytes_in_a_message_or_a_file_name_do_not_fail_the_turn(
+    make_config, fake_llm: FakeLLMServer
+) -> None:
+    """`agent -m $'caf\\xe9'` (a Latin-1 terminal) and a file name that is not UTF-8 reach Python as
+    lone surrogates, which no UTF-8 encoder accepts: the turn failed and nothing of it was saved."""
+    config, _ = make_config()
+    folder = config.workspace_path / "media"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(os.path.join(os.fsencode(folder), b"caf\xe9.txt"), "wb") as fh:
+        fh.write(b"x")
+    fake_llm.push(
+        Reply(content=None, tool_calls=[{"id": "ls", "name": "list_dir", "arguments": {"path": "media"}}]),
+        Reply(content="listed"),
+    )
+    rt = make_runtime(config)
+    try:
+        reply = await rt.ask("FACT-1: my caf\udce9 order is a flat white")
+    finally:
+        await rt.aclose()
+    assert reply == "listed"
+    stored = messages_of(session_path(config))
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert stored[0]["content"] == "FACT-1: my caf\ufffd order is a flat white"
+    assert "caf\ufffd.txt (1 bytes)" in stored[2]["content"]
 
 
 async def test_paths_outside_the_workspace_are_refused(

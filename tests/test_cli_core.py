@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.conftest import config_dict, run_cli
+from tests.conftest import REPO, config_dict, run_cli
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.memory_llm import MemoryScript
 
@@ -92,6 +96,21 @@ def test_agent_piped_stdin_each_line_a_turn(home: Path, fake_llm: FakeLLMServer)
     eof = run_cli("agent", home=home, input_text="third line\n")  # end of input, no /exit
     assert eof.returncode == 0, eof.stderr
     assert eof.stdout == "re: third line\n"
+
+
+def test_agent_takes_input_in_another_encoding(home: Path, fake_llm: FakeLLMServer) -> None:
+    """Latin-1 bytes (a terminal in another encoding): `-m` failed the turn (nothing saved) and a piped
+    line ended the chat as if the input had ended; now their bad bytes arrive as U+FFFD."""
+    _configure(home, fake_llm)
+    fake_llm.responder = lambda body: Reply(content="ok")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    env.update({"NANOBOT_HOME": str(home), "PYTHONPATH": str(REPO)})
+    run = functools.partial(subprocess.run, capture_output=True, env=env, cwd=home, timeout=120)
+    one = run([sys.executable, "-m", "nanobot", "agent", "-m", b"FACT-1: caf\xe9 au lait"])
+    assert one.returncode == 0 and one.stdout == b"ok\n", one.stderr
+    piped = run([sys.executable, "-m", "nanobot", "agent"], input=b"FACT-2: caf\xe9 noir\nFACT-3: tea\n")
+    assert piped.returncode == 0 and piped.stdout == b"ok\nok\n", piped.stderr
+    assert _user_texts(fake_llm) == ["FACT-1: caf\ufffd au lait", "FACT-2: caf\ufffd noir", "FACT-3: tea"]
 
 
 def test_status_shows_config_workspace_model_provider(home: Path, fake_llm: FakeLLMServer) -> None:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from nanobot.util.text import valid_unicode
+
 OutboundKind = Literal["message", "progress", "tool_hint", "typing", "stream_delta", "stream_end"]
 
 
@@ -33,6 +35,11 @@ class InboundMessage:
     reply_future: asyncio.Future[OutboundMessage | None] | None = field(
         default=None, repr=False, compare=False
     )
+
+    def __post_init__(self) -> None:
+        # undecodable input bytes (a terminal in another encoding) must not fail the turn later
+        if isinstance(self.content, str):
+            self.content = valid_unicode(self.content)
 
     def ack(self) -> None:
         """Confirm the message to its channel (once; later calls do nothing)."""

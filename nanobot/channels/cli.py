@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import sys
 import threading
 from typing import TextIO
@@ -51,6 +52,10 @@ class TerminalChannel:
         self.chat_id = chat_id or "direct"
         self.tty = tty
         self.stdin = stdin or sys.stdin
+        if isinstance(self.stdin, io.TextIOWrapper):
+            # a line in another encoding is read with U+FFFD for its bad bytes; strict decoding
+            # raised, which ended the chat as if the input had ended
+            self.stdin.reconfigure(errors="replace")
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
 

@@ -1,6 +1,7 @@
 """Cutting long text to a size while saying that it was cut.
 
-`safe_id` turns any string into a file-system and API safe id.
+`safe_id` turns any string into a file-system and API safe id; `valid_unicode` replaces lone
+surrogates (undecodable bytes from argv, stdin or a file name) by U+FFFD, so the text can be encoded.
 
 `truncate_head` keeps the start, `truncate_tail` the end, `truncate_middle` both ends around a marker;
 `pack` splits a sequence into consecutive groups within a size budget (chunks of a token budget).
@@ -84,6 +85,15 @@ def pack(items: Sequence[T], sizes: Sequence[float], budget: float) -> list[list
     if current:
         groups.append(current)
     return groups
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD: Python decodes undecodable bytes of argv,
+    stdin and file names as surrogates, which no UTF-8 encoder (a session file, an HTTP body) accepts."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def safe_id(value: str, *, allowed: str = "A-Za-z0-9_-", max_chars: int = 64) -> str:

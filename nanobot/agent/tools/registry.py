@@ -14,6 +14,7 @@ from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.providers.tokens import count_tools
 from nanobot.secrets import mask
+from nanobot.util.text import valid_unicode
 from nanobot.util.tool_args import parse_arguments
 
 
@@ -70,7 +71,7 @@ class ToolRegistry:
     async def execute(self, name: str, arguments: dict[str, Any] | str, ctx: ToolContext) -> str:
         """Run a tool and return its text result, secrets redacted. Never raises: every failure
         becomes an error text."""
-        return mask(await self._execute(name, arguments, ctx))
+        return valid_unicode(mask(await self._execute(name, arguments, ctx)))
 
     async def _execute(self, name: str, arguments: dict[str, Any] | str, ctx: ToolContext) -> str:
         tool = self._tools.get(name)
