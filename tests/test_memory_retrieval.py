@@ -147,6 +147,22 @@ async def test_archived_transcripts_are_searchable_and_symlinks_never_followed(t
 # ------------------------------------------------------------------------- embeddings: auto
 
 
+async def test_the_end_of_a_long_message_is_searchable(tmp_path: Path) -> None:
+    """Transcript messages were indexed by their first 4,000 characters only: what a user said at
+    the end of a long message (a paste, a dictated note) could never be found."""
+    filler = " ".join(f"line {n} of the pasted meeting notes about budgets." for n in range(400))
+    long_message = f"{filler} Finally: the storage locker code is zanzibar-7731."
+    assert len(long_message) > 20_000
+    write(tmp_path, "sessions/archive/telegram_42-20250301T101010.jsonl", transcript(
+        ("user", long_message, "2025-03-01T10:00:00+00:00"),
+        ("assistant", "Noted.", "2025-03-01T10:00:03+00:00"),
+    ))
+    idx = MemoryIndex(tmp_path, KEYWORD)
+    results = (await idx.search("zanzibar locker code")).results
+    assert results and "zanzibar-7731" in results[0].snippet
+    idx.close()
+
+
 def test_auto_prefers_the_installed_local_model(monkeypatch: pytest.MonkeyPatch) -> None:
     embedder, why = select_embedder(MemorySearchConfig())
     assert isinstance(embedder, LocalEmbedder) and embedder.model == "multilingual-e5-small"

@@ -142,6 +142,13 @@ def _stems_pattern(terms: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(parts) or r"(?!)")
 
 
+def hit_offsets(text: str, terms: list[str]) -> list[int]:
+    """Where in `text` the keywords occur (character offsets, in order)."""
+    if not terms:
+        return []
+    return [m.start() for m in _stems_pattern(tuple(terms)).finditer(text.lower())]
+
+
 def term_hits(line: str, terms: list[str], weights: dict[str, float] | None = None) -> float:
     """Keyword occurrences in a line (used to place snippets), each weighted by its rarity when given."""
     return lines_hits([line], terms, weights)[0]

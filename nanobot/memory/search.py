@@ -10,6 +10,7 @@ score is the cosine similarity clipped to [0, 1]. Hybrid: (w_v * vector + w_t * 
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from datetime import date
 
 import numpy as np
 
-from nanobot.memory.fts import lines_hits, tokenize
+from nanobot.memory.fts import hit_offsets, lines_hits, tokenize
 
 SNIPPET_MAX_CHARS = 1000  # the default of memory.search.snippetChars
 COVERAGE_WEIGHT = 0.25
@@ -179,10 +180,24 @@ def make_snippet(
         total -= hits[first]
     if ties:
         best_start, best_end = ties[len(ties) // 2]
-    snippet = "\n".join(lines[best_start:best_end])[:max_chars]
+    snippet = _cut_around_hits("\n".join(lines[best_start:best_end]), terms, max_chars)
     if len(lines) != end_line - start_line + 1:
         return snippet, start_line, end_line
     return snippet, start_line + best_start, start_line + best_end - 1
+
+
+def _cut_around_hits(text: str, terms: list[str], max_chars: int) -> str:
+    """`text` cut to max_chars where its keywords are densest (a single line longer than a snippet,
+    e.g. a long message: its start would hide what matched), else its start."""
+    if len(text) <= max_chars:
+        return text
+    offsets = hit_offsets(text, terms)
+    if not offsets:
+        return text[:max_chars]
+    reach = max_chars * 3 // 4  # the hits in the first three quarters, some context after them
+    best = max(offsets, key=lambda o: bisect.bisect_right(offsets, o + reach) - bisect.bisect_left(offsets, o))
+    start = min(max(0, best - max_chars // 4), len(text) - max_chars)
+    return text[start : start + max_chars]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,10 @@ from nanobot.util.nofollow import plain_path, read_regular_text, regular_files
 TRANSCRIPT_SUFFIX = ".jsonl"
 #: where transcripts live, workspace-relative: live ones, then the ones /new archived
 TRANSCRIPT_FOLDERS = (SESSIONS_DIR, f"{SESSIONS_DIR}/{ARCHIVE_DIR}")
-MAX_TRANSCRIPT_LINE_CHARS = 4000  # one message as the index holds it
+# One message as the index holds it: a long message is cut into chunks like any long line (what
+# comes after 4,000 characters was once dropped, unsearchable); only a paste beyond this is cut
+# (~63 chunks to embed in the background).
+MAX_TRANSCRIPT_LINE_CHARS = 100_000
 _ARCHIVE_NAME = re.compile(r"^(.+)-\d{8}T\d{6}(?:-\d+)?$")  # <session file stem>-<stamp>[-n]
 
 
