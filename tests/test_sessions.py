@@ -115,6 +115,46 @@ def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def test_a_session_written_by_another_process_is_read_again(tmp_path: Path) -> None:
+    """An open `nanobot agent` and a `nanobot agent -m` on one key: each kept its own copy, so the
+    first never saw the second's lines, and its consolidation pointer indexed a list the file did not
+    hold (lines consolidated twice, others never). Two stores are two processes."""
+    first, second = SessionStore(tmp_path, fsync="never"), SessionStore(tmp_path, fsync="never")
+    a = first.get("cli:direct")
+    first.append(a, msg("user", "FACT-1"), msg("assistant", "noted 1"))
+    b = second.get("cli:direct")
+    second.append(b, msg("user", "FACT-2"), msg("assistant", "noted 2"))
+    second.set_metadata(b, last_consolidated=2)
+    a = first.get("cli:direct")  # the first process's next turn
+    assert [m["content"] for m in a.messages] == ["FACT-1", "noted 1", "FACT-2", "noted 2"]
+    assert a.last_consolidated == 2
+    first.append(a, msg("user", "FACT-3"))
+    assert [m["content"] for m in second.get("cli:direct").messages][-2:] == ["noted 2", "FACT-3"]
+    assert first.get("cli:direct") is a and len(a.messages) == 5  # its own writes need no re-read
+    first.close()
+    second.close()
+
+
+def test_lines_after_another_process_archived_the_session_go_to_the_new_file(tmp_path: Path) -> None:
+    """`/new` in one process moved the file to the archive (consolidated there at once); the other
+    process kept appending to the moved file, after it had been processed: those lines reached no
+    memory and the live session had no file."""
+    first, second = SessionStore(tmp_path, fsync="never"), SessionStore(tmp_path, fsync="never")
+    a = first.get("cli:direct")
+    first.append(a, msg("user", "FACT-1"))
+    archived = second.archive(second.get("cli:direct"), datetime(2026, 1, 2, tzinfo=UTC))
+    assert archived is not None
+    kept = archived.read_bytes()
+    first.append(a, msg("user", "FACT-2"), msg("assistant", "noted"))  # the turn goes on
+    assert archived.read_bytes() == kept
+    live = [json.loads(x) for x in a.path.read_text().splitlines()]
+    assert [m.get("content") for m in live if "role" in m] == ["FACT-2", "noted"]
+    assert [m["content"] for m in a.messages] == ["FACT-2", "noted"]  # what the file holds
+    assert [m["content"] for m in SessionStore(tmp_path).get("cli:direct").messages] == ["FACT-2", "noted"]
+    first.close()
+    second.close()
+
+
 def test_fsync_always(tmp_path: Path, fsyncs: list[int]) -> None:
     store = SessionStore(tmp_path, fsync="always")
     session = store.get("a:b")

@@ -36,6 +36,14 @@ class Session:
     # history_indices() memo, keyed by (message count, consolidation pointer): messages are append-only
     _history_memo: tuple[tuple[int, int], list[int], int | None] | None = field(default=None, repr=False)
 
+    def replace_with(self, other: Session) -> None:
+        """Take `other`'s messages and metadata (the same key's file as another process left it),
+        so everyone holding this object sees the file as it is now."""
+        self.messages[:] = other.messages
+        self.metadata = dict(other.metadata)
+        self._token_cache.clear()
+        self._history_memo = None
+
     @property
     def last_consolidated(self) -> int:
         return int(self.metadata.get("last_consolidated", 0))

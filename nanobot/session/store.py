@@ -4,6 +4,12 @@ One append-only JSONL file per session key, one line per message. Every message 
 flushed when it is added (O(1), never a rewrite), under an OS file lock so two processes never
 interleave lines; fsync follows the configured policy. `/new` moves the file into `archive/`.
 
+Another process may use the same key (an open `nanobot agent` and a `nanobot agent -m`): a session
+whose file changed since this process last read or wrote it is read again when it is next taken
+(`get`), and a file that another process's /new moved away is never appended to: the session is
+read again from its path (a new file) first. Two turns on one key at the same moment, in two
+processes, are not reconciled.
+
 Everyone else who needs these files goes through the store: the memory lifecycle's retry markers
 beside archived transcripts (`markers.py`), the memory index's listing and reading of transcripts
 and the gateway's look at recently archived ones (`transcripts.py`), the heartbeat's last private chat.
@@ -46,6 +52,26 @@ FsyncPolicy = Literal["always", "everysec", "never"]
 FSYNC_INTERVAL_S = 1.0
 
 
+_UNSEEN = (-1, -1)  # a file state no file has
+
+
+def _file_state(path: Path) -> tuple[int, int] | None:
+    """(inode, size) of the file at `path`, None when there is none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size
+
+
+def _same_file(fh: IO[str], path: Path) -> bool:
+    """Whether the open handle is still the file at `path` (not moved away or replaced)."""
+    try:
+        return os.path.samestat(os.fstat(fh.fileno()), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
 class SessionStore:
     """Owner of `workspace/sessions/`: loads, appends, records metadata, archives."""
 
@@ -68,6 +94,8 @@ class SessionStore:
         # a second copy loaded from disk that would miss the turn's later appends.
         self._live: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         self._handles: dict[str, IO[str]] = {}
+        # (inode, size) of each session file as this process last read or wrote it (None: absent)
+        self._seen: dict[str, tuple[int, int] | None] = {}
         self._dirty: set[str] = set()
         self._fsync_timer: asyncio.TimerHandle | None = None
         self._last_fsync = time.monotonic()
@@ -77,44 +105,56 @@ class SessionStore:
         return self.dir / session_file_name(key)
 
     def get(self, key: str) -> Session:
-        """The session for `key`, from the cache or loaded from disk (created empty if absent)."""
-        session = self._cache.get(key)
-        if session is not None:
-            self._cache.move_to_end(key)
-            return session
-        session = self._live.get(key)
+        """The session for `key`, from the cache or loaded from disk (created empty if absent); read
+        again when another process changed its file since."""
+        session = self._cache.get(key) or self._live.get(key)
         if session is None:
             session = self._load(key, self.path_for(key))
             self._live[key] = session
+        elif self._seen.get(key, _UNSEEN) != _file_state(session.path):
+            logger.info("session {}: its file was changed by another process; reading it again", key)
+            self._reread(session)
         self._cache[key] = session
+        self._cache.move_to_end(key)
         while len(self._cache) > self.max_cached:
             old_key, _ = self._cache.popitem(last=False)
             self._close_handle(old_key)
         return session
 
+    def _reread(self, session: Session) -> None:
+        self._close_handle(session.key)
+        session.replace_with(self._load(session.key, session.path))
+
     def _load(self, key: str, path: Path) -> Session:
         session = Session(key=key, path=path, count_caps=self.count_caps)
+        live = path == self.path_for(key)  # not an archived transcript
+        if live:
+            self._seen[key] = None
         if not path.exists():
             return session
         skipped = 0
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    skipped += 1
-                    logger.warning("session {}: skipping corrupt line {} ({} bytes)", key, lineno, len(line))
-                    continue
-                if not isinstance(obj, dict):
-                    skipped += 1
-                    continue
-                if "_type" in obj:
-                    if obj.get("_type") == "metadata":
-                        session.metadata = valid_metadata(key, lineno, obj, session.metadata)
-                elif "role" in obj:
-                    session.messages.append(obj)
+        with open(path, "rb") as fh:
+            data = fh.read()
+            if live:
+                self._seen[key] = (os.fstat(fh.fileno()).st_ino, len(data))
+        for lineno, raw in enumerate(data.split(b"\n"), 1):
+            line = raw.decode("utf-8", errors="replace")
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                skipped += 1
+                logger.warning("session {}: skipping corrupt line {} ({} bytes)", key, lineno, len(raw))
+                continue
+            if not isinstance(obj, dict):
+                skipped += 1
+                continue
+            if "_type" in obj:
+                if obj.get("_type") == "metadata":
+                    session.metadata = valid_metadata(key, lineno, obj, session.metadata)
+            elif "role" in obj:
+                session.messages.append(obj)
         if skipped:
             logger.warning("session {}: {} unreadable line(s) skipped; the rest is intact", key, skipped)
         count = len(session.messages)
@@ -141,6 +181,12 @@ class SessionStore:
                 "session file {} was deleted while in use (workspace removed?); recreating it", session.path
             )
             fh.close()
+        elif fh is not None and not fh.closed and not _same_file(fh, session.path):
+            # Another process's /new moved it into the archive (already processed there): what
+            # follows belongs to the key's new file, so the session is read again from its path.
+            logger.info("session {}: archived by another process; continuing in its new file", session.key)
+            self._reread(session)
+            fh = None
         if fh is None or fh.closed:
             fd = open_private(session.path, os.O_RDWR | os.O_APPEND)
             fh = open(fd, "a+", encoding="utf-8")  # noqa: SIM115 - kept open for appends
@@ -163,6 +209,10 @@ class SessionStore:
             if end > 0 and os.pread(fd, 1, end - 1) != b"\n":
                 data = "\n" + data
             append_all(fd, data.encode("utf-8"), end, session.path)
+            inode, before = os.fstat(fd).st_ino, self._seen.get(session.key, _UNSEEN)
+            if before == (inode, end) or (before is None and end == 0):
+                # nobody else wrote since this process last looked: the file is what it holds
+                self._seen[session.key] = (inode, os.lseek(fd, 0, os.SEEK_END))
             if self.fsync_policy == "always":
                 os.fsync(fh.fileno())
             elif self.fsync_policy == "everysec":
@@ -217,6 +267,7 @@ class SessionStore:
         self._close_handle(session.key)
         self._cache.pop(session.key, None)
         self._live.pop(session.key, None)
+        self._seen.pop(session.key, None)
         session.archived = True
         if not session.path.exists():
             return None
