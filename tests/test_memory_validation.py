@@ -144,6 +144,16 @@ def test_facts_the_user_asked_to_forget_may_go() -> None:
     assert memory("# Memory", user_texts=["forget the colour"])[1] == ["- Works as a nurse in Porto"]
 
 
+def test_a_task_that_deletes_something_does_not_license_dropping_a_fact_sharing_a_name() -> None:
+    previous = "# Memory\n- Sister Alice is diabetic and carries insulin\n- Works as a nurse in Porto"
+    new = "# Memory\n- Works as a nurse in Porto"
+    task = ["Please delete the draft email to Alice, I sent it from my phone."]
+    assert memory(new, previous=previous, user_texts=task)[1] == ["- Sister Alice is diabetic and carries insulin"]
+    # about memory, or naming most of the fact, it may go
+    for ask in ("Remove Alice from your memory.", "Delete the note that my sister Alice is diabetic."):
+        assert memory(new, previous=previous, user_texts=[ask]) == (new, []), ask
+
+
 def test_repeating_previous_facts_is_not_an_echo() -> None:
     previous = "# Memory\n- " + DESCRIPTIONS["memory_update"]["description"]  # however it got there
     assert rule(memory(previous + "\n- Favourite colour: teal", previous=previous)) is None

@@ -73,6 +73,12 @@ _WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _FORGET_RE = re.compile(
     r"\b(forget|remove|delete|erase|drop|no longer|not true|isn't true|is wrong|stop remembering)\b", re.I
 )
+#: a request about what is remembered (not a task such as "delete the draft email")
+_ABOUT_MEMORY_RE = re.compile(
+    r"\b(forget|forgot|no longer|not true|isn't true|wrong|incorrect|anymore|any more|stop remembering"
+    r"|memory|memories|remember|notes?)\b",
+    re.I,
+)
 #: words too common to tie a forget request to a fact (only words of 4+ letters are compared)
 _STOPWORDS = frozenset({
     "that", "this", "with", "from", "your", "about", "have", "were", "will", "what", "when", "which",
@@ -279,9 +285,16 @@ def forget_requests(user_texts: Iterable[str]) -> list[str]:
 
 
 def _may_drop(fact: str, requests: list[str]) -> bool:
-    """A fact may go when a forget/correct request of the user mentions one of its content words."""
+    """A fact may go when a request of the user to forget or correct something, or to remove
+    something from memory, mentions one of its content words; a request that only removes
+    something ("delete the draft email to Alice") must name most of them, since a name it shares
+    with a fact ("Sister Alice is diabetic") is no reason to lose the fact."""
     keys = {w for w in _words(fact) if len(w) >= 4 and w not in _STOPWORDS}
-    return any(keys & set(_words(r)) for r in requests)
+    for request in requests:
+        shared = keys & set(_words(request))
+        if shared and (_ABOUT_MEMORY_RE.search(request) or 2 * len(shared) >= len(keys)):
+            return True
+    return False
 
 
 def check_memory_update(
