@@ -59,6 +59,42 @@ def test_bad_env_override_names_the_variable(home: Path, monkeypatch: pytest.Mon
     assert "NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "variable", ["NANOBOT_TOOLS__WEB__ALLOW_HOSTS", "NANOBOT_CHANNELS__TELEGRAM__ALLOW_FROM"]
+)
+def test_a_list_override_that_is_not_json_names_the_variable(home: Path, variable: str) -> None:
+    """`=localhost` for a list key: a 25-frame traceback and exit 1 from every command (the gateway's
+    exit 1 made systemd restart it for ever; 2 stops it)."""
+    _write(home, {})
+    env = {variable: "alice", "NANOBOT_TOOLS__EXEC__SANDBOX": "bwrap"}  # a plain string key is fine as it is
+    for command in (("status",), ("gateway",)):
+        result = run_cli(*command, home=home, env=env, timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert f"{variable}: a list or an object is written as JSON" in result.stderr
+        assert "SANDBOX" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_unknown_time_zone_is_a_config_error(home: Path) -> None:
+    """A typo fell back to the system's zone with a log line: cron jobs ran at the wrong hour."""
+    _write(home, {"agents": {"defaults": {"timezone": "Europe/Berln"}}})
+    result = run_cli("status", home=home)
+    assert result.returncode == 2
+    assert "agents.defaults.timezone" in result.stderr and "unknown time zone 'Europe/Berln'" in result.stderr
+
+
+def test_a_workspace_that_cannot_be_a_folder_is_a_config_error(home: Path) -> None:
+    (home / "afile").write_text("")
+    _write(home, {"agents": {"defaults": {"workspace": str(home / "afile" / "ws")}}})
+    for command in (("status",), ("agent", "-m", "hi"), ("memory", "status"), ("gateway",)):
+        result = run_cli(*command, home=home, timeout=60)
+        assert result.returncode == 2, (command, result.stderr)
+        assert "agents.defaults.workspace: cannot use" in result.stderr and "is not a folder" in result.stderr
+        assert "Traceback" not in result.stderr
+    doctor = run_cli("doctor", "--fix", home=home, timeout=60)
+    assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr
+    assert "FAIL  files" in doctor.stdout and "is not a folder" in doctor.stdout
+
+
 def test_unknown_provider_exits_2(home: Path) -> None:
     _write(home, {"agents": {"defaults": {"provider": "skynet", "model": "x"}}})
     result = run_cli("agent", "-m", "hi", home=home)

@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from nanobot.config.loader import load_config
-from nanobot.config.paths import default_config_path
+from nanobot.config.paths import default_config_path, workspace_problem
 from nanobot.config.schema import LOG_LEVELS, Config
 from nanobot.errors import EXIT_FAILURE, EXIT_USAGE, ConfigError, UserError, user_message
 
@@ -69,7 +69,16 @@ def load_cli_config(path: Path | None) -> Config:
     cfg = load_config(config_path(path))
     register_config_secrets(cfg)
     set_prompt_logging(cfg.logging.prompts)
+    _check_workspace(cfg.workspace_path)
     return cfg
+
+
+def _check_workspace(workspace: Path) -> None:
+    """A workspace that is not a folder, or cannot be created, is a config error (exit 2), said in
+    one line: every command failed later with a traceback and exit 1 (a restart loop under systemd)."""
+    problem = workspace_problem(workspace)
+    if problem:
+        raise ConfigError(f"agents.defaults.workspace: cannot use {workspace}: {problem}")
 
 
 def set_root_log_level(log_level: str | None) -> None:

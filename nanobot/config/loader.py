@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
+from pydantic_settings import SettingsError
 
 from nanobot.config.paths import default_config_path
 from nanobot.config.schema import SCHEMA_KEY, Config
@@ -132,6 +133,44 @@ def load_config(path: Path | None = None) -> Config:
         return Config(**to_field_names(Config, data))
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, str(path))) from None
+    except SettingsError:
+        raise ConfigError(_format_env_json_error()) from None
+
+
+def _structured(annotation: Any) -> bool:
+    """Whether pydantic-settings reads this field's variable as JSON (a list, a mapping, a model)."""
+    origins = {get_origin(a) for a in (annotation, *get_args(annotation))} | {annotation}
+    return bool(origins & {list, dict, set, tuple}) or _model_of(annotation) is not None
+
+
+def _env_field(name: str) -> Any:
+    """The annotation of the field a NANOBOT_ variable sets, None when it names no field."""
+    model: type[BaseModel] | None = Config
+    annotation: Any = None
+    for part in name.removeprefix(ENV_PREFIX).lower().split("__"):
+        if model is None or part not in model.model_fields:
+            return None
+        annotation = model.model_fields[part].annotation
+        model = _model_of(annotation)
+    return annotation
+
+
+def _format_env_json_error() -> str:
+    """Which variables hold a list or object value that is not JSON (pydantic-settings names only
+    the top-level section)."""
+    bad = []
+    for name, value in sorted(os.environ.items()):
+        if not name.upper().startswith(ENV_PREFIX) or not _structured(_env_field(name.upper())):
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            bad.append(name)
+    shown = ", ".join(bad) or f"a {ENV_PREFIX} variable"
+    return (
+        f"{shown}: a list or an object is written as JSON in an environment variable, "
+        """e.g. NANOBOT_TOOLS__WEB__ALLOW_HOSTS='["localhost"]'"""
+    )
 
 
 def save_config(config: Config, path: Path) -> None:

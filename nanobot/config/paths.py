@@ -70,6 +70,18 @@ def index_path(workspace: Path) -> Path:
     return workspace / MEMORY_DIR / INDEX_FILE
 
 
+def workspace_problem(workspace: Path) -> str:
+    """Why `workspace` cannot be used ("" when it is a folder or can be created), without creating it."""
+    existing = workspace
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    if existing != workspace and not os.access(existing, os.W_OK | os.X_OK):
+        return f"it cannot be created in {existing} (permission denied)"
+    return ""
+
+
 def ensure_workspace(workspace: Path) -> None:
     """Create the workspace and its folders (0700) where missing; existing ones are left as they are."""
     for sub in WORKSPACE_FOLDERS:

@@ -18,6 +18,7 @@ from nanobot.config.paths import (
     index_path,
     nanobot_home,
     secure_installation,
+    workspace_problem,
 )
 from nanobot.config.schema import Config
 from nanobot.doctor import Check
@@ -41,15 +42,11 @@ def check_config(path: Path) -> tuple[Check, Config | None]:
 
 def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
     workspace = cfg.workspace_path
-    return [
-        check_sandbox(cfg),
-        check_files(workspace, config_path, fix=fix),
-        check_disk(workspace),
-        check_gateway(cfg),
-        check_service(),
-        check_index(cfg, fix=fix),
-        check_archives(cfg),
-    ]
+    checks = [check_sandbox(cfg), check_files(workspace, config_path, fix=fix)]
+    if workspace_problem(workspace):
+        return [*checks, check_service()]  # nothing inside it can be checked (files says why)
+    return [*checks, check_disk(workspace), check_gateway(cfg), check_service(), check_index(cfg, fix=fix),
+            check_archives(cfg)]
 
 
 def check_archives(cfg: Config) -> Check:
@@ -75,6 +72,10 @@ def _loose(path: Path) -> bool:
 def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
     """Private permissions (home and workspace 0700, config 0600) and the workspace folders."""
     home = nanobot_home()
+    unusable = workspace_problem(workspace)
+    if unusable:
+        return Check("files", "fail", f"the workspace {workspace} cannot be used: {unusable} "
+                     "(agents.defaults.workspace)")
     loose = [p for p in (home, config_path, workspace) if p.exists() and _loose(p)]
     missing = [name for name in WORKSPACE_FOLDERS if not (workspace / name).is_dir()]
     if not loose and not missing:

@@ -138,8 +138,8 @@ def lock_holder(workspace: Path) -> int | None:
     path = lock_path(workspace)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # no lock file (or no workspace folder): no gateway there
     try:
         if not try_flock(fd, shared=True):
             return _read_pid(path) or 0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, field_validator
 
 from nanobot.config.sections.base import Section
 
@@ -50,6 +52,17 @@ class AgentDefaults(Section):
                               "Ollama, llama.cpp or LM Studio): memory consolidation, the pre-compaction "
                               "flush and session notes ask for plain labelled text instead of tool calls. "
                               "Always on for the embedded `local` provider.")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        # a typo used to fall back to the system's zone with a log line: cron ran at the wrong hour
+        if value.strip():
+            try:
+                ZoneInfo(value.strip())
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"unknown time zone {value!r} (an IANA name such as Europe/Berlin)") from None
+        return value
 
 
 class AgentsConfig(Section):
