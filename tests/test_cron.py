@@ -100,6 +100,28 @@ def test_schedule_parsing_and_time_zones() -> None:
     assert next_fire(job_at, UTCZ, datetime(2025, 1, 17, tzinfo=UTC)) is None
 
 
+def test_day_of_month_and_weekday_together_mean_either_as_in_crontab() -> None:
+    """`0 9 1 * 1` is the 1st and every Monday in crontab; both at once (a Monday the 1st) ran the
+    job months later than asked."""
+    now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)  # a Thursday
+
+    def first_runs(expr: str, count: int = 3) -> list[datetime]:
+        job = CronJob(id="j", name="n", message="m", schedule=make_schedule(expr=expr, default_tz=UTCZ, now=now))
+        runs, at = [], now
+        for _ in range(count):
+            at = next_fire(job, UTCZ, at + timedelta(seconds=1))
+            runs.append(at)
+        return runs
+
+    assert [d.date().isoformat() for d in first_runs("0 9 1 * 1")] == ["2026-11-30", "2026-12-01", "2026-12-07"]
+    assert [d.date().isoformat() for d in first_runs("0 9 13 * 5", 2)] == ["2026-11-27", "2026-12-04"]
+    # one of the two unrestricted: the other one alone decides, as before
+    assert [d.date().isoformat() for d in first_runs("0 9 * * 1", 2)] == ["2026-11-30", "2026-12-07"]
+    assert [d.date().isoformat() for d in first_runs("0 9 1 * *", 2)] == ["2026-12-01", "2027-01-01"]
+    with pytest.raises(ValueError, match="never runs"):
+        make_schedule(expr="0 9 30 2 *", default_tz=UTCZ, now=now)
+
+
 @pytest.mark.parametrize(
     ("weekday", "expected"),
     [

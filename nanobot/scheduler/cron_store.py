@@ -204,17 +204,29 @@ def _weekday_field(field: str) -> str:
     return ",".join(_WEEKDAYS[d] for d in sorted(set(days)))
 
 
-def crontab_trigger(expr: str, tz: tzinfo) -> CronTrigger:
-    """A five-field crontab (minute hour day-of-month month day-of-week) in `tz`."""
+def crontab_trigger(expr: str, tz: tzinfo) -> BaseTrigger:
+    """A five-field crontab (minute hour day-of-month month day-of-week) in `tz`.
+
+    As in crontab, when both the day of the month and the day of the week are restricted, a day
+    matching either one runs the job (`0 9 1 * 1`: the 1st and every Monday); a trigger given both
+    would need both at once (a Monday the 1st, months away).
+    """
     fields = expr.split()
     if len(fields) != 5:
         raise ValueError(f"expected 5 fields (minute hour day month weekday), got {len(fields)}")
     minute, hour, day, month, weekday = fields
+    from apscheduler.triggers.combining import OrTrigger
     from apscheduler.triggers.cron import CronTrigger
 
-    return CronTrigger(
-        minute=minute, hour=hour, day=day, month=month, day_of_week=_weekday_field(weekday), timezone=tz
-    )
+    def cron(day_field: str, weekday_field: str) -> CronTrigger:
+        return CronTrigger(
+            minute=minute, hour=hour, day=day_field, month=month, day_of_week=weekday_field, timezone=tz
+        )
+
+    weekdays = _weekday_field(weekday)
+    if day.startswith("*") or weekday.startswith("*"):
+        return cron(day, weekdays)
+    return OrTrigger([cron(day, "*"), cron("*", weekdays)])
 
 
 def make_schedule(
@@ -252,9 +264,13 @@ def make_schedule(
         return CronSchedule(kind="every", every_s=every_s, tz=tz)
     expr = " ".join(str(expr).split())
     try:
-        crontab_trigger(expr, zone)
+        trigger = crontab_trigger(expr, zone)
     except ValueError as exc:
         raise ValueError(f"invalid cron expression {expr!r}: {exc}") from None
+    if trigger.get_next_fire_time(None, now) is None:
+        raise ValueError(
+            f"cron expression {expr!r} never runs (a date that does not exist, such as 30 February)"
+        )
     return CronSchedule(kind="cron", expr=expr, tz=tz)
 
 
