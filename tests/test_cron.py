@@ -20,7 +20,15 @@ from nanobot.agent.tools.base import ToolContext, ToolError
 from nanobot.agent.tools.cron import CronTool
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.cli import cron as cron_cli
-from nanobot.scheduler.cron import CronJob, CronService, CronStoreError, DeliverTo, job_prompt, jobs_path
+from nanobot.scheduler.cron import (
+    CronJob,
+    CronService,
+    CronStoreError,
+    DeliverTo,
+    JobFailed,
+    job_prompt,
+    jobs_path,
+)
 from nanobot.scheduler.cron_store import CronStore, make_schedule, next_fire, to_iso
 
 UTCZ = ZoneInfo("UTC")
@@ -106,14 +114,20 @@ def test_day_of_month_and_weekday_together_mean_either_as_in_crontab() -> None:
     now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)  # a Thursday
 
     def first_runs(expr: str, count: int = 3) -> list[datetime]:
-        job = CronJob(id="j", name="n", message="m", schedule=make_schedule(expr=expr, default_tz=UTCZ, now=now))
+        job = CronJob(
+            id="j", name="n", message="m", schedule=make_schedule(expr=expr, default_tz=UTCZ, now=now)
+        )
         runs, at = [], now
         for _ in range(count):
             at = next_fire(job, UTCZ, at + timedelta(seconds=1))
             runs.append(at)
         return runs
 
-    assert [d.date().isoformat() for d in first_runs("0 9 1 * 1")] == ["2026-11-30", "2026-12-01", "2026-12-07"]
+    assert [d.date().isoformat() for d in first_runs("0 9 1 * 1")] == [
+        "2026-11-30",
+        "2026-12-01",
+        "2026-12-07",
+    ]
     assert [d.date().isoformat() for d in first_runs("0 9 13 * 5", 2)] == ["2026-11-27", "2026-12-04"]
     # one of the two unrestricted: the other one alone decides, as before
     assert [d.date().isoformat() for d in first_runs("0 9 * * 1", 2)] == ["2026-11-30", "2026-12-07"]
@@ -629,6 +643,51 @@ def test_cli_run_through_the_real_agent_and_fake_llm(tmp_path: Path, monkeypatch
         sent = server.requests[0]["messages"][-1]["content"]
         assert "remind me to stretch" in str(sent)
     assert (tmp_path / "ws" / "sessions" / f"cron_{job_id}.jsonl").exists()
+
+
+def test_a_run_the_model_could_not_answer_is_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider failing (HTTP 500): `cron run` printed the apology with exit 0 and recorded the
+    run as ok; the failure must be recorded, and said by the exit code."""
+    from tests.fakes.llm_server import FakeLLMServer, Reply
+
+    monkeypatch.setenv("NANOBOT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NANOBOT_AGENTS__DEFAULTS__LLM_MAX_RETRIES", "0")
+    runner = CliRunner()
+    with FakeLLMServer() as server:
+        server.responder = lambda body: Reply(status=500, content="overloaded")
+        cfg = _agent_config(
+            tmp_path, {"custom": {"apiBase": server.url, "apiKey": "x"}}, "custom", "custom/fake"
+        )
+        job_id = runner.invoke(
+            cron_cli.app, ["add", "-c", str(cfg), "-m", "stretch", "--every", "3600"]
+        ).stdout.strip()
+        res = runner.invoke(cron_cli.app, ["run", job_id, "-c", str(cfg)])
+    assert res.exit_code == 1, res.stdout
+    assert f"job {job_id} failed" in res.stderr
+    job = next(
+        j
+        for j in json.loads((tmp_path / "ws" / "cron" / "jobs.json").read_text())["jobs"]
+        if j["id"] == job_id
+    )
+    assert job["last_status"].startswith("error:"), job
+
+
+async def test_a_failure_notice_still_reaches_the_jobs_chat(tmp_path: Path) -> None:
+    delivered: list[tuple[str, str, str]] = []
+
+    async def on_job(job: CronJob) -> str:
+        raise JobFailed("Sorry, the model could not answer (HTTP 500).")
+
+    async def deliver(channel: str, chat_id: str, text: str) -> None:
+        delivered.append((channel, chat_id, text))
+
+    svc = CronService(tmp_path / "jobs.json", on_job, "UTC", deliver=deliver)
+    job = svc.add("n", "m", every_s=3600, deliver_to=DeliverTo("telegram", "42"))
+    await svc.run_now(job.id)
+    assert delivered == [("telegram", "42", "Sorry, the model could not answer (HTTP 500).")]
+    assert svc.get(job.id).last_status.startswith("error: Sorry, the model could not answer")
 
 
 def test_cli_run_without_provider_credentials_exits_2(

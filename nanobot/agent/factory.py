@@ -47,7 +47,7 @@ from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMProvider
 from nanobot.providers.registry import resolve_provider
 from nanobot.providers.tokens import count_message
-from nanobot.scheduler.cron import CronService
+from nanobot.scheduler.cron import CronService, JobFailed
 from nanobot.scheduler.cron_store import CronJob, DeliverTo, cron_session_key, job_prompt, jobs_path
 from nanobot.secrets import register_config_secrets, register_env_secrets
 from nanobot.session.store import SessionStore
@@ -332,6 +332,8 @@ async def run_cron_job(bus: MessageBus, job: CronJob) -> str:
         return ""
     if isinstance(out.metadata.get("exception"), Exception):
         raise out.metadata["exception"]  # recorded as the job's failure, like any other
+    if out.metadata.get("failed"):
+        raise JobFailed(out.content)  # the model could not answer: told to the chat, recorded as failed
     return out.content
 
 

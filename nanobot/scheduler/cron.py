@@ -55,6 +55,7 @@ __all__ = [
     "CronService",
     "CronStoreError",
     "DeliverTo",
+    "JobFailed",
     "MISFIRE_GRACE_S",
     "cron_session_key",
     "job_prompt",
@@ -71,6 +72,15 @@ Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
 
 def _status(text: str) -> str:
     return truncate_head(text, MAX_STATUS_CHARS)
+
+
+class JobFailed(Exception):
+    """The job's turn ended in a failure notice (the model could not answer): the notice is still
+    delivered to the job's chat, and the run is recorded as failed."""
+
+    def __init__(self, reply: str) -> None:
+        super().__init__(reply)
+        self.reply = reply
 
 
 class CronService:
@@ -362,12 +372,16 @@ class CronService:
             status = "ok"
         except asyncio.CancelledError:
             raise
+        except JobFailed as exc:
+            logger.error("cron: job {} failed: {}", job.id, exc)
+            result, status, error = exc.reply, f"error: {exc}", exc
         except Exception as exc:  # noqa: BLE001 - one failing job must not stop the others
             logger.opt(exception=exc).error("cron: job {} failed", job.id)
             status = f"error: {type(exc).__name__}: {exc}"
             error = exc
-        if result and result.strip() and status == "ok":
-            status = await self._deliver_result(job, result)
+        if result and result.strip() and (error is None or isinstance(error, JobFailed)):
+            delivered = await self._deliver_result(job, result)
+            status = delivered if error is None else status
         update: dict[str, Any] = {"last_run_at": to_iso(started), "last_status": _status(status)}
         if scheduled:
             if job.schedule.kind == "at":
