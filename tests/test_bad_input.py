@@ -95,6 +95,19 @@ def test_a_workspace_that_cannot_be_a_folder_is_a_config_error(home: Path) -> No
     assert "FAIL  files" in doctor.stdout and "is not a folder" in doctor.stdout
 
 
+def test_onboard_over_a_config_of_the_wrong_shape_says_which_key(home: Path) -> None:
+    _write(home, {"agents": "oops"})
+    result = run_cli("onboard", "--model", "x", "--no-check", home=home)
+    assert result.returncode == 2 and "agents in the config must be an object" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert json.loads((home / "config.json").read_text()) == {"agents": "oops"}  # left as it was
+
+
+def test_memory_search_with_bytes_of_another_encoding(home: Path) -> None:
+    result = run_cli("memory", "search", "caf\udce9", home=home)  # argv b"caf\xe9"
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+
+
 def test_unknown_provider_exits_2(home: Path) -> None:
     _write(home, {"agents": {"defaults": {"provider": "skynet", "model": "x"}}})
     result = run_cli("agent", "-m", "hi", home=home)

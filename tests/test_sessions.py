@@ -155,6 +155,21 @@ def test_lines_after_another_process_archived_the_session_go_to_the_new_file(tmp
     second.close()
 
 
+def test_keys_that_look_alike_on_disk_keep_their_own_transcripts(tmp_path: Path) -> None:
+    """`-s work/alice`, `-s "work alice"` and `-s work_alice` shared one file (the third key's model
+    request carried the first two's messages); a 300-character key failed every turn."""
+    store = SessionStore(tmp_path, fsync="never")
+    keys = ["cli:work/alice", "cli:work alice", "cli:work_alice", "cli:" + "k" * 300]
+    for key in keys:
+        store.append(store.get(key), msg("user", f"secret of {key}"))
+    store.close()
+    paths = {SessionStore(tmp_path).path_for(key) for key in keys}
+    assert len(paths) == len(keys)
+    assert SessionStore(tmp_path).path_for("telegram:-100123").name == "telegram_-100123.jsonl"  # the contract
+    for key in keys:
+        assert [m["content"] for m in SessionStore(tmp_path).get(key).messages] == [f"secret of {key}"]
+
+
 def test_fsync_always(tmp_path: Path, fsyncs: list[int]) -> None:
     store = SessionStore(tmp_path, fsync="always")
     session = store.get("a:b")

@@ -60,8 +60,10 @@ def merged(data: dict[str, Any], answers: Answers) -> dict[str, Any]:
     """`data` (the raw config.json) with the answers set, camelCase like the file."""
     def node(*keys: str) -> dict[str, Any]:
         cur = data
-        for key in keys:
+        for depth, key in enumerate(keys, 1):
             cur = cur.setdefault(key, {})
+            if not isinstance(cur, dict):
+                raise ValueError(f"{'.'.join(keys[:depth])} in the config must be an object, not {cur!r}")
         return cur
 
     if answers.provider:

@@ -7,6 +7,7 @@ builds its paths from these names. Folders nanobot creates are private (0700) an
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -59,11 +60,19 @@ def resolve_workspace(configured: str) -> Path:
     return (nanobot_home() / "workspace").resolve()
 
 
+MAX_SESSION_STEM_CHARS = 120  # file systems allow 255 bytes; archives add a stamp, CJK 3 bytes a char
+
+
 def session_file_name(key: str) -> str:
-    """`telegram:123` -> `telegram_123.jsonl` (docs/contract.md, Workspace files); other unsafe
-    characters become `_`."""
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key.replace(":", "_"))
-    return f"{safe.strip('.') or 'session'}.jsonl"
+    """`telegram:123` -> `telegram_123.jsonl` (docs/contract.md, Workspace files). A key with other
+    characters a file name cannot hold (`cli:work/alice`), or a very long one, gets them as `_` plus
+    a digest of the key: two keys never share a transcript, and no name is too long to create."""
+    plain = key.replace(":", "_")
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in plain).strip(".") or "session"
+    if safe != plain or len(safe) > MAX_SESSION_STEM_CHARS:
+        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        safe = f"{safe[: MAX_SESSION_STEM_CHARS - 11]}-{digest}"
+    return f"{safe}.jsonl"
 
 
 def index_path(workspace: Path) -> Path:

@@ -35,6 +35,7 @@ from nanobot.memory.search import SearchResponse, SearchResult, file_date
 from nanobot.memory.sources import ROOT_SOURCES, SourceFile, discover
 from nanobot.memory.staleness import Snapshot, folder_times, unchanged
 from nanobot.memory.vectors import VectorSearcher
+from nanobot.util.text import valid_unicode
 
 __all__ = ["ROOT_SOURCES", "MemoryIndex", "SyncStats", "build_index"]
 
@@ -273,7 +274,7 @@ class MemoryIndex:
         """Search memory. wait_for_vectors=True (one-shot CLI) embeds pending chunks first."""
         limit = max_results or self.config.max_results
         threshold = self.config.min_score if min_score is None else min_score
-        query = query.strip()
+        query = valid_unicode(query).strip()  # a query typed in another encoding (bad bytes)
         if not query:
             return SearchResponse(self.mode if self.mode != "qmd" else "keyword", [])
         if self._qmd is not None:
