@@ -7,6 +7,7 @@ the local fake LLM, so the real client library and a real socket carry each requ
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
@@ -187,6 +188,58 @@ async def test_timeout_is_retried_then_reported(route: str, fake_llm: FakeLLMSer
         await build(route, fake_llm.url, retries=1, timeout_s=0.4).chat(MESSAGES)
     assert info.value.kind == "timeout" and "in time" in str(info.value)
     assert len(fake_llm.requests) == 2
+
+
+@pytest.fixture
+def keep_alive_server():  # noqa: ANN201
+    """A server that answers every request with headers, then a byte every 0.1 s and never a reply:
+    SSE keep-alive comments for a stream, blanks before the JSON body otherwise (what some proxies
+    send while a model is stuck). The transport's per-read timeout never fires."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            request = conn.recv(65536)
+            stream = b'"stream": true' in request or b'"stream":true' in request
+            head = "text/event-stream" if stream else "application/json"
+            conn.sendall(
+                f"HTTP/1.1 200 OK\r\nContent-Type: {head}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+            )
+            piece = b": keep-alive\n\n" if stream else b" "
+            while not stop.is_set():
+                try:
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+                except OSError:
+                    return
+                time.sleep(0.1)
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    stop.set()
+    listener.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_server_that_only_keeps_the_connection_alive_times_out(
+    route: str, stream: bool, keep_alive_server: str
+) -> None:
+    """llmTimeoutS held only between two bytes: a keep-alive every few seconds kept a turn waiting
+    for ever. A whole request is bounded now, and a stream that brings no chunk for that long."""
+    provider = build(route, keep_alive_server, retries=0, timeout_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(LLMError) as info:
+        await provider.chat(MESSAGES, on_delta=_sink([]) if stream else None)
+    assert info.value.kind == "timeout", info.value
+    assert time.monotonic() - started < 30  # not for ever (the test's own timeout is 120 s)
 
 
 @pytest.mark.parametrize("body", ["{not json", '{"object": "chat.completion", "id": "x"}'])

@@ -83,8 +83,13 @@ class RemoteProvider(LLMProvider):
         while True:
             try:
                 if call.on_delta is not None:
-                    return await collect_stream(await self._open_stream(request), call.on_delta)
-                return parse_completion(await self._complete(request))
+                    stream = await self._open_stream(request)
+                    return await collect_stream(stream, call.on_delta, idle_s=self.timeout_s)
+                # the whole request: a server that keeps the connection alive with a byte now and
+                # then never trips the transport's per-read timeout
+                async with asyncio.timeout(self.timeout_s):
+                    completion = await self._complete(request)
+                return parse_completion(completion)
             except Exception as exc:  # noqa: BLE001 - classified below
                 if request.get("tool_choice", "auto") != "auto" and rejects_tool_choice(exc):
                     logger.info("model rejected forced tool_choice; retrying with auto")
@@ -121,6 +126,22 @@ class RemoteProvider(LLMProvider):
                     delay,
                 )
                 await asyncio.sleep(delay)
+
+
+async def _with_idle_limit(stream: AsyncIterator[Any], idle_s: float | None) -> AsyncIterator[Any]:
+    iterator = aiter(stream)
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(idle_s):
+                    chunk = await anext(iterator)
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        close = getattr(iterator, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -162,14 +183,21 @@ def parse_completion(response: Any) -> LLMResponse:
     )
 
 
-async def collect_stream(stream: AsyncIterator[Any], on_delta: StreamCallback) -> LLMResponse:
-    """Read a stream of OpenAI-shaped chunks: deltas to `on_delta`, tool calls assembled by index."""
+async def collect_stream(
+    stream: AsyncIterator[Any], on_delta: StreamCallback, idle_s: float | None = None
+) -> LLMResponse:
+    """Read a stream of OpenAI-shaped chunks: deltas to `on_delta`, tool calls assembled by index.
+
+    With `idle_s`, a stream that brings no chunk for that long fails with TimeoutError (keep-alive
+    comments, which some servers send while the model is stuck, are no chunks); a reply that keeps
+    coming is never cut off however long it takes.
+    """
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     finish = "stop"
     usage = Usage()
     answered = False  # some chunk carried a message part (litellm invents chunks for a bad stream)
-    async for chunk in stream:
+    async for chunk in _with_idle_limit(stream, idle_s):
         if _field(chunk, "usage"):
             usage = _usage(_field(chunk, "usage"))
         choices = _field(chunk, "choices")

@@ -37,7 +37,9 @@ class AgentDefaults(Section):
                                         "this many characters before it reaches the model.")
     max_tool_result_chars: int = Field(16_000, ge=500, description="A longer tool result is cut to this "
                                        "many characters before it reaches the model.")
-    llm_timeout_s: float = Field(120.0, gt=0, description="Seconds one model request may take.")
+    llm_timeout_s: float = Field(120.0, gt=0, description="Seconds one model request may take; a streamed "
+                                 "reply may go on longer while it keeps coming, and fails after this long "
+                                 "without a chunk.")
     llm_max_retries: int = Field(3, ge=0, description="Retries of a model request after a transient "
                                  "error (rate limit, 5xx, timeout), with backoff.")
     stream: bool = Field(False, description="Ask the model for a streamed reply (channels that stream show "
