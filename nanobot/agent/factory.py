@@ -37,7 +37,7 @@ from nanobot.agent.tools.spawn import SpawnTool
 from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
-from nanobot.config.paths import ensure_workspace, secure_installation
+from nanobot.config.paths import PRIVATE_DIRS, ensure_workspace, secure_installation
 from nanobot.config.schema import Config
 from nanobot.memory.backends.registry import build_long_term_memory
 from nanobot.memory.consolidator import Consolidator
@@ -143,7 +143,8 @@ def build_runtime(
     restrict = config.tools.restrict_to_workspace
     skills = _skills(workspace)
     roots = (skills.builtin_dir,) if skills is not None else ()
-    for tool in file_tools(workspace, memory, restrict, config.tools.max_file_bytes, roots):
+    private = () if config.memory.share_in_groups else tuple(workspace / d for d in PRIVATE_DIRS)
+    for tool in file_tools(workspace, memory, restrict, config.tools.max_file_bytes, roots, private):
         tools.register(tool)
     tools.register(ExecTool(workspace, config.tools.exec, restrict, **_exec_private(config, config_path)))
     tools.policy = TrustPolicy(

@@ -71,18 +71,20 @@ def atomic_write(
     *,
     fsync: bool = True,
     beneath: Path | None = None,
+    avoid: tuple[Path, ...] = (),
 ) -> None:
     """Replace `path` with `data` so a crash leaves either the old or the new file, never half.
 
     The temp file is created and renamed through a descriptor of the folder, so the write lands in
     the folder that was opened; with `beneath`, that folder must lie under it (a link swapped in
-    after the caller checked the path raises PermissionError instead of writing elsewhere).
+    after the caller checked the path raises PermissionError instead of writing elsewhere), and not
+    in one of the `avoid` folders.
     """
     ensure_private_dir(path.parent)
     if beneath is None:
         folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     else:
-        folder = open_folder_beneath(beneath, path.parent)
+        folder = open_folder_beneath(beneath, path.parent, avoid)
     tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
         fd = os.open(

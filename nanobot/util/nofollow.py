@@ -65,13 +65,16 @@ def _same(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _is_beneath(fd: int, root: os.stat_result) -> bool:
-    """Whether the folder open as `fd` is `root` or below it, found by walking up its `..` entries
-    (what the kernel says now, not what a path said when it was checked)."""
+def _is_beneath(fd: int, root: os.stat_result, avoid: list[os.stat_result]) -> bool:
+    """Whether the folder open as `fd` is `root` or below it and not in one of `avoid` on the way,
+    found by walking up its `..` entries (what the kernel says now, not what a path said when it was
+    checked)."""
     current = os.dup(fd)
     try:
         for _ in range(_MAX_DEPTH):
             here = os.fstat(current)
+            if any(_same(here, folder) for folder in avoid):
+                return False
             if _same(here, root):
                 return True
             parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=current)
@@ -84,27 +87,40 @@ def _is_beneath(fd: int, root: os.stat_result) -> bool:
         os.close(current)
 
 
-def open_folder_beneath(root: Path, folder: Path) -> int:
-    """A descriptor of `folder`, which must be `root` or lie below it when it is opened; raises
-    PermissionError when a link swapped in since the path was checked leads elsewhere."""
+def open_folder_beneath(root: Path, folder: Path, avoid: tuple[Path, ...] = ()) -> int:
+    """A descriptor of `folder`, which must be `root` or lie below it when it is opened, and not in
+    one of the `avoid` folders; raises PermissionError when a link swapped in since the path was
+    checked leads elsewhere."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        if not _is_beneath(fd, os.stat(root)):
-            raise PermissionError(errno.EACCES, f"{folder} leads outside {root}")
+        avoided = [st for st in (_stat_or_none(a) for a in avoid) if st is not None]
+        if not _is_beneath(fd, os.stat(root), avoided):
+            raise PermissionError(
+                errno.EACCES, f"{folder} leads outside {root} or into a folder kept from it"
+            )
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def read_regular_bytes(path: Path, *, beneath: Path | None = None, max_bytes: int | None = None) -> bytes:
+def _stat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def read_regular_bytes(
+    path: Path, *, beneath: Path | None = None, avoid: tuple[Path, ...] = (), max_bytes: int | None = None
+) -> bytes:
     """The file's bytes, refusing anything that is not a regular file at open time (no symlinks), a
     file outside `beneath` (see open_folder_beneath) and, with `max_bytes`, a larger file (OSError
     EFBIG, before anything is read)."""
     if beneath is None:
         fd = os.open(path, os.O_RDONLY | _OPEN_FILE)
     else:
-        folder = open_folder_beneath(beneath, path.parent)
+        folder = open_folder_beneath(beneath, path.parent, avoid)
         try:
             fd = os.open(path.name, os.O_RDONLY | _OPEN_FILE, dir_fd=folder)
         finally:

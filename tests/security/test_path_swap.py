@@ -137,6 +137,47 @@ async def test_memory_get_does_not_follow_a_folder_swapped_after_its_check(
         await tool.execute(CTX, path="memory/notes/key.md")
 
 
+async def test_a_group_cannot_swap_its_way_into_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With exec allowed in groups, a group's command can plant `a -> memory` and swap it in after the
+    trust policy checked the path's spelling: the open itself must refuse memory/ and sessions/."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "sessions").mkdir()
+    (ws / "memory" / "MEMORY.md").write_text(SECRET + "\n")
+    (ws / "a").mkdir()
+    (ws / "a" / "MEMORY.md").write_text("group notes\n")
+    private = (ws / "memory", ws / "sessions")
+    reg = ToolRegistry()
+    for tool in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 2000, (), private):
+        reg.register(tool)
+    group, owner = ToolContext(is_group=True), ToolContext()
+    assert await reg.execute("read_file", {"path": "a/MEMORY.md"}, group) == "group notes\n"
+    real_resolve = PathGuard.resolve
+
+    def resolve_then_swap(self: PathGuard, raw: str) -> Path:
+        path = real_resolve(self, raw)
+        if (ws / "a").is_dir() and not (ws / "a").is_symlink():
+            (ws / "a").rename(ws / "a.real")
+            (ws / "a").symlink_to(ws / "memory")
+        return path
+
+    monkeypatch.setattr(PathGuard, "resolve", resolve_then_swap)
+    out = await reg.execute("read_file", {"path": "a/MEMORY.md"}, group)
+    assert SECRET not in out and out.startswith("Error:"), out
+    (ws / "a").unlink()
+    (ws / "a.real").rename(ws / "a")  # and once more, for a write
+    out = await reg.execute("write_file", {"path": "a/MEMORY.md", "content": "group rules"}, group)
+    assert out.startswith("Error:") and (ws / "memory" / "MEMORY.md").read_text() == SECRET + "\n"
+    # swapped between the policy's check and the tool's resolve: the path now resolves into memory/
+    monkeypatch.setattr(PathGuard, "resolve", real_resolve)
+    assert (ws / "a").is_symlink()  # this registry has no policy in front: the tool alone decides
+    out = await reg.execute("write_file", {"path": "a/MEMORY.md", "content": "group rules"}, group)
+    assert out.startswith("Error:") and (ws / "memory" / "MEMORY.md").read_text() == SECRET + "\n"
+    assert SECRET in await reg.execute("read_file", {"path": "memory/MEMORY.md"}, owner)  # the owner may
+
+
 async def test_paths_checked_and_opened_alike_still_work(setup) -> None:
     """No swap: in-workspace symlinks keep working (they are resolved before the open)."""
     reg, ws, _outside, _arm = setup

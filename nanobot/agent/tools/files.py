@@ -35,10 +35,23 @@ class PathGuard:
     `read_only_roots` (the built-in skills) may be read although they are outside the workspace.
     """
 
-    def __init__(self, workspace: Path, restrict: bool, read_only_roots: tuple[Path, ...] = ()) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        restrict: bool,
+        read_only_roots: tuple[Path, ...] = (),
+        private_in_groups: tuple[Path, ...] = (),
+    ) -> None:
         self.workspace = workspace.resolve()
         self.restrict = restrict
         self.read_only_roots = tuple(r.resolve() for r in read_only_roots)
+        self.private_in_groups = private_in_groups
+
+    def avoid(self, ctx: ToolContext) -> tuple[Path, ...]:
+        """Folders the open must not lead into for this context: in a group chat, the private ones
+        (the trust policy checked the path's spelling; a folder swapped for a link to memory/ since
+        is refused here)."""
+        return self.private_in_groups if ctx.shared else ()
 
     def resolve_readable(self, raw: str) -> Path:
         try:
@@ -87,11 +100,14 @@ class _FileTool(Tool):
         self.memory = memory
         self.max_bytes = max_bytes
 
-    def _write(self, path: Path, text: str) -> None:
+    def _write(self, ctx: ToolContext, path: Path, text: str) -> None:
         self.guard.check_writable(path)
         if len(text.encode("utf-8")) > self.max_bytes:
             raise ToolError(f"content is larger than the {self.max_bytes}-byte limit")
         if self.memory.is_memory_path(path):
+            if any(path.is_relative_to(folder.resolve()) for folder in self.guard.avoid(ctx)):
+                # the policy saw another path: a link swapped in since leads here
+                raise ToolError("the owner's memory is private in group chats")
             try:
                 self.memory.write_file(str(path.relative_to(self.memory.dir.resolve())), text)
             except ValueError as exc:
@@ -99,14 +115,17 @@ class _FileTool(Tool):
             return
         try:
             # atomic: a full disk or a read-only workspace leaves the old file, never half a new one
-            atomic_write(path, text, fsync=False, beneath=self.guard.root_of(path))
+            root = self.guard.root_of(path)
+            atomic_write(path, text, fsync=False, beneath=root, avoid=self.guard.avoid(ctx) if root else ())
         except OSError as exc:
             raise ToolError(f"cannot write {path.name}: {exc.strerror or exc}") from None
 
-    def _read(self, path: Path, raw: str, max_bytes: int) -> str:
+    def _read(self, ctx: ToolContext, path: Path, raw: str, max_bytes: int) -> str:
         """The text of the file `path` resolved to, opened without following a link swapped in since."""
         try:
-            data = read_regular_bytes(path, beneath=self.guard.root_of(path), max_bytes=max_bytes)
+            root = self.guard.root_of(path)
+            avoid = self.guard.avoid(ctx) if root else ()
+            data = read_regular_bytes(path, beneath=root, avoid=avoid, max_bytes=max_bytes)
         except FileNotFoundError:
             raise ToolError(f"file not found: {raw}") from None
         except OSError as exc:
@@ -135,7 +154,7 @@ class ReadFileTool(_FileTool):
         self, ctx: ToolContext, path: str, offset: int = 1, limit: int | None = None, **_: Any
     ) -> str:
         target = self.guard.resolve_readable(path)
-        text = self._read(target, path, self.max_bytes * 10)
+        text = self._read(ctx, target, path, self.max_bytes * 10)
         if offset > 1 or limit:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[offset - 1 : offset - 1 + limit if limit else None])
@@ -158,7 +177,7 @@ class WriteFileTool(_FileTool):
 
     async def execute(self, ctx: ToolContext, path: str, content: str, **_: Any) -> str:
         target = self.guard.resolve(path)
-        self._write(target, content)
+        self._write(ctx, target, content)
         return f"Wrote {len(content)} characters to {path}"
 
 
@@ -183,7 +202,7 @@ class EditFileTool(_FileTool):
         self.guard.check_writable(target)
         # the result must fit the write limit, so a larger file is refused before it is read
         text = self._read(
-            target, path, self.max_bytes + max(0, len(old_text.encode()) - len(new_text.encode()))
+            ctx, target, path, self.max_bytes + max(0, len(old_text.encode()) - len(new_text.encode()))
         )
         count = text.count(old_text) if old_text else 0
         if count == 0:
@@ -191,7 +210,9 @@ class EditFileTool(_FileTool):
         if count > 1 and not replace_all:
             raise ToolError(f"old_text occurs {count} times; give more context or set replace_all")
         self._write(
-            target, text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
+            ctx,
+            target,
+            text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1),
         )
         return f"Replaced {count if replace_all else 1} occurrence(s) in {path}"
 
@@ -206,7 +227,9 @@ class ListDirTool(_FileTool):
         root = self.guard.root_of(target)
         try:
             folder = (
-                open_folder_beneath(root, target) if root else os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+                open_folder_beneath(root, target, self.guard.avoid(ctx))
+                if root
+                else os.open(target, os.O_RDONLY | os.O_DIRECTORY)
             )
         except (NotADirectoryError, FileNotFoundError):
             raise ToolError(f"not a folder: {path}") from None
@@ -247,6 +270,7 @@ def file_tools(
     restrict: bool,
     max_bytes: int,
     read_only_roots: tuple[Path, ...] = (),
+    private_in_groups: tuple[Path, ...] = (),
 ) -> list[Tool]:
-    guard = PathGuard(workspace, restrict, read_only_roots)
+    guard = PathGuard(workspace, restrict, read_only_roots, private_in_groups)
     return [cls(guard, memory, max_bytes) for cls in (ReadFileTool, WriteFileTool, EditFileTool, ListDirTool)]
