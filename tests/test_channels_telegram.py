@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -356,6 +357,32 @@ async def test_media_downloaded_and_voice_transcribed(server, gateway_factory, t
         assert call == {"model": "whisper-1", "bytes": 10, "auth": "Bearer sk-whisper-test-key"}
     finally:
         whisper.stop()
+
+
+async def test_two_chats_attachments_never_share_a_file(server, gateway_factory, tmp_path: Path) -> None:
+    """Telegram message ids are unique within a chat only and every photo is `photo.jpg`: two chats'
+    message 57 were saved to one file (the second overwrote the first), and a long name was cut
+    from the left, losing the channel and the id."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    long_name = "financial_statement_for_the_board_of_directors_meeting_2026_final_version_v2.pdf"
+    for chat, data in ((555, b"ALICE"), (777, b"BOB")):
+        doc = server.add_file(f"d{chat}", f"documents/{chat}.pdf", data)
+        for name in ("photo.jpg", long_name):
+            message = {
+                "message_id": 57,
+                "date": int(time.time()),
+                "chat": {"id": chat, "type": "private"},
+                "from": {"id": chat, "is_bot": False, "first_name": "User"},
+                "document": {**doc, "file_name": name, "mime_type": "application/pdf"},
+            }
+            server.push_update({"message": message})
+    received = [await gw.inbound() for _ in range(4)]
+    paths = [Path(m.media[0]) for m in received]
+    assert len(set(paths)) == 4, paths
+    for m, path in zip(received, paths, strict=True):
+        assert path.read_bytes() == (b"ALICE" if m.chat_id == "555" else b"BOB")
+        assert path.name.startswith(f"telegram_{m.chat_id}_57_") and path.suffix in (".jpg", ".pdf")
+        assert len(path.name) <= 80
 
 
 async def test_voice_without_transcription_gets_a_note(server, gateway_factory) -> None:

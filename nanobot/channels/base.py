@@ -304,6 +304,7 @@ class Channel(Connection, ABC):
 
     async def _download_media(
         self,
+        chat_id: str | int,
         message_id: str | int,
         items: list[MediaItem],
         fetch: Fetch,
@@ -316,7 +317,8 @@ class Channel(Connection, ABC):
             if item.size > media_util.MAX_MEDIA_BYTES:
                 got.notes.append(f"[{item.filename}: {item.size} bytes, too large to download]")
                 continue
-            path = self.media_dir() / media_util.safe_filename(self.name, message_id, item.filename)
+            name = media_util.safe_filename(self.name, chat_id, message_id, item.filename)
+            path = media_util.free_path(self.media_dir(), name)  # never over an earlier file
             try:
                 await fetch(item, path)
                 path.chmod(PRIVATE_FILE_MODE)

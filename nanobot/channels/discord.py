@@ -176,7 +176,7 @@ class DiscordChannel(Channel):
             await item.handle.save(path)
 
         got = await self._download_media(
-            message.id, items, fetch, (discord.HTTPException, aiohttp.ClientError, OSError)
+            message.channel.id, message.id, items, fetch, (discord.HTTPException, aiohttp.ClientError, OSError)
         )
         channel = message.channel
         metadata: dict[str, Any] = {

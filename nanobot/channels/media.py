@@ -13,6 +13,7 @@ import httpx
 from loguru import logger
 
 from nanobot.config.schema import ProvidersConfig, TranscriptionConfig
+from nanobot.util.fs import unused_path
 
 MAX_MEDIA_BYTES = 20 * 1024 * 1024  # the Bot API's own download limit; Discord's free tier is lower
 TRANSCRIPTION_TIMEOUT_S = 60.0
@@ -51,10 +52,27 @@ class Received:
 Fetch = Callable[[MediaItem, Path], Awaitable[None]]  # download one item to the given path
 
 
-def safe_filename(channel: str, message_id: str | int, name: str) -> str:
-    """`<channel>_<message id>_<name>` with anything but [A-Za-z0-9._-] replaced, no path parts."""
-    base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).name).strip("._") or "file"
-    return f"{channel}_{message_id}_{base}"[-MAX_FILENAME_CHARS:]
+def safe_filename(channel: str, chat_id: str | int, message_id: str | int, name: str) -> str:
+    """`<channel>_<chat>_<message id>_<name>` with anything but [A-Za-z0-9._-] replaced, no path
+    parts. Message ids are unique only within a chat (two chats' photo 57 are both `photo.jpg`),
+    so the chat is part of the name; a long name is shortened in its stem, never in the prefix."""
+    def clean(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")
+
+    prefix = f"{channel}_{clean(str(chat_id))}_{clean(str(message_id))}_"
+    base = clean(Path(name).name) or "file"
+    room = max(MAX_FILENAME_CHARS - len(prefix), 8)
+    if len(base) > room:
+        stem, dot, ext = base.rpartition(".")
+        ext = f".{ext[:10]}" if dot and stem else ""
+        base = (stem if ext else base)[: room - len(ext)].rstrip("._") + ext
+    return prefix + base
+
+
+def free_path(folder: Path, name: str) -> Path:
+    """`folder/name`, or `name` with -2, -3 ... before its extension when that file exists."""
+    stem, dot, ext = name.rpartition(".")
+    return unused_path(folder, stem, f".{ext}") if dot and stem else unused_path(folder, name, "")
 
 
 def media_type(mime: str | None, filename: str, voice: bool = False) -> str:

@@ -45,5 +45,5 @@ async def download_media(channel: TelegramChannel, message: Message) -> Received
         await tg_file.download_to_drive(path)
 
     return await channel._download_media(
-        message.message_id, media_items(message), fetch, (TelegramError, OSError)
+        message.chat_id, message.message_id, media_items(message), fetch, (TelegramError, OSError)
     )
