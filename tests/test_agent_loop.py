@@ -17,6 +17,7 @@ from tests.agent_helpers import (
     make_runtime,
     messages_of,
     next_outbound,
+    read_jsonl,
     user_text,
     wait_for,
 )
@@ -131,6 +132,26 @@ async def test_stop_cancels_the_running_turn_ahead_of_the_queue(
     sent = fake_llm.requests[-1]["messages"]
     assert sent[1]["content"] == "a long task" and sent[2]["content"].endswith("queued behind it")
     assert [m["content"] for m in messages_of(path)][-2:] == ["next question", "fresh answer"]
+
+
+async def test_stop_gives_up_only_the_stopped_turn(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    """/stop recorded the session's length after waiting for the cancelled turn: by then the queued
+    message had been saved, so it counted as given up and a restart before its answer never
+    answered it (nanobot/gateway/missed.py skips what the user stopped)."""
+    loop, agent, bus = running
+    fake_llm.push(Reply(content="too late", delay_s=SLOW_REPLY_S), Reply(content="answered", delay_s=2.0))
+    await bus.publish_inbound(inbound("a long task"))
+    await wait_for(lambda: len(fake_llm.requests) == 1)
+    await bus.publish_inbound(inbound("queued behind it"))
+    await bus.publish_inbound(inbound("/stop"))
+    assert (await next_outbound(bus, timeout_s=SLOW_REPLY_S)).content == STOPPED_REPLY
+    path = agent.sessions.path_for("telegram:c1")
+    await wait_for(lambda: len(messages_of(path)) == 2)  # the queued turn runs; a crash now ...
+    stops = [o["stopped_through"] for o in read_jsonl(path) if "stopped_through" in o]
+    assert stops == [1], stops  # ... must leave "queued behind it" to be answered after the restart
+    assert (await next_outbound(bus, timeout_s=30)).content == "answered"
 
 
 async def test_stop_mid_tool_group_leaves_no_half_group(

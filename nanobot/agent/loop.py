@@ -164,6 +164,11 @@ class AgentLoop:
                     logger.info("turn for {} cancelled", ctx.session_key)
                     if slot.user_stopped:  # /stop: the user gave this message up
                         msg.ack()
+                        # A restart must not answer it (nanobot/gateway/missed.py). Recorded here,
+                        # with the session still locked: once the lock is released the next queued
+                        # message is saved, and a position taken then would give that one up too.
+                        session = self.agent.sessions.get(ctx.session_key)
+                        self.agent.sessions.set_metadata(session, stopped_through=len(session.messages))
                     # Otherwise (shutdown) no ack: a message saved before the cancellation was
                     # acked then; one not yet saved stays unconfirmed and is served again.
                     raise
@@ -205,10 +210,7 @@ class AgentLoop:
             assert slot is not None
             slot.user_stopped = True
             running.cancel()
-            await asyncio.wait([running], timeout=STOP_WAIT_S)
-            # The user gave up on this turn: a restart must not answer it (nanobot/gateway/missed.py).
-            session = self.agent.sessions.get(session_key)
-            self.agent.sessions.set_metadata(session, stopped_through=len(session.messages))
+            await asyncio.wait([running], timeout=STOP_WAIT_S)  # it records where it stopped
         cancelled_sub = self.agent.cancel_subagents(session_key)
         if running is None and not cancelled_sub:
             return NOTHING_RUNNING_REPLY
