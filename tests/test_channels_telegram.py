@@ -175,6 +175,25 @@ async def test_group_mention_policy(server, gateway_factory) -> None:
     assert gw.bus.inbound.empty()
 
 
+@pytest.mark.parametrize("policy", ["mention", "open"])
+async def test_group_commands_and_mentions_for_other_bots_are_not_ours(
+    server, gateway_factory, policy: str
+) -> None:
+    """`/new@other_bot` archived this group's conversation and `@nano_bot_fans` counted as a mention
+    of `@nano_bot` (where the bot reads every group message: privacy mode off, or groupPolicy open)."""
+    gw = await gateway_factory(make_config(server, groupPolicy=policy)).start(respond=False)
+    group = {"chat_id": -100123, "chat_type": "supergroup"}
+    server.push_message("/new@some_other_bot", **group)
+    server.push_message("/stop@some_other_bot please", **group)
+    if policy == "mention":
+        server.push_message(f"ping @{BOT_USERNAME}_fans please", **group)
+    server.push_message(f"/new@{BOT_USERNAME}", **group)
+    first = await gw.inbound()
+    await asyncio.sleep(0.1)
+    rest = [gw.bus.inbound.get_nowait().content for _ in range(gw.bus.inbound.qsize())]
+    assert (first.content, rest) == ("/new", [])
+
+
 async def test_group_open_policy_answers_everything(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server, groupPolicy="open")).start(respond=False)
     server.push_message("just chatting", chat_id=-5, chat_type="group")

@@ -212,9 +212,15 @@ class TelegramChannel(Channel):
         reply = message.reply_to_message
         if reply is not None and reply.from_user is not None and reply.from_user.id == self._bot_id:
             return True
-        if self._bot_username and f"@{self._bot_username.lower()}" in text.lower():
-            return True
+        if self._bot_username and re.search(rf"@{re.escape(self._bot_username)}\b", text, flags=re.I):
+            return True  # a word of its own: @nano_bot_fans is not @nano_bot
         return starts_with_command(text)
+
+    def _for_another_bot(self, text: str) -> bool:
+        """`/new@other_bot`: a command meant for another bot in the same group."""
+        first = text.strip().split(maxsplit=1)[0] if text.strip() else ""
+        target = first.partition("@")[2] if first.startswith("/") else ""
+        return bool(target) and target.lower() != (self._bot_username or "").lower()
 
     async def _handle_update(self, update: Update) -> bool:
         """Publish the update's message; False when it is filtered out (nothing for the agent)."""
@@ -224,6 +230,8 @@ class TelegramChannel(Channel):
         user, chat = message.from_user, message.chat
         text = message.text or message.caption or ""
         is_group = chat.type in _GROUP_TYPES
+        if is_group and self._for_another_bot(text):
+            return False  # another bot's /new must not archive this group's conversation
         if is_group and self.config.group_policy == "mention" and not self._addressed(message, text):
             return False
         # Check the sender before downloading anything they sent.
