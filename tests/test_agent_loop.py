@@ -303,3 +303,33 @@ async def test_turns_cancelled_before_saving_their_message_do_not_ack_it(
     assert not loop.in_flight()
     assert acks == ["given up with /stop"]
     assert messages_of(agent.sessions.path_for("telegram:c1")) == []
+
+
+async def test_a_shutdown_keeps_messages_a_platform_will_not_send_again(
+    running: tuple[AgentLoop, Agent, MessageBus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discord does not replay events: a message queued behind a running turn (or cut before it was
+    saved) when the gateway stopped was lost without a trace. It is saved at the shutdown now, so the
+    next start answers it (gateway/missed.py); a /stop-ped one and a queued command are not."""
+    from nanobot.gateway.missed import unanswered_index
+
+    loop, agent, bus = running
+    entered: list[int] = []
+
+    async def long_consolidation(*_args: object, **_kwargs: object) -> None:
+        entered.append(1)
+        await asyncio.sleep(60)
+
+    monkeypatch.setattr(agent.lifecycle, "ensure_fits", long_consolidation)
+    for text in ("given up with /stop", "cut by the shutdown", "queued behind it", "/new"):
+        await bus.publish_inbound(inbound(text, channel="discord"))
+    await wait_for(lambda: len(entered) == 1)
+    await bus.publish_inbound(inbound("/stop", channel="discord"))
+    assert (await next_outbound(bus, timeout_s=10)).content == STOPPED_REPLY
+    await wait_for(lambda: len(entered) == 2)
+    await loop.stop_accepting()
+    await loop.finish(grace_s=0.2)
+    path = agent.sessions.path_for("discord:c1")
+    assert [m["content"] for m in messages_of(path)] == ["cut by the shutdown", "queued behind it"]
+    session = type(agent.sessions)(agent.context.workspace).get("discord:c1")
+    assert unanswered_index(session) == 1  # the next start answers the newest, the other in its history

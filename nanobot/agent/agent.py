@@ -161,6 +161,34 @@ class Agent:
         metadata[DELIVERY_KEY] = delivery_of(self.sessions.get(ctx.session_key))
         return ctx.reply(reply, metadata=metadata)
 
+    def _stored(self, msg: InboundMessage, ctx: MessageContext) -> dict[str, Any]:
+        """The user message as its session keeps it."""
+        stored: dict[str, Any] = {
+            "role": "user",
+            "content": msg.content,
+            "timestamp": tz_now(self.context.tz).isoformat(),
+        }
+        if msg.media:
+            stored["media"] = list(msg.media)
+        if ctx.from_system:
+            stored["name"] = "system"
+        return stored
+
+    def keep_unanswered(self, msg: InboundMessage, ctx: MessageContext) -> None:
+        """Save a message whose turn a shutdown cancelled before it was saved, when its platform
+        will not send it again (Discord): the next start answers it (nanobot/gateway/missed.py)
+        instead of the message being lost without a trace."""
+        if msg.saved or msg.on_persisted is not None or msg.reply_future is not None or ctx.command:
+            return  # saved already, served again by its platform (Telegram), in-process, or a command
+        session = self.sessions.get(ctx.session_key)
+        if not session.messages and "is_group" not in session.metadata:
+            self.sessions.set_metadata(session, is_group=ctx.is_group)
+        self.sessions.append(session, self._stored(msg, ctx))
+        msg.saved = True
+        logger.info(
+            "{}: kept a message the shutdown left unanswered; the next start answers it", ctx.session_key
+        )
+
     async def _turn(self, msg: InboundMessage, ctx: MessageContext) -> tuple[str, bool]:
         await self._ensure_ready()
         session = self.sessions.get(ctx.session_key)
@@ -180,11 +208,7 @@ class Agent:
         user_msg = self.context.user_message(
             llm_text, runtime, msg.media, vision=bool(msg.media) and self._vision()
         )
-        stored: dict[str, Any] = {"role": "user", "content": user_text, "timestamp": tz_now(tz).isoformat()}
-        if msg.media:
-            stored["media"] = list(msg.media)
-        if ctx.from_system:
-            stored["name"] = "system"
+        stored = self._stored(msg, ctx)
         system = self.context.system_prompt(ctx.memory_private)
         tool_tokens = self.estimator.tool_tokens()
         user_tokens = count_message(user_msg)
@@ -199,6 +223,7 @@ class Agent:
             self.sessions.set_metadata(session, is_group=ctx.is_group)
         if not resumed:
             self.sessions.append(session, stored)
+        msg.saved = True
         msg.ack()  # on disk: the channel may confirm it to the platform now
 
         def persist(new: list[dict[str, Any]]) -> None:

@@ -155,6 +155,7 @@ class AgentLoop:
 
     async def _run(self, msg: InboundMessage, ctx: MessageContext, slot: _SessionSlot) -> None:
         out: OutboundMessage | None = None
+        given_up = False  # cancelled by /stop (not by a shutdown)
         try:
             async with slot.lock, self._semaphore:
                 slot.running = asyncio.current_task()
@@ -162,7 +163,8 @@ class AgentLoop:
                     out = await self._execute(msg, ctx)
                 except asyncio.CancelledError:
                     logger.info("turn for {} cancelled", ctx.session_key)
-                    if slot.user_stopped:  # /stop: the user gave this message up
+                    given_up = slot.user_stopped
+                    if given_up:  # /stop: the user gave this message up
                         msg.ack()
                         # A restart must not answer it (nanobot/gateway/missed.py). Recorded here,
                         # with the session still locked: once the lock is released the next queued
@@ -186,6 +188,11 @@ class AgentLoop:
                     slot.user_stopped = False
                 msg.ack()  # handled, answered or failed (a no-op once persisted)
         except asyncio.CancelledError:
+            if not given_up:  # a shutdown: queued or cut short, it must not vanish
+                try:
+                    self.agent.keep_unanswered(msg, ctx)
+                except Exception as exc:  # noqa: BLE001 - a full disk: say what was lost
+                    logger.error("{}: a message could not be kept at shutdown: {}", ctx.session_key, exc)
             msg.resolve(None)  # a waiting publisher learns there is no reply
             raise
         await self._deliver(msg, out)

@@ -26,6 +26,7 @@ class InboundMessage:
     is_group: bool = False
     session_key_override: str | None = None
     received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    saved: bool = field(default=False, compare=False)  #: in its session file (set by the agent)
     #: called once the message is safely on disk (or fully handled): a channel may then confirm it
     #: to its platform (e.g. advance Telegram's update offset), so a crash never drops it unseen
     on_persisted: Callable[[], None] | None = field(default=None, repr=False, compare=False)

@@ -9,7 +9,8 @@ implement the I/O: `start`, `stop`, `_send_text`, `_send_typing`, `_retry_delay`
 Delivery guarantees differ by platform. A channel may set `InboundMessage.on_persisted` and confirm
 a message to its platform only once the agent has saved it (Telegram does: unsaved updates are
 served again after a crash). Where the platform cannot re-deliver (Discord's gateway does not replay
-events), a message received but not yet saved when the process dies is lost.
+events), a message received but not yet saved when the process is killed is lost; a graceful stop
+saves the messages it cancels before their turn saved them, and the next start answers them.
 """
 
 from __future__ import annotations
