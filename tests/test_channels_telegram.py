@@ -435,6 +435,21 @@ async def test_streaming_edits_one_message_then_finalises_it(server, gateway_fac
     )
 
 
+async def test_a_streamed_answer_whose_preview_is_gone_is_sent_anew(server, gateway_factory) -> None:
+    """The user deleted the preview while the answer streamed: both final edits failed, the second
+    silently, and the reply was recorded as delivered although nobody saw it."""
+    gw = await gateway_factory(make_config(server, streaming=True)).start(respond=False)
+    meta = {"stream_id": "s2"}
+    await gw.bus.publish_outbound(
+        OutboundMessage("telegram", "555", "FULL-", kind="stream_delta", metadata=meta)
+    )
+    await server.wait_for("sendMessage")
+    server.fail_next("editMessageText", 400, count=2, description="Bad Request: message to edit not found")
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "FULL-ANSWER THE-END", metadata=meta))
+    sends = await server.wait_for("sendMessage", count=2)
+    assert sends[-1].params["text"] == "FULL-ANSWER THE-END"
+
+
 async def test_deltas_ignored_without_streaming(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start(respond=False)
     await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "partial", kind="stream_delta"))

@@ -318,11 +318,17 @@ class TelegramChannel(Channel):
             if "not modified" in str(exc).lower():
                 return
             logger.info("telegram: HTML rejected ({}); editing as plain text", exc)
-            with contextlib.suppress(BadRequest):  # "not modified" when the plain text is already shown
+            try:
                 await self._with_retry(
                     "editMessageText",
                     lambda: bot.edit_message_text(part, chat_id=chat_id, message_id=message_id),
                 )
+            except BadRequest as plain_exc:
+                if "not modified" in str(plain_exc).lower():
+                    return  # the plain text is already shown
+                # the preview is gone (deleted while the answer streamed): the answer goes out anew
+                logger.info("telegram: cannot edit the streamed message ({}); sending it anew", plain_exc)
+                await self._send_part(chat_id, html, part, None)
 
     # ------------------------------------------------------------------ streaming
     async def _send_stream_delta(self, msg: OutboundMessage) -> None:
