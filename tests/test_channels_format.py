@@ -49,6 +49,24 @@ def test_long_reply_split_within_limit_with_fences_reopened(limit: int) -> None:
     assert continued, "the code block crossing a boundary was not reopened"
 
 
+@pytest.mark.parametrize("opener", ["~~~text", "````markdown"])
+def test_a_cut_fence_is_closed_and_reopened_with_its_own_marker(opener: str) -> None:
+    """A cut ~~~ block was closed with ``` (which does not close it), and a ```` block holding a ```
+    one counted as closed at the inner fence, so the next part lost its code block."""
+    marker = opener.rstrip("abcdefghijklmnopqrstuvwxyz")
+    body = [f"row {i} value" for i in range(300)]
+    body[3:3] = ["```python", "print('inner')", "```"]  # an inner fence, text of the outer block
+    parts = split_message("\n".join([opener, *body, marker, "after"]), DISCORD_MAX_CHARS)
+    assert len(parts) > 1
+    for index, part in enumerate(parts):
+        lines = part.split("\n")
+        if index > 0:
+            assert lines[0] == opener, (index, lines[:2])  # the block goes on, with its language
+        closing = [line for line in lines if line == marker]
+        assert closing, (index, lines[-2:])  # every part closes the block with the same marker
+    assert parts[-1].endswith(f"{marker}\nafter")
+
+
 def test_prefers_paragraph_then_line_then_word_boundaries() -> None:
     para = "a" * 60 + "\n\n" + "b" * 60
     assert split_message(para, 100) == ["a" * 60, "b" * 60]

@@ -1,8 +1,10 @@
 """The one message splitter every channel uses.
 
 Long replies are cut at the platform limit, preferring paragraph, then line, then word boundaries.
-A cut inside a ``` code fence closes the fence at the end of the part and reopens it (with the same
-language tag) at the start of the next, so every part renders on its own.
+A cut inside a code fence closes the fence at the end of the part and reopens it (with the same
+language tag) at the start of the next, so every part renders on its own. A fence is closed only by a
+bare fence of its own character at least as long (```` around ``` keeps the inner one as text, and
+~~~ is closed by ~~~), and a cut one is closed with its own marker.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ TELEGRAM_MAX_CHARS = 4096
 DISCORD_MAX_CHARS = 2000
 
 _FENCE_LINE = re.compile(r"^ {0,3}(```+|~~~+)(.*)$")
-_CLOSE = "\n```"
+_CLOSE_ROOM = 12  # room kept for a closing fence: a newline and the marker (longer ones are reset)
 _SEPARATORS = ("\n\n", "\n", " ")
 # A boundary is only preferred when the part it ends uses at least this share of the room.
 _MIN_FILL = 0.5
@@ -55,6 +57,12 @@ def _find_cut(window: str) -> tuple[int, int]:
     return len(window), 0
 
 
+def _marker(opener: str) -> str:
+    """The fence characters an opener line starts with (``` / ~~~~ ...)."""
+    m = _FENCE_LINE.match(opener)
+    return m.group(1) if m else "```"
+
+
 def _fence_after(open_fence: str | None, chunk: str) -> str | None:
     """The fence opener still open after `chunk` (None when outside any code block)."""
     for line in chunk.split("\n"):
@@ -63,7 +71,9 @@ def _fence_after(open_fence: str | None, chunk: str) -> str | None:
             continue
         if open_fence is None:
             open_fence = line.strip()
-        elif not m.group(2).strip():
+            continue
+        marker, opener = m.group(1), _marker(open_fence)
+        if not m.group(2).strip() and marker[0] == opener[0] and len(marker) >= len(opener):
             open_fence = None
     return open_fence
 
@@ -89,15 +99,17 @@ def split_message(text: str, max_chars: int, measure: Measure = utf16_len) -> li
             parts.append(prefix + remaining)
             break
         # Reserve room for a closing fence; the fence opener is reused, so reserve its length too.
-        window = remaining[: _fit(remaining, room - len(_CLOSE), measure)]
+        window = remaining[: _fit(remaining, room - _CLOSE_ROOM, measure)]
         cut, skip = _find_cut(window)
         chunk = remaining[:cut]
         open_fence = _fence_after(open_fence, chunk)
-        if open_fence is not None and measure(f"{open_fence}\n") > max_chars // 4:
+        if open_fence is not None and (
+            measure(f"{open_fence}\n") > max_chars // 4 or len(_marker(open_fence)) >= _CLOSE_ROOM
+        ):
             open_fence = "```"  # a pathological opener line: do not let it eat the next part
         part = prefix + chunk
         if open_fence is not None:
-            part += _CLOSE
+            part += "\n" + _marker(open_fence)
         if part.strip():
             parts.append(part)
         remaining = remaining[cut + skip :]
