@@ -404,6 +404,19 @@ async def test_two_chats_attachments_never_share_a_file(server, gateway_factory,
         assert len(path.name) <= 80
 
 
+async def test_a_slow_download_holds_no_other_chat_back(server, gateway_factory) -> None:
+    """Attachments were downloaded inside the polling loop: nobody else's messages were even read
+    while one chat's file came in. One chat's messages still arrive in their order."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    server.download_delay_s = 3.0
+    doc = server.add_file("slow", "documents/big.pdf", b"%PDF")
+    server.push_message("the report", chat_id=555, user_id=555, document={**doc, "file_name": "big.pdf"})
+    server.push_message("and after it", chat_id=555, user_id=555)
+    server.push_message("meanwhile, hello", chat_id=777, user_id=777, username="bob")
+    got = [(m.chat_id, m.content) for m in [await gw.inbound(timeout=15) for _ in range(3)]]
+    assert got == [("777", "meanwhile, hello"), ("555", "the report"), ("555", "and after it")]
+
+
 async def test_voice_without_transcription_gets_a_note(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start(respond=False)
     voice = server.add_file("v2", "voice/file_2.oga", b"OggS")

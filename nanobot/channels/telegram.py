@@ -84,6 +84,8 @@ class TelegramChannel(Channel):
         self._bot_id: int | None = None
         self._bot_username = ""
         self._streams: dict[str, _Stream] = {}
+        self._newest: dict[int, asyncio.Task[None]] = {}  # each chat's latest update being handled
+        self._handlers: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -124,6 +126,9 @@ class TelegramChannel(Channel):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
+        for handler in self._handlers:
+            handler.cancel()  # its update stays unconfirmed: Telegram serves it again
+        await asyncio.gather(*self._handlers, return_exceptions=True)
         await self._stop_all_typing()
         for stream in self._streams.values():
             if stream.flush is not None:
@@ -196,15 +201,36 @@ class TelegramChannel(Channel):
             if not self._acks.is_new(update.update_id):
                 continue
             self._acks.receive(update.update_id)
-            try:
-                published = await self._handle_update(update)
-            except asyncio.CancelledError:
-                raise  # stays pending: Telegram serves it again
-            except Exception:  # one broken update must neither stop the channel nor hold others back
-                logger.exception("telegram: could not handle update {}; skipping it", update.update_id)
-                published = False
-            if not published:
-                self._acks.release(update.update_id)
+            self._dispatch(update)
+
+    def _dispatch(self, update: Update) -> None:
+        """Handle the update in a task of its own, after its chat's earlier ones: one chat's slow
+        download or voice transcription holds no other chat back (and no poll), and a chat's
+        messages still reach the agent in order."""
+        chat = update.effective_chat.id if update.effective_chat is not None else 0
+        task = asyncio.create_task(self._handle_in_turn(update, self._newest.get(chat)))
+        self._newest[chat] = task
+        self._handlers.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._handlers.discard(finished)
+            if self._newest.get(chat) is finished:
+                del self._newest[chat]
+
+        task.add_done_callback(done)
+
+    async def _handle_in_turn(self, update: Update, before: asyncio.Task[None] | None) -> None:
+        if before is not None:
+            await asyncio.wait([before])
+        try:
+            published = await self._handle_update(update)
+        except asyncio.CancelledError:
+            raise  # stays pending: Telegram serves it again
+        except Exception:  # one broken update must neither stop the channel nor hold others back
+            logger.exception("telegram: could not handle update {}; skipping it", update.update_id)
+            published = False
+        if not published:
+            self._acks.release(update.update_id)
 
     # ------------------------------------------------------------------ inbound
     def _addressed(self, message: Message, text: str) -> bool:

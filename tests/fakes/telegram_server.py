@@ -208,6 +208,8 @@ class FakeTelegramServer(ThreadedAiohttpServer):
     async def _held_ids(self) -> list[int]:
         return [u["update_id"] for u in self.updates if u["update_id"] >= self.confirmed_offset]
 
+    download_delay_s = 0.0  # how long every file download takes (a slow or large attachment)
+
     def add_file(self, file_id: str, file_path: str, content: bytes) -> dict[str, Any]:
         self.files[file_id] = (file_path, content)
         return {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(content)}
@@ -347,6 +349,7 @@ class FakeTelegramServer(ThreadedAiohttpServer):
     async def _download(self, request: web.Request) -> web.Response:
         token, path = request.match_info["token"], request.match_info["path"]
         self.record("download", {"path": path})
+        await asyncio.sleep(self.download_delay_s)
         if token in self.rejected_tokens:
             return web.Response(status=401)
         for file_path, content in self.files.values():
