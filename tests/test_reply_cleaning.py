@@ -28,6 +28,10 @@ ECHO = (
          "Channel: cli | Chat: direct\nHello!", "Hello!"),
         # header-less echo: the Channel | Chat line gives it away
         ("Time: 2026-11-26 09:00\nChannel: telegram | Chat: 42\n\nSure.", "Sure."),
+        # wrapped in brackets, as the demo model behind llama_cpp.server echoed it in cron runs
+        ("[Time: 2026-11-27 23:59 (Thursday), Europe/Berlin (UTC+01:00)\n"
+         "Channel: telegram | Chat: 555 | Sender: user]\n\nHello!", "Hello!"),
+        ("[Time: 2026-11-27 23:59\nChannel: telegram | Chat: 555 | Sender: 42]", ""),
         # the whole reply is the echo
         (f"{RUNTIME_HEADER}\nTime: 2026-11-26 09:00\nChannel: cli | Chat: direct", ""),
         ("<|im_start|>assistant\nHi there<|im_end|>", "Hi there"),

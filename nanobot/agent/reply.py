@@ -30,10 +30,11 @@ _TEMPLATE_TOKEN = re.compile(
 )
 # The runtime block's header, also when a model garbles it ("Runtime context: metadata …").
 _HEADER = re.compile(r"^\s*\[?\s*runtime\s+context\b[^\n]*$", re.IGNORECASE)
-# Metadata lines of the runtime block: "Time: …", "Channel: cli | Chat: direct", "Sender: …".
-_METADATA = re.compile(r"^\s*(?:time|date|channel|chat|sender)\s*:.*$", re.IGNORECASE)
+# Metadata lines of the runtime block: "Time: …", "Channel: cli | Chat: direct", "Sender: …", also
+# wrapped in brackets as a small model echoes them ("[Time: …" … "Sender: user]").
+_METADATA = re.compile(r"^\s*[\[(]?\s*(?:time|date|channel|chat|sender)\s*:.*$", re.IGNORECASE)
 # The block's most distinctive line: "Channel: telegram | Chat: 42 | Sender: 7".
-_CHANNEL_LINE = re.compile(r"^\s*channel\s*:[^\n|]*\|\s*chat\s*:", re.IGNORECASE)
+_CHANNEL_LINE = re.compile(r"^\s*[\[(]?\s*channel\s*:[^\n|]*\|\s*chat\s*:", re.IGNORECASE)
 
 
 def strip_template_tokens(text: str) -> str:
