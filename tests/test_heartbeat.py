@@ -221,3 +221,33 @@ async def test_through_litellm_and_the_fake_llm_server(tmp_path: Path) -> None:
         server.push(HEARTBEAT_OK)
         assert await hb.tick() is None
         assert len(server.requests) == 2 and len(calls.delivered) == 1
+
+
+async def test_a_beat_the_model_could_not_answer_tells_the_user_nothing(tmp_path: Path, fake_llm) -> None:  # noqa: ANN001
+    """While the provider was down, every beat (48 a day) sent "Sorry, I could not get an answer"
+    to a user who had asked for nothing; the failure is logged and the next beat tries again."""
+    from nanobot.config.schema import Config
+    from nanobot.gateway.runtime import Gateway
+    from tests.conftest import config_dict
+    from tests.fakes.llm_server import Reply
+
+    data = config_dict(
+        fake_llm.url,
+        **{
+            "agents.defaults.workspace": str(tmp_path / "ws"),
+            "agents.defaults.llmMaxRetries": 0,
+            "gateway.heartbeat": {"enabled": True, "target": "telegram:42"},
+        },
+    )
+    gateway = Gateway(Config.model_validate(data), str(tmp_path / "config.json"))
+    assert gateway.heartbeat is not None
+    (tmp_path / "ws" / "HEARTBEAT.md").write_text(TEMPLATE + "- remind me to water the plants\n")
+    gateway.loop.start()
+    try:
+        fake_llm.responder = lambda body: Reply(status=500, content="down")
+        assert await gateway.heartbeat.tick() is None
+        assert gateway.bus.outbound.empty()
+        fake_llm.responder = lambda body: Reply(content="Time to water the plants!")
+        assert await gateway.heartbeat.tick() == "Time to water the plants!"
+    finally:
+        await gateway.runtime.aclose()

@@ -118,6 +118,11 @@ class Gateway:
                 session_key_override=HEARTBEAT_SESSION_KEY,
             )
         )
+        if out is not None and out.metadata.get("failed"):
+            # The user did not ask for this beat: a failure notice every interval while the
+            # provider is down would only be noise. The next beat tries again.
+            logger.warning("heartbeat: the tasks could not be done: {}", out.content)
+            return None
         return out.content if out is not None else None
 
     # ------------------------------------------------------------------ signals
