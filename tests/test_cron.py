@@ -701,3 +701,14 @@ def test_cli_run_without_provider_credentials_exits_2(
     job_id = runner.invoke(cron_cli.app, ["add", "-c", str(cfg), "-m", "x", "--every", "60"]).stdout.strip()
     res = runner.invoke(cron_cli.app, ["run", job_id, "-c", str(cfg)])
     assert res.exit_code == 2 and res.stdout == "" and "apiKey" in res.stderr
+
+
+async def test_a_jobs_text_stays_out_of_the_log(tmp_path: Path, logs: list[str]) -> None:  # noqa: ANN001
+    """A job's name is its message by default (the user's or the model's words): it was logged at
+    INFO whenever the job was added or ran, although logging.prompts keeps chat text out of the log."""
+    rec = Recorder()
+    svc = service(tmp_path / "jobs.json", rec)
+    job = svc.add("Remind me about the biopsy results", "Remind me about the biopsy results", every_s=3600)
+    await svc.run_now(job.id)
+    assert any(job.id in line for line in logs)
+    assert not [line for line in logs if "biopsy" in line]

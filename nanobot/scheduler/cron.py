@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from nanobot.logs import prompts_logged
 from nanobot.scheduler.cron_store import (
     CRON_SESSION_PREFIX,
     MAX_JOBS,
@@ -72,6 +73,11 @@ Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
 
 def _status(text: str) -> str:
     return truncate_head(text, MAX_STATUS_CHARS)
+
+
+def _shown_name(job: CronJob) -> str:
+    """The job's name for a log line: its text by default, so only when chat text may be logged."""
+    return f" ({job.name})" if prompts_logged() else ""
 
 
 class JobFailed(Exception):
@@ -153,7 +159,7 @@ class CronService:
             jobs.append(job)
 
         self.store.mutate(append)
-        logger.info("cron: added job {} ({}) {}", job.id, job.name, schedule.describe())
+        logger.info("cron: added job {}{} {}", job.id, _shown_name(job), schedule.describe())
         self._resync()
         return job
 
@@ -297,7 +303,7 @@ class CronService:
             trigger=trigger,
             args=[job.id],
             id=job.id,
-            name=job.name,
+            name=job.id,  # APScheduler logs it; the name is the user's text
             next_run_time=run_time,
             replace_existing=True,
         )
@@ -364,7 +370,7 @@ class CronService:
 
     async def _execute(self, job: CronJob, scheduled: bool, raise_errors: bool = False) -> str | None:
         started = tz_now(self.tz)
-        logger.info("cron: running job {} ({})", job.id, job.name)
+        logger.info("cron: running job {}{}", job.id, _shown_name(job))
         result: str | None = None
         error: Exception | None = None
         try:
