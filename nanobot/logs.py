@@ -20,6 +20,7 @@ from pathlib import Path
 
 from loguru import logger
 
+from nanobot.errors import ConfigError
 from nanobot.secrets import mask
 from nanobot.util.fs import PRIVATE_FILE_MODE, ensure_private_dir, repair_private
 
@@ -83,19 +84,22 @@ def setup_logging(
     logger.add(sys.stderr, level=level, format=_STDERR_FORMAT, colorize=None, backtrace=False, diagnose=False)
     if file:
         log_path = Path(file).expanduser().absolute()
-        ensure_private_dir(log_path.parent)
-        repair_private(log_path)  # a log written before files were private
-        logger.add(
-            file,
-            opener=_private_opener,  # passed to open(): new and rotated log files are 0600
-            level=level,
-            format=_FILE_FORMAT,
-            rotation=rotation,
-            retention=retention,
-            enqueue=True,
-            backtrace=False,
-            diagnose=False,
-        )
+        try:
+            ensure_private_dir(log_path.parent)
+            repair_private(log_path)  # a log written before files were private
+            logger.add(
+                file,
+                opener=_private_opener,  # passed to open(): new and rotated log files are 0600
+                level=level,
+                format=_FILE_FORMAT,
+                rotation=rotation,
+                retention=retention,
+                enqueue=True,
+                backtrace=False,
+                diagnose=False,
+            )
+        except OSError as exc:  # a config problem (exit 2), not a crash that systemd restarts
+            raise ConfigError(f"logging.file: cannot write {log_path}: {exc.strerror or exc}") from None
     logging.basicConfig(handlers=[_InterceptHandler()], level=0, force=True)
     route_library_logging()
 

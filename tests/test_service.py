@@ -318,6 +318,46 @@ def test_cli_install_user_unit(tmp_path: Path, cli_env: Path) -> None:
     assert not unit.exists()
 
 
+def test_unit_lets_the_gateway_write_its_log_and_pairing_state_outside_home(
+    tmp_path: Path, cli_env: Path
+) -> None:
+    """ProtectSystem=strict makes everything else read-only: a logging.file outside NANOBOT_HOME
+    crashed the gateway at start (exit 1, restarted until the start limit), and pairing.json, kept
+    beside a config file outside NANOBOT_HOME, could not be written."""
+    cfg = tmp_path / "etc" / "config.json"
+    cfg.parent.mkdir()
+    log = tmp_path / "logs" / "nanobot.log"
+    cfg.write_text(
+        json.dumps(
+            {"agents": {"defaults": {"workspace": str(tmp_path / "ws")}}, "logging": {"file": str(log)}}
+        )
+    )
+    result = CliRunner().invoke(cli_app(), ["service", "install", "--user", "-c", str(cfg)])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "xdg" / "systemd" / "user" / "nanobot.service").read_text()
+    home = tmp_path / "home"
+    assert f'ReadWritePaths="{home}" "{tmp_path / "ws"}" "{cfg.parent}" "{log.parent}"' in text
+    assert log.parent.is_dir()  # it must exist when the service starts
+
+
+def test_a_log_file_that_cannot_be_written_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_text(json.dumps({"logging": {"file": str(tmp_path / "afile" / "x.log")}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")} | {"NANOBOT_HOME": str(home)}
+    result = subprocess.run(
+        [sys.executable, "-m", "nanobot", "gateway"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "logging.file: cannot write" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_cli_system_unit_into_unit_dir(tmp_path: Path, cli_env: Path) -> None:
     cfg, ws = write_config(tmp_path)
     units = tmp_path / "etc"

@@ -100,7 +100,11 @@ def install(
         err(f"Warning: {unit_config} does not exist yet; run `nanobot onboard` before starting the service")
     home = nanobot_home().absolute()
     workspace = cfg.workspace_path
-    extra = () if workspace.is_relative_to(home) else (workspace,)
+    # Everything the gateway writes outside NANOBOT_HOME: the workspace, the config's folder (pairing
+    # state lives beside config.json) and the log file's folder.
+    log_file = Path(cfg.logging.file).expanduser().absolute() if cfg.logging.file else None
+    writes = [workspace, unit_config.parent, *([log_file.parent] if log_file else [])]
+    extra = tuple(dict.fromkeys(p for p in writes if not p.is_relative_to(home)))
     run_as = None if user else (os.environ.get("SUDO_USER") or getpass.getuser())
     spec = UnitSpec(
         executable=nanobot_executable(),
