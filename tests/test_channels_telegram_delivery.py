@@ -91,6 +91,7 @@ async def test_window_never_confirms_a_message_dropped_without_ack(logs: list[st
     window = AckWindow("telegram")
     window.receive(3)
     window.track(3, _message())  # nobody holds it: gone at once (a turn cancelled at shutdown)
+    window.handled(3)
     gc.collect()
     await asyncio.sleep(0)
     assert window.offset == 3  # unsaved: never confirmed, whatever happens next
@@ -99,13 +100,16 @@ async def test_window_never_confirms_a_message_dropped_without_ack(logs: list[st
     again = _message()
     window.receive(3)
     window.track(3, again)
+    window.handled(3)
     again.ack()
     assert window.offset == 4
 
 
 async def test_window_republishes_an_update_interrupted_before_publishing() -> None:
     window = AckWindow("telegram")
-    window.receive(9)  # handling was cancelled before the message reached the bus
+    window.receive(9)
+    assert not window.is_new(9)  # while it is being handled (a slow download), a re-serve is no new one
+    window.handled(9)  # handling was cancelled before the message reached the bus
     assert window.offset == 9 and window.is_new(9)
 
 

@@ -28,6 +28,7 @@ class AckWindow:
         self.pending: set[int] = set()  # received, not yet acked: they hold the offset back
         self._published: set[int] = set()  # pending ids whose message is live in this process
         self._acked: set[int] = set()  # acked ids Telegram may still serve (not yet below the offset)
+        self._handling: set[int] = set()  # received, still being handled (a download, say)
         self._next_id: int | None = None  # one above the highest update id received
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread_id: int | None = None
@@ -47,12 +48,18 @@ class AckWindow:
         offset = self.offset  # never decreases, so Telegram serves nothing below it again
         if offset is not None and update_id < offset:
             return False
-        return update_id not in self._published and update_id not in self._acked
+        return (
+            update_id not in self._published
+            and update_id not in self._acked
+            and update_id not in self._handling
+        )
 
     def receive(self, update_id: int) -> None:
-        """Note an update as pending before it is handled (a crash mid-handling keeps it unconfirmed)."""
+        """Note an update as pending before it is handled (a crash mid-handling keeps it unconfirmed);
+        until `handled`, a poll that serves it again does not hand it out twice."""
         self._bind_loop()
         self.pending.add(update_id)
+        self._handling.add(update_id)
         self._next_id = max(self._next_id or 0, update_id + 1)
 
     def track(self, update_id: int, msg: InboundMessage) -> None:
@@ -63,6 +70,10 @@ class AckWindow:
         # saved the message) must not be confirmed: it stays pending, so Telegram serves it again.
         finalizer = weakref.finalize(msg, self._dropped_threadsafe, update_id)
         finalizer.atexit = False
+
+    def handled(self, update_id: int) -> None:
+        """Its handling ended (published, filtered out, failed or cancelled)."""
+        self._handling.discard(update_id)
 
     def release(self, update_id: int) -> None:
         """The update is handled (acked, or filtered out): it no longer holds the offset back."""

@@ -229,6 +229,8 @@ class TelegramChannel(Channel):
         except Exception:  # one broken update must neither stop the channel nor hold others back
             logger.exception("telegram: could not handle update {}; skipping it", update.update_id)
             published = False
+        finally:
+            self._acks.handled(update.update_id)
         if not published:
             self._acks.release(update.update_id)
 
