@@ -712,3 +712,41 @@ async def test_a_jobs_text_stays_out_of_the_log(tmp_path: Path, logs: list[str])
     await svc.run_now(job.id)
     assert any(job.id in line for line in logs)
     assert not [line for line in logs if "biopsy" in line]
+
+
+def test_the_hour_an_autumn_clock_change_repeats_runs_a_fixed_time_job_once() -> None:
+    """Europe/Berlin, 25 October 2026: 02:30 comes twice (CEST, then CET). A daily `30 2 * * *` ran
+    at both; crontab runs it once. An hourly job runs in both hours, as in crontab."""
+    from nanobot.scheduler.cron_store import repeats_last_run
+
+    berlin = ZoneInfo("Europe/Berlin")
+    first = datetime(2026, 10, 25, 2, 30, tzinfo=berlin)  # fold 0: CEST, 00:30 UTC
+    again = datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=berlin)  # CET, 01:30 UTC
+    assert again.astimezone(UTC) - first.astimezone(UTC) == timedelta(hours=1)
+
+    def job(expr: str) -> CronJob:
+        sched = make_schedule(expr=expr, tz="Europe/Berlin", default_tz=UTCZ, now=first - timedelta(days=1))
+        return CronJob(id="d", name="n", message="m", schedule=sched, last_run_at=to_iso(first))
+
+    assert repeats_last_run(job("30 2 * * *"), again, UTCZ)
+    assert not repeats_last_run(job("30 2 * * *"), first + timedelta(days=1), UTCZ)  # the next day
+    assert not repeats_last_run(job("30 * * * *"), again, UTCZ)  # hourly: both hours
+    assert not repeats_last_run(job("30 */1 * * *"), again, UTCZ)
+    # and the real trigger does offer both (what the service has to skip)
+    daily = job("30 2 * * *")
+    assert next_fire(daily, UTCZ, first + timedelta(minutes=1)) == again
+
+
+async def test_the_service_skips_the_repeated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nanobot.scheduler import cron as cron_module
+
+    berlin = ZoneInfo("Europe/Berlin")
+    rec = Recorder()
+    svc = service(tmp_path / "jobs.json", rec)
+    job = svc.add("n", "daily", expr="30 2 * * *", tz="Europe/Berlin")
+    clock = [datetime(2026, 10, 25, 2, 30, tzinfo=berlin)]
+    monkeypatch.setattr(cron_module, "tz_now", lambda tz=None: clock[0])
+    await svc._fire(job.id)
+    clock[0] = datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=berlin)
+    await svc._fire(job.id)
+    assert len(rec.jobs) == 1

@@ -39,6 +39,7 @@ from nanobot.scheduler.cron_store import (
     make_schedule,
     new_job_id,
     next_fire,
+    repeats_last_run,
     to_iso,
 )
 from nanobot.timeutil import now as tz_now
@@ -361,12 +362,21 @@ class CronService:
             if job is None or not job.enabled:
                 self._unschedule(job_id)
                 return
+            if repeats_last_run(job, tz_now(self.tz), self.tz):
+                logger.info("cron: job {} already ran at this time before the clock went back", job.id)
+                self._apply({job.id: {"next_run_at": self._next_run_at(job.id)}})
+                return
             await self._execute(job, scheduled=True)
         except CronStoreError as exc:
             logger.error("cron: cannot run job {}: {}", job_id, exc)
         finally:
             if task is not None:
                 self._inflight.discard(task)
+
+    def _next_run_at(self, job_id: str) -> str | None:
+        timer = self._scheduler.get_job(job_id) if self._scheduler is not None else None
+        nxt = timer.next_run_time if timer is not None else None
+        return to_iso(nxt, round_up=True) if nxt else None
 
     async def _execute(self, job: CronJob, scheduled: bool, raise_errors: bool = False) -> str | None:
         started = tz_now(self.tz)
@@ -393,9 +403,7 @@ class CronService:
             if job.schedule.kind == "at":
                 update.update(enabled=False, next_run_at=None)
             else:
-                timer = self._scheduler.get_job(job.id) if self._scheduler is not None else None
-                nxt = timer.next_run_time if timer is not None else None
-                update["next_run_at"] = to_iso(nxt, round_up=True) if nxt else None
+                update["next_run_at"] = self._next_run_at(job.id)
         self._apply({job.id: update})
         if scheduled and job.schedule.kind == "at":
             self._scheduled.pop(job.id, None)

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -288,6 +288,27 @@ def build_trigger(job: CronJob, default_tz: tzinfo) -> BaseTrigger:
         every = int(sched.every_s or MIN_EVERY_S)
         return IntervalTrigger(seconds=every, start_date=created + timedelta(seconds=every), timezone=zone)
     return crontab_trigger(str(sched.expr), zone)
+
+
+def repeats_last_run(job: CronJob, now: datetime, default_tz: tzinfo) -> bool:
+    """Whether a crontab job with fixed hours fires again at the wall time of its last run: the
+    hour an autumn clock change repeats (`30 2 * * *` at 02:30 CEST, then at 02:30 CET). crontab
+    runs such a job once; a job whose hour field is `*` or a step runs in both hours, as there."""
+    sched = job.schedule
+    if sched.kind != "cron" or not job.last_run_at:
+        return False
+    hours = str(sched.expr).split()[1]
+    if "*" in hours or "/" in hours:
+        return False
+    zone = job_zone(sched.tz, default_tz)
+    last = parse_iso(job.last_run_at, zone).astimezone(zone)
+    here = now.astimezone(zone)
+
+    def wall(moment: datetime) -> datetime:
+        return moment.replace(tzinfo=None, second=0, microsecond=0)
+
+    # in UTC: within one zone Python compares wall times and ignores the fold (CEST 02:30 == CET 02:30)
+    return here.astimezone(UTC) > last.astimezone(UTC) and wall(here) == wall(last)
 
 
 def next_fire(job: CronJob, default_tz: tzinfo, now: datetime) -> datetime | None:
