@@ -6,7 +6,12 @@ import json
 from pathlib import Path
 
 from nanobot.config.schema import Config
-from nanobot.providers.local import DEMO_NOTICE, bundled_model_path, llama_cpp_available
+from nanobot.providers.local import (
+    DEMO_NOTICE,
+    bundled_model_path,
+    llama_cpp_available,
+    tool_results_as_user_turns,
+)
 from nanobot.providers.registry import ProviderConfigError, resolve_provider
 from tests.conftest import run_cli
 
@@ -28,12 +33,16 @@ def test_agent_replies_from_the_embedded_model(home: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()  # a reply from the model, on stdout only
     assert "embedded demo model" in result.stderr and DEMO_NOTICE[:40] in result.stderr
-    lines = [json.loads(x) for x in (home / "workspace" / "sessions" / "cli_direct.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(x) for x in (home / "workspace" / "sessions" / "cli_direct.jsonl").read_text().splitlines()
+    ]
     assert [x["role"] for x in lines if "role" in x] == ["user", "assistant"]
 
 
 def test_without_a_model_the_cli_explains_and_exits_2(home: Path) -> None:
-    (home / "config.json").write_text(json.dumps({"providers": {"local": {"modelPath": str(home / "none.gguf")}}}))
+    (home / "config.json").write_text(
+        json.dumps({"providers": {"local": {"modelPath": str(home / "none.gguf")}}})
+    )
     result = run_cli("agent", "-m", "hi", home=home)
     assert result.returncode == 2
     assert "no LLM provider is configured" in result.stderr and "apiKey" in result.stderr
@@ -53,3 +62,22 @@ def test_model_load_is_reported(home: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "loading the embedded model" in result.stderr and " MB)" in result.stderr
     assert "embedded model loaded in" in result.stderr
+
+
+def test_with_tools_the_embedded_model_is_given_its_tool_results() -> None:
+    """llama-cpp-python's function-calling template has no place for a `tool` message and dropped
+    it: the model never saw what its tool returned, called it again until its steps ran out, and the
+    reply showed the call's markup (clean_reply now removes that)."""
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+    }
+    messages = [
+        {"role": "user", "content": "What does a.txt say?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": "read_file", "content": "buy milk"},
+    ]
+    turned = tool_results_as_user_turns(messages)
+    assert turned[:2] == messages[:2]
+    assert turned[2] == {"role": "user", "content": "Result of read_file:\nbuy milk"}

@@ -32,6 +32,10 @@ ECHO = (
         ("[Time: 2026-11-27 23:59 (Thursday), Europe/Berlin (UTC+01:00)\n"
          "Channel: telegram | Chat: 555 | Sender: user]\n\nHello!", "Hello!"),
         ("[Time: 2026-11-27 23:59\nChannel: telegram | Chat: 555 | Sender: 42]", ""),
+        # a tool call written out as text by a small model (the function-calling template's markup)
+        ('functions.list_dir:\n{"path": "file.txt"}', ""),
+        ('functions.read_file:\n{"path": "a"}\nThe file says hi.', "The file says hi."),
+        ("Use functions.x: carefully", "Use functions.x: carefully"),
         # the whole reply is the echo
         (f"{RUNTIME_HEADER}\nTime: 2026-11-26 09:00\nChannel: cli | Chat: direct", ""),
         ("<|im_start|>assistant\nHi there<|im_end|>", "Hi there"),

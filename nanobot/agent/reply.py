@@ -37,6 +37,11 @@ _METADATA = re.compile(r"^\s*[\[(]?\s*(?:time|date|channel|chat|sender)\s*:.*$",
 _CHANNEL_LINE = re.compile(r"^\s*[\[(]?\s*channel\s*:[^\n|]*\|\s*chat\s*:", re.IGNORECASE)
 
 
+# A tool call written out as text ("functions.read_file:" then its JSON arguments on the next line),
+# as small models echo the function-calling template instead of calling the tool.
+_CALL_MARKUP = re.compile(r"\A\s*(?:functions\.[\w.-]+:[ \t]*\n?(?:[ \t]*\{[^\n]*\}[ \t]*(?:\n|\Z))?\s*)+")
+
+
 def strip_template_tokens(text: str) -> str:
     return _TEMPLATE_TOKEN.sub("", text)
 
@@ -68,4 +73,5 @@ def clean_reply(text: str | None) -> str:
         return ""
     cleaned = strip_template_tokens(text)
     cleaned = strip_runtime_echo(cleaned)
+    cleaned = _CALL_MARKUP.sub("", cleaned)
     return cleaned.strip()

@@ -7,6 +7,7 @@ demo model: good enough to prove the install works, not to be a useful assistant
 from __future__ import annotations
 
 import asyncio
+import html
 import importlib.util
 import os
 import sys
@@ -48,6 +49,20 @@ def recent_exchanges(messages: list[dict[str, Any]], exchanges: int) -> list[dic
     starts = [i for i, m in enumerate(rest) if m.get("role") == "user"]
     keep_from = starts[-(exchanges + 1)] if len(starts) > exchanges else 0
     return system + rest[keep_from:]
+
+
+def tool_results_as_user_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with every tool result as a user turn: llama-cpp-python's function-calling
+    template has no place for a `tool` message and drops it, so the model never saw what its tool
+    returned and called the tool again until its steps ran out."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.get("role") == "tool":
+            name = message.get("name") or "the tool"
+            out.append({"role": "user", "content": f"Result of {name}:\n{message.get('content') or ''}"})
+        else:
+            out.append(message)
+    return out
 
 
 def llama_cpp_available() -> bool:
@@ -122,8 +137,11 @@ class LocalProvider(LLMProvider):
         return self._llama
 
     async def _chat(self, call: ChatRequest) -> LLMResponse:
+        messages = recent_exchanges(call.messages, LOCAL_HISTORY_EXCHANGES)
+        if self.cfg.enable_tools:
+            messages = tool_results_as_user_turns(messages)
         kwargs: dict[str, Any] = {
-            "messages": recent_exchanges(call.messages, LOCAL_HISTORY_EXCHANGES),
+            "messages": messages,
             "max_tokens": min(call.max_tokens or self.cfg.max_tokens, self.cfg.max_tokens),
             "temperature": 0.2 if call.temperature is None else call.temperature,
         }
@@ -152,6 +170,8 @@ class LocalProvider(LLMProvider):
             )
         usage = result.get("usage") or {}
         content = message.get("content")
+        if self.cfg.enable_tools and content:
+            content = html.unescape(content)  # that template HTML-escapes the prompt; the model copies it
         if call.on_delta is not None and content:
             await call.on_delta(content)
         return LLMResponse(
