@@ -274,13 +274,9 @@ async def test_subagent_result_failure_is_reported_to_the_origin_chat(
     assert out.content.startswith("Sorry, something went wrong")
 
 
-async def test_turns_cancelled_before_saving_their_message_do_not_ack_it(
-    running: tuple[AgentLoop, Agent, MessageBus], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """At shutdown, a turn still making room (a long consolidation) has not saved its message: no
-    ack, so the channel never confirms it and the platform serves it again. /stop does ack (the
-    user gave that message up)."""
-    loop, agent, bus = running
+def hold_turns_before_saving(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every turn stops in a long consolidation before it saves its message; the list grows by one
+    as each turn gets there."""
     entered: list[int] = []
 
     async def long_consolidation(*_args: object, **_kwargs: object) -> None:
@@ -288,6 +284,17 @@ async def test_turns_cancelled_before_saving_their_message_do_not_ack_it(
         await asyncio.sleep(60)
 
     monkeypatch.setattr(agent.lifecycle, "ensure_fits", long_consolidation)
+    return entered
+
+
+async def test_turns_cancelled_before_saving_their_message_do_not_ack_it(
+    running: tuple[AgentLoop, Agent, MessageBus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At shutdown, a turn still making room (a long consolidation) has not saved its message: no
+    ack, so the channel never confirms it and the platform serves it again. /stop does ack (the
+    user gave that message up)."""
+    loop, agent, bus = running
+    entered = hold_turns_before_saving(agent, monkeypatch)
     acks: list[str] = []
     for text in ("given up with /stop", "cut by the shutdown", "queued behind it"):
         msg = inbound(text)
@@ -314,13 +321,7 @@ async def test_a_shutdown_keeps_messages_a_platform_will_not_send_again(
     from nanobot.gateway.missed import unanswered_index
 
     loop, agent, bus = running
-    entered: list[int] = []
-
-    async def long_consolidation(*_args: object, **_kwargs: object) -> None:
-        entered.append(1)
-        await asyncio.sleep(60)
-
-    monkeypatch.setattr(agent.lifecycle, "ensure_fits", long_consolidation)
+    entered = hold_turns_before_saving(agent, monkeypatch)
     for text in ("given up with /stop", "cut by the shutdown", "queued behind it", "/new"):
         await bus.publish_inbound(inbound(text, channel="discord"))
     await wait_for(lambda: len(entered) == 1)
