@@ -289,6 +289,39 @@ async def test_send_survives_429_and_502(server, gateway_factory, logs) -> None:
     assert sum("retry" in line for line in logs) >= 2
 
 
+async def test_one_chats_rate_limit_holds_no_other_chat_back(server, gateway_factory) -> None:
+    """One send worker per channel slept out one chat's 429 retry_after (up to 300 s) while every
+    other chat's reply waited behind it; each chat has its own queue now, in its own order."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    server.fail_next(
+        "sendMessage", 429, description="Too Many Requests: retry after 3", parameters={"retry_after": 3}
+    )
+    for chat, text in (("555", "to alice, first"), ("777", "to bob"), ("555", "to alice, second")):
+        await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id=chat, content=text))
+    sends = await server.wait_for("sendMessage", count=4)
+    order = [(c.params["chat_id"], c.params["text"]) for c in sends]
+    assert order[:2] == [("555", "to alice, first"), ("777", "to bob")], order  # bob's went out meanwhile
+    assert order[2:] == [("555", "to alice, first"), ("555", "to alice, second")], order
+
+
+async def test_an_idle_chats_send_worker_ends_and_comes_back(
+    server, gateway_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nanobot.channels import manager as manager_module
+
+    monkeypatch.setattr(manager_module, "SEND_WORKER_IDLE_S", 0.2)
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="one"))
+    await server.wait_for("sendMessage")
+    await asyncio.sleep(0.6)
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "send-telegram-555"]  # retired
+        t for t in asyncio.all_tasks() if t.get_name().startswith("send-telegram-555")
+    }
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="two"))
+    sends = await server.wait_for("sendMessage", count=2)
+    assert [c.params["text"] for c in sends] == ["one", "two"]
+
+
 async def test_send_gives_up_after_max_retries_and_keeps_running(server, gateway_factory) -> None:
     config = make_config(server)
     config.channels.send_max_retries = 1

@@ -31,6 +31,9 @@ STOP_TIMEOUT_S = 5.0  # per channel
 DEFAULT_DRAIN_TIMEOUT_S = 3.0
 
 
+SEND_WORKER_IDLE_S = 60.0  # a chat's send worker ends after this long without anything to send
+
+
 class ChannelManager:
     def __init__(
         self,
@@ -46,8 +49,11 @@ class ChannelManager:
         self.pairing = pairing
         self.channels: dict[str, Channel] = {}
         self._load_errors: dict[str, str] = {}
-        self._queues: dict[str, asyncio.Queue[OutboundMessage]] = {}
-        self._workers: dict[str, asyncio.Task[None]] = {}
+        # One send queue and worker per chat, made on demand and retired when idle: a chat waiting out
+        # its platform's rate limit (a 429 with retry_after) holds no other chat's replies back.
+        self._started: set[str] = set()
+        self._queues: dict[tuple[str, str], asyncio.Queue[OutboundMessage]] = {}
+        self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._dispatcher: asyncio.Task[None] | None = None
         # Called after a reply is delivered (the gateway records it in the session; see gateway/missed.py).
         self.on_delivered: Callable[[OutboundMessage], None] | None = None
@@ -81,8 +87,7 @@ class ChannelManager:
             except Exception as exc:
                 logger.exception("{}: failed to start", name)
                 channel._set_state("failed", f"{type(exc).__name__}: {exc}")
-            self._queues[name] = asyncio.Queue()
-            self._workers[name] = asyncio.create_task(self._worker(name, channel), name=f"send-{name}")
+            self._started.add(name)
         self._dispatcher = asyncio.create_task(self._dispatch(), name="channel-dispatcher")
         if not self.channels and not self._load_errors:
             sections = " / ".join(f"channels.{name}.enabled" for name in CHANNEL_CLASSES)
@@ -102,13 +107,15 @@ class ChannelManager:
         if pending:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*pending), drain_timeout_s)
-        for task in self._workers.values():
+        workers = list(self._workers.values())
+        for task in workers:
             task.cancel()
-        for task in self._workers.values():
+        for task in workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._workers.clear()
         self._queues.clear()
+        self._started.clear()
         for name, channel in self.channels.items():
             try:
                 await asyncio.wait_for(channel.stop(), STOP_TIMEOUT_S)
@@ -138,8 +145,7 @@ class ChannelManager:
 
     def _route(self, msg: OutboundMessage) -> None:
         channel = self.channels.get(msg.channel)
-        queue = self._queues.get(msg.channel)
-        if channel is None or queue is None:
+        if channel is None or msg.channel not in self._started:
             logger.debug("outbound {} for channel {!r}, which is not running: dropped", msg.kind, msg.channel)
             return
         if channel.state == "failed":
@@ -152,17 +158,35 @@ class ChannelManager:
                 )
             return
         if self.wanted(msg, channel):
-            queue.put_nowait(msg)
+            self._queue_for(msg.channel, msg.chat_id, channel).put_nowait(msg)
+
+    def _queue_for(self, name: str, chat_id: str, channel: Channel) -> asyncio.Queue[OutboundMessage]:
+        key = (name, chat_id)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = asyncio.Queue()
+            self._workers[key] = asyncio.create_task(
+                self._worker(key, channel, queue), name=f"send-{name}-{chat_id}"
+            )
+        return queue
 
     async def _dispatch(self) -> None:
         while True:
             msg = await self.bus.consume_outbound()
             self._route(msg)
 
-    async def _worker(self, name: str, channel: Channel) -> None:
-        queue = self._queues[name]
+    async def _worker(
+        self, key: tuple[str, str], channel: Channel, queue: asyncio.Queue[OutboundMessage]
+    ) -> None:
+        name = key[0]
         while True:
-            msg = await queue.get()
+            try:
+                msg = await asyncio.wait_for(queue.get(), SEND_WORKER_IDLE_S)
+            except TimeoutError:
+                if queue.empty():  # nothing awaits between this check and the removal
+                    del self._queues[key], self._workers[key]
+                    return
+                continue
             try:
                 await channel.send(msg)
                 if msg.kind == "message" and self.on_delivered is not None:
