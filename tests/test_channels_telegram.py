@@ -315,8 +315,6 @@ async def test_an_idle_chats_send_worker_ends_and_comes_back(
     await server.wait_for("sendMessage")
     await asyncio.sleep(0.6)
     assert not [t for t in asyncio.all_tasks() if t.get_name() == "send-telegram-555"]  # retired
-        t for t in asyncio.all_tasks() if t.get_name().startswith("send-telegram-555")
-    }
     await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="two"))
     sends = await server.wait_for("sendMessage", count=2)
     assert [c.params["text"] for c in sends] == ["one", "two"]
