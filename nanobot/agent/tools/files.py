@@ -73,11 +73,19 @@ class PathGuard:
             raise ToolError(f"path '{raw}' is outside the workspace ({self.workspace}); access denied")
         return path
 
-    def root_of(self, path: Path) -> Path | None:
-        """The folder `path` must still lie under when it is opened (None: unrestricted)."""
-        if not self.restrict or self.inside(path):
-            return self.workspace if self.restrict else None
-        return next((root for root in self.read_only_roots if path.is_relative_to(root)), self.workspace)
+    def open_limits(self, path: Path, ctx: ToolContext) -> tuple[Path, tuple[Path, ...]]:
+        """(the folder an open of `path` must still lie under, the folders it must not lead into)."""
+        if not self.restrict:
+            root = Path(os.sep)
+        elif self.inside(path):
+            root = self.workspace
+        else:
+            root = next((r for r in self.read_only_roots if path.is_relative_to(r)), self.workspace)
+        return root, self.avoid(ctx)
+
+    def avoided(self, path: Path, ctx: ToolContext) -> bool:
+        """Whether the resolved `path` lies in a folder this context must not reach."""
+        return any(path.is_relative_to(folder.resolve()) for folder in self.avoid(ctx))
 
     def inside(self, path: Path) -> bool:
         try:
@@ -105,7 +113,7 @@ class _FileTool(Tool):
         if len(text.encode("utf-8")) > self.max_bytes:
             raise ToolError(f"content is larger than the {self.max_bytes}-byte limit")
         if self.memory.is_memory_path(path):
-            if any(path.is_relative_to(folder.resolve()) for folder in self.guard.avoid(ctx)):
+            if self.guard.avoided(path, ctx):
                 # the policy saw another path: a link swapped in since leads here
                 raise ToolError("the owner's memory is private in group chats")
             try:
@@ -115,16 +123,15 @@ class _FileTool(Tool):
             return
         try:
             # atomic: a full disk or a read-only workspace leaves the old file, never half a new one
-            root = self.guard.root_of(path)
-            atomic_write(path, text, fsync=False, beneath=root, avoid=self.guard.avoid(ctx) if root else ())
+            root, avoid = self.guard.open_limits(path, ctx)
+            atomic_write(path, text, fsync=False, beneath=root, avoid=avoid)
         except OSError as exc:
             raise ToolError(f"cannot write {path.name}: {exc.strerror or exc}") from None
 
     def _read(self, ctx: ToolContext, path: Path, raw: str, max_bytes: int) -> str:
         """The text of the file `path` resolved to, opened without following a link swapped in since."""
         try:
-            root = self.guard.root_of(path)
-            avoid = self.guard.avoid(ctx) if root else ()
+            root, avoid = self.guard.open_limits(path, ctx)
             data = read_regular_bytes(path, beneath=root, avoid=avoid, max_bytes=max_bytes)
         except FileNotFoundError:
             raise ToolError(f"file not found: {raw}") from None
@@ -224,13 +231,9 @@ class ListDirTool(_FileTool):
 
     async def execute(self, ctx: ToolContext, path: str = ".", **_: Any) -> str:
         target = self.guard.resolve_readable(path)
-        root = self.guard.root_of(target)
+        root, avoid = self.guard.open_limits(target, ctx)
         try:
-            folder = (
-                open_folder_beneath(root, target, self.guard.avoid(ctx))
-                if root
-                else os.open(target, os.O_RDONLY | os.O_DIRECTORY)
-            )
+            folder = open_folder_beneath(root, target, avoid)
         except (NotADirectoryError, FileNotFoundError):
             raise ToolError(f"not a folder: {path}") from None
         except OSError as exc:

@@ -97,11 +97,11 @@ class TrustPolicy:
         except (OSError, RuntimeError):
             return True  # a symlink loop: refuse rather than guess
         roots = [*folders, *(p.resolve() for p in folders)]
-        if any(c == r or c.is_relative_to(r) for c in candidates for r in roots):
+        if any(c.is_relative_to(r) for c in candidates for r in roots):
             return True
-        return dot_entries and any(
-            c.is_relative_to(self.workspace)
-            and c.relative_to(self.workspace).parts[:1] != ()
-            and c.relative_to(self.workspace).parts[0].startswith(".")
-            for c in candidates
-        )
+        return dot_entries and any(self._top_entry(c).startswith(".") for c in candidates)
+
+    def _top_entry(self, path: Path) -> str:
+        """The workspace root's entry that `path` is or lies in ("" when outside or the root itself)."""
+        parts = path.relative_to(self.workspace).parts if path.is_relative_to(self.workspace) else ()
+        return parts[0] if parts else ""
