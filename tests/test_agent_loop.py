@@ -322,7 +322,8 @@ async def test_a_shutdown_keeps_messages_a_platform_will_not_send_again(
 
     loop, agent, bus = running
     entered = hold_turns_before_saving(agent, monkeypatch)
-    for text in ("given up with /stop", "cut by the shutdown", "queued behind it", "/new"):
+    queued = [f"queued behind it {n}" for n in range(1, 7)]
+    for text in ("given up with /stop", "cut by the shutdown", *queued, "/new"):
         await bus.publish_inbound(inbound(text, channel="discord"))
     await wait_for(lambda: len(entered) == 1)
     await bus.publish_inbound(inbound("/stop", channel="discord"))
@@ -331,6 +332,7 @@ async def test_a_shutdown_keeps_messages_a_platform_will_not_send_again(
     await loop.stop_accepting()
     await loop.finish(grace_s=0.2)
     path = agent.sessions.path_for("discord:c1")
-    assert [m["content"] for m in messages_of(path)] == ["cut by the shutdown", "queued behind it"]
+    # in the order they were sent (the tasks once sat in a set, and were kept in its hash order)
+    assert [m["content"] for m in messages_of(path)] == ["cut by the shutdown", *queued]
     session = type(agent.sessions)(agent.context.workspace).get("discord:c1")
-    assert unanswered_index(session) == 1  # the next start answers the newest, the other in its history
+    assert unanswered_index(session) == 6  # the next start answers the newest, the rest in its history

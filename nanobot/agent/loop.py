@@ -46,7 +46,9 @@ STOP_WAIT_S = 5.0
 @dataclass
 class _SessionSlot:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # The session's messages in arrival order (a dict keeps it): a shutdown cancels them in that
+    # order, so those it saves (Agent.keep_unanswered) land in the transcript as they were sent.
+    tasks: dict[asyncio.Task[None], None] = field(default_factory=dict)
     running: asyncio.Task[None] | None = None
     user_stopped: bool = False  # the running turn is being cancelled by /stop
 
@@ -133,7 +135,7 @@ class AgentLoop:
         if slot is None:
             slot = self._slots[ctx.session_key] = _SessionSlot()
         task = asyncio.create_task(self._run(msg, ctx, slot), name=f"turn:{ctx.session_key}")
-        slot.tasks.add(task)
+        slot.tasks[task] = None
         task.add_done_callback(lambda t, key=ctx.session_key: self._done(key, t))
         return True
 
@@ -149,7 +151,7 @@ class AgentLoop:
         slot = self._slots.get(key)
         if slot is None:
             return
-        slot.tasks.discard(task)
+        slot.tasks.pop(task, None)
         if not slot.tasks and not slot.lock.locked():
             del self._slots[key]  # idle sessions keep no lock around
 
