@@ -185,8 +185,7 @@ async def test_job_persists_across_restart_and_fires(tmp_path: Path) -> None:
     svc1 = service(path, first)
     await svc1.start()
     job = svc1.add("water", "remind me to drink water", every_s=1, deliver_to=DeliverTo("telegram", "42"))
-    await svc1.stop()  # "restart" before it ever fires
-    assert first.jobs == []
+    await svc1.stop()  # "restart" (on a loaded machine the first run may already have fired it)
 
     on_disk = json.loads(path.read_text())
     assert on_disk["jobs"][0]["id"] == job.id and on_disk["jobs"][0]["schedule"]["every_s"] == 1
