@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from urllib.parse import parse_qsl, urlsplit
 
 MIN_SECRET_CHARS = 6  # shorter values would mask ordinary words
 _MASK = "***"
@@ -69,16 +70,24 @@ def register_config_secrets(config: object) -> None:
     if channels is not None:
         for name in ("telegram", "discord"):
             register_secret(getattr(getattr(channels, name, None), "token", ""))
+        _register_url(getattr(getattr(channels, "telegram", None), "proxy", ""))
+    if providers is not None:
+        for name in type(providers).model_fields:
+            _register_url(getattr(getattr(providers, name), "api_base", ""))
     tools = getattr(config, "tools", None)
     if tools is not None:
         register_secret(tools.web.search.api_key)
+        _register_url(tools.web.search.base_url)
         for server in tools.mcp_servers.values():
             _register_named(server.env)
             _register_named(server.headers)
+            _register_url(server.url)
         _register_named(tools.exec.env)
     memory = getattr(config, "memory", None)
     if memory is not None:
         register_secret(memory.search.embedding_api_key)
+        _register_url(memory.search.embedding_api_base)
+        _register_tree(memory.backends)  # apiKey, password, uri... of mem0, graphiti, honcho, memos
 
 
 def register_env_secrets(environ: dict[str, str] | None = None) -> None:
@@ -91,3 +100,32 @@ def _register_named(values: object) -> None:
     for key, value in dict(values).items():  # type: ignore[call-overload]
         if isinstance(value, str) and _SECRET_NAME.search(str(key)):
             register_secret(value)
+
+
+def _register_url(url: object) -> None:
+    """The password of a URL's user info and its credential-named query values (`?token=`)."""
+    if not isinstance(url, str) or not url:
+        return
+    try:
+        parts = urlsplit(url)
+        register_secret(parts.password)
+        for name, value in parse_qsl(parts.query):
+            if _SECRET_NAME.search(name):
+                register_secret(value)
+    except ValueError:
+        return
+
+
+def _register_tree(value: object, key: str = "") -> None:
+    """Every credential-named string in a nested config block, and the credentials of its URLs."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _register_tree(v, str(k))
+    elif isinstance(value, list):
+        for v in value:
+            _register_tree(v, key)
+    elif isinstance(value, str):
+        if _SECRET_NAME.search(key):
+            register_secret(value)
+        elif "://" in value:
+            _register_url(value)

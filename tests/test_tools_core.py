@@ -136,6 +136,19 @@ async def test_web_search_unconfigured_is_a_clear_error() -> None:
         await WebSearchTool(WebSearchConfig(provider="brave")).execute(CTX, query="x")
 
 
+@pytest.mark.parametrize(("provider", "offered"), [("", False), ("duckduckgo", True)])
+async def test_web_search_is_offered_only_when_configured(make_config, provider: str, offered: bool) -> None:  # noqa: ANN001
+    """Unconfigured it can only fail: offered anyway, small models called it and got an error."""
+    from nanobot.agent.factory import build_runtime
+
+    config, _ = make_config(**{"tools.web.search.provider": provider})
+    rt = build_runtime(config)
+    try:
+        assert ("web_search" in {s["function"]["name"] for s in rt.agent.tools.schemas()}) is offered
+    finally:
+        await rt.aclose()
+
+
 def test_html_to_text() -> None:
     assert html_to_text("<p>a</p><p>b<br>c</p><style>x{}</style>") == "a\nb\nc"
 

@@ -153,7 +153,8 @@ def build_runtime(
     register_config_secrets(config)
     register_env_secrets()
     tools.register(WebFetchTool(config.tools.web))
-    tools.register(WebSearchTool(config.tools.web.search, config.tools.web.timeout_s))
+    if config.tools.web.search.provider:  # unconfigured, it could only fail: not offered
+        tools.register(WebSearchTool(config.tools.web.search, config.tools.web.timeout_s))
     tools.register(MessageTool(bus))
     cron = CronService(
         jobs_path(workspace),

@@ -80,6 +80,15 @@ class TurnRunner:
         result.usage.add(response.usage)
         return clean_reply(response.content)
 
+    async def _execute(
+        self, name: str, arguments: Any, ctx: ToolContext, tool_names: set[str] | None
+    ) -> str:
+        """A tool call, when its tool is one this run offered: a model may name any tool (a sub-agent
+        told to `spawn`, `cron` or `message` by a page it read), not only those in its schema list."""
+        if tool_names is not None and name not in tool_names:
+            return f"Error: tool '{name}' is not available here. Available tools: {', '.join(sorted(tool_names))}"
+        return await self.tools.execute(name, arguments, ctx)
+
     async def run(
         self,
         messages: list[dict[str, Any]],
@@ -126,7 +135,7 @@ class TurnRunner:
                 "tool_calls": [c.to_message_dict() for c in response.tool_calls],
             }
             outputs = await asyncio.gather(
-                *(self.tools.execute(c.name, c.arguments, ctx) for c in response.tool_calls)
+                *(self._execute(c.name, c.arguments, ctx, tool_names) for c in response.tool_calls)
             )
             group = [assistant]
             for call, output in zip(response.tool_calls, outputs, strict=True):

@@ -12,7 +12,7 @@ import uuid
 from loguru import logger
 
 from nanobot.agent.runner import TurnRunner
-from nanobot.agent.tools.base import ToolContext
+from nanobot.agent.tools.base import ToolContext, ToolError
 from nanobot.bus.events import InboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.util.tasks import finish_or_cancel
@@ -22,6 +22,7 @@ SUBAGENT_TOOLS = frozenset(
 )
 MAX_SUBAGENT_ITERATIONS = 15
 MAX_RESULT_CHARS = 8_000
+MAX_RUNNING_PER_SESSION = 4  # one chat (a group member, a page the model read) cannot fan out further
 
 SUBAGENT_SYSTEM = """You are a sub-agent of nanobot, working on one task in the background.
 Complete the task with the tools you have, then answer with a concise report of the result
@@ -36,6 +37,11 @@ class SubagentManager:
         self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
 
     def spawn(self, task: str, label: str, ctx: ToolContext) -> str:
+        if self.running(ctx.session_key) >= MAX_RUNNING_PER_SESSION:
+            raise ToolError(
+                f"{MAX_RUNNING_PER_SESSION} sub-agents are already running for this chat; "
+                "wait for their results before starting more"
+            )
         task_id = uuid.uuid4().hex[:8]
         job = asyncio.create_task(self._run(task_id, task, label, ctx), name=f"subagent:{task_id}")
         self._tasks[task_id] = (ctx.session_key, job)

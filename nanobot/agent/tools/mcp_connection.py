@@ -36,6 +36,8 @@ RETRY_MAX_S = 300.0
 MAX_TOOL_NAME_CHARS = 64
 MAX_RESULT_CHARS = 100_000
 MAX_LIST_PAGES = 50
+MAX_SCHEMA_CHARS = 8_000  # a tool's input schema, sent with every request: its text is prompt too
+MAX_TOOLS_PER_SERVER = 128
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -175,7 +177,13 @@ class MCPServerConnection:
             self._mark_failed(describe_error(exc) + (f" (stderr: {tail})" if tail else ""))
             return False
         patterns = self.cfg.enabled_tools
-        self.remote_tools = [t for t in listing if tool_enabled(self.name, t.name, patterns)]
+        enabled = [t for t in listing if tool_enabled(self.name, t.name, patterns)]
+        self.remote_tools = [t for t in enabled if _schema_fits(self.name, t)][:MAX_TOOLS_PER_SERVER]
+        if len(enabled) > MAX_TOOLS_PER_SERVER:
+            logger.warning(
+                "MCP server {}: {} tools, only the first {} are used (narrow it with enabledTools)",
+                self.name, len(enabled), MAX_TOOLS_PER_SERVER,
+            )
         if self._failures:
             logger.info("MCP server {} is back ({} tools)", self.name, len(self.remote_tools))
         self.state, self.error, self._failures, self._reported = "ready", "", 0, ""
@@ -320,6 +328,17 @@ class MCPServerConnection:
         await self._retire(self._gen)
         if self.state == "ready":
             self.state = "idle"
+
+
+def _schema_fits(server: str, tool: Any) -> bool:
+    size = len(json.dumps(tool.input_schema or {}, ensure_ascii=False, default=str))
+    if size > MAX_SCHEMA_CHARS:
+        logger.warning(
+            "MCP server {}: tool {!r} skipped, its input schema has {} characters (at most {})",
+            server, tool.name, size, MAX_SCHEMA_CHARS,
+        )
+        return False
+    return True
 
 
 def _settle(future: asyncio.Future[Any], result: Any = None, exc: BaseException | None = None) -> None:

@@ -40,9 +40,13 @@ def embedded_ipv4(addr: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
 
 def is_public(addr: IPAddress) -> bool:
     """A global unicast address, also in every embedded IPv4 form."""
-    if isinstance(addr, ipaddress.IPv6Address) and any(addr in net for net in _NAT64):
+    if isinstance(addr, ipaddress.IPv6Address) and addr in _NAT64[0]:
         # DNS64 networks answer every IPv4-only site this way: judge the IPv4 address inside
         return is_public(ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF))
+    if isinstance(addr, ipaddress.IPv6Address) and (addr in _NAT64[1] or addr.is_site_local):
+        # 64:ff9b:1::/48 is for local translators (RFC 8215; its IPv4 address need not sit in the
+        # last 32 bits), fec0::/10 the deprecated site-local range: neither is a global address
+        return False
     bad = addr.is_multicast or addr.is_unspecified or addr.is_loopback or addr.is_link_local
     if bad or addr.is_reserved or addr.is_private or not addr.is_global:
         return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import html
 import re
+import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus, urljoin, urlparse, urlunparse
 
@@ -55,14 +56,72 @@ def pinned_request(url: str, address: str) -> tuple[str, dict[str, str], dict[st
     return urlunparse(parsed._replace(netloc=netloc)), {"Host": host_header}, extensions
 
 
+_SKIPPED_BLOCK = re.compile(r"(?i)<(script|style|noscript|svg|head)\b")
+
+
+def _drop_blocks(markup: str) -> str:
+    """`markup` without <script>…</script> and the like, in linear time (a lazy `.*?` regex scans to
+    the end once per unclosed opener: quadratic, and it runs on the event loop)."""
+    closed_from: dict[str, int] = {}  # closer -> first position from which it is known to be absent
+    out: list[str] = []
+    pos = 0
+    for m in _SKIPPED_BLOCK.finditer(markup):
+        if m.start() < pos:
+            continue
+        closer = f"</{m.group(1).lower()}>"
+        found = None
+        if m.end() < closed_from.get(closer, len(markup) + 1):
+            found = re.compile(re.escape(closer), re.IGNORECASE).search(markup, m.end())
+        if found is None:
+            closed_from[closer] = min(closed_from.get(closer, len(markup) + 1), m.end())
+            continue  # unclosed: left for the tag stripper, as before
+        out.append(markup[pos : m.start()])
+        out.append(" ")
+        pos = found.end()
+    out.append(markup[pos:])
+    return "".join(out)
+
+
 def html_to_text(markup: str) -> str:
-    markup = re.sub(r"(?is)<(script|style|noscript|svg|head)\b.*?</\1>", " ", markup)
+    markup = _drop_blocks(markup)
     markup = re.sub(r"(?i)<br\s*/?>|</(p|div|li|h[1-6]|tr|section|article)>", "\n", markup)
-    markup = re.sub(r"(?s)<[^>]+>", " ", markup)
+    markup = re.sub(r"<[^<>]+>", " ", markup)  # [^<>]: a run of '<' costs linear, not quadratic, time
     text = html.unescape(markup)
     text = re.sub(r"[ \t\r\f\v]+", " ", text)
     text = re.sub(r" *\n *", "\n", text)  # tags replaced by spaces leave them at line edges
     return re.sub(r"\n\s*\n+", "\n\n", text).strip()
+
+
+def _decoder(content_encoding: str) -> Any:
+    """A zlib decompressor for the response's Content-Encoding (None: identity). One layer only:
+    nested encodings ("gzip, gzip") multiply the ratio of a decompression bomb."""
+    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
+    codings = [c for c in codings if c != "identity"]
+    if not codings:
+        return None
+    if len(codings) > 1 or codings[0] not in ("gzip", "x-gzip", "deflate"):
+        raise ToolError(f"unsupported content encoding: {content_encoding}")
+    return zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header, detected
+
+
+async def read_limited(resp: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
+    """At most `max_bytes` of the decoded body (and whether there was more), decompressing no more
+    than that: the output of every decompress call is bounded, whatever the ratio."""
+    decoder = _decoder(resp.headers.get("content-encoding", ""))
+    body = bytearray()
+    raw_total = 0
+    async for raw in resp.aiter_raw():
+        raw_total += len(raw)
+        if decoder is None:
+            body.extend(raw)
+        else:
+            try:
+                body.extend(decoder.decompress(raw, max_bytes + 1 - len(body)))
+            except zlib.error as exc:
+                raise ToolError(f"fetch failed: bad compressed body: {exc}") from None
+        if len(body) > max_bytes or raw_total > max_bytes:
+            return bytes(body[:max_bytes]), True
+    return bytes(body), False
 
 
 class WebFetchTool(Tool):
@@ -90,7 +149,7 @@ class WebFetchTool(Tool):
         async with httpx.AsyncClient(
             timeout=self.cfg.timeout_s,
             follow_redirects=False,
-            headers={"User-Agent": USER_AGENT},
+            headers={"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"},
             trust_env=False,
         ) as client:
             for _hop in range(self.cfg.max_redirects + 1):
@@ -103,15 +162,12 @@ class WebFetchTool(Tool):
                         if resp.is_redirect and resp.headers.get("location"):
                             current = urljoin(current, resp.headers["location"])
                             continue
-                        body = bytearray()
-                        async for chunk in resp.aiter_bytes():
-                            body.extend(chunk)
-                            if len(body) > self.cfg.max_bytes:
-                                break
+                        body, truncated = await read_limited(resp, self.cfg.max_bytes)
                     finally:
                         await resp.aclose()
-                    truncated = len(body) > self.cfg.max_bytes
-                    return self._render(resp, bytes(body[: self.cfg.max_bytes]), current, truncated)
+                    # Text extraction is CPU work on up to max_bytes: off the event loop, so every
+                    # other chat (and this fetch's own deadline) keeps running meanwhile.
+                    return await asyncio.to_thread(self._render, resp, body, current, truncated)
                 except httpx.HTTPError as exc:
                     raise ToolError(f"fetch failed: {type(exc).__name__}: {exc}") from None
         raise ToolError(f"too many redirects (more than {self.cfg.max_redirects})")
