@@ -11,6 +11,7 @@ then masked like everything else.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -20,9 +21,13 @@ from pathlib import Path
 
 from loguru import logger
 
-from nanobot.errors import ConfigError
+from nanobot.errors import ConfigError, UserError
 from nanobot.secrets import mask
 from nanobot.util.fs import PRIVATE_FILE_MODE, ensure_private_dir, repair_private
+
+# A read-only remount (an SD card after errors) or a full disk passes: systemd should try again, so
+# these are not config errors (exit 2 is in RestartPreventExitStatus).
+_STORAGE_STATE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO})
 
 _STDERR_FORMAT = "<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> <cyan>{name}</cyan> {message}"
 _FILE_FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS ZZ} {level: <7} {name}:{line} {message}"
@@ -98,8 +103,11 @@ def setup_logging(
                 backtrace=False,
                 diagnose=False,
             )
-        except OSError as exc:  # a config problem (exit 2), not a crash that systemd restarts
-            raise ConfigError(f"logging.file: cannot write {log_path}: {exc.strerror or exc}") from None
+        except OSError as exc:
+            message = f"logging.file: cannot write {log_path}: {exc.strerror or exc}"
+            if exc.errno in _STORAGE_STATE_ERRNOS:  # the disk, not the config: exit 1, retried later
+                raise UserError(message) from None
+            raise ConfigError(message) from None  # a config problem (exit 2), not a crash to restart
     logging.basicConfig(handlers=[_InterceptHandler()], level=0, force=True)
     route_library_logging()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import stat
@@ -356,6 +357,39 @@ def test_a_log_file_that_cannot_be_written_is_a_config_error(tmp_path: Path) -> 
     )
     assert result.returncode == 2, result.stderr
     assert "logging.file: cannot write" in result.stderr and "Traceback" not in result.stderr
+
+
+def _can_mount_privately() -> bool:
+    try:
+        return subprocess.run(["unshare", "-rmn", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.mark.skipif(not _can_mount_privately(), reason="needs user and mount namespaces (unshare -rmn)")
+@pytest.mark.parametrize("log_file", [False, True])
+def test_a_read_only_workspace_at_start_is_exit_1_so_systemd_retries(tmp_path: Path, log_file: bool) -> None:
+    """An SD card remounted read-only: the gateway died with a traceback (the lock file), or exit 2
+    (logging.file, a 'config error'), which RestartPreventExitStatus keeps systemd from ever retrying."""
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    ws.mkdir()
+    config: dict[str, object] = {"agents": {"defaults": {"workspace": str(ws)}}}
+    if log_file:
+        config["logging"] = {"file": str(ws / "logs" / "nanobot.log")}
+    (home / "config.json").write_text(json.dumps(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")} | {"NANOBOT_HOME": str(home)}
+    gateway = shlex.join([sys.executable, "-m", "nanobot", "gateway"])
+    result = subprocess.run(  # no network in the namespace; the workspace a read-only mount
+        ["unshare", "-rmn", "sh", "-c", f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(ws))} && {gateway}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Read-only file system" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_cli_system_unit_into_unit_dir(tmp_path: Path, cli_env: Path) -> None:

@@ -196,8 +196,18 @@ class AgentLoop:
                 except Exception as exc:  # noqa: BLE001 - a full disk: say what was lost
                     logger.error("{}: a message could not be kept at shutdown: {}", ctx.session_key, exc)
             msg.resolve(None)  # a waiting publisher learns there is no reply
+            self._end_stream(msg, ctx, out)
             raise
+        self._end_stream(msg, ctx, out)
         await self._deliver(msg, out)
+
+    def _end_stream(self, msg: InboundMessage, ctx: MessageContext, out: OutboundMessage | None) -> None:
+        """A streamed turn that ends without its final reply (stopped, failed, cancelled) tells the
+        channel, which otherwise keeps the partial preview's state for good."""
+        stream_id = msg.metadata.get("stream_id")
+        if not stream_id or (out is not None and out.metadata.get("stream_id") == stream_id):
+            return
+        self.bus.offer_outbound(ctx.reply("", kind="stream_end", metadata={"stream_id": stream_id}))
 
     async def _execute(self, msg: InboundMessage, ctx: MessageContext) -> OutboundMessage | None:
         """A message in its session's order: `/new`, or a turn."""

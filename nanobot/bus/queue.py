@@ -17,7 +17,7 @@ from loguru import logger
 from nanobot.bus.events import InboundMessage, OutboundMessage
 
 DEFAULT_MAX_QUEUE = 1000
-_BEST_EFFORT_KINDS = frozenset({"progress", "tool_hint", "typing", "stream_delta"})
+_BEST_EFFORT_KINDS = frozenset({"progress", "tool_hint", "typing", "stream_delta", "stream_end"})
 
 
 class MessageBus:
@@ -43,13 +43,18 @@ class MessageBus:
 
     async def publish_outbound(self, msg: OutboundMessage) -> None:
         if msg.kind in _BEST_EFFORT_KINDS:
-            try:
-                self.outbound.put_nowait(msg)
-            except asyncio.QueueFull:
-                self.dropped_events += 1
-                logger.debug("outbound queue full: dropped a {} event", msg.kind)
+            self.offer_outbound(msg)
             return
         await self.outbound.put(msg)
+
+    def offer_outbound(self, msg: OutboundMessage) -> None:
+        """Queue a best-effort event without waiting (also from code that cannot await: a cancelled
+        turn's cleanup); dropped when the queue is full."""
+        try:
+            self.outbound.put_nowait(msg)
+        except asyncio.QueueFull:
+            self.dropped_events += 1
+            logger.debug("outbound queue full: dropped a {} event", msg.kind)
 
     async def consume_outbound(self) -> OutboundMessage:
         return await self.outbound.get()

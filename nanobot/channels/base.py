@@ -30,7 +30,7 @@ from nanobot.bus.queue import MessageBus
 from nanobot.channels import media as media_util
 from nanobot.channels.connection import Connection
 from nanobot.channels.media import Fetch, MediaItem, Received
-from nanobot.channels.pairing import PairingStore, pairing_message
+from nanobot.channels.pairing import PairingError, PairingStore, pairing_message
 from nanobot.config.paths import MEDIA_DIR
 from nanobot.config.schema import ChannelsConfig, ProvidersConfig
 from nanobot.secrets import register_secret
@@ -105,6 +105,9 @@ class Channel(Connection, ABC):
     async def _send_stream_delta(self, msg: OutboundMessage) -> None:  # noqa: B027 (optional hook)
         """Show a partial reply. Channels without streaming ignore deltas."""
 
+    async def _end_stream(self, msg: OutboundMessage) -> None:  # noqa: B027 (optional hook)
+        """A streamed reply ended without a final message (stopped or failed): forget its state."""
+
     @property
     def streaming(self) -> bool:
         return bool(getattr(self.config, "streaming", False))
@@ -120,6 +123,7 @@ class Channel(Connection, ABC):
             self.start_typing(msg.chat_id)
             return
         if msg.kind == "stream_end":
+            await self._end_stream(msg)
             return
         if msg.kind == "message":
             await self.stop_typing(msg.chat_id)
@@ -204,7 +208,7 @@ class Channel(Connection, ABC):
         assert self.pairing is not None
         try:
             outcome, code = self.pairing.request(self.name, sender_id, username, chat_id)
-        except OSError as exc:  # a full disk must not break the channel; the sender just gets nothing
+        except (OSError, PairingError) as exc:  # a full disk or a damaged store: the sender gets nothing
             logger.error("{}: could not record a pairing request: {}", self.name, exc)
             return
         if outcome != "issued" or code is None:
@@ -324,6 +328,8 @@ class Channel(Connection, ABC):
                 await fetch(item, path)
                 path.chmod(PRIVATE_FILE_MODE)
             except errors as exc:
+                # a download cut short (full disk, dropped connection) must not stay behind as a file
+                path.unlink(missing_ok=True)
                 logger.warning("{}: could not download {}: {}", self.name, item.filename, exc)
                 got.notes.append(f"[{item.filename}: download failed]")
                 continue

@@ -93,12 +93,16 @@ class PairingStore:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
-    def _load(self) -> dict[str, Any]:
+    def _load(self, *, strict: bool = False) -> dict[str, Any]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return _empty()
         except (OSError, ValueError) as exc:
+            if strict:  # never write over it: it holds the approved and denied senders
+                raise PairingError(
+                    f"{self.path} is unreadable ({exc}); fix or remove it (nothing was changed)"
+                ) from None
             # Never guess: an unreadable store admits nobody new; the owner sees why.
             logger.error("pairing: {} is unreadable ({}); approved senders are not admitted", self.path, exc)
             return _empty()
@@ -119,7 +123,7 @@ class PairingStore:
     def _update(self, change: Callable[[dict[str, Any]], Any]) -> Any:
         """Apply `change` to the current file contents under the lock and write the result."""
         with file_lock(self.lock_path):
-            data = self._load()
+            data = self._load(strict=True)
             now = self._clock()
             data["pending"] = [p for p in data["pending"] if float(p.get("expires_at", 0)) > now]
             result = change(data)

@@ -371,6 +371,11 @@ class TelegramChannel(Channel):
         else:
             stream.flush = asyncio.create_task(self._flush_later(stream, wait_s))
 
+    async def _end_stream(self, msg: OutboundMessage) -> None:
+        stream = self._streams.pop(str(msg.metadata.get("stream_id", "")), None)
+        if stream is not None and stream.flush is not None:
+            stream.flush.cancel()
+
     async def _flush_later(self, stream: _Stream, wait_s: float) -> None:
         await asyncio.sleep(wait_s)
         await self._flush_stream(stream)

@@ -200,12 +200,13 @@ class MemoryIndex:
                 logger.warning("memory index: cannot read {}: {}", rel, exc)
                 signature.pop(rel, None)
                 continue
-            digest = text_hash(content)
+            # Hashing and chunking a long transcript take seconds: off the event loop, like the I/O.
+            digest = await asyncio.to_thread(text_hash, content)
             if known and known[0] == digest:
                 await asyncio.to_thread(db.touch_file, rel, st.st_mtime_ns, st.st_size)
                 stats.files_unchanged += 1
                 continue
-            chunks = self._chunk(content, source)
+            chunks = await asyncio.to_thread(self._chunk, content, source)
             vectors = await asyncio.to_thread(cached_vectors, db, self.embedder, [c.hash for c in chunks])
             stats.embedding_cache_hits += sum(1 for c in chunks if c.hash in vectors)
             rows = [(c, vectors.get(c.hash)) for c in chunks]

@@ -9,6 +9,7 @@ processes, so a one-shot `nanobot agent` beside a gateway never interleaves line
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -151,13 +152,29 @@ class MemoryStore:
         if not current.strip() or self.backups_kept <= 0:
             return
         backups = self.dir / BACKUP_DIR
+        earlier = self.backups()
         stamp = self.now().strftime("%Y%m%dT%H%M%S%f")
-        atomic_write(backups / f"MEMORY-{stamp}.md", current)
-        for old in sorted(backups.glob("MEMORY-*.md"))[: -self.backups_kept]:
+        path = unused_path(backups, f"MEMORY-{stamp}", ".md")
+        atomic_write(path, current)
+        # The wall-clock name is for people; the order is the order of writing. A clock set back (a
+        # time zone change, the repeated hour in autumn, an NTP step) gives a new backup a name
+        # that sorts before older ones: its mtime is moved past theirs so it is never the one pruned.
+        if earlier:
+            newest = max(p.stat().st_mtime_ns for p in earlier)
+            if path.stat().st_mtime_ns <= newest:
+                os.utime(path, ns=(newest + 1, newest + 1))
+        for old in self.backups()[: -self.backups_kept]:
             old.unlink(missing_ok=True)
 
     def backups(self) -> list[Path]:
-        return sorted((self.dir / BACKUP_DIR).glob("MEMORY-*.md"))
+        """MEMORY.md backups, oldest first (by when they were written)."""
+        found = []
+        for path in (self.dir / BACKUP_DIR).glob("MEMORY-*.md"):
+            try:
+                found.append((path.stat().st_mtime_ns, path.name, path))
+            except FileNotFoundError:
+                continue
+        return [path for _, _, path in sorted(found)]
 
     def _append(self, path: Path, text: str) -> None:
         with self.locked():

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,7 @@ __all__ = [
 MISFIRE_GRACE_S = 300  # a run missed by at most this long still happens once, late
 RELOAD_CHECK_S = 2.0  # how often a running service looks for changes made by other processes
 STOP_TIMEOUT_S = 5.0  # how long stop() waits for cancelled in-flight runs to unwind
+CLOCK_STEP_S = 2.0  # a wall-clock jump larger than this (between two watcher checks) wakes the scheduler
 
 OnJob = Callable[[CronJob], Awaitable[str | None]]
 Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
@@ -114,6 +116,7 @@ class CronService:
         self._seen_sig: tuple[int, int, int] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[Any]] = set()
+        self._clock_offset: float | None = None  # wall clock minus monotonic clock, at the last check
 
     # ------------------------------------------------------------------ management
     @property
@@ -334,9 +337,27 @@ class CronService:
         except CronStoreError as exc:
             logger.error("cron: cannot record job state: {}", exc)
 
+    def _wall_minus_monotonic(self) -> float:
+        return tz_now(UTC).timestamp() - time.monotonic()
+
+    def _check_clock(self) -> None:
+        """APScheduler arms a monotonic timer for the next due run, computed from the wall clock at
+        that moment: a wall clock stepped forward (NTP syncing a box without an RTC after boot, a
+        resume from suspend) leaves it asleep past every run that fell due meanwhile, which it then
+        reports as missed. Waking it when the two clocks drift apart lets it look again now."""
+        offset = self._wall_minus_monotonic()
+        if self._clock_offset is not None and abs(offset - self._clock_offset) > CLOCK_STEP_S:
+            moved_s = offset - self._clock_offset
+            logger.warning("cron: the system clock moved by {:+.0f}s; checking for due jobs", moved_s)
+            if self._scheduler is not None:
+                self._scheduler.wakeup()
+        self._clock_offset = offset
+
     async def _watch(self) -> None:
+        self._clock_offset = self._wall_minus_monotonic()
         while True:
             await asyncio.sleep(self.reload_interval_s)
+            self._check_clock()
             try:
                 if self.store.signature() != self._seen_sig:
                     logger.debug("cron: jobs.json changed on disk; reloading")

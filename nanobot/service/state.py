@@ -92,7 +92,13 @@ class GatewayLock:
         if self._fd is not None:
             return
         # Never unlink the lock file: a waiter could lock the old inode while we lock a new one.
-        fd = open_private(self.path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fd = open_private(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as exc:  # a read-only or full disk: exit 1, so systemd tries again later
+            raise UserError(
+                f"cannot open the gateway lock {self.path}: {exc.strerror or exc} "
+                "(is the workspace read-only or its disk full?)"
+            ) from None
         deadline = time.monotonic() + ACQUIRE_RETRY_S
         while True:
             try:

@@ -147,9 +147,19 @@ def append_locked(path: Path, text: str, *, fsync: bool = True, separate: bool =
     fd = open_private(path, os.O_WRONLY | os.O_APPEND)
     try:
         with fd_lock(fd):
-            if separate and os.fstat(fd).st_size > 0:
+            end = os.fstat(fd).st_size
+            if separate and end > 0:
                 text = "\n" + text
-            os.write(fd, text.encode("utf-8"))
+            # os.write may write only part (a nearly full disk) and fail on the rest: write it all,
+            # or cut the file back so no half entry is left behind, and raise.
+            view = memoryview(text.encode("utf-8"))
+            try:
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, end)
+                raise
             if fsync:
                 os.fsync(fd)
     finally:
