@@ -124,6 +124,44 @@ async def test_incremental_sync_through_litellm_and_fake_server(ws: Path) -> Non
         idx.close()
 
 
+async def test_a_turn_appended_to_a_long_transcript_rewrites_only_its_new_chunks(ws: Path) -> None:
+    """Every search after a turn re-indexed the whole live transcript: thousands of rows and their
+    FTS entries deleted and written again (seconds on a months-long session, and the index file grew
+    with each rewrite). Unchanged chunks keep their rows now, vectors included."""
+    import json
+
+    def turn(n: int) -> str:
+        user = {"role": "user", "content": f"question {n} about the garden plan number{n}"}
+        reply = {"role": "assistant", "content": f"answer {n}: " + "water the tomatoes early. " * 20}
+        return json.dumps(user) + "\n" + json.dumps(reply) + "\n"
+
+    transcript = ws / "sessions" / "telegram_42.jsonl"
+    transcript.parent.mkdir(exist_ok=True)
+    transcript.write_text("".join(turn(n) for n in range(300)))
+    embedder = FakeEmbedder()
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="litellm"), embedder=embedder)
+    await idx.sync()
+    db = sqlite3.connect(ws / "memory" / ".index.sqlite")
+    rel = "sessions/telegram_42.jsonl"
+    before = {row[0] for row in db.execute("SELECT id FROM chunks WHERE path=?", (rel,))}
+    assert len(before) > 50
+    embedded_before = len(embedder.embedded)
+
+    with transcript.open("a") as fh:
+        fh.write(turn(300))
+    stats = await idx.sync()
+    after = {row[0] for row in db.execute("SELECT id FROM chunks WHERE path=?", (rel,))}
+    assert 1 <= stats.chunks_indexed <= 3 and len(before - after) <= 2  # only the tail was rewritten
+    assert len(embedder.embedded) - embedded_before <= 3  # and embedded
+    fts_rows = db.execute("SELECT count(*) FROM chunks_fts").fetchone()[0]
+    assert fts_rows == db.execute("SELECT count(*) FROM chunks").fetchone()[0]  # no stale FTS entry
+    for query, where in (("number300", rel), ("number0", rel), ("PostgreSQL", "memory/MEMORY.md")):
+        response = await idx.search(query)
+        assert response.results and response.results[0].path == where, query
+    db.close()
+    idx.close()
+
+
 async def test_model_change_reembeds_everything_and_cache_serves_the_old_model(ws: Path) -> None:
     cfg = MemorySearchConfig(embedding_provider="litellm")
     with FakeLLMServer() as server:

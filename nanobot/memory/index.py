@@ -210,9 +210,10 @@ class MemoryIndex:
             vectors = await asyncio.to_thread(cached_vectors, db, self.embedder, [c.hash for c in chunks])
             stats.embedding_cache_hits += sum(1 for c in chunks if c.hash in vectors)
             rows = [(c, vectors.get(c.hash)) for c in chunks]
-            await asyncio.to_thread(db.replace_file, rel, source.kind, digest, st.st_mtime_ns, st.st_size, rows)
+            stats.chunks_indexed += await asyncio.to_thread(
+                db.replace_file, rel, source.kind, digest, st.st_mtime_ns, st.st_size, rows
+            )
             stats.files_indexed += 1
-            stats.chunks_indexed += len(chunks)
         for rel in set(existing) - set(signature):
             await asyncio.to_thread(db.delete_file, rel)
             stats.files_removed += 1

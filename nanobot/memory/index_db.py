@@ -275,11 +275,26 @@ class IndexDB:
         mtime_ns: int,
         size: int,
         chunks: list[tuple[Chunk, bytes | None]],
-    ) -> None:
-        """Replace a file's chunks; each comes with its chunk vector blob when the cache has it."""
+    ) -> int:
+        """Replace a file's chunks (each with its chunk vector blob when the cache has it); returns
+        how many rows were written.
+
+        Rows of chunks that did not change are kept: a transcript grows at its end, so after a turn
+        only its last chunks are new, and rewriting thousands of rows (and their FTS entries) after
+        every turn cost seconds on a months-long session and bloated the index file."""
         with self.write() as conn:
-            self._delete_chunks(conn, path)
+            unchanged: dict[tuple[Any, ...], list[int]] = {}
+            for row in conn.execute(
+                "SELECT id, start_line, end_line, hash, title, day FROM chunks WHERE path=?", (path,)
+            ):
+                unchanged.setdefault(tuple(row[1:]), []).append(row[0])
+            written = 0
             for chunk, vector in chunks:
+                same = unchanged.get((chunk.start_line, chunk.end_line, chunk.hash, chunk.title, chunk.day))
+                if same:
+                    same.pop()  # kept as it is (with its vector, or still waiting for one)
+                    continue
+                written += 1
                 cur = conn.execute(
                     "INSERT INTO chunks(path, start_line, end_line, text, hash, embedding, title, day)"
                     " VALUES(?,?,?,?,?,?,?,?)",
@@ -289,9 +304,13 @@ class IndexDB:
                     "INSERT INTO chunks_fts(rowid, title, body) VALUES(?, ?, ?)",
                     (cur.lastrowid, to_fts_text(chunk.title), to_fts_text(chunk.text)),
                 )
+            gone = [(rowid,) for rowids in unchanged.values() for rowid in rowids]
+            conn.executemany("DELETE FROM chunks_fts WHERE rowid=?", gone)
+            conn.executemany("DELETE FROM chunks WHERE id=?", gone)
             conn.execute(
                 "INSERT OR REPLACE INTO files VALUES(?,?,?,?,?)", (path, source, digest, mtime_ns, size)
             )
+        return written
 
     def touch_file(self, path: str, mtime_ns: int, size: int) -> None:
         with self.write() as conn:
