@@ -341,20 +341,18 @@ def test_unit_lets_the_gateway_write_its_log_and_pairing_state_outside_home(
     assert log.parent.is_dir()  # it must exist when the service starts
 
 
+def _run_gateway(home: Path, command: list[str]) -> subprocess.CompletedProcess[str]:
+    """`command` (a gateway start) with NANOBOT_HOME=home and no other NANOBOT_ variable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")} | {"NANOBOT_HOME": str(home)}
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, cwd=home.parent)
+
+
 def test_a_log_file_that_cannot_be_written_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("")
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.json").write_text(json.dumps({"logging": {"file": str(tmp_path / "afile" / "x.log")}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")} | {"NANOBOT_HOME": str(home)}
-    result = subprocess.run(
-        [sys.executable, "-m", "nanobot", "gateway"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    result = _run_gateway(home, [sys.executable, "-m", "nanobot", "gateway"])
     assert result.returncode == 2, result.stderr
     assert "logging.file: cannot write" in result.stderr and "Traceback" not in result.stderr
 
@@ -378,16 +376,10 @@ def test_a_read_only_workspace_at_start_is_exit_1_so_systemd_retries(tmp_path: P
     if log_file:
         config["logging"] = {"file": str(ws / "logs" / "nanobot.log")}
     (home / "config.json").write_text(json.dumps(config))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")} | {"NANOBOT_HOME": str(home)}
     gateway = shlex.join([sys.executable, "-m", "nanobot", "gateway"])
-    result = subprocess.run(  # no network in the namespace; the workspace a read-only mount
-        ["unshare", "-rmn", "sh", "-c", f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(ws))} && {gateway}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    # no network in the namespace; the workspace a read-only mount
+    mount = f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(ws))}"
+    result = _run_gateway(home, ["unshare", "-rmn", "sh", "-c", f"{mount} && {gateway}"])
     assert result.returncode == 1, result.stderr
     assert "Read-only file system" in result.stderr and "Traceback" not in result.stderr
 
