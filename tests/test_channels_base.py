@@ -31,6 +31,7 @@ class FakeChannel(Channel):
         self.typing_calls: list[str] = []
         self.typing_done: list[str] = []
         self.typing_delay_s = 0.0  # how long one typing request is in flight
+        self.typing_gate: asyncio.Event | None = None  # when set up: requests stay in flight until it is set
         self.failures: list[Exception] = []
         self.fail_start = fail_start
         self.send_delay_s = send_delay_s
@@ -56,6 +57,8 @@ class FakeChannel(Channel):
 
     async def _send_typing(self, chat_id: str) -> None:
         self.typing_calls.append(chat_id)
+        if self.typing_gate is not None:
+            await self.typing_gate.wait()
         await asyncio.sleep(self.typing_delay_s)
         self.typing_done.append(chat_id)
 
@@ -63,6 +66,14 @@ class FakeChannel(Channel):
         if isinstance(exc, Transient):
             return exc.retry_after if exc.retry_after is not None else self._backoff(attempt)
         return None
+
+
+async def wait_until(predicate: Any, timeout_s: float = 5.0) -> None:
+    """Poll until `predicate()` holds: a fixed sleep is no proof on a loaded machine (a full GC
+    stalls the loop for a few hundred ms and fires several timers in one iteration)."""
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.005)
 
 
 def make(allow: list[str], **kw: Any) -> FakeChannel:
@@ -103,8 +114,7 @@ async def test_typing_runs_until_reply_and_is_capped() -> None:
     channel = make(["*"])
     channel.typing_interval_s = 0.01
     await channel._publish(InboundMessage("fake", "1", "c1", "hi"))
-    await asyncio.sleep(0.05)
-    assert channel.typing_calls.count("c1") >= 2
+    await wait_until(lambda: channel.typing_calls.count("c1") >= 2)  # renewed
     await channel.send(OutboundMessage("fake", "c1", "progress", kind="progress"))
     assert "c1" in channel._typing  # progress notes do not end the turn
     await channel.send(OutboundMessage("fake", "c1", "answer"))
@@ -113,21 +123,24 @@ async def test_typing_runs_until_reply_and_is_capped() -> None:
     assert len(channel.typing_calls) == count and "c1" not in channel._typing
     channel.typing_max_s = 0.03
     channel.start_typing("c2")
-    await asyncio.sleep(0.08)
-    assert "c2" not in channel._typing
+    await wait_until(lambda: "c2" not in channel._typing)  # capped (it would renew for ever)
 
 
 async def test_stopping_typing_never_cancels_the_request_in_flight() -> None:
     channel = make(["*"])
-    channel.typing_delay_s = 0.05
+    channel.typing_gate = gate = asyncio.Event()  # each typing request stays in flight until set
     channel.start_typing("c1")
-    await asyncio.sleep(0.01)  # the first typing request is in flight
+    await wait_until(lambda: channel.typing_calls == ["c1"])  # the first typing request is in flight
     await channel.send(OutboundMessage("fake", "c1", "answer"))
     assert channel.sent and "c1" not in channel._typing and channel.typing_done == []  # no waiting
-    await asyncio.sleep(0.08)
+    gate.set()
+    await wait_until(lambda: channel.typing_done == ["c1"])
+    await asyncio.sleep(0.05)
     assert channel.typing_calls == ["c1"] and channel.typing_done == ["c1"]  # finished, not renewed
+    gate.clear()
     channel.start_typing("c2")
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: "c2" in channel.typing_calls)
+    asyncio.get_running_loop().call_later(0.05, gate.set)  # answered while stop() waits for it
     await channel.stop()  # shutdown lets in-flight requests finish before the client closes
     assert channel.typing_done == ["c1", "c2"]
     channel.start_typing("c3")

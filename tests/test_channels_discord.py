@@ -172,7 +172,10 @@ async def test_long_reply_split_at_2000_with_fences(server, gateway_factory) -> 
     assert len(reply) >= 10_000
     await gw.bus.publish_outbound(OutboundMessage("discord", str(DM_CHANNEL_ID), reply))
     await server.wait_for("send_message", count=5)
-    await asyncio.sleep(0.2)
+    # it goes out in 7 parts, one request after another: wait for the last one, not a fixed 0.2 s
+    async with asyncio.timeout(10):
+        while not server.calls_to("send_message")[-1].params["content"].rstrip().endswith("closing words"):
+            await asyncio.sleep(0.01)
     parts = [c.params["content"] for c in server.calls_to("send_message")]
     assert all(len(p) <= 2000 for p in parts)
     assert all(len(re.findall(r"^```", p, flags=re.M)) % 2 == 0 for p in parts)
