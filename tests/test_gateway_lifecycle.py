@@ -178,7 +178,7 @@ def kill_self(sig: int = signal.SIGTERM) -> None:
 
 
 async def test_in_flight_turn_finishes_within_the_grace_period(tmp_path: Path) -> None:
-    h = await Harness(tmp_path, grace_s=3.0).start()
+    h = await Harness(tmp_path, grace_s=10.0).start()
     assert gateway_running(h.workspace)
     h.provider.turn_delay_s = 0.5
     await h.say("take your time")
@@ -186,7 +186,7 @@ async def test_in_flight_turn_finishes_within_the_grace_period(tmp_path: Path) -
     kill_self(signal.SIGTERM)
     code, elapsed = await h.stopped()
     assert code == 0 and h.exits == []
-    assert 0.3 < elapsed < 3.0  # waited for the turn, not for the whole grace period
+    assert 0.3 < elapsed < 8.0  # waited for the turn, not for the whole grace period
     assert "reply: take your time" in h.channel.sent  # delivered before the channel stopped
     assert [(m["role"], m["content"]) for m in h.messages()] == [
         ("user", "take your time"),
@@ -197,12 +197,12 @@ async def test_in_flight_turn_finishes_within_the_grace_period(tmp_path: Path) -
 
 
 async def test_sigint_stops_an_idle_gateway_at_once(tmp_path: Path) -> None:
-    h = await Harness(tmp_path).start()
+    h = await Harness(tmp_path, grace_s=10.0, drain_s=10.0).start()
     await h.say("hello")
     await h.wait_sent("reply: hello")
     kill_self(signal.SIGINT)
     code, elapsed = await h.stopped()
-    assert (code, h.exits) == (0, []) and elapsed < 1.0
+    assert (code, h.exits) == (0, []) and elapsed < 5.0  # no grace or drain period waited out
     assert not (h.workspace / ".gateway.json").exists()  # state cleared, lock released
     assert not gateway_running(h.workspace)
 
@@ -215,7 +215,7 @@ async def test_turn_exceeding_the_grace_is_cancelled_safely(tmp_path: Path) -> N
     kill_self()
     code, elapsed = await h.stopped()
     assert code == 0 and h.exits == []
-    assert elapsed < 0.3 + 1.5
+    assert elapsed < 0.3 + 8.0  # not the turn's 60 s
     assert not any(s.startswith("reply:") for s in h.channel.sent)
     messages = h.messages()
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]  # the finished tool group only
@@ -239,7 +239,7 @@ async def _session_with_history(h: Harness, turns: int = 3) -> None:
 
 
 async def test_background_memory_work_is_drained_within_the_timeout(tmp_path: Path) -> None:
-    h = await Harness(tmp_path, drain_s=3.0).start()
+    h = await Harness(tmp_path, drain_s=10.0).start()
     await _session_with_history(h)
     h.provider.memory_delay_s = 0.4
     await h.say("/new")
@@ -247,7 +247,7 @@ async def test_background_memory_work_is_drained_within_the_timeout(tmp_path: Pa
     assert h.gateway.agent.lifecycle.pending() == 1  # consolidation + note still to come
     kill_self()
     code, elapsed = await h.stopped()
-    assert code == 0 and elapsed < 3.0
+    assert code == 0 and elapsed < 10.0
     assert h.provider.calls[-2:] == ["save_memory", "save_session_note"]
     archive = h.workspace / "sessions" / "archive"
     assert list(archive.glob("*.pending")) == []
@@ -263,7 +263,7 @@ async def test_unfinished_background_work_stays_recoverable(tmp_path: Path) -> N
     await h.wait_sent("New session started.")
     kill_self()
     code, elapsed = await h.stopped()
-    assert code == 0 and elapsed < 0.2 + 2.0  # drain gave up on time
+    assert code == 0 and elapsed < 0.2 + 10.0  # drain gave up on time, not after the work's 30 s
     archived = list((h.workspace / "sessions" / "archive").glob("test_chat1-*.jsonl"))
     assert len(archived) == 1
     assert archived[0].with_name(archived[0].name + ".pending").exists()
@@ -283,7 +283,7 @@ async def test_unfinished_background_work_stays_recoverable(tmp_path: Path) -> N
 
 
 async def test_second_signal_forces_exit(tmp_path: Path) -> None:
-    h = await Harness(tmp_path, grace_s=1.0).start()
+    h = await Harness(tmp_path, grace_s=6.0).start()
     h.provider.turn_delay_s = 60.0
     await h.say("never finishes")
     await asyncio.wait_for(h.provider.entered.wait(), 5)
@@ -291,11 +291,11 @@ async def test_second_signal_forces_exit(tmp_path: Path) -> None:
     await asyncio.sleep(0.05)
     sent_at = time.monotonic()
     kill_self(signal.SIGINT)
-    async with asyncio.timeout(1):
+    async with asyncio.timeout(5):
         while not h.exits:
             await asyncio.sleep(0.005)
     code, forced_at = h.exits[0]
-    assert code == EXIT_FORCED and forced_at - sent_at < 0.5
+    assert code == EXIT_FORCED and forced_at - sent_at < 4.0  # before the 6 s grace ran out
     await h.stopped()  # (the injected exit returns, so the graceful path still completes here)
     assert [m["content"] for m in h.messages()] == ["never finishes"]
 
@@ -313,13 +313,13 @@ async def test_overrunning_shutdown_hits_the_hard_deadline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runtime, "SHUTDOWN_MARGIN_S", 0.3)
-    h = await Harness(tmp_path, grace_s=0.1, drain_s=0.1, stop_delay_s=1.5).start()
+    h = await Harness(tmp_path, grace_s=0.1, drain_s=0.1, stop_delay_s=6.0).start()
     assert h.gateway.shutdown_budget_s == pytest.approx(0.5)
     sent_at = time.monotonic()
     kill_self()
     await h.stopped()
     assert [code for code, _ in h.exits] == [EXIT_FORCED]
-    assert 0.4 < h.exits[0][1] - sent_at < 1.2
+    assert 0.4 < h.exits[0][1] - sent_at < 4.0  # the 0.5 s budget, not the channel's 6 s stop
 
 
 async def test_hard_deadline_runs_while_the_event_loop_is_blocked(
@@ -331,9 +331,9 @@ async def test_hard_deadline_runs_while_the_event_loop_is_blocked(
     h = await Harness(tmp_path, grace_s=0.1, drain_s=0.1).start()
     sent_at = time.monotonic()
     kill_self()
-    time.sleep(1.2)  # the event loop is blocked throughout
+    time.sleep(4.0)  # the event loop is blocked throughout
     assert [code for code, _ in h.exits] == [EXIT_FORCED]
-    assert 0.4 < h.exits[0][1] - sent_at < 1.1
+    assert 0.4 < h.exits[0][1] - sent_at < 3.9  # the 0.5 s budget (bounds wide: a GC pause is ~1 s)
     await h.stopped()
 
 
