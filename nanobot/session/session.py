@@ -9,7 +9,6 @@ only user of the file-level helpers here.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from loguru import logger
 
 from nanobot.providers.tokens import count_message
+from nanobot.util.fs import append_whole
 
 METADATA_FORMAT = 1
 METADATA_SCAN_LINES = 5  # sessions record `is_group` in their first metadata line
@@ -102,15 +102,9 @@ class StorageError(OSError):
 def append_all(fd: int, data: bytes, end: int, path: Path) -> None:
     """Write all of `data` at the end of the file, or nothing: a failure (ENOSPC, EROFS, EIO)
     cuts the file back to `end`, so no half line is left for the next load to trip over."""
-    view = memoryview(data)
     try:
-        while view:
-            view = view[os.write(fd, view) :]
+        append_whole(fd, data, end)
     except OSError as exc:
-        try:
-            os.ftruncate(fd, end)
-        except OSError:
-            pass  # read-only: nothing was written either
         raise StorageError(path, exc) from exc
 
 

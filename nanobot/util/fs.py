@@ -3,6 +3,7 @@
 - `atomic_write(path, data)`: temp file in the same folder, fsync, `os.replace`; a crash leaves the old
   file or the new one, never half of either, and the temp file is removed when anything fails;
   `beneath=root` also refuses to write anywhere but under `root` (a link swapped in meanwhile).
+- `append_whole(fd, data, end)`: write all of `data` or cut the file back to `end` and raise.
 - `append_locked(path, text)`: one append under an exclusive OS lock (`flock`), so two processes
   never interleave lines.
 - `file_lock(path)` / `fd_lock(fd)`: exclusive (or shared) `flock` on a lock file or an open file;
@@ -142,6 +143,20 @@ def file_lock(path: Path, *, shared: bool = False, blocking: bool = True) -> Ite
         os.close(fd)
 
 
+def append_whole(fd: int, data: bytes, end: int) -> None:
+    """Write all of `data` at the end of the file, or nothing: os.write may write only part (a
+    nearly full disk) and fail on the rest, so a failure cuts the file back to `end` (no half entry
+    or line is left behind) and raises the OSError."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        with contextlib.suppress(OSError):  # read-only: nothing was written either
+            os.ftruncate(fd, end)
+        raise
+
+
 def append_locked(path: Path, text: str, *, fsync: bool = True, separate: bool = False) -> None:
     """Append `text` under an exclusive lock; with `separate`, a blank line first if the file has text."""
     fd = open_private(path, os.O_WRONLY | os.O_APPEND)
@@ -150,16 +165,7 @@ def append_locked(path: Path, text: str, *, fsync: bool = True, separate: bool =
             end = os.fstat(fd).st_size
             if separate and end > 0:
                 text = "\n" + text
-            # os.write may write only part (a nearly full disk) and fail on the rest: write it all,
-            # or cut the file back so no half entry is left behind, and raise.
-            view = memoryview(text.encode("utf-8"))
-            try:
-                while view:
-                    view = view[os.write(fd, view) :]
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, end)
-                raise
+            append_whole(fd, text.encode("utf-8"), end)
             if fsync:
                 os.fsync(fd)
     finally:

@@ -56,24 +56,26 @@ def pinned_request(url: str, address: str) -> tuple[str, dict[str, str], dict[st
     return urlunparse(parsed._replace(netloc=netloc)), {"Host": host_header}, extensions
 
 
-_SKIPPED_BLOCK = re.compile(r"(?i)<(script|style|noscript|svg|head)\b")
+_SKIPPED_TAGS = ("script", "style", "noscript", "svg", "head")
+_SKIPPED_BLOCK = re.compile(rf"(?i)<({'|'.join(_SKIPPED_TAGS)})\b")
+_CLOSER = {tag: re.compile(rf"(?i)</{tag}>") for tag in _SKIPPED_TAGS}
 
 
 def _drop_blocks(markup: str) -> str:
     """`markup` without <script>…</script> and the like, in linear time (a lazy `.*?` regex scans to
     the end once per unclosed opener: quadratic, and it runs on the event loop)."""
-    closed_from: dict[str, int] = {}  # closer -> first position from which it is known to be absent
+    closed_from: dict[str, int] = {}  # tag -> first position from which its closer is known absent
     out: list[str] = []
     pos = 0
     for m in _SKIPPED_BLOCK.finditer(markup):
         if m.start() < pos:
             continue
-        closer = f"</{m.group(1).lower()}>"
+        tag = m.group(1).lower()
         found = None
-        if m.end() < closed_from.get(closer, len(markup) + 1):
-            found = re.compile(re.escape(closer), re.IGNORECASE).search(markup, m.end())
+        if m.end() < closed_from.get(tag, len(markup) + 1):
+            found = _CLOSER[tag].search(markup, m.end())
         if found is None:
-            closed_from[closer] = min(closed_from.get(closer, len(markup) + 1), m.end())
+            closed_from[tag] = min(closed_from.get(tag, len(markup) + 1), m.end())
             continue  # unclosed: left for the tag stripper, as before
         out.append(markup[pos : m.start()])
         out.append(" ")
