@@ -17,7 +17,7 @@ import pytest
 
 from nanobot.channels.pairing import PairingError, PairingStore
 from nanobot.config.sections.memory import MemorySearchConfig
-from nanobot.memory import index as index_module
+from nanobot.memory import transcript_tail
 from nanobot.memory.index import MemoryIndex
 from nanobot.memory.store import MemoryStore
 
@@ -90,13 +90,13 @@ def test_index_sync_chunks_off_the_event_loop(tmp_path: Path, monkeypatch) -> No
     line = {"role": "user", "content": "hiking in the alps", "timestamp": "2026-01-01T00:00:00+00:00"}
     (tmp_path / "sessions" / "telegram_1.jsonl").write_text(json.dumps(line) + "\n")
     threads: list[int] = []
-    real = index_module.chunk_transcript
+    real = transcript_tail.chunk_transcript_from
 
     def spy(*args, **kwargs):
         threads.append(threading.get_ident())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(index_module, "chunk_transcript", spy)
+    monkeypatch.setattr(transcript_tail, "chunk_transcript_from", spy)
 
     async def run() -> int:
         idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"), embedder=None)

@@ -323,6 +323,7 @@ async def test_an_index_of_the_schema_before_line_vectors_is_rebuilt_with_them(w
 def make_schema_3(index_file: Path) -> None:
     """Turn a closed index into what schema 3 wrote: each chunk kept its line vectors a second time."""
     conn = sqlite3.connect(index_file)
+    conn.execute("ALTER TABLE files DROP COLUMN resume")  # schema 5
     conn.execute("ALTER TABLE chunks ADD COLUMN line_vectors BLOB")
     conn.execute("UPDATE chunks SET line_vectors = (SELECT vector FROM embedding_cache WHERE hash = chunks.hash)")
     conn.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
@@ -350,7 +351,8 @@ async def test_an_index_with_line_vectors_on_its_chunks_is_migrated_without_embe
     assert _chunks_without_cached_lines(idx) == 0
     with idx._db.read() as conn:
         assert "line_vectors" not in [row[1] for row in conn.execute("PRAGMA table_info(chunks)")]
-        assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+        assert "resume" in [row[1] for row in conn.execute("PRAGMA table_info(files)")]
+        assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "5"
     idx.close()
     assert index_file.stat().st_size < schema3_bytes
 

@@ -94,8 +94,14 @@ def chunk_units(units: list[Unit], max_tokens: int, overlap_tokens: int, title: 
     A chunk ends early rather than split a turn (it is cut before the last turn start in its second
     half) and never spans two days.
     """
+    return _chunks_of(units, _spans(units, max_tokens, overlap_tokens), title)
+
+
+def _spans(units: list[Unit], max_tokens: int, overlap_tokens: int) -> list[tuple[int, int]]:
+    """(start, end) unit ranges of the chunks. A span depends only on the units from its start on,
+    so chunking again from any span's start gives the same spans from there."""
     overlap_tokens = max(0, min(overlap_tokens, max_tokens // 2))
-    chunks: list[Chunk] = []
+    spans: list[tuple[int, int]] = []
     start = 0
     while start < len(units):
         end, used = start, 0
@@ -114,13 +120,7 @@ def chunk_units(units: list[Unit], max_tokens: int, overlap_tokens: int, title: 
                 if units[cut].starts_turn:
                     end = cut
                     break
-        body = "\n".join(u.text for u in units[start:end])
-        if body.strip():
-            chunk_title = f"{title} {units[start].day}".strip() if units[start].day not in title else title
-            embed = f"{chunk_title}\n{body}" if chunk_title else body
-            chunks.append(
-                Chunk(units[start].line, units[end - 1].line, body, text_hash(embed), chunk_title, units[start].day)
-            )
+        spans.append((start, end))
         if end >= len(units):
             break
         back, kept = end, 0
@@ -134,6 +134,19 @@ def chunk_units(units: list[Unit], max_tokens: int, overlap_tokens: int, title: 
         while back < end and not units[back].starts_turn:  # the overlap starts at a turn too
             back += 1
         start = back if back < end else end
+    return spans
+
+
+def _chunks_of(units: list[Unit], spans: list[tuple[int, int]], title: str) -> list[Chunk]:
+    chunks: list[Chunk] = []
+    for start, end in spans:
+        body = "\n".join(u.text for u in units[start:end])
+        if body.strip():
+            chunk_title = f"{title} {units[start].day}".strip() if units[start].day not in title else title
+            embed = f"{chunk_title}\n{body}" if chunk_title else body
+            chunks.append(
+                Chunk(units[start].line, units[end - 1].line, body, text_hash(embed), chunk_title, units[start].day)
+            )
     return chunks
 
 
@@ -194,13 +207,32 @@ def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80, f
     return chunks
 
 
+@dataclass(frozen=True)
+class TranscriptChunks:
+    chunks: list[Chunk]
+    # Line of the last chunk that starts at a user message: chunking the file again from that line
+    # gives the same chunks from there on, so a transcript that grew is chunked from there (0: none).
+    resume_line: int
+
+
 def chunk_transcript(text: str, name: str, max_tokens: int = 400, overlap_tokens: int = 80) -> list[Chunk]:
     """Chunk a JSONL transcript by turns and days; titled with the conversation's name."""
-    lines = transcript_lines(text)
+    return chunk_transcript_from(text, name, max_tokens, overlap_tokens).chunks
+
+
+def chunk_transcript_from(
+    text: str, name: str, max_tokens: int, overlap_tokens: int, first_line: int = 1
+) -> TranscriptChunks:
+    """chunk_transcript of the part of a transcript from line `first_line` on (`text`), which must
+    start at a resume line of an earlier chunking of the same file (or be the whole file)."""
+    lines = transcript_lines(text, first_line)
     units = _units(
         [(t.number, t.text) for t in lines],
         max_tokens,
         turns=[t.text.startswith("user:") for t in lines],
         days=[t.day for t in lines],
     )
-    return chunk_units(units, max_tokens, overlap_tokens, name)
+    spans = _spans(units, max_tokens, overlap_tokens)
+    # A turn start is always a line's first piece, so chunking from its line makes the same units.
+    resume = next((units[start].line for start, _ in reversed(spans) if units[start].starts_turn), 0)
+    return TranscriptChunks(_chunks_of(units, spans, name), resume)

@@ -26,7 +26,7 @@ from loguru import logger
 from nanobot.config.paths import INDEX_FILE, index_path
 from nanobot.config.schema import Config, MemorySearchConfig
 from nanobot.memory.backfill import SyncStats, cached_vectors, embed_missing
-from nanobot.memory.chunking import CHUNKER_VERSION, Chunk, chunk_markdown, chunk_transcript, text_hash
+from nanobot.memory.chunking import CHUNKER_VERSION, chunk_markdown, text_hash
 from nanobot.memory.embeddings import Embedder, EmbeddingError, select_embedder
 from nanobot.memory.index_db import IndexDB
 from nanobot.memory.qmd import QmdBackend
@@ -34,6 +34,7 @@ from nanobot.memory.ranking import KeywordPass, keyword_pass, rank
 from nanobot.memory.search import SearchResponse, SearchResult, file_date
 from nanobot.memory.sources import ROOT_SOURCES, SourceFile, discover
 from nanobot.memory.staleness import Snapshot, folder_times, unchanged
+from nanobot.memory.transcript_tail import Chunking, chunk_transcript_file
 from nanobot.memory.vectors import VectorSearcher
 from nanobot.util.text import valid_unicode
 
@@ -192,26 +193,33 @@ class MemoryIndex:
                 st = source.path.lstat()
                 known = existing.get(rel)
                 signature[rel] = (st.st_mtime_ns, st.st_size)
-                if known and known[1:] == (st.st_mtime_ns, st.st_size):
+                if known and (known.mtime_ns, known.size) == (st.st_mtime_ns, st.st_size):
                     stats.files_unchanged += 1
                     continue
-                content = await asyncio.to_thread(source.read_text)
+                # Reading, hashing and chunking a long transcript take seconds: off the event loop.
+                prepared = await asyncio.to_thread(self._prepare, source, known.resume if known else "")
             except OSError as exc:
                 logger.warning("memory index: cannot read {}: {}", rel, exc)
                 signature.pop(rel, None)
                 continue
-            # Hashing and chunking a long transcript take seconds: off the event loop, like the I/O.
-            digest = await asyncio.to_thread(text_hash, content)
-            if known and known[0] == digest:
+            if known and known.hash == prepared.digest:
                 await asyncio.to_thread(db.touch_file, rel, st.st_mtime_ns, st.st_size)
                 stats.files_unchanged += 1
                 continue
-            chunks = await asyncio.to_thread(self._chunk, content, source)
+            chunks = prepared.chunks
             vectors = await asyncio.to_thread(cached_vectors, db, self.embedder, [c.hash for c in chunks])
             stats.embedding_cache_hits += sum(1 for c in chunks if c.hash in vectors)
             rows = [(c, vectors.get(c.hash)) for c in chunks]
             stats.chunks_indexed += await asyncio.to_thread(
-                db.replace_file, rel, source.kind, digest, st.st_mtime_ns, st.st_size, rows
+                db.replace_file,
+                rel,
+                source.kind,
+                prepared.digest,
+                st.st_mtime_ns,
+                st.st_size,
+                rows,
+                from_line=prepared.from_line,
+                resume=prepared.resume,
             )
             stats.files_indexed += 1
         for rel in set(existing) - set(signature):
@@ -224,12 +232,15 @@ class MemoryIndex:
         logger.debug("memory index sync: {}", stats)
         return stats
 
-    def _chunk(self, content: str, source: SourceFile) -> list[Chunk]:
+    def _prepare(self, source: SourceFile, resume: str) -> Chunking:
+        """A file's hash and chunks; a transcript that only grew is chunked from its resume point."""
         tokens, overlap = self.config.chunk_tokens, self.config.chunk_overlap_tokens
         if source.kind == "sessions":
-            return chunk_transcript(content, source.path.stem, tokens, overlap)
+            return chunk_transcript_file(source.path, source.path.stem, tokens, overlap, resume)
+        content = source.read_text()
         day = file_date(source.rel)
-        return chunk_markdown(content, tokens, overlap, day.isoformat() if day else "")
+        chunks = chunk_markdown(content, tokens, overlap, day.isoformat() if day else "")
+        return Chunking(text_hash(content), chunks, 1, "")
 
     async def backfill(self, stats: SyncStats | None = None) -> SyncStats:
         """Embed every chunk without a vector, EMBED_BATCH distinct texts at a time."""

@@ -29,11 +29,9 @@ from loguru import logger
 
 from nanobot.memory.chunking import Chunk
 from nanobot.memory.fts import to_fts_text
+from nanobot.memory.index_schema import SCHEMA, SCHEMA_VERSION, UPGRADABLE, schema_version, upgrade
 from nanobot.util.fs import open_private
 
-# 2: chunk titles and days, a title column in the FTS table; 3: line vectors; 4: line vectors only in
-# the cache (a schema-3 file is migrated in place: its cache already holds every line vector).
-SCHEMA_VERSION = "4"
 CACHE_SPARE_ROWS = 500  # cached embeddings of text no chunk holds any more (~10 KB each)
 BUSY_TIMEOUT_MS = 5000
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
@@ -43,26 +41,8 @@ _SQLITE_NOMEM, _SQLITE_FULL = 7, 13
 # that cannot be opened or written for its permissions is rebuilt, which helps when its folder is
 # writable (an index left behind by another user).
 _NOT_DAMAGE = frozenset({_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_NOMEM, _SQLITE_FULL})
-# Porter stemming over unicode61 ("hiking" finds "hiked"); CJK runs arrive pre-split into bigrams.
-FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 TITLE_WEIGHT = 0.5  # a heading/day match counts half a body match in BM25
 
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS files(
-    path TEXT PRIMARY KEY, source TEXT NOT NULL, hash TEXT NOT NULL,
-    mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS chunks(
-    id INTEGER PRIMARY KEY, path TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
-    text TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB,
-    title TEXT NOT NULL DEFAULT '', day TEXT NOT NULL DEFAULT '');
-CREATE INDEX IF NOT EXISTS chunks_path ON chunks(path);
-CREATE INDEX IF NOT EXISTS chunks_day ON chunks(day);
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(title, body, tokenize='{FTS_TOKENIZER}');
-CREATE TABLE IF NOT EXISTS embedding_cache(
-    provider TEXT NOT NULL, model TEXT NOT NULL, hash TEXT NOT NULL, dims INTEGER NOT NULL,
-    vector BLOB NOT NULL, PRIMARY KEY(provider, model, hash));  -- vector: the chunk's line vectors
-"""
 
 
 class IndexUnavailable(Exception):
@@ -80,6 +60,14 @@ def unavailable_error(exc: BaseException, path: Path) -> IndexUnavailable | None
             f"{BUSY_TIMEOUT_MS / 1000:g} s; try again"
         )
     return IndexUnavailable(f"the memory index {path} cannot be used now ({exc}); it is kept as it is")
+
+
+@dataclass(frozen=True)
+class FileRow:
+    hash: str
+    mtime_ns: int
+    size: int
+    resume: str  # where chunking of a grown transcript starts again ("" : from the start)
 
 
 @dataclass(frozen=True)
@@ -143,13 +131,13 @@ class IndexDB:
         try:
             writer.execute("PRAGMA journal_mode=WAL")
             writer.execute("PRAGMA synchronous=NORMAL")
-            writer.executescript(_SCHEMA)
+            writer.executescript(SCHEMA)
             check = writer.execute("PRAGMA quick_check").fetchone()
             if not check or check[0] != "ok":
                 raise sqlite3.DatabaseError(f"quick_check: {check}")
-            version = self._meta(writer, "schema_version")
-            if version == "3":
-                self._migrate_from_3(writer)
+            version = schema_version(writer)
+            if version in UPGRADABLE:
+                self._upgrade(writer)
             elif version is None:
                 writer.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
             elif version != SCHEMA_VERSION:
@@ -160,23 +148,17 @@ class IndexDB:
         self._writer = writer
         self._reader = self._connect()
 
-    def _migrate_from_3(self, conn: Any) -> None:
-        """Schema 3 kept each chunk's line vectors twice (on the chunk and in the cache): drop the
-        chunks' copy and give the space back; no vector needs to be made again."""
+    def _upgrade(self, conn: Any) -> None:
+        """Upgrade an older index in place (index_schema.py); no vector is made again."""
         with self._transaction(conn):
-            # Not when another process migrated it while this one waited for the lock.
-            migrate = self._meta(conn, "schema_version") == "3"
-            if migrate:
-                conn.execute("ALTER TABLE chunks DROP COLUMN line_vectors")
-                conn.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
-        if not migrate:
+            freed = upgrade(conn)
+        if not freed:
             return
         try:
             conn.execute("VACUUM")
         except (sqlite3.OperationalError, self._module.OperationalError) as exc:
             # e.g. another process is reading: the free pages get reused as the index grows
-            logger.info("memory index: space not given back after the migration ({})", exc)
-        logger.info("memory index: migrated to schema {} (line vectors kept once)", SCHEMA_VERSION)
+            logger.info("memory index: space not given back after the upgrade ({})", exc)
 
     def open(self) -> None:
         """Open (creating if needed); a corrupt or foreign file is replaced by an empty index."""
@@ -262,10 +244,10 @@ class IndexDB:
         return int(value) if value else 0
 
     # ------------------------------------------------------------------ sync side
-    def file_rows(self) -> dict[str, tuple[str, int, int]]:
+    def file_rows(self) -> dict[str, FileRow]:
         with self._write_lock:
-            rows = self._writer.execute("SELECT path, hash, mtime_ns, size FROM files").fetchall()
-        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+            rows = self._writer.execute("SELECT path, hash, mtime_ns, size, resume FROM files").fetchall()
+        return {r[0]: FileRow(*r[1:]) for r in rows}
 
     def replace_file(
         self,
@@ -275,9 +257,13 @@ class IndexDB:
         mtime_ns: int,
         size: int,
         chunks: list[tuple[Chunk, bytes | None]],
+        *,
+        from_line: int = 1,
+        resume: str = "",
     ) -> int:
         """Replace a file's chunks (each with its chunk vector blob when the cache has it); returns
-        how many rows were written.
+        how many rows were written. With `from_line`, only the chunks starting at that line or later
+        are replaced (a grown transcript chunked again from there); `resume` is kept for the next sync.
 
         Rows of chunks that did not change are kept: a transcript grows at its end, so after a turn
         only its last chunks are new, and rewriting thousands of rows (and their FTS entries) after
@@ -285,7 +271,8 @@ class IndexDB:
         with self.write() as conn:
             unchanged: dict[tuple[Any, ...], list[int]] = {}
             for row in conn.execute(
-                "SELECT id, start_line, end_line, hash, title, day FROM chunks WHERE path=?", (path,)
+                "SELECT id, start_line, end_line, hash, title, day FROM chunks WHERE path=? AND start_line>=?",
+                (path, from_line),
             ):
                 unchanged.setdefault(tuple(row[1:]), []).append(row[0])
             written = 0
@@ -308,7 +295,7 @@ class IndexDB:
             conn.executemany("DELETE FROM chunks_fts WHERE rowid=?", gone)
             conn.executemany("DELETE FROM chunks WHERE id=?", gone)
             conn.execute(
-                "INSERT OR REPLACE INTO files VALUES(?,?,?,?,?)", (path, source, digest, mtime_ns, size)
+                "INSERT OR REPLACE INTO files VALUES(?,?,?,?,?,?)", (path, source, digest, mtime_ns, size, resume)
             )
         return written
 

@@ -3,7 +3,8 @@
 - `list_transcripts`: the live `sessions/*.jsonl` and archived `sessions/archive/*.jsonl` files,
   regular files only and never through a symlink (a linked `sessions/` or `archive/` is skipped
   with a warning); dot-names are never listed.
-- `read_transcript`: a transcript's text, refusing anything that is not a regular file at open time.
+- `read_transcript` / `open_transcript`: a transcript's text, or a descriptor to read part of it,
+  refusing anything that is not a regular file at open time.
 - `transcript_lines`: the user/assistant messages of a transcript with their file line numbers and
   days, the one parser of the file format outside SessionStore's loader.
 - `archived_stem`: the live file name an archived transcript came from (`<stem>-<stamp>[-n]`).
@@ -19,7 +20,7 @@ from pathlib import Path
 from loguru import logger
 
 from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR
-from nanobot.util.nofollow import plain_path, read_regular_text, regular_files
+from nanobot.util.nofollow import open_regular, plain_path, read_regular_text, regular_files
 
 TRANSCRIPT_SUFFIX = ".jsonl"
 #: where transcripts live, workspace-relative: live ones, then the ones /new archived
@@ -57,6 +58,12 @@ def read_transcript(path: Path) -> str:
     return read_regular_text(path)
 
 
+def open_transcript(path: Path) -> int:
+    """A read-only descriptor of a transcript (a regular file at open time, never a symlink), for a
+    reader that takes only part of it."""
+    return open_regular(path)
+
+
 def archived_stem(path: Path) -> str:
     """`telegram_42-20260102T030405-2.jsonl` -> `telegram_42` ("" for a name /new did not make)."""
     match = _ARCHIVE_NAME.match(path.stem)
@@ -70,13 +77,16 @@ class TranscriptLine:
     day: str  # YYYY-MM-DD of the message's timestamp, "" when it has none
 
 
-def transcript_lines(text: str) -> list[TranscriptLine]:
-    """The user/assistant messages of a JSONL transcript, with file line numbers and dates.
+def transcript_lines(text: str, first_line: int = 1) -> list[TranscriptLine]:
+    """The user/assistant messages of a JSONL transcript (or of its part from line `first_line` on),
+    with file line numbers and dates.
 
     Tool calls and results, bookkeeping lines and a truncated last line (after a crash) are skipped.
+    Lines end at "\n" only, as SessionStore writes and reads them: a message holding U+2028 or NEL
+    (which JSON leaves unescaped) is one line, not two unreadable halves.
     """
     out: list[TranscriptLine] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(text.split("\n"), start=first_line):
         try:
             record = json.loads(raw)
         except ValueError:

@@ -111,12 +111,9 @@ def _stat_or_none(path: Path) -> os.stat_result | None:
         return None
 
 
-def read_regular_bytes(
-    path: Path, *, beneath: Path | None = None, avoid: tuple[Path, ...] = (), max_bytes: int | None = None
-) -> bytes:
-    """The file's bytes, refusing anything that is not a regular file at open time (no symlinks), a
-    file outside `beneath` (see open_folder_beneath) and, with `max_bytes`, a larger file (OSError
-    EFBIG, before anything is read)."""
+def open_regular(path: Path, *, beneath: Path | None = None, avoid: tuple[Path, ...] = ()) -> int:
+    """A read-only descriptor of the regular file at `path`, refusing anything else at open time
+    (no symlinks, FIFOs or devices) and a file outside `beneath` (see open_folder_beneath)."""
     if beneath is None:
         fd = os.open(path, os.O_RDONLY | _OPEN_FILE)
     else:
@@ -126,11 +123,24 @@ def read_regular_bytes(
         finally:
             os.close(folder)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path} is not a regular file")
-        if max_bytes is not None and st.st_size > max_bytes:
-            raise OSError(errno.EFBIG, f"{path.name} is larger than {max_bytes} bytes ({st.st_size})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular_bytes(
+    path: Path, *, beneath: Path | None = None, avoid: tuple[Path, ...] = (), max_bytes: int | None = None
+) -> bytes:
+    """The file's bytes (open_regular's refusals) and, with `max_bytes`, a larger file refused
+    (OSError EFBIG, before anything is read)."""
+    fd = open_regular(path, beneath=beneath, avoid=avoid)
+    try:
+        size = os.fstat(fd).st_size
+        if max_bytes is not None and size > max_bytes:
+            raise OSError(errno.EFBIG, f"{path.name} is larger than {max_bytes} bytes ({size})")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             return fh.read()
     finally:

@@ -175,7 +175,8 @@ class MemoryGetTool(_IndexTool):
         workspace = self.index.workspace.resolve()
         try:
             if rel.startswith(f"{SESSIONS_DIR}/"):
-                lines = read_transcript(path).splitlines()
+                # "\n" only, as the index numbers transcript lines (JSON leaves U+2028 unescaped)
+                lines = read_transcript(path).removesuffix("\n").split("\n")
             else:
                 lines = read_regular_text(path, beneath=workspace).splitlines()
         except OSError as exc:
