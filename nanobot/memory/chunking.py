@@ -18,7 +18,7 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 
-from nanobot.memory.fts import is_cjk_char
+from nanobot.memory.fts import cjk_char_count, is_cjk_char
 from nanobot.session.transcripts import transcript_lines
 from nanobot.util.text import pack
 
@@ -54,7 +54,7 @@ def text_hash(text: str) -> str:
 
 def estimate_tokens(text: str) -> int:
     """Cheap token estimate: one per CJK character, one per four other characters."""
-    cjk = sum(1 for ch in text if ord(ch) >= 0x1100 and is_cjk_char(ch))
+    cjk = cjk_char_count(text)
     return cjk + (len(text) - cjk + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 

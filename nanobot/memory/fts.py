@@ -58,6 +58,11 @@ def is_cjk_char(ch: str) -> bool:
     return bool(_CJK_RUN.fullmatch(ch))
 
 
+def cjk_char_count(text: str) -> int:
+    """How many characters of the text are CJK (one regex pass; plain ASCII is not scanned)."""
+    return 0 if text.isascii() else sum(map(len, _CJK_RUN.findall(text)))
+
+
 def cjk_bigrams(run: str) -> list[str]:
     """Overlapping bigrams of a CJK run; a single character stays a unigram."""
     if len(run) < 2:
