@@ -124,16 +124,18 @@ def _archived_replies(
         if channel not in channels or not chat_id:
             continue
         session = sessions.load_archived(path)
-        sessions.release(session)
-        for index in undelivered_replies(session):
-            message = session.messages[index]
-            stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
-            age = None if stamp is None else max(0.0, now - stamp.timestamp())
-            key = f"{channel}:{chat_id}"
-            first = session.messages[0].get("timestamp") if session.messages else None
-            found.append(
-                Missed(key, channel, chat_id, index, message, False, age, "reply", archived=True, first=first)
-            )
+        try:
+            for index in undelivered_replies(session):
+                message = session.messages[index]
+                stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
+                age = None if stamp is None else max(0.0, now - stamp.timestamp())
+                key = f"{channel}:{chat_id}"
+                first = session.messages[0].get("timestamp") if session.messages else None
+                found.append(
+                    Missed(key, channel, chat_id, index, message, False, age, "reply", archived=True, first=first)
+                )
+        finally:
+            sessions.release(session)  # after the reads: older messages come from its file
     return found
 
 
