@@ -53,6 +53,7 @@ def status():
             fields[key] = int(value.split()[0]) / 1024
     return fields
 
+import nanobot
 from nanobot.session.store import SessionStore
 from nanobot.session.history import history_indices, history_tokens
 store = SessionStore(Path(sys.argv[1]), fsync="never")
@@ -71,7 +72,7 @@ print(json.dumps({
     "before": before["VmRSS"], "after": after["VmRSS"], "peak": after["VmHWM"], "load_s": load_s,
     "cold_read_s": cold_read_s, "history_s": history_s, "messages": len(session.messages),
     "pointer": session.last_consolidated, "history": len(history_indices(session)),
-    "first": first.get("timestamp"),
+    "first": first.get("timestamp"), "code": str(Path(nanobot.__file__).parent.parent),
 }))
 store.close()
 """
@@ -128,7 +129,8 @@ def build(path: Path, megabytes: int) -> int:
 def one_run(workspace: Path, code: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(code), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(workspace), KEY], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", CHILD, str(workspace), KEY],
+        env=env, cwd=code, capture_output=True, text=True, check=True,  # cwd: `-c` imports from it first
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -140,7 +142,6 @@ def main() -> int:
     parser.add_argument("--code", type=Path, default=REPO, help="checkout to import nanobot from")
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    print(f"code: {args.code.resolve()}")
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp)
         path = workspace / "sessions" / "telegram_1000.jsonl"
@@ -151,6 +152,8 @@ def main() -> int:
         for run in range(args.runs):
             r = one_run(workspace, args.code)
             results.append(r)
+            if run == 0:
+                print(f"code: {r['code']}")
             print(
                 f"run {run + 1}: RSS {r['before']:.1f} → {r['after']:.1f} MiB (+{r['after'] - r['before']:.1f}), "
                 f"peak {r['peak']:.1f} MiB; load {r['load_s']:.2f} s; messages[0] {r['cold_read_s'] * 1e3:.2f} ms; "

@@ -130,6 +130,7 @@ def test_only_the_unconsolidated_tail_is_held_yet_every_message_reads_back(tmp_p
     assert log[100:pointer] == expected[100:pointer]  # a slice across the cold/hot boundary
     assert log[-40:] == expected[-40:] and log[5:3000:7] == expected[5:3000:7]
     assert log == expected and bool(log)
+    assert list(log.iter_from(pointer - 100)) == expected[pointer - 100 :]
     with pytest.raises(IndexError):
         log[len(expected)]
     assert log[3] is not log[3]  # cold: a fresh dict per read, the file is the truth
@@ -230,3 +231,17 @@ def test_messages_without_a_known_line_stay_held_and_a_changed_line_is_refused(t
     with pytest.raises(ColdReadError):
         session.messages[0]  # never a wrong or shifted message
     assert session.messages[1] == message(1)
+
+
+def test_a_file_deleted_under_a_running_session_keeps_its_new_messages_held(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, fsync="never")
+    session = store.get(KEY)
+    store.append(session, *(message(i) for i in range(100)))
+    store.set_metadata(session, last_consolidated=80)
+    session.path.unlink()  # the workspace was removed under the gateway
+    store.append(session, message(100))  # the store recreates the file
+    store.set_metadata(session, last_consolidated=101)
+    # the new file's offsets are not those of the old one: nothing more turns cold, nothing is lost
+    assert session.messages.cold_count == 80 - COLD_MARGIN
+    assert list(session.messages) == [message(i) for i in range(101)]  # the old lines: the held descriptor
+    store.close()

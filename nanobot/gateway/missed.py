@@ -60,14 +60,12 @@ class Missed:
 
 def undelivered_replies(session: Session) -> list[int]:
     """Indices of final replies past the recorded delivery mark (replies go out in order per chat)."""
-    messages = session.messages
-    start = int(session.metadata.get("delivered_through", 0) or 0)
+    start = max(0, int(session.metadata.get("delivered_through", 0) or 0))
+    # one pass: a mark below the consolidation pointer reads those messages from the file once
     return [
         i
-        for i in range(start, len(messages))
-        if messages[i].get("role") == "assistant"
-        and not messages[i].get("tool_calls")
-        and str(messages[i].get("content") or "").strip()
+        for i, m in enumerate(session.messages.iter_from(start), start)
+        if m.get("role") == "assistant" and not m.get("tool_calls") and str(m.get("content") or "").strip()
     ]
 
 

@@ -16,6 +16,7 @@ meanwhile is left for the next re-read. Two passes over that snapshot keep the p
 
 from __future__ import annotations
 
+import json
 import os
 from array import array
 from collections.abc import Iterator, Mapping
@@ -84,10 +85,11 @@ def load_transcript(key: str, path: Path, count_caps: Mapping[str, int]) -> Load
             offsets, lengths, hot = array("q"), array("q"), []
             skipped = 0
             for lineno, offset, raw in _lines(fh, size):
-                if not raw.strip():
+                line = raw.decode("utf-8", errors="replace")  # as parse_message_line, which reads it again
+                if not line.strip():  # str.strip: blank in Unicode's sense, as before
                     continue
                 try:
-                    obj: Any = parse_message_line(raw)
+                    obj: Any = json.loads(line)
                 except ValueError:
                     skipped += 1
                     logger.warning("session {}: skipping corrupt line {} ({} bytes)", key, lineno, len(raw))

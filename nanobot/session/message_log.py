@@ -38,6 +38,7 @@ from loguru import logger
 COLD_MARGIN = 32
 # One pread covers consecutive cold lines up to this many bytes (slices and iteration).
 READ_CHUNK = 1 << 20
+ITER_BATCH = 256  # cold messages parsed ahead while iterating
 
 Span = tuple[int, int]  # (byte offset of the line, its length without the newline)
 _UNKNOWN = -1
@@ -171,10 +172,14 @@ class MessageLog(Sequence[dict[str, Any]]):
         return self._read_cold(i, i + 1)[0]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.iter_from(0)
+
+    def iter_from(self, start: int) -> Iterator[dict[str, Any]]:
+        """Messages `start`, `start + 1`, ... (cold ones read in batches, never all at once)."""
         cold = self._cold
-        for start in range(0, cold, 256):  # in batches: a long history never sits whole in RAM
-            yield from self._read_cold(start, min(cold, start + 256))
-        i = cold
+        for first in range(max(0, start), cold, ITER_BATCH):
+            yield from self._read_cold(first, min(cold, first + ITER_BATCH))
+        i = max(start, cold)
         while i < len(self):  # by index: appends and freezes during the loop are seen correctly
             yield self[i]
             i += 1

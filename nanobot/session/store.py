@@ -194,8 +194,9 @@ class SessionStore:
             for line in lines:
                 spans.append((at, len(line) - 1))
                 at += len(line)
-            same_file = session.messages.written_to(session.path, os.fstat(fd))
-            inode, before = os.fstat(fd).st_ino, self._seen.get(session.key, _UNSEEN)
+            st = os.fstat(fd)
+            same_file = session.messages.written_to(session.path, st)
+            inode, before = st.st_ino, self._seen.get(session.key, _UNSEEN)
             if before == (inode, end) or (before is None and end == 0):
                 # nobody else wrote since this process last looked: the file is what it holds
                 self._seen[session.key] = (inode, os.lseek(fd, 0, os.SEEK_END))
