@@ -60,14 +60,12 @@ class Missed:
 
 def undelivered_replies(session: Session) -> list[int]:
     """Indices of final replies past the recorded delivery mark (replies go out in order per chat)."""
-    messages = session.messages
-    start = int(session.metadata.get("delivered_through", 0) or 0)
+    start = max(0, int(session.metadata.get("delivered_through", 0) or 0))
+    # one pass: a mark below the consolidation pointer reads those messages from the file once
     return [
         i
-        for i in range(start, len(messages))
-        if messages[i].get("role") == "assistant"
-        and not messages[i].get("tool_calls")
-        and str(messages[i].get("content") or "").strip()
+        for i, m in enumerate(session.messages.iter_from(start), start)
+        if m.get("role") == "assistant" and not m.get("tool_calls") and str(m.get("content") or "").strip()
     ]
 
 
@@ -124,16 +122,18 @@ def _archived_replies(
         if channel not in channels or not chat_id:
             continue
         session = sessions.load_archived(path)
-        sessions.release(session)
-        for index in undelivered_replies(session):
-            message = session.messages[index]
-            stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
-            age = None if stamp is None else max(0.0, now - stamp.timestamp())
-            key = f"{channel}:{chat_id}"
-            first = session.messages[0].get("timestamp") if session.messages else None
-            found.append(
-                Missed(key, channel, chat_id, index, message, False, age, "reply", archived=True, first=first)
-            )
+        try:
+            for index in undelivered_replies(session):
+                message = session.messages[index]
+                stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
+                age = None if stamp is None else max(0.0, now - stamp.timestamp())
+                key = f"{channel}:{chat_id}"
+                first = session.messages[0].get("timestamp") if session.messages else None
+                found.append(
+                    Missed(key, channel, chat_id, index, message, False, age, "reply", archived=True, first=first)
+                )
+        finally:
+            sessions.release(session)  # after the reads: older messages come from its file
     return found
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from nanobot.util.text import truncate_middle
@@ -35,7 +36,7 @@ def render_transcript(messages: list[dict[str, Any]]) -> str:
     return "\n".join(render_message(m) for m in messages)
 
 
-def boundary_after(messages: list[dict[str, Any]], start: int, min_end: int) -> int:
+def boundary_after(messages: Sequence[dict[str, Any]], start: int, min_end: int) -> int:
     """The first legal cut at or after `min_end`: just before a user message.
 
     A tail without a later user message is cut at the end of a complete tool group instead (just

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from nanobot.session.store import Session
@@ -10,7 +11,7 @@ from nanobot.util.text import truncate_middle
 _LLM_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 
-def _complete_indices(messages: list[dict[str, Any]], start: int) -> list[int]:
+def _complete_indices(messages: Sequence[dict[str, Any]], start: int) -> list[int]:
     """Indices from `start` whose tool groups are whole: no orphan results, no unanswered calls."""
     indices: list[int] = []
     i, n = start, len(messages)

@@ -1,5 +1,8 @@
 """A session in memory (its messages and bookkeeping) and the line-level rules of its JSONL file.
 
+`Session.messages` is a MessageLog (message_log.py): indexed from the file's first message, with the
+consolidated past read from the file on demand; a plain list given to the constructor is wrapped.
+
 A line with `role` is a message; a line with `_type` is bookkeeping (the last `metadata` line wins).
 A bad metadata value is replaced by the previous line's (warned), so one bad line never breaks the
 session. Appends write all of a line batch or nothing (`append_all`). SessionStore (store.py) is the
@@ -17,6 +20,7 @@ from typing import Any
 from loguru import logger
 
 from nanobot.providers.tokens import count_message
+from nanobot.session.message_log import MessageLog
 from nanobot.util.fs import append_whole
 
 METADATA_FORMAT = 1
@@ -27,7 +31,7 @@ METADATA_SCAN_LINES = 5  # sessions record `is_group` in their first metadata li
 class Session:
     key: str
     path: Path
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: MessageLog = field(default_factory=MessageLog)
     metadata: dict[str, Any] = field(default_factory=dict)
     _token_cache: list[int | None] = field(default_factory=list, repr=False)
     archived: bool = False  # set by /new: this object no longer owns the live file
@@ -36,10 +40,14 @@ class Session:
     # history_indices() memo, keyed by (message count, consolidation pointer): messages are append-only
     _history_memo: tuple[tuple[int, int], list[int], int | None] | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.messages, MessageLog):  # built from a list (tests, callers)
+            self.messages = MessageLog(self.messages)
+
     def replace_with(self, other: Session) -> None:
         """Take `other`'s messages and metadata (the same key's file as another process left it),
         so everyone holding this object sees the file as it is now."""
-        self.messages[:] = other.messages
+        self.messages.take(other.messages)
         self.metadata = dict(other.metadata)
         self._token_cache.clear()
         self._history_memo = None

@@ -4,6 +4,14 @@ One append-only JSONL file per session key, one line per message. Every message 
 flushed when it is added (O(1), never a rewrite), under an OS file lock so two processes never
 interleave lines; fsync follows the configured policy. `/new` moves the file into `archive/`.
 
+What is in RAM: per cached session its metadata and the messages from a little before the
+consolidation pointer on (`COLD_MARGIN`), as dicts; every older message is only the byte span of its
+line (16 bytes), read again from the file when someone asks for it (loading.py, message_log.py).
+The store records the span of every message line it appends, so when the pointer moves
+(`set_metadata(last_consolidated=...)`) the newly consolidated messages let go of their dicts too.
+A session with cold messages holds a read-only descriptor of its file (kept across `/new`'s move);
+`release`, a re-read, eviction from the cache and `close` close it.
+
 Another process may use the same key (an open `nanobot agent` and a `nanobot agent -m`): a session
 whose file changed since this process last read or wrote it is read again when it is next taken
 (`get`), and a file that another process's /new moved away is never appended to: the session is
@@ -33,14 +41,15 @@ from loguru import logger
 
 from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR, session_file_name
 from nanobot.session import markers
+from nanobot.session.loading import load_transcript
 from nanobot.session.markers import ArchiveMarker, ArchiveSummary
+from nanobot.session.message_log import COLD_MARGIN, Span
 from nanobot.session.session import (
     METADATA_FORMAT,
     Session,
     StorageError,
     append_all,
     first_metadata,
-    valid_metadata,
 )
 from nanobot.session.transcripts import TRANSCRIPT_SUFFIX, TranscriptFile, archived_stem, list_transcripts
 from nanobot.util.fs import ensure_private_dir, fd_lock, open_private, unused_path
@@ -117,8 +126,9 @@ class SessionStore:
         self._cache[key] = session
         self._cache.move_to_end(key)
         while len(self._cache) > self.max_cached:
-            old_key, _ = self._cache.popitem(last=False)
+            old_key, old = self._cache.popitem(last=False)
             self._close_handle(old_key)
+            old.messages.close()  # a turn still holding it reads cold lines through the path again
         return session
 
     def _reread(self, session: Session) -> None:
@@ -126,41 +136,10 @@ class SessionStore:
         session.replace_with(self._load(session.key, session.path))
 
     def _load(self, key: str, path: Path) -> Session:
-        session = Session(key=key, path=path, count_caps=self.count_caps)
-        live = path == self.path_for(key)  # not an archived transcript
-        if live:
-            self._seen[key] = None
-        if not path.exists():
-            return session
-        skipped = 0
-        with open(path, "rb") as fh:
-            data = fh.read()
-            if live:
-                self._seen[key] = (os.fstat(fh.fileno()).st_ino, len(data))
-        for lineno, raw in enumerate(data.split(b"\n"), 1):
-            line = raw.decode("utf-8", errors="replace")
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                skipped += 1
-                logger.warning("session {}: skipping corrupt line {} ({} bytes)", key, lineno, len(raw))
-                continue
-            if not isinstance(obj, dict):
-                skipped += 1
-                continue
-            if "_type" in obj:
-                if obj.get("_type") == "metadata":
-                    session.metadata = valid_metadata(key, lineno, obj, session.metadata)
-            elif "role" in obj:
-                session.messages.append(obj)
-        if skipped:
-            logger.warning("session {}: {} unreadable line(s) skipped; the rest is intact", key, skipped)
-        count = len(session.messages)
-        if session.last_consolidated > count:
-            session.metadata["last_consolidated"] = count
-        return session
+        loaded = load_transcript(key, path, self.count_caps)
+        if path == self.path_for(key):  # not an archived transcript
+            self._seen[key] = loaded.state
+        return loaded.session
 
     def cached(self) -> list[Session]:
         return list(self._cache.values())
@@ -181,6 +160,7 @@ class SessionStore:
                 "session file {} was deleted while in use (workspace removed?); recreating it", session.path
             )
             fh.close()
+            session.messages.file_recreated()
         elif fh is not None and not fh.closed and not _same_file(fh, session.path):
             # Another process's /new moved it into the archive (already processed there): what
             # follows belongs to the key's new file, so the session is read again from its path.
@@ -193,10 +173,12 @@ class SessionStore:
             self._handles[session.key] = fh
         return fh
 
-    def _write_lines(self, session: Session, objs: list[dict[str, Any]]) -> None:
+    def _write_lines(self, session: Session, objs: list[dict[str, Any]]) -> list[Span] | None:
+        """Append one line per object; returns each line's span in the session's file (None when
+        the file is not the one its messages were loaded from: those messages never turn cold)."""
         if session.archived:
             raise RuntimeError(f"session {session.key} was archived; write to the new session instead")
-        data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs)
+        lines = [(json.dumps(o, ensure_ascii=False) + "\n").encode("utf-8") for o in objs]
         try:
             fh = self._handle(session)
         except OSError as exc:
@@ -206,10 +188,15 @@ class SessionStore:
             end = os.lseek(fd, 0, os.SEEK_END)
             # A crash may have left a truncated last line: start ours on a fresh line
             # (pread on the open handle: no second open per append).
-            if end > 0 and os.pread(fd, 1, end - 1) != b"\n":
-                data = "\n" + data
-            append_all(fd, data.encode("utf-8"), end, session.path)
-            inode, before = os.fstat(fd).st_ino, self._seen.get(session.key, _UNSEEN)
+            at = end + 1 if end > 0 and os.pread(fd, 1, end - 1) != b"\n" else end
+            append_all(fd, b"\n" * (at - end) + b"".join(lines), end, session.path)
+            spans: list[Span] = []
+            for line in lines:
+                spans.append((at, len(line) - 1))
+                at += len(line)
+            st = os.fstat(fd)
+            same_file = session.messages.written_to(session.path, st)
+            inode, before = st.st_ino, self._seen.get(session.key, _UNSEEN)
             if before == (inode, end) or (before is None and end == 0):
                 # nobody else wrote since this process last looked: the file is what it holds
                 self._seen[session.key] = (inode, os.lseek(fd, 0, os.SEEK_END))
@@ -222,6 +209,7 @@ class SessionStore:
                 self.fsync_dirty()
             else:
                 self._schedule_fsync()
+        return spans if same_file else None
 
     def _schedule_fsync(self) -> None:
         """everysec: make sure dirty files are synced within a second even if no write follows."""
@@ -241,14 +229,16 @@ class SessionStore:
         """Add messages to the session and hand them to the OS before returning."""
         if not messages:
             return
-        self._write_lines(session, list(messages))
-        session.messages.extend(messages)
+        spans = self._write_lines(session, list(messages))
+        session.messages.extend(messages, spans)
 
     def set_metadata(self, session: Session, **fields: Any) -> None:
         """Update bookkeeping (appended as a `_type: metadata` line; the last one wins)."""
         session.metadata.update(fields)
         line = {"_type": "metadata", "format": METADATA_FORMAT, **session.metadata}
         self._write_lines(session, [line])
+        if "last_consolidated" in fields:  # what is consolidated now need not stay in RAM
+            session.messages.freeze(session.last_consolidated - COLD_MARGIN)
 
     def fsync_dirty(self) -> None:
         for key in list(self._dirty):
@@ -271,6 +261,7 @@ class SessionStore:
         session.archived = True
         if not session.path.exists():
             return None
+        session.messages.hold_file()  # a running turn may still read its older messages after the move
         ensure_private_dir(self.archive_dir)
         stamp = now.strftime("%Y%m%dT%H%M%S")
         target = unused_path(self.archive_dir, f"{session.path.stem}-{stamp}", ".jsonl")
@@ -350,8 +341,9 @@ class SessionStore:
         return found
 
     def release(self, session: Session) -> None:
-        """Close the file handle of a session that is no longer used (e.g. an archived one)."""
+        """Close the file handles of a session that is no longer used (e.g. an archived one)."""
         self._close_handle(session.key)
+        session.messages.close()
 
     def _close_handle(self, key: str) -> None:
         fh = self._handles.pop(key, None)
@@ -370,3 +362,5 @@ class SessionStore:
             self._fsync_timer = None
         for key in list(self._handles):
             self._close_handle(key)
+        for session in [*self._cache.values(), *self._live.values()]:
+            session.messages.close()
