@@ -245,3 +245,43 @@ def test_a_file_deleted_under_a_running_session_keeps_its_new_messages_held(tmp_
     assert session.messages.cold_count == 80 - COLD_MARGIN
     assert list(session.messages) == [message(i) for i in range(101)]  # the old lines: the held descriptor
     store.close()
+
+
+async def test_the_session_note_of_a_long_archive_reads_only_its_end(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """/new on a months-long chat: the note wants the last 60,000 characters, yet the whole transcript
+    was rendered into one string (and every user message listed) first."""
+    from nanobot.memory import session_notes
+    from nanobot.memory.store import MemoryStore
+    from nanobot.memory.transcript import render_transcript
+    from nanobot.providers.base import LLMError
+
+    store = SessionStore(tmp_path, fsync="never")
+    write_messy_transcript(store.path_for(KEY), count=6000, pointer=5800)
+    expected, _ = reference_load(store.path_for(KEY))
+    archived = store.archive(store.get(KEY), datetime(2026, 2, 1, tzinfo=UTC))
+    assert archived is not None
+    old = store.load_archived(archived)
+    store.set_metadata(old, last_consolidated=len(old.messages))  # as the lifecycle does before the note
+    read: list[int] = []
+    read_cold = MessageLog._read_cold
+
+    def counting(log: MessageLog, start: int, stop: int) -> list[dict[str, Any]]:
+        read.append(stop - start)
+        return read_cold(log, start, stop)
+
+    monkeypatch.setattr(MessageLog, "_read_cold", counting)
+    sent: list[str] = []
+
+    class Failing:  # the call fails: the note is the raw excerpt, which shows what the note read
+        async def chat(self, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> None:
+            sent.append(messages[-1]["content"])
+            raise LLMError("down")
+
+    memory = MemoryStore(tmp_path)
+    note = await session_notes.write_session_note(Failing(), memory, old.messages, KEY)  # type: ignore[arg-type]
+    full = render_transcript(expected)
+    assert sent and sent[0] == "[...]\n" + full[-session_notes.MAX_TRANSCRIPT_CHARS:]
+    assert note is not None and full[-session_notes.RAW_EXCERPT_CHARS:] in note.read_text()
+    assert f"Messages: {len(expected)}" in note.read_text()
+    assert sum(read) < len(expected) // 4  # the first few (user count, start time) and the end
+    store.release(old)

@@ -1,5 +1,8 @@
 """Session notes written on /new: `memory/YYYY-MM-DD-<slug>.md` with a summary of the session.
 
+The note reads the end of the transcript (MAX_TRANSCRIPT_CHARS of it), walking back from the last
+message: a months-long session's older messages stay on disk (SessionStore reads them on demand).
+
 The summary is untrusted input: `memory.validation` checks it first. A refused answer is retried once
 with the reason stated to the model; a second refusal (or a failed call) writes a raw excerpt of the
 transcript instead, so nothing refused reaches the note. The small-model profile asks for plain
@@ -9,6 +12,8 @@ sentences without offering a tool.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +22,7 @@ from loguru import logger
 from nanobot.memory import small_profile
 from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.store import MemoryStore, slugify
-from nanobot.memory.transcript import render_transcript
+from nanobot.memory.transcript import render_tail
 from nanobot.memory.validation import (
     EchoSources,
     Refusal,
@@ -67,18 +72,16 @@ Call save_session_note again with your own summary of the session."""
 async def write_session_note(
     provider: LLMProvider,
     memory: MemoryStore,
-    messages: list[dict[str, Any]],
+    messages: Sequence[dict[str, Any]],
     session_key: str,
     *,
     small_model: bool = False,
 ) -> Path | None:
     """Write the note (LLM summary, or a raw excerpt as fallback). None when the session was too short."""
-    users = [m for m in messages if m.get("role") == "user"]
-    if len(users) < MIN_USER_MESSAGES:
+    users = islice((m for m in messages if m.get("role") == "user"), MIN_USER_MESSAGES)
+    if sum(1 for _ in users) < MIN_USER_MESSAGES:
         return None
-    transcript = render_transcript(messages)
-    if len(transcript) > MAX_TRANSCRIPT_CHARS:
-        transcript = "[...]\n" + transcript[-MAX_TRANSCRIPT_CHARS:]
+    transcript = render_tail(messages, MAX_TRANSCRIPT_CHARS)
     started = str(messages[0].get("timestamp", ""))[:16].replace("T", " ")
     header = f"Session: {session_key}\nStarted: {started or 'unknown'}\nMessages: {len(messages)}"
     try:
@@ -113,7 +116,7 @@ async def _with_tool(provider: LLMProvider, transcript: str) -> tuple[str, str, 
 
 
 async def _small(
-    provider: LLMProvider, messages: list[dict[str, Any]], transcript: str
+    provider: LLMProvider, messages: Sequence[dict[str, Any]], transcript: str
 ) -> tuple[str, str, str] | Refusal:
     """The small-model profile: one plain summary question about what the user said."""
     text = small_profile.quoted_user_text(messages)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from nanobot.memory.asking import ask_until_accepted
@@ -47,18 +47,25 @@ _NONE_RE = re.compile(r"^\s*(none|nothing|n/a|no facts?)\.?\s*$", re.I)
 _QUOTES = "\"'“”‘’`"
 
 
-def quoted_user_text(messages: list[dict[str, Any]]) -> str:
-    """What the user said in the chunk, as one quoted text (the end of it when long)."""
-    said = []
-    for msg in messages:
+def quoted_user_text(messages: Sequence[dict[str, Any]]) -> str:
+    """What the user said in the chunk, as one quoted text (the end of it when long), read from
+    the last message back: a long session's older messages are not read."""
+    said: list[str] = []
+    length = -1  # the separators: one fewer than the parts
+    for index in range(len(messages) - 1, -1, -1):
+        msg = messages[index]
         if msg.get("role") != "user":
             continue
         content = msg.get("content")
         if isinstance(content, list):
             content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        said.append(" ".join(str(content or "").split()))
-    text = " ".join(s for s in said if s)[-MAX_QUOTED_CHARS:]
-    return f'Text: "{text}"'
+        text = " ".join(str(content or "").split())
+        if text:
+            said.append(text)
+            length += len(text) + 1
+            if length >= MAX_QUOTED_CHARS:
+                break
+    return f'Text: "{" ".join(reversed(said))[-MAX_QUOTED_CHARS:]}"'
 
 
 def question(text: str, ask: str) -> list[dict[str, str]]:

@@ -36,6 +36,19 @@ def render_transcript(messages: list[dict[str, Any]]) -> str:
     return "\n".join(render_message(m) for m in messages)
 
 
+def render_tail(messages: Sequence[dict[str, Any]], max_chars: int) -> str:
+    """render_transcript cut to its last `max_chars` characters (after a "[...]" line when cut),
+    rendering only the messages that reach into them, from the last one back."""
+    rendered: list[str] = []
+    length = -1  # the separators: one fewer than the messages
+    for index in range(len(messages) - 1, -1, -1):
+        rendered.append(render_message(messages[index]))
+        length += len(rendered[-1]) + 1
+        if length > max_chars:
+            return "[...]\n" + "\n".join(reversed(rendered))[-max_chars:]
+    return "\n".join(reversed(rendered))
+
+
 def boundary_after(messages: Sequence[dict[str, Any]], start: int, min_end: int) -> int:
     """The first legal cut at or after `min_end`: just before a user message.
 
