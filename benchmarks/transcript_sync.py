@@ -3,7 +3,8 @@
 A workspace with one live transcript of `--mb` MB (user, assistant and tool messages over many days)
 is indexed once; then, `--turns` times, one user message is appended and the text phase runs
 (`MemoryIndex.sync_text`, what a search waits for). Keyword mode: no model is involved. Prints the
-first sync and the per-turn syncs (median and max), and checks that the last message is found.
+first sync (time, RSS and peak RSS) and the per-turn syncs (median and max), and checks that the
+last message is found.
 
     python benchmarks/transcript_sync.py [--mb 160] [--turns 5]
 
@@ -52,13 +53,28 @@ def write_transcript(path: Path, megabytes: float, rng: random.Random) -> None:
                 size += len(line)
 
 
+def memory_mib() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in MiB."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def reset_peak() -> None:
+    """Start VmHWM again from the current RSS (Linux: clear_refs 5)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 async def run(workspace: Path, turns: int) -> tuple[float, list[float], bool]:
     transcript = workspace / "sessions" / "telegram_1.jsonl"
     index = MemoryIndex(workspace, MemorySearchConfig(embedding_provider="none"), embedder=None)
     try:
+        reset_peak()
+        before, _ = memory_mib()
         started = time.perf_counter()
         await index.sync_text()
         first = time.perf_counter() - started
+        after, peak = memory_mib()
+        print(f"first sync: RSS {before:.0f} → {after:.0f} MiB, peak {peak:.0f} MiB")
         per_turn = []
         for turn in range(turns):
             stamp = "2030-01-01T00:00:00+00:00"

@@ -3,6 +3,7 @@ chunking it whole, and the whole file again when the part before that point chan
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import sqlite3
@@ -130,3 +131,23 @@ async def test_a_message_with_a_unicode_line_separator_is_found_and_cited_at_its
     got = json.loads(await MemoryGetTool(idx).execute(ToolContext(), path=REL, **{"from": locker.end_line, "lines": 1}))
     assert "locker number is 88" in got["text"] and got["totalLines"] == 3
     idx.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chunking_a_file_a_block_at_a_time_gives_the_chunks_of_chunking_it_whole(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 160 MB transcript read, decoded and split whole took ~650 MB of RAM to index; it is read a
+    block of lines at a time now (here blocks of 2 KB: many boundaries, long lines over several)."""
+    monkeypatch.setattr(transcript_tail, "BLOCK_BYTES", 2048)
+    rng = random.Random(seed)
+    transcript = tmp_path / REL
+    transcript.parent.mkdir(parents=True)
+    tool_run = "".join(json.dumps({"role": "tool", "content": "x" * 900}) + "\n" for _ in range(12))
+    transcript.write_text(lines_of(rng, 0, 150) + tool_run + lines_of(rng, 150, 100), encoding="utf-8")
+    got = transcript_tail.chunk_transcript_file(transcript, transcript.stem, 400, 80)
+    assert sorted((c.start_line, c.end_line, c.hash, c.title, c.day) for c in got.chunks) == whole(transcript)
+    assert got.from_line == 1 and got.digest == hashlib.sha256(transcript.read_bytes()).hexdigest()
+    # its resume point is the one chunking the file in one piece gives
+    monkeypatch.setattr(transcript_tail, "BLOCK_BYTES", 1 << 30)
+    assert transcript_tail.chunk_transcript_file(transcript, transcript.stem, 400, 80).resume == got.resume

@@ -20,7 +20,9 @@ from pathlib import Path
 from nanobot.memory.chunking import Chunk, chunk_transcript_from
 from nanobot.session.transcripts import open_transcript
 
-READ_BLOCK_BYTES = 1 << 20  # the unchanged part is hashed in blocks of this size, never held whole
+READ_BLOCK_BYTES = 1 << 20  # the unchanged part is hashed in reads of this size, never held whole
+# Lines parsed and chunked at a time: a 160 MB transcript read whole peaked at ~650 MB of RAM.
+BLOCK_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def chunk_transcript_file(
     path: Path, name: str, max_tokens: int, overlap_tokens: int, previous: str = ""
 ) -> Chunking:
     """Chunk the transcript at `path`, from the `previous` resume point when the bytes before it are
-    unchanged, else whole."""
+    unchanged, else whole; either way BLOCK_BYTES of lines at a time."""
     fd = open_transcript(path)
     try:
         resume = Resume.decode(previous)
@@ -68,20 +70,49 @@ def chunk_transcript_file(
                 start, first_line = resume.offset, resume.line
             else:
                 prefix = hashlib.sha256()
-        tail = _read_from(fd, start)
+        return _chunk_blocks(fd, prefix, start, first_line, name, max_tokens, overlap_tokens)
     finally:
         os.close(fd)
+
+
+def _chunk_blocks(
+    fd: int, prefix: hashlib._Hash, start: int, first_line: int, name: str, max_tokens: int, overlap_tokens: int
+) -> Chunking:
+    """Chunk the file from `start` (line `first_line`; `prefix` has hashed the bytes before it) one
+    block of whole lines at a time. The chunks of a block before its resume line are final (they
+    are the same whatever follows); the next block starts at that line. A block without a resume
+    line past its first one (a long stretch without user messages) is read again twice as large."""
+    chunks: list[Chunk] = []
+    block = bytearray()  # the file's bytes from `start` on, as far as read
+    line, want, at_end = first_line, BLOCK_BYTES, False
+    while True:
+        while not at_end and len(block) < want:
+            data = os.pread(fd, READ_BLOCK_BYTES, start + len(block))
+            at_end = not data
+            block += data
+        end = len(block) if at_end else block.rfind(b"\n") + 1
+        piece = bytes(block[:end])
+        text = piece.decode("utf-8", errors="replace")  # never makes or removes a "\n" byte
+        found = chunk_transcript_from(text, name, max_tokens, overlap_tokens, line)
+        if at_end:
+            chunks.extend(found.chunks)
+            break
+        if found.resume_line <= line:
+            want *= 2
+            continue
+        chunks.extend(c for c in found.chunks if c.start_line < found.resume_line)
+        consumed = _line_start(piece, found.resume_line - line)
+        prefix.update(piece[:consumed])
+        del block[:consumed]
+        start, line, want = start + consumed, found.resume_line, BLOCK_BYTES
     whole = prefix.copy()
-    whole.update(tail)
-    text = tail.decode("utf-8", errors="replace")  # never makes or removes a "\n" byte
-    found = chunk_transcript_from(text, name, max_tokens, overlap_tokens, first_line)
+    whole.update(piece)
     following = ""
     if found.resume_line:
-        offset = _line_start(tail, found.resume_line - first_line)
-        before = prefix.copy()
-        before.update(memoryview(tail)[:offset])
-        following = Resume(start + offset, found.resume_line, before.hexdigest()).encode()
-    return Chunking(whole.hexdigest(), found.chunks, first_line, following)
+        offset = _line_start(piece, found.resume_line - line)
+        prefix.update(piece[:offset])
+        following = Resume(start + offset, found.resume_line, prefix.hexdigest()).encode()
+    return Chunking(whole.hexdigest(), chunks, first_line, following)
 
 
 def _hash_prefix(fd: int, hasher: hashlib._Hash, end: int) -> bool:
@@ -94,12 +125,6 @@ def _hash_prefix(fd: int, hasher: hashlib._Hash, end: int) -> bool:
         hasher.update(block)
         done += len(block)
     return True
-
-
-def _read_from(fd: int, offset: int) -> bytes:
-    with os.fdopen(fd, "rb", closefd=False) as fh:
-        fh.seek(offset)
-        return fh.read()
 
 
 def _line_start(data: bytes, newlines_before: int) -> int:
