@@ -151,3 +151,26 @@ def test_chunking_a_file_a_block_at_a_time_gives_the_chunks_of_chunking_it_whole
     # its resume point is the one chunking the file in one piece gives
     monkeypatch.setattr(transcript_tail, "BLOCK_BYTES", 1 << 30)
     assert transcript_tail.chunk_transcript_file(transcript, transcript.stem, 400, 80).resume == got.resume
+
+
+async def test_memory_get_on_a_long_transcript_does_not_hold_it_whole(tmp_path: Path) -> None:
+    import tracemalloc
+
+    transcript = tmp_path / REL
+    transcript.parent.mkdir(parents=True)
+    line = json.dumps({"role": "user", "content": "tomato " * 300, "timestamp": "2026-03-01T10:00:00+00:00"})
+    with transcript.open("w", encoding="utf-8") as fh:
+        for n in range(8000):  # ~17 MB
+            fh.write(line.replace("tomato", f"tomato{n}", 1) + "\n")
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"))
+    tool = MemoryGetTool(idx)
+    tracemalloc.start()
+    try:
+        got = json.loads(await tool.execute(ToolContext(), path=REL, **{"from": 7000, "lines": 2}))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got["totalLines"] == 8000 and got["from"] == 7000 and got["to"] == 7001
+    assert "tomato6999 " in got["text"] and "tomato7000 " in got["text"]
+    assert peak < 2 * 1024 * 1024  # read line by line (the whole file decoded and split: ~50 MB)
+    idx.close()

@@ -21,7 +21,6 @@ from loguru import logger
 
 from nanobot.config.paths import MEMORY_DIR
 from nanobot.session.store import SessionStore
-from nanobot.session.transcripts import read_transcript
 from nanobot.util.nofollow import is_regular, plain_path, read_regular_text, regular_files
 
 ROOT_SOURCES = ("MEMORY.md", "HISTORY.md")  # legacy locations at the workspace root
@@ -34,8 +33,9 @@ class SourceFile:
     kind: Literal["memory", "sessions"]  # Markdown memory file | JSONL transcript
 
     def read_text(self) -> str:
-        """The file's text (a regular file at open time, never a symlink)."""
-        return read_transcript(self.path) if self.kind == "sessions" else read_regular_text(self.path)
+        """A memory file's text (a regular file at open time, never a symlink); transcripts are read
+        a block at a time by transcript_tail.py."""
+        return read_regular_text(self.path)
 
 
 def discover(workspace: Path, include_sessions: bool) -> list[SourceFile]:

@@ -3,8 +3,8 @@
 - `list_transcripts`: the live `sessions/*.jsonl` and archived `sessions/archive/*.jsonl` files,
   regular files only and never through a symlink (a linked `sessions/` or `archive/` is skipped
   with a warning); dot-names are never listed.
-- `read_transcript` / `open_transcript`: a transcript's text, or a descriptor to read part of it,
-  refusing anything that is not a regular file at open time.
+- `open_transcript` / `transcript_line_range`: a descriptor to read a transcript (or part of it),
+  or a range of its lines, refusing anything that is not a regular file at open time.
 - `transcript_lines`: the user/assistant messages of a transcript with their file line numbers and
   days, the one parser of the file format outside SessionStore's loader.
 - `archived_stem`: the live file name an archived transcript came from (`<stem>-<stamp>[-n]`).
@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 from loguru import logger
 
 from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR
-from nanobot.util.nofollow import open_regular, plain_path, read_regular_text, regular_files
+from nanobot.util.nofollow import open_regular, plain_path, regular_files
 
 TRANSCRIPT_SUFFIX = ".jsonl"
 #: where transcripts live, workspace-relative: live ones, then the ones /new archived
@@ -53,15 +54,28 @@ def list_transcripts(workspace: Path) -> list[TranscriptFile]:
     return out
 
 
-def read_transcript(path: Path) -> str:
-    """A transcript's text (a regular file at open time, never a symlink)."""
-    return read_regular_text(path)
-
-
 def open_transcript(path: Path) -> int:
     """A read-only descriptor of a transcript (a regular file at open time, never a symlink), for a
     reader that takes only part of it."""
     return open_regular(path)
+
+
+def transcript_line_range(path: Path, first: int, count: int) -> tuple[list[str], int]:
+    """Lines `first`..`first + count - 1` (1-based; lines end at "\n" only) of a transcript, and
+    how many lines it has, read one line at a time: a months-long transcript is never held whole
+    (decoded and split, a 160 MB file took ~500 MB to return a few lines)."""
+    chosen: list[str] = []
+    total = 0
+    fd = open_transcript(path)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            for raw in fh:
+                total += 1
+                if first <= total < first + count:
+                    chosen.append(raw.removesuffix(b"\n").decode("utf-8", errors="replace"))
+    finally:
+        os.close(fd)
+    return chosen, total
 
 
 def archived_stem(path: Path) -> str:

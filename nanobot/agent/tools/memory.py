@@ -12,6 +12,7 @@ one-shot `nanobot agent -m …`) should not pay for.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.config.paths import SESSIONS_DIR
 from nanobot.memory.sources import ROOT_SOURCES
-from nanobot.session.transcripts import read_transcript
+from nanobot.session.transcripts import transcript_line_range
 from nanobot.util.nofollow import read_regular_text
 
 if TYPE_CHECKING:
@@ -175,13 +176,13 @@ class MemoryGetTool(_IndexTool):
         workspace = self.index.workspace.resolve()
         try:
             if rel.startswith(f"{SESSIONS_DIR}/"):
-                # "\n" only, as the index numbers transcript lines (JSON leaves U+2028 unescaped)
-                lines = read_transcript(path).removesuffix("\n").split("\n")
+                # "\n" only, as the index numbers transcript lines; never the whole file in memory
+                chosen, total = await asyncio.to_thread(transcript_line_range, path, start, count)
             else:
                 lines = read_regular_text(path, beneath=workspace).splitlines()
+                chosen, total = lines[start - 1 : start - 1 + count], len(lines)
         except OSError as exc:
             raise ToolError(f"cannot read {rel}: {exc}") from exc
-        chosen = lines[start - 1 : start - 1 + count]
         text = "\n".join(chosen)
         truncated = len(text) > MAX_GET_CHARS
         if truncated:
@@ -192,7 +193,7 @@ class MemoryGetTool(_IndexTool):
                 "path": rel,
                 "from": start,
                 "to": end,
-                "totalLines": len(lines),
+                "totalLines": total,
                 "truncated": truncated,
                 "text": text,
             },
