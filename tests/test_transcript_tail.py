@@ -17,6 +17,7 @@ from nanobot.config.schema import MemorySearchConfig
 from nanobot.memory import transcript_tail
 from nanobot.memory.chunking import chunk_transcript
 from nanobot.memory.index import MemoryIndex
+from nanobot.session.transcripts import archived_stem
 
 REL = "sessions/telegram_42.jsonl"
 WORDS = ["garden", "tomato", "invoice", "dentist", "ferry", "violin", "budget", "kayak", "sister", "parcel"]
@@ -48,7 +49,8 @@ def indexed(ws: Path) -> list[tuple[int, int, str, str, str]]:
 
 
 def whole(path: Path) -> list[tuple[int, int, str, str, str]]:
-    chunks = chunk_transcript(path.read_text(encoding="utf-8"), path.stem)
+    name = archived_stem(path) or path.stem  # an archive is titled like the live session it was
+    chunks = chunk_transcript(path.read_text(encoding="utf-8"), name)
     return sorted((c.start_line, c.end_line, c.hash, c.title, c.day) for c in chunks)
 
 
@@ -173,4 +175,64 @@ async def test_memory_get_on_a_long_transcript_does_not_hold_it_whole(tmp_path: 
     assert got["totalLines"] == 8000 and got["from"] == 7000 and got["to"] == 7001
     assert "tomato6999 " in got["text"] and "tomato7000 " in got["text"]
     assert peak < 2 * 1024 * 1024  # read line by line (the whole file decoded and split: ~50 MB)
+    idx.close()
+
+
+@pytest.mark.parametrize("moved", [True, False])
+async def test_new_moves_the_indexed_chunks_with_the_transcript_into_the_archive(tmp_path: Path, moved: bool) -> None:
+    """/new on a months-long chat moved its file into the archive, which the index saw as a new file
+    to chunk and write whole (and the live name's rows to delete). The archived copy takes the rows
+    over now; a copy (the live file left as it was) is indexed whole under both names."""
+    import shutil
+    from datetime import UTC, datetime
+
+    from nanobot.session.store import SessionStore
+
+    rng = random.Random(3)
+    store = SessionStore(tmp_path, fsync="never")
+    live = store.path_for("telegram:42")
+    live.parent.mkdir(parents=True)
+    live.write_text(lines_of(rng, 0, 300), encoding="utf-8")
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none"))
+    await idx.sync_text()
+    before = len(indexed(tmp_path))
+    if moved:
+        archived = store.archive(store.get("telegram:42"), datetime(2026, 4, 1, tzinfo=UTC))
+        assert archived is not None
+        live.write_text(lines_of(rng, 300, 4), encoding="utf-8")  # the new session's first turns
+    else:
+        archived = store.archive_dir / "telegram_42-20260401T000000.jsonl"
+        archived.parent.mkdir(parents=True)
+        shutil.copyfile(live, archived)
+    stats = await idx.sync_text()
+    with sqlite3.connect(tmp_path / "memory" / ".index.sqlite") as db:
+        for path in (live, archived):
+            rel = path.relative_to(tmp_path).as_posix()
+            rows = sorted(db.execute("SELECT start_line, end_line, hash, title, day FROM chunks WHERE path=?", (rel,)))
+            assert rows == whole(path), rel
+    if moved:
+        assert stats.chunks_indexed < before // 10  # the archive's rows moved, only its tail was written
+    idx.close()
+
+
+async def test_new_embeds_nothing_again(tmp_path: Path) -> None:
+    """The archive's chunks were titled with its file name, so every chunk of a session was embedded
+    a second time after /new (minutes of local-model time for an ordinary chat)."""
+    from datetime import UTC, datetime
+
+    from nanobot.session.store import SessionStore
+    from tests.test_memory_index import FakeEmbedder
+
+    store = SessionStore(tmp_path, fsync="never")
+    live = store.path_for("telegram:42")
+    live.parent.mkdir(parents=True)
+    live.write_text(lines_of(random.Random(5), 0, 120), encoding="utf-8")
+    embedder = FakeEmbedder()
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="fake"), embedder=embedder)
+    await idx.sync()
+    embedded = len(embedder.embedded)
+    assert embedded > 50
+    assert store.archive(store.get("telegram:42"), datetime(2026, 4, 1, tzinfo=UTC)) is not None
+    await idx.sync()
+    assert len(embedder.embedded) == embedded
     idx.close()

@@ -22,7 +22,9 @@ from nanobot.memory.fts import cjk_char_count, is_cjk_char
 from nanobot.session.transcripts import transcript_lines
 from nanobot.util.text import pack
 
-CHUNKER_VERSION = 2  # bump when chunk boundaries change: indexes built before are re-chunked (2: bare headings)
+# Bump when chunks change: indexes built before are re-chunked (2: bare headings; 3: an archived
+# transcript's chunks titled with the live session's name, not the archive's file name).
+CHUNKER_VERSION = 3
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _ISO_DAY = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")

@@ -34,8 +34,9 @@ from nanobot.memory.ranking import KeywordPass, keyword_pass, rank
 from nanobot.memory.search import SearchResponse, SearchResult, file_date
 from nanobot.memory.sources import ROOT_SOURCES, SourceFile, discover
 from nanobot.memory.staleness import Snapshot, folder_times, unchanged
-from nanobot.memory.transcript_tail import Chunking, chunk_transcript_file
+from nanobot.memory.transcript_tail import Chunking, archived_continuations, chunk_transcript_file
 from nanobot.memory.vectors import VectorSearcher
+from nanobot.session.transcripts import archived_stem
 from nanobot.util.text import valid_unicode
 
 __all__ = ["ROOT_SOURCES", "MemoryIndex", "SyncStats", "build_index"]
@@ -183,6 +184,10 @@ class MemoryIndex:
         folders = await asyncio.to_thread(folder_times, str(self.workspace), self.config.include_sessions)
         existing = await asyncio.to_thread(db.file_rows)
         found = await asyncio.to_thread(self.discover)
+        archived = [(s.rel, s.path) for s in found if s.kind == "sessions" and s.rel not in existing]
+        for live, rel, resume in await asyncio.to_thread(archived_continuations, archived, existing):
+            await asyncio.to_thread(db.adopt_chunks, live, rel, resume.line, resume.encode())
+            existing = await asyncio.to_thread(db.file_rows)
         signature: dict[str, tuple[int, int]] = {}
         for source in found:
             rel = source.rel
@@ -236,7 +241,10 @@ class MemoryIndex:
         """A file's hash and chunks; a transcript that only grew is chunked from its resume point."""
         tokens, overlap = self.config.chunk_tokens, self.config.chunk_overlap_tokens
         if source.kind == "sessions":
-            return chunk_transcript_file(source.path, source.path.stem, tokens, overlap, resume)
+            # An archived transcript is titled like the live one it was: /new changes no chunk, so
+            # no vector has to be made again and the live file's chunks move with it.
+            name = archived_stem(source.path) or source.path.stem
+            return chunk_transcript_file(source.path, name, tokens, overlap, resume)
         content = source.read_text()
         day = file_date(source.rel)
         chunks = chunk_markdown(content, tokens, overlap, day.isoformat() if day else "")

@@ -299,6 +299,18 @@ class IndexDB:
             )
         return written
 
+    def adopt_chunks(self, source: str, target: str, before_line: int, resume: str) -> int:
+        """`target` (a transcript /new archived) takes over `source`'s chunks that start before
+        `before_line`, and `resume` with them; `source` is marked changed with no resume point, so
+        its next sync chunks it whole. Returns how many chunks moved."""
+        with self.write() as conn:
+            moved = conn.execute(
+                "UPDATE chunks SET path=? WHERE path=? AND start_line<?", (target, source, before_line)
+            ).rowcount
+            conn.execute("INSERT OR REPLACE INTO files VALUES(?, 'sessions', '', -1, -1, ?)", (target, resume))
+            conn.execute("UPDATE files SET hash='', mtime_ns=-1, size=-1, resume='' WHERE path=?", (source,))
+        return moved
+
     def touch_file(self, path: str, mtime_ns: int, size: int) -> None:
         with self.write() as conn:
             conn.execute("UPDATE files SET mtime_ns=?, size=? WHERE path=?", (mtime_ns, size, path))

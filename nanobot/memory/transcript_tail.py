@@ -7,18 +7,23 @@ byte offset and line of the last chunk that begins at a user message, and the SH
 before it; chunking.py says why chunking from there gives the same chunks). The next sync hashes
 those bytes without parsing them; when they are unchanged it parses and chunks only the rest, and
 the chunks from that line on are replaced, the earlier ones kept. When they differ (the file was
-edited there, replaced or cut shorter) the file is chunked whole, as before.
+edited there, replaced or cut shorter) the file is chunked whole, as before. `/new` moves the live
+file into the archive: the archived copy takes over the live file's chunks before its resume point
+(`archived_continuations`), and the live name, a new file now, is chunked whole.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nanobot.config.paths import SESSIONS_DIR
 from nanobot.memory.chunking import Chunk, chunk_transcript_from
-from nanobot.session.transcripts import open_transcript
+from nanobot.memory.index_db import FileRow
+from nanobot.session.transcripts import TRANSCRIPT_SUFFIX, archived_stem, open_transcript
 
 READ_BLOCK_BYTES = 1 << 20  # the unchanged part is hashed in reads of this size, never held whole
 # Lines parsed and chunked at a time: a 160 MB transcript read whole peaked at ~650 MB of RAM.
@@ -113,6 +118,34 @@ def _chunk_blocks(
         prefix.update(piece[:offset])
         following = Resume(start + offset, found.resume_line, prefix.hexdigest()).encode()
     return Chunking(whole.hexdigest(), chunks, first_line, following)
+
+
+def archived_continuations(
+    archived: list[tuple[str, Path]], rows: Mapping[str, FileRow]
+) -> list[tuple[str, str, Resume]]:
+    """(live rel, archived rel, resume point) for each archived transcript (rel, path) the index does
+    not hold yet that begins with the bytes an indexed live transcript had before its resume point:
+    `/new` moved that file into the archive, so its chunks before the resume line can move with it
+    instead of the whole file being chunked and written again (seconds for a months-long chat)."""
+    found = []
+    for rel, path in archived:
+        stem = archived_stem(path)
+        live = f"{SESSIONS_DIR}/{stem}{TRANSCRIPT_SUFFIX}"
+        row = rows.get(live)
+        resume = Resume.decode(row.resume) if stem and row and rel not in rows else None
+        if resume is None:
+            continue
+        try:
+            fd = open_transcript(path)
+        except OSError:
+            continue
+        try:
+            prefix = hashlib.sha256()
+            if _hash_prefix(fd, prefix, resume.offset) and prefix.hexdigest() == resume.prefix_sha256:
+                found.append((live, rel, resume))
+        finally:
+            os.close(fd)
+    return found
 
 
 def _hash_prefix(fd: int, hasher: hashlib._Hash, end: int) -> bool:
