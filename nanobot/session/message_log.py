@@ -153,6 +153,9 @@ class MessageLog(Sequence[dict[str, Any]]):
     def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
 
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        # The hot path (every history message, several times a turn): a held message by index.
+        if type(index) is int and index >= self._cold:
+            return self._hot[index - self._cold]  # past the end: the list's IndexError
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             if step != 1:
