@@ -184,9 +184,11 @@ class MemoryIndex:
         folders = await asyncio.to_thread(folder_times, str(self.workspace), self.config.include_sessions)
         existing = await asyncio.to_thread(db.file_rows)
         found = await asyncio.to_thread(self.discover)
-        archived = [(s.rel, s.path) for s in found if s.kind == "sessions" and s.rel not in existing]
-        for live, rel, resume in await asyncio.to_thread(archived_continuations, archived, existing):
+        transcripts = [(s.rel, s.path) for s in found if s.kind == "sessions"]
+        moved = await asyncio.to_thread(archived_continuations, transcripts, existing)
+        for live, rel, resume in moved:
             await asyncio.to_thread(db.adopt_chunks, live, rel, resume.line, resume.encode())
+        if moved:
             existing = await asyncio.to_thread(db.file_rows)
         signature: dict[str, tuple[int, int]] = {}
         for source in found:

@@ -68,14 +68,10 @@ def chunk_transcript_file(
     fd = open_transcript(path)
     try:
         resume = Resume.decode(previous)
-        prefix = hashlib.sha256()
-        start, first_line = 0, 1
-        if resume is not None:
-            if _hash_prefix(fd, prefix, resume.offset) and prefix.hexdigest() == resume.prefix_sha256:
-                start, first_line = resume.offset, resume.line
-            else:
-                prefix = hashlib.sha256()
-        return _chunk_blocks(fd, prefix, start, first_line, name, max_tokens, overlap_tokens)
+        prefix = _unchanged_before(fd, resume) if resume is not None else None
+        if resume is None or prefix is None:
+            return _chunk_blocks(fd, hashlib.sha256(), 0, 1, name, max_tokens, overlap_tokens)
+        return _chunk_blocks(fd, prefix, resume.offset, resume.line, name, max_tokens, overlap_tokens)
     finally:
         os.close(fd)
 
@@ -121,14 +117,14 @@ def _chunk_blocks(
 
 
 def archived_continuations(
-    archived: list[tuple[str, Path]], rows: Mapping[str, FileRow]
+    transcripts: list[tuple[str, Path]], rows: Mapping[str, FileRow]
 ) -> list[tuple[str, str, Resume]]:
-    """(live rel, archived rel, resume point) for each archived transcript (rel, path) the index does
+    """(live rel, archived rel, resume point) for each transcript (rel, path) that /new archived and the index does
     not hold yet that begins with the bytes an indexed live transcript had before its resume point:
     `/new` moved that file into the archive, so its chunks before the resume line can move with it
     instead of the whole file being chunked and written again (seconds for a months-long chat)."""
     found = []
-    for rel, path in archived:
+    for rel, path in transcripts:
         stem = archived_stem(path)
         live = f"{SESSIONS_DIR}/{stem}{TRANSCRIPT_SUFFIX}"
         row = rows.get(live)
@@ -140,12 +136,20 @@ def archived_continuations(
         except OSError:
             continue
         try:
-            prefix = hashlib.sha256()
-            if _hash_prefix(fd, prefix, resume.offset) and prefix.hexdigest() == resume.prefix_sha256:
+            if _unchanged_before(fd, resume) is not None:
                 found.append((live, rel, resume))
         finally:
             os.close(fd)
     return found
+
+
+def _unchanged_before(fd: int, resume: Resume) -> hashlib._Hash | None:
+    """A hasher fed the file's bytes before the resume point when they are the ones it recorded
+    (to go on hashing the rest), else None."""
+    prefix = hashlib.sha256()
+    if _hash_prefix(fd, prefix, resume.offset) and prefix.hexdigest() == resume.prefix_sha256:
+        return prefix
+    return None
 
 
 def _hash_prefix(fd: int, hasher: hashlib._Hash, end: int) -> bool:

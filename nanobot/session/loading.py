@@ -27,7 +27,7 @@ from typing import IO, Any
 from loguru import logger
 
 from nanobot.session.message_log import COLD_MARGIN, MessageLog, parse_message_line
-from nanobot.session.session import Session, valid_metadata
+from nanobot.session.session import Session, valid_metadata, valid_pointer
 
 READ_BUFFER = 1 << 20
 
@@ -65,7 +65,7 @@ def _pointer(fh: IO[bytes], size: int) -> int:
         if not isinstance(obj, dict) or obj.get("_type") != "metadata":
             continue
         value = obj.get("last_consolidated", 0)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if valid_pointer(value):
             pointer = value  # an invalid value keeps the previous one
     return pointer
 

@@ -118,12 +118,17 @@ def append_all(fd: int, data: bytes, end: int, path: Path) -> None:
 
 
 
+def valid_pointer(value: Any) -> bool:
+    """Whether a `last_consolidated` value can be used: a count of messages (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def valid_metadata(key: str, lineno: int, obj: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
     """A metadata line's fields with bad values replaced by the previous line's (warned), so one
     bad line never breaks the session."""
     meta = {k: v for k, v in obj.items() if k != "_type"}
     pointer = meta.get("last_consolidated", 0)
-    if isinstance(pointer, bool) or not isinstance(pointer, int) or pointer < 0:
+    if not valid_pointer(pointer):
         logger.warning(
             "session {}: ignoring invalid last_consolidated {!r} on line {}", key, pointer, lineno
         )
