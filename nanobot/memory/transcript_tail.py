@@ -119,10 +119,11 @@ def _chunk_blocks(
 def archived_continuations(
     transcripts: list[tuple[str, Path]], rows: Mapping[str, FileRow]
 ) -> list[tuple[str, str, Resume]]:
-    """(live rel, archived rel, resume point) for each transcript (rel, path) that /new archived and the index does
-    not hold yet that begins with the bytes an indexed live transcript had before its resume point:
-    `/new` moved that file into the archive, so its chunks before the resume line can move with it
-    instead of the whole file being chunked and written again (seconds for a months-long chat)."""
+    """(live rel, archived rel, resume point) for each transcript (rel, path) that /new archived, the
+    index does not hold yet, and that begins with the bytes an indexed live transcript had before its
+    resume point: `/new` moved that file into the archive, so its chunks before the resume line can
+    move with it instead of the whole file being chunked and written again (seconds for a months-long
+    chat)."""
     found = []
     for rel, path in transcripts:
         stem = archived_stem(path)
