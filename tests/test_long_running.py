@@ -187,6 +187,62 @@ def test_cron_runs_a_job_that_falls_due_after_the_wall_clock_steps_forward(tmp_p
     assert asyncio.run(run()) == "ok"
 
 
+def test_an_interval_job_keeps_its_pace_after_the_wall_clock_steps_back(tmp_path: Path, monkeypatch) -> None:
+    """A clock stepped back an hour (a wrong RTC corrected by NTP) left an `every 60 s` job's timer on
+    its old next run, an hour and a minute away: the job stayed silent for that hour."""
+    import datetime as dt
+
+    import apscheduler.executors.base as executors_base
+    import apscheduler.schedulers.base as schedulers_base
+
+    import nanobot.timeutil as timeutil
+    from nanobot.scheduler.cron import CronService
+
+    step = {"s": 0.0}
+
+    class SteppedClock(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[override]
+            return dt.datetime.now(tz) + dt.timedelta(seconds=step["s"])
+
+    for module in (schedulers_base, executors_base, timeutil):
+        monkeypatch.setattr(module, "datetime", SteppedClock)
+
+    async def run() -> tuple[str | None, str | None, str | None]:
+        ran = asyncio.Event()
+
+        async def on_job(_job) -> None:
+            ran.set()
+
+        svc = CronService(tmp_path / "jobs.json", on_job, "UTC", misfire_grace_s=2, reload_interval_s=0.2)
+        job = svc.add("tick", "tick", every_s=60)
+        await svc.start()
+        try:
+            before = svc.get(job.id).next_run_at
+            await asyncio.sleep(0.5)
+            step["s"] = -3600.0
+            for _ in range(500):  # a hang guard: the watcher notices within a tick
+                if svc.get(job.id).next_run_at != before:
+                    break
+                await asyncio.sleep(0.02)
+            moved = svc.get(job.id).next_run_at
+            step["s"] = -3600.0 + 59  # a minute later by the new clock: the job is due
+            await asyncio.wait_for(ran.wait(), 30)
+            for _ in range(500):
+                if svc.get(job.id).last_status is not None:
+                    break
+                await asyncio.sleep(0.02)
+            return before, moved, svc.get(job.id).last_status
+        finally:
+            await svc.stop()
+
+    before, moved, status = asyncio.run(run())
+    assert before is not None and moved is not None
+    gap_s = (datetime.fromisoformat(before) - datetime.fromisoformat(moved)).total_seconds()
+    assert 3540 <= gap_s <= 3601  # the next run moved back with the clock, not by a day or not at all
+    assert status == "ok"
+
+
 # ------------------------------------------------------------------ long-running: /stop of a streamed reply
 def test_stopping_a_streamed_reply_leaves_no_stream_state_in_telegram(tmp_path: Path) -> None:
     from nanobot.agent.factory import build_runtime

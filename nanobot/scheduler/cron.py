@@ -17,7 +17,7 @@ import builtins
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from nanobot.scheduler.cron_store import (
     CRON_SESSION_PREFIX,
     MAX_JOBS,
     MAX_STATUS_CHARS,
+    MIN_EVERY_S,
     CronJob,
     CronSchedule,
     CronStore,
@@ -350,8 +351,33 @@ class CronService:
             moved_s = offset - self._clock_offset
             logger.warning("cron: the system clock moved by {:+.0f}s; checking for due jobs", moved_s)
             if self._scheduler is not None:
+                if moved_s < 0:
+                    self._rearm_interval_jobs()
                 self._scheduler.wakeup()
         self._clock_offset = offset
+
+    def _rearm_interval_jobs(self) -> None:
+        """A wall clock stepped back leaves an `every` job's timer on its old next run, now that much
+        further away than one interval: a job every 10 minutes after a one-day step back would stay
+        silent for a day. Its next run moves to the interval's next one from the new time instead.
+        Jobs on a cron expression or a fixed time keep theirs: those name wall-clock times."""
+        assert self._scheduler is not None
+        moment = tz_now(self.tz)
+        updates: dict[str, dict[str, Any]] = {}
+        for job in self.store.load():
+            timer = self._scheduler.get_job(job.id) if job.id in self._scheduled else None
+            if timer is None or timer.next_run_time is None or job.schedule.kind != "every":
+                continue
+            interval = timedelta(seconds=int(job.schedule.every_s or MIN_EVERY_S))
+            if timer.next_run_time - moment <= interval:
+                continue
+            on_grid = next_fire(job, self.tz, moment)  # the creation time's grid, when it has begun
+            run_time = min(on_grid, moment + interval) if on_grid is not None else moment + interval
+            self._scheduler.modify_job(job.id, next_run_time=run_time)
+            logger.info("cron: job {} moved to {} after the clock went back", job.id, to_iso(run_time))
+            updates[job.id] = {"next_run_at": to_iso(run_time, round_up=True)}
+        if updates:
+            self._apply(updates)
 
     async def _watch(self) -> None:
         self._clock_offset = self._wall_minus_monotonic()
