@@ -315,6 +315,21 @@ async def test_malformed_event_in_a_stream_is_retried_then_reported(
     assert info.value.kind == "malformed" and len(fake_llm.requests) == 4
 
 
+async def test_a_stream_cut_before_the_model_finished_is_retried_not_taken_as_the_answer(
+    route: str, fake_llm: FakeLLMServer
+) -> None:
+    """The body of a server-sent stream often ends with the connection: one that closes in the middle
+    of the answer (a proxy's idle limit, a server restarting) looked like a complete, shorter reply."""
+    whole = "The appointment is on Monday at nine, not on Tuesday."
+    fake_llm.push(Reply(content=whole, stream_cut_after=4), Reply(content=whole))
+    response = await build(route, fake_llm.url).chat(MESSAGES, on_delta=_sink([]))
+    assert response.content == whole and len(fake_llm.requests) == 2
+    fake_llm.push(*[Reply(content=whole, stream_cut_after=4)] * 2)
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url, retries=1).chat(MESSAGES, on_delta=_sink([]))
+    assert info.value.kind == "connection", info.value
+
+
 async def test_stream_429_waits_for_retry_after(route: str, fake_llm: FakeLLMServer) -> None:
     fake_llm.push(Reply(status=429, headers={"Retry-After": "0.4"}), Reply(content="streamed after"))
     provider = build(route, fake_llm.url)
@@ -329,3 +344,14 @@ async def test_stream_500_is_reported_as_a_server_error(route: str, fake_llm: Fa
     with pytest.raises(LLMError) as info:
         await build(route, fake_llm.url, retries=1).chat(MESSAGES, on_delta=_sink([]))
     assert (info.value.kind, info.value.status) == ("server", 502) and len(fake_llm.requests) == 2
+
+
+async def test_a_real_servers_stream_is_taken_whole(route: str, llama_server) -> None:  # noqa: ANN001
+    """A stream counts as whole only once a chunk carries a finish_reason (else it was cut off): the
+    demo model behind `llama_cpp.server`, stopped by the token limit, ends its stream with one."""
+    deltas: list[str] = []
+    provider = build(route, llama_server.api_base, retries=0, timeout_s=120.0)
+    messages = [{"role": "user", "content": "Count from one to twenty in words."}]
+    response = await provider.chat(messages, max_tokens=12, temperature=0, on_delta=_sink(deltas))
+    assert response.finish_reason == "length", response
+    assert response.content and "".join(deltas) == response.content

@@ -30,6 +30,12 @@ class MalformedResponseError(Exception):
     """The endpoint answered, but not with a completion (not JSON, no choices, an empty stream)."""
 
 
+class StreamCutError(ConnectionError):
+    """A stream ended before the model finished: no chunk carried a finish_reason. A server-sent body
+    often ends with its connection, so a connection closed mid-answer (a proxy's idle limit, a
+    restarting server) otherwise reads as a complete, shorter reply."""
+
+
 @dataclass(frozen=True)
 class Failure:
     kind: str
@@ -44,12 +50,14 @@ def _status_of(exc: BaseException) -> int | None:
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
-    """The exception and its causes, outermost first (bounded: chains can be cyclic)."""
+    """The exception and its causes, outermost first (bounded: chains can be cyclic). litellm wraps
+    a failure in the middle of a stream without chaining it: it keeps it as `original_exception`."""
     seen: list[BaseException] = []
     node: BaseException | None = exc
     while node is not None and node not in seen and len(seen) < 8:
         seen.append(node)
-        node = node.__cause__ or node.__context__
+        wrapped = getattr(node, "original_exception", None)
+        node = wrapped if isinstance(wrapped, BaseException) else node.__cause__ or node.__context__
     return seen
 
 

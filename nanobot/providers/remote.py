@@ -10,6 +10,7 @@ OpenAI shape (dicts of the JSON, or litellm's objects). Everything a user can ob
   exponential backoff with jitter;
 - a forced `tool_choice` that the endpoint refuses (HTTP 400/422) is sent once more as "auto";
 - streaming: text deltas go to `on_delta` as they arrive; tool calls are assembled from their pieces;
+  a stream that ends before any chunk carried a finish_reason was cut off, and is tried again;
 - usage and finish reason are read the same way; failures become `LLMError` with one of the kinds
   of `nanobot.providers.errors`.
 """
@@ -24,7 +25,13 @@ from typing import Any
 from loguru import logger
 
 from nanobot.providers.base import ChatRequest, LLMProvider, LLMResponse, StreamCallback, ToolCall, Usage
-from nanobot.providers.errors import MalformedResponseError, classify, rejects_tool_choice, to_llm_error
+from nanobot.providers.errors import (
+    MalformedResponseError,
+    StreamCutError,
+    classify,
+    rejects_tool_choice,
+    to_llm_error,
+)
 from nanobot.util.retry import retry_delay_s
 from nanobot.util.tool_args import from_provider
 
@@ -194,7 +201,7 @@ async def collect_stream(
     """
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
-    finish = "stop"
+    finish: str | None = None
     usage = Usage()
     answered = False  # some chunk carried a message part (litellm invents chunks for a bad stream)
     async for chunk in _with_idle_limit(stream, idle_s):
@@ -224,6 +231,8 @@ async def collect_stream(
             finish = _field(choice, "finish_reason")
     if not answered and not usage.completion_tokens:
         raise MalformedResponseError("the stream carried no message")
+    if finish is None:
+        raise StreamCutError(f"the stream ended before the model finished ({len(text)} text pieces in)")
     tool_calls = [
         ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=from_provider(c["arguments"]))
         for i, c in sorted(calls.items())

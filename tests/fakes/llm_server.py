@@ -41,6 +41,8 @@ class Reply:
     stream_piece_bytes: int = 0
     stream_line_end: str = "\n"
     stream_bad_event: str | None = None  # sent as one event's data after the first delta (e.g. not JSON)
+    # the connection closes after this many pieces of the text: no finish_reason, no [DONE]
+    stream_cut_after: int | None = None
 
 
 Responder = Callable[[dict[str, Any]], "Reply | dict[str, Any] | str"]
@@ -216,7 +218,10 @@ class FakeLLMServer(ThreadedHTTPFake):
                 if reply.stream_bad_event is not None:
                     write(f"data: {reply.stream_bad_event}\n\n")
                 text = reply.content or ""
-                for piece in re.findall(r"\S+\s*|\s+", text):
+                for n, piece in enumerate(re.findall(r"\S+\s*|\s+", text)):
+                    if n == reply.stream_cut_after:
+                        self.close_connection = True
+                        return
                     emit({"content": piece})
                 for i, call in enumerate(reply.tool_calls):
                     emit(
