@@ -15,20 +15,19 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from nanobot.logs import prompts_logged
+from nanobot.scheduler.clock import ClockWatch, interval_run_after_step_back
 from nanobot.scheduler.cron_store import (
     CRON_SESSION_PREFIX,
     MAX_JOBS,
     MAX_STATUS_CHARS,
-    MIN_EVERY_S,
     CronJob,
     CronSchedule,
     CronStore,
@@ -69,7 +68,6 @@ __all__ = [
 MISFIRE_GRACE_S = 300  # a run missed by at most this long still happens once, late
 RELOAD_CHECK_S = 2.0  # how often a running service looks for changes made by other processes
 STOP_TIMEOUT_S = 5.0  # how long stop() waits for cancelled in-flight runs to unwind
-CLOCK_STEP_S = 2.0  # a wall-clock jump larger than this (between two watcher checks) wakes the scheduler
 
 OnJob = Callable[[CronJob], Awaitable[str | None]]
 Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
@@ -117,7 +115,7 @@ class CronService:
         self._seen_sig: tuple[int, int, int] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[Any]] = set()
-        self._clock_offset: float | None = None  # wall clock minus monotonic clock, at the last check
+        self._clock: ClockWatch | None = None  # looks for wall-clock steps while running
 
     # ------------------------------------------------------------------ management
     @property
@@ -338,49 +336,35 @@ class CronService:
         except CronStoreError as exc:
             logger.error("cron: cannot record job state: {}", exc)
 
-    def _wall_minus_monotonic(self) -> float:
-        return tz_now(UTC).timestamp() - time.monotonic()
-
     def _check_clock(self) -> None:
-        """APScheduler arms a monotonic timer for the next due run, computed from the wall clock at
-        that moment: a wall clock stepped forward (NTP syncing a box without an RTC after boot, a
-        resume from suspend) leaves it asleep past every run that fell due meanwhile, which it then
-        reports as missed. Waking it when the two clocks drift apart lets it look again now."""
-        offset = self._wall_minus_monotonic()
-        if self._clock_offset is not None and abs(offset - self._clock_offset) > CLOCK_STEP_S:
-            moved_s = offset - self._clock_offset
-            logger.warning("cron: the system clock moved by {:+.0f}s; checking for due jobs", moved_s)
-            if self._scheduler is not None:
-                if moved_s < 0:
-                    self._rearm_interval_jobs()
-                self._scheduler.wakeup()
-        self._clock_offset = offset
+        """A step of the wall clock (see clock.py): interval jobs follow one back, and the
+        scheduler looks again now for runs that fell due."""
+        moved_s = self._clock.step_s() if self._clock is not None else None
+        if moved_s is None or self._scheduler is None:
+            return
+        logger.warning("cron: the system clock moved by {:+.0f}s; checking for due jobs", moved_s)
+        if moved_s < 0:
+            self._rearm_interval_jobs()
+        self._scheduler.wakeup()
 
     def _rearm_interval_jobs(self) -> None:
-        """A wall clock stepped back leaves an `every` job's timer on its old next run, now that much
-        further away than one interval: a job every 10 minutes after a one-day step back would stay
-        silent for a day. Its next run moves to the interval's next one from the new time instead.
-        Jobs on a cron expression or a fixed time keep theirs: those name wall-clock times."""
         assert self._scheduler is not None
         moment = tz_now(self.tz)
         updates: dict[str, dict[str, Any]] = {}
         for job in self.store.load():
             timer = self._scheduler.get_job(job.id) if job.id in self._scheduled else None
-            if timer is None or timer.next_run_time is None or job.schedule.kind != "every":
+            if timer is None or timer.next_run_time is None:
                 continue
-            interval = timedelta(seconds=int(job.schedule.every_s or MIN_EVERY_S))
-            if timer.next_run_time - moment <= interval:
-                continue
-            on_grid = next_fire(job, self.tz, moment)  # the creation time's grid, when it has begun
-            run_time = min(on_grid, moment + interval) if on_grid is not None else moment + interval
-            self._scheduler.modify_job(job.id, next_run_time=run_time)
-            logger.info("cron: job {} moved to {} after the clock went back", job.id, to_iso(run_time))
-            updates[job.id] = {"next_run_at": to_iso(run_time, round_up=True)}
+            run_time = interval_run_after_step_back(job, timer.next_run_time, moment, self.tz)
+            if run_time is not None:
+                self._scheduler.modify_job(job.id, next_run_time=run_time)
+                logger.info("cron: job {} moved to {} after the clock went back", job.id, to_iso(run_time))
+                updates[job.id] = {"next_run_at": to_iso(run_time, round_up=True)}
         if updates:
             self._apply(updates)
 
     async def _watch(self) -> None:
-        self._clock_offset = self._wall_minus_monotonic()
+        self._clock = ClockWatch()
         while True:
             await asyncio.sleep(self.reload_interval_s)
             self._check_clock()
