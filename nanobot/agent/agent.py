@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from nanobot.agent.tools.mcp import MCPManager
 
 NEW_SESSION_REPLY = "New session started."
+SERVED_AGAIN_WINDOW = 500  # newest messages of a session searched for a platform message served again
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,8 @@ class Agent:
         """Run one turn for `msg` and return the reply for its chat (`metadata["failed"]` when the
         model could not answer); None when there is nothing to say (the `message` tool answered)."""
         ctx = ctx or self.context_of(msg)
+        if self._served_again(msg, ctx):
+            return None
         reply, failed = await self._turn(msg, ctx)
         if not reply:
             return None
@@ -161,13 +164,37 @@ class Agent:
         metadata[DELIVERY_KEY] = delivery_of(self.sessions.get(ctx.session_key))
         return ctx.reply(reply, metadata=metadata)
 
+    def _served_again(self, msg: InboundMessage, ctx: MessageContext) -> bool:
+        """A platform message that is in its session already: Telegram serves again, after a crash,
+        every update from the oldest one not yet confirmed, and a reply can be sent before an older
+        message of another chat lets the confirmation pass its own. That message was answered (or
+        is answered again from the session at start, gateway/missed.py): it is only confirmed now.
+        Replies sent twice after a kill came mostly from this."""
+        platform_id = msg.metadata.get("message_id")
+        if platform_id is None or msg.metadata.get(RESUME_KEY):
+            return False
+        messages = self.sessions.get(ctx.session_key).messages
+        # the held tail only (no file reads per message): a message served again was saved moments
+        # before the crash, and messages from 32 before the consolidation pointer on are held
+        recent = messages[max(messages.cold_count, len(messages) - SERVED_AGAIN_WINDOW) :]
+        if not any(m.get("role") == "user" and m.get("message_id") == platform_id for m in recent):
+            return False
+        logger.info(
+            "{}: message {} is in the session already; not answered twice", ctx.session_key, platform_id
+        )
+        msg.saved = True
+        msg.ack()
+        return True
+
     def _stored(self, msg: InboundMessage, ctx: MessageContext) -> dict[str, Any]:
-        """The user message as its session keeps it."""
+        """The user message as its session keeps it (with its platform id: see _served_again)."""
         stored: dict[str, Any] = {
             "role": "user",
             "content": msg.content,
             "timestamp": tz_now(self.context.tz).isoformat(),
         }
+        if msg.metadata.get("message_id") is not None:
+            stored["message_id"] = msg.metadata["message_id"]
         if msg.media:
             stored["media"] = list(msg.media)
         if ctx.from_system:

@@ -1,0 +1,94 @@
+"""After a kill -9, Telegram serves again every update from the oldest one the gateway had not
+confirmed; a message saved and answered before the kill must not be answered a second time.
+
+The offset confirmed to Telegram stops at the oldest update whose message is not yet saved: a second
+message queued behind a running turn of one chat holds it back while another chat's message is
+answered. That answered message is then served again after a restart (a real `nanobot gateway`
+subprocess on the local fakes, killed with SIGKILL).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.fakes.telegram_server import FakeTelegramServer
+from tests.gateway_harness import START_TIMEOUT_S, GatewayProcess, gateway_config
+
+FIRST_CHAT, SECOND_CHAT = 555, 556
+HANG_S = {"value": 60.0}  # the first chat's turn runs until the kill; nothing hangs after it
+WAIT_S = 60.0  # a hang guard, not a timing
+
+
+def _user_text(body: dict) -> str:
+    content = body["messages"][-1].get("content") or ""
+    if isinstance(content, list):
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content).strip().splitlines()[-1]
+
+
+def _route(body: dict) -> Reply:
+    text = _user_text(body)
+    return Reply(content=f"reply: {text}", delay_s=HANG_S["value"] if text.startswith("hang:") else 0.0)
+
+
+def _replies(tg: FakeTelegramServer, chat_id: int) -> list[str]:
+    return [
+        str(c.params.get("text")) for c in tg.calls_to("sendMessage") if int(c.params["chat_id"]) == chat_id
+    ]
+
+
+def _wait(condition: Callable[[], bool], what: str, gw: GatewayProcess) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert gw.returncode() is None, gw.log[-3000:]
+        assert time.monotonic() < deadline, f"{what} never happened:\n{gw.log[-3000:]}"
+        time.sleep(0.05)
+
+
+def _ready(gw: GatewayProcess) -> None:
+    gw.wait_channels({"telegram": "running"}, timeout=START_TIMEOUT_S)
+    _wait(lambda: "gateway running" in gw.log, "the agent loop's start", gw)
+
+
+def test_a_message_answered_before_a_kill_is_not_answered_again(tmp_path: Path) -> None:
+    tg = FakeTelegramServer().start()
+    with FakeLLMServer() as llm:
+        llm.responder = _route
+        home = tmp_path / "home"
+        home.mkdir()
+        config = gateway_config(
+            llm.url,
+            tg,
+            None,
+            dc_allowed="",
+            extra={"channels.telegram.allowFrom": [str(FIRST_CHAT), str(SECOND_CHAT)]},
+        )
+        (home / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        gw = GatewayProcess(home).start()
+        try:
+            _ready(gw)
+            tg.push_message("hang: one", chat_id=FIRST_CHAT, user_id=FIRST_CHAT)
+            _wait(lambda: any("hang: one" in json.dumps(r["messages"]) for r in llm.requests), "turn one", gw)
+            held = tg.push_message("two", chat_id=FIRST_CHAT, user_id=FIRST_CHAT)  # queued, unsaved
+            answered = tg.push_message("three", chat_id=SECOND_CHAT, user_id=SECOND_CHAT)
+            _wait(lambda: "reply: three" in _replies(tg, SECOND_CHAT), "the reply to three", gw)
+            # the scenario: "three" is answered, yet its update is still unconfirmed behind "two"
+            assert held in tg.held_ids() and answered in tg.held_ids()
+            gw.kill()
+            HANG_S["value"] = 0.0
+            gw.start()
+            _ready(gw)
+            _wait(lambda: "reply: two" in _replies(tg, FIRST_CHAT), "the reply to two", gw)
+            _wait(lambda: "reply: hang: one" in _replies(tg, FIRST_CHAT), "the resumed turn one", gw)
+            _wait(lambda: answered not in tg.held_ids(), "the confirmation of three", gw)
+            assert _replies(tg, SECOND_CHAT) == ["reply: three"]
+            lines = (gw.workspace / "sessions" / f"telegram_{SECOND_CHAT}.jsonl").read_text().splitlines()
+            users = [m for m in map(json.loads, lines) if m.get("role") == "user"]
+            assert [m["content"] for m in users] == ["three"]
+        finally:
+            gw.kill()
+            tg.stop()
