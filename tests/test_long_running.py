@@ -290,11 +290,11 @@ def test_stopping_a_streamed_reply_leaves_no_stream_state_in_telegram(tmp_path: 
         try:
             for chat in (555, 556, 557):
                 server.push_message("question", chat_id=chat, user_id=chat)
-                await until(lambda: len(channel._streams) >= 1)  # the preview is up
+                await until(lambda: len(channel.previews.streams) >= 1)  # the preview is up
                 server.push_message("/stop", chat_id=chat, user_id=chat)
                 await until(lambda: not runtime.loop.in_flight())
-            await until(lambda: not channel._streams)
-            return len(channel._streams)
+            await until(lambda: not channel.previews.streams)
+            return len(channel.previews.streams)
         finally:
             await manager.stop_all()
             server.stop()

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
-from dataclasses import dataclass
 from typing import Any
 
 from loguru import logger
@@ -42,32 +40,30 @@ from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import telegram_parts
 from nanobot.channels.split import TELEGRAM_MAX_CHARS
 from nanobot.channels.telegram_media import download_media
-from nanobot.util.retry import parse_retry_after
+from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
 
 REQUEST_TIMEOUT_S = 20.0
 CONNECT_TIMEOUT_S = 10.0
 POLL_READ_SLACK_S = 10.0  # added to the long-poll timeout before the read times out
 STOP_CONFIRM_TIMEOUT_S = 2.0
 PENDING_POLL_INTERVAL_S = 0.5  # new updates wait at most this long while older ones are unsaved
-STREAM_EDIT_INTERVAL_S = 0.5  # at most two edits a second per streamed reply (Telegram flood limits)
 RECONNECT_MAX_DELAY_S = 30.0
 CONNECTION_POOL_SIZE = 16
 _GROUP_TYPES = frozenset({"group", "supergroup"})
 
 
-@dataclass
-class _Stream:
-    chat_id: str
-    message_id: int | None = None
-    text: str = ""
-    shown: str = ""
-    last_edit: float = 0.0
-    flush: asyncio.Task[None] | None = None
+def chat_of(message: Message) -> str:
+    """The chat a message belongs to: a forum topic is one of its own, `<chat id>:<topic id>`, so
+    its replies go to that topic (not to General) and its conversation is its own session."""
+    if message.is_topic_message and message.message_thread_id:
+        return f"{message.chat.id}:{message.message_thread_id}"
+    return str(message.chat.id)
 
 
-def _retry_after_s(exc: RetryAfter) -> float:
-    value: Any = getattr(exc, "_retry_after", None) or exc.retry_after
-    return parse_retry_after(value) or 0.0
+def split_chat(chat_id: str) -> tuple[str, int | None]:
+    """(Telegram chat id, forum topic or None) of a chat named by `chat_of`."""
+    chat, _, topic = chat_id.partition(":")
+    return chat, int(topic) if topic.isdigit() else None
 
 
 class TelegramChannel(Channel):
@@ -83,7 +79,7 @@ class TelegramChannel(Channel):
         self._confirmed: int | None = None  # the offset of the last successful getUpdates
         self._bot_id: int | None = None
         self._bot_username = ""
-        self._streams: dict[str, _Stream] = {}
+        self.previews = StreamPreviews(lambda: self.bot)
         self._newest: dict[int, asyncio.Task[None]] = {}  # each chat's latest update being handled
         self._handlers: set[asyncio.Task[None]] = set()
 
@@ -130,10 +126,7 @@ class TelegramChannel(Channel):
             handler.cancel()  # its update stays unconfirmed: Telegram serves it again
         await asyncio.gather(*self._handlers, return_exceptions=True)
         await self._stop_all_typing()
-        for stream in self._streams.values():
-            if stream.flush is not None:
-                stream.flush.cancel()
-        self._streams.clear()
+        self.previews.close()
         if self.bot is not None:
             offset = self._acks.offset
             if offset is not None and offset != self._confirmed and self.state != "failed":
@@ -182,7 +175,7 @@ class TelegramChannel(Channel):
 
     def _reconnect_delay(self, exc: BaseException, failures: int) -> tuple[float, str]:
         if isinstance(exc, RetryAfter):
-            delay = _retry_after_s(exc)
+            delay = retry_after_s(exc)
             return delay, f"rate limited by Telegram (retry after {delay:.0f}s)"
         if not isinstance(exc, TelegramError):  # network drops, 5xx, a competing poller are expected
             logger.opt(exception=exc).error("telegram: unexpected error in the polling loop")
@@ -276,14 +269,16 @@ class TelegramChannel(Channel):
         }
         if message.reply_to_message is not None:
             metadata["reply_to_message_id"] = message.reply_to_message.message_id
-        inbound = self._inbound(str(user.id), str(chat.id), text, got, is_group=is_group, metadata=metadata)
+        inbound = self._inbound(
+            str(user.id), chat_of(message), text, got, is_group=is_group, metadata=metadata
+        )
         self._acks.track(update.update_id, inbound)
         return await self._publish(inbound, user.username)
 
     # ------------------------------------------------------------------ outbound
     def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:
         if isinstance(exc, RetryAfter):
-            return _retry_after_s(exc)
+            return retry_after_s(exc)
         if isinstance(exc, (BadRequest, Forbidden, InvalidToken, ChatMigrated)):
             return None
         if isinstance(exc, (TimedOut, NetworkError)):  # 5xx answers arrive as NetworkError
@@ -292,16 +287,13 @@ class TelegramChannel(Channel):
 
     async def _send_typing(self, chat_id: str) -> None:
         if self.bot is not None and self.state == "running":
-            await self.bot.send_chat_action(chat_id, ChatAction.TYPING)
+            chat, topic = split_chat(chat_id)
+            await self.bot.send_chat_action(chat, ChatAction.TYPING, message_thread_id=topic)
 
     async def _send_text(self, msg: OutboundMessage) -> None:
         if self.bot is None:
             raise RuntimeError("telegram channel is not started")
-        stream = self._streams.pop(str(msg.metadata.get("stream_id", "")), None)
-        if stream is not None and stream.flush is not None:
-            stream.flush.cancel()  # only edits run late; the final edit below supersedes them
-            with contextlib.suppress(asyncio.CancelledError):
-                await stream.flush
+        stream = await self.previews.take(str(msg.metadata.get("stream_id", "")))
         for index, (html, part) in enumerate(telegram_parts(msg.content, TELEGRAM_MAX_CHARS)):
             if index == 0 and stream is not None and stream.message_id is not None:
                 await self._edit_part(msg.chat_id, stream.message_id, html, part)
@@ -313,34 +305,53 @@ class TelegramChannel(Channel):
 
     async def _send_document(self, chat_id: str, path: Any) -> None:
         assert self.bot is not None
+        chat, topic = split_chat(chat_id)
         with open(path, "rb") as fh:
-            await self.bot.send_document(chat_id, document=fh, filename=path.name)
+            try:
+                await self.bot.send_document(chat, document=fh, filename=path.name, message_thread_id=topic)
+            except ChatMigrated as exc:
+                logger.warning(
+                    "telegram: group {} is now supergroup {}; sending there", chat, exc.new_chat_id
+                )
+                fh.seek(0)
+                await self.bot.send_document(exc.new_chat_id, document=fh, filename=path.name)
 
     async def _send_part(self, chat_id: str, html: str, part: str, reply_to: str | None) -> Message:
-        """Send one part as HTML; when Telegram rejects it, its Markdown source as plain text."""
+        """Send one part as HTML; when Telegram rejects it, its Markdown source as plain text. A
+        group upgraded to a supergroup has a new id, which Telegram names: the part goes there."""
+        try:
+            return await self._send_part_to(chat_id, html, part, reply_to)
+        except ChatMigrated as exc:
+            logger.warning("telegram: group {} is now supergroup {}; sending there", chat_id, exc.new_chat_id)
+            return await self._send_part_to(str(exc.new_chat_id), html, part, None)
+
+    async def _send_part_to(self, chat_id: str, html: str, part: str, reply_to: str | None) -> Message:
         assert self.bot is not None
         bot = self.bot
+        chat, topic = split_chat(chat_id)
         reply = ReplyParameters(int(reply_to), allow_sending_without_reply=True) if reply_to else None
         try:
             return await self._with_retry(
                 "sendMessage",
-                lambda: bot.send_message(chat_id, html, parse_mode="HTML", reply_parameters=reply),
+                lambda: bot.send_message(
+                    chat, html, parse_mode="HTML", reply_parameters=reply, message_thread_id=topic
+                ),
             )
         except BadRequest as exc:
             logger.info("telegram: HTML rejected ({}); resending as plain text", exc)
             return await self._with_retry(
-                "sendMessage", lambda: bot.send_message(chat_id, part, reply_parameters=reply)
+                "sendMessage",
+                lambda: bot.send_message(chat, part, reply_parameters=reply, message_thread_id=topic),
             )
 
     async def _edit_part(self, chat_id: str, message_id: int, html: str, part: str) -> None:
         assert self.bot is not None
         bot = self.bot
+        chat = split_chat(chat_id)[0]
         try:
             await self._with_retry(
                 "editMessageText",
-                lambda: bot.edit_message_text(
-                    html, chat_id=chat_id, message_id=message_id, parse_mode="HTML"
-                ),
+                lambda: bot.edit_message_text(html, chat_id=chat, message_id=message_id, parse_mode="HTML"),
             )
         except BadRequest as exc:
             if "not modified" in str(exc).lower():
@@ -349,7 +360,7 @@ class TelegramChannel(Channel):
             try:
                 await self._with_retry(
                     "editMessageText",
-                    lambda: bot.edit_message_text(part, chat_id=chat_id, message_id=message_id),
+                    lambda: bot.edit_message_text(part, chat_id=chat, message_id=message_id),
                 )
             except BadRequest as plain_exc:
                 if "not modified" in str(plain_exc).lower():
@@ -360,39 +371,8 @@ class TelegramChannel(Channel):
 
     # ------------------------------------------------------------------ streaming
     async def _send_stream_delta(self, msg: OutboundMessage) -> None:
-        key = str(msg.metadata.get("stream_id", msg.chat_id))
-        stream = self._streams.setdefault(key, _Stream(chat_id=msg.chat_id))
-        stream.text += msg.content
-        if stream.flush is not None and not stream.flush.done():
-            return  # an edit is already scheduled; it will show the accumulated text
-        wait_s = stream.last_edit + STREAM_EDIT_INTERVAL_S - time.monotonic()
-        if stream.message_id is None or wait_s <= 0:
-            await self._flush_stream(stream)
-        else:
-            stream.flush = asyncio.create_task(self._flush_later(stream, wait_s))
+        chat, topic = split_chat(msg.chat_id)
+        await self.previews.add(str(msg.metadata.get("stream_id", msg.chat_id)), chat, topic, msg.content)
 
     async def _end_stream(self, msg: OutboundMessage) -> None:
-        stream = self._streams.pop(str(msg.metadata.get("stream_id", "")), None)
-        if stream is not None and stream.flush is not None:
-            stream.flush.cancel()
-
-    async def _flush_later(self, stream: _Stream, wait_s: float) -> None:
-        await asyncio.sleep(wait_s)
-        await self._flush_stream(stream)
-
-    async def _flush_stream(self, stream: _Stream) -> None:
-        """Show the accumulated text (plain, truncated to the limit) by sending or editing one message."""
-        assert self.bot is not None
-        text = stream.text[:TELEGRAM_MAX_CHARS]
-        if not text.strip() or text == stream.shown:
-            return
-        stream.last_edit = time.monotonic()
-        try:
-            if stream.message_id is None:
-                sent = await self.bot.send_message(stream.chat_id, text)
-                stream.message_id = sent.message_id
-            else:
-                await self.bot.edit_message_text(text, chat_id=stream.chat_id, message_id=stream.message_id)
-            stream.shown = text
-        except TelegramError as exc:  # partial output is best-effort; the final message still arrives
-            logger.debug("telegram: stream update failed: {}", exc)
+        self.previews.end(str(msg.metadata.get("stream_id", "")))

@@ -1,0 +1,103 @@
+"""Streamed replies on Telegram: one preview message per reply, sent once and edited as text arrives.
+
+A preview is best-effort: the final reply (sent by the channel, with retries) replaces it. At most
+one send or edit goes out every STREAM_EDIT_INTERVAL_S per reply, and a 429 from Telegram pauses
+every preview of the bot for the `retry_after` it names (the flood limit is the bot's, not the
+chat's): without that pause a reply streamed during a flood wait sent one message per delta, which
+only lengthens the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loguru import logger
+from telegram import Bot
+from telegram.error import RetryAfter, TelegramError
+
+from nanobot.channels.split import TELEGRAM_MAX_CHARS
+from nanobot.util.retry import parse_retry_after
+
+STREAM_EDIT_INTERVAL_S = 0.5  # at most two edits a second per streamed reply (Telegram flood limits)
+
+
+def retry_after_s(exc: RetryAfter) -> float:
+    value = getattr(exc, "_retry_after", None) or exc.retry_after
+    return parse_retry_after(value) or 0.0
+
+
+@dataclass
+class Preview:
+    chat_id: str
+    topic: int | None  # a forum topic's message_thread_id
+    message_id: int | None = None
+    text: str = ""
+    shown: str = ""
+    last_edit: float = 0.0
+    flush: asyncio.Task[None] | None = None
+
+
+class StreamPreviews:
+    """The previews of the replies being streamed, by stream id."""
+
+    def __init__(self, bot: Callable[[], Bot | None]) -> None:
+        self.streams: dict[str, Preview] = {}
+        self._bot = bot
+        self._paused_until = 0.0  # monotonic time before which no preview is sent or edited
+
+    async def add(self, key: str, chat_id: str, topic: int | None, delta: str) -> None:
+        preview = self.streams.setdefault(key, Preview(chat_id, topic))
+        preview.text += delta
+        if preview.flush is not None and not preview.flush.done():
+            return  # a flush is already scheduled; it will show the accumulated text
+        ready_at = max(preview.last_edit + STREAM_EDIT_INTERVAL_S, self._paused_until)
+        wait_s = ready_at - time.monotonic()
+        if wait_s <= 0:
+            await self._flush(preview)
+        else:
+            preview.flush = asyncio.create_task(self._flush_later(preview, wait_s))
+
+    async def take(self, key: str) -> Preview | None:
+        """The preview of a reply that is complete now (its pending flush cancelled), if any."""
+        preview = self.streams.pop(key, None)
+        if preview is not None and preview.flush is not None:
+            preview.flush.cancel()  # only edits run late; the final reply supersedes them
+            await asyncio.gather(preview.flush, return_exceptions=True)
+        return preview
+
+    def end(self, key: str) -> None:
+        preview = self.streams.pop(key, None)
+        if preview is not None and preview.flush is not None:
+            preview.flush.cancel()
+
+    def close(self) -> None:
+        for key in list(self.streams):
+            self.end(key)
+
+    async def _flush_later(self, preview: Preview, wait_s: float) -> None:
+        await asyncio.sleep(wait_s)
+        await self._flush(preview)
+
+    async def _flush(self, preview: Preview) -> None:
+        """Show the accumulated text (plain, cut to the limit) by sending or editing one message."""
+        bot = self._bot()
+        text = preview.text[:TELEGRAM_MAX_CHARS]
+        if bot is None or not text.strip() or text == preview.shown:
+            return
+        preview.last_edit = time.monotonic()
+        try:
+            if preview.message_id is None:
+                sent = await bot.send_message(preview.chat_id, text, message_thread_id=preview.topic)
+                preview.message_id = sent.message_id
+            else:
+                await bot.edit_message_text(text, chat_id=preview.chat_id, message_id=preview.message_id)
+            preview.shown = text
+        except RetryAfter as exc:
+            wait_s = retry_after_s(exc)
+            self._paused_until = max(self._paused_until, time.monotonic() + wait_s)
+            logger.info("telegram: flood limit; streamed previews wait {:.0f}s", wait_s)
+        except TelegramError as exc:
+            logger.debug("telegram: stream update failed: {}", exc)

@@ -1,0 +1,81 @@
+# ruff: noqa: F811 - the fixtures come from test_channels_telegram
+"""Telegram behaviours a real bot meets and the basic round trip does not: forum topics, a group
+upgraded to a supergroup, a flood limit while a reply streams (the real library on the local fake)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nanobot.bus.events import OutboundMessage
+from tests.fakes.telegram_server import BOT_USERNAME
+from tests.test_channels_telegram import gateway_factory, make_config, server  # noqa: F401 (fixtures)
+
+
+async def test_a_forum_topic_is_a_chat_of_its_own(server, gateway_factory) -> None:
+    """Replies to a question asked in a topic went to the group's General topic, and every topic
+    shared one conversation."""
+    gw = await gateway_factory(make_config(server)).start()
+    for topic, text in ((42, "topic A"), (43, "topic B")):
+        server.push_message(
+            f"@{BOT_USERNAME} {text}",
+            chat_id=-100777,
+            chat_type="supergroup",
+            is_topic_message=True,
+            message_thread_id=topic,
+        )
+    sends = await server.wait_for("sendMessage", count=2)
+    got = {c.params["text"]: (c.params["chat_id"], c.params.get("message_thread_id")) for c in sends}
+    assert got == {"echo: topic A": ("-100777", "42"), "echo: topic B": ("-100777", "43")}
+    typing = server.calls_to("sendChatAction")
+    assert {c.params.get("message_thread_id") for c in typing} >= {"42", "43"}
+    # each topic is its own session; the General topic (no thread) stays the group's
+    server.push_message(f"@{BOT_USERNAME} general", chat_id=-100777, chat_type="supergroup")
+    sent = (await server.wait_for("sendMessage", count=3))[-1].params
+    assert sent["chat_id"] == "-100777" and "message_thread_id" not in sent
+    assert gw.manager.status()["telegram"]["state"] == "running"
+
+
+async def test_session_keys_of_topics(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    server.push_message(
+        f"@{BOT_USERNAME} hi",
+        chat_id=-100777,
+        chat_type="supergroup",
+        is_topic_message=True,
+        message_thread_id=42,
+    )
+    msg = await gw.inbound()
+    assert (msg.chat_id, msg.session_key, msg.is_group) == ("-100777:42", "telegram:-100777:42", True)
+
+
+async def test_a_reply_to_a_group_upgraded_to_a_supergroup_goes_to_its_new_id(
+    server, gateway_factory
+) -> None:
+    """Telegram names the new id in the error; the reply was dropped with an error in the log."""
+    await gateway_factory(make_config(server)).start()
+    server.fail_next(
+        "sendMessage",
+        400,
+        description="Bad Request: group chat was upgraded to a supergroup chat",
+        parameters={"migrate_to_chat_id": -1009999},
+    )
+    server.push_message(f"@{BOT_USERNAME} question", chat_id=-4242, chat_type="group")
+    sends = await server.wait_for("sendMessage", count=2)
+    assert [(c.params["chat_id"], c.params["text"]) for c in sends][-1] == ("-1009999", "echo: question")
+
+
+async def test_a_streamed_reply_waits_out_a_flood_limit(server, gateway_factory) -> None:
+    """Under a 429 with retry_after, every streamed delta sent a new preview message at once (31
+    sends in 0.2 s), which only lengthens Telegram's wait."""
+    gw = await gateway_factory(make_config(server, streaming=True)).start(respond=False)
+    server.fail_next(
+        "sendMessage", 429, description="Too Many Requests: retry after 5", parameters={"retry_after": 5}
+    )
+    meta = {"stream_id": "flood"}
+    for i in range(15):
+        await gw.bus.publish_outbound(
+            OutboundMessage("telegram", "555", f"word{i} ", kind="stream_delta", metadata=meta)
+        )
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    assert len(server.calls_to("sendMessage")) == 1  # the refused one; the rest wait for the 5 s
