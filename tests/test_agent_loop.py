@@ -106,6 +106,24 @@ async def test_sessions_run_concurrently(
     assert not barrier.broken
 
 
+async def test_a_queued_turn_turns_the_typing_indicator_back_on(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    """The first reply stops the chat's typing indicator; the message queued behind it was then
+    answered after seconds of silence, with no sign that anything was happening."""
+    loop, agent, bus = running
+    fake_llm.responder = lambda body: Reply(content=f"re: {user_text(body)}")
+    await bus.publish_inbound(inbound("first"))
+    await bus.publish_inbound(inbound("second"))
+    events: list[tuple[str, str]] = []
+    while len([k for k, _ in events if k == "message"]) < 2:
+        out = await asyncio.wait_for(bus.consume_outbound(), timeout=30)
+        events.append((out.kind, out.content))
+    kinds = [k for k, _ in events if k in ("message", "typing")]
+    assert kinds == ["message", "typing", "message"], events
+    assert [c for k, c in events if k == "message"] == ["re: first", "re: second"]
+
+
 async def test_stop_cancels_the_running_turn_ahead_of_the_queue(
     running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
 ) -> None:

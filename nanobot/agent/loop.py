@@ -158,9 +158,12 @@ class AgentLoop:
     async def _run(self, msg: InboundMessage, ctx: MessageContext, slot: _SessionSlot) -> None:
         out: OutboundMessage | None = None
         given_up = False  # cancelled by /stop (not by a shutdown)
+        queued = slot.lock.locked()  # behind a turn whose reply stops the chat's typing indicator
         try:
             async with slot.lock, self._semaphore:
                 slot.running = asyncio.current_task()
+                if queued and msg.reply_future is None:
+                    self.bus.offer_outbound(ctx.reply("", kind="typing"))  # working on it again
                 try:
                     out = await self._execute(msg, ctx)
                 except asyncio.CancelledError:
