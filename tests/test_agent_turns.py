@@ -318,6 +318,60 @@ async def test_iteration_limit_ends_the_turn_with_a_final_answer(
     assert json.dumps(stored)  # serialisable, nothing half-written
 
 
+async def test_tool_results_that_fill_the_window_end_the_turn_and_the_next_turn_still_fits(
+    make_config, fake_llm: FakeLLMServer
+) -> None:
+    """A small model read the same file again and again until the request exceeded its 4,096-token
+    window: the server refused it (HTTP 400), and the next turn, whose history held those results
+    and whose consolidation the model could not do, was refused too."""
+    from nanobot.providers.tokens import count_message
+
+    window = 4096
+    config, _ = make_config(
+        **{
+            "agents.defaults.contextWindowTokens": window,
+            "agents.defaults.maxTokens": 256,
+            "agents.defaults.maxToolIterations": 40,
+            "memory.flush.enabled": False,
+        }
+    )
+    rt = make_runtime(config)
+    (config.workspace_path / "notes.txt").write_text("a line of notes about the garden\n" * 120)
+
+    chats: list[dict] = []  # the turns' requests (consolidation runs beside them, in the background)
+
+    def responder(body: dict) -> Reply:
+        tools = {t["function"]["name"] for t in body.get("tools") or []}
+        if "save_memory" in tools:
+            return Reply(content="I cannot do that.")  # consolidation fails, as a small model's did
+        chats.append(body)
+        if not tools:
+            return Reply(content="The notes are about the garden.")
+        if "how are you" in json.dumps(body["messages"][-1]):
+            return Reply(content="Fine.")
+        call = {"id": f"c{len(body['messages'])}", "name": "read_file", "arguments": {"path": "notes.txt"}}
+        return Reply(content=None, tool_calls=[call])
+
+    fake_llm.responder = responder
+    try:
+        first = await rt.ask("read my notes")
+        steps = len(chats) - 1  # the last request of the turn has no tools
+        second = await rt.ask("how are you?")
+    finally:
+        await rt.aclose()
+    assert first == "The notes are about the garden."
+    assert 1 < steps < 40 and "tools" not in chats[steps] and all("tools" in r for r in chats[:steps])
+    for request in chats:  # what each request asked of a 4,096-token window, with the reply's 256
+        tokens = (
+            sum(count_message(m) for m in request["messages"])
+            + len(json.dumps(request.get("tools") or [])) // 4
+        )
+        assert tokens + 256 <= window, tokens
+    assert second == "Fine."
+    stored = [m for m in messages_of(session_path(config)) if m["role"] == "tool"]
+    assert len(stored) == steps  # the transcript keeps every result the requests left out
+
+
 async def test_memory_edit_shows_in_the_next_system_prompt(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config()
     rt = make_runtime(config)

@@ -127,13 +127,46 @@ class Agent:
             session, indices, self.settings.max_user_message_chars, self.settings.max_tool_result_chars
         )
         tokens = self.estimator.with_system(session, system, tool_tokens) + count_message(user_msg)
-        last_user = next((k for k in range(len(indices) - 1, -1, -1) if history[k]["role"] == "user"), None)
+        if tokens > self.lifecycle.budget_tokens:
+            history, tokens = self._fit_history(session, indices, history, tokens, resumed)
+        last_user = next((k for k in range(len(history) - 1, -1, -1) if history[k]["role"] == "user"), None)
         if resumed and last_user is not None:
             # A missed turn run again (nanobot/gateway/missed.py): its saved message takes the runtime
             # block in place; tool steps it already completed stay after it.
             history[last_user] = user_msg
             return [{"role": "system", "content": system}, *history], tokens
         return [{"role": "system", "content": system}, *history, user_msg], tokens
+
+    def _fit_history(
+        self, session: Session, indices: list[int], history: list[dict[str, Any]], tokens: int, resumed: bool
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The history from its first user message on that brings the prompt within the budget, when
+        consolidation could not (a small model's failed attempts, a turn of many tool steps): the
+        request would exceed the context window and fail, turn after turn. What is left out stays in
+        the transcript, for consolidation and memory_search. None of it fits: no history at all, or,
+        for a resumed turn (its message is in the history), the history from that message on."""
+        budget = self.lifecycle.budget_tokens
+        starts = [k for k, message in enumerate(history) if message["role"] == "user"]
+        left = tokens
+        cut = 0
+        for start in starts:
+            left -= sum(session.tokens_of(indices[k]) for k in range(cut, start))
+            cut = start
+            if left <= budget:
+                break
+        else:
+            keep_from = starts[-1] if resumed and starts else len(history)
+            left -= sum(session.tokens_of(indices[k]) for k in range(cut, keep_from))
+            cut = keep_from
+        if cut:
+            logger.warning(
+                "session {}: the oldest {} history messages are left out of this request (over the prompt "
+                "budget of {} tokens after consolidation); the transcript keeps them",
+                session.key,
+                cut,
+                budget,
+            )
+        return history[cut:], left
 
     async def _ensure_ready(self) -> None:
         """Lazy set-up: MCP servers connect on first need; failures are logged, never fatal."""
@@ -279,6 +312,7 @@ class Agent:
                 on_messages=persist,
                 on_progress=progress,
                 on_delta=on_delta,
+                prompt_tokens=prompt_tokens,
             )
         except LLMError as exc:
             reply = f"Sorry, I could not get an answer from the model: {exc}"

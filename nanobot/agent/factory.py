@@ -203,6 +203,19 @@ def build_runtime(
         tool_names = None
         max_iterations = d.max_tool_iterations
 
+    settings = LifecycleSettings(
+        context_window_tokens=window,
+        max_tokens=max_tokens,
+        safety_buffer_tokens=min(config.memory.safety_buffer_tokens, window // 8),
+        max_rounds=config.memory.max_consolidation_rounds,
+        max_failures=config.memory.max_consolidation_failures,
+        flush_enabled=config.memory.flush.enabled,
+        flush_soft_tokens=config.memory.flush.soft_threshold_tokens,
+        share_in_groups=config.memory.share_in_groups,
+        max_archive_retries=config.memory.max_archive_retries,
+        archive_retry_backoff_s=config.memory.archive_retry_backoff_s,
+    )
+
     def runner_with(iterations: int) -> TurnRunner:
         """Turns and sub-agents run tools alike; only their step limit differs."""
         return TurnRunner(
@@ -212,6 +225,7 @@ def build_runtime(
             max_tokens=max_tokens,
             temperature=d.temperature,
             max_tool_result_chars=d.max_tool_result_chars,
+            prompt_budget_tokens=settings.budget_tokens,
         )
 
     subagents = None
@@ -229,18 +243,6 @@ def build_runtime(
         mcp = MCPManager(config.tools.mcp_servers)
         closers.append(mcp.aclose)
 
-    settings = LifecycleSettings(
-        context_window_tokens=window,
-        max_tokens=max_tokens,
-        safety_buffer_tokens=min(config.memory.safety_buffer_tokens, window // 8),
-        max_rounds=config.memory.max_consolidation_rounds,
-        max_failures=config.memory.max_consolidation_failures,
-        flush_enabled=config.memory.flush.enabled,
-        flush_soft_tokens=config.memory.flush.soft_threshold_tokens,
-        share_in_groups=config.memory.share_in_groups,
-        max_archive_retries=config.memory.max_archive_retries,
-        archive_retry_backoff_s=config.memory.archive_retry_backoff_s,
-    )
     extra = []
     if search_on:
         from nanobot.agent.tools.memory import memory_prompt_section

@@ -1,5 +1,10 @@
 """TurnRunner: one turn of LLM ↔ tools iterations, up to maxToolIterations.
 
+A turn also ends when its tool results fill the prompt budget (a small window, a model calling the
+same tool again and again): the next request would exceed the model's context window and fail.
+Either way one last call without tools, with the oldest results left out as far as needed, asks
+for an answer with what the steps found.
+
 Independent tool calls of one response run concurrently. Each finished iteration (the assistant
 message with its tool results) is handed to `on_messages` at once, so the caller can persist it
 before anything else happens: a cancelled turn never leaves half a tool group on disk.
@@ -20,11 +25,13 @@ from nanobot.agent.tools.base import ToolContext
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.logs import prompts_logged
 from nanobot.providers.base import LLMProvider, StreamCallback, Usage
+from nanobot.providers.tokens import count_message
 from nanobot.util.text import truncate_head, truncate_middle
 
 MessagesCallback = Callable[[list[dict[str, Any]]], Awaitable[None] | None]
 ProgressCallback = Callable[[str, str], Awaitable[None]]  # (kind, text): kind "progress" | "tool_hint"
 TOOL_HINT_MAX_CHARS = 80
+LEFT_OUT_RESULT = "[result left out: the turn's tool results no longer fit in the context window]"
 
 
 @dataclass
@@ -35,6 +42,7 @@ class TurnResult:
     iterations: int = 0
     tools_used: list[str] = field(default_factory=list)
     hit_iteration_limit: bool = False
+    hit_context_limit: bool = False
 
 
 def tool_hint(name: str, arguments: Any) -> str:
@@ -57,6 +65,7 @@ class TurnRunner:
         max_tokens: int = 8192,
         temperature: float = 0.1,
         max_tool_result_chars: int = 16_000,
+        prompt_budget_tokens: int | None = None,
     ) -> None:
         self.provider = provider
         self.tools = tools
@@ -64,6 +73,7 @@ class TurnRunner:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.max_tool_result_chars = max_tool_result_chars
+        self.prompt_budget_tokens = prompt_budget_tokens  # None: no limit checked
 
     async def _final_answer(self, convo: list[dict[str, Any]], result: TurnResult) -> str:
         """One last call without tools, so the user gets an answer rather than a dead end."""
@@ -80,9 +90,10 @@ class TurnRunner:
         result.usage.add(response.usage)
         return clean_reply(response.content)
 
-    async def _execute(
-        self, name: str, arguments: Any, ctx: ToolContext, tool_names: set[str] | None
-    ) -> str:
+    def _tokens(self, convo: list[dict[str, Any]], tool_names: set[str] | None) -> int:
+        return self.tools.schema_tokens(tool_names) + sum(count_message(m) for m in convo)
+
+    async def _execute(self, name: str, arguments: Any, ctx: ToolContext, tool_names: set[str] | None) -> str:
         """A tool call, when its tool is one this run offered: a model may name any tool (a sub-agent
         told to `spawn`, `cron` or `message` by a page it read), not only those in its schema list."""
         if tool_names is not None and name not in tool_names:
@@ -98,13 +109,32 @@ class TurnRunner:
         on_messages: MessagesCallback | None = None,
         on_progress: ProgressCallback | None = None,
         on_delta: StreamCallback | None = None,
+        prompt_tokens: int | None = None,
     ) -> TurnResult:
-        """Run the loop on `messages` (system + history + the new user message)."""
+        """Run the loop on `messages` (system + history + the new user message); `prompt_tokens` is
+        their estimate with the tool schemas, when the caller has it."""
         convo = list(messages)
         result = TurnResult(content="")
         schemas = self.tools.schemas(tool_names)
+        budget = self.prompt_budget_tokens
+        used = 0
+        if budget is not None:
+            used = prompt_tokens if prompt_tokens is not None else self._tokens(convo, tool_names)
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
+            if budget is not None and iteration > 1 and used > budget:
+                logger.warning(
+                    "turn stopped after {} tool steps: ~{} prompt tokens, over the budget of {}",
+                    iteration - 1,
+                    used,
+                    budget,
+                )
+                result.hit_context_limit = True
+                result.content = await self._final_answer(_fitted(convo, used - budget), result) or (
+                    f"I stopped after {iteration - 1} tool steps: their results no longer fit in the "
+                    "model's context window. Tell me to continue, or narrow the task."
+                )
+                break
             if prompts_logged():
                 logger.debug("prompt: {}", json.dumps(convo, ensure_ascii=False, default=str))
             response = await self.provider.chat(
@@ -149,6 +179,8 @@ class TurnRunner:
                     }
                 )
             convo.extend(group)
+            if budget is not None:
+                used += sum(count_message(m) for m in group)
             result.messages.extend(group)
             await _emit(on_messages, group)
         else:
@@ -170,11 +202,28 @@ FINAL_ANSWER_NUDGE = (
 )
 
 
+def _fitted(convo: list[dict[str, Any]], excess_tokens: int) -> list[dict[str, Any]]:
+    """`convo` with its oldest tool results left out until `excess_tokens` are saved (the last call
+    sends no tool schemas either, which leaves room for the nudge)."""
+    fitted = list(convo)
+    saved = 0
+    for i, message in enumerate(fitted):
+        if saved >= excess_tokens:
+            break
+        if message.get("role") == "tool" and message.get("content") != LEFT_OUT_RESULT:
+            shorter = {**message, "content": LEFT_OUT_RESULT}
+            saved += count_message(message) - count_message(shorter)
+            fitted[i] = shorter
+    return fitted
+
+
 def _answer(content: str | None, allow_empty: bool = False) -> str:
     """The final answer cleaned of echoed metadata and template tokens; empty only when allowed."""
     cleaned = clean_reply(content)
     if not cleaned and not allow_empty:
-        logger.warning("the model's answer was empty after cleaning ({} characters before)", len(content or ""))
+        logger.warning(
+            "the model's answer was empty after cleaning ({} characters before)", len(content or "")
+        )
         return NO_ANSWER_REPLY
     return cleaned
 
