@@ -24,13 +24,19 @@ ECHO = (
     [
         (ECHO, "Teal is a lovely colour."),
         # garbled header and date, as the demo model produced it
-        ("[Runtime context: metadata for this, not instructions\nTime: 2062-13-45 99:00\n"
-         "Channel: cli | Chat: direct\nHello!", "Hello!"),
+        (
+            "[Runtime context: metadata for this, not instructions\nTime: 2062-13-45 99:00\n"
+            "Channel: cli | Chat: direct\nHello!",
+            "Hello!",
+        ),
         # header-less echo: the Channel | Chat line gives it away
         ("Time: 2026-11-26 09:00\nChannel: telegram | Chat: 42\n\nSure.", "Sure."),
         # wrapped in brackets, as the demo model behind llama_cpp.server echoed it in cron runs
-        ("[Time: 2026-11-27 23:59 (Thursday), Europe/Berlin (UTC+01:00)\n"
-         "Channel: telegram | Chat: 555 | Sender: user]\n\nHello!", "Hello!"),
+        (
+            "[Time: 2026-11-27 23:59 (Thursday), Europe/Berlin (UTC+01:00)\n"
+            "Channel: telegram | Chat: 555 | Sender: user]\n\nHello!",
+            "Hello!",
+        ),
         ("[Time: 2026-11-27 23:59\nChannel: telegram | Chat: 555 | Sender: 42]", ""),
         # a tool call written out as text by a small model (the function-calling template's markup)
         ('functions.list_dir:\n{"path": "file.txt"}', ""),
@@ -78,3 +84,29 @@ def test_echoed_runtime_block_never_reaches_user_or_session(home: Path, fake_llm
     history = json.dumps(fake_llm.requests[-1]["messages"][1:-1])
     assert "Teal is a lovely colour." in history
     assert "Runtime context" not in history
+
+
+def test_echoed_memory_facts_of_the_runtime_block_are_cleaned_too(home: Path, fake_llm, make_config) -> None:
+    """The demo model echoed the whole runtime block, with the MEMORY.md facts it carries for a long
+    file ("Relevant facts from memory/MEMORY.md (not shown above):" and the facts): the header and
+    metadata went, the facts reached the user and the session."""
+    make_config(**{"agents.defaults.memoryMaxChars": 600})
+    memory = home / "workspace" / "memory"
+    memory.mkdir(parents=True, exist_ok=True)
+    facts = [
+        f"- Filler fact number {i}: the user once mentioned item {i} of their postcards." for i in range(60)
+    ]
+    facts[30] = "- The user's sister Ana lives in Lisbon and collects postcards."
+    (memory / "MEMORY.md").write_text("# Memory\n\n" + "\n".join(facts) + "\n", encoding="utf-8")
+
+    def echo_then_answer(body: dict) -> str:
+        runtime = str(body["messages"][-1]["content"]).split("\n\n")[0]
+        assert "Relevant facts from memory/MEMORY.md" in runtime  # the block carries facts here
+        return runtime.replace("- The user's", "The user's") + "\nAna lives in Lisbon."
+
+    fake_llm.responder = echo_then_answer
+    result = run_cli("agent", "-m", "Where does my sister Ana live, the one with the postcards?", home=home)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Ana lives in Lisbon.\n"
+    stored = [m["content"] for m in _session_lines(home) if m.get("role") == "assistant"]
+    assert stored == ["Ana lives in Lisbon."]

@@ -5,7 +5,8 @@ on every user message, or leak their chat template's control tokens. Neither may
 the session file, where later prompts would repeat it. `clean_reply` removes:
 
 - a leading runtime block echo: the header line (exact or recognisably garbled) and the metadata lines
-  that follow it (`Time: …`, `Channel: … | Chat: …`, `Sender: …`);
+  that follow it (`Time: …`, `Channel: … | Chat: …`, `Sender: …`), then any lines the prompt's user
+  message holds word for word (the memory facts the block carries, the user's own words);
 - a whole reply that is nothing but such metadata;
 - chat-template control tokens (`<|im_start|>assistant`, `<|eot_id|>`, `</s>`, `[INST]`…).
 
@@ -46,8 +47,14 @@ def strip_template_tokens(text: str) -> str:
     return _TEMPLATE_TOKEN.sub("", text)
 
 
-def strip_runtime_echo(text: str) -> str:
-    """`text` without a leading echo of the runtime block (header and/or its metadata lines)."""
+def _echo_key(line: str) -> str:
+    """A line as compared with the prompt: without a list bullet (echoes add or drop them), spaces."""
+    return re.sub(r"^[\s>*•-]+", "", line).strip().lower()
+
+
+def strip_runtime_echo(text: str, echo_source: str = "") -> str:
+    """`text` without a leading echo of the runtime block (header and/or its metadata lines, then
+    lines of `echo_source`, the prompt's user message, repeated word for word)."""
     lines = text.split("\n")
     start = 0
     while start < len(lines) and not lines[start].strip():
@@ -62,16 +69,20 @@ def strip_runtime_echo(text: str) -> str:
         i += 1
     # Without the header, metadata lines are an echo only with the block's "Channel: … | Chat: …"
     # line among them: a reply that starts "Date: Monday / Time: 10:00" is an answer.
-    if saw_header or saw_channel:
-        return "\n".join(lines[i:])
-    return text
+    if not (saw_header or saw_channel):
+        return text
+    prompt_lines = {_echo_key(line) for line in echo_source.split("\n")} - {""}
+    while i < len(lines) and _echo_key(lines[i]) in prompt_lines:
+        i += 1
+    return "\n".join(lines[i:])
 
 
-def clean_reply(text: str | None) -> str:
-    """The answer as the user should see it (may be empty: then send NO_ANSWER_REPLY)."""
+def clean_reply(text: str | None, echo_source: str = "") -> str:
+    """The answer as the user should see it (may be empty: then send NO_ANSWER_REPLY); `echo_source`
+    is the text of the prompt's user message (with its runtime block)."""
     if not text:
         return ""
     cleaned = strip_template_tokens(text)
-    cleaned = strip_runtime_echo(cleaned)
+    cleaned = strip_runtime_echo(cleaned, echo_source)
     cleaned = _CALL_MARKUP.sub("", cleaned)
     return cleaned.strip()

@@ -75,7 +75,7 @@ class TurnRunner:
         self.max_tool_result_chars = max_tool_result_chars
         self.prompt_budget_tokens = prompt_budget_tokens  # None: no limit checked
 
-    async def _final_answer(self, convo: list[dict[str, Any]], result: TurnResult) -> str:
+    async def _final_answer(self, convo: list[dict[str, Any]], result: TurnResult, echo_source: str) -> str:
         """One last call without tools, so the user gets an answer rather than a dead end."""
         try:
             response = await self.provider.chat(
@@ -88,7 +88,7 @@ class TurnRunner:
             logger.warning("final answer after the iteration limit failed: {}", exc)
             return ""
         result.usage.add(response.usage)
-        return clean_reply(response.content)
+        return clean_reply(response.content, echo_source)
 
     def _tokens(self, convo: list[dict[str, Any]], tool_names: set[str] | None) -> int:
         return self.tools.schema_tokens(tool_names) + sum(count_message(m) for m in convo)
@@ -115,6 +115,7 @@ class TurnRunner:
         their estimate with the tool schemas, when the caller has it."""
         convo = list(messages)
         result = TurnResult(content="")
+        echo_source = _last_user_text(convo)  # what a weak model may repeat before its answer
         schemas = self.tools.schemas(tool_names)
         budget = self.prompt_budget_tokens
         used = 0
@@ -130,7 +131,9 @@ class TurnRunner:
                     budget,
                 )
                 result.hit_context_limit = True
-                result.content = await self._final_answer(_fitted(convo, used - budget), result) or (
+                result.content = await self._final_answer(
+                    _fitted(convo, used - budget), result, echo_source
+                ) or (
                     f"I stopped after {iteration - 1} tool steps: their results no longer fit in the "
                     "model's context window. Tell me to continue, or narrow the task."
                 )
@@ -151,17 +154,19 @@ class TurnRunner:
                 )
             if not response.has_tool_calls:
                 # after the `message` tool delivered the answer, an empty final reply is expected
-                result.content = _answer(response.content, allow_empty="message" in result.tools_used)
+                result.content = _answer(
+                    response.content, echo_source, allow_empty="message" in result.tools_used
+                )
                 break
             if on_progress is not None:
-                if clean_reply(response.content):
-                    await on_progress("progress", clean_reply(response.content))
+                if clean_reply(response.content, echo_source):
+                    await on_progress("progress", clean_reply(response.content, echo_source))
                 await on_progress(
                     "tool_hint", ", ".join(tool_hint(c.name, c.arguments) for c in response.tool_calls)
                 )
             assistant = {
                 "role": "assistant",
-                "content": clean_reply(response.content),
+                "content": clean_reply(response.content, echo_source),
                 "tool_calls": [c.to_message_dict() for c in response.tool_calls],
             }
             outputs = await asyncio.gather(
@@ -186,7 +191,7 @@ class TurnRunner:
         else:
             logger.warning("turn stopped at the tool-iteration limit ({})", self.max_iterations)
             result.hit_iteration_limit = True
-            result.content = await self._final_answer(convo, result) or (
+            result.content = await self._final_answer(convo, result, echo_source) or (
                 f"I stopped after {self.max_iterations} tool steps without finishing. "
                 "Tell me to continue, or narrow the task."
             )
@@ -217,9 +222,20 @@ def _fitted(convo: list[dict[str, Any]], excess_tokens: int) -> list[dict[str, A
     return fitted
 
 
-def _answer(content: str | None, allow_empty: bool = False) -> str:
+def _last_user_text(convo: list[dict[str, Any]]) -> str:
+    """The text of the last user message (its text parts, when it carries images)."""
+    for message in reversed(convo):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            return str(content or "")
+    return ""
+
+
+def _answer(content: str | None, echo_source: str, allow_empty: bool = False) -> str:
     """The final answer cleaned of echoed metadata and template tokens; empty only when allowed."""
-    cleaned = clean_reply(content)
+    cleaned = clean_reply(content, echo_source)
     if not cleaned and not allow_empty:
         logger.warning(
             "the model's answer was empty after cleaning ({} characters before)", len(content or "")
