@@ -162,6 +162,11 @@ def test_cli_search_text_reindex_and_status(config_file: Path, ws: Path) -> None
     status = runner.invoke(memory_app, ["status", "--json", "-c", str(config_file)])
     info = json.loads(status.stdout)
     assert (info["files"], info["mode"], info["embeddingProvider"]) == (2, "keyword", "none")
+    # status reads what the last sync by any process left (it said "never synced, dirty" every time)
+    assert info["lastSync"] is not None and info["dirty"] is False
+    (ws / "memory" / "2025-03-01.md").write_text("A note written after the sync.\n", encoding="utf-8")
+    info = json.loads(runner.invoke(memory_app, ["status", "--json", "-c", str(config_file)]).stdout)
+    assert info["dirty"] is True and info["files"] == 2
     bad = runner.invoke(memory_app, ["search", "x", "-c", str(config_file.parent / "nope" / "c.json")])
     assert bad.exit_code in (0, 2)  # a missing config file means defaults; never a traceback
     assert bad.exception is None or isinstance(bad.exception, SystemExit)

@@ -14,9 +14,10 @@ what is committed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,7 @@ class MemoryIndex:
             stats.files_removed += 1
         self._snapshot = Snapshot(signature, folders)
         self._last_sync = time.time()
+        await asyncio.to_thread(db.set_meta, {"last_sync": f"{self._last_sync:.3f}"})  # for `status`
         self._last_check = time.monotonic()
         stats.duration_s = time.perf_counter() - started
         logger.debug("memory index sync: {}", stats)
@@ -373,11 +375,38 @@ class MemoryIndex:
             "sizeBytes": sum(
                 p.stat().st_size for p in self.path.parent.glob(INDEX_FILE + "*") if p.is_file()
             ),
-            "lastSync": self._last_sync,
-            "dirty": self._dirty,
+            "lastSync": self._last_sync_text(),
+            "dirty": self._dirty if self._snapshot is not None else self._behind_files(),
             "syncing": self._sync_lock.locked() or self._embed_lock.locked(),
         }
         return info
+
+
+    def _last_sync_text(self) -> str | None:
+        """When a sync last completed, by any process (ISO 8601, local time), or None."""
+        stamp = self._last_sync
+        if stamp is None:
+            with contextlib.suppress(TypeError, ValueError):
+                stamp = float(self._db.get_meta("last_sync") or "")
+        if stamp is None:
+            return None
+        return datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="seconds")
+
+    def _behind_files(self) -> bool:
+        """For a process that has not synced: does any source differ from what the index holds
+        (added, removed, or another size or mtime)? What the next sync would look at, unread."""
+        held = self._db.file_rows()
+        found = self.discover()
+        if {s.rel for s in found} != set(held):
+            return True
+        for source in found:
+            try:
+                st = source.path.lstat()
+            except OSError:
+                return True
+            if (st.st_mtime_ns, st.st_size) != (held[source.rel].mtime_ns, held[source.rel].size):
+                return True
+        return False
 
 
 def build_index(
