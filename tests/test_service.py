@@ -152,9 +152,11 @@ def test_systemd_analyze_verify_is_clean(tmp_path: Path, user_unit: bool) -> Non
                 user_unit=user_unit,
                 run_as=None if user_unit else "root",
                 watchdog_sec=30,
+                environment_file=home / "service.env",
             )
         )
     )
+    (home / "service.env").write_text("OPENAI_API_KEY='sk-x'\n")
     runtime = tmp_path / "runtime"
     runtime.mkdir(mode=0o700)
     cmd = ["systemd-analyze", *(["--user"] if user_unit else []), "verify", str(unit)]

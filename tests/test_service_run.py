@@ -51,9 +51,22 @@ def test_installed_unit_execstart_runs_a_healthy_gateway(
     env = {**base_env(bin_dir), "NANOBOT_HOME": str(home), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     units = tmp_path / "units"
     install = subprocess.run(
-        [str(exe), "service", "install", *(["--user"] if user_unit else []), "--unit-dir", str(units),
-         "--no-systemctl", "-c", str(config)],
-        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            str(exe),
+            "service",
+            "install",
+            *(["--user"] if user_unit else []),
+            "--unit-dir",
+            str(units),
+            "--no-systemctl",
+            "-c",
+            str(config),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert install.returncode == 0, install.stderr
     settings = unit_settings((units / "nanobot.service").read_text())
@@ -68,8 +81,9 @@ def test_installed_unit_execstart_runs_a_healthy_gateway(
     log = tmp_path / "gateway.log"
     with notify_socket(tmp_path) as (address, sock), open(log, "wb") as fh:
         run_env = {**base_env(bin_dir), **unit_env, "NOTIFY_SOCKET": address}
-        proc = subprocess.Popen(argv, env=run_env, cwd="/", stdin=subprocess.DEVNULL, stdout=fh,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            argv, env=run_env, cwd="/", stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT
+        )
         try:
             health = wait_healthy([argv[0], "-c", str(config), "health"], run_env, tmp_path, proc, log)
             assert "healthy" in health.stderr
@@ -87,3 +101,86 @@ def test_installed_unit_execstart_runs_a_healthy_gateway(
         assert "STOPPING=1" in notifications(sock)
     assert str(code) not in restart_prevent
     assert fake_telegram.calls_to("getMe"), "the gateway never reached Telegram"
+
+
+def _environment_file(path: Path) -> dict[str, str]:
+    """KEY='value' lines, read as systemd reads single-quoted values (literally)."""
+    values = {}
+    for line in path.read_text().splitlines():
+        name, _, quoted = line.partition("=")
+        assert quoted.startswith("'") and quoted.endswith("'"), line
+        values[name] = quoted[1:-1]
+    return values
+
+
+@pytest.mark.timeout(300)
+def test_settings_exported_in_the_installing_shell_reach_the_service(
+    tmp_path: Path, fake_llm: FakeLLMServer, fake_telegram: FakeTelegramServer
+) -> None:
+    """The README exports the provider key in the shell; the unit did not carry it, so the service
+    silently answered Telegram users with the embedded demo model."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config = home / "config.json"
+    data = gateway_config(fake_llm.url, fake_telegram, None, dc_allowed="")
+    del data["providers"]["custom"]["apiBase"]  # only in the shell, as the README's export
+    del data["gateway"]["watchdogIntervalS"]
+    config.write_text(json.dumps(data))
+    bin_dir = tmp_path / "bin"
+    exe = nanobot_on_path(bin_dir)
+    shell = {
+        **base_env(bin_dir),
+        "NANOBOT_HOME": str(home),
+        "NANOBOT_PROVIDERS__CUSTOM__API_BASE": fake_llm.url,
+    }
+    units = tmp_path / "units"
+    install = subprocess.run(
+        [
+            str(exe),
+            "service",
+            "install",
+            "--user",
+            "--unit-dir",
+            str(units),
+            "--no-systemctl",
+            "-c",
+            str(config),
+        ],
+        env=shell,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert install.returncode == 0, install.stderr
+    assert "NANOBOT_PROVIDERS__CUSTOM__API_BASE" in install.stderr  # the user is told what was kept
+    settings = unit_settings((units / "nanobot.service").read_text())
+    env_files = [Path(v) for k, v in settings if k == "EnvironmentFile"]
+    assert env_files == [home / "service.env"] and (env_files[0].stat().st_mode & 0o777) == 0o600
+    argv = systemd_words(next(v for k, v in settings if k == "ExecStart"))
+    unit_env = dict(w.split("=", 1) for k, v in settings if k == "Environment" for w in systemd_words(v))
+    log = tmp_path / "gateway.log"
+    with notify_socket(tmp_path) as (address, _sock), open(log, "wb") as fh:
+        # what systemd gives the service: its Environment= and EnvironmentFile=, not the shell
+        run_env = {
+            **base_env(bin_dir),
+            **unit_env,
+            **_environment_file(env_files[0]),
+            "NOTIFY_SOCKET": address,
+        }
+        proc = subprocess.Popen(
+            argv, env=run_env, cwd="/", stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT
+        )
+        try:
+            wait_healthy([argv[0], "-c", str(config), "health"], run_env, tmp_path, proc, log)
+            fake_telegram.push_message("hello service", chat_id=555, user_id=555)
+            deadline = time.monotonic() + HEALTH_TIMEOUT_S
+            while not fake_telegram.calls_to("sendMessage") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert stop(proc, log) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert any("hello service" in json.dumps(r["messages"]) for r in fake_llm.requests), log.read_text()
+    assert "demo model" not in log.read_text()

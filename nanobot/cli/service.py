@@ -33,9 +33,12 @@ from nanobot.service.systemd import (
     uninstall_unit,
     unit_status,
     userns_available,
+    write_environment_file,
 )
 
 app = command_group(help="Run the gateway as a systemd service.")
+
+SERVICE_ENV_FILE = "service.env"  # in NANOBOT_HOME: the installing shell's settings for the service
 
 UserOption = Annotated[
     bool, typer.Option("--user", help="A user unit (~/.config/systemd/user) instead of a system one.")
@@ -106,6 +109,12 @@ def install(
     writes = [workspace, unit_config.parent, *([log_file.parent] if log_file else [])]
     extra = tuple(dict.fromkeys(p for p in writes if not p.is_relative_to(home)))
     run_as = None if user else (os.environ.get("SUDO_USER") or getpass.getuser())
+    # What this shell sets (a key exported as the README shows) the service would not see: it would
+    # answer with another provider, or the demo model, without a word. It gets them in a file.
+    from nanobot.providers.registry import settings_from_environment
+
+    inherited = settings_from_environment()
+    env_file = home / SERVICE_ENV_FILE if inherited else None
     spec = UnitSpec(
         executable=nanobot_executable(),
         config_path=unit_config,
@@ -115,6 +124,7 @@ def install(
         watchdog_sec=watchdog_sec,
         sandbox=not no_sandbox,
         extra_rw_paths=extra,
+        environment_file=env_file,
     )
     # ProtectSystem=strict only lets the service write paths that exist when it starts.
     for folder in (home, *extra):
@@ -127,6 +137,14 @@ def install(
             "Re-run with --no-sandbox if it does."
         )
     try:
+        if env_file is not None:
+            write_environment_file(env_file, inherited)
+            if run_as and os.geteuid() == 0 and run_as != "root":
+                shutil.chown(env_file, user=run_as)
+            err(
+                f"The service gets these settings of this shell from {env_file} (mode 0600): "
+                f"{', '.join(sorted(inherited))}"
+            )
         notes = install_unit(spec, _unit_path(user, unit_dir), _systemctl(user, no_systemctl))
     except ServiceError as exc:
         fail(f"Error: {exc}")

@@ -219,6 +219,10 @@ class Gateway:
             self._deadline_armed.set()  # lets the watcher thread end
 
     async def _run(self) -> int:
+        if self.agent.provider.is_small_local:  # users would get its answers: say so where it is seen
+            from nanobot.providers.local import DEMO_NOTICE
+
+            logger.warning("{}", DEMO_NOTICE.replace("this reply comes", "every reply comes"))
         await self._answer_missed()  # first in the bus: ahead of what the platforms deliver again
         await self.channels.start_all()  # they connect while the provider warms up
         await self.cron.start()

@@ -112,6 +112,18 @@ class ProviderConfigError(ConfigError):
     """The provider cannot be built from the config; the CLI prints this and exits 2."""
 
 
+def settings_from_environment() -> dict[str, str]:
+    """The environment variables of this process that change what nanobot does: every NANOBOT_
+    setting but NANOBOT_HOME, and the providers' usual key and base variables. A service does not
+    inherit the shell that installed it; `service install` hands it these."""
+    usual = {name for spec in SPECS.values() for name in spec.env_keys} | set(OPENAI_BASE_ENV)
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if value and ((name.startswith("NANOBOT_") and name != "NANOBOT_HOME") or name in usual)
+    }
+
+
 def _first_env(names: tuple[str, ...]) -> str:
     return next((os.environ[n] for n in names if os.environ.get(n)), "")
 

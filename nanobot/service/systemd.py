@@ -46,6 +46,7 @@ class UnitSpec:
     watchdog_sec: int = 0
     sandbox: bool = True
     extra_rw_paths: tuple[Path, ...] = field(default_factory=tuple)
+    environment_file: Path | None = None  # the installing shell's settings (environment_file())
 
 
 def _check(value: str) -> str:
@@ -64,6 +65,19 @@ def quote_setting(value: str) -> str:
     """A quoted word for Environment= / ReadWritePaths= (specifiers expand there, variables do not)."""
     value = _check(value).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
     return f'"{value}"'
+
+
+def write_environment_file(path: Path, values: dict[str, str]) -> None:
+    """`values` as a systemd environment file (KEY='value' lines), mode 0600: API keys go in it."""
+    lines = []
+    for name, value in sorted(values.items()):
+        if any(ch in value for ch in "'\n\r\0"):
+            raise ServiceError(
+                f"{name} holds a quote or a line break, which an environment file cannot carry as it is; "
+                "put the setting in config.json instead"
+            )
+        lines.append(f"{name}='{value}'")
+    atomic_write(path, "\n".join(lines) + "\n")
 
 
 def render_unit(spec: UnitSpec) -> str:
@@ -86,6 +100,9 @@ def render_unit(spec: UnitSpec) -> str:
         f"Environment={quote_setting(f'NANOBOT_HOME={spec.home}')}",
         "Environment=PYTHONUNBUFFERED=1",
     ]
+    if spec.environment_file is not None:
+        # the whole rest of the line is the path (quotes would make it relative); % is a specifier
+        service.append(f"EnvironmentFile={_check(str(spec.environment_file)).replace('%', '%%')}")
     if system and spec.run_as:
         service.append(f"User={_check(spec.run_as)}")
     service += [
