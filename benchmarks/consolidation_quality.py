@@ -115,8 +115,8 @@ def corpus_records(profile: str, chunk: list[dict[str, Any]], previous: str, cal
 
 async def one_run(api_base: str, profile: str, seed: int, home: Path) -> dict[str, Any]:
     from nanobot.agent.factory import build_runtime
-    from nanobot.cli.onboard import copy_templates
     from nanobot.config.loader import load_config
+    from nanobot.config.templates import copy_templates
     from nanobot.memory.index import build_index
 
     rng = random.Random(seed)

@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from lossy_model import Fact, LossyModel  # noqa: E402
 
 from nanobot.agent.factory import build_runtime  # noqa: E402
-from nanobot.cli.onboard import copy_templates  # noqa: E402
 from nanobot.config.schema import Config  # noqa: E402
+from nanobot.config.templates import copy_templates  # noqa: E402
 from nanobot.logs import setup_logging  # noqa: E402
 from nanobot.memory.index import build_index  # noqa: E402
 

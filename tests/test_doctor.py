@@ -114,16 +114,20 @@ def test_fix_repairs_permissions_folders_and_the_index(home: Path, fake_llm: Fak
     (ws / "memory" / "MEMORY.md").write_text("# Memory\n\nThe owner's cat is called Mila.\n")
     ws.chmod(0o755)
     (ws / "cron").rmdir()
+    (ws / "SOUL.md").unlink()  # the agent's identity: doctor called such a workspace "complete"
+    (ws / "AGENTS.md").write_text("my own rules\n")
     index = ws / "memory" / ".index.sqlite"
     index.write_bytes(b"this is not a database" * 100)
     code, checks = _doctor(home)
     assert code == 1
     assert checks["files"]["status"] == "fail" and "cron" in checks["files"]["detail"]
+    assert "missing bootstrap files" in checks["files"]["detail"] and "SOUL.md" in checks["files"]["detail"]
     assert checks["memory index"]["status"] == "fail"
     code, checks = _doctor(home, "--fix")
     assert code == 0, checks
     assert checks["files"]["fixed"] and checks["memory index"]["fixed"].startswith("rebuilt")
     assert stat.S_IMODE(ws.stat().st_mode) == 0o700 and (ws / "cron").is_dir()
+    assert (ws / "SOUL.md").is_file() and (ws / "AGENTS.md").read_text() == "my own rules\n"
     code, checks = _doctor(home)
     assert code == 0 and checks["memory index"]["status"] == "ok" and checks["files"]["status"] == "ok"
     found = run_cli("memory", "search", "Mila", "--json", home=home)

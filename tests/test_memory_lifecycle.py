@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.agent.factory import build_runtime
-from nanobot.cli.onboard import copy_templates
+from nanobot.config.templates import copy_templates
 from nanobot.memory.consolidator import normalise_save_memory_args
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.memory_llm import MemoryScript

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.agent.factory import build_runtime
-from nanobot.cli.onboard import copy_templates
+from nanobot.config.templates import copy_templates
 from nanobot.memory.consolidator import SAVE_MEMORY_TOOL
 from nanobot.session.markers import ArchiveMarker, read_marker, write_marker
 from tests.conftest import run_cli

@@ -129,3 +129,59 @@ def test_onboard_flags_for_scripts_check_live_and_name_the_failure(
     assert data["providers"]["custom"]["apiBase"] == fake_llm.url  # saved even so, for the user to fix
     bad = run_cli("onboard", "--provider", "nosuch", home=home)
     assert bad.returncode == 2 and "unknown provider 'nosuch'" in bad.stderr
+
+
+def test_onboard_on_a_terminal_asks_after_the_quick_start_made_the_file_and_asks_again_on_a_typo(
+    home: Path, fake_llm: FakeLLMServer
+) -> None:
+    """The quick start runs onboard without a terminal (it creates config.json); the README's next
+    step, onboard on a terminal, then asked nothing. A mistyped provider was refused only after every
+    question, the typed key thrown away."""
+    assert run_cli("onboard", home=home).returncode == 0
+    assert json.loads((home / "config.json").read_text()) == {}  # only what differs from the defaults
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO), TERM="dumb")
+    term = Terminal([sys.executable, "-m", "nanobot", "onboard"], env, home)
+    term.expect("provider>")
+    term.send("opneai")
+    term.expect("unknown provider 'opneai'")
+    term.expect("provider>")
+    term.send("custom")
+    term.expect("base URL")
+    term.send(fake_llm.url)
+    term.expect("API key (not shown")
+    term.send("sk-typed")
+    term.expect("model (Enter")
+    term.send("fake-model")
+    term.expect("Telegram bot token")
+    term.send("")
+    term.expect("Discord bot token")
+    term.send("")
+    code, output = term.finish()
+    assert code == 0, output
+    data = json.loads((home / "config.json").read_text())
+    assert data["agents"]["defaults"] == {"provider": "custom", "model": "fake-model"}
+    assert data["providers"]["custom"] == {"apiKey": "sk-typed", "apiBase": fake_llm.url}
+
+
+def test_onboard_refuses_a_key_without_its_provider(home: Path) -> None:
+    result = run_cli("onboard", "--api-key", "sk-lost", home=home)
+    assert result.returncode == 2 and "need --provider" in result.stderr
+    assert "sk-lost" not in (home / "config.json").read_text()
+
+
+def test_a_mistyped_config_path_is_an_error_not_the_defaults(home: Path) -> None:
+    """`-c` naming a missing file ran on the defaults: the demo model answered into the workspace."""
+    result = run_cli("agent", "-m", "hi", "-c", str(home / "confg.json"), home=home)
+    assert result.returncode == 2 and "no such config file" in result.stderr, result.stderr
+    assert not (home / "workspace" / "sessions").exists()
+
+
+def test_onboard_makes_a_home_someone_else_created_private(home: Path) -> None:
+    """A Docker volume's /data comes 0755 from the image: onboard left it so, and the README's next
+    step, `doctor`, failed on it."""
+    home.chmod(0o755)
+    assert run_cli("onboard", home=home).returncode == 0
+    assert home.stat().st_mode & 0o077 == 0
+    doctor = run_cli("doctor", "--json", home=home)
+    assert "readable by others" not in doctor.stdout + doctor.stderr

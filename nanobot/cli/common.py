@@ -60,12 +60,16 @@ def fail(text: str, code: int = EXIT_FAILURE) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load_cli_config(path: Path | None) -> Config:
+def load_cli_config(path: Path | None, *, missing_ok: bool = False) -> Config:
     """Load the command's config; a bad one raises ConfigError, which the CLI reports (exit 2). Its
-    secrets are registered for masking and its prompt-logging choice applied before anything logs."""
+    secrets are registered for masking and its prompt-logging choice applied before anything logs.
+    A file named by -c must exist (unless `missing_ok`): a mistyped path ran on the defaults, the
+    demo model answering into the real workspace's session; the default path may be missing."""
     from nanobot.logs import set_prompt_logging
     from nanobot.secrets import register_config_secrets
 
+    if path is not None and not missing_ok and not path.expanduser().exists():
+        raise ConfigError(f"{path}: no such config file (`nanobot onboard -c {path}` creates one)")
     cfg = load_config(config_path(path))
     register_config_secrets(cfg)
     set_prompt_logging(cfg.logging.prompts)

@@ -4,38 +4,15 @@ terminal (or with flags) also set up the provider and bot tokens (nanobot/cli/on
 from __future__ import annotations
 
 import sys
-from importlib.resources import files
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from nanobot.cli.common import EXIT_USAGE, ConfigOption, config_path, err, fail, load_cli_config
-from nanobot.config.loader import save_config
-from nanobot.config.paths import ensure_workspace
+from nanobot.config.paths import secure_installation
 from nanobot.config.schema import Config
-from nanobot.util.fs import atomic_write, ensure_private_dir
-
-
-def templates_dir() -> Path:
-    return Path(str(files("nanobot") / "templates"))
-
-
-def copy_templates(workspace: Path) -> list[Path]:
-    """Copy template files that do not exist yet; never overwrite. Returns the files created."""
-    created: list[Path] = []
-    ensure_private_dir(workspace)  # 0700 before anything lands in it
-    source = templates_dir()
-    for path in sorted(source.rglob("*")):
-        if not path.is_file() or path.suffix not in (".md",):
-            continue
-        target = workspace / path.relative_to(source)
-        if target.exists():
-            continue
-        atomic_write(target, path.read_bytes())
-        created.append(target)
-    ensure_workspace(workspace)
-    return created
+from nanobot.config.templates import copy_templates
+from nanobot.util.fs import atomic_write
 
 
 def onboard(
@@ -57,16 +34,21 @@ def onboard(
     path = config_path(config)
     answers = onboard_setup.Answers(provider, api_key, api_base, model, telegram_token, discord_token)
     created_config = not path.exists()
+    interactive = sys.stdin.isatty() and sys.stdout.isatty() and not answers.any()
+    # On a terminal the questions come whenever no provider is set up yet (the quick start's own
+    # onboard, without a terminal, has made the file by then), and before anything is written: a
+    # typo is asked again, Ctrl-C leaves nothing half done.
+    asked = interactive and (created_config or not _provider_configured(load_cli_config(path)))
+    if asked:
+        answers = onboard_setup.ask(answers)
     if created_config:
-        # Defaults only: Config() would read NANOBOT_ variables (API keys, tokens) into the file.
-        save_config(Config.model_construct(), path)
+        # Only what differs from the defaults goes into the file: a file holding every default would
+        # keep this release's values for good, and a later release's better ones would never apply.
+        atomic_write(path, "{}\n")
         err(f"Created config: {path}")
     else:
         merge = "; the given settings are merged in" if answers.any() else ""
         err(f"Config exists: {path} (left as it is{merge})")
-    interactive = sys.stdin.isatty() and sys.stdout.isatty() and not answers.any()
-    if interactive and created_config:
-        answers = onboard_setup.ask(answers)
     checks_ok = True
     if answers.any():
         try:
@@ -76,14 +58,20 @@ def onboard(
     cfg = load_cli_config(path)
     workspace = cfg.workspace_path
     created = copy_templates(workspace)
+    secure_installation(workspace)  # a NANOBOT_HOME made by someone else (a Docker volume) too
     err(f"Workspace: {workspace} ({len(created)} file(s) created)")
-    if not any(
-        getattr(cfg.providers, n).api_key or getattr(cfg.providers, n).api_base
-        for n in type(cfg.providers).model_fields
-        if n != "local"
-    ):
+    if not _provider_configured(cfg):
         err("Next: add an API key to the config, e.g. providers.openai.apiKey, then run: nanobot agent")
     if not checks_ok:
         fail("A check failed (see above); fix it in the config and run nanobot doctor.")
-    if interactive and created_config and (answers.telegram_token or answers.discord_token):
+    if asked and (answers.telegram_token or answers.discord_token):
         onboard_setup.offer_service(path)
+
+
+def _provider_configured(cfg: Config) -> bool:
+    """Some provider other than the embedded model has a key or a base URL."""
+    return any(
+        getattr(cfg.providers, n).api_key or getattr(cfg.providers, n).api_base
+        for n in type(cfg.providers).model_fields
+        if n != "local"
+    )

@@ -41,6 +41,9 @@ def ask(answers: Answers) -> Answers:
     if not answers.provider:
         err(f"LLM provider ({', '.join(PROVIDERS)}; Enter to skip and use the demo model):")
         answers.provider = input("provider> ").strip().lower()
+        while answers.provider and answers.provider not in PROVIDERS:
+            err(f"unknown provider {answers.provider!r}; choose one of {', '.join(PROVIDERS)}")
+            answers.provider = input("provider> ").strip().lower()
     if answers.provider == "custom" and not answers.api_base:
         answers.api_base = input("base URL of the OpenAI-compatible server (http://…/v1)> ").strip()
     if answers.provider == "ollama" and not answers.api_base:
@@ -66,6 +69,8 @@ def merged(data: dict[str, Any], answers: Answers) -> dict[str, Any]:
                 raise ValueError(f"{'.'.join(keys[:depth])} in the config must be an object, not {cur!r}")
         return cur
 
+    if (answers.api_key or answers.api_base) and not answers.provider:
+        raise ValueError("--api-key and --api-base need --provider (which provider they are for)")
     if answers.provider:
         if answers.provider not in PROVIDERS:
             raise ValueError(f"unknown provider {answers.provider!r}; choose one of {', '.join(PROVIDERS)}")

@@ -8,7 +8,7 @@ from nanobot.config.paths import index_path
 
 def status(config: ConfigOption = None) -> None:
     """Show where things are and what runs."""
-    cfg = load_cli_config(config)
+    cfg = load_cli_config(config, missing_ok=True)  # it reports a missing file itself
     path = config_path(config)
     d = cfg.agents.defaults
     ws = cfg.workspace_path

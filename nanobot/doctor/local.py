@@ -21,6 +21,7 @@ from nanobot.config.paths import (
     workspace_problem,
 )
 from nanobot.config.schema import Config
+from nanobot.config.templates import copy_templates, missing_templates
 from nanobot.doctor import Check
 from nanobot.errors import ConfigError
 
@@ -78,22 +79,28 @@ def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
                      "(agents.defaults.workspace)")
     loose = [p for p in (home, config_path, workspace) if p.exists() and _loose(p)]
     missing = [name for name in WORKSPACE_FOLDERS if not (workspace / name).is_dir()]
-    if not loose and not missing:
+    # the agent's identity and instructions: without them it runs on the bare system prompt
+    gone = [str(rel) for rel in missing_templates(workspace)] if workspace.is_dir() else []
+    if not loose and not missing and not gone:
         return Check("files", "ok", f"private permissions; workspace {workspace} complete")
     problems = []
     if loose:
         problems.append("readable by others: " + ", ".join(str(p) for p in loose))
     if missing:
         problems.append(f"missing folders in {workspace}: " + ", ".join(missing))
+    if gone:
+        problems.append(f"missing bootstrap files in {workspace}: " + ", ".join(gone))
     if not fix:
         return Check("files", "fail" if loose else "warn", "; ".join(problems) + " (nanobot doctor --fix repairs)")
     ensure_workspace(workspace)
+    restored = copy_templates(workspace)
     changed = secure_installation(workspace, home)
     if config_path.exists() and _loose(config_path):
         config_path.chmod(0o600)
         changed += 1
     return Check("files", "ok", "; ".join(problems),
-                 fixed=f"made {changed} path(s) private; created {len(missing)} folder(s)")
+                 fixed=f"made {changed} path(s) private; created {len(missing)} folder(s); "
+                 f"restored {len(restored)} bootstrap file(s)")
 
 
 def check_disk(workspace: Path) -> Check:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.cli.onboard import copy_templates
 from nanobot.config.paths import secure_installation
 from nanobot.config.schema import MemorySearchConfig
+from nanobot.config.templates import copy_templates
 from nanobot.logs import setup_logging
 from nanobot.memory.index import MemoryIndex
 from nanobot.memory.store import MemoryStore
