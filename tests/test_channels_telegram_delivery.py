@@ -222,10 +222,10 @@ async def test_a_broken_update_is_skipped_not_held(server, gateways, logs, monke
     gw = await gateways()
     handle = gw.channel._handle_update
 
-    async def flaky(update: Any) -> bool:
-        if update.message and update.message.text == "poison":
+    async def flaky(updates: list[Any]) -> bool:
+        if updates[0].message and updates[0].message.text == "poison":
             raise ValueError("cannot handle this one")
-        return await handle(update)
+        return await handle(updates)
 
     monkeypatch.setattr(gw.channel, "_handle_update", flaky)
     poison_id = server.push_message("poison")

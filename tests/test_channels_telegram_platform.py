@@ -5,6 +5,7 @@ upgraded to a supergroup, a flood limit while a reply streams (the real library 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from nanobot.bus.events import OutboundMessage
 from tests.fakes.telegram_server import BOT_USERNAME
@@ -79,3 +80,29 @@ async def test_a_streamed_reply_waits_out_a_flood_limit(server, gateway_factory)
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)
     assert len(server.calls_to("sendMessage")) == 1  # the refused one; the rest wait for the 5 s
+
+
+async def test_an_album_is_one_message_with_all_its_photos(server, gateway_factory) -> None:
+    """Three photos sent together with one caption became three turns and three answers, two of
+    them to a photo without its question."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    photos = []
+    for n in range(3):
+        size = server.add_file(f"p{n}", f"photos/p{n}.jpg", f"JPEG{n}".encode())
+        photos.append([{**size, "width": 90, "height": 90}])
+    server.push_message("compare these", photo=photos[0], media_group_id="album-1")
+    for photo in photos[1:]:
+        await asyncio.sleep(0.05)  # the parts of an album come as separate updates
+        server.push_message(None, photo=photo, media_group_id="album-1")
+    server.push_message("and one more thing")  # after the album: answered after it, on its own
+    album = await gw.inbound()
+    assert album.content == "compare these" and album.metadata["media_types"] == ["image"] * 3
+    assert [Path(p).read_bytes() for p in album.media] == [b"JPEG0", b"JPEG1", b"JPEG2"]
+    assert (await gw.inbound()).content == "and one more thing"
+    held = server.held_ids()
+    album.ack()  # saved: every update of the album is confirmed
+    for _ in range(100):
+        if len(server.held_ids()) < len(held):
+            break
+        await asyncio.sleep(0.02)
+    assert len(held) - len(server.held_ids()) == 3

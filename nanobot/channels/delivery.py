@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from loguru import logger
 
@@ -62,14 +62,22 @@ class AckWindow:
         self._handling.add(update_id)
         self._next_id = max(self._next_id or 0, update_id + 1)
 
-    def track(self, update_id: int, msg: InboundMessage) -> None:
-        """Hand `msg` the ack callback for `update_id` (set it before publishing the message)."""
-        self._published.add(update_id)
-        msg.on_persisted = lambda: self._release_threadsafe(update_id)
+    def track(self, update_ids: int | Sequence[int], msg: InboundMessage) -> None:
+        """Hand `msg` the ack callback for its update(s) (an album is several; set it before
+        publishing the message)."""
+        ids = (update_ids,) if isinstance(update_ids, int) else tuple(update_ids)
+        self._published.update(ids)
+
+        def persisted() -> None:
+            for update_id in ids:
+                self._release_threadsafe(update_id)
+
+        msg.on_persisted = persisted
         # A message dropped in this process without an ack (a turn cancelled at shutdown before it
         # saved the message) must not be confirmed: it stays pending, so Telegram serves it again.
-        finalizer = weakref.finalize(msg, self._dropped_threadsafe, update_id)
-        finalizer.atexit = False
+        for update_id in ids:
+            finalizer = weakref.finalize(msg, self._dropped_threadsafe, update_id)
+            finalizer.atexit = False
 
     def handled(self, update_id: int) -> None:
         """Its handling ended (published, filtered out, failed or cancelled)."""

@@ -38,8 +38,9 @@ from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import telegram_parts
+from nanobot.channels.media import Received
 from nanobot.channels.split import TELEGRAM_MAX_CHARS
-from nanobot.channels.telegram_media import download_media
+from nanobot.channels.telegram_media import Albums, album_of, download_media
 from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
 
 REQUEST_TIMEOUT_S = 20.0
@@ -82,6 +83,7 @@ class TelegramChannel(Channel):
         self.previews = StreamPreviews(lambda: self.bot)
         self._newest: dict[int, asyncio.Task[None]] = {}  # each chat's latest update being handled
         self._handlers: set[asyncio.Task[None]] = set()
+        self._albums = Albums()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -200,8 +202,11 @@ class TelegramChannel(Channel):
         """Handle the update in a task of its own, after its chat's earlier ones: one chat's slow
         download or voice transcription holds no other chat back (and no poll), and a chat's
         messages still reach the agent in order."""
+        album = album_of(update)
+        if album is not None and self._albums.join(album, update):
+            return  # the album's first part gathers it
         chat = update.effective_chat.id if update.effective_chat is not None else 0
-        task = asyncio.create_task(self._handle_in_turn(update, self._newest.get(chat)))
+        task = asyncio.create_task(self._handle_in_turn(update, self._newest.get(chat), album))
         self._newest[chat] = task
         self._handlers.add(task)
 
@@ -212,20 +217,27 @@ class TelegramChannel(Channel):
 
         task.add_done_callback(done)
 
-    async def _handle_in_turn(self, update: Update, before: asyncio.Task[None] | None) -> None:
-        if before is not None:
-            await asyncio.wait([before])
+    async def _handle_in_turn(
+        self, update: Update, before: asyncio.Task[None] | None, album: tuple[int, str] | None = None
+    ) -> None:
+        updates = [update]
         try:
-            published = await self._handle_update(update)
+            if before is not None:
+                await asyncio.wait([before])
+            if album is not None:
+                updates = await self._albums.gather(album)
+            published = await self._handle_update(updates)
         except asyncio.CancelledError:
             raise  # stays pending: Telegram serves it again
         except Exception:  # one broken update must neither stop the channel nor hold others back
             logger.exception("telegram: could not handle update {}; skipping it", update.update_id)
             published = False
         finally:
-            self._acks.handled(update.update_id)
+            for part in updates:
+                self._acks.handled(part.update_id)
         if not published:
-            self._acks.release(update.update_id)
+            for part in updates:
+                self._acks.release(part.update_id)
 
     # ------------------------------------------------------------------ inbound
     def _addressed(self, message: Message, text: str) -> bool:
@@ -243,13 +255,15 @@ class TelegramChannel(Channel):
         target = first.partition("@")[2] if first.startswith("/") else ""
         return bool(target) and target.lower() != (self._bot_username or "").lower()
 
-    async def _handle_update(self, update: Update) -> bool:
-        """Publish the update's message; False when it is filtered out (nothing for the agent)."""
-        message = update.message
+    async def _handle_update(self, updates: list[Update]) -> bool:
+        """Publish the message of the update (or the one message of an album's updates); False when
+        it is filtered out (nothing for the agent)."""
+        message = updates[0].message
         if message is None or message.from_user is None or message.from_user.is_bot:
             return False
         user, chat = message.from_user, message.chat
-        text = message.text or message.caption or ""
+        parts = [u.message for u in updates if u.message is not None]
+        text = "\n".join(t for t in (m.text or m.caption or "" for m in parts) if t)
         is_group = chat.type in _GROUP_TYPES
         if is_group and self._for_another_bot(text):
             return False  # another bot's /new must not archive this group's conversation
@@ -260,7 +274,12 @@ class TelegramChannel(Channel):
             return False
         if self._bot_username:
             text = re.sub(rf"@{re.escape(self._bot_username)}\b", "", text, flags=re.I).strip()
-        got = await download_media(self, message)
+        got = Received()
+        for part in parts:
+            received = await download_media(self, part)
+            got.paths += received.paths
+            got.types += received.types
+            got.notes += received.notes
         metadata: dict[str, Any] = {
             "message_id": message.message_id,
             "username": user.username,
@@ -272,7 +291,7 @@ class TelegramChannel(Channel):
         inbound = self._inbound(
             str(user.id), chat_of(message), text, got, is_group=is_group, metadata=metadata
         )
-        self._acks.track(update.update_id, inbound)
+        self._acks.track([u.update_id for u in updates], inbound)
         return await self._publish(inbound, user.username)
 
     # ------------------------------------------------------------------ outbound

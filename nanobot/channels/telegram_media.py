@@ -1,12 +1,19 @@
-"""Telegram attachments: which parts of a message are media, and how to fetch one (the download
-loop itself is the channels' shared one, `Channel._download_media`)."""
+"""Telegram attachments: which parts of a message are media, how to fetch one (the download loop
+itself is the channels' shared one, `Channel._download_media`), and albums.
+
+An album (photos sent together, one caption) arrives as one update per photo, sharing a
+`media_group_id`, in one poll or the next. Each became a turn of its own: three answers, two of
+them to a photo without its question. `Albums` gathers the parts until none has come for
+ALBUM_QUIET_S, so the channel publishes them as one message.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from telegram import Message
+from telegram import Message, Update
 from telegram.error import TelegramError
 
 from nanobot.channels.media import MediaItem, Received
@@ -47,3 +54,42 @@ async def download_media(channel: TelegramChannel, message: Message) -> Received
     return await channel._download_media(
         message.chat_id, message.message_id, media_items(message), fetch, (TelegramError, OSError)
     )
+
+
+ALBUM_QUIET_S = 1.0  # parts come a poll apart at most (0.5 s while updates are pending)
+AlbumKey = tuple[int, str]  # (chat id, media_group_id)
+
+
+def album_of(update: Update) -> AlbumKey | None:
+    message = update.message
+    if message is None or not message.media_group_id:
+        return None
+    return (message.chat.id, message.media_group_id)
+
+
+class Albums:
+    """The albums whose parts are being gathered."""
+
+    def __init__(self) -> None:
+        self._open: dict[AlbumKey, list[Update]] = {}
+
+    def join(self, key: AlbumKey, update: Update) -> bool:
+        """Add a part to its album; False when the album is new (this part's handler gathers it)."""
+        parts = self._open.get(key)
+        if parts is None:
+            self._open[key] = [update]
+            return False
+        parts.append(update)
+        return True
+
+    async def gather(self, key: AlbumKey) -> list[Update]:
+        """All parts of the album, in the order they were sent, once no new one came for a while."""
+        parts = self._open[key]
+        try:
+            seen = 0
+            while seen != len(parts):
+                seen = len(parts)
+                await asyncio.sleep(ALBUM_QUIET_S)
+        finally:
+            del self._open[key]
+        return sorted(parts, key=lambda u: u.update_id)
