@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.agent_helpers import user_text
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.gateway_harness import START_TIMEOUT_S, GatewayProcess, gateway_config
@@ -23,15 +24,8 @@ HANG_S = {"value": 60.0}  # the first chat's turn runs until the kill; nothing h
 WAIT_S = 60.0  # a hang guard, not a timing
 
 
-def _user_text(body: dict) -> str:
-    content = body["messages"][-1].get("content") or ""
-    if isinstance(content, list):
-        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return str(content).strip().splitlines()[-1]
-
-
 def _route(body: dict) -> Reply:
-    text = _user_text(body)
+    text = user_text(body)
     return Reply(content=f"reply: {text}", delay_s=HANG_S["value"] if text.startswith("hang:") else 0.0)
 
 

@@ -141,16 +141,16 @@ def test_a_failed_download_leaves_no_partial_file_in_media(tmp_path: Path) -> No
 
 
 # ------------------------------------------------------------------ clock: cron after a forward step
-def test_cron_runs_a_job_that_falls_due_after_the_wall_clock_steps_forward(tmp_path: Path, monkeypatch) -> None:
-    """NTP syncing an RTC-less box after boot (or a resume from suspend) steps the wall clock forward;
-    APScheduler's monotonic timer, armed from the old time, must not sleep past the due run."""
+@pytest.fixture
+def stepped_clock(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    """The wall clock as the scheduler and nanobot read it, moved by `step["s"]` seconds (the
+    monotonic clock is untouched, as when NTP steps the system clock)."""
     import datetime as dt
 
     import apscheduler.executors.base as executors_base
     import apscheduler.schedulers.base as schedulers_base
 
     import nanobot.timeutil as timeutil
-    from nanobot.scheduler.cron import CronService
 
     step = {"s": 0.0}
 
@@ -161,6 +161,15 @@ def test_cron_runs_a_job_that_falls_due_after_the_wall_clock_steps_forward(tmp_p
 
     for module in (schedulers_base, executors_base, timeutil):
         monkeypatch.setattr(module, "datetime", SteppedClock)
+    return step
+
+
+def test_cron_runs_a_job_that_falls_due_after_the_wall_clock_steps_forward(tmp_path: Path, stepped_clock) -> None:
+    """NTP syncing an RTC-less box after boot (or a resume from suspend) steps the wall clock forward;
+    APScheduler's monotonic timer, armed from the old time, must not sleep past the due run."""
+    from nanobot.scheduler.cron import CronService
+
+    step = stepped_clock
     every_s, jump_s = 60, 59  # unfixed, the timer sleeps the old 60 s and then calls the run missed
 
     async def run() -> str | None:
@@ -187,26 +196,12 @@ def test_cron_runs_a_job_that_falls_due_after_the_wall_clock_steps_forward(tmp_p
     assert asyncio.run(run()) == "ok"
 
 
-def test_an_interval_job_keeps_its_pace_after_the_wall_clock_steps_back(tmp_path: Path, monkeypatch) -> None:
+def test_an_interval_job_keeps_its_pace_after_the_wall_clock_steps_back(tmp_path: Path, stepped_clock) -> None:
     """A clock stepped back an hour (a wrong RTC corrected by NTP) left an `every 60 s` job's timer on
     its old next run, an hour and a minute away: the job stayed silent for that hour."""
-    import datetime as dt
-
-    import apscheduler.executors.base as executors_base
-    import apscheduler.schedulers.base as schedulers_base
-
-    import nanobot.timeutil as timeutil
     from nanobot.scheduler.cron import CronService
 
-    step = {"s": 0.0}
-
-    class SteppedClock(dt.datetime):
-        @classmethod
-        def now(cls, tz=None):  # type: ignore[override]
-            return dt.datetime.now(tz) + dt.timedelta(seconds=step["s"])
-
-    for module in (schedulers_base, executors_base, timeutil):
-        monkeypatch.setattr(module, "datetime", SteppedClock)
+    step = stepped_clock
 
     async def run() -> tuple[str | None, str | None, str | None]:
         ran = asyncio.Event()

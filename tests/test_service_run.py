@@ -34,6 +34,15 @@ def fake_telegram() -> FakeTelegramServer:
     server.stop()
 
 
+def _install(
+    exe: Path, units: Path, config: Path, env: dict[str, str], user_unit: bool
+) -> subprocess.CompletedProcess:
+    """`nanobot service install` as a user runs it, the unit written to `units`, no systemctl."""
+    argv = [str(exe), "service", "install", *(["--user"] if user_unit else [])]
+    argv += ["--unit-dir", str(units), "--no-systemctl", "-c", str(config)]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=config.parent)
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("user_unit", [True, False], ids=["user-unit", "system-unit"])
 def test_installed_unit_execstart_runs_a_healthy_gateway(
@@ -50,24 +59,7 @@ def test_installed_unit_execstart_runs_a_healthy_gateway(
     exe = nanobot_on_path(bin_dir)
     env = {**base_env(bin_dir), "NANOBOT_HOME": str(home), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     units = tmp_path / "units"
-    install = subprocess.run(
-        [
-            str(exe),
-            "service",
-            "install",
-            *(["--user"] if user_unit else []),
-            "--unit-dir",
-            str(units),
-            "--no-systemctl",
-            "-c",
-            str(config),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    install = _install(exe, units, config, env, user_unit)
     assert install.returncode == 0, install.stderr
     settings = unit_settings((units / "nanobot.service").read_text())
     exec_start = [v for k, v in settings if k == "ExecStart"]
@@ -134,24 +126,7 @@ def test_settings_exported_in_the_installing_shell_reach_the_service(
         "NANOBOT_PROVIDERS__CUSTOM__API_BASE": fake_llm.url,
     }
     units = tmp_path / "units"
-    install = subprocess.run(
-        [
-            str(exe),
-            "service",
-            "install",
-            "--user",
-            "--unit-dir",
-            str(units),
-            "--no-systemctl",
-            "-c",
-            str(config),
-        ],
-        env=shell,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    install = _install(exe, units, config, shell, user_unit=True)
     assert install.returncode == 0, install.stderr
     assert "NANOBOT_PROVIDERS__CUSTOM__API_BASE" in install.stderr  # the user is told what was kept
     settings = unit_settings((units / "nanobot.service").read_text())
