@@ -32,17 +32,30 @@ def fake_discord() -> Iterator[FakeDiscordServer]:
     server.stop()
 
 
-def _setup(home: Path, llm_url: str, tg: FakeTelegramServer | None = None,
-           dc: FakeDiscordServer | None = None) -> Path:
+def _setup(
+    home: Path, llm_url: str, tg: FakeTelegramServer | None = None, dc: FakeDiscordServer | None = None
+) -> Path:
     home.chmod(0o700)  # as onboard creates it (pytest made this one world-readable)
     assert run_cli("onboard", home=home).returncode == 0
     data = config_dict(llm_url)
     if tg is not None:
-        data["channels"] = {"telegram": {"enabled": True, "token": TG_TOKEN, "allowFrom": [str(TG_USER)],
-                                         "baseUrl": tg.base_url, "baseFileUrl": tg.base_file_url}}
+        data["channels"] = {
+            "telegram": {
+                "enabled": True,
+                "token": TG_TOKEN,
+                "allowFrom": [str(TG_USER)],
+                "baseUrl": tg.base_url,
+                "baseFileUrl": tg.base_file_url,
+            }
+        }
     if dc is not None:
-        data.setdefault("channels", {})["discord"] = {"enabled": True, "token": DC_TOKEN, "allowFrom": [],
-                                                      "apiBase": dc.api_base, "gatewayUrl": dc.gateway_url}
+        data.setdefault("channels", {})["discord"] = {
+            "enabled": True,
+            "token": DC_TOKEN,
+            "allowFrom": [],
+            "apiBase": dc.api_base,
+            "gatewayUrl": dc.gateway_url,
+        }
     path = home / "config.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     path.chmod(0o600)
@@ -50,15 +63,18 @@ def _setup(home: Path, llm_url: str, tg: FakeTelegramServer | None = None,
 
 
 def _doctor(home: Path, *args: str) -> tuple[int, dict]:
-    result = run_cli("doctor", "--json", "--timeout", "10", *args, home=home, env={"XDG_CONFIG_HOME": str(home)})
+    result = run_cli(
+        "doctor", "--json", "--timeout", "10", *args, home=home, env={"XDG_CONFIG_HOME": str(home)}
+    )
     assert "Traceback" not in result.stderr, result.stderr
     report = json.loads(result.stdout)
     assert report["healthy"] is (result.returncode == 0)
     return result.returncode, {c["part"]: c for c in report["checks"]}
 
 
-def test_healthy_setup_passes(home: Path, fake_llm: FakeLLMServer, fake_telegram: FakeTelegramServer,
-                              fake_discord: FakeDiscordServer) -> None:
+def test_healthy_setup_passes(
+    home: Path, fake_llm: FakeLLMServer, fake_telegram: FakeTelegramServer, fake_discord: FakeDiscordServer
+) -> None:
     _setup(home, fake_llm.url, fake_telegram, fake_discord)
     code, checks = _doctor(home)
     assert code == 0, [c for c in checks.values() if c["status"] == "fail"]
@@ -132,3 +148,17 @@ def test_fix_repairs_permissions_folders_and_the_index(home: Path, fake_llm: Fak
     assert code == 0 and checks["memory index"]["status"] == "ok" and checks["files"]["status"] == "ok"
     found = run_cli("memory", "search", "Mila", "--json", home=home)
     assert "Mila" in found.stdout, found.stderr
+
+
+def test_a_missing_workspace_is_reported_with_its_bootstrap_files(
+    home: Path, fake_llm: FakeLLMServer
+) -> None:
+    _setup(home, fake_llm.url)
+    import shutil
+
+    shutil.rmtree(home / "workspace")
+    code, checks = _doctor(home)
+    assert checks["files"]["status"] == "warn" and "SOUL.md" in checks["files"]["detail"], checks["files"]
+    code, checks = _doctor(home, "--fix")
+    assert code == 0 and "restored 6 bootstrap file(s)" in checks["files"]["fixed"], checks["files"]
+    assert (home / "workspace" / "SOUL.md").is_file()

@@ -40,8 +40,16 @@ def _controlling_tty() -> None:
 class Terminal:
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
         self.master, slave = pty.openpty()
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
-                                     preexec_fn=_controlling_tty, close_fds=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=cwd,
+            preexec_fn=_controlling_tty,
+            close_fds=True,
+        )
         os.close(slave)
         self.seen = ""
         self.transcript = ""
@@ -59,7 +67,7 @@ class Terminal:
                     self.transcript += chunk
                 except OSError:
                     continue
-        self.seen = self.seen[self.seen.index(text) + len(text):]  # consume up to the prompt
+        self.seen = self.seen[self.seen.index(text) + len(text) :]  # consume up to the prompt
 
     def send(self, line: str) -> None:
         os.write(self.master, line.encode() + b"\r")
@@ -84,9 +92,13 @@ def test_onboard_on_a_terminal_asks_checks_and_saves(
     home: Path, fake_llm: FakeLLMServer, fake_telegram: FakeTelegramServer
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
-    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO), TERM="dumb",
-               # the Bot API base is not asked: the fake stands in for api.telegram.org
-               NANOBOT_CHANNELS__TELEGRAM__BASE_URL=fake_telegram.base_url)
+    env.update(
+        NANOBOT_HOME=str(home),
+        PYTHONPATH=str(REPO),
+        TERM="dumb",
+        # the Bot API base is not asked: the fake stands in for api.telegram.org
+        NANOBOT_CHANNELS__TELEGRAM__BASE_URL=fake_telegram.base_url,
+    )
     term = Terminal([sys.executable, "-m", "nanobot", "onboard"], env, home)
     term.expect("provider>")
     term.send("custom")
@@ -107,9 +119,15 @@ def test_onboard_on_a_terminal_asks_checks_and_saves(
     assert "provider: ok" in output and "telegram: ok" in output, output
     assert "sk-typed-secret" not in output and TG_TOKEN not in output  # hidden entry, masked checks
     data = json.loads((home / "config.json").read_text())
-    assert data["agents"]["defaults"] == {**data["agents"]["defaults"], "provider": "custom", "model": "fake-model"}
+    assert data["agents"]["defaults"] == {
+        **data["agents"]["defaults"],
+        "provider": "custom",
+        "model": "fake-model",
+    }
     assert data["providers"]["custom"]["apiKey"] == "sk-typed-secret"
-    assert data["channels"]["telegram"]["enabled"] is True and data["channels"]["telegram"]["token"] == TG_TOKEN
+    assert (
+        data["channels"]["telegram"]["enabled"] is True and data["channels"]["telegram"]["token"] == TG_TOKEN
+    )
     assert (home / "config.json").stat().st_mode & 0o077 == 0
     assert fake_llm.requests and fake_telegram.calls_to("getMe")
     assert (home / "workspace" / "AGENTS.md").is_file()
@@ -120,8 +138,21 @@ def test_onboard_flags_for_scripts_check_live_and_name_the_failure(
 ) -> None:
     fake_telegram.rejected_tokens.add(TG_TOKEN)
     env = {"NANOBOT_CHANNELS__TELEGRAM__BASE_URL": fake_telegram.base_url}
-    result = run_cli("onboard", "--provider", "custom", "--api-base", fake_llm.url, "--api-key", "k",
-                     "--model", "fake-model", "--telegram-token", TG_TOKEN, home=home, env=env)
+    result = run_cli(
+        "onboard",
+        "--provider",
+        "custom",
+        "--api-base",
+        fake_llm.url,
+        "--api-key",
+        "k",
+        "--model",
+        "fake-model",
+        "--telegram-token",
+        TG_TOKEN,
+        home=home,
+        env=env,
+    )
     assert result.returncode == 1, result.stderr
     assert "provider: ok" in result.stderr and "telegram: fail" in result.stderr
     assert "provider>" not in result.stderr  # nothing asked without a terminal
@@ -167,7 +198,9 @@ def test_onboard_on_a_terminal_asks_after_the_quick_start_made_the_file_and_asks
 def test_onboard_refuses_a_key_without_its_provider(home: Path) -> None:
     result = run_cli("onboard", "--api-key", "sk-lost", home=home)
     assert result.returncode == 2 and "need --provider" in result.stderr
-    assert "sk-lost" not in (home / "config.json").read_text()
+    assert not (home / "config.json").exists()  # refused before anything is written
+    custom = run_cli("onboard", "--provider", "custom", "--no-check", home=home)
+    assert custom.returncode == 0 and "set providers.custom.apiBase" in custom.stderr  # not "an API key"
 
 
 def test_a_mistyped_config_path_is_an_error_not_the_defaults(home: Path) -> None:

@@ -110,3 +110,17 @@ def test_echoed_memory_facts_of_the_runtime_block_are_cleaned_too(home: Path, fa
     assert result.stdout == "Ana lives in Lisbon.\n"
     stored = [m["content"] for m in _session_lines(home) if m.get("role") == "assistant"]
     assert stored == ["Ana lives in Lisbon."]
+
+
+def test_a_reworded_memory_label_after_an_echoed_block_goes_with_the_facts() -> None:
+    """The demo model changed the label ("…from my memory/MEMORY.md…"): cleaning stopped there."""
+    sent = (
+        f"{RUNTIME_HEADER}\nTime: 2026-11-27 06:00 (Friday), UTC (UTC+00:00)\nChannel: cli | Chat: direct\n"
+        "Relevant facts from memory/MEMORY.md (not shown above):\n- Filler fact number 9: postcards.\n\n"
+        "What do I collect?"
+    )
+    raw = (
+        f"{RUNTIME_HEADER}\nChannel: cli | Chat: direct\nRelevant facts from my memory/MEMORY.md (not shown above):\n"
+        "Filler fact number 9: postcards.\nYou collect postcards."
+    )
+    assert clean_reply(raw, sent) == "You collect postcards."

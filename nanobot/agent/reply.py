@@ -38,6 +38,10 @@ _METADATA = re.compile(r"^\s*[\[(]?\s*(?:time|date|channel|chat|sender)\s*:.*$",
 _CHANNEL_LINE = re.compile(r"^\s*[\[(]?\s*channel\s*:[^\n|]*\|\s*chat\s*:", re.IGNORECASE)
 
 
+# The label of the memory facts the block may carry, also reworded ("Relevant facts from my memory…").
+_MEMORY_LABEL = re.compile(r"^\s*[\[(]?\s*relevant\b[^\n]*\bmemory\b[^\n]*:\s*$", re.IGNORECASE)
+
+
 # A tool call written out as text ("functions.read_file:" then its JSON arguments on the next line),
 # as small models echo the function-calling template instead of calling the tool.
 _CALL_MARKUP = re.compile(r"\A\s*(?:functions\.[\w.-]+:[ \t]*\n?(?:[ \t]*\{[^\n]*\}[ \t]*(?:\n|\Z))?\s*)+")
@@ -72,7 +76,7 @@ def strip_runtime_echo(text: str, echo_source: str = "") -> str:
     if not (saw_header or saw_channel):
         return text
     prompt_lines = {_echo_key(line) for line in echo_source.split("\n")} - {""}
-    while i < len(lines) and _echo_key(lines[i]) in prompt_lines:
+    while i < len(lines) and (_echo_key(lines[i]) in prompt_lines or _MEMORY_LABEL.match(lines[i])):
         i += 1
     return "\n".join(lines[i:])
 

@@ -12,6 +12,7 @@ from nanobot.cli.common import EXIT_USAGE, ConfigOption, config_path, err, fail,
 from nanobot.config.paths import secure_installation
 from nanobot.config.schema import Config
 from nanobot.config.templates import copy_templates
+from nanobot.providers.registry import SPECS, has_credentials, missing_credentials_hint
 from nanobot.util.fs import atomic_write
 
 
@@ -33,6 +34,10 @@ def onboard(
 
     path = config_path(config)
     answers = onboard_setup.Answers(provider, api_key, api_base, model, telegram_token, discord_token)
+    try:
+        onboard_setup.validate(answers)  # before anything is written
+    except ValueError as exc:
+        fail(f"Error: {exc}", EXIT_USAGE)
     created_config = not path.exists()
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not answers.any()
     # On a terminal the questions come whenever no provider is set up yet (the quick start's own
@@ -60,12 +65,19 @@ def onboard(
     created = copy_templates(workspace)
     secure_installation(workspace)  # a NANOBOT_HOME made by someone else (a Docker volume) too
     err(f"Workspace: {workspace} ({len(created)} file(s) created)")
-    if not _provider_configured(cfg):
+    chosen = cfg.agents.defaults.provider
+    if chosen == "custom" and not cfg.providers.custom.api_base:
+        err("Next: set providers.custom.apiBase (the server's http://…/v1), then run: nanobot agent")
+    elif chosen in SPECS and not has_credentials(chosen, getattr(cfg.providers, chosen)):
+        err(f"Next: {missing_credentials_hint(chosen)}, then run: nanobot agent")
+    elif not _provider_configured(cfg):
         err("Next: add an API key to the config, e.g. providers.openai.apiKey, then run: nanobot agent")
     if not checks_ok:
         fail("A check failed (see above); fix it in the config and run nanobot doctor.")
     if asked and (answers.telegram_token or answers.discord_token):
-        onboard_setup.offer_service(path)
+        code = onboard_setup.offer_service(path)
+        if code:
+            fail("The service was not installed (see above); the config and workspace are ready.", code)
 
 
 def _provider_configured(cfg: Config) -> bool:

@@ -59,6 +59,14 @@ def ask(answers: Answers) -> Answers:
     return answers
 
 
+def validate(answers: Answers) -> None:
+    """ValueError with a user-facing reason when the answers cannot be used together."""
+    if (answers.api_key or answers.api_base) and not answers.provider:
+        raise ValueError("--api-key and --api-base need --provider (which provider they are for)")
+    if answers.provider and answers.provider not in PROVIDERS:
+        raise ValueError(f"unknown provider {answers.provider!r}; choose one of {', '.join(PROVIDERS)}")
+
+
 def merged(data: dict[str, Any], answers: Answers) -> dict[str, Any]:
     """`data` (the raw config.json) with the answers set, camelCase like the file."""
     def node(*keys: str) -> dict[str, Any]:
@@ -69,11 +77,8 @@ def merged(data: dict[str, Any], answers: Answers) -> dict[str, Any]:
                 raise ValueError(f"{'.'.join(keys[:depth])} in the config must be an object, not {cur!r}")
         return cur
 
-    if (answers.api_key or answers.api_base) and not answers.provider:
-        raise ValueError("--api-key and --api-base need --provider (which provider they are for)")
+    validate(answers)
     if answers.provider:
-        if answers.provider not in PROVIDERS:
-            raise ValueError(f"unknown provider {answers.provider!r}; choose one of {', '.join(PROVIDERS)}")
         node("agents", "defaults")["provider"] = answers.provider
         block = node("providers", answers.provider)
         if answers.api_key:
@@ -123,14 +128,14 @@ def apply(path: Path, answers: Answers, *, check: bool) -> bool:
     return ok
 
 
-def offer_service(config_path: Path) -> None:
-    """Offer `nanobot service install --user` (only on a terminal)."""
+def offer_service(config_path: Path) -> int:
+    """Offer `nanobot service install --user` (only on a terminal); its exit code (0 when declined)."""
     import subprocess
     import sys
 
     reply = input("Install the gateway as a systemd user service now? [y/N]> ").strip().lower()
     if reply not in ("y", "yes"):
         err("Later: nanobot service install --user  (or run nanobot gateway yourself)")
-        return
-    subprocess.run([sys.executable, "-m", "nanobot", "service", "install", "--user", "-c", str(config_path)],
-                   check=False)
+        return 0
+    command = [sys.executable, "-m", "nanobot", "service", "install", "--user", "-c", str(config_path)]
+    return subprocess.run(command, check=False).returncode

@@ -80,7 +80,7 @@ def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
     loose = [p for p in (home, config_path, workspace) if p.exists() and _loose(p)]
     missing = [name for name in WORKSPACE_FOLDERS if not (workspace / name).is_dir()]
     # the agent's identity and instructions: without them it runs on the bare system prompt
-    gone = [str(rel) for rel in missing_templates(workspace)] if workspace.is_dir() else []
+    gone = [str(rel) for rel in missing_templates(workspace)]
     if not loose and not missing and not gone:
         return Check("files", "ok", f"private permissions; workspace {workspace} complete")
     problems = []
