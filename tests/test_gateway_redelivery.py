@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.agent_helpers import user_text
@@ -48,7 +49,11 @@ def _ready(gw: GatewayProcess) -> None:
     _wait(lambda: "gateway running" in gw.log, "the agent loop's start", gw)
 
 
-def test_a_message_answered_before_a_kill_is_not_answered_again(tmp_path: Path) -> None:
+@contextmanager
+def _gateway(tmp_path: Path) -> Iterator[tuple[FakeTelegramServer, FakeLLMServer, GatewayProcess]]:
+    """A gateway on both chats, with "hang: one" running in the first: a message queued behind it
+    is unsaved and holds the confirmation back for every later update."""
+    HANG_S["value"] = 60.0
     tg = FakeTelegramServer().start()
     with FakeLLMServer() as llm:
         llm.responder = _route
@@ -67,22 +72,48 @@ def test_a_message_answered_before_a_kill_is_not_answered_again(tmp_path: Path) 
             _ready(gw)
             tg.push_message("hang: one", chat_id=FIRST_CHAT, user_id=FIRST_CHAT)
             _wait(lambda: any("hang: one" in json.dumps(r["messages"]) for r in llm.requests), "turn one", gw)
-            held = tg.push_message("two", chat_id=FIRST_CHAT, user_id=FIRST_CHAT)  # queued, unsaved
-            answered = tg.push_message("three", chat_id=SECOND_CHAT, user_id=SECOND_CHAT)
-            _wait(lambda: "reply: three" in _replies(tg, SECOND_CHAT), "the reply to three", gw)
-            # the scenario: "three" is answered, yet its update is still unconfirmed behind "two"
-            assert held in tg.held_ids() and answered in tg.held_ids()
-            gw.kill()
-            HANG_S["value"] = 0.0
-            gw.start()
-            _ready(gw)
-            _wait(lambda: "reply: two" in _replies(tg, FIRST_CHAT), "the reply to two", gw)
-            _wait(lambda: "reply: hang: one" in _replies(tg, FIRST_CHAT), "the resumed turn one", gw)
-            _wait(lambda: answered not in tg.held_ids(), "the confirmation of three", gw)
-            assert _replies(tg, SECOND_CHAT) == ["reply: three"]
-            lines = (gw.workspace / "sessions" / f"telegram_{SECOND_CHAT}.jsonl").read_text().splitlines()
-            users = [m for m in map(json.loads, lines) if m.get("role") == "user"]
-            assert [m["content"] for m in users] == ["three"]
+            yield tg, llm, gw
         finally:
             gw.kill()
             tg.stop()
+
+
+def _kill_and_restart(tg: FakeTelegramServer, gw: GatewayProcess) -> None:
+    gw.kill()
+    HANG_S["value"] = 0.0
+    gw.start()
+    _ready(gw)
+    _wait(lambda: "reply: two" in _replies(tg, FIRST_CHAT), "the reply to two", gw)
+    _wait(lambda: "reply: hang: one" in _replies(tg, FIRST_CHAT), "the resumed turn one", gw)
+    _wait(lambda: not tg.held_ids(), "the confirmation of everything", gw)
+
+
+def _users(gw: GatewayProcess, chat: int) -> list[str]:
+    lines = (gw.workspace / "sessions" / f"telegram_{chat}.jsonl").read_text().splitlines()
+    return [m["content"] for m in map(json.loads, lines) if m.get("role") == "user"]
+
+
+def test_a_message_answered_before_a_kill_is_not_answered_again(tmp_path: Path) -> None:
+    with _gateway(tmp_path) as (tg, _llm, gw):
+        held = tg.push_message("two", chat_id=FIRST_CHAT, user_id=FIRST_CHAT)  # queued, unsaved
+        answered = tg.push_message("three", chat_id=SECOND_CHAT, user_id=SECOND_CHAT)
+        _wait(lambda: "reply: three" in _replies(tg, SECOND_CHAT), "the reply to three", gw)
+        # the scenario: "three" is answered, yet its update is still unconfirmed behind "two"
+        assert held in tg.held_ids() and answered in tg.held_ids()
+        _kill_and_restart(tg, gw)
+        assert _replies(tg, SECOND_CHAT) == ["reply: three"]
+        assert _users(gw, SECOND_CHAT) == ["three"]
+
+
+def test_a_new_done_before_a_kill_is_not_done_again(tmp_path: Path) -> None:
+    """Served again, `/new` archived the conversation begun after it (and said so twice); the
+    message of that conversation, no longer in the live session, was answered again."""
+    with _gateway(tmp_path) as (tg, _llm, gw):
+        held = tg.push_message("two", chat_id=FIRST_CHAT, user_id=FIRST_CHAT)
+        new = tg.push_message("/new", chat_id=SECOND_CHAT, user_id=SECOND_CHAT)
+        tg.push_message("four", chat_id=SECOND_CHAT, user_id=SECOND_CHAT)
+        _wait(lambda: "reply: four" in _replies(tg, SECOND_CHAT), "the reply to four", gw)
+        assert held in tg.held_ids() and new in tg.held_ids()
+        _kill_and_restart(tg, gw)
+        assert _replies(tg, SECOND_CHAT) == ["New session started.", "reply: four"]
+        assert _users(gw, SECOND_CHAT) == ["four"]

@@ -95,10 +95,17 @@ class Agent:
         return MessageContext.of(msg, share_memory_in_groups=self.settings.share_memory_in_groups)
 
     # ------------------------------------------------------------------ commands
-    async def new_session(self, session_key: str) -> str:
-        """/new: archive the transcript (kept on disk) and start afresh; memory work runs later."""
+    async def new_session(self, session_key: str, message_id: Any = None) -> str | None:
+        """/new: archive the transcript (kept on disk) and start afresh; memory work runs later.
+        None for a `/new` its platform served again after a crash (`message_id`, recorded in the new
+        session): done already, it must not archive what was said since."""
         session = self.sessions.get(session_key)
+        if message_id is not None and session.metadata.get("new_by") == message_id:
+            logger.info("{}: /new {} was done before; not again", session_key, message_id)
+            return None
         await self.lifecycle.start_new_session(session)
+        if message_id is not None:
+            self.sessions.set_metadata(self.sessions.get(session_key), new_by=message_id)
         await self.long_term.on_new_session(session_key)
         return NEW_SESSION_REPLY
 

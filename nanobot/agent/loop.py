@@ -215,7 +215,8 @@ class AgentLoop:
     async def _execute(self, msg: InboundMessage, ctx: MessageContext) -> OutboundMessage | None:
         """A message in its session's order: `/new`, or a turn."""
         if ctx.command == "new":
-            return ctx.reply(await self.agent.new_session(ctx.session_key))
+            reply = await self.agent.new_session(ctx.session_key, msg.metadata.get("message_id"))
+            return ctx.reply(reply) if reply is not None else None
         return await self.agent.handle(msg, ctx)
 
     async def _deliver(self, msg: InboundMessage, out: OutboundMessage | None) -> None:
