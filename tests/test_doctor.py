@@ -162,3 +162,17 @@ def test_a_missing_workspace_is_reported_with_its_bootstrap_files(
     code, checks = _doctor(home, "--fix")
     assert code == 0 and "restored 6 bootstrap file(s)" in checks["files"]["fixed"], checks["files"]
     assert (home / "workspace" / "SOUL.md").is_file()
+
+
+def test_defaults_an_earlier_onboard_wrote_are_named(home: Path, fake_llm: FakeLLMServer) -> None:
+    """An older onboard wrote every key; its defaults (keyword-only search, transcripts not indexed)
+    stayed after an upgrade with nothing to say so."""
+    path = _setup(home, fake_llm.url)
+    data = json.loads(path.read_text())
+    data["memory"] = {"search": {"embeddingProvider": "none", "includeSessions": False, "rrfK": 20}}
+    path.write_text(json.dumps(data))
+    code, checks = _doctor(home)
+    detail = checks["config"]["detail"]
+    assert checks["config"]["status"] == "warn", checks["config"]
+    assert 'memory.search.embeddingProvider = "none" (now "auto")' in detail
+    assert "memory.search.includeSessions = false (now true)" in detail and "rrfK" not in detail  # 20: chosen

@@ -4,6 +4,7 @@ exec sandbox. None of them uses the network."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shlex
 import shutil
@@ -11,7 +12,7 @@ import sqlite3
 import stat
 from pathlib import Path
 
-from nanobot.config.loader import load_config
+from nanobot.config.loader import load_config, read_config_dict
 from nanobot.config.paths import (
     WORKSPACE_FOLDERS,
     ensure_workspace,
@@ -38,7 +39,37 @@ def check_config(path: Path) -> tuple[Check, Config | None]:
         return Check("config", "fail", f"{exc} (fix the key named, then run nanobot doctor again)"), None
     if not path.exists():
         return Check("config", "warn", f"{path} does not exist: defaults in use (run nanobot onboard)"), cfg
+    kept = _earlier_defaults(read_config_dict(path))
+    if kept:
+        return Check(
+            "config",
+            "warn",
+            f"{path} is valid, but keeps defaults of an earlier release (its onboard "
+            "wrote every key): " + "; ".join(kept) + ". Remove those keys to use today's defaults, "
+            "or keep them if you chose them",
+        ), cfg
     return Check("config", "ok", f"{path} is valid"), cfg
+
+
+#: defaults that changed since the first release (config.example.json's history): an onboard of then
+#: wrote them into config.json, where they stay unless removed
+EARLIER_DEFAULTS: dict[tuple[str, ...], tuple[object, object]] = {
+    ("memory", "search", "embeddingProvider"): ("none", "auto"),
+    ("memory", "search", "includeSessions"): (False, True),
+    ("memory", "search", "rrfK"): (60, 10),
+    ("agents", "defaults", "maxConcurrentTurns"): (8, 16),
+}
+
+
+def _earlier_defaults(data: dict) -> list[str]:
+    found = []
+    for keys, (earlier, now) in EARLIER_DEFAULTS.items():
+        node: object = data
+        for key in keys:
+            node = node.get(key, KeyError) if isinstance(node, dict) else KeyError
+        if node == earlier and type(node) is type(earlier):
+            found.append(f"{'.'.join(keys)} = {json.dumps(earlier)} (now {json.dumps(now)})")
+    return found
 
 
 def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
@@ -46,8 +77,14 @@ def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
     checks = [check_sandbox(cfg), check_files(workspace, config_path, fix=fix)]
     if workspace_problem(workspace):
         return [*checks, check_service()]  # nothing inside it can be checked (files says why)
-    return [*checks, check_disk(workspace), check_gateway(cfg), check_service(), check_index(cfg, fix=fix),
-            check_archives(cfg)]
+    return [
+        *checks,
+        check_disk(workspace),
+        check_gateway(cfg),
+        check_service(),
+        check_index(cfg, fix=fix),
+        check_archives(cfg),
+    ]
 
 
 def check_archives(cfg: Config) -> Check:
@@ -59,8 +96,11 @@ def check_archives(cfg: Config) -> Check:
     lines = status_lines(summary, cfg.memory.max_archive_retries, cfg.memory.archive_retry_backoff_s)
     if not lines:
         return Check("memory archives", "ok", "every archived session is consolidated")
-    return Check("memory archives", "warn", f"{len(lines)} archived session(s) not consolidated: "
-                 + "; ".join(line.strip() for line in lines))
+    return Check(
+        "memory archives",
+        "warn",
+        f"{len(lines)} archived session(s) not consolidated: " + "; ".join(line.strip() for line in lines),
+    )
 
 
 def _loose(path: Path) -> bool:
@@ -75,8 +115,11 @@ def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
     home = nanobot_home()
     unusable = workspace_problem(workspace)
     if unusable:
-        return Check("files", "fail", f"the workspace {workspace} cannot be used: {unusable} "
-                     "(agents.defaults.workspace)")
+        return Check(
+            "files",
+            "fail",
+            f"the workspace {workspace} cannot be used: {unusable} (agents.defaults.workspace)",
+        )
     loose = [p for p in (home, config_path, workspace) if p.exists() and _loose(p)]
     missing = [name for name in WORKSPACE_FOLDERS if not (workspace / name).is_dir()]
     # the agent's identity and instructions: without them it runs on the bare system prompt
@@ -91,16 +134,22 @@ def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
     if gone:
         problems.append(f"missing bootstrap files in {workspace}: " + ", ".join(gone))
     if not fix:
-        return Check("files", "fail" if loose else "warn", "; ".join(problems) + " (nanobot doctor --fix repairs)")
+        return Check(
+            "files", "fail" if loose else "warn", "; ".join(problems) + " (nanobot doctor --fix repairs)"
+        )
     ensure_workspace(workspace)
     restored = copy_templates(workspace)
     changed = secure_installation(workspace, home)
     if config_path.exists() and _loose(config_path):
         config_path.chmod(0o600)
         changed += 1
-    return Check("files", "ok", "; ".join(problems),
-                 fixed=f"made {changed} path(s) private; created {len(missing)} folder(s); "
-                 f"restored {len(restored)} bootstrap file(s)")
+    return Check(
+        "files",
+        "ok",
+        "; ".join(problems),
+        fixed=f"made {changed} path(s) private; created {len(missing)} folder(s); "
+        f"restored {len(restored)} bootstrap file(s)",
+    )
 
 
 def check_disk(workspace: Path) -> Check:
@@ -120,7 +169,9 @@ def check_gateway(cfg: Config) -> Check:
     workspace = cfg.workspace_path
     if not gateway_summary(workspace)["running"]:
         enabled = [n for n in ("telegram", "discord") if getattr(cfg.channels, n).enabled]
-        note = f" (channels {', '.join(enabled)} answer only while it runs: nanobot gateway)" if enabled else ""
+        note = (
+            f" (channels {', '.join(enabled)} answer only while it runs: nanobot gateway)" if enabled else ""
+        )
         return Check("gateway", "warn" if enabled else "ok", f"not running{note}")
     ok, reason = is_healthy(workspace, cfg.gateway.watchdog_interval_s * WATCHDOG_STALE_FACTOR)
     return Check("gateway", "ok" if ok else "fail", reason)
@@ -152,7 +203,9 @@ def check_service() -> Check:
     if "-c" in argv[:-1] and not Path(argv[argv.index("-c") + 1]).is_file():
         problems.append(f"its config {argv[argv.index('-c') + 1]} is missing")
     if problems:
-        return Check("service", "fail", f"{unit}: " + "; ".join(problems) + " (run nanobot service install again)")
+        return Check(
+            "service", "fail", f"{unit}: " + "; ".join(problems) + " (run nanobot service install again)"
+        )
     return Check("service", "ok", f"{unit} installed")
 
 
@@ -183,7 +236,9 @@ def check_index(cfg: Config, *, fix: bool) -> Check:
     except IndexUnavailable as exc:
         return Check("memory index", "warn", f"{exc}; run doctor again later")
     if problem is None:
-        return Check("memory index", "ok", f"{path} ({path.stat().st_size // 1024} KiB) passes its integrity check")
+        return Check(
+            "memory index", "ok", f"{path} ({path.stat().st_size // 1024} KiB) passes its integrity check"
+        )
     if not fix:
         status = "warn" if not path.exists() else "fail"
         return Check("memory index", status, f"{problem} (nanobot doctor --fix or nanobot memory reindex)")
@@ -197,8 +252,12 @@ def check_index(cfg: Config, *, fix: bool) -> Check:
         stats = asyncio.run(index.sync(force=True))
     finally:
         index.close()
-    return Check("memory index", "ok", problem,
-                 fixed=f"rebuilt: {stats.files_indexed} files, {stats.chunks_indexed} chunks")
+    return Check(
+        "memory index",
+        "ok",
+        problem,
+        fixed=f"rebuilt: {stats.files_indexed} files, {stats.chunks_indexed} chunks",
+    )
 
 
 def check_sandbox(cfg: Config) -> Check:
