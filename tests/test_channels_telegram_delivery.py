@@ -77,7 +77,7 @@ async def test_window_offset_waits_for_the_oldest_unacked_update() -> None:
     messages = {uid: _message() for uid in (5, 6, 7)}
     for uid, msg in messages.items():
         window.receive(uid)
-        window.track(uid, msg)
+        window.track([uid], msg)
     assert window.offset == 5 and not any(window.is_new(uid) for uid in messages)
     messages[7].ack()
     messages[6].ack()
@@ -90,7 +90,7 @@ async def test_window_offset_waits_for_the_oldest_unacked_update() -> None:
 async def test_window_never_confirms_a_message_dropped_without_ack(logs: list[str]) -> None:
     window = AckWindow("telegram")
     window.receive(3)
-    window.track(3, _message())  # nobody holds it: gone at once (a turn cancelled at shutdown)
+    window.track([3], _message())  # nobody holds it: gone at once (a turn cancelled at shutdown)
     window.handled(3)
     gc.collect()
     await asyncio.sleep(0)
@@ -99,7 +99,7 @@ async def test_window_never_confirms_a_message_dropped_without_ack(logs: list[st
     assert any("update 3 was dropped before it was saved; it stays unconfirmed" in line for line in logs)
     again = _message()
     window.receive(3)
-    window.track(3, again)
+    window.track([3], again)
     window.handled(3)
     again.ack()
     assert window.offset == 4
@@ -117,7 +117,7 @@ async def test_window_ack_from_another_thread_reaches_the_loop() -> None:
     window = AckWindow("telegram")
     msg = _message()
     window.receive(1)
-    window.track(1, msg)
+    window.track([1], msg)
     await asyncio.to_thread(msg.ack)
     await asyncio.wait_for(window.advanced.wait(), 1.0)
     assert window.offset == 2

@@ -62,10 +62,10 @@ class AckWindow:
         self._handling.add(update_id)
         self._next_id = max(self._next_id or 0, update_id + 1)
 
-    def track(self, update_ids: int | Sequence[int], msg: InboundMessage) -> None:
-        """Hand `msg` the ack callback for its update(s) (an album is several; set it before
+    def track(self, update_ids: Sequence[int], msg: InboundMessage) -> None:
+        """Hand `msg` the ack callback for its updates (one, or an album's; set it before
         publishing the message)."""
-        ids = (update_ids,) if isinstance(update_ids, int) else tuple(update_ids)
+        ids = tuple(update_ids)
         self._published.update(ids)
 
         def persisted() -> None:

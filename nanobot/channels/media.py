@@ -48,6 +48,12 @@ class Received:
     types: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def extend(self, other: Received) -> None:
+        """Add another message's attachments (the parts of one album)."""
+        self.paths += other.paths
+        self.types += other.types
+        self.notes += other.notes
+
 
 Fetch = Callable[[MediaItem, Path], Awaitable[None]]  # download one item to the given path
 

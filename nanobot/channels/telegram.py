@@ -276,10 +276,7 @@ class TelegramChannel(Channel):
             text = re.sub(rf"@{re.escape(self._bot_username)}\b", "", text, flags=re.I).strip()
         got = Received()
         for part in parts:
-            received = await download_media(self, part)
-            got.paths += received.paths
-            got.types += received.types
-            got.notes += received.notes
+            got.extend(await download_media(self, part))
         metadata: dict[str, Any] = {
             "message_id": message.message_id,
             "username": user.username,

@@ -12,7 +12,7 @@ from nanobot.cli.common import EXIT_USAGE, ConfigOption, config_path, err, fail,
 from nanobot.config.paths import secure_installation
 from nanobot.config.schema import Config
 from nanobot.config.templates import copy_templates
-from nanobot.providers.registry import SPECS, has_credentials, missing_credentials_hint
+from nanobot.providers.registry import credentials_gap
 from nanobot.util.fs import atomic_write
 
 
@@ -65,11 +65,9 @@ def onboard(
     created = copy_templates(workspace)
     secure_installation(workspace)  # a NANOBOT_HOME made by someone else (a Docker volume) too
     err(f"Workspace: {workspace} ({len(created)} file(s) created)")
-    chosen = cfg.agents.defaults.provider
-    if chosen == "custom" and not cfg.providers.custom.api_base:
-        err("Next: set providers.custom.apiBase (the server's http://…/v1), then run: nanobot agent")
-    elif chosen in SPECS and not has_credentials(chosen, getattr(cfg.providers, chosen)):
-        err(f"Next: {missing_credentials_hint(chosen)}, then run: nanobot agent")
+    gap = credentials_gap(cfg.agents.defaults.provider, cfg.providers)
+    if gap:
+        err(f"Next: {gap}, then run: nanobot agent")
     elif not _provider_configured(cfg):
         err("Next: add an API key to the config, e.g. providers.openai.apiKey, then run: nanobot agent")
     if not checks_ok:

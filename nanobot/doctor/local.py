@@ -62,12 +62,13 @@ EARLIER_DEFAULTS: dict[tuple[str, ...], tuple[object, object]] = {
 
 
 def _earlier_defaults(data: dict) -> list[str]:
+    """The keys of the raw config.json that hold an earlier release's default, described."""
     found = []
     for keys, (earlier, now) in EARLIER_DEFAULTS.items():
         node: object = data
         for key in keys:
-            node = node.get(key, KeyError) if isinstance(node, dict) else KeyError
-        if node == earlier and type(node) is type(earlier):
+            node = node.get(key) if isinstance(node, dict) else None
+        if node == earlier and type(node) is type(earlier):  # 1 == True: the type decides
             found.append(f"{'.'.join(keys)} = {json.dumps(earlier)} (now {json.dumps(now)})")
     return found
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nanobot.config.schema import Config, ProviderConfig
+from nanobot.config.schema import Config, ProviderConfig, ProvidersConfig
 from nanobot.errors import ConfigError
 from nanobot.providers.base import LLMProvider
 
@@ -154,6 +154,16 @@ def missing_credentials_hint(name: str) -> str:
         f"set {usual}, or providers.{name}.apiKey in the config "
         f"(env NANOBOT_PROVIDERS__{name.upper()}__API_KEY)"
     )
+
+
+def credentials_gap(name: str, providers: ProvidersConfig) -> str | None:
+    """What the selected provider `name` still needs before it can answer, as a hint; None when
+    nothing (or when `name` needs no credentials: auto, local)."""
+    if name == "custom":
+        return None if providers.custom.api_base else "set providers.custom.apiBase (the server's http://…/v1)"
+    if name in SPECS and not has_credentials(name, getattr(providers, name)):
+        return missing_credentials_hint(name)
+    return None
 
 
 def _litellm_model(spec: ProviderSpec, model: str) -> str:
