@@ -32,6 +32,7 @@ from nanobot.service.systemd import (
     systemd_watchdog_interval_s,
     uninstall_unit,
     unit_status,
+    write_environment_file,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -454,3 +455,16 @@ def test_health_command_without_gateway_or_config(tmp_path: Path, monkeypatch: p
     result = CliRunner().invoke(cli_app(), ["health", "-c", str(cfg)])
     assert result.exit_code == 1  # not 2: Docker reserves exit 2 in health checks
     assert result.stderr.startswith("unhealthy:") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_environment_file_is_private_and_takes_no_smuggled_line(tmp_path: Path) -> None:
+    """A value with a line break would add a setting of its own to the service (a second line), and
+    a quote would end the value early: both are refused, and nothing is written."""
+    path = tmp_path / "service.env"
+    write_environment_file(path, {"OPENAI_API_KEY": "sk-a b$c", "NANOBOT_AGENTS__DEFAULTS__MODEL": "m"})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_text().splitlines() == ["NANOBOT_AGENTS__DEFAULTS__MODEL='m'", "OPENAI_API_KEY='sk-a b$c'"]
+    for bad in ("sk\nNANOBOT_TOOLS__EXEC__IN_GROUPS=true", "it's"):
+        with pytest.raises(ServiceError):
+            write_environment_file(tmp_path / "other.env", {"OPENAI_API_KEY": bad})
+        assert not (tmp_path / "other.env").exists()
