@@ -749,3 +749,35 @@ async def test_the_service_skips_the_repeated_run(tmp_path: Path, monkeypatch: p
     clock[0] = datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=berlin)
     await svc._fire(job.id)
     assert len(rec.jobs) == 1
+
+
+def test_cli_run_keeps_a_config_outside_nanobot_home_from_exec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cron run -c <file elsewhere>`: the job's exec commands must not see that file, as in the
+    gateway and `agent`. The runtime was built without the path, so exec hid a `config.json` in the
+    current folder instead, and a job's command could read the real one (past the redaction)."""
+    from nanobot.agent import factory
+    from tests.fakes.llm_server import FakeLLMServer
+
+    monkeypatch.setenv("NANOBOT_HOME", str(tmp_path / "home"))
+    built: list[factory.AgentRuntime] = []
+    real_build = factory.build_runtime
+
+    def recording_build(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        built.append(real_build(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(factory, "build_runtime", recording_build)
+    with FakeLLMServer() as server:
+        server.responder = lambda body: "ok"
+        cfg = _agent_config(
+            tmp_path, {"custom": {"apiBase": server.url, "apiKey": "x"}}, "custom", "custom/fake"
+        )
+        job_id = CliRunner().invoke(cron_cli.app, ["add", "-c", str(cfg), "-m", "hi", "--every", "3600"]).stdout
+        res = CliRunner().invoke(cron_cli.app, ["run", job_id.strip(), "-c", str(cfg)])
+    assert res.exit_code == 0, res.stderr
+    exec_tool = built[0].agent.tools.get("exec")
+    assert exec_tool is not None
+    assert cfg.resolve() in exec_tool.sandbox.private_files
+    assert cfg.resolve().parent in exec_tool.sandbox.private_dirs

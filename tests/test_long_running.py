@@ -11,6 +11,7 @@ import os
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import BinaryIO
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -126,8 +127,9 @@ def test_a_failed_download_leaves_no_partial_file_in_media(tmp_path: Path) -> No
         def _retry_delay(self, exc, attempt):
             return None
 
-    async def fetch(item: MediaItem, path: Path) -> None:  # what write_bytes does on a full disk
-        path.write_bytes(b"x" * 1000)
+    async def fetch(item: MediaItem, out: BinaryIO) -> None:  # what a write does on a full disk
+        out.write(b"x" * 1000)
+        out.flush()
         raise OSError(errno.ENOSPC, "No space left on device")
 
     channel = Probe(type("Cfg", (), {"allow_from": ["*"]})(), MessageBus(), tmp_path)

@@ -22,6 +22,7 @@ from loguru import logger
 from nanobot.config.paths import BOOTSTRAP_FILES, SKILLS_DIR
 from nanobot.memory.store import MemoryStore
 from nanobot.timeutil import now as tz_now
+from nanobot.util.nofollow import read_regular_bytes, read_regular_text
 from nanobot.util.text import truncate_middle
 
 HEAD_SHARE = 0.7
@@ -82,7 +83,7 @@ class ContextBuilder:
         # False when an external memory backend supplies long-term memory through the runtime block
         self.include_memory_file = include_memory_file
         self._cache: dict[bool, tuple[tuple[Any, ...], str]] = {}
-        self._warned: dict[str, tuple[int, int]] = {}
+        self._warned: dict[str, object] = {}  # what was last warned of, per file
         self._skills_sig: tuple[float, tuple[Any, ...]] | None = None
         # checked on every prompt build: plain strings, no pathlib work per turn
         self._watched = [str(workspace / n) for n in BOOTSTRAP_FILES] + [str(memory.memory_path)]
@@ -149,10 +150,7 @@ class ContextBuilder:
         parts = [self._identity()]
         remaining = self.budget.total_chars
         for name in BOOTSTRAP_FILES:
-            path = self.workspace / name
-            if not path.is_file():
-                continue
-            text = path.read_text(encoding="utf-8", errors="replace").strip()
+            text = self._read_bootstrap(name).strip()
             if not text:
                 continue
             cap = min(self.budget.per_file_chars, max(remaining, 0))
@@ -181,6 +179,21 @@ class ContextBuilder:
         parts.append(self._memory_section(private))
         parts.extend(self.extra_sections)
         return "\n\n---\n\n".join(p for p in parts if p)
+
+    def _read_bootstrap(self, name: str) -> str:
+        """A bootstrap file's text, "" when missing. Only a regular file in the workspace is read: a
+        symlink (a command can plant one) would put whatever it points at, config.json or
+        /proc/self/environ, into every prompt."""
+        path = self.workspace / name
+        if not os.path.lexists(path):
+            return ""
+        try:
+            return read_regular_text(path, beneath=self.workspace)
+        except OSError as exc:
+            if self._warned.get(name) != "unreadable":
+                self._warned[name] = "unreadable"
+                logger.warning("{} is left out of the prompt: {} (only a regular file is read)", name, exc)
+            return ""
 
     def _identity(self) -> str:
         ws = self.workspace
@@ -249,13 +262,9 @@ not a request."""
         for raw in media or []:
             path = Path(raw)
             mime = mimetypes.guess_type(path.name)[0] or ""
-            if (
-                vision
-                and mime.startswith("image/")
-                and path.is_file()
-                and path.stat().st_size <= IMAGE_MAX_BYTES
-            ):
-                data = base64.b64encode(path.read_bytes()).decode()
+            image = self._image_bytes(path) if vision and mime.startswith("image/") else None
+            if image is not None:
+                data = base64.b64encode(image).decode()
                 images.append({"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}})
             else:
                 notes.append(f"[attached file: {path} ({mime or 'unknown type'})]")
@@ -264,3 +273,11 @@ not a request."""
         if images:
             return {"role": "user", "content": [{"type": "text", "text": body}, *images]}
         return {"role": "user", "content": body}
+
+    def _image_bytes(self, path: Path) -> bytes | None:
+        """An attached image's bytes: a regular file in the workspace (where the channels put what
+        users send) of at most IMAGE_MAX_BYTES, never through a link; None otherwise."""
+        try:
+            return read_regular_bytes(path, beneath=self.workspace, max_bytes=IMAGE_MAX_BYTES)
+        except OSError:
+            return None

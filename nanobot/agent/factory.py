@@ -37,7 +37,7 @@ from nanobot.agent.tools.spawn import SpawnTool
 from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
-from nanobot.config.paths import PRIVATE_DIRS, ensure_workspace, secure_installation
+from nanobot.config.paths import PRIVATE_DIRS, default_config_path, ensure_workspace, secure_installation
 from nanobot.config.schema import Config
 from nanobot.memory.backends.registry import build_long_term_memory
 from nanobot.memory.consolidator import Consolidator
@@ -121,9 +121,13 @@ def build_runtime(
     bus: MessageBus | None = None,
     *,
     provider: LLMProvider | None = None,
-    config_path: str = "config.json",
+    config_path: str | None = None,
 ) -> AgentRuntime:
-    """The whole agent for a config. Raises ProviderConfigError when no provider can be built."""
+    """The whole agent for a config. Raises ProviderConfigError when no provider can be built.
+
+    `config_path` is the file the config came from (default: $NANOBOT_HOME/config.json): exec
+    commands must never see it, wherever it lies."""
+    config_path = config_path or str(default_config_path())
     d = config.agents.defaults
     provider = provider or resolve_provider(config, config_path)
     bus = bus or MessageBus()

@@ -34,7 +34,7 @@ from nanobot.channels.pairing import PairingError, PairingStore, pairing_message
 from nanobot.config.paths import MEDIA_DIR
 from nanobot.config.schema import ChannelsConfig, ProvidersConfig
 from nanobot.secrets import register_secret
-from nanobot.util.fs import PRIVATE_FILE_MODE, ensure_private_dir
+from nanobot.util.fs import ensure_private_dir
 from nanobot.util.tasks import finish_or_cancel
 
 ChannelState = Literal["created", "starting", "running", "retrying", "failed", "stopped"]
@@ -323,10 +323,16 @@ class Channel(Connection, ABC):
                 got.notes.append(f"[{item.filename}: {item.size} bytes, too large to download]")
                 continue
             name = media_util.safe_filename(self.name, chat_id, message_id, item.filename)
-            path = media_util.free_path(self.media_dir(), name)  # never over an earlier file
             try:
-                await fetch(item, path)
-                path.chmod(PRIVATE_FILE_MODE)
+                # a new file, never over an earlier one, never through a link planted in media/
+                path, out = media_util.create_free(self.workspace, self.media_dir(), name)
+            except OSError as exc:
+                logger.warning("{}: could not store {}: {}", self.name, item.filename, exc)
+                got.notes.append(f"[{item.filename}: download failed]")
+                continue
+            try:
+                with out:
+                    await fetch(item, out)
             except errors as exc:
                 # a download cut short (full disk, dropped connection) must not stay behind as a file
                 path.unlink(missing_ok=True)

@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import aiohttp
 import discord
@@ -172,8 +171,8 @@ class DiscordChannel(Channel):
         voice = bool(message.flags.voice)
         items = [MediaItem(a.filename, a.content_type, a.size, voice, a) for a in message.attachments]
 
-        async def fetch(item: MediaItem, path: Path) -> None:
-            await item.handle.save(path)
+        async def fetch(item: MediaItem, out: BinaryIO) -> None:
+            await item.handle.save(out, seek_begin=False)
 
         got = await self._download_media(
             message.channel.id, message.id, items, fetch, (discord.HTTPException, aiohttp.ClientError, OSError)

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import itertools
 import mimetypes
+import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 from loguru import logger
 
 from nanobot.config.schema import ProvidersConfig, TranscriptionConfig
-from nanobot.util.fs import unused_path
+from nanobot.util.fs import PRIVATE_FILE_MODE
+from nanobot.util.nofollow import open_folder_beneath
 
 MAX_MEDIA_BYTES = 20 * 1024 * 1024  # the Bot API's own download limit; Discord's free tier is lower
 TRANSCRIPTION_TIMEOUT_S = 60.0
 MAX_FILENAME_CHARS = 80
 # Whisper-compatible endpoints known by provider name; `custom` (or any) may set its own apiBase.
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 DEFAULT_TRANSCRIPTION_BASES = {
     "openai": "https://api.openai.com/v1",
     "groq": "https://api.groq.com/openai/v1",
@@ -55,7 +59,7 @@ class Received:
         self.notes += other.notes
 
 
-Fetch = Callable[[MediaItem, Path], Awaitable[None]]  # download one item to the given path
+Fetch = Callable[[MediaItem, BinaryIO], Awaitable[None]]  # download one item into the open file
 
 
 def safe_filename(channel: str, chat_id: str | int, message_id: str | int, name: str) -> str:
@@ -75,10 +79,26 @@ def safe_filename(channel: str, chat_id: str | int, message_id: str | int, name:
     return prefix + base
 
 
-def free_path(folder: Path, name: str) -> Path:
-    """`folder/name`, or `name` with -2, -3 ... before its extension when that file exists."""
+def create_free(root: Path, folder: Path, name: str) -> tuple[Path, BinaryIO]:
+    """A new file `folder/name` (or `name` with -2, -3 ... before its extension when taken), created
+    0600 and open for writing. It is created with O_EXCL and O_NOFOLLOW through a descriptor of
+    `folder`, which must lie under `root`: a name taken by anything (a dangling symlink a command
+    planted for the next predictable name included) is skipped, so a download never writes through
+    a link to ~/.ssh."""
     stem, dot, ext = name.rpartition(".")
-    return unused_path(folder, stem, f".{ext}") if dot and stem else unused_path(folder, name, "")
+    stem, suffix = (stem, f".{ext}") if dot and stem else (name, "")
+    folder_fd = open_folder_beneath(root, folder)
+    try:
+        for n in itertools.count(1):
+            candidate = f"{stem}{suffix}" if n == 1 else f"{stem}-{n}{suffix}"
+            try:
+                fd = os.open(candidate, _NEW_FILE, PRIVATE_FILE_MODE, dir_fd=folder_fd)
+            except FileExistsError:
+                continue
+            return folder / candidate, os.fdopen(fd, "wb")
+        raise AssertionError("unreachable")  # itertools.count never ends
+    finally:
+        os.close(folder_fd)
 
 
 def media_type(mime: str | None, filename: str, voice: bool = False) -> str:

@@ -10,8 +10,7 @@ ALBUM_QUIET_S, so the channel publishes them as one message.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from telegram import Message, Update
 from telegram.error import TelegramError
@@ -45,11 +44,11 @@ def media_items(message: Message) -> list[MediaItem]:
 async def download_media(channel: TelegramChannel, message: Message) -> Received:
     """Download the message's media into workspace/media."""
 
-    async def fetch(item: MediaItem, path: Path) -> None:
+    async def fetch(item: MediaItem, out: BinaryIO) -> None:
         assert channel.bot is not None
         bot = channel.bot
         tg_file = await channel._with_retry("getFile", lambda: bot.get_file(item.handle.file_id))
-        await tg_file.download_to_drive(path)
+        await tg_file.download_to_memory(out)
 
     return await channel._download_media(
         message.chat_id, message.message_id, media_items(message), fetch, (TelegramError, OSError)

@@ -7,10 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import typer
 
-from nanobot.cli.common import EXIT_USAGE, ConfigOption, command_group, err, fail, load_cli_config
+from nanobot.cli.common import (
+    EXIT_USAGE,
+    ConfigOption,
+    command_group,
+    config_path,
+    err,
+    fail,
+    load_cli_config,
+)
 from nanobot.config.schema import Config
 from nanobot.errors import UserError
 from nanobot.scheduler.cron import CronJob, CronService, CronStoreError, DeliverTo, jobs_path
@@ -18,12 +27,13 @@ from nanobot.scheduler.cron import CronJob, CronService, CronStoreError, Deliver
 app = command_group(help="Manage scheduled jobs.")
 
 
-async def _run_job_once(config: Config, job: CronJob) -> str:
+async def _run_job_once(config: Config, job: CronJob, path: Path) -> str:
     """Run one job through a freshly built agent and its loop, in the job's own session (the
-    same path as in the gateway); returns the reply."""
+    same path as in the gateway); returns the reply. `path` is the config file, which the job's
+    exec commands must not see (wherever -c put it)."""
     from nanobot.agent.factory import build_runtime, run_cron_job
 
-    runtime = build_runtime(config)
+    runtime = build_runtime(config, config_path=str(path))
     runtime.loop.start()
     try:
         return await run_cron_job(runtime.bus, job)
@@ -31,10 +41,12 @@ async def _run_job_once(config: Config, job: CronJob) -> str:
         await runtime.aclose()
 
 
-def _service(config: Config) -> CronService:
+def _service(option: Path | None) -> CronService:
+    """The jobs of the config that -c names (or the default one)."""
+    config = load_cli_config(option)
     return CronService(
         jobs_path(config.workspace_path),
-        on_job=lambda job: _run_job_once(config, job),
+        on_job=lambda job: _run_job_once(config, job, config_path(option)),
         timezone=config.agents.defaults.timezone,
     )
 
@@ -52,7 +64,7 @@ def list_jobs(
     as_json: bool = typer.Option(False, "--json", help="Print the jobs as JSON."),
 ) -> None:
     """List all jobs."""
-    jobs = _load(_service(load_cli_config(config)))
+    jobs = _load(_service(config))
     if as_json:
         typer.echo(json.dumps([j.to_dict() for j in jobs], indent=2, ensure_ascii=False))
         return
@@ -87,7 +99,7 @@ def add(
     """Add a job; prints its id."""
     if bool(channel) != bool(to):
         fail("Error: --channel and --to go together", EXIT_USAGE)
-    service = _service(load_cli_config(config))
+    service = _service(config)
     try:
         job = service.add(
             name or message[:80],
@@ -114,7 +126,7 @@ def remove(
     config: ConfigOption = None,
 ) -> None:
     """Remove a job."""
-    service = _service(load_cli_config(config))
+    service = _service(config)
     try:
         removed = service.remove(job_id)
     except CronStoreError as exc:
@@ -130,7 +142,7 @@ def run(
     config: ConfigOption = None,
 ) -> None:
     """Run a job once now through the agent and print its reply (its schedule is unchanged)."""
-    service = _service(load_cli_config(config))
+    service = _service(config)
     try:
         result = asyncio.run(service.run_now(job_id, raise_errors=True))
     except KeyError:

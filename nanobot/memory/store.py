@@ -23,6 +23,7 @@ from nanobot.config.paths import BACKENDS_DIR, MEMORY_DIR
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import resolve_tz
 from nanobot.util.fs import append_locked, atomic_write, ensure_private_dir, file_lock, unused_path
+from nanobot.util.nofollow import read_regular_text
 
 MEMORY_FILE = "MEMORY.md"
 HISTORY_FILE = "HISTORY.md"
@@ -102,7 +103,7 @@ class MemoryStore:
                 finally:
                     self._depth -= 1
                 return
-            with file_lock(self.dir / LOCK_FILE):
+            with file_lock(self.dir / LOCK_FILE, beneath=self.workspace):
                 self._depth = 1
                 try:
                     yield
@@ -118,10 +119,15 @@ class MemoryStore:
 
     # ------------------------------------------------------------------ reading
     def read(self, name: str) -> str:
+        """A memory file's text; "" when it is missing, and when it is not a regular file inside the
+        workspace (a symlink a command planted would hand the model whatever it points at)."""
         path = self.dir / name
         try:
-            return path.read_text(encoding="utf-8")
+            return read_regular_text(path, beneath=self.workspace)
         except FileNotFoundError:
+            return ""
+        except OSError as exc:
+            logger.warning("memory/{} is left out: {} (nanobot reads only regular files there)", name, exc)
             return ""
 
     def read_memory(self) -> str:
@@ -144,7 +150,11 @@ class MemoryStore:
         """Replace MEMORY.md, keeping the previous version in .backups/."""
         with self.locked():
             self._backup_memory()
-            atomic_write(self.memory_path, text if text.endswith("\n") or not text else text + "\n")
+            atomic_write(
+                self.memory_path,
+                text if text.endswith("\n") or not text else text + "\n",
+                beneath=self.workspace,
+            )
         self._changed(self.memory_path)
 
     def _backup_memory(self) -> None:
@@ -155,7 +165,7 @@ class MemoryStore:
         earlier = self.backups()
         stamp = self.now().strftime("%Y%m%dT%H%M%S%f")
         path = unused_path(backups, f"MEMORY-{stamp}", ".md")
-        atomic_write(path, current)
+        atomic_write(path, current, beneath=self.workspace)
         # The wall-clock name is for people; the order is the order of writing. A clock set back (a
         # time zone change, the repeated hour in autumn, an NTP step) gives a new backup a name
         # that sorts before older ones: its mtime is moved past theirs so it is never the one pruned.
@@ -178,7 +188,7 @@ class MemoryStore:
 
     def _append(self, path: Path, text: str) -> None:
         with self.locked():
-            append_locked(path, text.rstrip("\n") + "\n", separate=True)
+            append_locked(path, text.rstrip("\n") + "\n", separate=True, beneath=self.workspace)
         self._changed(path)
 
     def append_history(self, entry: str) -> None:
@@ -210,7 +220,7 @@ class MemoryStore:
         base = f"{when.strftime('%Y-%m-%d')}-{slugify(slug)}"
         with self.locked():
             path = unused_path(self.dir, base, ".md")
-            atomic_write(path, text.rstrip("\n") + "\n")
+            atomic_write(path, text.rstrip("\n") + "\n", beneath=self.workspace)
         self._changed(path)
         return path
 
@@ -277,12 +287,13 @@ class MemoryStore:
     def _write_forgotten(self, lines: list[str]) -> None:
         with self.locked():
             current = list(dict.fromkeys(lines))
-            atomic_write(self.dir / FORGOTTEN_FILE, json.dumps(current[-MAX_FORGOTTEN:], ensure_ascii=False))
+            text = json.dumps(current[-MAX_FORGOTTEN:], ensure_ascii=False)
+            atomic_write(self.dir / FORGOTTEN_FILE, text, beneath=self.workspace)
 
     def _read_forgotten(self) -> list[str]:
         try:
-            data = json.loads((self.dir / FORGOTTEN_FILE).read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
+            data = json.loads(self.read(FORGOTTEN_FILE) or "[]")
+        except json.JSONDecodeError:
             return []
         return [str(x) for x in data] if isinstance(data, list) else []
 

@@ -13,6 +13,7 @@ import functools
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,13 +130,29 @@ class Sandbox:
             wrapper = prlimit_argv(self.limits)
             argv = bwrap_argv(exe, spec, command, list(self.private_dirs), list(self.private_files), wrapper)
             hook = None if wrapper is not None else limits_hook(self.limits)
-            return await run_process(argv, env=sandbox_env(spec), preexec=hook, **run)
+            return await self._run_bwrap(argv, sandbox_env(spec), hook, run)
         if active == "landlock":
             return await self._run_landlock(spec, command, run)
         wrapper = prlimit_argv(self.limits, running_tasks())
         hook = None if wrapper is not None else limits_hook(self.limits)
         argv = [*(wrapper or []), "/bin/sh", "-c", command]
         return await run_process(argv, env=sandbox_env(spec), preexec=hook, **run)
+
+    async def _run_bwrap(
+        self, argv: list[str], env: dict[str, str], hook: Callable[[], None] | None, run: dict
+    ) -> ProcessResult:
+        """bubblewrap, inside Landlock's abstract-socket scope where the kernel has it: with the
+        network on, the command shares the host's network namespace and with it every abstract
+        UNIX socket a host service listens on (they ignore the hidden /run and /tmp)."""
+        from nanobot.sandbox.landlock import abstract_socket_scope
+
+        scope = abstract_socket_scope() if self.network else None
+        if scope is None:
+            return await run_process(argv, env=env, preexec=hook, **run)
+        try:
+            return await run_process(argv, env=env, preexec=hook, spawner=scope.spawn_restricted, **run)
+        finally:
+            scope.close()
 
     async def _run_landlock(self, spec: SandboxSpec, command: str, run: dict) -> ProcessResult:
         from nanobot.sandbox.landlock import build_ruleset, read_grants

@@ -9,7 +9,9 @@ work), and in a shared context the workspace root cannot be listed.
 
 A Landlock domain cannot ptrace processes outside it, which keeps the daemon's /proc/<pid>/environ
 unreadable; from ABI 6 signals and abstract UNIX sockets are scoped too; from ABI 4 TCP bind/connect
-are refused when the network is off.
+are refused when the network is off. From ABI 6 the bubblewrap sandbox runs inside a ruleset of the
+abstract-socket scope alone (`abstract_socket_scope`): with the network on it shares the host's
+network namespace, where abstract sockets live.
 """
 
 from __future__ import annotations
@@ -63,8 +65,10 @@ SYSTEM_READ_ROOTS = (
     "/var/lib",
     "/sys",
     "/proc",
-    "/dev",
 )
+# Not the whole of /dev: it holds the user's other terminals (/dev/pts/N: what is typed there) and
+# other programs' shared memory (/dev/shm). Only these devices; /dev/fd and /dev/std* are links
+# into /proc/self/fd, which is readable.
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 
 
@@ -120,11 +124,16 @@ def handled_fs(abi: int) -> int:
 
 
 class Ruleset:
-    """A Landlock ruleset fd built in the parent; `restrict_hook` applies it in the child."""
+    """A Landlock ruleset fd built in the parent; `restrict_hook` applies it in the child.
 
-    def __init__(self, abi: int, network: bool) -> None:
+    `filesystem=False` (ABI 6 and later) handles no file or network access at all, only the scope
+    of abstract UNIX sockets: what bubblewrap's own namespaces leave open while the network is on
+    (a host service listening on an abstract socket: D-Bus, X11)."""
+
+    def __init__(self, abi: int, network: bool, *, filesystem: bool = True) -> None:
         self.abi = abi
-        self.fs = handled_fs(abi)
+        self.filesystem = filesystem
+        self.fs = handled_fs(abi) if filesystem else 0
         attr = _RulesetAttr(self.fs, 0, 0)
         size = 8
         if abi >= 4:
@@ -132,7 +141,7 @@ class Ruleset:
             attr.handled_access_net = 0 if network else NET_BIND_TCP | NET_CONNECT_TCP
         if abi >= 6:
             size = 24
-            attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+            attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | (SCOPE_SIGNAL if filesystem else 0)
         fd = _syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
         if fd < 0:
             err = ctypes.get_errno()
@@ -170,12 +179,14 @@ class Ruleset:
         fd = self.fd
         last_cap = _last_cap()
 
+        drop_caps = self.filesystem  # bubblewrap (scope only) needs the capabilities of its namespaces
+
         def hook() -> None:  # in the child between fork and exec, or in a spawning thread
             if then is not None:
                 then()
             # A daemon running as root would pass CAP_SYS_PTRACE on, and Landlock lets that read
             # other processes' /proc/<pid>/environ: empty the bounding set, so exec leaves no caps.
-            for cap in range(last_cap + 1):
+            for cap in range(last_cap + 1 if drop_caps else 0):
                 _prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
             if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
                 raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
@@ -213,6 +224,13 @@ class Ruleset:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def abstract_socket_scope() -> Ruleset | None:
+    """A ruleset that only keeps a command from host services' abstract UNIX sockets, for the
+    bubblewrap sandbox; None where the kernel's Landlock has no such scope (ABI before 6)."""
+    abi = abi_version()
+    return Ruleset(abi, True, filesystem=False) if abi >= 6 else None
 
 
 def read_grants(readable: list[Path], private: list[Path], workspace: Path) -> list[str]:

@@ -22,6 +22,7 @@ from loguru import logger
 
 from nanobot.agent.reply import NO_ANSWER_REPLY
 from nanobot.config.paths import HEARTBEAT_FILE
+from nanobot.util.nofollow import read_regular_text
 
 HEARTBEAT_OK = "HEARTBEAT_OK"
 HEARTBEAT_SESSION_KEY = "heartbeat:main"
@@ -131,11 +132,13 @@ class HeartbeatService:
     def read_tasks(self) -> str | None:
         """HEARTBEAT.md's text when it is actionable, else None."""
         try:
-            text = self.file.read_text(encoding="utf-8", errors="replace")[:MAX_HEARTBEAT_CHARS]
+            # Only a regular file in the workspace: a symlink a command planted there would make
+            # the heartbeat send whatever it points at (config.json) to the model.
+            text = read_regular_text(self.file, beneath=self.workspace)[:MAX_HEARTBEAT_CHARS]
         except FileNotFoundError:
             return None
         except OSError as exc:
-            logger.warning("heartbeat: cannot read {}: {}", self.file, exc.strerror)
+            logger.warning("heartbeat: cannot read {}: {}", self.file, exc.strerror or exc)
             return None
         return text if is_actionable(text) else None
 

@@ -27,6 +27,7 @@ import yaml
 from loguru import logger
 
 from nanobot.config.paths import SKILLS_DIR
+from nanobot.util.nofollow import read_regular_text
 
 BUILTIN_SKILLS_DIR = Path(__file__).resolve().parent
 SKILL_FILE = "SKILL.md"
@@ -53,9 +54,15 @@ class Skill:
     body: str = field(default="", repr=False)
 
 
-def parse_skill_file(path: Path, source: str) -> Skill:
-    """Parse one SKILL.md; raises SkillError naming the problem."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+def parse_skill_file(path: Path, source: str, beneath: Path | None = None) -> Skill:
+    """Parse one SKILL.md; raises SkillError naming the problem. With `beneath` (the workspace's
+    skills) only a regular file below it is read, never through a symlink (OSError): a command can
+    plant links in the workspace, and a skill's text goes into the prompt."""
+    text = (
+        read_regular_text(path, beneath=beneath)
+        if beneath
+        else path.read_text(encoding="utf-8", errors="replace")
+    )
     match = _FRONTMATTER.match(text)
     if match is None:
         raise SkillError("no YAML frontmatter (the file must start with a '---' block holding a description)")
@@ -143,7 +150,7 @@ class SkillsLoader:
         chosen: dict[str, Skill] = {}
         for path, source in self._files():
             try:
-                skill = parse_skill_file(path, source)
+                skill = parse_skill_file(path, source, self.workspace if source == "workspace" else None)
             except (SkillError, OSError) as exc:
                 self._warn_once(path, str(exc))
                 continue

@@ -6,6 +6,10 @@
 - `append_whole(fd, data, end)`: write all of `data` or cut the file back to `end` and raise.
 - `append_locked(path, text)`: one append under an exclusive OS lock (`flock`), so two processes
   never interleave lines.
+- `open_private(path, flags)`: open (creating it 0600) a regular file, never through a symlink at
+  the file itself; with `beneath=root` not through one on the way either (the folder opened must
+  lie under `root`). A command run in the workspace can plant links: nanobot's own appends and locks
+  must not follow one to ~/.bashrc. `append_locked` and `file_lock` take the same `beneath`.
 - `file_lock(path)` / `fd_lock(fd)`: exclusive (or shared) `flock` on a lock file or an open file;
   `try_flock(fd)`: take it without waiting, False when another holder has it.
 - `ensure_private_dir(path)`: create missing folders 0700 (umask cannot widen them).
@@ -54,15 +58,39 @@ def unused_path(folder: Path, stem: str, suffix: str) -> Path:
     """`folder/stem+suffix`, or the first free `stem-2`, `stem-3` ...; the caller holds the lock that
     keeps another writer from taking it in between."""
     path, n = folder / f"{stem}{suffix}", 2
-    while path.exists():
+    while os.path.lexists(path):  # a dangling link is taken too: writing "into" it would follow it
         path, n = folder / f"{stem}-{n}{suffix}", n + 1
     return path
 
 
-def open_private(path: Path, flags: int, mode: int = PRIVATE_FILE_MODE) -> int:
-    """`os.open` creating the file (and its folder) private; returns the descriptor."""
+def open_private(
+    path: Path, flags: int, mode: int = PRIVATE_FILE_MODE, *, beneath: Path | None = None
+) -> int:
+    """`os.open` creating the file (and its folder) private; returns the descriptor. A symlink at
+    the file, or anything but a regular file, is refused (OSError); with `beneath`, so is a folder
+    on the way that leads outside it (PermissionError, see open_folder_beneath)."""
     ensure_private_dir(path.parent)
-    return os.open(path, flags | os.O_CREAT, mode)
+    # O_NONBLOCK: a planted FIFO must not hang the open (it has no effect on a regular file)
+    flags |= os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        if beneath is None:
+            fd = os.open(path, flags, mode)
+        else:
+            folder = open_folder_beneath(beneath, path.parent)
+            try:
+                fd = os.open(path.name, flags, mode, dir_fd=folder)
+            finally:
+                os.close(folder)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            problem = f"{path} is a symbolic link: nanobot never writes through one (remove it)"
+            raise OSError(errno.ELOOP, problem) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{path} is not a regular file")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def atomic_write(
@@ -133,9 +161,11 @@ def fd_lock(fd: int, *, shared: bool = False, blocking: bool = True) -> Iterator
 
 
 @contextmanager
-def file_lock(path: Path, *, shared: bool = False, blocking: bool = True) -> Iterator[int]:
+def file_lock(
+    path: Path, *, shared: bool = False, blocking: bool = True, beneath: Path | None = None
+) -> Iterator[int]:
     """Hold `flock` on the lock file `path` (created 0600) for the block; yields its descriptor."""
-    fd = open_private(path, os.O_RDWR)
+    fd = open_private(path, os.O_RDWR, beneath=beneath)
     try:
         with fd_lock(fd, shared=shared, blocking=blocking):
             yield fd
@@ -157,9 +187,11 @@ def append_whole(fd: int, data: bytes, end: int) -> None:
         raise
 
 
-def append_locked(path: Path, text: str, *, fsync: bool = True, separate: bool = False) -> None:
+def append_locked(
+    path: Path, text: str, *, fsync: bool = True, separate: bool = False, beneath: Path | None = None
+) -> None:
     """Append `text` under an exclusive lock; with `separate`, a blank line first if the file has text."""
-    fd = open_private(path, os.O_WRONLY | os.O_APPEND)
+    fd = open_private(path, os.O_WRONLY | os.O_APPEND, beneath=beneath)
     try:
         with fd_lock(fd):
             end = os.fstat(fd).st_size

@@ -6,6 +6,7 @@ Each test is an attack a steered model could issue; the path guard is bypassed o
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import time
@@ -226,3 +227,49 @@ async def test_network_off_refuses_connections(nano_home: Path, mode: str) -> No
         probe = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2); print('CONNECTED')\""
         assert "CONNECTED" in await run(make_exec(nano_home, mode), probe)
         assert "CONNECTED" not in await run(make_exec(nano_home, mode, network=False), probe)
+
+
+async def test_other_programs_shared_memory_is_out_of_reach_and_devices_still_work(
+    nano_home: Path, mode: str
+) -> None:
+    """/dev/shm holds other programs' shared memory and /dev/pts the user's other terminals: under
+    Landlock all of /dev was readable (bubblewrap mounts a fresh /dev)."""
+    require_sandbox(mode)
+    shm = Path("/dev/shm")
+    if not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm on this machine")
+    planted = shm / f"nanobot-test-{os.getpid()}-{mode}"
+    planted.write_text("DB_PASSWORD=shared-memory-secret\n")
+    try:
+        tool = make_exec(nano_home, mode)
+        hidden = base64.b64encode(str(planted).encode()).decode()  # past the path filter: the OS must hold
+        out = await run(tool, f'cat "$(echo {hidden} | base64 -d)" 2>&1; echo done')
+        assert "shared-memory-secret" not in out and "done" in out
+        urandom = base64.b64encode(b"/dev/urandom").decode()
+        devices = f'head -c 4 "$(echo {urandom} | base64 -d)" | wc -c; echo x > /dev/null && echo null-ok'
+        out = await run(tool, f"{devices}; bash -c 'cat <(echo substituted)'")
+        assert out.split() == ["4", "null-ok", "substituted"], out
+    finally:
+        planted.unlink()
+
+
+async def test_host_services_abstract_sockets_are_out_of_reach(nano_home: Path, mode: str) -> None:
+    """A host service on an abstract UNIX socket (D-Bus, X11 do this): with the network on,
+    bubblewrap shares the host's network namespace, where those sockets live; hiding /run and /tmp
+    does not hide them. Landlock's scope (ABI 6) keeps them out in both sandboxes."""
+    require_sandbox(mode)
+    from nanobot.sandbox.landlock import abi_version
+
+    if abi_version() < 6:
+        pytest.skip("Landlock ABI 6 (abstract socket scope) is not available on this kernel")
+    name = f"nanobot-test-host-service-{os.getpid()}-{mode}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as service:
+        service.bind("\0" + name)
+        service.listen()
+        service.settimeout(5)
+        probe = (
+            'python3 -c "import socket; s = socket.socket(socket.AF_UNIX); '
+            f"s.connect('\\\\0{name}'); print('CONNECTED')\" 2>&1 | tail -1"
+        )
+        out = await run(make_exec(nano_home, mode), probe)
+    assert "CONNECTED" not in out and "PermissionError" in out, out
