@@ -539,7 +539,7 @@ def test_cli_run_executes_once_and_records(cli_config: Path, monkeypatch: pytest
     ).stdout
     seen: list[str] = []
 
-    async def fake_run(config, job: CronJob) -> str:
+    async def fake_run(config, job: CronJob, _path: Path) -> str:
         seen.append(job_prompt(job))
         return "Sunny, 21°C"
 
@@ -550,7 +550,7 @@ def test_cli_run_executes_once_and_records(cli_config: Path, monkeypatch: pytest
     listed = json.loads(runner.invoke(cron_cli.app, ["list", "--json", "-c", str(cli_config)]).stdout)
     assert listed[0]["last_status"] == "ok" and listed[0]["last_run_at"]
 
-    async def broken(config, job: CronJob) -> str:
+    async def broken(config, job: CronJob, _path: Path) -> str:
         raise RuntimeError("no provider")
 
     monkeypatch.setattr(cron_cli, "_run_job_once", broken)

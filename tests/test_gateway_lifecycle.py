@@ -109,7 +109,15 @@ class RecordingChannel(Channel):
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, grace_s: float = 3.0, drain_s: float = 3.0, stop_delay_s: float = 0.0):
+    def __init__(
+        self,
+        tmp_path: Path,
+        grace_s: float = 3.0,
+        drain_s: float = 3.0,
+        stop_delay_s: float = 0.0,
+        provider: LLMProvider | None = None,
+        heartbeat_target: str = "",
+    ):
         self.workspace = tmp_path / "ws"
         self.config = Config.model_validate(
             {
@@ -118,11 +126,11 @@ class Harness:
                     "shutdownGraceS": grace_s,
                     "drainTimeoutS": drain_s,
                     "watchdogIntervalS": 0.1,
-                    "heartbeat": {"enabled": False},
+                    "heartbeat": {"enabled": bool(heartbeat_target), "target": heartbeat_target},
                 },
             }
         )
-        self.provider = ScriptedProvider()
+        self.provider = provider or ScriptedProvider()
         self.exits: list[tuple[int, float]] = []
         self.gateway = Gateway(
             self.config,

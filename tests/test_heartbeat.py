@@ -44,7 +44,7 @@ class Calls:
         self.reply = reply
         self.target: tuple[str, str] | None = ("telegram", "42")
 
-    async def on_tasks(self, prompt: str) -> str | None:
+    async def on_tasks(self, prompt: str, _target: tuple[str, str]) -> str | None:
         self.prompts.append(prompt)
         return self.reply
 
@@ -195,7 +195,7 @@ async def test_through_litellm_and_the_fake_llm_server(tmp_path: Path) -> None:
     calls = Calls()
     with FakeLLMServer() as server:
 
-        async def on_tasks(prompt: str) -> str | None:
+        async def on_tasks(prompt: str, _target: tuple[str, str]) -> str | None:
             resp = await litellm.acompletion(
                 model="openai/fake",
                 api_base=server.url,

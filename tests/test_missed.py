@@ -59,7 +59,7 @@ def test_unanswered_means_no_final_reply_after_the_last_user_message() -> None:
         ([user("a"), assistant(), user("b")], 2),
         ([user("a"), assistant(None, tool_calls=[call]), tool], 0),  # killed inside the tool loop
         ([user("a"), assistant(None, tool_calls=[call]), tool, assistant("done")], None),
-        ([user("result", name="system")], None),  # a sub-agent's report, not the user's words
+        ([user("result", name="system")], 0),  # a sub-agent's report: the user was promised it
     ]
     for messages, expected in cases:
         assert unanswered_index(Session("k", Path("/x"), messages=messages)) == expected, messages

@@ -372,14 +372,27 @@ class Agent:
     def cancel_subagents(self, session_key: str) -> int:
         return self.subagents.cancel_for(session_key) if self.subagents else 0
 
+    def keep_result(self, msg: InboundMessage) -> None:
+        """Save a sub-agent's report that no loop will take any more (a shutdown) in its session:
+        the next start answers it (gateway/missed.py)."""
+        try:
+            self.keep_unanswered(msg, self.context_of(msg))
+        except Exception as exc:  # noqa: BLE001 - a full disk: say what was lost
+            logger.error("{}: a sub-agent's report could not be kept: {}", msg.session_key, exc)
+
+    def hold_subagent_results(self) -> None:
+        """The loop stops taking messages: sub-agents' reports are kept in their sessions from now on."""
+        if self.subagents is not None:
+            self.subagents.hold_results(self.keep_result)
+
     # ------------------------------------------------------------------ shutdown
     async def drain(self, timeout_s: float) -> bool:
         """Wait for background memory work; True when everything finished in time."""
         return await self.lifecycle.drain(timeout_s)
 
-    async def aclose(self, drain_timeout_s: float = 3.0) -> None:
-        if self.subagents is not None:
-            await self.subagents.drain(drain_timeout_s)
+    async def aclose(self, drain_timeout_s: float = 3.0, subagents_timeout_s: float | None = None) -> None:
+        if self.subagents is not None:  # those still running then are cancelled; their note is kept
+            await self.subagents.drain(drain_timeout_s if subagents_timeout_s is None else subagents_timeout_s)
         await self.drain(drain_timeout_s)
         try:
             await self.long_term.aclose()

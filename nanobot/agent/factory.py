@@ -60,6 +60,7 @@ SMALL_LOCAL_WINDOW_TOKENS = 8192
 DEFAULT_SESSION_KEY = "cli:direct"
 CLOSE_TIMEOUT_S = 5.0
 CLOSE_GRACE_S = 3.0  # turns still running at close (e.g. the terminal interrupted by Ctrl-C)
+SETTLE_POLL_S = 0.05
 
 
 @dataclass
@@ -101,12 +102,31 @@ class AgentRuntime:
         )
         return out.content if out is not None else ""
 
-    async def aclose(self, drain_timeout_s: float = 3.0, grace_s: float = CLOSE_GRACE_S) -> None:
+    def background_work(self) -> int:
+        """Sub-agents running, plus messages taken or waiting and not yet answered (their reports)."""
+        running = self.agent.subagents.running() if self.agent.subagents is not None else 0
+        return running + len(self.loop.in_flight()) + self.bus.inbound.qsize()
+
+    async def settle(self, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) until the sub-agents have finished and their reports are
+        answered; True when nothing is left. For one-shot use: the terminal's `agent -m`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.background_work():
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(SETTLE_POLL_S)
+        return True
+
+    async def aclose(
+        self, drain_timeout_s: float = 3.0, grace_s: float = CLOSE_GRACE_S, subagents_timeout_s: float | None = None
+    ) -> None:
         """Stop the loop (turns still running get `grace_s`, then are cancelled safely), finish
-        background memory work within `drain_timeout_s`, close everything the runtime opened."""
+        background memory work within `drain_timeout_s` (sub-agents within `subagents_timeout_s`,
+        default the same), close everything the runtime opened."""
         await self.loop.stop_accepting()
         await self.loop.finish(grace_s)
-        await self.agent.aclose(drain_timeout_s)
+        await self.agent.aclose(drain_timeout_s, subagents_timeout_s)
         for closer in self.closers:
             try:
                 outcome = closer()

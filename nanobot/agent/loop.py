@@ -29,7 +29,7 @@ from loguru import logger
 
 from nanobot.agent.agent import Agent
 from nanobot.agent.commands import COMMANDS, HELP_TEXT
-from nanobot.agent.message_context import MessageContext
+from nanobot.agent.message_context import SYSTEM_CHANNEL, MessageContext
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.session.store import StorageError
@@ -77,7 +77,9 @@ class AgentLoop:
         return self._consumer is not None
 
     async def stop_accepting(self) -> None:
-        """Stop taking new messages; turns already dispatched go on."""
+        """Stop taking new messages; turns already dispatched go on. Sub-agents' reports, which no
+        platform sends again, are kept in their sessions from now on (those already waiting on the
+        bus included), for the next start to answer."""
         self._accepting = False
         if self._consumer is not None:
             self._consumer.cancel()
@@ -85,6 +87,15 @@ class AgentLoop:
                 await self._consumer
             except asyncio.CancelledError:
                 pass
+        self.agent.hold_subagent_results()
+        waiting: list[InboundMessage] = []
+        while not self.bus.inbound.empty():
+            waiting.append(self.bus.inbound.get_nowait())
+        for msg in waiting:
+            if msg.channel == SYSTEM_CHANNEL:
+                self.agent.keep_result(msg)
+            else:
+                self.bus.inbound.put_nowait(msg)  # channels' messages: their platforms serve them again
 
     def in_flight(self) -> list[asyncio.Task[None]]:
         """Messages taken off the bus and not yet answered (running or queued behind a session)."""

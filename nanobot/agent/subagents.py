@@ -2,12 +2,18 @@
 
 The result is published as an inbound `system` message into the originating session, so the main
 agent (serial per session, one owner of the transcript) tells the user about it in its own words.
+
+Once the agent loop stops taking messages (a shutdown), nothing would read that message: from then
+on (`hold_results`) a result is saved in its session instead, and a sub-agent the shutdown cancels
+leaves a note there that it was stopped. The gateway answers both at its next start like any
+message a shutdown left unanswered (gateway/missed.py), so the user hears of the task either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 
 from loguru import logger
 
@@ -22,6 +28,7 @@ SUBAGENT_TOOLS = frozenset(
 )
 MAX_SUBAGENT_ITERATIONS = 15
 MAX_RESULT_CHARS = 8_000
+UNWIND_S = 0.5  # a cancelled sub-agent only saves a short note
 MAX_RUNNING_PER_SESSION = 4  # one chat (a group member, a page the model read) cannot fan out further
 
 SUBAGENT_SYSTEM = """You are a sub-agent of nanobot, working on one task in the background.
@@ -35,6 +42,11 @@ class SubagentManager:
         self.bus = bus
         self.workspace_note = workspace_note
         self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        self._keep: Callable[[InboundMessage], None] | None = None  # set at shutdown
+
+    def hold_results(self, keep: Callable[[InboundMessage], None]) -> None:
+        """From now on hand results (and notes of sub-agents cancelled) to `keep` instead of the bus."""
+        self._keep = keep
 
     def spawn(self, task: str, label: str, ctx: ToolContext) -> str:
         if self.running(ctx.session_key) >= MAX_RUNNING_PER_SESSION:
@@ -58,7 +70,9 @@ class SubagentManager:
         return len(jobs)
 
     async def drain(self, timeout_s: float) -> None:
-        await finish_or_cancel([job for _, job in self._tasks.values()], timeout_s)
+        """Let running sub-agents finish within `timeout_s`; cancel the rest and give them
+        UNWIND_S to leave their note (see `hold_results`)."""
+        await finish_or_cancel([job for _, job in self._tasks.values()], timeout_s, unwind_s=UNWIND_S)
 
     async def _run(self, task_id: str, task: str, label: str, ctx: ToolContext) -> None:
         messages = [
@@ -72,6 +86,19 @@ class SubagentManager:
             result = await self.runner.run(messages, ctx, tool_names=set(SUBAGENT_TOOLS))
             status, text = "finished", result.content
         except asyncio.CancelledError:
+            if self._keep is not None:  # a shutdown, not /stop: the user was promised a result
+                logger.warning(
+                    "sub-agent {} ('{}') was stopped by the shutdown before it finished", task_id, label
+                )
+                self._keep(
+                    self._message(
+                        task_id,
+                        ctx,
+                        f"[Sub-agent '{label}' stopped]\n\nTask: {task}\n\nThe assistant was restarted "
+                        "before this background task finished, so it has no result. Tell the user "
+                        "briefly and offer to start it again.",
+                    )
+                )
             raise
         except Exception as exc:  # noqa: BLE001 - reported back to the chat instead
             logger.warning("sub-agent {} failed: {}", task_id, exc)
@@ -80,18 +107,21 @@ class SubagentManager:
             f"[Sub-agent '{label}' {status}]\n\nTask: {task}\n\nResult:\n{text[:MAX_RESULT_CHARS]}\n\n"
             "Tell the user about this result briefly."
         )
-        await self.bus.publish_inbound(
-            InboundMessage(
-                channel="system",
-                sender_id="subagent",
-                chat_id=ctx.chat_id,
-                content=content,
-                session_key_override=ctx.session_key,
-                is_group=ctx.is_group,
-                metadata={
-                    "origin_channel": ctx.channel,
-                    "origin_chat_id": ctx.chat_id,
-                    "subagent_id": task_id,
-                },
-            )
+        message = self._message(task_id, ctx, content)
+        if self._keep is not None:
+            self._keep(message)
+        else:
+            await self.bus.publish_inbound(message)
+
+    @staticmethod
+    def _message(task_id: str, ctx: ToolContext, content: str) -> InboundMessage:
+        """A sub-agent's report as an inbound `system` message of the session that spawned it."""
+        return InboundMessage(
+            channel="system",
+            sender_id="subagent",
+            chat_id=ctx.chat_id,
+            content=content,
+            session_key_override=ctx.session_key,
+            is_group=ctx.is_group,
+            metadata={"origin_channel": ctx.channel, "origin_chat_id": ctx.chat_id, "subagent_id": task_id},
         )

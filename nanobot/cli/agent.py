@@ -18,6 +18,7 @@ from nanobot.config.schema import Config
 
 DEFAULT_SESSION = "cli:direct"
 ONE_SHOT_DRAIN_TIMEOUT_S = 120.0
+EXIT_DRAIN_TIMEOUT_S = 3.0
 
 
 def agent(
@@ -53,13 +54,27 @@ async def _main(cfg: Config, message: str | None, session_key: str, config_path:
     printer = asyncio.create_task(terminal.show_outbound())
     runtime.agent.lifecycle.recover_pending()
     runtime.loop.start()
+    subagents_s = EXIT_DRAIN_TIMEOUT_S  # at the exit a report still to come is kept in the session
     try:
         if message is not None:
             out = await terminal.one_shot(message)
             code = EXIT_FAILURE if out is not None and out.metadata.get("failed") else 0
         else:
             code = await terminal.converse()
+        if message is not None or not terminal.tty:
+            # -m or piped input: a sub-agent's report is printed before the exit, like the reply
+            await _wait_for_background(runtime)
+        while not bus.outbound.empty():  # the printer shows what the reports' turns said
+            await asyncio.sleep(0.02)
     finally:
         printer.cancel()
-        await runtime.aclose(drain_timeout_s=ONE_SHOT_DRAIN_TIMEOUT_S)
+        await runtime.aclose(drain_timeout_s=ONE_SHOT_DRAIN_TIMEOUT_S, subagents_timeout_s=subagents_s)
     return code
+
+
+async def _wait_for_background(runtime) -> None:  # noqa: ANN001 - AgentRuntime, imported lazily
+    """Sub-agents spawned by the turn run in the background: wait for them and their reports."""
+    if runtime.background_work():
+        err("waiting for background tasks to finish (Ctrl-C stops; their report is then kept in the session)")
+        if not await runtime.settle(ONE_SHOT_DRAIN_TIMEOUT_S):
+            err(f"background tasks still running after {ONE_SHOT_DRAIN_TIMEOUT_S:.0f} s: stopped")

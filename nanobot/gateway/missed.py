@@ -9,6 +9,9 @@ interrupted turn), that message is unanswered. If it is younger than
 InboundMessage carries `metadata["resume"]`); older ones are only logged, since a late answer to a
 stale question would surprise more than help.
 
+A sub-agent's report saved without its answer (the gateway stopped before the report's turn ran,
+or cut it short) is answered the same way: the user was told the result would come.
+
 A turn the user cancelled with /stop is not "missed": the loop records the position it stopped at
 (`stopped_through` in the session's metadata), and such a message is left alone.
 
@@ -73,8 +76,10 @@ def unanswered_index(session: Session) -> int | None:
     """Index of the session's last user message if no final assistant reply follows it."""
     messages = session.messages
     last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
-    if last_user is None or messages[last_user].get("name") == "system":
-        return None  # sub-agent results are not the user's words
+    if last_user is None:
+        return None
+    # A sub-agent's report (name "system") counts too: the user was told the result would come, and
+    # a report a shutdown kept (subagents.py) has no other way to reach them.
     if int(session.metadata.get("stopped_through", 0) or 0) > last_user:
         return None  # the user stopped this turn
     replied = any(m.get("role") == "assistant" and not m.get("tool_calls") for m in messages[last_user + 1 :])

@@ -105,10 +105,12 @@ class Gateway:
     async def _deliver(self, channel: str, chat_id: str, text: str) -> None:
         await self.bus.publish_outbound(OutboundMessage(channel=channel, chat_id=chat_id, content=text))
 
-    async def _heartbeat_tasks(self, prompt: str) -> str | None:
+    async def _heartbeat_tasks(self, prompt: str, target: tuple[str, str]) -> str | None:
         """The heartbeat's prompt (its instructions and HEARTBEAT.md) as one inbound message in the
-        heartbeat's own session, through the agent loop like any chat message."""
-        channel, _, chat_id = HEARTBEAT_SESSION_KEY.partition(":")
+        heartbeat's own session, through the agent loop like any chat message. It answers in the
+        target chat: a sub-agent it starts reports there (on an internal channel the report was
+        dropped), and so does the `message` tool. It runs as the owner, as a cron job does."""
+        channel, chat_id = target
         out = await self.bus.request(
             InboundMessage(
                 channel=channel,

@@ -6,9 +6,11 @@ rules (`---`, `***`, `___`) and empty list items (`-`, `*`, `+`, `1.`, `- [ ]`, 
 text). The shipped template holds only headings and comments, so a fresh workspace costs nothing:
 the heartbeat stays silent and never calls the LLM.
 
-When there are tasks, `on_tasks(prompt)` runs them (the gateway gives it its own session) and the
-reply goes to `resolve_target()` (gateway.heartbeat.target, or the most recently active private
-chat of an allowed user). A reply that is empty or just HEARTBEAT_OK is not delivered.
+When there are tasks, `on_tasks(prompt, target)` runs them (the gateway gives it its own session,
+answering in the target chat, so what the turn sends on its own, a sub-agent's report or the
+`message` tool, reaches that chat too) and the reply goes to `resolve_target()`
+(gateway.heartbeat.target, or the most recently active private chat of an allowed user). A reply
+that is empty or just HEARTBEAT_OK is not delivered.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ HEARTBEAT_PROMPT = (
     f"{HEARTBEAT_OK} and nothing else; otherwise reply with what the user should know.\n\n"
 )
 
-OnTasks = Callable[[str], Awaitable[str | None]]
+OnTasks = Callable[[str, tuple[str, str]], Awaitable[str | None]]  # (prompt, (channel, chat_id))
 ResolveTarget = Callable[[], tuple[str, str] | None]
 Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
 
@@ -154,7 +156,7 @@ class HeartbeatService:
             logger.info("heartbeat: tasks found but no chat to report to; set gateway.heartbeat.target")
             return None
         logger.info("heartbeat: running tasks from {}", self.file.name)
-        reply = await self._on_tasks(HEARTBEAT_PROMPT + tasks.strip())
+        reply = await self._on_tasks(HEARTBEAT_PROMPT + tasks.strip(), target)
         if is_heartbeat_ok(reply):
             logger.debug("heartbeat: agent reports nothing to say")
             return None

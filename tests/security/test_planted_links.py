@@ -123,7 +123,7 @@ async def test_a_planted_heartbeat_link_is_not_read(runtime: AgentRuntime, fake_
     await runtime.aclose()
     assert (ws / "HEARTBEAT.md").is_symlink()
 
-    async def never(_prompt: str) -> str | None:
+    async def never(_prompt: str, _target: tuple[str, str]) -> str | None:
         raise AssertionError("the heartbeat ran a turn on a planted link")
 
     async def deliver(_channel: str, _chat: str, _text: str) -> None: ...

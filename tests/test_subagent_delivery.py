@@ -1,0 +1,139 @@
+"""A sub-agent's report reaches its chat: across a gateway stop, from a heartbeat, and in `agent -m`.
+
+The user is told "its result will be delivered to this chat". Before, a report due while the gateway
+stopped went onto a bus nobody read (lost without a log line), a sub-agent the stop cancelled left no
+trace, a heartbeat's sub-agent reported on the internal `heartbeat` channel (dropped), and `agent -m`
+waited for the sub-agent and then threw its report away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from nanobot.providers.base import LLMProvider, LLMResponse, ToolCall
+from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.test_gateway_lifecycle import CHAT, Harness, kill_self
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class SpawningProvider(LLMProvider):
+    """A user message `spawn:<task>` (or the heartbeat's task list) starts one sub-agent; the
+    sub-agent answers `RESULT-<task>` after `sub_delay_s`; a report is relayed as `relayed: ...`."""
+
+    name = "scripted"
+
+    def __init__(self, sub_delay_s: float) -> None:
+        self.sub_delay_s = sub_delay_s
+
+    @property
+    def default_model(self) -> str:
+        return "scripted-model"
+
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kw: Any):
+        system = str(messages[0].get("content") or "")
+        last = str(messages[-1].get("content") or "")
+        if system.startswith("You are a sub-agent"):
+            await asyncio.sleep(self.sub_delay_s)
+            return LLMResponse(content=f"RESULT-{last}")
+        if messages[-1].get("role") == "tool":
+            return LLMResponse(content="started")
+        if "[Sub-agent" in last:
+            return LLMResponse(content="relayed: " + last[last.index("[Sub-agent") :].splitlines()[0])
+        task = "weather" if "[Heartbeat]" in last else last.rsplit("spawn:", 1)[-1].strip()
+        return LLMResponse(tool_calls=[ToolCall("s1", "spawn", {"task": task, "label": "job"})])
+
+
+async def _sent(h: Harness, prefix: str, timeout_s: float = 10.0) -> str:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            found = [text for text in h.channel.sent if text.startswith(prefix)]
+            if found:
+                return found[0]
+            await asyncio.sleep(0.01)
+
+
+async def test_a_report_due_during_the_stop_is_kept_and_answered_at_the_next_start(tmp_path: Path) -> None:
+    h = await Harness(tmp_path, grace_s=3.0, provider=SpawningProvider(sub_delay_s=1.0)).start()
+    await h.say("spawn:backup")
+    await h.wait_sent("started")
+    kill_self()  # the sub-agent finishes a second later, while the gateway stops
+    code, _ = await h.stopped()
+    assert code == 0
+    reports = [m for m in h.messages() if m.get("name") == "system"]
+    assert len(reports) == 1 and reports[0]["content"].startswith("[Sub-agent 'job' finished]")
+    assert "RESULT-backup" in reports[0]["content"]
+
+    again = await Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0)).start()
+    assert await _sent(again, "relayed:") == "relayed: [Sub-agent 'job' finished]"
+    kill_self()
+    await again.stopped()
+
+
+async def test_a_sub_agent_the_stop_cuts_short_leaves_a_note_the_next_start_tells(tmp_path: Path) -> None:
+    h = await Harness(tmp_path, grace_s=0.5, drain_s=0.5, provider=SpawningProvider(sub_delay_s=60.0)).start()
+    await h.say("spawn:long survey")
+    await h.wait_sent("started")
+    kill_self()
+    code, took_s = await h.stopped()
+    assert code == 0 and took_s < 10
+    notes = [m for m in h.messages() if m.get("name") == "system"]
+    assert len(notes) == 1 and notes[0]["content"].startswith("[Sub-agent 'job' stopped]")
+    assert "long survey" in notes[0]["content"]
+
+    again = await Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0)).start()
+    assert await _sent(again, "relayed:") == "relayed: [Sub-agent 'job' stopped]"
+    kill_self()
+    await again.stopped()
+
+
+async def test_a_heartbeat_sub_agent_reports_to_the_heartbeat_target(tmp_path: Path) -> None:
+    h = Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0), heartbeat_target=f"test:{CHAT}")
+    (h.workspace).mkdir(parents=True, exist_ok=True)
+    (h.workspace / "HEARTBEAT.md").write_text("- send me a background weather report\n", encoding="utf-8")
+    await h.start()
+    assert h.gateway.heartbeat is not None
+    assert await h.gateway.heartbeat.tick() == "started"
+    assert await _sent(h, "relayed:") == "relayed: [Sub-agent 'job' finished]"
+    kill_self()
+    await h.stopped()
+
+
+def test_agent_m_prints_the_report_of_a_sub_agent_it_started(tmp_path: Path) -> None:
+    def respond(body: dict[str, Any]) -> Reply | str:
+        messages = body["messages"]
+        system, last = str(messages[0]["content"]), messages[-1]
+        if system.startswith("You are a sub-agent"):
+            return "RESULT-42"
+        if last["role"] == "tool":
+            return "I started a background job."
+        if "[Sub-agent" in str(last["content"]):
+            return "The background job says RESULT-42."
+        return Reply(content=None, tool_calls=[{"name": "spawn", "arguments": {"task": "compute", "label": "calc"}}])
+
+    home = tmp_path / "home"
+    home.mkdir()
+    with FakeLLMServer() as server:
+        server.responder = respond
+        config = {
+            "agents": {"defaults": {"provider": "custom", "model": "fake-model", "llmMaxRetries": 0}},
+            "providers": {"custom": {"apiBase": server.url, "apiKey": "x"}},
+        }
+        (home / "config.json").write_text(json.dumps(config))
+        env = {**os.environ, "NANOBOT_HOME": str(home), "NO_PROXY": "127.0.0.1,localhost"}
+        done = subprocess.run(
+            [sys.executable, "-m", "nanobot", "agent", "-m", "work out 6 times 7 in the background"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["I started a background job.", "The background job says RESULT-42."]
