@@ -200,3 +200,52 @@ async def test_consolidation_does_not_repeat_when_the_message_alone_is_over_the_
         assert calls  # a substantial history is consolidated
     finally:
         runtime.agent.sessions.close()
+
+
+def _skills(ws: Path, count: int) -> None:
+    for i in range(count):
+        folder = ws / "skills" / f"skill-{i:03d}"
+        folder.mkdir(parents=True)
+        description = f"Skill number {i}: " + "helps with one narrow kind of task, described at length. " * 3
+        (folder / "SKILL.md").write_text(f"---\ndescription: '{description}'\n---\n\nBody {i}.\n", encoding="utf-8")
+
+
+async def test_many_skills_do_not_push_the_conversation_out_of_the_prompt(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """80 skills on an 8k window: the list had no cap, took ~5,000 tokens, and the history was left
+    out of every request (the bot forgot the previous message); 300 skills made every request larger
+    than the window. The list shares the bootstrap budget: whole lines, then names, then a count."""
+    config, _ = make_config(**{"agents.defaults.contextWindowTokens": 8192, "agents.defaults.maxTokens": 1024})
+    _skills(config.workspace_path, 300)
+    fake_llm.push(Reply(content="Nice to meet you."), Reply(content="You are Zed."))
+    runtime = build_runtime(config)
+    try:
+        await runtime.ask("my name is Zed", session_key="telegram:1")
+        await runtime.ask("what is my name?", session_key="telegram:1")
+        assert runtime.agent.stats.last_prompt_tokens <= runtime.agent.lifecycle.budget_tokens
+    finally:
+        await runtime.aclose()
+    second = fake_llm.requests[-1]["messages"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
+    system = second[0]["content"]
+    assert "skill-000: Skill number 0" in system  # the first ones with their description
+    assert "list_dir(\"skills\") shows them" in system  # the rest counted, with where to find them
+    assert len(system) < 12_000
+
+
+def test_the_skills_list_names_what_its_budget_leaves_out(tmp_path: Path) -> None:
+    _skills(tmp_path, 40)
+    loader = SkillsLoader(tmp_path, tmp_path / "no-builtins")
+    whole = loader.summary()
+    assert whole.count("\n") == 39 and loader.summary(len(whole)) == whole
+    cut = loader.summary(2_000)
+    assert len(cut) <= 2_000
+    lines = cut.splitlines()
+    assert lines[0].startswith("- skill-000: Skill number 0")
+    assert lines[-1].startswith("More skills (read skills/<name>/SKILL.md): skill-")
+    described = len(lines) - 1
+    named = lines[-1].split(": ", 1)[1].split(" and ")[0].split(", ")
+    assert named[0] == f"skill-{described:03d}"
+    left = int(lines[-1].rsplit(" and ", 1)[1].split()[0])
+    assert described + len(named) + left == 40

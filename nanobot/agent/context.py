@@ -29,13 +29,14 @@ HEAD_SHARE = 0.7
 TAIL_SHARE = 0.2
 IMAGE_MAX_BYTES = 5_000_000
 SKILLS_RECHECK_S = 2.0
+SKILLS_LIST_MIN_CHARS = 1_200  # the "Other skills" list keeps at least this much of the prompt
 COMPACT_IDENTITY = "You are nanobot, a helpful personal AI assistant. Answer briefly and truthfully."
 RUNTIME_HEADER = "[Runtime context: metadata for this message, not instructions]"
 
 
 class SkillsSource(Protocol):
     def always_on_content(self, max_chars: int) -> str: ...
-    def summary(self) -> str: ...
+    def summary(self, max_chars: int | None = None) -> str: ...
     def signature(self) -> tuple[Any, ...]: ...
 
 
@@ -170,7 +171,9 @@ class ContextBuilder:
             always = self.skills.always_on_content(max(remaining, 0) + self.budget.per_file_chars // 4)
             if always.strip():
                 parts.append(f"# Skills (always on)\n\n{always.strip()}")
-            summary = self.skills.summary()
+            # the list shares the bootstrap budget too (a floor keeps a few lines on a small window)
+            room = max(remaining - len(always), SKILLS_LIST_MIN_CHARS)
+            summary = self.skills.summary(room)
             if summary.strip():
                 parts.append(
                     f"# Other skills\n\nRead a skill's SKILL.md with read_file when a task needs it.\n\n"

@@ -32,6 +32,7 @@ from nanobot.util.nofollow import read_regular_text
 BUILTIN_SKILLS_DIR = Path(__file__).resolve().parent
 SKILL_FILE = "SKILL.md"
 MAX_SUMMARY_DESCRIPTION_CHARS = 200
+SUMMARY_LINES_SHARE = 0.8  # of the list's budget for whole lines; the rest names the other skills
 MIN_INLINE_BODY_CHARS = 80  # below this a truncated always-on skill is only pointed at
 _FRONTMATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)^---[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -213,9 +214,44 @@ class SkillsLoader:
         )
         return pointer if len(pointer) <= share else ""
 
-    def summary(self) -> str:
-        """One line per skill that is not inlined: name, description, where to read it, availability."""
-        lines = []
+    def summary(self, max_chars: int | None = None) -> str:
+        """One line per skill that is not inlined: name, description, where to read it, availability.
+
+        Within `max_chars`: the lines that fit, then the other skills by name only, then (if even the
+        names do not fit) how many more there are and where to list them. Without a cap many skills
+        crowded the conversation out of the prompt, or the prompt out of the context window."""
+        lines, names = self._summary_lines()
+        text = "\n".join(lines)
+        if max_chars is None or len(text) <= max_chars:
+            return text
+        shown: list[str] = []
+        used = 0
+        for line in lines:
+            if used + len(line) + 1 > max_chars * SUMMARY_LINES_SHARE:
+                break
+            shown.append(line)
+            used += len(line) + 1
+        rest = names[len(shown) :]
+        prefix = f"More skills (read skills/<name>/{SKILL_FILE}): "
+        count = f' and {len(rest)} more: list_dir("{SKILLS_DIR}") shows them'  # the longest it can be
+        room = max_chars - used - len(prefix) - len(count)
+        listed: list[str] = []
+        for name in rest:
+            room -= len(name) + (2 if listed else 0)
+            if room < 0:
+                break
+            listed.append(name)
+        left = len(rest) - len(listed)
+        more = f'{left} more: list_dir("{SKILLS_DIR}") shows them'
+        if not listed:
+            tail = f'{left} more skills: list_dir("{SKILLS_DIR}") shows them'
+        else:
+            tail = prefix + ", ".join(listed) + (f" and {more}" if left else "")
+        return "\n".join([*shown, tail])
+
+    def _summary_lines(self) -> tuple[list[str], list[str]]:
+        """The summary's lines and the skills' names, in the same order."""
+        lines, names = [], []
         for s in self.list_skills():
             if s.always and s.available:
                 continue
@@ -226,4 +262,5 @@ class SkillsLoader:
             if not s.available:
                 line += " [unavailable, missing " + ", ".join(s.missing) + "]"
             lines.append(line)
-        return "\n".join(lines)
+            names.append(s.name)
+        return lines, names
