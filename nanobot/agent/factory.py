@@ -61,6 +61,7 @@ DEFAULT_SESSION_KEY = "cli:direct"
 CLOSE_TIMEOUT_S = 5.0
 CLOSE_GRACE_S = 3.0  # turns still running at close (e.g. the terminal interrupted by Ctrl-C)
 SETTLE_POLL_S = 0.05
+CRON_DELIVERY_TIMEOUT_S = 600.0  # a channel's send retries (rate limits, outages) fit well inside
 
 
 @dataclass
@@ -184,9 +185,7 @@ def build_runtime(
         jobs_path(workspace),
         on_job=lambda job: run_cron_job(bus, job),
         timezone=d.timezone,
-        deliver=lambda channel, chat_id, text: bus.publish_outbound(
-            OutboundMessage(channel=channel, chat_id=chat_id, content=text)
-        ),
+        deliver=lambda channel, chat_id, text: deliver_and_confirm(bus, channel, chat_id, text),
     )
     tools.register(CronTool(cron))
     closers: list[Callable[[], Any]] = []
@@ -341,6 +340,14 @@ def build_runtime(
     return AgentRuntime(
         config=config, bus=bus, agent=agent, loop=loop, cron=cron, memory=memory, mcp=mcp, closers=closers
     )
+
+
+async def deliver_and_confirm(bus: MessageBus, channel: str, chat_id: str, text: str) -> None:
+    """Send a job's result and wait until its channel has sent it: a refusal (the bot was blocked,
+    the channel is not enabled or failed) raises, and the job records the failure instead of "ok"."""
+    sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    await bus.publish_outbound(OutboundMessage(channel=channel, chat_id=chat_id, content=text, sent=sent))
+    await asyncio.wait_for(sent, CRON_DELIVERY_TIMEOUT_S)
 
 
 async def run_cron_job(bus: MessageBus, job: CronJob) -> str:

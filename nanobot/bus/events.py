@@ -76,3 +76,17 @@ class OutboundMessage:
     reply_to: str | None = None
     media: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: set by a publisher that must know whether the message reached its chat (a cron job records
+    #: a refused delivery as a failure): the channel manager resolves it once sent, or fails it with
+    #: the error (the channel is not running, failed, or the platform refused the message)
+    sent: asyncio.Future[None] | None = field(default=None, repr=False, compare=False)
+
+    def settle(self, error: BaseException | None = None) -> None:
+        """Tell a waiting publisher the outcome of this message's delivery (once)."""
+        future = self.sent
+        if future is None or future.done():
+            return
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)

@@ -34,6 +34,10 @@ DEFAULT_DRAIN_TIMEOUT_S = 3.0
 SEND_WORKER_IDLE_S = 60.0  # a chat's send worker ends after this long without anything to send
 
 
+
+class ChannelUnavailable(Exception):
+    """A message could not be handed to its channel: not enabled, not running, or failed."""
+
 class ChannelManager:
     def __init__(
         self,
@@ -113,6 +117,9 @@ class ChannelManager:
         for task in workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for queue in self._queues.values():  # not sent within the drain: their publishers hear so
+            while not queue.empty():
+                queue.get_nowait().settle(ChannelUnavailable("the gateway stopped before it was sent"))
         self._workers.clear()
         self._queues.clear()
         self._started.clear()
@@ -146,7 +153,12 @@ class ChannelManager:
     def _route(self, msg: OutboundMessage) -> None:
         channel = self.channels.get(msg.channel)
         if channel is None or msg.channel not in self._started:
-            logger.debug("outbound {} for channel {!r}, which is not running: dropped", msg.kind, msg.channel)
+            # a reply nobody will see is worth a warning (a job for a channel that is not enabled);
+            # progress and typing events are not
+            (logger.warning if msg.kind == "message" else logger.debug)(
+                "outbound {} for channel {!r}, which is not running: dropped", msg.kind, msg.channel
+            )
+            msg.settle(ChannelUnavailable(f"channel {msg.channel!r} is not running"))
             return
         if channel.state == "failed":
             if msg.kind == "message":
@@ -156,6 +168,7 @@ class ChannelManager:
                     channel.last_error,
                     msg.chat_id,
                 )
+            msg.settle(ChannelUnavailable(f"channel {msg.channel!r} failed: {channel.last_error}"))
             return
         if self.wanted(msg, channel):
             self._queue_for(msg.channel, msg.chat_id, channel).put_nowait(msg)
@@ -189,11 +202,14 @@ class ChannelManager:
                 continue
             try:
                 await channel.send(msg)
+                msg.settle()
                 if msg.kind == "message" and self.on_delivered is not None:
                     self.on_delivered(msg)
             except asyncio.CancelledError:
+                msg.settle(ChannelUnavailable(f"channel {name!r} stopped before the message was sent"))
                 raise
             except Exception as exc:
+                msg.settle(exc)
                 logger.error(
                     "{}: could not deliver a {} to chat {}: {}: {}",
                     name,

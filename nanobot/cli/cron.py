@@ -41,9 +41,9 @@ async def _run_job_once(config: Config, job: CronJob, path: Path) -> str:
         await runtime.aclose()
 
 
-def _service(option: Path | None) -> CronService:
+def _service(option: Path | None, config: Config | None = None) -> CronService:
     """The jobs of the config that -c names (or the default one)."""
-    config = load_cli_config(option)
+    config = config or load_cli_config(option)
     return CronService(
         jobs_path(config.workspace_path),
         on_job=lambda job: _run_job_once(config, job, config_path(option)),
@@ -99,7 +99,10 @@ def add(
     """Add a job; prints its id."""
     if bool(channel) != bool(to):
         fail("Error: --channel and --to go together", EXIT_USAGE)
-    service = _service(config)
+    cfg = load_cli_config(config)
+    if channel:
+        _check_channel(cfg, channel)
+    service = _service(config, cfg)
     try:
         job = service.add(
             name or message[:80],
@@ -118,6 +121,19 @@ def add(
         err("Note: no --channel/--to given; the gateway will only log this job's results.")
     err(f"Added job {job.id} ({job.schedule.describe()}), next run {job.next_run_at}")
     typer.echo(job.id)
+
+
+def _check_channel(config: Config, channel: str) -> None:
+    """A job's results go to a chat channel: an unknown name is a usage error (the results would be
+    dropped at every run); a known one that is not enabled gets a warning (it may be enabled later)."""
+    from nanobot.channels.manager import CHANNEL_CLASSES
+
+    if channel not in CHANNEL_CLASSES:
+        fail(f"Error: unknown channel {channel!r} (one of: {', '.join(CHANNEL_CLASSES)})", EXIT_USAGE)
+    if not getattr(config.channels, channel).enabled:
+        err(
+            f"Warning: channels.{channel}.enabled is false; this job's results cannot be sent until it is enabled."
+        )
 
 
 @app.command("remove")

@@ -14,6 +14,7 @@ from nanobot.scheduler.cron import CRON_SESSION_PREFIX, CronJob, CronService, Cr
 
 MIN_TOOL_EVERY_S = 60  # the LLM may not schedule anything more often than once a minute
 MAX_NAME_CHARS = 80
+UNREACHABLE_CHANNELS = frozenset({"cli"})  # the terminal: nothing receives a job's result there later
 MAX_MESSAGE_CHARS = 4000
 
 
@@ -70,6 +71,12 @@ class CronTool(Tool):
     def _add(self, ctx: ToolContext, args: dict[str, Any]) -> str:
         if ctx.session_key.startswith(CRON_SESSION_PREFIX):
             raise ToolError("a scheduled job cannot schedule further jobs")
+        if ctx.channel in UNREACHABLE_CHANNELS:
+            # its results would go to a terminal that is not there when the job runs (dropped)
+            raise ToolError(
+                "this chat cannot receive scheduled results; ask in Telegram or Discord, or run "
+                "`nanobot cron add --channel <telegram|discord> --to <chat id>`"
+            )
         message = str(args.get("message") or "").strip()
         if not message:
             raise ToolError("'message' is required for add")

@@ -1,0 +1,80 @@
+"""Where a cron job's result goes, and what happens when it cannot get there.
+
+A result its chat never received is recorded as a failure: the gateway put it on the bus and
+returned, the channel's refusal (a user who blocked the bot, a channel not enabled, a typo in
+--channel) was only logged, and `cron list` said `ok`. A job nobody could receive is refused when
+it is made: one asked for in the terminal (its results went to a terminal that is not there when the
+job runs) or given an unknown --channel.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nanobot.agent.tools.base import ToolContext, ToolError
+from nanobot.agent.tools.cron import CronTool
+from nanobot.bus.events import OutboundMessage
+from nanobot.cli import cron as cron_cli
+from nanobot.scheduler.cron import CronService, DeliverTo
+from tests.test_gateway_lifecycle import Harness, kill_self
+
+
+class Forbidden(Exception):
+    """What a platform answers for a chat that blocked the bot."""
+
+
+async def test_a_refused_or_undeliverable_result_is_recorded_as_failed(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    real_send = h.channel._send_text
+
+    async def send(msg: OutboundMessage) -> None:
+        if msg.chat_id == "blocked":
+            raise Forbidden("bot was blocked by the user")
+        await real_send(msg)
+
+    h.channel._send_text = send  # type: ignore[method-assign]
+    await h.start()
+    cron = h.gateway.cron
+    jobs = {
+        "ok": cron.add("fine", "say hi", every_s=3600, deliver_to=DeliverTo("test", "chat1")),
+        "blocked": cron.add("blocked", "say hi", every_s=3600, deliver_to=DeliverTo("test", "blocked")),
+        "typo": cron.add("typo", "say hi", every_s=3600, deliver_to=DeliverTo("telgram", "555")),
+    }
+    for job in jobs.values():
+        await cron.run_now(job.id)
+    status = {name: cron.get(job.id).last_status for name, job in jobs.items()}
+    kill_self()
+    await h.stopped()
+    assert status["ok"] == "ok" and "reply: " in h.channel.sent[0]
+    assert status["blocked"].startswith("error: delivery failed") and "blocked by the user" in status["blocked"]
+    assert status["typo"].startswith("error: delivery failed") and "'telgram' is not running" in status["typo"]
+
+
+async def test_the_tool_refuses_a_job_asked_for_in_the_terminal(tmp_path: Path) -> None:
+    service = CronService(tmp_path / "jobs.json", lambda job: None, "UTC")  # type: ignore[arg-type,return-value]
+    tool = CronTool(service)
+    terminal = ToolContext(channel="cli", chat_id="direct", session_key="cli:direct", sender_id="user")
+    with pytest.raises(ToolError, match="cannot receive scheduled results"):
+        await tool.execute(terminal, action="add", message="tea is ready", every_seconds=3600)
+    assert service.list() == []
+    chat = ToolContext(channel="telegram", chat_id="555", session_key="telegram:555", sender_id="555")
+    assert "Scheduled job" in await tool.execute(chat, action="add", message="tea is ready", every_seconds=3600)
+
+
+def test_cli_add_refuses_an_unknown_channel_and_warns_of_a_disabled_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NANOBOT_HOME", str(tmp_path / "home"))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"agents": {"defaults": {"workspace": str(tmp_path / "ws")}}}))
+    add = ["add", "-c", str(config), "-m", "water the plants", "--every", "3600", "--to", "555"]
+    typo = CliRunner().invoke(cron_cli.app, [*add, "--channel", "telgram"])
+    assert typo.exit_code == 2 and "unknown channel 'telgram'" in typo.stderr
+    disabled = CliRunner().invoke(cron_cli.app, [*add, "--channel", "discord"])
+    assert disabled.exit_code == 0 and "channels.discord.enabled is false" in disabled.stderr
+    listed = json.loads(CliRunner().invoke(cron_cli.app, ["list", "--json", "-c", str(config)]).stdout)
+    assert [job["deliver_to"]["channel"] for job in listed] == ["discord"]
