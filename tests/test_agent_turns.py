@@ -174,6 +174,23 @@ async def test_streaming_publishes_deltas_on_the_bus(make_config, fake_llm: Fake
     assert messages_of(session_path(config, "telegram:42"))[-1]["content"] == out.content
 
 
+async def test_a_reply_its_publisher_delivers_is_not_streamed(make_config, fake_llm: FakeLLMServer) -> None:
+    """A cron job's turn (or the heartbeat's) streamed a preview into the chat, then the job sent its
+    result as a new message: the reply showed twice (and a heartbeat's HEARTBEAT_OK showed at all)."""
+    config, _ = make_config(**{"agents.defaults.stream": True})
+    rt = make_runtime(config)
+    fake_llm.push(Reply(content="Time to take your pills!"))
+    rt.loop.start()
+    try:
+        out = await rt.bus.request(
+            InboundMessage(channel="telegram", sender_id="user", chat_id="42", content="job: remind me")
+        )
+    finally:
+        await rt.aclose()
+    assert out is not None and out.content == "Time to take your pills!"
+    assert [e for e in drain_outbound(rt.bus) if e.kind in ("stream_delta", "stream_end")] == []
+
+
 async def test_streaming_turn_with_tool_calls(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config(**{"agents.defaults.stream": True})
     rt = make_runtime(config)

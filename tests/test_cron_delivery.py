@@ -78,3 +78,32 @@ def test_cli_add_refuses_an_unknown_channel_and_warns_of_a_disabled_one(
     assert disabled.exit_code == 0 and "channels.discord.enabled is false" in disabled.stderr
     listed = json.loads(CliRunner().invoke(cron_cli.app, ["list", "--json", "-c", str(config)]).stdout)
     assert [job["deliver_to"]["channel"] for job in listed] == ["discord"]
+
+
+async def test_a_job_for_a_group_runs_with_the_groups_trust(make_config, fake_llm) -> None:  # noqa: ANN001
+    """`cron add --channel telegram --to -100123`: the job's turn ran as the owner (MEMORY.md in its
+    prompt, memory_search offered) and posted what it wrote into the group."""
+    from nanobot.agent.factory import run_cron_job
+    from nanobot.bus.events import InboundMessage
+    from tests.agent_helpers import make_runtime
+    from tests.fakes.llm_server import Reply
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    runtime.memory.write_memory("- The owner's bank PIN is 4242.\n")
+    for chat, group in (("-100123", True), ("555", False)):  # both chats began before the jobs
+        msg = InboundMessage(channel="telegram", sender_id="555", chat_id=chat, content="hi", is_group=group)
+        runtime.agent.keep_unanswered(msg, runtime.agent.context_of(msg))
+    runtime.loop.start()
+    seen: dict[str, str] = {}
+    try:
+        for chat in ("-100123", "555"):
+            search = {"name": "memory_search", "arguments": {"query": "bank PIN"}}
+            fake_llm.push(Reply(content=None, tool_calls=[search]), Reply(content="summary"))
+            job = runtime.cron.add(chat, "summarise my week", every_s=3600, deliver_to=DeliverTo("telegram", chat))
+            await run_cron_job(runtime.bus, job, runtime.agent.sessions)
+            seen[chat] = repr(fake_llm.requests[-1]["messages"])  # the system prompt and the search's result
+    finally:
+        await runtime.aclose()
+    assert "4242" not in seen["-100123"] and "private in group chats" in seen["-100123"]
+    assert "4242" in seen["555"]

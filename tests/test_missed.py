@@ -196,3 +196,52 @@ async def test_a_reply_delivered_after_new_is_recorded_in_its_archive(tmp_path: 
     archive = next((tmp_path / "sessions" / "archive").glob("telegram_6-*.jsonl"))
     assert store.load_archived(archive).metadata["delivered_through"] == 4
     assert await answer_missed(store, MessageBus(), ["telegram"], within_s=600, now=NOW.timestamp()) == 0
+
+
+async def test_a_forum_topic_is_answered_in_its_topic_not_a_chat_named_after_the_file(
+    make_config,  # noqa: ANN001
+) -> None:
+    """`telegram:-100123:7` is kept as `telegram_-100123_7.jsonl`; read back from the file name it
+    became chat `-100123_7`, so a missed turn was answered (and the heartbeat sent) to a chat that
+    does not exist. The key is recorded in the session's metadata now."""
+    from nanobot.bus.events import InboundMessage
+    from tests.agent_helpers import make_runtime
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    for chat, group in (("-100123:7", True), ("555:3", False)):
+        msg = InboundMessage(channel="telegram", sender_id="555", chat_id=chat, content="hello?", is_group=group)
+        runtime.agent.keep_unanswered(msg, runtime.agent.context_of(msg))
+    await runtime.aclose()
+    store = SessionStore(config.workspace_path)
+    missed = {m.chat_id: m for m in find_missed(store, ["telegram"])}
+    assert set(missed) == {"-100123:7", "555:3"}
+    assert missed["-100123:7"].is_group and missed["-100123:7"].session_key == "telegram:-100123:7"
+    assert store.last_private_chat(("cli",)) == ("telegram", "555:3")
+
+
+async def test_a_turn_answered_again_keeps_who_asked(make_config) -> None:  # noqa: ANN001
+    """In a group (or a Discord DM, whose channel id is not the user's) the resumed turn named the
+    chat as its sender: the model could not tell who had asked."""
+    from nanobot.bus.events import InboundMessage
+    from nanobot.gateway.missed import resume_message
+    from tests.agent_helpers import make_runtime
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    msg = InboundMessage(channel="discord", sender_id="950001", chat_id="920001", content="hi", is_group=True)
+    runtime.agent.keep_unanswered(msg, runtime.agent.context_of(msg))  # a shutdown kept it
+    await runtime.aclose()
+    [missed] = find_missed(SessionStore(config.workspace_path), ["discord"])
+    assert resume_message(missed).sender_id == "950001"
+
+
+def test_an_undecodable_session_key_does_not_fail_the_turn() -> None:
+    """`nanobot agent -s $'cli:\\xff'`: the key reached the runtime block as a lone surrogate, which no
+    UTF-8 encoder accepts; every turn failed."""
+    from nanobot.bus.events import InboundMessage
+
+    raw = b"cli:\xff".decode("utf-8", "surrogateescape")
+    msg = InboundMessage(channel="cli", sender_id="user", chat_id=raw[4:], content="hi", session_key_override=raw)
+    msg.session_key.encode("utf-8") and msg.chat_id.encode("utf-8")  # noqa: B018 - raises on a surrogate
+    assert msg.session_key == "cli:\ufffd"

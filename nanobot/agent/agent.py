@@ -235,6 +235,8 @@ class Agent:
         }
         if msg.metadata.get("message_id") is not None:
             stored["message_id"] = msg.metadata["message_id"]
+        if msg.sender_id != msg.chat_id:  # a group member, or a Discord DM (its channel is not the user)
+            stored["sender_id"] = msg.sender_id  # who asked, for a turn answered again after a crash
         if msg.media:
             stored["media"] = list(msg.media)
         if ctx.from_system:
@@ -249,7 +251,7 @@ class Agent:
             return  # saved already, served again by its platform (Telegram), in-process, or a command
         session = self.sessions.get(ctx.session_key)
         if not session.messages and "is_group" not in session.metadata:
-            self.sessions.set_metadata(session, is_group=ctx.is_group)
+            self.sessions.set_metadata(session, is_group=ctx.is_group, session_key=ctx.session_key)
         self.sessions.append(session, self._stored(msg, ctx))
         msg.saved = True
         logger.info(
@@ -287,7 +289,7 @@ class Agent:
         resumed = bool(msg.metadata.get(RESUME_KEY))  # already saved before a crash: not saved twice
         messages, prompt_tokens = self._prompt_messages(session, system, user_msg, tool_tokens, resumed)
         if not session.messages and "is_group" not in session.metadata:
-            self.sessions.set_metadata(session, is_group=ctx.is_group)
+            self.sessions.set_metadata(session, is_group=ctx.is_group, session_key=ctx.session_key)
         if not resumed:
             self.sessions.append(session, stored)
         msg.saved = True
@@ -301,7 +303,9 @@ class Agent:
             await self.bus.publish_outbound(ctx.reply(text, kind=kind))
 
         on_delta = None
-        if self.settings.stream:
+        # Only a reply the channels deliver is streamed: one an in-process publisher takes (a cron job
+        # sends it itself, the heartbeat drops HEARTBEAT_OK) would show in the chat twice, or at all.
+        if self.settings.stream and msg.reply_future is None:
             stream_id = f"{ctx.session_key}:{time.monotonic_ns()}"
             msg.metadata["stream_id"] = stream_id
 

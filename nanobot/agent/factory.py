@@ -50,6 +50,7 @@ from nanobot.providers.tokens import count_message
 from nanobot.scheduler.cron import CronService, JobFailed
 from nanobot.scheduler.cron_store import CronJob, DeliverTo, cron_session_key, job_prompt, jobs_path
 from nanobot.secrets import register_config_secrets, register_env_secrets
+from nanobot.session.session import first_metadata
 from nanobot.session.store import SessionStore
 from nanobot.timeutil import resolve_tz
 
@@ -183,7 +184,7 @@ def build_runtime(
     tools.register(MessageTool(bus))
     cron = CronService(
         jobs_path(workspace),
-        on_job=lambda job: run_cron_job(bus, job),
+        on_job=lambda job: run_cron_job(bus, job, sessions),
         timezone=d.timezone,
         deliver=lambda channel, chat_id, text: deliver_and_confirm(bus, channel, chat_id, text),
     )
@@ -350,9 +351,10 @@ async def deliver_and_confirm(bus: MessageBus, channel: str, chat_id: str, text:
     await asyncio.wait_for(sent, CRON_DELIVERY_TIMEOUT_S)
 
 
-async def run_cron_job(bus: MessageBus, job: CronJob) -> str:
+async def run_cron_job(bus: MessageBus, job: CronJob, sessions: SessionStore) -> str:
     """A due job is one inbound message in its own session, through the agent loop like any chat
-    message; CronService records the reply and delivers it to the job's chat."""
+    message; CronService records the reply and delivers it to the job's chat. It runs with the trust
+    of that chat: a job whose results go to a group gets a group's tools and no MEMORY.md."""
     target = job.deliver_to or DeliverTo("cli", "direct")
     out = await bus.request(
         InboundMessage(
@@ -361,6 +363,7 @@ async def run_cron_job(bus: MessageBus, job: CronJob) -> str:
             chat_id=target.chat_id,
             content=job_prompt(job),
             session_key_override=cron_session_key(job.id),
+            is_group=delivers_to_shared_chat(sessions, target),
         )
     )
     if out is None:
@@ -370,6 +373,15 @@ async def run_cron_job(bus: MessageBus, job: CronJob) -> str:
     if out.metadata.get("failed"):
         raise JobFailed(out.content)  # the model could not answer: told to the chat, recorded as failed
     return out.content
+
+
+def delivers_to_shared_chat(sessions: SessionStore, target: DeliverTo) -> bool:
+    """Whether a job's chat is shared (a group), as that chat's session recorded when it began; a
+    chat nanobot never talked in counts as shared (the owner's memory stays out), the terminal not."""
+    if target.channel == "cli":
+        return False
+    path = sessions.path_for(f"{target.channel}:{target.chat_id}")
+    return bool(first_metadata(path, "is_group").get("is_group", True))
 
 
 def _exec_private(config: Config, config_path: str) -> dict[str, tuple[Path, ...]]:

@@ -41,6 +41,13 @@ class InboundMessage:
         # undecodable input bytes (a terminal in another encoding) must not fail the turn later
         if isinstance(self.content, str):
             self.content = valid_unicode(self.content)
+        # ...nor in the ids (a terminal's -s session key): they reach the prompt's runtime block
+        if isinstance(self.chat_id, str):
+            self.chat_id = valid_unicode(self.chat_id)
+        if isinstance(self.sender_id, str):
+            self.sender_id = valid_unicode(self.sender_id)
+        if isinstance(self.session_key_override, str):
+            self.session_key_override = valid_unicode(self.session_key_override)
 
     def ack(self) -> None:
         """Confirm the message to its channel (once; later calls do nothing)."""

@@ -36,7 +36,7 @@ async def _run_job_once(config: Config, job: CronJob, path: Path) -> str:
     runtime = build_runtime(config, config_path=str(path))
     runtime.loop.start()
     try:
-        return await run_cron_job(runtime.bus, job)
+        return await run_cron_job(runtime.bus, job, runtime.agent.sessions)
     finally:
         await runtime.aclose()
 

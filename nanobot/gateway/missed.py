@@ -95,8 +95,8 @@ def find_missed(
     now = time.time() if now is None else now
     found: list[Missed] = []
     for stem in sessions.list_keys():
-        channel, _, chat_id = stem.partition("_")
-        key = f"{channel}:{chat_id}"
+        key = sessions.key_of(sessions.dir / f"{stem}.jsonl")
+        channel, _, chat_id = key.partition(":")
         if channel not in channels or not chat_id or session_file_name(key) != f"{stem}.jsonl":
             continue
         session = sessions.get(key)
@@ -122,8 +122,8 @@ def _archived_replies(
     if recent_s is None or recent_s <= 0:
         return []
     found: list[Missed] = []
-    for stem, path in sessions.archived_since(recent_s):
-        channel, _, chat_id = stem.partition("_")
+    for _stem, path in sessions.archived_since(recent_s):
+        channel, _, chat_id = sessions.key_of(path).partition(":")
         if channel not in channels or not chat_id:
             continue
         session = sessions.load_archived(path)
@@ -146,8 +146,8 @@ def resume_message(missed: Missed) -> InboundMessage:
     """The InboundMessage that runs the missed turn again without saving the message twice."""
     return InboundMessage(
         channel=missed.channel,
-        # The sender is not kept per message; in a private chat the chat is the sender's.
-        sender_id=missed.chat_id,
+        # kept with the message when it is not the chat (older files: the chat, a private chat's user)
+        sender_id=str(missed.message.get("sender_id") or missed.chat_id),
         chat_id=missed.chat_id,
         content=str(missed.message.get("content") or ""),
         media=[str(p) for p in missed.message.get("media") or []],

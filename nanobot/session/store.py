@@ -272,13 +272,23 @@ class SessionStore:
         return self._load(path.stem, path)
 
     # ------------------------------------------------------------------ chats
+    def key_of(self, path: Path) -> str:
+        """The session key a transcript (live or archived) belongs to: recorded in its metadata
+        when its first message was saved; for older files decoded from the file name, which cannot
+        tell a forum topic's `telegram:-100123:7` from a chat `-100123_7`."""
+        key = first_metadata(path, "session_key").get("session_key")
+        if isinstance(key, str) and ":" in key:
+            return key
+        channel, _, chat_id = (archived_stem(path) or path.stem).partition("_")
+        return f"{channel}:{chat_id}"
+
     def last_private_chat(self, skip_channels: tuple[str, ...]) -> tuple[str, str] | None:
         """(channel, chat id) of the most recently written private session on a channel not in
         `skip_channels`; a session that does not say whether it is a group counts as one."""
         if not self.dir.is_dir():
             return None
         for path in sorted(self.dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
-            channel, _, chat_id = path.stem.partition("_")
+            channel, _, chat_id = self.key_of(path).partition(":")
             if channel in skip_channels or not chat_id:
                 continue
             if not first_metadata(path, "is_group").get("is_group", True):
