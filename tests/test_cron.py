@@ -781,3 +781,91 @@ def test_cli_run_keeps_a_config_outside_nanobot_home_from_exec(
     assert exec_tool is not None
     assert cfg.resolve() in exec_tool.sandbox.private_files
     assert cfg.resolve().parent in exec_tool.sandbox.private_dirs
+
+
+# ------------------------------------------------------------------------ schedules the scheduler cannot hold
+
+FAR_AT = "9999-12-31T23:00:00-12:00"  # year 10000 in UTC
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"at": FAR_AT}, "out of range"),
+        ({"at": "2200-01-01T00:00:00+00:00"}, "too far ahead"),
+        ({"every_s": 1_000_000_000_000_000}, "at most"),
+    ],
+)
+def test_schedule_rejects_times_beyond_what_the_scheduler_can_hold(kwargs: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        make_schedule(default_tz=UTCZ, now=datetime(2025, 1, 15, tzinfo=UTC), **kwargs)
+
+
+async def test_tool_refuses_a_far_future_job_in_a_running_service_and_saves_nothing(tmp_path: Path) -> None:
+    rec = Recorder()
+    svc = service(tmp_path / "jobs.json", rec)
+    await svc.start()
+    try:
+        reg = ToolRegistry()
+        reg.register(CronTool(svc))
+        out = await reg.execute("cron", {"action": "add", "name": "far", "message": "x", "at": FAR_AT}, TG)
+        assert out.startswith("Error:") and "out of range" in out
+        assert svc.list() == []
+        # later jobs are still scheduled
+        job = svc.add("soon", "say hi", at=(datetime.now(UTC) + timedelta(seconds=1)).isoformat())
+        assert job.id in svc._scheduled
+    finally:
+        await svc.stop()
+
+
+@pytest.mark.parametrize("args", [["--every", "1000000000000000"], ["--at", FAR_AT]])
+def test_cli_add_out_of_range_schedule_is_a_usage_error(cli_config: Path, args: list[str]) -> None:
+    res = CliRunner().invoke(cron_cli.app, ["add", "-c", str(cli_config), "-m", "x", *args])
+    assert res.exit_code == 2 and res.stdout == "" and "Error" in res.stderr, res.output
+    assert CronStore(jobs_path(cli_config.parent / "ws")).load() == []
+
+
+async def test_a_hand_written_unschedulable_job_is_disabled_and_the_others_still_run(tmp_path: Path) -> None:
+    """jobs.json edited by hand (or written by an older version) with a job APScheduler cannot
+    compute: the service starts, disables that job with the reason, and runs the normal one."""
+    path = tmp_path / "jobs.json"
+    now = datetime.now(UTC)
+    created = to_iso(now - timedelta(hours=1))
+    far = {
+        "id": "far1",
+        "name": "far",
+        "message": "x",
+        "schedule": {"kind": "at", "at": FAR_AT},
+        "created_at": created,
+        "next_run_at": FAR_AT,
+    }
+    huge_every = {
+        "id": "huge1",
+        "name": "huge",
+        "message": "x",
+        "schedule": {"kind": "every", "every_s": 1_000_000_000_000_000},
+        "created_at": created,
+    }
+    normal = {
+        "id": "norm1",
+        "name": "normal",
+        "message": "normal reminder",
+        "schedule": {"kind": "every", "every_s": 1},
+        "deliver_to": {"channel": "telegram", "chat_id": "5"},
+        "created_at": created,
+    }
+    path.write_text(json.dumps({"version": 1, "jobs": [far, huge_every, normal]}), encoding="utf-8")
+    rec = Recorder(reply="on time")
+    svc = service(path, rec)
+    await svc.start()
+    try:
+        assert set(svc._scheduled) == {"norm1"}
+        await rec.wait_delivered(1)
+    finally:
+        await svc.stop()
+    assert rec.delivered[0] == ("telegram", "5", "on time")
+    jobs = {j.id: j for j in svc.list()}
+    for bad in ("far1", "huge1"):
+        assert not jobs[bad].enabled and jobs[bad].next_run_at is None
+        assert jobs[bad].last_status is not None and jobs[bad].last_status.startswith("error: OverflowError")
+    assert jobs["norm1"].enabled and jobs["norm1"].last_status == "ok"

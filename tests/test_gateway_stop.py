@@ -177,3 +177,54 @@ def test_sigterm_during_a_turn_and_a_consolidation_exits_0_in_time_and_loses_not
         assert gw.stop(timeout=STOP_TIMEOUT_S) == 0, gw.log[-3000:]
     finally:
         gw.kill()
+
+
+# ------------------------------------------------------------------------ cron runs at a stop (in process)
+
+
+async def _gateway_running_a_cron_job(tmp_path: Path, grace_s: float, turn_delay_s: float) -> tuple[Any, str]:
+    """An in-process gateway (tests/test_gateway_lifecycle.py) whose one-shot job for the test
+    chat is due in a second; returns once the job's turn waits on the model."""
+    import asyncio
+    from datetime import UTC, datetime, timedelta
+
+    from nanobot.scheduler.cron_store import DeliverTo
+    from tests.test_gateway_lifecycle import CHAT, Harness
+
+    h = await Harness(tmp_path, grace_s=grace_s).start()
+    h.provider.turn_delay_s = turn_delay_s
+    due = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    job = h.gateway.cron.add("pills", "pills reminder", at=due, deliver_to=DeliverTo("test", CHAT))
+    await asyncio.wait_for(h.provider.entered.wait(), 10)
+    return h, job.id
+
+
+async def test_a_cron_run_in_flight_at_a_stop_is_delivered_and_recorded(tmp_path: Path) -> None:
+    """SIGTERM while a job's turn waits on the model (well within the grace): the run finishes,
+    its reply reaches the chat before the channels stop, and the job is recorded as done, so the
+    restart does not run it again."""
+    from tests.test_gateway_lifecycle import kill_self
+
+    h, job_id = await _gateway_running_a_cron_job(tmp_path, grace_s=10.0, turn_delay_s=1.0)
+    kill_self(signal.SIGTERM)
+    code, _ = await h.stopped()
+    assert code == 0 and h.exits == []
+    assert "reply: pills reminder" in h.channel.sent
+    job = h.gateway.cron.get(job_id)
+    assert job is not None and job.last_status == "ok" and job.last_run_at is not None
+    assert not job.enabled and job.next_run_at is None  # not due again
+
+
+async def test_a_cron_run_outlasting_the_grace_is_cancelled_and_stays_due(tmp_path: Path) -> None:
+    """A run still going when the grace ends is cancelled before the loop cancels its turn: it
+    records nothing (no empty reply recorded as done), so the job runs again after the restart."""
+    from tests.test_gateway_lifecycle import kill_self
+
+    h, job_id = await _gateway_running_a_cron_job(tmp_path, grace_s=0.3, turn_delay_s=60.0)
+    kill_self(signal.SIGTERM)
+    code, _ = await h.stopped()
+    assert code == 0 and h.exits == []
+    assert not any(s.startswith("reply:") for s in h.channel.sent)
+    job = h.gateway.cron.get(job_id)
+    assert job is not None and job.enabled and job.last_status is None and job.last_run_at is None
+    assert job.next_run_at is not None

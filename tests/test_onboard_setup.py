@@ -208,6 +208,9 @@ def test_a_mistyped_config_path_is_an_error_not_the_defaults(home: Path) -> None
     result = run_cli("agent", "-m", "hi", "-c", str(home / "confg.json"), home=home)
     assert result.returncode == 2 and "no such config file" in result.stderr, result.stderr
     assert not (home / "workspace" / "sessions").exists()
+    # doctor checked the defaults instead and said "healthy"
+    doctor = run_cli("doctor", "-c", str(home / "confg.json"), home=home)
+    assert doctor.returncode == 2 and "no such config file" in doctor.stderr, doctor.stdout
 
 
 def test_onboard_makes_a_home_someone_else_created_private(home: Path) -> None:

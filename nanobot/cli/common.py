@@ -60,6 +60,12 @@ def fail(text: str, code: int = EXIT_FAILURE) -> NoReturn:
     raise typer.Exit(code)
 
 
+def require_named_config(path: Path | None) -> None:
+    """A file named by -c must exist (ConfigError, exit 2): a mistyped path ran on the defaults."""
+    if path is not None and not path.expanduser().exists():
+        raise ConfigError(f"{path}: no such config file (`nanobot onboard -c {path}` creates one)")
+
+
 def load_cli_config(path: Path | None, *, missing_ok: bool = False) -> Config:
     """Load the command's config; a bad one raises ConfigError, which the CLI reports (exit 2). Its
     secrets are registered for masking and its prompt-logging choice applied before anything logs.
@@ -68,8 +74,8 @@ def load_cli_config(path: Path | None, *, missing_ok: bool = False) -> Config:
     from nanobot.logs import set_prompt_logging
     from nanobot.secrets import register_config_secrets
 
-    if path is not None and not missing_ok and not path.expanduser().exists():
-        raise ConfigError(f"{path}: no such config file (`nanobot onboard -c {path}` creates one)")
+    if not missing_ok:
+        require_named_config(path)
     cfg = load_config(config_path(path))
     register_config_secrets(cfg)
     set_prompt_logging(cfg.logging.prompts)

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from nanobot.cli.common import EXIT_FAILURE, EXIT_OK, ConfigOption, config_path
+from nanobot.cli.common import EXIT_FAILURE, EXIT_OK, ConfigOption, config_path, require_named_config
 
 MARKS = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "skip": "skip"}
 
@@ -24,6 +24,7 @@ def doctor(
     """Check config, provider, channel tokens, sandbox, permissions, disk, gateway, service, index, MCP."""
     from nanobot.doctor import healthy, run_doctor
 
+    require_named_config(config)  # as every command: a mistyped -c must not check the defaults
     checks = run_doctor(config_path(config), fix=fix, timeout_s=timeout_s)
     ok = healthy(checks)
     if as_json:

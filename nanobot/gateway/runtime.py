@@ -276,9 +276,18 @@ class Gateway:
         if not self._stop_started:
             self._stop_started = asyncio.get_running_loop().time()
         await self.loop.stop_accepting()
-        await self.cron.stop()
+        await self.cron.stop_timers()  # no new runs; those in flight finish with the turns below
         if self.heartbeat is not None:
             await self.heartbeat.stop()
+        # Cron runs first, while the loop still runs their turns: a run that finishes within the
+        # grace delivers and records its result (it must not run again after the restart). One
+        # still going is cancelled unrecorded before the loop cancels its turn, which would hand
+        # the run an empty reply that it would record as done.
+        await self.cron.stop(
+            self._left_s(g.shutdown_grace_s, reserve_s=g.drain_timeout_s),
+            turns=self.loop.in_flight,
+            unwind_s=MIN_PHASE_S,
+        )
         await self.loop.finish(self._left_s(g.shutdown_grace_s, reserve_s=g.drain_timeout_s))
         await self._wait_outbound_empty(self._left_s(OUTBOUND_FLUSH_TIMEOUT_S))
         await self.channels.stop_all(drain_timeout_s=self._left_s(OUTBOUND_FLUSH_TIMEOUT_S))

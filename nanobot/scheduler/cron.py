@@ -8,6 +8,11 @@ Runs missed while nothing was running: each job records `next_run_at`. On start 
 first seen), a `next_run_at` in the past that is at most MISFIRE_GRACE_S old fires once right away;
 an older one is skipped and recorded as `missed` (a one-shot `at` job is then disabled). While
 running, APScheduler applies the same grace and coalesces a backlog into one run.
+
+A job whose schedule cannot be turned into a timer (a hand-edited jobs.json) is disabled with the
+reason in its `last_status`; the other jobs are scheduled all the same. A stop starts no more runs
+and lets those in flight finish within its grace (result delivered, status recorded); a run
+cancelled after the grace is not recorded, so it is still due at the next start.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +73,7 @@ __all__ = [
 MISFIRE_GRACE_S = 300  # a run missed by at most this long still happens once, late
 RELOAD_CHECK_S = 2.0  # how often a running service looks for changes made by other processes
 STOP_TIMEOUT_S = 5.0  # how long stop() waits for cancelled in-flight runs to unwind
+RUN_SETTLE_S = 0.5  # at a stop, how long a run whose turn has ended may take to deliver and record
 
 OnJob = Callable[[CronJob], Awaitable[str | None]]
 Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
@@ -216,22 +222,67 @@ class CronService:
         self._watcher = asyncio.create_task(self._watch(), name="cron-watch")
         logger.info("cron: started with {} scheduled job(s)", len(self._scheduled))
 
-    async def stop(self) -> None:
-        """Stop the timers and cancel runs in flight (their status is not recorded)."""
-        if self._scheduler is None:
-            return
+    async def stop_timers(self) -> None:
+        """Start no more runs: stop watching jobs.json and pause the timers. Runs in flight go on
+        (stop() lets them finish or cancels them)."""
         if self._watcher is not None:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)
             self._watcher = None
+        from apscheduler.schedulers.base import STATE_RUNNING
+
+        if self._scheduler is not None and self._scheduler.state == STATE_RUNNING:
+            self._scheduler.pause()
+
+    async def stop(
+        self,
+        grace_s: float = 0.0,
+        *,
+        turns: Callable[[], Collection[asyncio.Future[Any]]] | None = None,
+        unwind_s: float = STOP_TIMEOUT_S,
+    ) -> None:
+        """Stop the timers, let runs in flight finish within `grace_s` (their results delivered and
+        recorded), then cancel the rest: a cancelled run is not recorded, so it is still due and
+        runs again at the next start.
+
+        `turns` lists the agent loop's turns in flight when the loop no longer takes messages (a
+        gateway's shutdown): once none is left, no run still waiting for its reply can get one, so
+        the wait ends early instead of lasting the whole grace.
+        """
+        if self._scheduler is None:
+            return
+        await self.stop_timers()
+        await self._finish_runs(grace_s, turns)
+        left = list(self._inflight)
+        for task in left:
+            task.cancel()
+        if left:
+            logger.warning("cron: cancelled {} run(s) still going at the stop; they run again", len(left))
+            await asyncio.wait(left, timeout=unwind_s)
+        # APScheduler's shutdown cancels its runs still in flight: only after they had their chance
         self._scheduler.shutdown(wait=False)
         self._scheduler = None
         await asyncio.sleep(0)  # shutdown is queued on the loop; let it run before we return
         self._scheduled.clear()
-        for task in list(self._inflight):
-            task.cancel()
-        if self._inflight:
-            await asyncio.wait(list(self._inflight), timeout=STOP_TIMEOUT_S)
+
+    async def _finish_runs(
+        self, grace_s: float, turns: Callable[[], Collection[asyncio.Future[Any]]] | None
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while self._inflight and (left_s := deadline - loop.time()) > 0:
+            if turns is None:
+                await asyncio.wait(list(self._inflight), timeout=left_s)
+                return
+            running = list(turns())
+            if not running:
+                # A run that got its reply only delivers and records it now; the others wait for a
+                # message the stopped loop never takes.
+                await asyncio.wait(list(self._inflight), timeout=min(left_s, RUN_SETTLE_S))
+                return
+            await asyncio.wait(
+                [*self._inflight, *running], timeout=left_s, return_when=asyncio.FIRST_COMPLETED
+            )
 
     async def run_now(self, job_id: str, raise_errors: bool = False) -> str | None:
         """Run a job once right now (it keeps its schedule); raises KeyError for an unknown id.
@@ -272,18 +323,27 @@ class CronService:
             self._apply(updates)
 
     def _schedule(self, job: CronJob, moment: datetime, catch_up_allowed: bool) -> dict[str, Any]:
-        """Add a timer for `job`; returns the fields of the job to update on disk."""
+        """Add a timer for `job`; returns the fields of the job to update on disk.
+
+        A job that cannot be scheduled (a hand-edited jobs.json: a malformed time, one beyond what
+        the scheduler can compute) is disabled with the reason in its status: it must not stop the
+        other jobs from being scheduled, nor the gateway from starting.
+        """
+        try:
+            return self._add_timer(job, moment, catch_up_allowed)
+        except Exception as exc:  # noqa: BLE001 - any failure here is this one job's
+            self._unschedule(job.id)
+            reason = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            logger.error("cron: job {} has an unusable schedule and is disabled: {}", job.id, reason)
+            return {"enabled": False, "next_run_at": None, "last_status": _status(f"error: {reason}")}
+
+    def _add_timer(self, job: CronJob, moment: datetime, catch_up_allowed: bool) -> dict[str, Any]:
         assert self._scheduler is not None
         update: dict[str, Any] = {}
-        try:
-            due_text = job.next_run_at or (job.schedule.at if job.schedule.kind == "at" else None)
-            due = parse_iso(due_text, self.tz) if due_text else None
-            trigger = build_trigger(job, self.tz)
-            upcoming = next_fire(job, self.tz, moment)
-        except ValueError as exc:
-            logger.error("cron: job {} has an unusable schedule: {}", job.id, exc)
-            return {"enabled": False, "next_run_at": None, "last_status": _status(f"error: {exc}")}
-        run_time = upcoming
+        due_text = job.next_run_at or (job.schedule.at if job.schedule.kind == "at" else None)
+        due = parse_iso(due_text, self.tz) if due_text else None
+        trigger = build_trigger(job, self.tz)
+        run_time = next_fire(job, self.tz, moment)
         if due is not None and due < moment and catch_up_allowed:
             late_s = (moment - due).total_seconds()
             if late_s <= self.misfire_grace_s:

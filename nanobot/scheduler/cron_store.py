@@ -29,6 +29,10 @@ if TYPE_CHECKING:  # APScheduler's triggers are imported where a schedule is par
 FILE_FORMAT = 1
 MAX_JOBS = 500  # a runaway agent must not grow jobs.json without bound
 MIN_EVERY_S = 1
+# Bounds on a schedule: APScheduler computes run times as datetimes, and one beyond year 9999 in
+# UTC (or an interval that reaches past it) raises OverflowError on every start of the gateway.
+MAX_AT_AHEAD = timedelta(days=100 * 365 + 25)  # 100 years, leap days included
+MAX_EVERY_S = 10 * 366 * 24 * 3600  # about 10 years
 MAX_STATUS_CHARS = 300
 CRON_SESSION_PREFIX = "cron:"
 
@@ -240,7 +244,9 @@ def make_schedule(
 ) -> CronSchedule:
     """Validate exactly one of at/every_s/expr; raises ValueError with a user-facing message.
 
-    A naive `at` is wall time in `tz` (or `default_tz`) and is stored with its offset.
+    A naive `at` is wall time in `tz` (or `default_tz`) and is stored with its offset. `at` lies at
+    most MAX_AT_AHEAD ahead and `every_s` is at most MAX_EVERY_S: the scheduler could not represent
+    runs beyond year 9999.
     """
     given = [
         name for name, value in (("at", at), ("every", every_s), ("cron", expr)) if value not in (None, "")
@@ -255,12 +261,20 @@ def make_schedule(
             raise ValueError(
                 f"'at' must be an ISO-8601 time such as 2025-03-01T09:00:00+01:00, got {at!r}"
             ) from None
+        try:
+            moment.astimezone(UTC)  # the scheduler works in UTC: the time must exist there too
+        except OverflowError:
+            raise ValueError(f"'at' time {at!r} is out of range") from None
         if moment <= now:
             raise ValueError(f"'at' time {to_iso(moment)} is in the past")
+        if moment - now > MAX_AT_AHEAD:
+            raise ValueError(f"'at' time {to_iso(moment)} is too far ahead (at most 100 years)")
         return CronSchedule(kind="at", at=to_iso(moment, round_up=True), tz=tz)
     if every_s is not None:
         if isinstance(every_s, bool) or not isinstance(every_s, int) or every_s < MIN_EVERY_S:
             raise ValueError(f"'every' must be a whole number of seconds >= {MIN_EVERY_S}")
+        if every_s > MAX_EVERY_S:
+            raise ValueError(f"'every' must be at most {MAX_EVERY_S} seconds (about 10 years)")
         return CronSchedule(kind="every", every_s=every_s, tz=tz)
     expr = " ".join(str(expr).split())
     try:
