@@ -278,8 +278,12 @@ async def test_missed_run_beyond_grace_is_skipped_and_recorded(tmp_path: Path, k
     )
     if kind == "at":
         assert not saved.enabled and saved.next_run_at is None
+        # the one-shot reminder never comes: its chat hears that it was missed (it heard nothing)
+        assert [(c, chat) for c, chat, _ in rec.delivered] == [("telegram", "1")]
+        assert rec.delivered[0][2].startswith('Missed while I was offline: "m" was due ')
     else:
         assert datetime.fromisoformat(saved.next_run_at) > datetime.now(UTC)
+        assert rec.delivered == []  # it simply runs at its next time
 
 
 async def test_running_service_picks_up_jobs_added_and_removed_by_another_process(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ file's signature every `reload_interval_s`.
 
 Runs missed while nothing was running: each job records `next_run_at`. On start (and when a job is
 first seen), a `next_run_at` in the past that is at most MISFIRE_GRACE_S old fires once right away;
-an older one is skipped and recorded as `missed` (a one-shot `at` job is then disabled). While
+an older one is skipped and recorded as `missed` (a one-shot `at` job is then disabled, and its chat
+is told it was missed while nanobot was offline). While
 running, APScheduler applies the same grace and coalesces a backlog into one run.
 
 A job whose schedule cannot be turned into a timer (a hand-edited jobs.json) is disabled with the
@@ -121,6 +122,7 @@ class CronService:
         self._seen_sig: tuple[int, int, int] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[Any]] = set()
+        self._notices: set[asyncio.Task[None]] = set()  # "missed while offline" messages being sent
         self._clock: ClockWatch | None = None  # looks for wall-clock steps while running
 
     # ------------------------------------------------------------------ management
@@ -337,6 +339,25 @@ class CronService:
             logger.error("cron: job {} has an unusable schedule and is disabled: {}", job.id, reason)
             return {"enabled": False, "next_run_at": None, "last_status": _status(f"error: {reason}")}
 
+    def _tell_missed(self, job: CronJob, due: datetime) -> None:
+        """A one-shot job skipped as too late (nothing ran at its time): its chat is told, instead
+        of a reminder that silently never comes. A repeating job just runs at its next time."""
+        if job.deliver_to is None or self._deliver is None:
+            return
+        text = f'Missed while I was offline: "{job.name}" was due {due.strftime("%Y-%m-%d %H:%M %Z")}.'
+        notice = asyncio.get_running_loop().create_task(self._send_notice(job, text))
+        self._notices.add(notice)  # a reference, or the task may be collected before it runs
+        notice.add_done_callback(self._notices.discard)
+
+    async def _send_notice(self, job: CronJob, text: str) -> None:
+        assert job.deliver_to is not None and self._deliver is not None
+        try:
+            await self._deliver(job.deliver_to.channel, job.deliver_to.chat_id, text)
+        except Exception as exc:  # noqa: BLE001 - its status already says "missed"
+            logger.warning(
+                "cron: could not tell chat {} of missed job {}: {}", job.deliver_to.chat_id, job.id, exc
+            )
+
     def _add_timer(self, job: CronJob, moment: datetime, catch_up_allowed: bool) -> dict[str, Any]:
         assert self._scheduler is not None
         update: dict[str, Any] = {}
@@ -358,6 +379,8 @@ class CronService:
                 update["last_status"] = _status(
                     f"missed: due {due_text}, {late_s:.0f}s late (grace {self.misfire_grace_s}s)"
                 )
+                if job.schedule.kind == "at":
+                    self._tell_missed(job, due)
         if run_time is None:  # a one-shot job whose time has passed
             update.update(enabled=False, next_run_at=None)
             return update
