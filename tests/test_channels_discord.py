@@ -6,10 +6,14 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import discord
+import discord.http
 import pytest
 
+import nanobot.channels.connection
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.discord import DiscordChannel
@@ -152,6 +156,22 @@ async def test_ignores_bots_and_itself(server, gateway_factory) -> None:
     assert gw.bus.inbound.empty()
 
 
+async def test_ignores_system_and_empty_messages(server, gateway_factory) -> None:
+    """A member joining (type 7) or a pin (type 6) reached the agent as an empty user turn, and so
+    did a bare mention or a message with neither text nor attachments."""
+    gw = await gateway_factory(make_config(server, groupPolicy="open")).start()
+    server.push_message("", channel_id=GUILD_CHANNEL_ID, guild=True, author_id=777, message_type=7)
+    server.push_message("", message_type=6)
+    server.push_message(f"<@{BOT_ID}>", channel_id=GUILD_CHANNEL_ID, guild=True, mention_bot=True)
+    server.push_message("  ")
+    server.push_message("human")
+    assert (await gw.inbound()).content == "human"
+    await asyncio.sleep(0.1)
+    assert gw.bus.inbound.empty()
+    server.push_message("", attachments=[server.add_attachment("cat.png", b"\x89PNG-cat")])
+    assert (await gw.inbound()).metadata["media_types"] == ["image"]  # attachments alone still count
+
+
 async def test_allow_list_matches_user_id_only_and_logs_denial_once(server, gateway_factory, logs) -> None:
     gw = await gateway_factory(make_config(server, allowFrom=[str(USER_ID), "mallory"])).start()
     for _ in range(3):
@@ -205,6 +225,77 @@ async def test_send_survives_429_and_502(server, gateway_factory) -> None:
     sends = await server.wait_for("send_message", count=3, timeout=10)
     assert [c.params["content"] for c in sends] == ["persistent"] * 3
     assert gw.channel.state == "running"
+
+
+def _quick_sleep_asyncio() -> ModuleType:
+    """asyncio for discord.http with its fixed 1, 3, 5, 7, 9 s pauses between 5xx tries cut short."""
+    module = ModuleType("asyncio")
+    module.__dict__.update(vars(asyncio))
+
+    async def sleep(delay: float, result: object = None) -> object:
+        return await asyncio.sleep(min(delay, 0.01), result)
+
+    module.sleep = sleep  # type: ignore[attr-defined]
+    return module
+
+
+async def _send_and_settle(gw: Gateway, content: str) -> BaseException | None:
+    """Publish a reply and wait for the channel manager to report its delivery (or its error)."""
+    msg = OutboundMessage("discord", str(DM_CHANNEL_ID), content)
+    msg.sent = asyncio.get_running_loop().create_future()
+    await gw.bus.publish_outbound(msg)
+    try:
+        await asyncio.wait_for(msg.sent, 30)
+    except discord.HTTPException as exc:
+        return exc
+    return None
+
+
+async def test_errors_discord_py_retried_are_not_retried_again(server, gateway_factory, monkeypatch) -> None:
+    """discord.py tries a 429 or a 502 five times before raising, and nanobot wrapped its own
+    sendMaxRetries (4) around that: 25 POSTs for one persistent failure."""
+    monkeypatch.setattr(discord.http, "asyncio", _quick_sleep_asyncio())
+    gw = await gateway_factory(make_config(server)).start()
+    max_retries = gw.manager.config.channels.send_max_retries
+    server.fail_next(
+        "send_message", 429, 100, retry_after=0.01, message="You are being rate limited.", **{"global": False}
+    )
+    error = await _send_and_settle(gw, "rate limited")
+    assert isinstance(error, discord.HTTPException) and error.status == 429
+    assert len(server.calls_to("send_message")) == 5 <= 1 + max_retries  # discord.py's own tries only
+
+    server._failures.clear()
+    server.fail_next("send_message", 502, 100, message="Bad Gateway")
+    error = await _send_and_settle(gw, "bad gateway")
+    assert isinstance(error, discord.DiscordServerError) and error.status == 502
+    assert len(server.calls_to("send_message")) == 10
+
+    # discord.py raises a 503 at once: nanobot's retries still cover it.
+    server._failures.clear()
+    server.fail_next("send_message", 503, 2, message="Service Unavailable")
+    assert await _send_and_settle(gw, "unavailable") is None
+    assert [c.params["content"] for c in server.calls_to("send_message")[10:]] == ["unavailable"] * 3
+
+    # A 429 without Discord's Via header is Cloudflare's, which discord.py raises at once: retried.
+    server.via = None
+    server.fail_next("send_message", 429, message="error code: 1015")
+    assert await _send_and_settle(gw, "cloudflare") is None
+    assert [c.params["content"] for c in server.calls_to("send_message")[13:]] == ["cloudflare"] * 2
+
+
+async def test_a_long_rate_limit_is_waited_by_nanobot_under_its_cap(
+    server, gateway_factory, monkeypatch, logs
+) -> None:
+    """discord.py slept a 429's retry_after (900 s here) inside send(), past nanobot's cap on
+    retry-after waits (RETRY_AFTER_MAX_S, shortened here so the test does not wait 300 s)."""
+    monkeypatch.setattr(nanobot.channels.connection, "RETRY_AFTER_MAX_S", 0.05)
+    gw = await gateway_factory(make_config(server)).start()
+    server.fail_next(
+        "send_message", 429, retry_after=900, message="You are being rate limited.", **{"global": False}
+    )
+    assert await _send_and_settle(gw, "after the cap") is None
+    assert [c.params["content"] for c in server.calls_to("send_message")] == ["after the cap"] * 2
+    assert any("RateLimited" in line and "retry 1/" in line for line in logs)
 
 
 async def test_typing_while_turn_runs(server, gateway_factory) -> None:

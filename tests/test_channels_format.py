@@ -85,6 +85,38 @@ def test_hard_cut_when_no_boundary_and_nothing_lost() -> None:
     assert all(len(p) <= 100 for p in parts)
 
 
+@pytest.mark.parametrize("intro", ["", "Here is the config:\n\n", "p " * 600 + "\n"])
+@pytest.mark.parametrize("opener", ["```json", "``` json with words", "~~~json"])
+def test_a_block_holding_one_long_line_never_yields_an_empty_block(intro: str, opener: str) -> None:
+    """The only line break after the opener was taken as the cut, so a part ended in "```json"
+    closed at once: an empty code block, or a message of its own holding nothing else."""
+    marker = opener.split(" ")[0].rstrip("json")
+    minified = "{" + ",".join(f'"k{i}":{i}' for i in range(400)) + "}"
+    text = f"{intro}{opener}\n{minified}\n{marker}"
+    parts = split_message(text, DISCORD_MAX_CHARS)
+    assert all(utf16_len(p) <= DISCORD_MAX_CHARS for p in parts)
+    for part in parts:
+        assert len(re.findall(rf"^ {{0,3}}{re.escape(marker)}", part, flags=re.M)) % 2 == 0, part[:40]
+        assert f"{opener}\n{marker}" not in part, f"an empty code block: {part[-40:]!r}"
+    # Nothing is lost: the code parts rejoin (minus the reopened/closing fences) into the JSON.
+    code = "".join(p.removeprefix(opener + "\n").removesuffix("\n" + marker) for p in parts if p.startswith(opener))
+    assert code == minified
+    assert len(parts) == len(split_message(intro, DISCORD_MAX_CHARS)) + 3
+
+
+@pytest.mark.parametrize("marker", ["~~~", "````"])
+def test_an_opener_line_cut_hard_is_closed_with_its_own_marker(marker: str) -> None:
+    """An opener line too long for a part was reopened and closed as ```, which leaves a ~~~ or
+    ```` block open: the rest of the part and the next ones rendered as code."""
+    text = f"{marker}{'y' * 3000}\nlast line\n{marker}\nafter"
+    parts = split_message(text, DISCORD_MAX_CHARS)
+    assert len(parts) >= 2 and all(utf16_len(p) <= DISCORD_MAX_CHARS for p in parts)
+    for part in parts:
+        fences = re.findall(rf"^{re.escape(marker)}", part, flags=re.M)
+        assert len(fences) % 2 == 0 and part.endswith((f"\n{marker}", "after")), part[-20:]
+    assert "".join(parts).count("y") == 3000
+
+
 def test_utf16_counting_for_emoji() -> None:
     text = "😀" * 1500  # 3000 UTF-16 units
     parts = split_message(text, DISCORD_MAX_CHARS)

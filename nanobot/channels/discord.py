@@ -7,6 +7,13 @@ Delivery is at-most-once: the gateway does not replay MESSAGE_CREATE events afte
 RESUME only covers a dropped connection of a live session), so there is nothing to confirm late and
 `InboundMessage.on_persisted` stays unset. A message received but not yet saved when the process
 dies is lost; reading the channel history on start-up would be the only way to recover it.
+
+Only what people write is a turn: system messages (a member joined, a message was pinned, a thread
+was created...) and messages with neither text nor attachments are ignored.
+
+Sends are retried by nanobot under `channels.sendMaxRetries` and its retry-after cap. discord.py
+retries 429s and some 5xx on its own (up to 5 tries) before raising; those errors are not retried
+again, and a rate limit longer than `MAX_RATELIMIT_WAIT_S` is raised to us instead of waited.
 """
 
 from __future__ import annotations
@@ -34,8 +41,29 @@ GUILD_READY_TIMEOUT_S = 2.0  # discord.py's wait for GUILD_CREATEs after READY
 REIDENTIFY_DELAY_S = 5.0  # discord.py's default pause before a non-initial IDENTIFY
 STOP_TIMEOUT_S = 5.0
 MESSAGE_CACHE = 200  # messages discord.py keeps (it resolves replies from this cache)
+# A longer retry_after raises discord.RateLimited (nanobot waits it, capped) instead of discord.py
+# sleeping it inside send(); 30 s is the smallest value discord.py accepts.
+MAX_RATELIMIT_WAIT_S = 30.0
+# What discord.py's HTTPClient.request retries itself before raising: 5xx it calls transient, and
+# connection resets by errno (macOS/BSD, Windows).
+_LIBRARY_RETRIED_STATUSES = frozenset({500, 502, 504, 524})
+_LIBRARY_RETRIED_ERRNOS = frozenset({54, 10054})
+# Messages people write; every other type (joins, pins, boosts, thread created...) is a system one.
+_USER_MESSAGE_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 _BAD_TOKEN_CLOSE = 4004
 _NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=False)
+
+
+def _library_retried(exc: discord.HTTPException) -> bool:
+    """Whether discord.py already spent its own tries on this error before raising it.
+
+    It retries the transient 5xx, and a 429 that came from Discord's API (answers carry a Via
+    header); a 429 without one is Cloudflare's, raised at once.
+    """
+    if exc.status in _LIBRARY_RETRIED_STATUSES:
+        return True
+    headers = getattr(exc.response, "headers", None) or {}
+    return exc.status == 429 and bool(headers.get("Via"))
 
 
 class _Client(discord.Client):
@@ -99,6 +127,7 @@ class DiscordChannel(Channel):
             max_messages=MESSAGE_CACHE,
             guild_ready_timeout=self.guild_ready_timeout_s,
             allowed_mentions=_NO_MENTIONS_BUT_USERS,
+            max_ratelimit_timeout=MAX_RATELIMIT_WAIT_S,
         )
 
     async def _run(self) -> None:
@@ -159,15 +188,23 @@ class DiscordChannel(Channel):
         me_id = self.client.user.id
         if message.author.bot or message.author.id == me_id:
             return
+        if message.type not in _USER_MESSAGE_TYPES:
+            logger.debug("discord: ignoring system message {} ({})", message.id, message.type.name)
+            return
         is_group = message.guild is not None
         if is_group and self.config.group_policy == "mention" and not self._addressed(message, me_id):
+            return
+        content = re.sub(rf"<@!?{me_id}>", "", message.content).strip()
+        if not content and not message.attachments:
+            # A bare mention, a sticker or an embed only; in a guild, also what a bot without the
+            # Message Content intent receives for messages that do not mention it.
+            logger.debug("discord: ignoring message {} with no text or attachments", message.id)
             return
         sender = str(message.author.id)
         # Checked before downloading anything they sent.
         channel_id, name = str(message.channel.id), message.author.name
         if not await self._admit(sender, chat_id=channel_id, is_group=is_group, display_name=name):
             return
-        content = re.sub(rf"<@!?{me_id}>", "", message.content).strip()
         voice = bool(message.flags.voice)
         items = [MediaItem(a.filename, a.content_type, a.size, voice, a) for a in message.attachments]
 
@@ -192,12 +229,16 @@ class DiscordChannel(Channel):
 
     # ------------------------------------------------------------------ outbound
     def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:
-        if isinstance(exc, discord.RateLimited):
+        if isinstance(exc, discord.RateLimited):  # longer than MAX_RATELIMIT_WAIT_S: not tried yet
             return exc.retry_after
-        if isinstance(exc, discord.DiscordServerError):
-            return self._backoff(attempt)
         if isinstance(exc, discord.HTTPException):
-            return self._backoff(attempt) if exc.status == 429 else None
+            if _library_retried(exc):
+                return None
+            if isinstance(exc, discord.DiscordServerError) or exc.status == 429:
+                return self._backoff(attempt)
+            return None
+        if isinstance(exc, OSError) and exc.errno in _LIBRARY_RETRIED_ERRNOS:
+            return None
         if isinstance(exc, (aiohttp.ClientError, OSError, asyncio.TimeoutError)):
             return self._backoff(attempt)
         return None

@@ -5,6 +5,8 @@ A cut inside a code fence closes the fence at the end of the part and reopens it
 language tag) at the start of the next, so every part renders on its own. A fence is closed only by a
 bare fence of its own character at least as long (```` around ``` keeps the inner one as text, and
 ~~~ is closed by ~~~), and a cut one is closed with its own marker.
+A cut never leaves a part whose open code block holds only blank lines (a fence opener and its
+closer): when every boundary would, the window is cut hard at its length instead.
 """
 
 from __future__ import annotations
@@ -44,17 +46,39 @@ def _fit(text: str, budget: int, measure: Measure) -> int:
     return lo
 
 
-def _find_cut(window: str) -> tuple[int, int]:
-    """(cut, skip): the part is window[:cut]; `skip` separator characters are dropped after it."""
-    for sep in _SEPARATORS:
-        idx = window.rfind(sep)
-        if idx >= max(1, int(len(window) * _MIN_FILL)):
-            return idx, len(sep)
-    for sep in _SEPARATORS:
-        idx = window.rfind(sep)
-        if idx > 0:
-            return idx, len(sep)
+def _find_cut(window: str, open_fence: str | None) -> tuple[int, int]:
+    """(cut, skip): the part is window[:cut]; `skip` separator characters are dropped after it.
+
+    `open_fence` is the block open at the start of the window. A boundary that would end the part
+    inside a code block with nothing in it yet moves to one of the same kind before that block.
+    """
+    for min_cut in (max(1, int(len(window) * _MIN_FILL)), 1):
+        for sep in _SEPARATORS:
+            idx = window.rfind(sep)
+            while idx >= min_cut:
+                empty_from = _empty_block_start(open_fence, window[:idx])
+                if empty_from is None:
+                    return idx, len(sep)
+                idx = window.rfind(sep, 0, empty_from)
     return len(window), 0
+
+
+def _empty_block_start(open_fence: str | None, chunk: str) -> int | None:
+    """Where the code block open at the end of `chunk` starts, if it holds only blank lines there.
+
+    None when `chunk` ends outside any block or inside one with text. Sent as a part, such a chunk
+    would render as an empty code block (its opener closed at once).
+    """
+    block_start, block_has_text, offset = 0, False, 0
+    for line in chunk.split("\n"):
+        after = _fence_after(open_fence, line)
+        if open_fence is None:  # outside a block, or this line opens a new one
+            block_start, block_has_text = offset, False
+        elif after is not None:
+            block_has_text = block_has_text or bool(line.strip())
+        open_fence = after
+        offset += len(line) + 1
+    return block_start if open_fence is not None and not block_has_text else None
 
 
 def _marker(opener: str) -> str:
@@ -100,13 +124,15 @@ def split_message(text: str, max_chars: int, measure: Measure = utf16_len) -> li
             break
         # Reserve room for a closing fence; the fence opener is reused, so reserve its length too.
         window = remaining[: _fit(remaining, room - _CLOSE_ROOM, measure)]
-        cut, skip = _find_cut(window)
+        cut, skip = _find_cut(window, open_fence)
         chunk = remaining[:cut]
         open_fence = _fence_after(open_fence, chunk)
-        if open_fence is not None and (
-            measure(f"{open_fence}\n") > max_chars // 4 or len(_marker(open_fence)) >= _CLOSE_ROOM
-        ):
-            open_fence = "```"  # a pathological opener line: do not let it eat the next part
+        if open_fence is not None and len(_marker(open_fence)) >= _CLOSE_ROOM:
+            open_fence = "```"  # a pathological marker: do not let it eat the next part
+        elif open_fence is not None and measure(f"{open_fence}\n") > max_chars // 4:
+            # A pathological info string (cut hard inside it): reopen bare, but close with the
+            # block's own marker, which ``` would not close when it is ```` or ~~~.
+            open_fence = _marker(open_fence)
         part = prefix + chunk
         if open_fence is not None:
             part += "\n" + _marker(open_fence)

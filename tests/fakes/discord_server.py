@@ -4,7 +4,9 @@ Point discord.py at `server.api_base` (Route.BASE) and `server.gateway_url`. The
 HELLO, answers IDENTIFY with READY + GUILD_CREATE, RESUME with RESUMED, heartbeats with ACK, and
 dispatches MESSAGE_CREATE for `push_message`. REST serves /users/@me, /gateway/bot, channel
 messages (with the 2000-character limit), typing and attachment downloads. JSON answers carry
-Content-Type exactly `application/json` (discord.py compares it literally).
+Content-Type exactly `application/json` (discord.py compares it literally) and, like Discord's API
+behind its proxy, a `Via` header (discord.py takes a 429 without one for a Cloudflare ban and does
+not retry it); set `via` to None to answer like Cloudflare.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class FakeDiscordServer(ThreadedAiohttpServer):
         self.pushed_at: dict[str, float] = {}
         self._failures: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self._seq = itertools.count(1)
+        self.via: str | None = "1.1 google"
 
     # ---------------------------------------------------------------- addresses
     @property
@@ -96,8 +99,12 @@ class FakeDiscordServer(ThreadedAiohttpServer):
         mention_bot: bool = False,
         reply_to_bot: bool = False,
         attachments: list[dict[str, Any]] | None = None,
+        message_type: int = 0,
     ) -> str:
-        """Dispatch MESSAGE_CREATE to every connected client; returns the message id."""
+        """Dispatch MESSAGE_CREATE to every connected client; returns the message id.
+
+        `message_type` is Discord's message type (0 default; 6 pin, 7 member join... are system ones).
+        """
         message_id = str(next(_snowflakes))
         data: dict[str, Any] = {
             "id": message_id,
@@ -112,7 +119,7 @@ class FakeDiscordServer(ThreadedAiohttpServer):
             "attachments": attachments or [],
             "embeds": [],
             "pinned": False,
-            "type": 0,
+            "type": message_type,
             "mentions": [_user(BOT_ID, "nanobot", True)] if mention_bot else [],
         }
         if guild:
@@ -254,9 +261,10 @@ class FakeDiscordServer(ThreadedAiohttpServer):
     # ---------------------------------------------------------------- REST
     def _json(self, body: Any, status: int = 200) -> web.Response:
         # Exactly "application/json": aiohttp's json_response would add "; charset=utf-8".
-        return web.Response(
-            body=json.dumps(body).encode(), status=status, headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        if self.via:
+            headers["Via"] = self.via
+        return web.Response(body=json.dumps(body).encode(), status=status, headers=headers)
 
     async def _rest(self, request: web.Request) -> web.Response:
         path, method = request.match_info["path"], request.method
