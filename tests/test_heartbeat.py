@@ -168,7 +168,7 @@ async def test_loop_beats_and_survives_a_failing_beat(tmp_path: Path) -> None:
     calls = Calls()
     outcomes: list[str] = []
 
-    async def flaky(prompt: str) -> str | None:
+    async def flaky(prompt: str, _target: tuple[str, str]) -> str | None:
         outcomes.append(prompt)
         if len(outcomes) == 1:
             raise RuntimeError("provider down")
