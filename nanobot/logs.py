@@ -36,7 +36,7 @@ _NOISY_LIBRARIES = (
     "aiohttp", "asyncio", "websockets", "urllib3", "llama_cpp",
 )
 #: libraries whose debug records carry prompts, completions or chat text
-_CONTENT_LIBRARIES = ("openai", "LiteLLM", "litellm", "telegram")
+_CONTENT_LIBRARIES = ("openai", "LiteLLM", "litellm", "telegram", "discord")
 
 _state: dict[str, object] = {"level": "WARNING", "prompts": False}
 

@@ -343,3 +343,24 @@ def test_connect_timeout_is_per_server_and_reported(tmp_path: Path) -> None:
     waited = re.search(r"0 of 1 ready after ([0-9.]+)s", result.stderr)
     assert waited is not None, result.stderr
     assert float(waited.group(1)) < 12, waited.group(0)
+
+
+def test_mcp_list_masks_a_token_a_failing_server_echoes(tmp_path: Path) -> None:
+    """A server's stderr often repeats its credential ("401 Bad credentials for token ghp_…"): the
+    log masked it, `mcp list` and `mcp list --json` printed it, ready to be pasted into an issue."""
+    from tests.conftest import run_cli
+
+    home = tmp_path / "home"
+    home.mkdir()
+    token = "ghp_MCPSECRET0000111122223333"
+    echo = (
+        "import os, sys; sys.stderr.write('401 Bad credentials for token ' + os.environ['GITHUB_TOKEN']); "
+        "sys.exit(1)"
+    )
+    server = {"command": sys.executable, "args": ["-c", echo], "env": {"GITHUB_TOKEN": token}, "connectTimeoutS": 5}
+    (home / "config.json").write_text(json.dumps({"tools": {"mcpServers": {"gh": server}}}))
+    for args in (("mcp", "list"), ("mcp", "list", "--json")):
+        result = run_cli(*args, home=home)
+        assert result.returncode == 0, result.stderr
+        assert "Bad credentials for token ***" in result.stdout, result.stdout
+        assert token not in result.stdout + result.stderr

@@ -76,3 +76,27 @@ def test_library_stream_handlers_are_rerouted() -> None:
     finally:
         for handler in list(lib.handlers):
             lib.removeHandler(handler)
+
+
+@pytest.mark.parametrize("library", ["telegram.ext", "discord.gateway", "discord.http"])
+def test_chat_libraries_keep_chat_text_out_of_a_debug_log(tmp_path: Path, library: str) -> None:
+    """At DEBUG discord.py logs every gateway event and REST body, chat text included; with
+    `logging.prompts` off no chat text may reach the log (Telegram's library was held back, Discord's
+    was not)."""
+    import logging
+
+    from loguru import logger
+
+    from nanobot.logs import route_library_logging, setup_logging
+
+    log_file = tmp_path / "nanobot.log"
+    try:
+        setup_logging("DEBUG", file=str(log_file), prompts=False)
+        route_library_logging()
+        logging.getLogger(library).debug("WebSocket Event: {'content': 'PRIVATE-CHAT-TEXT'}")
+        logging.getLogger(library).info("connected")
+        logger.complete()
+    finally:
+        setup_logging("WARNING", prompts=False)
+    text = log_file.read_text(encoding="utf-8")
+    assert "connected" in text and "PRIVATE-CHAT-TEXT" not in text

@@ -24,6 +24,7 @@ from nanobot.agent.tools.mcp_connection import (
     tool_name,
 )
 from nanobot.config.schema import MCPServerConfig
+from nanobot.secrets import mask
 from nanobot.util.tasks import finish_or_cancel
 
 if TYPE_CHECKING:
@@ -101,7 +102,9 @@ class MCPManager:
                 names.append(tool_name(conn.name, remote.name, taken))
                 taken.add(names[-1])
             names.sort()
-            row = {"name": conn.name, "type": conn.kind or "?", "state": conn.state, "error": conn.error}
+            # a failing server's stderr often echoes its token: masked for every reader of the status
+            error = mask(conn.error) if conn.error else conn.error
+            row = {"name": conn.name, "type": conn.kind or "?", "state": conn.state, "error": error}
             rows.append(row | {"tools": names})
         return rows
 
