@@ -110,6 +110,27 @@ def test_unreadable_file_admits_nobody_new(store: PairingStore, logs: list[str])
     assert any("unreadable" in line for line in logs)
 
 
+def test_hand_edits_of_other_shapes_are_read_or_refused_never_a_crash(
+    store: PairingStore, clock: Clock, logs: list[str]
+) -> None:
+    """The file is edited by hand (to take an approval back, to add a note): an entry without its
+    `at`, or with an extra key, crashed `pairing list` and every pairing check with a TypeError."""
+    approved = [{"channel": "telegram", "sender_id": 42, "username": "bob", "note": "my brother"}]
+    store.path.write_text(json.dumps({"format": 1, "pending": [], "approved": approved, "denied": []}))
+    assert store.is_approved("telegram", "42")
+    assert [(e.sender_id, e.at) for e in store.approved()] == [("42", 0.0)]
+    for bad in (
+        {"approved": ["42"]},
+        {"pending": [{"code": "ABCD2345", "channel": "telegram", "sender_id": "7", "expires_at": "later"}]},
+    ):
+        store.path.write_text(json.dumps({"format": 1, "pending": [], "approved": [], "denied": [], **bad}))
+        time.sleep(0.01)  # a new mtime: the store reads the file again
+        assert not store.is_approved("telegram", "42") and store.pending() == []
+        with pytest.raises(PairingError, match="fix or remove it"):
+            store.approve("ABCD2345")
+    assert any("approved senders are not admitted" in line for line in logs)
+
+
 # ------------------------------------------------------------------------------ channel base
 
 

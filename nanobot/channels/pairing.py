@@ -75,6 +75,35 @@ def _empty() -> dict[str, Any]:
     return {"format": STORE_FORMAT, "pending": [], "approved": [], "denied": []}
 
 
+def _entry(key: str, raw: object) -> dict[str, Any]:
+    """One entry of the store's `key` list in the shape the code reads (ValueError naming what is
+    wrong): the file is also edited by hand, e.g. to take an approval back."""
+    if not isinstance(raw, dict) or not raw.get("channel") or raw.get("sender_id") in (None, ""):
+        raise ValueError(f"an entry of {key!r} is not an object with a channel and a sender_id: {raw!r}")
+    try:
+        if key == "pending":
+            return asdict(
+                PairingRequest(
+                    code=str(raw["code"]),
+                    channel=str(raw["channel"]),
+                    sender_id=str(raw["sender_id"]),
+                    username=str(raw.get("username") or ""),
+                    chat_id=str(raw.get("chat_id") or raw["sender_id"]),
+                    created_at=float(raw.get("created_at") or 0),
+                    expires_at=float(raw["expires_at"]),
+                )
+            )
+        sender = PairedSender(
+            channel=str(raw["channel"]),
+            sender_id=str(raw["sender_id"]),
+            username=str(raw.get("username") or ""),
+            at=float(raw.get("at") or 0),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"an entry of {key!r} has a missing or bad field ({exc}): {raw!r}") from None
+    return asdict(sender)
+
+
 class PairingStore:
     """The pairing file, shared by the running gateway (checks, codes) and `nanobot pairing`."""
 
@@ -108,9 +137,15 @@ class PairingStore:
             return _empty()
         if not isinstance(data, dict):
             return _empty()
-        for key in ("pending", "approved", "denied"):
-            if not isinstance(data.get(key), list):
-                data[key] = []
+        try:
+            for key in ("pending", "approved", "denied"):
+                entries = data.get(key)
+                data[key] = [_entry(key, e) for e in entries] if isinstance(entries, list) else []
+        except ValueError as exc:  # a hand edit gave an entry another shape: as unreadable as bad JSON
+            if strict:
+                raise PairingError(f"{self.path}: {exc}; fix or remove it (nothing was changed)") from None
+            logger.error("pairing: {}: {}; approved senders are not admitted", self.path, exc)
+            return _empty()
         return data
 
     def refresh(self) -> None:
