@@ -226,6 +226,16 @@ class Agent:
         msg.ack()
         return True
 
+    @staticmethod
+    def _first_metadata(ctx: MessageContext) -> dict[str, Any]:
+        """What a session records with its first message: whose it is (a file name cannot tell a
+        forum topic from a chat id with `_`), whether it is shared, and a private chat's user (the
+        heartbeat reports only to a user still allowed)."""
+        first: dict[str, Any] = {"is_group": ctx.is_group, "session_key": ctx.session_key}
+        if not ctx.is_group:
+            first["sender_id"] = ctx.sender_id
+        return first
+
     def _stored(self, msg: InboundMessage, ctx: MessageContext) -> dict[str, Any]:
         """The user message as its session keeps it (with its platform id: see _served_again)."""
         stored: dict[str, Any] = {
@@ -237,6 +247,8 @@ class Agent:
             stored["message_id"] = msg.metadata["message_id"]
         if msg.sender_id != msg.chat_id:  # a group member, or a Discord DM (its channel is not the user)
             stored["sender_id"] = msg.sender_id  # who asked, for a turn answered again after a crash
+        if msg.metadata.get("username"):  # allowFrom may name them by it: checked again at a resume
+            stored["username"] = msg.metadata["username"]
         if msg.media:
             stored["media"] = list(msg.media)
         if ctx.from_system:
@@ -251,7 +263,7 @@ class Agent:
             return  # saved already, served again by its platform (Telegram), in-process, or a command
         session = self.sessions.get(ctx.session_key)
         if not session.messages and "is_group" not in session.metadata:
-            self.sessions.set_metadata(session, is_group=ctx.is_group, session_key=ctx.session_key)
+            self.sessions.set_metadata(session, **self._first_metadata(ctx))
         self.sessions.append(session, self._stored(msg, ctx))
         msg.saved = True
         logger.info(
@@ -289,7 +301,7 @@ class Agent:
         resumed = bool(msg.metadata.get(RESUME_KEY))  # already saved before a crash: not saved twice
         messages, prompt_tokens = self._prompt_messages(session, system, user_msg, tool_tokens, resumed)
         if not session.messages and "is_group" not in session.metadata:
-            self.sessions.set_metadata(session, is_group=ctx.is_group, session_key=ctx.session_key)
+            self.sessions.set_metadata(session, **self._first_metadata(ctx))
         if not resumed:
             self.sessions.append(session, stored)
         msg.saved = True
@@ -396,7 +408,9 @@ class Agent:
 
     async def aclose(self, drain_timeout_s: float = 3.0, subagents_timeout_s: float | None = None) -> None:
         if self.subagents is not None:  # those still running then are cancelled; their note is kept
-            await self.subagents.drain(drain_timeout_s if subagents_timeout_s is None else subagents_timeout_s)
+            await self.subagents.drain(
+                drain_timeout_s if subagents_timeout_s is None else subagents_timeout_s
+            )
         await self.drain(drain_timeout_s)
         try:
             await self.long_term.aclose()

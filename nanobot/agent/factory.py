@@ -47,7 +47,7 @@ from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMProvider
 from nanobot.providers.registry import resolve_provider
 from nanobot.providers.tokens import count_message
-from nanobot.scheduler.cron import CronService, JobFailed
+from nanobot.scheduler.cron import CronService, JobFailed, JobRefused
 from nanobot.scheduler.cron_store import CronJob, DeliverTo, cron_session_key, job_prompt, jobs_path
 from nanobot.secrets import register_config_secrets, register_env_secrets
 from nanobot.session.session import first_metadata
@@ -121,7 +121,10 @@ class AgentRuntime:
         return True
 
     async def aclose(
-        self, drain_timeout_s: float = 3.0, grace_s: float = CLOSE_GRACE_S, subagents_timeout_s: float | None = None
+        self,
+        drain_timeout_s: float = 3.0,
+        grace_s: float = CLOSE_GRACE_S,
+        subagents_timeout_s: float | None = None,
     ) -> None:
         """Stop the loop (turns still running get `grace_s`, then are cancelled safely), finish
         background memory work within `drain_timeout_s` (sub-agents within `subagents_timeout_s`,
@@ -144,11 +147,13 @@ def build_runtime(
     *,
     provider: LLMProvider | None = None,
     config_path: str | None = None,
+    admits: Callable[[str, str], bool] | None = None,
 ) -> AgentRuntime:
     """The whole agent for a config. Raises ProviderConfigError when no provider can be built.
 
     `config_path` is the file the config came from (default: $NANOBOT_HOME/config.json): exec
-    commands must never see it, wherever it lies."""
+    commands must never see it, wherever it lies. `admits(channel, sender)`: whether a chat channel
+    lets that sender in now (the gateway's channels; a cron job of a removed sender does not run)."""
     config_path = config_path or str(default_config_path())
     d = config.agents.defaults
     provider = provider or resolve_provider(config, config_path)
@@ -184,7 +189,7 @@ def build_runtime(
     tools.register(MessageTool(bus))
     cron = CronService(
         jobs_path(workspace),
-        on_job=lambda job: run_cron_job(bus, job, sessions),
+        on_job=lambda job: run_cron_job(bus, job, sessions, admits),
         timezone=d.timezone,
         deliver=lambda channel, chat_id, text: deliver_and_confirm(bus, channel, chat_id, text),
     )
@@ -351,11 +356,17 @@ async def deliver_and_confirm(bus: MessageBus, channel: str, chat_id: str, text:
     await asyncio.wait_for(sent, CRON_DELIVERY_TIMEOUT_S)
 
 
-async def run_cron_job(bus: MessageBus, job: CronJob, sessions: SessionStore) -> str:
+async def run_cron_job(
+    bus: MessageBus, job: CronJob, sessions: SessionStore, admits: Callable[[str, str], bool] | None = None
+) -> str:
     """A due job is one inbound message in its own session, through the agent loop like any chat
     message; CronService records the reply and delivers it to the job's chat. It runs with the trust
-    of that chat: a job whose results go to a group gets a group's tools and no MEMORY.md."""
+    of that chat: a job whose results go to a group gets a group's tools and no MEMORY.md. With
+    `admits(channel, sender)` (the gateway's channels), a job whose asker was removed from allowFrom
+    since does not run: it would be an owner's turn for someone no longer let in."""
     target = job.deliver_to or DeliverTo("cli", "direct")
+    if admits is not None and job.created_by and not admits(target.channel, job.created_by):
+        raise JobRefused(f"{job.created_by}, who asked for it, is no longer allowed on {target.channel}")
     out = await bus.request(
         InboundMessage(
             channel=target.channel,

@@ -146,6 +146,12 @@ class Channel(Connection, ABC):
             return True
         return self.pairing is not None and self.pairing.is_approved(self.name, sid)
 
+    def admits_now(self, sender_id: str, username: str | None = None, *, is_group: bool = False) -> bool:
+        """Whether a message of this sender would be let in now, for work saved earlier (a turn
+        answered again after a restart): listed, approved by pairing, or a private chat under an
+        `open` dmPolicy. A sender removed from allowFrom meanwhile is not."""
+        return self.is_allowed(sender_id, username) or (not is_group and self.dm_policy == "open")
+
     def _ready_to_start(self) -> bool:
         """What every token channel does first: keep the token out of logs, warn when nobody could
         write, and fail the channel (False) when the token is missing."""

@@ -34,9 +34,9 @@ DEFAULT_DRAIN_TIMEOUT_S = 3.0
 SEND_WORKER_IDLE_S = 60.0  # a chat's send worker ends after this long without anything to send
 
 
-
 class ChannelUnavailable(Exception):
     """A message could not be handed to its channel: not enabled, not running, or failed."""
+
 
 class ChannelManager:
     def __init__(
@@ -128,6 +128,18 @@ class ChannelManager:
                 await asyncio.wait_for(channel.stop(), STOP_TIMEOUT_S)
             except Exception as exc:
                 logger.warning("{}: did not stop cleanly: {}", name, exc)
+
+    def admits(
+        self, channel: str, sender_id: str, username: str | None = None, is_group: bool = False
+    ) -> bool:
+        """Whether `channel` would let this sender's message in now (see Channel.admits_now)."""
+        found = self.channels.get(channel)
+        return found is not None and found.admits_now(sender_id, username, is_group=is_group)
+
+    def lists(self, channel: str, sender_id: str) -> bool:
+        """Whether this sender is on `channel`'s allowFrom or approved by pairing (open DMs aside)."""
+        found = self.channels.get(channel)
+        return found is not None and found.is_allowed(sender_id)
 
     def status(self) -> dict[str, dict[str, str | None]]:
         """Per channel: {"state": ..., "error": ...}, including channels that could not be loaded."""

@@ -26,7 +26,7 @@ archived its transcript is recorded in the archive, so it is not sent again at e
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -45,6 +45,8 @@ ARCHIVE_DELIVERY_WINDOW_S = 86_400.0  # ...changed within this many seconds
 
 
 Kind = Literal["turn", "reply"]
+#: (channel, sender id, username, is_group) -> would the channel let this sender in now
+Admits = Callable[[str, str, str | None, bool], bool]
 
 
 @dataclass(frozen=True)
@@ -142,12 +144,18 @@ def _archived_replies(
     return found
 
 
+def sender_of(missed: Missed) -> tuple[str, str | None]:
+    """(sender id, username) of a missed user message: kept with it when the sender is not the chat
+    (older files: the chat, which in a private chat is the user)."""
+    username = missed.message.get("username")
+    return str(missed.message.get("sender_id") or missed.chat_id), str(username) if username else None
+
+
 def resume_message(missed: Missed) -> InboundMessage:
     """The InboundMessage that runs the missed turn again without saving the message twice."""
     return InboundMessage(
         channel=missed.channel,
-        # kept with the message when it is not the chat (older files: the chat, a private chat's user)
-        sender_id=str(missed.message.get("sender_id") or missed.chat_id),
+        sender_id=sender_of(missed)[0],
         chat_id=missed.chat_id,
         content=str(missed.message.get("content") or ""),
         media=[str(p) for p in missed.message.get("media") or []],
@@ -222,15 +230,27 @@ async def answer_missed(
     channels: Collection[str],
     within_s: float,
     now: float | None = None,
+    admits: Admits | None = None,
 ) -> int:
     """Publish the young missed messages of `channels`; log the old ones. Returns how many were resumed.
 
     Called before the channels start: the resumed turns are then first in the bus, ahead of anything
-    the platforms deliver again, so each runs before newer messages of its session.
+    the platforms deliver again, so each runs before newer messages of its session. With `admits`, a
+    turn whose sender would not be let in now (removed from allowFrom while the gateway was down,
+    the usual way to remove someone) is not answered.
     """
     resumed = 0
     for missed in find_missed(sessions, channels, now, recent_s=within_s):
         age = "unknown" if missed.age_s is None else f"{missed.age_s:.0f} s"
+        if missed.kind == "turn" and admits is not None:
+            sender, username = sender_of(missed)
+            if not admits(missed.channel, sender, username, missed.is_group):
+                logger.warning(
+                    "{}: an unanswered message stays unanswered: its sender {} is no longer allowed",
+                    missed.session_key,
+                    sender,
+                )
+                continue
         if within_s <= 0 or missed.age_s is None or missed.age_s > within_s:
             logger.warning(
                 "{}: a {} saved {} ago was left unhandled when the gateway stopped; too old to act on now "

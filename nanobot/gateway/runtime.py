@@ -63,7 +63,14 @@ class Gateway:
         self.config = config
         self.workspace = config.workspace_path
         self.bus = MessageBus()
-        self.runtime = build_runtime(config, self.bus, provider=provider, config_path=config_path)
+        self.runtime = build_runtime(
+            config,
+            self.bus,
+            provider=provider,
+            config_path=config_path,
+            # read when a job runs: the channels are made below (and tests may swap the manager)
+            admits=lambda channel, sender: self.channels.admits(channel, sender),
+        )
         self.agent = self.runtime.agent
         self.loop = self.runtime.loop
         from nanobot.channels.manager import ChannelManager
@@ -80,7 +87,9 @@ class Gateway:
                 hb.interval_s,
                 self._heartbeat_tasks,
                 lambda: resolve_heartbeat_target(
-                    hb.target, lambda: self.agent.sessions.last_private_chat(_INTERNAL_CHANNELS)
+                    hb.target,
+                    # the owner's task results go only to a user still on allowFrom (or paired)
+                    lambda: self.agent.sessions.last_private_chat(_INTERNAL_CHANNELS, self.channels.lists),
                 ),
                 self._deliver,
             )
@@ -266,6 +275,7 @@ class Gateway:
                 self.bus,
                 list(self.channels.channels),
                 self.config.gateway.answer_missed_within_s,
+                admits=self.channels.admits,
             )
         except Exception:  # a bad session file must not stop the gateway
             logger.exception("could not check for unanswered messages")

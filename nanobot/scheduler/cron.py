@@ -65,6 +65,7 @@ __all__ = [
     "CronStoreError",
     "DeliverTo",
     "JobFailed",
+    "JobRefused",
     "MISFIRE_GRACE_S",
     "cron_session_key",
     "job_prompt",
@@ -87,6 +88,11 @@ def _status(text: str) -> str:
 def _shown_name(job: CronJob) -> str:
     """The job's name for a log line: its text by default, so only when chat text may be logged."""
     return f" ({job.name})" if prompts_logged() else ""
+
+
+class JobRefused(Exception):
+    """The job may not run now (the sender who asked for it is no longer allowed): nothing runs,
+    nothing is delivered, and the run is recorded as skipped with the reason."""
 
 
 class JobFailed(Exception):
@@ -146,6 +152,7 @@ class CronService:
         expr: str | None = None,
         tz: str = "",
         deliver_to: DeliverTo | None = None,
+        created_by: str = "",
     ) -> CronJob:
         """Validate and save a job; raises ValueError with a user-facing reason."""
         if not message.strip():
@@ -160,6 +167,7 @@ class CronService:
             schedule=schedule,
             deliver_to=deliver_to,
             created_at=to_iso(moment),
+            created_by=created_by,
         )
         first = next_fire(job, self.tz, moment)
         job.next_run_at = to_iso(first, round_up=True) if first else None
@@ -502,6 +510,9 @@ class CronService:
             status = "ok"
         except asyncio.CancelledError:
             raise
+        except JobRefused as exc:
+            logger.warning("cron: job {} skipped: {}", job.id, exc)
+            status = f"skipped: {exc}"
         except JobFailed as exc:
             logger.error("cron: job {} failed: {}", job.id, exc)
             result, status, error = exc.reply, f"error: {exc}", exc

@@ -79,6 +79,7 @@ class CronJob:
     deliver_to: DeliverTo | None = None
     enabled: bool = True
     created_at: str = ""
+    created_by: str = ""  # the sender whose chat asked for it (the cron tool); "" for the owner's CLI
     last_run_at: str | None = None
     last_status: str | None = None  # "ok", "error: ...", "missed: ..."
     next_run_at: str | None = None
@@ -108,6 +109,7 @@ class CronJob:
             deliver_to=DeliverTo(str(target["channel"]), str(target["chat_id"])) if target else None,
             enabled=bool(data.get("enabled", True)),
             created_at=str(data.get("created_at") or ""),
+            created_by=str(data.get("created_by") or ""),
             last_run_at=data.get("last_run_at"),
             last_status=data.get("last_status"),
             next_run_at=data.get("next_run_at"),

@@ -31,7 +31,7 @@ import os
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -282,16 +282,22 @@ class SessionStore:
         channel, _, chat_id = (archived_stem(path) or path.stem).partition("_")
         return f"{channel}:{chat_id}"
 
-    def last_private_chat(self, skip_channels: tuple[str, ...]) -> tuple[str, str] | None:
+    def last_private_chat(
+        self, skip_channels: tuple[str, ...], allowed: Callable[[str, str], bool] | None = None
+    ) -> tuple[str, str] | None:
         """(channel, chat id) of the most recently written private session on a channel not in
-        `skip_channels`; a session that does not say whether it is a group counts as one."""
+        `skip_channels` whose user `allowed(channel, sender id)` still lets in; a session that does
+        not say whether it is a group counts as one."""
         if not self.dir.is_dir():
             return None
         for path in sorted(self.dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
             channel, _, chat_id = self.key_of(path).partition(":")
             if channel in skip_channels or not chat_id:
                 continue
-            if not first_metadata(path, "is_group").get("is_group", True):
+            first = first_metadata(path, "is_group")
+            if first.get("is_group", True):
+                continue
+            if allowed is None or allowed(channel, str(first.get("sender_id") or chat_id)):
                 return channel, chat_id
         return None
 

@@ -95,6 +95,7 @@ class CronTool(Tool):
                 expr=args.get("cron_expr") or None,
                 tz=str(args.get("tz") or ""),
                 deliver_to=DeliverTo(ctx.channel, ctx.chat_id),
+                created_by=ctx.sender_id,
             )
         except ValueError as exc:
             raise ToolError(str(exc)) from None

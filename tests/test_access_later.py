@@ -1,0 +1,66 @@
+"""Work saved earlier obeys the allow list of now: someone removed from allowFrom is cut off.
+
+The usual way to remove someone is to stop the gateway, edit allowFrom and start it again. Three
+kinds of delayed work skipped the check and ran an owner's turn for them: the message the stop left
+unanswered (answered at the next start), the heartbeat (whose default chat is the last private one),
+and the cron jobs they had asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nanobot.bus.events import InboundMessage
+from nanobot.scheduler.cron import DeliverTo
+from tests.test_gateway_lifecycle import Harness, kill_self
+
+REMOVED, OWNER = "777", "555"
+
+
+def _leave_unanswered(h: Harness, sender: str, text: str) -> None:
+    """A private message saved and left unanswered, as a stop leaves it (Agent.keep_unanswered)."""
+    msg = InboundMessage(channel="test", sender_id=sender, chat_id=sender, content=text)
+    h.gateway.agent.keep_unanswered(msg, h.gateway.agent.context_of(msg))
+
+
+async def test_a_removed_senders_unanswered_message_is_not_answered_at_start(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    _leave_unanswered(h, REMOVED, "run cat ~/secrets for me")
+    _leave_unanswered(h, OWNER, "what is on today?")
+    h.channel.allow_from = [OWNER]  # the owner took 777 off the list while the gateway was down
+    await h.start()
+    await h.wait_sent("reply: what is on today?")
+    kill_self()
+    await h.stopped()
+    assert h.channel.sent == ["reply: what is on today?"]
+    assert not [c for c in h.provider.calls if "secrets" in c]  # no turn ran for the removed sender
+
+
+async def test_the_heartbeat_reports_only_to_a_user_still_allowed(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    _leave_unanswered(h, OWNER, "hello")
+    _leave_unanswered(h, REMOVED, "hello")  # the most recent private chat
+    sessions = h.gateway.agent.sessions
+    assert sessions.last_private_chat(("cli",)) == ("test", REMOVED)
+    h.channel.allow_from = [OWNER]
+    assert sessions.last_private_chat(("cli",), h.gateway.channels.lists) == ("test", OWNER)
+    h.gateway.heartbeat = None  # not started: only its target is checked here
+
+
+async def test_a_job_a_removed_sender_asked_for_does_not_run(tmp_path: Path) -> None:
+    h = await Harness(tmp_path).start()
+    h.channel.allow_from = [OWNER]
+    cron = h.gateway.cron
+    theirs = cron.add(
+        "summary", "summarise MEMORY.md for me", every_s=3600, deliver_to=DeliverTo("test", REMOVED), created_by=REMOVED
+    )
+    mine = cron.add("plants", "water the plants", every_s=3600, deliver_to=DeliverTo("test", OWNER), created_by=OWNER)
+    await cron.run_now(theirs.id)
+    await cron.run_now(mine.id)
+    status = {job.id: cron.get(job.id).last_status for job in (theirs, mine)}
+    kill_self()
+    await h.stopped()
+    assert status[theirs.id] == f"skipped: {REMOVED}, who asked for it, is no longer allowed on test"
+    assert status[mine.id] == "ok"
+    assert len(h.channel.sent) == 1  # the owner's job only
+    assert not [c for c in h.provider.calls if "MEMORY.md" in c]  # no turn ran for the removed sender's job
