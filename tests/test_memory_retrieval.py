@@ -252,6 +252,15 @@ async def test_file_memory_brings_relevant_facts_of_a_long_memory_file(tmp_path:
     assert await FileMemory(store, prompt_chars=100_000).context_for("storage unit", "cli:direct", "u", False) == ""
 
 
+def test_a_relevant_fact_is_brought_in_even_when_a_longer_shown_line_contains_its_text() -> None:
+    """'- Sister: Ann' was taken as shown because '- Sister: Anna lives in Rome' is in the prompt."""
+    from nanobot.memory.relevant import relevant_section
+
+    text = "# Memory\n- Sister: Anna lives in Rome with her husband\n- Sister: Ann\n- Dentist: Dr Ruiz\n"
+    shown = "# Memory\n- Sister: Anna lives in Rome with her husband\n"
+    assert "- Sister: Ann" in relevant_section(text, "What is my sister Ann's name?", shown).splitlines()
+
+
 def test_snippet_centres_on_the_rare_word_not_on_a_word_that_contains_it() -> None:
     from nanobot.memory.fts import term_hits
     from nanobot.memory.search import make_snippet

@@ -37,6 +37,8 @@ from nanobot.memory.validation import (
     check_history_entry,
     check_memory_update,
     fact_lines,
+    forget_requests,
+    restored_lines,
     schema_text,
     tool_arguments,
 )
@@ -135,6 +137,11 @@ def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[s
     new_lines = [
         line for line in new.splitlines() if normalise_fact(line) not in forgotten or not line.strip()
     ]
+    if len(new_lines) < len(new.splitlines()):
+        logger.info(
+            "consolidation wrote back {} line(s) the user had asked to forget; left out",
+            len(new.splitlines()) - len(new_lines),
+        )
     new = "\n".join(new_lines).strip()
     old_facts = [f for f in fact_lines(old) if normalise_fact(f) not in forgotten]
     if len(old_facts) < MIN_FACTS_FOR_PROTECTION:
@@ -148,7 +155,7 @@ def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[s
         + ("\n\n" if new.strip() else "")
         + KEPT_FACTS_HEADING
         + "\n"
-        + "\n".join(f if f.startswith(("-", "*")) else f"- {f}" for f in dropped)
+        + "\n".join(restored_lines(old, dropped))
     )
     return merged.strip(), dropped
 
@@ -237,7 +244,7 @@ class Consolidator:
         history, memory_update = verdict
         self.memory.append_history(history)
         if memory_update is not None and memory_update.strip() != memory_now.strip():
-            self.apply_memory_update(memory_now, memory_update)
+            self.apply_memory_update(memory_now, memory_update, users)
         self.outcomes["accepted"] += 1
         return True
 
@@ -300,7 +307,7 @@ class Consolidator:
             return False
         self.memory.append_history(entry)
         if facts[0] is not None:
-            self.apply_memory_update(memory_now, facts[0])
+            self.apply_memory_update(memory_now, facts[0], users)
         self.outcomes["accepted"] += 1
         return True
 
@@ -339,11 +346,15 @@ class Consolidator:
             logger.warning("consolidation dropped {} existing fact(s) from MEMORY.md; kept them", len(kept))
         return entry, new_memory
 
-    def apply_memory_update(self, base: str, new: str) -> None:
-        """Write the LLM's MEMORY.md, merged with whatever changed on disk since `base` was read."""
+    def apply_memory_update(self, base: str, new: str, user_texts: list[str] | None = None) -> None:
+        """Write the LLM's MEMORY.md, merged with whatever changed on disk since `base` was read.
+
+        With the chunk's `user_texts`: the facts removed on a request to forget become tombstones,
+        so a later consolidation does not bring them back from the history."""
         if not new.strip() and base.strip():
             logger.warning("consolidation returned an empty MEMORY.md; keeping the existing one")
             return
+        users = user_texts or []
         with self.memory.locked():
             current = self.memory.read_memory()
             if current.strip() != base.strip():
@@ -352,6 +363,12 @@ class Consolidator:
             if kept:
                 logger.warning("consolidation dropped {} existing fact(s) from MEMORY.md; kept them", len(kept))
             self.memory.write_memory(merged)
+            if forget_requests(users):
+                still = {normalise_fact(f) for f in fact_lines(merged)}
+                removed = [f for f in fact_lines(current) if normalise_fact(f) not in still]
+                if removed:
+                    logger.info("consolidation: {} fact(s) forgotten as the user asked", len(removed))
+                    self.memory.add_forgotten(removed)
 
     def raw_archive(self, messages: list[dict[str, Any]], reason: str, max_chars: int = 6000) -> None:
         """Last resort after repeated failures: a raw, timestamped excerpt into HISTORY.md."""

@@ -52,8 +52,10 @@ def relevant_section(text: str, query: str, shown: str, max_chars: int = RELEVAN
     """Relevant facts of `text` that are missing from `shown` (what the prompt already carries)."""
     out: list[str] = []
     used = 0
+    # whole lines: "- Sister: Ann" is not shown because "- Sister: Anna lives in Rome" is
+    shown_lines = {line.strip() for line in shown.splitlines()}
     for line in rank_facts(fact_lines(text), query):
-        if line in shown or used + len(line) + 1 > max_chars:
+        if line.strip() in shown_lines or used + len(line) + 1 > max_chars:
             continue
         out.append(line)
         used += len(line) + 1

@@ -20,10 +20,11 @@ from pathlib import Path
 from loguru import logger
 
 from nanobot.config.paths import BACKENDS_DIR, MEMORY_DIR
+from nanobot.memory.fact_words import replaced_by
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import resolve_tz
 from nanobot.util.fs import append_locked, atomic_write, ensure_private_dir, file_lock, unused_path
-from nanobot.util.nofollow import read_regular_text
+from nanobot.util.nofollow import read_regular_bytes
 
 MEMORY_FILE = "MEMORY.md"
 HISTORY_FILE = "HISTORY.md"
@@ -123,12 +124,19 @@ class MemoryStore:
         workspace (a symlink a command planted would hand the model whatever it points at)."""
         path = self.dir / name
         try:
-            return read_regular_text(path, beneath=self.workspace)
+            data = read_regular_bytes(path, beneath=self.workspace)
         except FileNotFoundError:
             return ""
         except OSError as exc:
             logger.warning("memory/{} is left out: {} (nanobot reads only regular files there)", name, exc)
             return ""
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            # Saved by an editor in a legacy encoding: read as Windows-1252 (Latin-1 and more), not
+            # with U+FFFD for every accent, which the next write (and its backup) would make final.
+            logger.warning("memory/{} is not UTF-8: read as Windows-1252, written back as UTF-8", name)
+            return data.decode("cp1252", errors="replace")
 
     def read_memory(self) -> str:
         return self.read(MEMORY_FILE)
@@ -268,12 +276,19 @@ class MemoryStore:
     def _remember_removed(self, old: str, new: str) -> None:
         """Lines the agent removed from MEMORY.md itself (the user asked to forget them) become
         tombstones, so a later consolidation cannot bring them back; a tombstone's line written
-        back is wanted again and loses its tombstone."""
+        back is wanted again and loses its tombstone. A line an edit *changed* ("- Lives in Lyon"
+        → "- Lives in Paris") is no request to forget: tombstoned, the fact could never come back
+        ("I moved back to Lyon" was silently removed by every later consolidation)."""
         new_lines = {normalise_fact(line) for line in new.splitlines()}
+        old_lines = {normalise_fact(line) for line in old.splitlines()}
+        added = [line for line in new.splitlines() if line.strip() and normalise_fact(line) not in old_lines]
         removed = [
             normalise_fact(line)
             for line in old.splitlines()
-            if line.strip() and not line.lstrip().startswith("#") and normalise_fact(line) not in new_lines
+            if line.strip()
+            and not line.lstrip().startswith("#")
+            and normalise_fact(line) not in new_lines
+            and not replaced_by(line, added)
         ]
         stored = self._read_forgotten()
         if removed or new_lines.intersection(stored):

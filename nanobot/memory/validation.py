@@ -26,10 +26,11 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from nanobot.memory.fact_words import fact_words
 from nanobot.memory.store import normalise_fact
 from nanobot.providers.base import LLMResponse
 
@@ -49,6 +50,10 @@ MIN_SUMMARY_WORDS = 4
 MAX_HISTORY_ENTRY_CHARS = 2_000
 #: how much one update may grow a MEMORY.md that is already over its budget
 MAX_OVER_BUDGET_GROWTH_CHARS = 1_000
+#: facts a consolidation may drop on a request to forget, in another language, naming none of their words
+MAX_UNNAMED_FORGETS = 2
+#: a bullet line up to this long may keep what the user dictated word for word
+MAX_DICTATED_FACT_CHARS = 300
 #: a model stamp further than this from the chunk's own time is replaced by the chunk's stamp
 MAX_STAMP_DRIFT = timedelta(days=1)
 MAX_LINE_REPEATS = 3
@@ -70,21 +75,27 @@ _SPEAKER_RE = re.compile(r"^\s*(?:\[[^\]\n]{0,25}\]\s*)?(USER|ASSISTANT|User|Ass
 _PLACEHOLDERS = {"", "(empty)", "empty", "none", "null", "n/a", "...", "no_reply", "-", "tbd"}
 _LETTERS_RE = re.compile(r"[^\W\d_]{2,}")
 _WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_FORGET_RE = re.compile(
-    r"\b(forget|remove|delete|erase|drop|no longer|not true|isn't true|is wrong|stop remembering)\b", re.I
+# "forget" in the languages users write in most (the tool's instructions are English, the user's
+# request need not be); CJK words have no word boundaries
+_FORGET_WORDS = (
+    r"oublie|oubliez|oublier|vergiss|vergessen|olvida|olvides|olvidar|dimentica|esquece|esqueça"
 )
+_FORGET_CJK = r"忘记|忘掉|忘了|別記|别记|不要记|忘れて|忘れる|잊어"
+_FORGET_RE = re.compile(
+    r"\b(forget|remove|delete|erase|drop|no longer|not true|isn't true|is wrong|stop remembering|"
+    + _FORGET_WORDS
+    + r"|supprime|efface|lösche|borra|elimina|cancella|apaga)\b|"
+    + _FORGET_CJK
+    + r"|删除|刪除|削除|삭제",
+    re.I,
+)
+_OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
 #: a request about what is remembered (not a task such as "delete the draft email")
 _ABOUT_MEMORY_RE = re.compile(
     r"\b(forget|forgot|no longer|not true|isn't true|wrong|incorrect|anymore|any more|stop remembering"
-    r"|memory|memories|remember|notes?)\b",
+    r"|memory|memories|remember|notes?|" + _FORGET_WORDS + r")\b|" + _FORGET_CJK,
     re.I,
 )
-#: words too common to tie a forget request to a fact (only words of 4+ letters are compared)
-_STOPWORDS = frozenset({
-    "that", "this", "with", "from", "your", "about", "have", "were", "will", "what", "when", "which",
-    "their", "they", "them", "then", "than", "there", "please", "remember", "forget", "remove", "delete",
-    "user", "user's", "likes",
-})
 
 
 @dataclass(frozen=True)
@@ -279,6 +290,26 @@ def fact_lines(text: str) -> list[str]:
     ]
 
 
+def restored_lines(previous: str, dropped: list[str]) -> list[str]:
+    """The dropped facts of `previous` as lines to put back under KEPT_FACTS_HEADING, each naming
+    the section it came from ("- Anna (sister): Birthday: 3 March"): under the kept heading a bare
+    "- Birthday: 3 March" no longer says whose birthday it is."""
+    section: dict[str, str] = {}
+    heading = ""
+    for raw in previous.splitlines():
+        line = raw.strip()
+        if line.startswith("##"):  # a section; a top "# Memory" title names nothing
+            heading = "" if line == KEPT_FACTS_HEADING else line.lstrip("#").strip()
+        elif line and not line.startswith("#"):
+            section.setdefault(line, heading)
+    out = []
+    for fact in dropped:
+        body = fact.lstrip("-*• ").strip()
+        where = section.get(fact.strip(), "")
+        out.append(f"- {where}: {body}" if where and not body.lower().startswith(where.lower()) else f"- {body}")
+    return out
+
+
 def forget_requests(user_texts: Iterable[str]) -> list[str]:
     """The user messages of the chunk that ask to forget or correct something."""
     return [t for t in user_texts if _FORGET_RE.search(t)]
@@ -286,15 +317,41 @@ def forget_requests(user_texts: Iterable[str]) -> list[str]:
 
 def _may_drop(fact: str, requests: list[str]) -> bool:
     """A fact may go when a request of the user to forget or correct something, or to remove
-    something from memory, mentions one of its content words; a request that only removes
-    something ("delete the draft email to Alice") must name most of them, since a name it shares
-    with a fact ("Sister Alice is diabetic") is no reason to lose the fact."""
-    keys = {w for w in _words(fact) if len(w) >= 4 and w not in _STOPWORDS}
+    something from memory, mentions one of its content words (short ones, numbers and CJK text
+    included: "forget my PIN", "忘记我的银行卡密码"); a request that only removes something ("delete
+    the draft email to Alice") must name most of them, since a name it shares with a fact ("Sister
+    Alice is diabetic") is no reason to lose the fact."""
+    keys = fact_words(fact)
     for request in requests:
-        shared = keys & set(_words(request))
+        shared = keys & fact_words(request)
         if shared and (_ABOUT_MEMORY_RE.search(request) or 2 * len(shared) >= len(keys)):
             return True
     return False
+
+
+def _asks_to_forget_in_another_language(requests: list[str]) -> bool:
+    """Whether the chunk asks to forget in a language other than English ("oublie", "vergiss"):
+    its words cannot be matched with the facts', which the model may keep in English."""
+    return any(_OTHER_LANGUAGE_FORGET_RE.search(request) for request in requests)
+
+
+def _copies_the_conversation(new_part: str, transcript: str) -> Refusal | None:
+    """A memory update may keep what the user dictated word for word, one fact per bullet line
+    ("Remember this exactly: the door code is ..."); it must not copy the conversation: speaker
+    lines (bulleted or not), or stretches of it in prose."""
+    if not transcript:
+        return None
+    lines = new_part.splitlines()
+    unbulleted = "\n".join(line.lstrip().lstrip("-*•").lstrip() for line in lines)
+    if label := _SPEAKER_RE.search(unbulleted):
+        why = f"it copies the conversation's speaker lines ({label.group(0).strip()!r})"
+        return Refusal("transcript_echo", "memory_update", why)
+    prose = "\n".join(line for line in lines if not _dictated_fact(line))
+    return _echo(prose, "memory_update", EchoSources(transcript=transcript)) if prose.strip() else None
+
+
+def _dictated_fact(line: str) -> bool:
+    return line.lstrip().startswith(("-", "*", "•")) and len(line) <= MAX_DICTATED_FACT_CHARS
 
 
 def check_memory_update(
@@ -318,13 +375,17 @@ def check_memory_update(
     old_norm = {normalise_fact(x) for x in previous.splitlines()}
     new_part = "\n".join(x for x in text.splitlines() if normalise_fact(x) not in old_norm)
     if new_part.strip():
-        checked = check_text(new_part, "memory_update", sources)
+        checked = check_text(new_part, "memory_update", replace(sources, transcript=""))
         if isinstance(checked, Refusal):
             return checked
+        copied = _copies_the_conversation(new_part, sources.transcript)
+        if copied is not None:
+            return copied
     # A file already over its budget may still gain the facts of one chunk: refusing would fail
     # every consolidation until the chunk is raw-archived, and its facts would never reach the file
     # (the prompt carries such a file's head, tail and relevant facts, not all of it).
-    limit = budget_chars if len(previous) <= budget_chars else len(previous) + MAX_OVER_BUDGET_GROWTH_CHARS
+    # The same for a file just under its budget: it may grow past it by one chunk's facts too.
+    limit = max(budget_chars, len(previous) + MAX_OVER_BUDGET_GROWTH_CHARS)
     if len(text.strip()) > limit:
         return Refusal(
             "over_budget", "memory_update",
@@ -336,12 +397,14 @@ def check_memory_update(
         f for f in fact_lines(previous)
         if normalise_fact(f) not in new_norm and normalise_fact(f) not in forgotten and not _may_drop(f, requests)
     ]
+    if dropped and len(dropped) <= MAX_UNNAMED_FORGETS and _asks_to_forget_in_another_language(requests):
+        # The user asked in another language ("oublie mon code secret" for "- Bank card PIN is
+        # 4821"): a model that removed a fact or two is doing what it was asked; a mass removal is
+        # still put back. An English request must name the fact ("forget the colour" drops no job).
+        dropped = []
     merged = text.strip()
     if dropped:
-        merged = (
-            merged + "\n\n" + KEPT_FACTS_HEADING + "\n"
-            + "\n".join(f if f.startswith(("-", "*")) else f"- {f}" for f in dropped)
-        ).strip()
+        merged = (merged + "\n\n" + KEPT_FACTS_HEADING + "\n" + "\n".join(restored_lines(previous, dropped))).strip()
     return merged, dropped
 
 

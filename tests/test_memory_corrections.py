@@ -1,0 +1,123 @@
+"""Memory that follows what the user says: changes, forgets, dictated facts, full files, old encodings.
+
+Each case lost or kept something against the user's words without an error before: a fact changed
+with edit_file became a tombstone (it could never come back), "forget my PIN" was undone by the
+guard, a MEMORY.md just under its budget learned nothing more, a dictated fact kept word for word
+was refused as copying the conversation, facts put back lost their section, and a Latin-1 file was
+turned into U+FFFD for good (backup included).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nanobot.memory.consolidator import echo_sources
+from nanobot.memory.store import MemoryStore
+from nanobot.memory.validation import KEPT_FACTS_HEADING, Refusal, check_memory_update
+
+TRANSCRIPT = (
+    "[2026-03-04 10:00] USER: Remember this exactly: the door code is 4821 for the back entrance of "
+    "the building on Rue Verte, and the bins go out on Thursday evenings before nine.\n"
+    "[2026-03-04 10:01] ASSISTANT: Saved."
+)
+SOURCES = echo_sources(TRANSCRIPT, small_model=False)
+
+
+def update(new: str, previous: str, **kw: object) -> tuple[str | None, list[str]] | Refusal:
+    return check_memory_update(new, previous, SOURCES, budget_chars=int(kw.pop("budget_chars", 4000)), **kw)  # type: ignore[arg-type]
+
+
+def test_a_fact_changed_with_edit_file_is_not_forgotten(tmp_path: Path) -> None:
+    store = MemoryStore(tmp_path, "UTC")
+    store.write_memory("# Memory\n- Lives in Lyon\n- Bank PIN is 4821\n- Sister: Ann\n- Dentist: Dr Ruiz\n")
+    # the user moved: edit_file changes the line (the file tool writes through write_file)
+    store.write_file("MEMORY.md", store.read_memory().replace("- Lives in Lyon", "- Lives in Paris"))
+    assert store.forgotten() == set()
+    # ...and asked to forget the PIN: the deleted line is a tombstone
+    store.write_file("MEMORY.md", store.read_memory().replace("- Bank PIN is 4821\n", ""))
+    assert store.forgotten() == {"bank pin is 4821"}
+    # weeks later they move back: a consolidation writing the old line keeps it
+    moved_back = store.read_memory().replace("- Lives in Paris", "- Lives in Lyon")
+    result = update(moved_back, store.read_memory(), user_texts=["I moved back to Lyon"], forgotten=store.forgotten())
+    assert not isinstance(result, Refusal) and "- Lives in Lyon" in str(result[0])
+
+
+def test_forget_requests_are_honoured_with_short_words_numbers_and_other_languages() -> None:
+    previous = "# Memory\n- Bank card PIN is 4821\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz"
+    without = "# Memory\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz"
+    for request in ("Please forget my PIN, thanks", "Oublie mon code secret de carte bancaire, merci."):
+        assert update(without, previous, user_texts=[request]) == (without, []), request
+    chinese, kept = "# Memory\n- 银行卡密码是4821\n- 住在里昂", "# Memory\n- 住在里昂"
+    assert update(kept, chinese, user_texts=["请忘记我的银行卡密码。"]) == (kept, [])
+    # a request naming nothing of a fact does not license dropping it, nor does one that drops many
+    assert update(without, previous, user_texts=["forget the colour"])[1] == ["- Bank card PIN is 4821"]
+    assert len(update("# Memory", previous, user_texts=["Oublie tout ça."])[1]) == 4
+
+
+def test_a_file_just_under_its_budget_still_learns() -> None:
+    previous = "# Memory\n" + "\n".join(f"- Item {i}: kept in box {i * 7} on shelf {i % 5}" for i in range(25))
+    assert 900 < len(previous) < 1000
+    grown = previous + "\n- The user's niece Clara starts school in Lyon in September, at the Lycée du Parc."
+    assert len(grown) > 1000  # a chunk's new fact takes the file past its budget
+    result = update(grown, previous, budget_chars=1000)
+    assert not isinstance(result, Refusal), result
+
+
+def test_a_dictated_fact_may_be_kept_word_for_word_but_not_the_conversation() -> None:
+    previous = "# Memory\n- Lives in Lyon"
+    dictated = (
+        previous + "\n- the door code is 4821 for the back entrance of the building on Rue Verte"
+        "\n- the bins go out on Thursday evenings before nine"
+    )
+    assert not isinstance(update(dictated, previous), Refusal)
+    speaker = previous + "\n- USER: Remember this exactly: the door code is 4821 for the back entrance"
+    assert isinstance(update(speaker, previous), Refusal)
+    prose = (
+        previous + "\nRemember this exactly: the door code is 4821 for the back entrance of the building on "
+        "Rue Verte, and the bins go out on Thursday evenings before nine."
+    )
+    result = update(prose, previous)
+    assert isinstance(result, Refusal) and result.rule == "transcript_echo"
+
+
+def test_facts_put_back_keep_the_section_they_belong_to() -> None:
+    previous = (
+        "# Memory\n## Anna (sister)\n- Birthday: 3 March\n- Allergic to peanuts\n"
+        "## Marc (colleague)\n- Birthday: 9 June\n- Phone: 555-0101\n- Works at the harbour"
+    )
+    result = update("# Memory\n- Likes green tea", previous)
+    assert not isinstance(result, Refusal)
+    kept = str(result[0]).split(KEPT_FACTS_HEADING, 1)[1].strip().splitlines()
+    assert kept == [
+        "- Anna (sister): Birthday: 3 March",
+        "- Anna (sister): Allergic to peanuts",
+        "- Marc (colleague): Birthday: 9 June",
+        "- Marc (colleague): Phone: 555-0101",
+        "- Marc (colleague): Works at the harbour",
+    ]
+
+
+def test_a_latin1_memory_file_is_read_as_such_and_survives_a_rewrite(tmp_path: Path) -> None:
+    store = MemoryStore(tmp_path, "UTC")
+    store.memory_path.parent.mkdir(parents=True, exist_ok=True)
+    store.memory_path.write_bytes("# Memory\n- Sister: Zoé, owns the café Crème Brûlée in Besançon\n".encode("cp1252"))
+    assert "Zoé" in store.read_memory() and "Besançon" in store.read_memory()
+    store.write_memory(store.read_memory() + "- Likes tea\n")
+    assert "Besançon" in store.memory_path.read_text(encoding="utf-8")
+    [backup] = store.backups()
+    assert "Crème Brûlée" in backup.read_text(encoding="utf-8")
+
+
+def test_a_fact_forgotten_in_a_consolidation_does_not_come_back_in_the_next(tmp_path: Path) -> None:
+    """The model removed the PIN as the user asked; nothing kept it from coming back when a later
+    consolidation read it again (HISTORY.md, a repeated mention): only edits made tombstones."""
+    from nanobot.memory.consolidator import Consolidator
+
+    store = MemoryStore(tmp_path, "UTC")
+    store.write_memory("# Memory\n- Bank card PIN is 4821\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz\n")
+    consolidator = Consolidator(None, store)  # type: ignore[arg-type] - applying an update asks no model
+    without_pin = "# Memory\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz"
+    consolidator.apply_memory_update(store.read_memory(), without_pin, ["Please forget my PIN."])
+    assert store.forgotten() == {"bank card pin is 4821"}
+    consolidator.apply_memory_update(store.read_memory(), without_pin + "\n- Bank card PIN is 4821", ["hi"])
+    assert "4821" not in store.read_memory()
