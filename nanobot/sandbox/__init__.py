@@ -150,7 +150,9 @@ class Sandbox:
         if scope is None:
             return await run_process(argv, env=env, preexec=hook, **run)
         try:
-            return await run_process(argv, env=env, preexec=hook, spawner=scope.spawn_restricted, **run)
+            # Applied in the child, not by spawning from a restricted thread as Landlock mode does:
+            # bwrap's --die-with-parent follows the thread that forked it, which ends right after.
+            return await run_process(argv, env=env, preexec=scope.restrict_hook(hook), **run)
         finally:
             scope.close()
 
