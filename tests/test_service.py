@@ -307,6 +307,8 @@ def test_cli_install_user_unit(tmp_path: Path, cli_env: Path) -> None:
     assert f'ReadWritePaths="{tmp_path / "home"}" "{tmp_path / "ws"}"' in text
     assert "loginctl enable-linger" in result.stderr
     assert lines(cli_env) == ["--user daemon-reload", "--user enable --now nanobot.service"]
+    # NANOBOT_HOME (made by hand here, 0755) holds config.json and service.env: made private
+    assert (tmp_path / "home").stat().st_mode & 0o777 == 0o700
 
     result = CliRunner().invoke(cli_app(), ["service", "status", "--user", "-c", str(cfg)])
     assert result.exit_code == 0

@@ -35,6 +35,7 @@ from nanobot.service.systemd import (
     userns_available,
     write_environment_file,
 )
+from nanobot.util.fs import ensure_private_dir, repair_private
 
 app = command_group(help="Run the gateway as a systemd service.")
 
@@ -128,7 +129,11 @@ def install(
     )
     # ProtectSystem=strict only lets the service write paths that exist when it starts.
     for folder in (home, *extra):
-        folder.mkdir(parents=True, exist_ok=True)
+        if folder == home:  # it holds config.json and service.env: private, as the contract says
+            ensure_private_dir(folder)
+            repair_private(folder, recursive=False)
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
         if run_as and os.geteuid() == 0 and run_as != "root":
             shutil.chown(folder, user=run_as)
     if user and spec.sandbox and userns_available() is False:
