@@ -13,7 +13,8 @@ running, APScheduler applies the same grace and coalesces a backlog into one run
 A job whose schedule cannot be turned into a timer (a hand-edited jobs.json) is disabled with the
 reason in its `last_status`; the other jobs are scheduled all the same. A stop starts no more runs
 and lets those in flight finish within its grace (result delivered, status recorded); a run
-cancelled after the grace is not recorded, so it is still due at the next start.
+cancelled after the grace is not recorded, so it is still due at the next start. Running one job
+(its turn, its verdict, its delivery) is cron_run.py's.
 """
 
 from __future__ import annotations
@@ -21,15 +22,23 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Callable, Collection
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from nanobot.logs import prompts_logged
 from nanobot.scheduler.clock import ClockWatch, interval_run_after_step_back
+from nanobot.scheduler.cron_run import (
+    Deliver,
+    JobFailed,
+    JobRefused,
+    OnJob,
+    run_and_deliver,
+    send_notice,
+    shown_name,
+)
 from nanobot.scheduler.cron_store import (
     CRON_SESSION_PREFIX,
     MAX_JOBS,
@@ -77,31 +86,10 @@ RELOAD_CHECK_S = 2.0  # how often a running service looks for changes made by ot
 STOP_TIMEOUT_S = 5.0  # how long stop() waits for cancelled in-flight runs to unwind
 RUN_SETTLE_S = 0.5  # at a stop, how long a run whose turn has ended may take to deliver and record
 
-OnJob = Callable[[CronJob], Awaitable[str | None]]
-Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
 
 
 def _status(text: str) -> str:
     return truncate_head(text, MAX_STATUS_CHARS)
-
-
-def _shown_name(job: CronJob) -> str:
-    """The job's name for a log line: its text by default, so only when chat text may be logged."""
-    return f" ({job.name})" if prompts_logged() else ""
-
-
-class JobRefused(Exception):
-    """The job may not run now (the sender who asked for it is no longer allowed): nothing runs,
-    nothing is delivered, and the run is recorded as skipped with the reason."""
-
-
-class JobFailed(Exception):
-    """The job's turn ended in a failure notice (the model could not answer): the notice is still
-    delivered to the job's chat, and the run is recorded as failed."""
-
-    def __init__(self, reply: str) -> None:
-        super().__init__(reply)
-        self.reply = reply
 
 
 class CronService:
@@ -178,7 +166,7 @@ class CronService:
             jobs.append(job)
 
         self.store.mutate(append)
-        logger.info("cron: added job {}{} {}", job.id, _shown_name(job), schedule.describe())
+        logger.info("cron: added job {}{} {}", job.id, shown_name(job), schedule.describe())
         self._resync()
         return job
 
@@ -353,18 +341,9 @@ class CronService:
         if job.deliver_to is None or self._deliver is None:
             return
         text = f'Missed while I was offline: "{job.name}" was due {due.strftime("%Y-%m-%d %H:%M %Z")}.'
-        notice = asyncio.get_running_loop().create_task(self._send_notice(job, text))
+        notice = asyncio.get_running_loop().create_task(send_notice(job, self._deliver, text))
         self._notices.add(notice)  # a reference, or the task may be collected before it runs
         notice.add_done_callback(self._notices.discard)
-
-    async def _send_notice(self, job: CronJob, text: str) -> None:
-        assert job.deliver_to is not None and self._deliver is not None
-        try:
-            await self._deliver(job.deliver_to.channel, job.deliver_to.chat_id, text)
-        except Exception as exc:  # noqa: BLE001 - its status already says "missed"
-            logger.warning(
-                "cron: could not tell chat {} of missed job {}: {}", job.deliver_to.chat_id, job.id, exc
-            )
 
     def _add_timer(self, job: CronJob, moment: datetime, catch_up_allowed: bool) -> dict[str, Any]:
         assert self._scheduler is not None
@@ -502,28 +481,8 @@ class CronService:
 
     async def _execute(self, job: CronJob, scheduled: bool, raise_errors: bool = False) -> str | None:
         started = tz_now(self.tz)
-        logger.info("cron: running job {}{}", job.id, _shown_name(job))
-        result: str | None = None
-        error: Exception | None = None
-        try:
-            result = await self._on_job(job)
-            status = "ok"
-        except asyncio.CancelledError:
-            raise
-        except JobRefused as exc:
-            logger.warning("cron: job {} skipped: {}", job.id, exc)
-            status = f"skipped: {exc}"
-        except JobFailed as exc:
-            logger.error("cron: job {} failed: {}", job.id, exc)
-            result, status, error = exc.reply, f"error: {exc}", exc
-        except Exception as exc:  # noqa: BLE001 - one failing job must not stop the others
-            logger.opt(exception=exc).error("cron: job {} failed", job.id)
-            status = f"error: {type(exc).__name__}: {exc}"
-            error = exc
-        if result and result.strip() and (error is None or isinstance(error, JobFailed)):
-            delivered = await self._deliver_result(job, result)
-            status = delivered if error is None else status
-        update: dict[str, Any] = {"last_run_at": to_iso(started), "last_status": _status(status)}
+        outcome = await run_and_deliver(job, self._on_job, self._deliver)
+        update: dict[str, Any] = {"last_run_at": to_iso(started), "last_status": _status(outcome.status)}
         if scheduled:
             if job.schedule.kind == "at":
                 update.update(enabled=False, next_run_at=None)
@@ -532,21 +491,6 @@ class CronService:
         self._apply({job.id: update})
         if scheduled and job.schedule.kind == "at":
             self._scheduled.pop(job.id, None)
-        if error is not None and raise_errors:
-            raise error
-        return result
-
-    async def _deliver_result(self, job: CronJob, result: str) -> str:
-        if job.deliver_to is None or self._deliver is None:
-            logger.info("cron: job {} produced a result with no chat to deliver it to", job.id)
-            return "ok"
-        try:
-            await self._deliver(job.deliver_to.channel, job.deliver_to.chat_id, result)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - record it; the next run tries again
-            logger.opt(exception=exc).error(
-                "cron: delivering job {} to {} failed", job.id, job.deliver_to.channel
-            )
-            return f"error: delivery failed: {type(exc).__name__}: {exc}"
-        return "ok"
+        if outcome.error is not None and raise_errors:
+            raise outcome.error
+        return outcome.result
