@@ -10,6 +10,7 @@ TurnRunner (persisting each iteration as it finishes), then schedule background 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from loguru import logger
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.message_context import MessageContext
 from nanobot.agent.prompt_tokens import PromptEstimator
-from nanobot.agent.runner import TurnRunner
+from nanobot.agent.runner import TurnResult, TurnRunner
 from nanobot.agent.subagents import SubagentManager
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.bus.events import InboundMessage, OutboundMessage
@@ -56,6 +57,17 @@ class AgentStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     last_prompt_tokens: int = 0
+
+
+def halved_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """`messages` (system, history, the new user message) with the older half of the history left
+    out, cut at a user message so no tool group is split; None when there is no history to cut."""
+    history = messages[1:-1]
+    if not history:
+        return None
+    starts = [k for k, m in enumerate(history) if m.get("role") == "user" and k >= len(history) // 2]
+    keep = history[starts[0] :] if starts else []
+    return [messages[0], *keep, messages[-1]]
 
 
 class Agent:
@@ -307,9 +319,12 @@ class Agent:
         msg.saved = True
         msg.ack()  # on disk: the channel may confirm it to the platform now
 
+        stepped: list[int] = []  # tool steps this turn saved (a retry must not leave them out)
+
         def persist(new: list[dict[str, Any]]) -> None:
             stamp = tz_now(tz).isoformat()
             self.sessions.append(session, *({**m, "timestamp": stamp} for m in new))
+            stepped.append(len(new))
 
         async def progress(kind: str, text: str) -> None:
             await self.bus.publish_outbound(ctx.reply(text, kind=kind))
@@ -327,16 +342,20 @@ class Agent:
                 )
 
         self.stats.last_prompt_tokens = prompt_tokens
-        try:
-            result = await self.runner.run(
-                messages,
+
+        async def run(prompt: list[dict[str, Any]], tokens: int | None) -> TurnResult:
+            return await self.runner.run(
+                prompt,
                 ctx.tool_context(),
                 tool_names=self.estimator.tool_names,
                 on_messages=persist,
                 on_progress=progress,
                 on_delta=on_delta,
-                prompt_tokens=prompt_tokens,
+                prompt_tokens=tokens,
             )
+
+        try:
+            result = await self._run_within_window(run, messages, prompt_tokens, stepped, ctx.session_key)
         except LLMError as exc:
             reply = f"Sorry, I could not get an answer from the model: {exc}"
             self.sessions.append(
@@ -358,6 +377,35 @@ class Agent:
         self.lifecycle.after_turn(session, private=ctx.memory_private)
         self._record_long_term(ctx, user_text, result.content)
         return result.content, False
+
+    @staticmethod
+    async def _run_within_window(
+        run: Callable[[list[dict[str, Any]], int | None], Awaitable[TurnResult]],
+        messages: list[dict[str, Any]],
+        prompt_tokens: int,
+        stepped: list[int],
+        session_key: str,
+    ) -> TurnResult:
+        """`run(messages)`; when the provider refuses the prompt as longer than the model's window
+        (smaller than contextWindowTokens says), again with the older half of the history left out,
+        until it fits or no history is left (it stays in the transcript and memory). Not once the
+        turn saved tool steps: a prompt without them would redo them."""
+        prompt, tokens = messages, prompt_tokens
+        while True:
+            try:
+                return await run(prompt, tokens)
+            except LLMError as exc:
+                shorter = halved_history(prompt) if exc.kind == "context_overflow" and not stepped else None
+                if shorter is None:
+                    raise
+                logger.warning(
+                    "{}: the provider refused the prompt as longer than the model's window; trying with {} "
+                    "of {} history messages. Set agents.defaults.contextWindowTokens to the model's window",
+                    session_key,
+                    len(shorter) - 2,
+                    len(messages) - 2,
+                )
+                prompt, tokens = shorter, None
 
     def _record_long_term(self, ctx: MessageContext, user_text: str, reply: str) -> None:
         if self.long_term.owns_memory_file:  # MEMORY.md is its record: nothing to send per turn
@@ -387,6 +435,19 @@ class Agent:
 
     def cancel_subagents(self, session_key: str) -> int:
         return self.subagents.cancel_for(session_key) if self.subagents else 0
+
+    def record_failure_reply(self, ctx: MessageContext, text: str) -> dict[str, Any]:
+        """Save the note a failed turn answered with, after its saved user message: the session
+        then shows the message answered (gateway/missed.py would answer it again at a restart).
+        Returns what the note's outbound message carries so its delivery is recorded too."""
+        try:
+            session = self.sessions.get(ctx.session_key)
+            stamp = tz_now(self.context.tz).isoformat()
+            self.sessions.append(session, {"role": "assistant", "content": text, "timestamp": stamp})
+            return {DELIVERY_KEY: delivery_of(session)}
+        except Exception as exc:  # noqa: BLE001 - the turn failed already; say why this is missing
+            logger.warning("{}: the failure note could not be saved: {}", ctx.session_key, exc)
+            return {}
 
     def keep_result(self, msg: InboundMessage) -> None:
         """Save a sub-agent's report that no loop will take any more (a shutdown) in its session:

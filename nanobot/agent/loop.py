@@ -199,6 +199,9 @@ class AgentLoop:
                         else f"Sorry, something went wrong: {type(exc).__name__}.",
                         metadata={"failed": True, "exception": exc},
                     )
+                    if msg.saved and not isinstance(exc, StorageError):
+                        # the message was answered (with this note): a restart must not answer it again
+                        out.metadata.update(self.agent.record_failure_reply(ctx, out.content))
                 finally:
                     slot.running = None
                     slot.user_stopped = False

@@ -8,7 +8,9 @@ the session file, where later prompts would repeat it. `clean_reply` removes:
   that follow it (`Time: …`, `Channel: … | Chat: …`, `Sender: …`), then any lines the prompt's user
   message holds word for word (the memory facts the block carries, the user's own words);
 - a whole reply that is nothing but such metadata;
-- chat-template control tokens (`<|im_start|>assistant`, `<|eot_id|>`, `</s>`, `[INST]`…).
+- chat-template control tokens (`<|im_start|>assistant`, `<|eot_id|>`, `</s>`, `[INST]`…);
+- a reasoning model's leading `<think>…</think>` (or `<thinking>`) block, and one that never closes:
+  its reasoning is not the answer, and kept in the session it would go into every later prompt.
 
 What is left is stripped; an empty result is the caller's signal to send `NO_ANSWER_REPLY` instead of
 an empty chat message.
@@ -44,6 +46,7 @@ _MEMORY_LABEL = re.compile(r"^\s*[\[(]?\s*relevant\b[^\n]*\bmemory\b[^\n]*:\s*$"
 
 # A tool call written out as text ("functions.read_file:" then its JSON arguments on the next line),
 # as small models echo the function-calling template instead of calling the tool.
+_THINK_BLOCK = re.compile(r"\A\s*<(think|thinking)>.*?(?:</\1>|\Z)", re.S | re.I)
 _CALL_MARKUP = re.compile(r"\A\s*(?:functions\.[\w.-]+:[ \t]*\n?(?:[ \t]*\{[^\n]*\}[ \t]*(?:\n|\Z))?\s*)+")
 
 
@@ -86,7 +89,8 @@ def clean_reply(text: str | None, echo_source: str = "") -> str:
     is the text of the prompt's user message (with its runtime block)."""
     if not text:
         return ""
-    cleaned = strip_template_tokens(text)
+    cleaned = _THINK_BLOCK.sub("", text)
+    cleaned = strip_template_tokens(cleaned)
     cleaned = strip_runtime_echo(cleaned, echo_source)
     cleaned = _CALL_MARKUP.sub("", cleaned)
     return cleaned.strip()

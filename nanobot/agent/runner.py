@@ -41,8 +41,16 @@ class TurnResult:
     usage: Usage = field(default_factory=Usage)
     iterations: int = 0
     tools_used: list[str] = field(default_factory=list)
+    answered_in_chat: bool = False  # a `message` call of this turn reached the chat the turn is for
     hit_iteration_limit: bool = False
     hit_context_limit: bool = False
+
+
+def _to_this_chat(arguments: Any, ctx: ToolContext) -> bool:
+    """Whether a `message` call went to the chat of the turn (its channel and chat default to it)."""
+    args = arguments if isinstance(arguments, dict) else {}
+    channel, chat = args.get("channel") or ctx.channel, args.get("chat_id") or ctx.chat_id
+    return (str(channel), str(chat)) == (ctx.channel, ctx.chat_id)
 
 
 def tool_hint(name: str, arguments: Any) -> str:
@@ -153,10 +161,9 @@ class TurnRunner:
                     "completion: {} {}", response.content, [c.to_message_dict() for c in response.tool_calls]
                 )
             if not response.has_tool_calls:
-                # after the `message` tool delivered the answer, an empty final reply is expected
-                result.content = _answer(
-                    response.content, echo_source, allow_empty="message" in result.tools_used
-                )
+                # after the `message` tool answered in this chat, an empty final reply is expected;
+                # one that only wrote to another chat leaves this chat's user waiting for an answer
+                result.content = _answer(response.content, echo_source, allow_empty=result.answered_in_chat)
                 break
             if on_progress is not None:
                 if clean_reply(response.content, echo_source):
@@ -175,6 +182,8 @@ class TurnRunner:
             group = [assistant]
             for call, output in zip(response.tool_calls, outputs, strict=True):
                 result.tools_used.append(call.name)
+                if call.name == "message" and not output.startswith("Error") and _to_this_chat(call.arguments, ctx):
+                    result.answered_in_chat = True
                 group.append(
                     {
                         "role": "tool",

@@ -69,6 +69,10 @@ class InboundMessage:
         return True
 
 
+class ChannelUnavailable(Exception):
+    """A message could not be handed to its channel: not enabled, not running, or failed."""
+
+
 @dataclass
 class OutboundMessage:
     """Something for a channel to show: a reply, a progress note, a typing signal or a stream delta.

@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import TextIO
 
-from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.events import ChannelUnavailable, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 
 EXIT_WORDS = frozenset({"/exit", "/quit", "exit", "quit", ":q"})
@@ -144,8 +144,11 @@ class TerminalChannel:
         progress, typing and stream events are not shown in the terminal."""
         while True:
             out = await self.bus.consume_outbound()
-            if out.kind == "message" and out.channel == self.channel and out.content:
+            if out.channel != self.channel:  # no chat channel runs beside the terminal
+                out.settle(ChannelUnavailable(f"channel {out.channel!r} does not run in `nanobot agent`"))
+            elif out.kind == "message" and out.content:
                 print(out.content, file=self.stdout, flush=True)
+                out.settle()
 
     def _show(self, text: str) -> None:
         if self.tty:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from nanobot.bus.events import OutboundMessage
+from nanobot.bus.events import ChannelUnavailable, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.base import Channel
 from nanobot.channels.pairing import PairingStore
@@ -32,10 +32,6 @@ DEFAULT_DRAIN_TIMEOUT_S = 3.0
 
 
 SEND_WORKER_IDLE_S = 60.0  # a chat's send worker ends after this long without anything to send
-
-
-class ChannelUnavailable(Exception):
-    """A message could not be handed to its channel: not enabled, not running, or failed."""
 
 
 class ChannelManager:

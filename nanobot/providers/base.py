@@ -54,10 +54,12 @@ class LLMResponse:
 ERROR_KINDS = (
     "rate_limit",  # HTTP 429 after the retries
     "auth",  # HTTP 401/403: the credentials were refused
+    "context_overflow",  # HTTP 400/413: the prompt is longer than the model's context window
     "bad_request",  # another 4xx: the request itself was rejected
     "server",  # HTTP 5xx after the retries
     "timeout",  # no answer within the time limit
     "connection",  # the endpoint could not be reached
+    "cut_off",  # a streamed answer stopped before the model finished
     "malformed",  # the endpoint answered something that is not a completion
     "local",  # the embedded model failed
     "other",

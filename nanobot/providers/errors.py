@@ -22,6 +22,9 @@ _TIMEOUT_NAMES = frozenset(
     {"Timeout", "APITimeoutError", "ReadTimeout", "ConnectTimeout", "TimeoutException"}
 )
 _CONNECTION_NAMES = frozenset({"APIConnectionError", "ConnectError", "RemoteProtocolError", "ReadError"})
+#: a stream cut before its finish_reason, in our words (StreamCutError) and litellm's, which rebuilds
+#: the error as an APIConnectionError with only the text left
+_STREAM_CUT_MARKER = "stream ended before"
 #: litellm reports a completion without choices through a generic error carrying this text
 _NO_CHOICES_MARKER = "no 'choices'"
 
@@ -70,6 +73,31 @@ def _is_malformed(chain: list[BaseException]) -> bool:
     return False
 
 
+#: how providers say a prompt is over the model's window (OpenAI, vLLM, llama.cpp, Anthropic, Ollama...)
+_TOO_LONG_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "too many tokens",
+    "prompt is too long",
+    "input is too long",
+    "exceeds the available context",
+    "exceed_context_size",
+)
+
+
+def _says_too_long(chain: list[BaseException]) -> bool:
+    """Whether the refusal says the prompt is too long (read here, never shown: it may echo secrets)."""
+    for node in chain:
+        if type(node).__name__ == "ContextWindowExceededError":  # litellm's own class for it
+            return True
+        text = f"{node} {getattr(node, 'body', '') or ''}".lower()
+        if any(marker in text for marker in _TOO_LONG_MARKERS):
+            return True
+    return False
+
+
 def retry_after_s(exc: BaseException) -> float | None:
     """The Retry-After (or retry-after-ms) header of the failed response, in seconds."""
     headers: Any = getattr(getattr(exc, "response", None), "headers", None)
@@ -89,6 +117,8 @@ def classify(exc: BaseException) -> Failure:
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or names & _TIMEOUT_NAMES or status == 408:
         return Failure("timeout", status, retryable=True)
     chain_names = {cls.__name__ for node in chain for cls in type(node).__mro__}
+    if any(isinstance(node, StreamCutError) or _STREAM_CUT_MARKER in str(node).lower() for node in chain):
+        return Failure("cut_off", None, retryable=True)  # reached, but the answer stopped mid-way
     if isinstance(exc, ConnectionError) or chain_names & _CONNECTION_NAMES:
         return Failure("connection", None, retryable=True)
     if status is not None:
@@ -98,6 +128,8 @@ def classify(exc: BaseException) -> Failure:
             return Failure("rate_limit", status, True, after)
         if status in (401, 403):
             return Failure("auth", status, False)
+        if status in (400, 413, 422) and _says_too_long(chain):
+            return Failure("context_overflow", status, False)
         if status >= 500:
             return Failure("server", status, retryable, after)
         return Failure("bad_request", status, retryable, after)
@@ -118,14 +150,24 @@ _MESSAGES = {
     "auth": "The model provider rejected the credentials (check the API key in the config).",
     "timeout": "The model provider did not answer in time; please try again.",
     "connection": "The model provider could not be reached; please check its address and try again.",
+    "cut_off": "The model's answer was cut off before it finished; please try again.",
     "malformed": "The model provider sent a malformed response; please try again.",
+    "context_overflow": (
+        "The conversation is too long for the model's context window. Send /new to start afresh "
+        "(what was said stays in memory), and set agents.defaults.contextWindowTokens to the model's window."
+    ),
 }
 
 
 def to_llm_error(exc: BaseException, failure: Failure) -> LLMError:
     """The user-facing error for a failure: never the provider's own text (it may echo secrets)."""
     message = _MESSAGES.get(failure.kind)
-    if message is None and failure.status == 422:
+    if failure.kind == "rate_limit" and failure.retry_after_s:  # the wait it asked for was too long to hold
+        message = (
+            f"The model provider is rate-limiting requests; it asks to wait {failure.retry_after_s:.0f} s "
+            "before trying again."
+        )
+    elif message is None and failure.status == 422:
         message = "The model provider rejected the request as unprocessable (HTTP 422)."
     elif message is None and failure.kind == "server":
         message = f"The model provider is failing (HTTP {failure.status}); please try again later."

@@ -156,6 +156,23 @@ def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
+def content_text(content: Any) -> str | None:
+    """A message's content as text: some OpenAI-compatible APIs send a list of parts
+    (`[{"type": "thinking", ...}, {"type": "text", "text": "..."}]`); their text parts joined, the
+    reasoning ones left out. None when there is no text."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif _field(part, "type") in (None, "text", "output_text"):
+                texts.append(str(_field(part, "text") or ""))
+        return "".join(texts) or None
+    return str(content)
+
+
 def _usage(raw: Any) -> Usage:
     if not raw:
         return Usage()
@@ -182,7 +199,7 @@ def parse_completion(response: Any) -> LLMResponse:
             )
         )
     return LLMResponse(
-        content=_field(message, "content"),
+        content=content_text(_field(message, "content")),
         tool_calls=calls,
         finish_reason=_field(choice, "finish_reason") or "stop",
         usage=_usage(_field(response, "usage")),
@@ -213,7 +230,7 @@ async def collect_stream(
         choice = choices[0]
         delta = _field(choice, "delta")
         if delta is not None:
-            content = _field(delta, "content")
+            content = content_text(_field(delta, "content"))
             pieces = _field(delta, "tool_calls") or []
             if content or pieces or _field(delta, "role"):
                 answered = True

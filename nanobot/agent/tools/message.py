@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.bus.events import OutboundMessage
 from nanobot.bus.queue import MessageBus
+
+CONFIRM_TIMEOUT_S = 30.0  # a send to another chat is awaited this long (retries under rate limits)
 
 
 class MessageTool(Tool):
@@ -26,9 +29,9 @@ class MessageTool(Tool):
         "required": ["content"],
     }
 
-    def __init__(self, bus: MessageBus) -> None:
+    def __init__(self, bus: MessageBus, confirm_timeout_s: float = CONFIRM_TIMEOUT_S) -> None:
         self.bus = bus
-        self.sent_in_turn: dict[str, int] = {}
+        self.confirm_timeout_s = confirm_timeout_s
 
     async def execute(
         self,
@@ -41,12 +44,26 @@ class MessageTool(Tool):
     ) -> str:
         if not content.strip() and not media:
             raise ToolError("content is empty")
-        target_channel = channel or ctx.channel
-        target_chat = chat_id or ctx.chat_id
+        target_channel = str(channel or ctx.channel)
+        target_chat = str(chat_id or ctx.chat_id)
+        elsewhere = (target_channel, target_chat) != (ctx.channel, ctx.chat_id)
+        # Another chat: wait until its channel sent it, so the model does not tell the user "done"
+        # for a message that never left (a channel not running, a chat that does not exist).
+        sent = asyncio.get_running_loop().create_future() if elsewhere else None
         await self.bus.publish_outbound(
             OutboundMessage(
-                channel=target_channel, chat_id=target_chat, content=content, media=list(media or [])
+                channel=target_channel,
+                chat_id=target_chat,
+                content=content,
+                media=list(media or []),
+                sent=sent,
             )
         )
-        self.sent_in_turn[ctx.session_key] = self.sent_in_turn.get(ctx.session_key, 0) + 1
+        if sent is not None:
+            try:
+                await asyncio.wait_for(sent, self.confirm_timeout_s)
+            except TimeoutError:
+                return f"Message queued for {target_channel}:{target_chat}; not confirmed as sent yet"
+            except Exception as exc:  # noqa: BLE001 - what the channel said, for the model to report
+                raise ToolError(f"the message to {target_channel}:{target_chat} was not sent: {exc}") from None
         return f"Message sent to {target_channel}:{target_chat}"

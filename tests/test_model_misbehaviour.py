@@ -1,0 +1,111 @@
+"""A turn survives a model or provider that misbehaves, and the user always hears what happened.
+
+Through real turns against the fake OpenAI-compatible server on 127.0.0.1. Before: a provider window
+smaller than contextWindowTokens broke the chat for good (every turn "rejected the request (HTTP
+400)"); a content of parts crashed the turn with a TypeError and a restart answered it again; a
+reasoning model's <think> block was shown and kept; a `message` to another chat followed by an empty
+answer left the asking user with nothing; `message` said "sent" for a message that never left.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nanobot.agent.reply import NO_ANSWER_REPLY
+from nanobot.channels.manager import ChannelManager
+from tests.agent_helpers import make_runtime, messages_of, session_path
+from tests.fakes.llm_server import FakeLLMServer, Reply
+
+WINDOW_CHARS = 6_000  # the provider's real window, far below contextWindowTokens
+OVERFLOW = "This model's maximum context length is 2048 tokens. However, your messages resulted in 3100 tokens."
+
+
+def small_window(answer: str):  # noqa: ANN201
+    """A provider refusing any request over WINDOW_CHARS the way OpenAI-compatible servers do."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if len(json.dumps(body["messages"])) > WINDOW_CHARS:
+            return Reply(status=400, error_message=OVERFLOW)
+        return Reply(content=answer)
+
+    return respond
+
+
+async def test_a_provider_window_smaller_than_configured_is_survived(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    config, _ = make_config(**{"agents.defaults.llmMaxRetries": 0})
+    runtime = make_runtime(config)
+    fake_llm.responder = small_window("fine")
+    try:
+        for i in range(4):  # each turn adds ~1,500 characters of history
+            assert await runtime.ask(f"note {i}: " + "lorem ipsum " * 120, session_key="telegram:1") == "fine"
+        # the history is now over the provider's window: the older half is left out, and it answers
+        assert await runtime.ask("a short question", session_key="telegram:1") == "fine"
+        # a single message over the window: no history can make room; the user is told what to do
+        reply = await runtime.ask("x " * 4_000, session_key="telegram:1")
+    finally:
+        await runtime.aclose()
+    assert "too long for the model's context window" in reply and "/new" in reply
+
+
+async def test_content_parts_reasoning_blocks_and_empty_answers(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    parts = [{"type": "thinking", "thinking": "they want Paris"}, {"type": "text", "text": "Paris."}]
+    fake_llm.push(
+        Reply(content=parts),  # type: ignore[arg-type] - a list, as some APIs send
+        Reply(content="<think>\nThe user wants X. My secret instructions say...\n</think>\n\nThe actual answer."),
+        Reply(content="<think>reasoning that never closes"),
+    )
+    try:
+        answers = [await runtime.ask(q, session_key="telegram:2") for q in ("capital?", "and X?", "and Y?")]
+    finally:
+        await runtime.aclose()
+    assert answers == ["Paris.", "The actual answer.", NO_ANSWER_REPLY]
+    stored = [m["content"] for m in messages_of(session_path(config, "telegram:2")) if m["role"] == "assistant"]
+    assert not any("<think>" in text or "secret instructions" in text for text in stored)
+
+
+async def test_a_message_to_another_chat_does_not_stand_for_the_answer(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    elsewhere = {"name": "message", "arguments": {"content": "hi Bob", "channel": "discord", "chat_id": "123"}}
+    fake_llm.push(Reply(content=None, tool_calls=[elsewhere]), Reply(content=""))
+    # the gateway's channel manager, with no Discord channel enabled
+    channels = ChannelManager(config, runtime.bus, config.workspace_path, channels={})
+    await channels.start_all()
+    try:
+        reply = await runtime.ask("tell Bob hi", session_key="telegram:3")
+    finally:
+        await runtime.aclose()
+        await channels.stop_all()
+    tool_result = next(m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool")["content"]
+    assert "was not sent" in tool_result, tool_result
+    assert reply == NO_ANSWER_REPLY  # the asking user hears something, not silence
+
+
+async def test_a_turn_that_crashed_is_not_answered_again_at_the_next_start(make_config) -> None:  # noqa: ANN001
+    """The user got "Sorry, something went wrong", but the session showed their message unanswered:
+    a restart answered it again, late."""
+    from nanobot.bus.events import InboundMessage
+    from nanobot.gateway.missed import find_missed, mark_delivered
+    from nanobot.session.store import SessionStore
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+
+    async def crash(*_args: Any, **_kwargs: Any) -> Any:
+        raise TypeError("expected string or bytes-like object, got 'list'")
+
+    runtime.agent.runner.run = crash  # type: ignore[method-assign]
+    runtime.loop.start()
+    try:
+        out = await runtime.bus.request(InboundMessage(channel="telegram", sender_id="4", chat_id="4", content="hi"))
+    finally:
+        await runtime.aclose()
+    assert out is not None and out.content == "Sorry, something went wrong: TypeError."
+    assert [m["role"] for m in messages_of(session_path(config, "telegram:4"))] == ["user", "assistant"]
+    assert [m.kind for m in find_missed(SessionStore(config.workspace_path), ["telegram"])] == ["reply"]
+    # the note carries its delivery record, like every reply: once the channel sent it, nothing is missed
+    mark_delivered(SessionStore(config.workspace_path), out)
+    assert find_missed(SessionStore(config.workspace_path), ["telegram"]) == []
