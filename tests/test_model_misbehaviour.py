@@ -109,3 +109,25 @@ async def test_a_turn_that_crashed_is_not_answered_again_at_the_next_start(make_
     # the note carries its delivery record, like every reply: once the channel sent it, nothing is missed
     mark_delivered(SessionStore(config.workspace_path), out)
     assert find_missed(SessionStore(config.workspace_path), ["telegram"]) == []
+
+
+async def test_a_huge_tool_argument_does_not_sink_the_answer(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """write_file with 400,000 characters succeeded, but the final request still carried them: the
+    provider refused it and the user was told the work had stopped although it was done."""
+    config, _ = make_config(**{"agents.defaults.llmMaxRetries": 0})
+    runtime = make_runtime(config)
+    big = {"name": "write_file", "arguments": {"path": "big.txt", "content": "x" * 400_000}}
+    calls = iter([Reply(content=None, tool_calls=[big])])
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if len(json.dumps(body["messages"])) > 200_000:  # the provider's real window
+            return Reply(status=400, error_message=OVERFLOW)
+        return next(calls, Reply(content="Saved big.txt."))
+
+    fake_llm.responder = respond
+    try:
+        reply = await runtime.ask("write 400k x into big.txt", session_key="telegram:5")
+    finally:
+        await runtime.aclose()
+    assert (config.workspace_path / "big.txt").stat().st_size == 400_000
+    assert reply == "Saved big.txt."

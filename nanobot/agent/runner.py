@@ -32,6 +32,7 @@ MessagesCallback = Callable[[list[dict[str, Any]]], Awaitable[None] | None]
 ProgressCallback = Callable[[str, str], Awaitable[None]]  # (kind, text): kind "progress" | "tool_hint"
 TOOL_HINT_MAX_CHARS = 80
 LEFT_OUT_RESULT = "[result left out: the turn's tool results no longer fit in the context window]"
+LONG_ARGUMENTS_CHARS = 2_000  # a tool call's arguments over this may be left out of a fitted prompt
 
 
 @dataclass
@@ -142,8 +143,8 @@ class TurnRunner:
                 result.content = await self._final_answer(
                     _fitted(convo, used - budget), result, echo_source
                 ) or (
-                    f"I stopped after {iteration - 1} tool steps: their results no longer fit in the "
-                    "model's context window. Tell me to continue, or narrow the task."
+                    f"I stopped after {iteration - 1} tool steps (they were carried out): the turn no "
+                    "longer fits in the model's context window. Tell me to continue, or narrow the task."
                 )
                 break
             if prompts_logged():
@@ -217,18 +218,42 @@ FINAL_ANSWER_NUDGE = (
 
 
 def _fitted(convo: list[dict[str, Any]], excess_tokens: int) -> list[dict[str, Any]]:
-    """`convo` with its oldest tool results left out until `excess_tokens` are saved (the last call
-    sends no tool schemas either, which leaves room for the nudge)."""
+    """`convo` with its oldest tool results left out until `excess_tokens` are saved, then, if that
+    is not enough, the arguments of its oldest tool calls (a 400 KB `write_file` content: the call
+    was done, but the final request carrying it was refused). The last call sends no tool schemas
+    either, which leaves room for the nudge."""
     fitted = list(convo)
     saved = 0
-    for i, message in enumerate(fitted):
-        if saved >= excess_tokens:
-            break
-        if message.get("role") == "tool" and message.get("content") != LEFT_OUT_RESULT:
-            shorter = {**message, "content": LEFT_OUT_RESULT}
-            saved += count_message(message) - count_message(shorter)
-            fitted[i] = shorter
+    for shorten in (_without_result, _without_arguments):
+        for i, message in enumerate(fitted):
+            if saved >= excess_tokens:
+                return fitted
+            shorter = shorten(message)
+            if shorter is not None:
+                saved += count_message(message) - count_message(shorter)
+                fitted[i] = shorter
     return fitted
+
+
+def _without_result(message: dict[str, Any]) -> dict[str, Any] | None:
+    if message.get("role") == "tool" and message.get("content") != LEFT_OUT_RESULT:
+        return {**message, "content": LEFT_OUT_RESULT}
+    return None
+
+
+def _without_arguments(message: dict[str, Any]) -> dict[str, Any] | None:
+    calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+    if not calls:
+        return None
+    shorter = []
+    for call in calls:
+        fn = call.get("function") or {}
+        arguments = str(fn.get("arguments") or "")
+        if len(arguments) > LONG_ARGUMENTS_CHARS:
+            note = json.dumps({"left_out": f"{len(arguments)} characters of arguments (the call was made)"})
+            call = {**call, "function": {**fn, "arguments": note}}
+        shorter.append(call)
+    return {**message, "tool_calls": shorter} if shorter != calls else None
 
 
 def _last_user_text(convo: list[dict[str, Any]]) -> str:
