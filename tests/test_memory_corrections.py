@@ -121,3 +121,21 @@ def test_a_fact_forgotten_in_a_consolidation_does_not_come_back_in_the_next(tmp_
     assert store.forgotten() == {"bank card pin is 4821"}
     consolidator.apply_memory_update(store.read_memory(), without_pin + "\n- Bank card PIN is 4821", ["hi"])
     assert "4821" not in store.read_memory()
+
+
+def test_facts_put_back_once_are_not_put_back_twice(tmp_path: Path) -> None:
+    """The guard runs on the model's answer and again when it is written: the lines it had put back
+    under their section no longer matched the originals, and the whole block was appended again."""
+    from nanobot.memory.consolidator import Consolidator
+
+    store = MemoryStore(tmp_path, "UTC")
+    previous = (
+        "# Memory\n## Anna (sister)\n- Birthday: 3 March\n- Allergic to peanuts\n"
+        "## Marc\n- Phone: 555-0101\n- Works at the harbour\n"
+    )
+    store.write_memory(previous)
+    checked = update("# Memory\n- Likes green tea", store.read_memory())
+    assert not isinstance(checked, Refusal) and checked[0] is not None
+    Consolidator(None, store).apply_memory_update(store.read_memory(), checked[0], [])  # type: ignore[arg-type]
+    text = store.read_memory()
+    assert text.count(KEPT_FACTS_HEADING) == 1 and text.count("Birthday: 3 March") == 1, text

@@ -70,7 +70,9 @@ async def test_a_report_due_during_the_stop_is_kept_and_answered_at_the_next_sta
     assert len(reports) == 1 and reports[0]["content"].startswith("[Sub-agent 'job' finished]")
     assert "RESULT-backup" in reports[0]["content"]
 
-    again = await Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0)).start()
+    again = Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0))
+    again.channel.allow_from = ["u1"]  # who started it is checked, as for any message kept at a stop
+    await again.start()
     assert await _sent(again, "relayed:") == "relayed: [Sub-agent 'job' finished]"
     kill_self()
     await again.stopped()

@@ -118,7 +118,9 @@ class SubagentManager:
         """A sub-agent's report as an inbound `system` message of the session that spawned it."""
         return InboundMessage(
             channel="system",
-            sender_id="subagent",
+            # the user who started it: a report kept at a stop is answered at the next start only
+            # while that user is still allowed (gateway/missed.py)
+            sender_id=ctx.sender_id,
             chat_id=ctx.chat_id,
             content=content,
             session_key_override=ctx.session_key,

@@ -40,6 +40,7 @@ from nanobot.memory.validation import (
     forget_requests,
     restored_lines,
     schema_text,
+    still_there,
     tool_arguments,
 )
 from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
@@ -147,7 +148,7 @@ def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[s
     if len(old_facts) < MIN_FACTS_FOR_PROTECTION:
         return new, []
     new_norm = {normalise_fact(f) for f in fact_lines(new)}
-    dropped = [f for f in old_facts if normalise_fact(f) not in new_norm]
+    dropped = [f for f in old_facts if not still_there(f, new_norm)]
     if len(dropped) / len(old_facts) <= MAX_DROPPED_FACT_SHARE:
         return new, []
     merged = (
@@ -365,7 +366,7 @@ class Consolidator:
             self.memory.write_memory(merged)
             if forget_requests(users):
                 still = {normalise_fact(f) for f in fact_lines(merged)}
-                removed = [f for f in fact_lines(current) if normalise_fact(f) not in still]
+                removed = [f for f in fact_lines(current) if not still_there(f, still)]
                 if removed:
                     logger.info("consolidation: {} fact(s) forgotten as the user asked", len(removed))
                     self.memory.add_forgotten(removed)

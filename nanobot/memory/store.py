@@ -69,6 +69,7 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._depth = 0
         self._listeners: list[Callable[[Path], None]] = []
+        self._legacy_warned: set[tuple[str, int]] = set()  # (file, size) read as Windows-1252
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -135,7 +136,9 @@ class MemoryStore:
         except UnicodeDecodeError:
             # Saved by an editor in a legacy encoding: read as Windows-1252 (Latin-1 and more), not
             # with U+FFFD for every accent, which the next write (and its backup) would make final.
-            logger.warning("memory/{} is not UTF-8: read as Windows-1252, written back as UTF-8", name)
+            if (name, len(data)) not in self._legacy_warned:  # once per file version, not per read
+                self._legacy_warned.add((name, len(data)))
+                logger.warning("memory/{} is not UTF-8: read as Windows-1252, written back as UTF-8", name)
             return data.decode("cp1252", errors="replace")
 
     def read_memory(self) -> str:

@@ -290,6 +290,13 @@ def fact_lines(text: str) -> list[str]:
     ]
 
 
+def still_there(fact: str, new_norm: set[str]) -> bool:
+    """Whether a fact is among the new file's (normalised) facts, also as put back under its section
+    by `restored_lines` ("anna (sister): birthday: 3 march" holds "birthday: 3 march")."""
+    norm = normalise_fact(fact)
+    return norm in new_norm or any(line.endswith(": " + norm) for line in new_norm)
+
+
 def restored_lines(previous: str, dropped: list[str]) -> list[str]:
     """The dropped facts of `previous` as lines to put back under KEPT_FACTS_HEADING, each naming
     the section it came from ("- Anna (sister): Birthday: 3 March"): under the kept heading a bare
@@ -395,7 +402,7 @@ def check_memory_update(
     new_norm = {normalise_fact(x) for x in fact_lines(text)}
     dropped = [
         f for f in fact_lines(previous)
-        if normalise_fact(f) not in new_norm and normalise_fact(f) not in forgotten and not _may_drop(f, requests)
+        if not still_there(f, new_norm) and normalise_fact(f) not in forgotten and not _may_drop(f, requests)
     ]
     if dropped and len(dropped) <= MAX_UNNAMED_FORGETS and _asks_to_forget_in_another_language(requests):
         # The user asked in another language ("oublie mon code secret" for "- Bank card PIN is
