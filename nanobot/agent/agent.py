@@ -10,7 +10,6 @@ TurnRunner (persisting each iteration as it finishes), then schedule background 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from loguru import logger
 
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.message_context import MessageContext
+from nanobot.agent.prompt_fit import fit_history, run_within_window
 from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnResult, TurnRunner
 from nanobot.agent.subagents import SubagentManager
@@ -57,17 +57,6 @@ class AgentStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     last_prompt_tokens: int = 0
-
-
-def halved_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """`messages` (system, history, the new user message) with the older half of the history left
-    out, cut at a user message so no tool group is split; None when there is no history to cut."""
-    history = messages[1:-1]
-    if not history:
-        return None
-    starts = [k for k, m in enumerate(history) if m.get("role") == "user" and k >= len(history) // 2]
-    keep = history[starts[0] :] if starts else []
-    return [messages[0], *keep, messages[-1]]
 
 
 class Agent:
@@ -147,7 +136,7 @@ class Agent:
         )
         tokens = self.estimator.with_system(session, system, tool_tokens) + count_message(user_msg)
         if tokens > self.lifecycle.budget_tokens:
-            history, tokens = self._fit_history(session, indices, history, tokens, resumed)
+            history, tokens = fit_history(session, indices, history, tokens, self.lifecycle.budget_tokens, resumed)
         last_user = next((k for k in range(len(history) - 1, -1, -1) if history[k]["role"] == "user"), None)
         if resumed and last_user is not None:
             # A missed turn run again (nanobot/gateway/missed.py): its saved message takes the runtime
@@ -155,37 +144,6 @@ class Agent:
             history[last_user] = user_msg
             return [{"role": "system", "content": system}, *history], tokens
         return [{"role": "system", "content": system}, *history, user_msg], tokens
-
-    def _fit_history(
-        self, session: Session, indices: list[int], history: list[dict[str, Any]], tokens: int, resumed: bool
-    ) -> tuple[list[dict[str, Any]], int]:
-        """The history from its first user message on that brings the prompt within the budget, when
-        consolidation could not (a small model's failed attempts, a turn of many tool steps): the
-        request would exceed the context window and fail, turn after turn. What is left out stays in
-        the transcript, for consolidation and memory_search. None of it fits: no history at all, or,
-        for a resumed turn (its message is in the history), the history from that message on."""
-        budget = self.lifecycle.budget_tokens
-        starts = [k for k, message in enumerate(history) if message["role"] == "user"]
-        left = tokens
-        cut = 0
-        for start in starts:
-            left -= sum(session.tokens_of(indices[k]) for k in range(cut, start))
-            cut = start
-            if left <= budget:
-                break
-        else:
-            keep_from = starts[-1] if resumed and starts else len(history)
-            left -= sum(session.tokens_of(indices[k]) for k in range(cut, keep_from))
-            cut = keep_from
-        if cut:
-            logger.warning(
-                "session {}: the oldest {} history messages are left out of this request (over the prompt "
-                "budget of {} tokens after consolidation); the transcript keeps them",
-                session.key,
-                cut,
-                budget,
-            )
-        return history[cut:], left
 
     async def _ensure_ready(self) -> None:
         """Lazy set-up: MCP servers connect on first need; failures are logged, never fatal."""
@@ -355,7 +313,7 @@ class Agent:
             )
 
         try:
-            result = await self._run_within_window(run, messages, prompt_tokens, stepped, ctx.session_key)
+            result = await run_within_window(run, messages, prompt_tokens, stepped, ctx.session_key)
         except LLMError as exc:
             reply = f"Sorry, I could not get an answer from the model: {exc}"
             self.sessions.append(
@@ -377,35 +335,6 @@ class Agent:
         self.lifecycle.after_turn(session, private=ctx.memory_private)
         self._record_long_term(ctx, user_text, result.content)
         return result.content, False
-
-    @staticmethod
-    async def _run_within_window(
-        run: Callable[[list[dict[str, Any]], int | None], Awaitable[TurnResult]],
-        messages: list[dict[str, Any]],
-        prompt_tokens: int,
-        stepped: list[int],
-        session_key: str,
-    ) -> TurnResult:
-        """`run(messages)`; when the provider refuses the prompt as longer than the model's window
-        (smaller than contextWindowTokens says), again with the older half of the history left out,
-        until it fits or no history is left (it stays in the transcript and memory). Not once the
-        turn saved tool steps: a prompt without them would redo them."""
-        prompt, tokens = messages, prompt_tokens
-        while True:
-            try:
-                return await run(prompt, tokens)
-            except LLMError as exc:
-                shorter = halved_history(prompt) if exc.kind == "context_overflow" and not stepped else None
-                if shorter is None:
-                    raise
-                logger.warning(
-                    "{}: the provider refused the prompt as longer than the model's window; trying with {} "
-                    "of {} history messages. Set agents.defaults.contextWindowTokens to the model's window",
-                    session_key,
-                    len(shorter) - 2,
-                    len(messages) - 2,
-                )
-                prompt, tokens = shorter, None
 
     def _record_long_term(self, ctx: MessageContext, user_text: str, reply: str) -> None:
         if self.long_term.owns_memory_file:  # MEMORY.md is its record: nothing to send per turn

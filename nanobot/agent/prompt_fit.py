@@ -1,0 +1,100 @@
+"""Fitting a turn's prompt into the model's window, when the estimate or the provider says it is over.
+
+- `fit_history`: before the call, the history from the user message on that brings the estimated
+  prompt within the budget (consolidation could not make room: a small model's failed attempts, a
+  turn of many tool steps).
+- `run_within_window`: after a provider refused the prompt as longer than the model's window (its
+  window smaller than contextWindowTokens says), the call again with the older half of the history
+  left out (`halved_history`), until it fits or no history is left.
+
+What is left out of a request stays in the transcript, for consolidation and memory_search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from nanobot.providers.base import LLMError
+
+if TYPE_CHECKING:
+    from nanobot.agent.runner import TurnResult
+    from nanobot.session.session import Session
+
+
+def halved_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """`messages` (system, history, the new user message) with the older half of the history left
+    out, cut at a user message so no tool group is split; None when there is no history to cut."""
+    history = messages[1:-1]
+    if not history:
+        return None
+    starts = [k for k, m in enumerate(history) if m.get("role") == "user" and k >= len(history) // 2]
+    keep = history[starts[0] :] if starts else []
+    return [messages[0], *keep, messages[-1]]
+
+
+def fit_history(
+    session: Session,
+    indices: list[int],
+    history: list[dict[str, Any]],
+    tokens: int,
+    budget: int,
+    resumed: bool,
+) -> tuple[list[dict[str, Any]], int]:
+    """The history from its first user message on that brings the prompt within the budget, when
+    consolidation could not (a small model's failed attempts, a turn of many tool steps): the
+    request would exceed the context window and fail, turn after turn. What is left out stays in
+    the transcript, for consolidation and memory_search. None of it fits: no history at all, or,
+    for a resumed turn (its message is in the history), the history from that message on."""
+    starts = [k for k, message in enumerate(history) if message["role"] == "user"]
+    left = tokens
+    cut = 0
+    for start in starts:
+        left -= sum(session.tokens_of(indices[k]) for k in range(cut, start))
+        cut = start
+        if left <= budget:
+            break
+    else:
+        keep_from = starts[-1] if resumed and starts else len(history)
+        left -= sum(session.tokens_of(indices[k]) for k in range(cut, keep_from))
+        cut = keep_from
+    if cut:
+        logger.warning(
+            "session {}: the oldest {} history messages are left out of this request (over the prompt "
+            "budget of {} tokens after consolidation); the transcript keeps them",
+            session.key,
+            cut,
+            budget,
+        )
+    return history[cut:], left
+
+
+async def run_within_window(
+    run: Callable[[list[dict[str, Any]], int | None], Awaitable[TurnResult]],
+    messages: list[dict[str, Any]],
+    prompt_tokens: int,
+    stepped: list[int],
+    session_key: str,
+) -> TurnResult:
+    """`run(messages)`; when the provider refuses the prompt as longer than the model's window
+    (smaller than contextWindowTokens says), again with the older half of the history left out,
+    until it fits or no history is left (it stays in the transcript and memory). Not once the
+    turn saved tool steps: a prompt without them would redo them."""
+    prompt, tokens = messages, prompt_tokens
+    while True:
+        try:
+            return await run(prompt, tokens)
+        except LLMError as exc:
+            shorter = halved_history(prompt) if exc.kind == "context_overflow" and not stepped else None
+            if shorter is None:
+                raise
+            logger.warning(
+                "{}: the provider refused the prompt as longer than the model's window; trying with {} "
+                "of {} history messages. Set agents.defaults.contextWindowTokens to the model's window",
+                session_key,
+                len(shorter) - 2,
+                len(messages) - 2,
+            )
+            prompt, tokens = shorter, None
