@@ -10,10 +10,11 @@ import pytest
 
 from nanobot.agent.agent import Agent
 from nanobot.agent.commands import HELP_TEXT, parse_command
-from nanobot.agent.loop import STOPPED_REPLY, AgentLoop
+from nanobot.agent.loop import NOTHING_RUNNING_REPLY, STOPPED_REPLY, AgentLoop
 from nanobot.bus.events import InboundMessage
 from nanobot.bus.queue import MessageBus
 from tests.agent_helpers import (
+    drain_outbound,
     make_runtime,
     messages_of,
     next_outbound,
@@ -327,7 +328,8 @@ async def test_turns_cancelled_before_saving_their_message_do_not_ack_it(
     await loop.finish(grace_s=0.2)
     assert not loop.in_flight()
     assert acks == ["given up with /stop"]
-    assert messages_of(agent.sessions.path_for("telegram:c1")) == []
+    # the given-up message is kept (the user's words, unanswered); the other two are not saved
+    assert [m["content"] for m in messages_of(agent.sessions.path_for("telegram:c1"))] == ["given up with /stop"]
 
 
 async def test_a_shutdown_keeps_messages_a_platform_will_not_send_again(
@@ -335,7 +337,7 @@ async def test_a_shutdown_keeps_messages_a_platform_will_not_send_again(
 ) -> None:
     """Discord does not replay events: a message queued behind a running turn (or cut before it was
     saved) when the gateway stopped was lost without a trace. It is saved at the shutdown now, so the
-    next start answers it (gateway/missed.py); a /stop-ped one and a queued command are not."""
+    next start answers it (gateway/missed.py); a /stop-ped one is kept as given up, a queued command not."""
     from nanobot.gateway.missed import unanswered_index
 
     loop, agent, bus = running
@@ -351,6 +353,54 @@ async def test_a_shutdown_keeps_messages_a_platform_will_not_send_again(
     await loop.finish(grace_s=0.2)
     path = agent.sessions.path_for("discord:c1")
     # in the order they were sent (the tasks once sat in a set, and were kept in its hash order)
-    assert [m["content"] for m in messages_of(path)] == ["cut by the shutdown", *queued]
+    # the /stop-ped one is kept too (the user's words), as given up: the next start does not answer it
+    assert [m["content"] for m in messages_of(path)] == ["given up with /stop", "cut by the shutdown", *queued]
     session = type(agent.sessions)(agent.context.workspace).get("discord:c1")
-    assert unanswered_index(session) == 6  # the next start answers the newest, the rest in its history
+    assert session.metadata["stopped_through"] == 1
+    assert unanswered_index(session) == 7  # the next start answers the newest, the rest in its history
+
+
+def stop_with_id(message_id: int) -> InboundMessage:
+    return InboundMessage("telegram", "u1", "c1", "/stop", metadata={"message_id": message_id})
+
+
+async def test_a_stop_served_again_after_a_restart_does_not_cancel_the_resumed_turn(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    """Telegram serves again every update after the oldest unconfirmed one: a /stop handled before
+    the restart came back and cancelled the turn the restart had resumed (never answered), and the
+    user got a "Stopped." they had not sent."""
+    loop, agent, bus = running
+    await bus.publish_inbound(stop_with_id(7))
+    assert (await next_outbound(bus)).content == NOTHING_RUNNING_REPLY
+    fake_llm.push(Reply(content="the answer", delay_s=1.0))
+    answer = asyncio.create_task(bus.request(inbound("the resumed question")))
+    await wait_for(lambda: len(fake_llm.requests) == 1)
+    await bus.publish_inbound(stop_with_id(7))  # the same update, served again
+    out = await asyncio.wait_for(answer, 30)
+    assert out is not None and out.content == "the answer"
+    assert [m.kind for m in drain_outbound(bus) if m.kind == "message"] == []  # no second "Stopped."
+
+
+async def test_stop_reaches_a_turn_waiting_for_a_free_turn_slot(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """With every turn slot busy, /stop said "Nothing is running." and the waiting turn then ran; a
+    message given up before its turn saved it was lost (also while waiting for a consolidation)."""
+    config, _ = make_config(**{"agents.defaults.maxConcurrentTurns": 1})
+    bus = MessageBus()
+    runtime = make_runtime(config, bus)
+    runtime.loop.start()
+    try:
+        fake_llm.push(Reply(content="A done", delay_s=1.5))
+        first = asyncio.create_task(bus.request(inbound("a long task", chat_id="A")))
+        await wait_for(lambda: len(fake_llm.requests) == 1)
+        waiting = asyncio.create_task(bus.request(inbound("my locker code is 4711, do the thing", chat_id="B")))
+        await asyncio.sleep(0.1)
+        await bus.publish_inbound(inbound("/stop", chat_id="B"))
+        assert (await next_outbound(bus)).content == STOPPED_REPLY
+        assert await asyncio.wait_for(waiting, 10) is None  # given up: no answer
+        assert (await asyncio.wait_for(first, 10)).content == "A done"
+    finally:
+        await runtime.aclose()
+    assert len(fake_llm.requests) == 1  # B's turn never reached the model
+    saved = messages_of(runtime.agent.sessions.path_for("telegram:B"))
+    assert [m["content"] for m in saved] == ["my locker code is 4711, do the thing"]  # kept, unanswered

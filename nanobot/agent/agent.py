@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 NEW_SESSION_REPLY = "New session started."
 SERVED_AGAIN_WINDOW = 500  # newest messages of a session searched for a platform message served again
+COMMANDS_REMEMBERED = 20  # ids of the last immediate commands handled per session (served again?)
 
 
 @dataclass(frozen=True)
@@ -231,14 +232,38 @@ class Agent:
         instead of the message being lost without a trace."""
         if msg.saved or msg.on_persisted is not None or msg.reply_future is not None or ctx.command:
             return  # saved already, served again by its platform (Telegram), in-process, or a command
+        self._save_message(msg, ctx)
+        logger.info(
+            "{}: kept a message the shutdown left unanswered; the next start answers it", ctx.session_key
+        )
+
+    def save_given_up(self, msg: InboundMessage, ctx: MessageContext) -> None:
+        """Save a message /stop gave up before its turn saved it: the user's words stay in the
+        transcript (for memory and search), unanswered."""
+        if not msg.saved and not ctx.command:
+            self._save_message(msg, ctx)
+
+    def _save_message(self, msg: InboundMessage, ctx: MessageContext) -> None:
         session = self.sessions.get(ctx.session_key)
         if not session.messages and "is_group" not in session.metadata:
             self.sessions.set_metadata(session, **self._first_metadata(ctx))
         self.sessions.append(session, self._stored(msg, ctx))
         msg.saved = True
-        logger.info(
-            "{}: kept a message the shutdown left unanswered; the next start answers it", ctx.session_key
-        )
+
+    def command_served_again(self, msg: InboundMessage, ctx: MessageContext) -> bool:
+        """Whether an immediate command (/stop, /status) was handled before: its platform serves it
+        again after a restart when an older message of another chat was not confirmed yet. The ids
+        of the last few handled are kept in the session's metadata."""
+        platform_id = msg.metadata.get("message_id")
+        if platform_id is None:
+            return False
+        session = self.sessions.get(ctx.session_key)
+        seen = list(session.metadata.get("commands_seen") or [])
+        if platform_id in seen:
+            logger.info("{}: command {} was handled before; not again", ctx.session_key, platform_id)
+            return True
+        self.sessions.set_metadata(session, commands_seen=[*seen[-(COMMANDS_REMEMBERED - 1) :], platform_id])
+        return False
 
     async def _turn(self, msg: InboundMessage, ctx: MessageContext) -> tuple[str, bool]:
         await self._ensure_ready()

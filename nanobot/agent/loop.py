@@ -140,7 +140,12 @@ class AgentLoop:
         command = COMMANDS.get(ctx.command or "")
         if command is not None and command.immediate:
             msg.ack()
-            await self._deliver(msg, ctx.reply(await self._immediate(ctx)))
+            # Served again after a restart (Telegram), a /stop would cancel the turn the restart
+            # resumed, and the user would get a "Stopped." they did not send: only confirmed.
+            if not self.agent.command_served_again(msg, ctx):
+                await self._deliver(msg, ctx.reply(await self._immediate(ctx)))
+            else:
+                msg.resolve(None)
             return False
         slot = self._slots.get(ctx.session_key)
         if slot is None:
@@ -171,16 +176,22 @@ class AgentLoop:
         given_up = False  # cancelled by /stop (not by a shutdown)
         queued = slot.lock.locked()  # behind a turn whose reply stops the chat's typing indicator
         try:
-            async with slot.lock, self._semaphore:
+            async with slot.lock:
+                # running from here: a /stop also reaches a turn still waiting for a free turn slot
+                # (it said "Nothing is running." and the turn then ran anyway)
                 slot.running = asyncio.current_task()
-                if queued and msg.reply_future is None:
-                    self.bus.offer_outbound(ctx.reply("", kind="typing"))  # working on it again
                 try:
-                    out = await self._execute(msg, ctx)
+                    async with self._semaphore:
+                        if queued and msg.reply_future is None:
+                            self.bus.offer_outbound(ctx.reply("", kind="typing"))  # working on it again
+                        out = await self._execute(msg, ctx)
                 except asyncio.CancelledError:
                     logger.info("turn for {} cancelled", ctx.session_key)
                     given_up = slot.user_stopped
                     if given_up:  # /stop: the user gave this message up
+                        # not answered, but kept: stopped before its turn saved it (waiting for a
+                        # turn slot, or for the consolidation its prompt needed), it was lost
+                        self.agent.save_given_up(msg, ctx)
                         msg.ack()
                         # A restart must not answer it (nanobot/gateway/missed.py). Recorded here,
                         # with the session still locked: once the lock is released the next queued
