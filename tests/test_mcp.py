@@ -364,3 +364,43 @@ def test_mcp_list_masks_a_token_a_failing_server_echoes(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         assert "Bad credentials for token ***" in result.stdout, result.stdout
         assert token not in result.stdout + result.stderr
+
+
+async def test_a_server_down_at_the_first_turn_gets_its_tools_at_a_later_one(
+    make_config, fake_llm  # noqa: ANN001
+) -> None:
+    """The first turn connects MCP servers; one that failed then (still starting, briefly down) never
+    got its tools registered in a running gateway: every later turn said "unknown tool"."""
+    from tests.agent_helpers import make_runtime
+    from tests.fakes.llm_server import Reply
+
+    server = fakes.HTTPServerThread("http")  # its port is chosen, nothing listens yet
+    config, _ = make_config(**{"tools.mcpServers": {"web": {"url": server.url, "connectTimeoutS": 2}}})
+    runtime = make_runtime(config)
+    assert runtime.agent.mcp is not None
+    runtime.agent.mcp.connections["web"].retry_base_s = 0.2  # a short backoff after the failed start
+    call = {"name": "mcp_web_echo", "arguments": {"text": "hello"}}
+    try:
+        fake_llm.push(Reply(content=None, tool_calls=[call]), Reply(content="first"))
+        await runtime.ask("echo hello", session_key="telegram:1")
+        first = next(m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool")["content"]
+        assert first.startswith("Error: unknown tool")
+        server.start()
+        await asyncio.sleep(0.3)  # past the retry backoff
+        fake_llm.push(Reply(content=None, tool_calls=[call]), Reply(content="second"))
+        await runtime.ask("echo hello again", session_key="telegram:1")
+        second = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"][-1]["content"]
+        assert second == "hello"
+    finally:
+        await runtime.aclose()
+        server.stop()
+
+
+def test_a_boolean_sub_schema_is_accepted_not_a_crash() -> None:
+    """`"properties": {"x": true}` is valid JSON Schema (an MCP server sent it): validating it raised
+    AttributeError and every call of the tool failed the whole turn."""
+    from nanobot.agent.tools.base import validate_against_schema
+
+    schema = {"type": "object", "properties": {"x": True, "n": {"type": "integer"}}, "required": ["n"]}
+    assert validate_against_schema({"x": [1], "n": 2}, schema, "") == []
+    assert validate_against_schema({"x": 1}, schema, "") == ["n: required"]

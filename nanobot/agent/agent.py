@@ -147,15 +147,18 @@ class Agent:
         return [{"role": "system", "content": system}, *history, user_msg], tokens
 
     async def _ensure_ready(self) -> None:
-        """Lazy set-up: MCP servers connect on first need; failures are logged, never fatal."""
-        if self._ready:
+        """Lazy set-up: MCP servers connect on first need; failures are logged, never fatal. While a
+        server has never shown its tools (it failed its first start: still installing, briefly down)
+        every turn asks again, so they come without a restart; one in its retry backoff costs nothing."""
+        if self._ready or self.mcp is None:
             return
-        self._ready = True
-        if self.mcp is not None:
-            try:
-                await self.mcp.register_into(self.tools)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("set-up step failed: {}", exc)
+        try:
+            await self.mcp.register_into(self.tools)
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("set-up step failed: {}", exc)
+        # done once every server has shown its tools (a server that lost its session later
+        # reconnects on its next call; its tools stay registered)
+        self._ready = all(server.get("tools") or server.get("state") == "ready" for server in self.mcp.status())
 
     async def handle(self, msg: InboundMessage, ctx: MessageContext | None = None) -> OutboundMessage | None:
         """Run one turn for `msg` and return the reply for its chat (`metadata["failed"]` when the

@@ -69,7 +69,11 @@ class Tool(ABC):
 
 
 def validate_against_schema(value: Any, schema: dict[str, Any], path: str) -> list[str]:
-    """A small JSON-schema subset: type, required, properties, enum, items, minimum/maximum."""
+    """A small JSON-schema subset: type, required, properties, enum, items, minimum/maximum. A
+    schema that is not an object (`true`, `false`: valid JSON Schema, seen in MCP servers) checks
+    nothing here."""
+    if not isinstance(schema, dict):
+        return []
     errors: list[str] = []
     where = path or "arguments"
     expected = schema.get("type")
@@ -87,8 +91,8 @@ def validate_against_schema(value: Any, schema: dict[str, Any], path: str) -> li
         if "maximum" in schema and value > schema["maximum"]:
             errors.append(f"{where}: must be <= {schema['maximum']}")
     if isinstance(value, dict):
-        props = schema.get("properties", {})
-        for key in schema.get("required", []):
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        for key in schema.get("required") or []:
             if key not in value:
                 errors.append(f"{path + '.' if path else ''}{key}: required")
         for key, sub in props.items():

@@ -80,7 +80,11 @@ class ToolRegistry:
         args = parse_arguments(arguments)
         if isinstance(args, str):
             return f"Error: invalid arguments for {name}: {args}"
-        problems = tool.validate(args)
+        try:
+            problems = tool.validate(args)
+        except Exception as exc:  # noqa: BLE001 - a schema we cannot read must not kill the turn
+            logger.warning("tool {}: its schema could not be checked: {}", name, exc)
+            problems = []
         if problems:
             return f"Error: invalid arguments for {name}: " + "; ".join(problems)
         refusal = self.policy.refusal(name, args, ctx) if self.policy is not None else None

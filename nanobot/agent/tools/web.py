@@ -8,6 +8,7 @@ it), connects to the very address it checked (Host header and TLS SNI keep the r
 from __future__ import annotations
 
 import asyncio
+import codecs
 import html
 import re
 import zlib
@@ -106,21 +107,39 @@ def _decoder(content_encoding: str) -> Any:
     return zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header, detected
 
 
+def _raw_deflate_instead(content_encoding: str, decoded: int) -> Any:
+    """A decompressor for raw deflate (no zlib header), which some servers send as "deflate", when
+    nothing was decoded yet; None otherwise (the body is bad)."""
+    if decoded == 0 and content_encoding.strip().lower() == "deflate":
+        return zlib.decompressobj(-zlib.MAX_WBITS)
+    return None
+
+
 async def read_limited(resp: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
     """At most `max_bytes` of the decoded body (and whether there was more), decompressing no more
     than that: the output of every decompress call is bounded, whatever the ratio."""
-    decoder = _decoder(resp.headers.get("content-encoding", ""))
+    encoding = resp.headers.get("content-encoding", "")
+    decoder = _decoder(encoding)
     body = bytearray()
     raw_total = 0
+    seen = bytearray()  # the raw bytes until something decoded (to start again as raw deflate)
     async for raw in resp.aiter_raw():
         raw_total += len(raw)
         if decoder is None:
             body.extend(raw)
         else:
+            if not body:
+                seen.extend(raw)
             try:
                 body.extend(decoder.decompress(raw, max_bytes + 1 - len(body)))
             except zlib.error as exc:
-                raise ToolError(f"fetch failed: bad compressed body: {exc}") from None
+                decoder = _raw_deflate_instead(encoding, len(body))
+                if decoder is None:
+                    raise ToolError(f"fetch failed: bad compressed body: {exc}") from None
+                try:
+                    body.extend(decoder.decompress(bytes(seen), max_bytes + 1))
+                except zlib.error as exc2:
+                    raise ToolError(f"fetch failed: bad compressed body: {exc2}") from None
         if len(body) > max_bytes or raw_total > max_bytes:
             return bytes(body[:max_bytes]), True
     return bytes(body), False
@@ -177,13 +196,50 @@ class WebFetchTool(Tool):
     @staticmethod
     def _render(resp: httpx.Response, body: bytes, url: str, truncated: bool) -> str:
         ctype = resp.headers.get("content-type", "")
-        text = body.decode(resp.encoding or "utf-8", errors="replace")
+        text = decode_body(body, resp.charset_encoding).lstrip("\ufeff")
         if "html" in ctype or text.lstrip()[:15].lower().startswith(("<!doctype", "<html")):
             text = html_to_text(text)
         if len(text) > MAX_TEXT_CHARS:
             text, truncated = text[:MAX_TEXT_CHARS], True
         note = " (truncated)" if truncated else ""
         return f"URL: {url}\nStatus: {resp.status_code}{note}\n\n{text}"
+
+
+_BOMS = (
+    (b"\xef\xbb\xbf", "utf-8-sig"),
+    (b"\xff\xfe\x00\x00", "utf-32"),
+    (b"\x00\x00\xfe\xff", "utf-32"),
+    (b"\xff\xfe", "utf-16"),
+    (b"\xfe\xff", "utf-16"),
+)
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
+#: what browsers read a page declared Latin-1 (or ASCII) as: its superset, with "€" and "–"
+_AS_WINDOWS_1252 = frozenset({"iso-8859-1", "iso8859-1", "latin-1", "latin1", "l1", "ascii", "us-ascii"})
+
+
+def decode_body(body: bytes, header_charset: str | None) -> str:
+    """A page's text as a browser would read it: a byte-order mark first, then the charset of the
+    Content-Type header, then one a `<meta>` tag declares in the first 2 KB; otherwise UTF-8, and
+    Windows-1252 for a body that is not valid UTF-8 (old pages without any declaration)."""
+    for bom, codec in _BOMS:
+        if body.startswith(bom):
+            return body.decode(codec, errors="replace")
+    declared = header_charset
+    if not declared and (meta := _META_CHARSET.search(body[:2048])):
+        declared = meta.group(1).decode("ascii", errors="replace")
+    if declared:
+        name = declared.strip().lower()
+        name = "cp1252" if name in _AS_WINDOWS_1252 else name
+        try:
+            codecs.lookup(name)
+        except LookupError:
+            pass
+        else:
+            return body.decode(name, errors="replace")
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body.decode("cp1252", errors="replace")
 
 
 def _hits(items: list[dict[str, Any]], snippet_key: str) -> list[dict[str, str]]:
@@ -222,12 +278,17 @@ class WebSearchTool(Tool):
         import httpx
 
         try:
-            async with httpx.AsyncClient(
-                timeout=self.timeout_s, headers={"User-Agent": USER_AGENT}
-            ) as client:
-                results = await getattr(self, f"_{provider}")(client, query, n)
+            # one deadline for the whole search (httpx's timeout is per read: an API that sends a
+            # byte now and then held the turn far past it)
+            async with asyncio.timeout(self.timeout_s):
+                async with httpx.AsyncClient(
+                    timeout=self.timeout_s, headers={"User-Agent": USER_AGENT}
+                ) as client:
+                    results = await getattr(self, f"_{provider}")(client, query, n)
         except httpx.HTTPError as exc:
             raise ToolError(f"search failed: {type(exc).__name__}: {exc}") from None
+        except TimeoutError:
+            raise ToolError(f"search did not finish within {self.timeout_s:g} s") from None
         if not results:
             return f"No results for: {query}"
         return "\n\n".join(
