@@ -93,7 +93,7 @@ def setup_logging(
             ensure_private_dir(log_path.parent)
             repair_private(log_path)  # a log written before files were private
             logger.add(
-                file,
+                str(log_path),  # `~` expanded: as given, loguru wrote into a folder named "~"
                 opener=_private_opener,  # passed to open(): new and rotated log files are 0600
                 level=level,
                 format=_FILE_FORMAT,
@@ -108,6 +108,8 @@ def setup_logging(
             if exc.errno in _STORAGE_STATE_ERRNOS:  # the disk, not the config: exit 1, retried later
                 raise UserError(message) from None
             raise ConfigError(message) from None  # a config problem (exit 2), not a crash to restart
+        except ValueError as exc:  # loguru could not read logging.rotation: a config error, exit 2
+            raise ConfigError(f"logging.rotation: {exc} (a size like '10 MB' or a time like '1 day')") from None
     logging.basicConfig(handlers=[_InterceptHandler()], level=0, force=True)
     route_library_logging()
 

@@ -345,6 +345,18 @@ async def test_polling_survives_502_429_and_dropped_connections(server, gateway_
     assert sum("retrying" in line for line in logs) >= 1
 
 
+async def test_a_token_revoked_while_running_fails_the_channel(server, gateway_factory, logs) -> None:
+    """A token revoked while the gateway runs: getUpdates answers 401 from then on. The channel kept
+    "retrying" for ever, so `nanobot health` (which fails only failed channels) said healthy."""
+    gw = await gateway_factory(make_config(server)).start(state="running")
+    server.rejected_tokens.add(TOKEN)
+    for _ in range(200):
+        if gw.channel.state == "failed":
+            break
+        await asyncio.sleep(0.05)
+    assert gw.channel.state == "failed" and "token was rejected" in (gw.channel.last_error or "")
+
+
 async def test_invalid_token_fails_once_with_clear_error(server, gateway_factory, logs) -> None:
     server.rejected_tokens.add(TOKEN)
     gw = await gateway_factory(make_config(server)).start(state="failed")

@@ -211,6 +211,9 @@ def test_a_mistyped_config_path_is_an_error_not_the_defaults(home: Path) -> None
     # doctor checked the defaults instead and said "healthy"
     doctor = run_cli("doctor", "-c", str(home / "confg.json"), home=home)
     assert doctor.returncode == 2 and "no such config file" in doctor.stderr, doctor.stdout
+    # health checked the default workspace's gateway instead (exit 1 here: Docker reserves 2)
+    health = run_cli("health", "-c", str(home / "confg.json"), home=home)
+    assert health.returncode == 1 and "unhealthy: " in health.stderr and "no such config file" in health.stderr
 
 
 def test_onboard_makes_a_home_someone_else_created_private(home: Path) -> None:

@@ -100,3 +100,29 @@ def test_chat_libraries_keep_chat_text_out_of_a_debug_log(tmp_path: Path, librar
         setup_logging("WARNING", prompts=False)
     text = log_file.read_text(encoding="utf-8")
     assert "connected" in text and "PRIVATE-CHAT-TEXT" not in text
+
+
+def test_log_file_settings_as_users_write_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`logging.file: "~/nblogs/nanobot.log"` wrote into a folder named "~" in the working directory;
+    a rotation loguru cannot read crashed the gateway with a traceback and exit 1 (restarted in a loop
+    by systemd), where a config error exits 2."""
+    from loguru import logger
+
+    from nanobot.errors import ConfigError
+    from nanobot.logs import setup_logging
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    try:
+        setup_logging("INFO", file="~/nblogs/nanobot.log")
+        logger.warning("into the log")
+        logger.complete()
+        assert "into the log" in (home / "nblogs" / "nanobot.log").read_text(encoding="utf-8")
+        assert not (cwd / "~").exists()
+        with pytest.raises(ConfigError, match="logging.rotation"):
+            setup_logging("INFO", file=str(tmp_path / "x.log"), rotation="ten megs")
+    finally:
+        setup_logging("WARNING", prompts=False)

@@ -288,3 +288,17 @@ async def test_run_watchdog_beats_refreshes_and_notifies(tmp_path: Path) -> None
     assert notes and set(notes) == {"WATCHDOG=1"}
     data = read_state(tmp_path)
     assert data is not None and data["pending_tasks"] >= 3
+
+
+def test_status_names_a_gateway_that_stopped_beating(tmp_path: Path, gateway_proc: subprocess.Popen[str]) -> None:
+    """A hung (or SIGSTOP-ed) gateway showed as "running", its channel "running", its uptime growing;
+    health and doctor already said its watchdog was stale."""
+    from nanobot.cli.status import _gateway_lines
+
+    ws = tmp_path / "ws"
+    assert _gateway_lines(ws, watchdog_interval_s=10)[0].startswith("Gateway: running")
+    state = json.loads((ws / STATE_FILE_NAME).read_text())
+    state["watchdog_at"] -= 120  # its last beat two minutes ago
+    (ws / STATE_FILE_NAME).write_text(json.dumps(state))
+    [line] = _gateway_lines(ws, watchdog_interval_s=10)
+    assert line.startswith(f"Gateway: not responding (pid {gateway_proc.pid}, last beat 12"), line

@@ -159,16 +159,18 @@ class TelegramChannel(Channel):
 
     async def _step(self) -> None:
         """Connect when needed, then one poll; while updates wait for their save, a short pause."""
-        if not self._connected:
-            try:
+        # A token rejected at the start, or revoked while running (then getUpdates says so): the
+        # channel has failed for good; "retrying" forever kept `nanobot health` at exit 0.
+        try:
+            if not self._connected:
                 await self._connect()
-            except InvalidToken:
-                raise PermanentChannelError(
-                    "the bot token was rejected by Telegram (401 Unauthorized); check channels.telegram.token"
-                ) from None
-            self._connected = True
-            self._set_state("running")
-        await self._poll_once()
+                self._connected = True
+                self._set_state("running")
+            await self._poll_once()
+        except InvalidToken:
+            raise PermanentChannelError(
+                "the bot token was rejected by Telegram (401 Unauthorized); check channels.telegram.token"
+            ) from None
         if self.state != "running":
             self._set_state("running")
         if self._acks.pending:

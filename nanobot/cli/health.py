@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import typer
 
-from nanobot.cli.common import EXIT_FAILURE, EXIT_OK, ConfigOption, config_path, err, fail
+from nanobot.cli.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    ConfigOption,
+    config_path,
+    err,
+    fail,
+    require_named_config,
+)
 from nanobot.config.loader import ConfigError, load_config
 from nanobot.service.state import WATCHDOG_STALE_FACTOR, is_healthy
 
@@ -17,6 +25,7 @@ from nanobot.service.state import WATCHDOG_STALE_FACTOR, is_healthy
 def health(config: ConfigOption = None) -> None:
     """Exit 0 when a gateway runs, its watchdog is fresh and a channel works (if any is enabled), else 1."""
     try:
+        require_named_config(config)  # a mistyped -c checked the default workspace and said healthy
         cfg = load_config(config_path(config))
     except ConfigError as exc:
         # Not the usual exit 2: Docker reserves 2 in health checks, and a bad config is unhealthy.

@@ -26,7 +26,7 @@ def status(config: ConfigOption = None) -> None:
             + (f", {allow}" if ch.enabled else "")
         )
     lines.append(f"Exec sandbox: {_sandbox_line(cfg)}")
-    lines.extend(_gateway_lines(ws))
+    lines.extend(_gateway_lines(ws, cfg.gateway.watchdog_interval_s))
     lines.append(f"Memory: backend {cfg.memory.condition or cfg.memory.backend}; {_index_line(cfg)}")
     lines.extend(_archive_lines(cfg))
     print("\n".join(lines))
@@ -48,12 +48,16 @@ def _sandbox_line(cfg) -> str:  # noqa: ANN001
     return detect(cfg.tools.exec.sandbox).describe()
 
 
-def _gateway_lines(ws) -> list[str]:  # noqa: ANN001
-    from nanobot.service.state import gateway_summary
+def _gateway_lines(ws, watchdog_interval_s: float) -> list[str]:  # noqa: ANN001
+    from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary
 
     summary = gateway_summary(ws)
     if not summary["running"]:
         return ["Gateway: not running"]
+    age = summary["watchdog_age_s"]
+    if age is not None and age > watchdog_interval_s * WATCHDOG_STALE_FACTOR:
+        # alive but hung (or stopped with SIGSTOP): its channel states below are as old as its last beat
+        return [f"Gateway: not responding (pid {summary['pid']}, last beat {age:.0f} s ago)"]
     uptime = int(summary["uptime_s"] or 0)
     lines = [
         f"Gateway: running (pid {summary['pid']}, up {uptime // 3600}h {uptime % 3600 // 60}m "
