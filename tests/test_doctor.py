@@ -129,6 +129,8 @@ def test_fix_repairs_permissions_folders_and_the_index(home: Path, fake_llm: Fak
     ws = home / "workspace"
     (ws / "memory" / "MEMORY.md").write_text("# Memory\n\nThe owner's cat is called Mila.\n")
     ws.chmod(0o755)
+    (ws / "memory" / "MEMORY.md").chmod(0o644)  # a transcript or note readable by others: reported too
+    (ws / "sessions").chmod(0o755)
     (ws / "cron").rmdir()
     (ws / "SOUL.md").unlink()  # the agent's identity: doctor called such a workspace "complete"
     (ws / "AGENTS.md").write_text("my own rules\n")
@@ -143,6 +145,8 @@ def test_fix_repairs_permissions_folders_and_the_index(home: Path, fake_llm: Fak
     assert code == 0, checks
     assert checks["files"]["fixed"] and checks["memory index"]["fixed"].startswith("rebuilt")
     assert stat.S_IMODE(ws.stat().st_mode) == 0o700 and (ws / "cron").is_dir()
+    assert stat.S_IMODE((ws / "memory" / "MEMORY.md").stat().st_mode) == 0o600
+    assert stat.S_IMODE((ws / "sessions").stat().st_mode) == 0o700
     assert (ws / "SOUL.md").is_file() and (ws / "AGENTS.md").read_text() == "my own rules\n"
     code, checks = _doctor(home)
     assert code == 0 and checks["memory index"]["status"] == "ok" and checks["files"]["status"] == "ok"
@@ -176,3 +180,16 @@ def test_defaults_an_earlier_onboard_wrote_are_named(home: Path, fake_llm: FakeL
     assert checks["config"]["status"] == "warn", checks["config"]
     assert 'memory.search.embeddingProvider = "none" (now "auto")' in detail
     assert "memory.search.includeSessions = false (now true)" in detail and "rrfK" not in detail  # 20: chosen
+
+
+def test_loose_files_nanobot_owns_are_not_called_private(home: Path, fake_llm: FakeLLMServer) -> None:
+    """Transcripts and MEMORY.md readable by others, with the workspace folder itself 0700: doctor
+    said "private permissions" and --fix left them so."""
+    _setup(home, fake_llm.url)
+    memory_md = home / "workspace" / "memory" / "MEMORY.md"
+    memory_md.write_text("# Memory\n")
+    memory_md.chmod(0o644)
+    code, checks = _doctor(home)
+    assert checks["files"]["status"] == "fail" and str(memory_md) in checks["files"]["detail"]
+    _doctor(home, "--fix")
+    assert stat.S_IMODE(memory_md.stat().st_mode) == 0o600

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nanobot.config.loader import load_config, read_config_dict
 from nanobot.config.paths import (
+    SKILLS_DIR,
     WORKSPACE_FOLDERS,
     ensure_workspace,
     index_path,
@@ -104,6 +105,20 @@ def check_archives(cfg: Config) -> Check:
     )
 
 
+def _first_loose(folder: Path) -> Path | None:
+    """The first path at or below `folder` that group or others may read (symlinks not followed)."""
+    if not folder.is_dir() or folder.is_symlink():
+        return None
+    if _loose(folder):
+        return folder
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        for name in (*dirs, *files):
+            path = Path(root) / name
+            if not path.is_symlink() and _loose(path):
+                return path
+    return None
+
+
 def _loose(path: Path) -> bool:
     try:
         return bool(stat.S_IMODE(path.stat().st_mode) & GROUP_OTHER_BITS)
@@ -122,6 +137,8 @@ def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
             f"the workspace {workspace} cannot be used: {unusable} (agents.defaults.workspace)",
         )
     loose = [p for p in (home, config_path, workspace) if p.exists() and _loose(p)]
+    # and what nanobot owns inside the workspace (transcripts, memory): every file of it is 0600
+    loose += [found for name in WORKSPACE_FOLDERS if name != SKILLS_DIR and (found := _first_loose(workspace / name))]
     missing = [name for name in WORKSPACE_FOLDERS if not (workspace / name).is_dir()]
     # the agent's identity and instructions: without them it runs on the bare system prompt
     gone = [str(rel) for rel in missing_templates(workspace)]
