@@ -9,17 +9,16 @@ timeoutS.
 
 from __future__ import annotations
 
-import threading
 import time
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from nanobot.agent.tools.base import ToolContext, ToolError
 from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
 from nanobot.config.schema import WebSearchConfig, WebToolConfig
+from tests.fakes.static_pages import serve_pages, trickle
 
 CTX = ToolContext(channel="cli", chat_id="direct", session_key="cli:direct", sender_id="user")
 TEXT = "Café crème, naïve façade – 10 €"
@@ -38,41 +37,11 @@ PAGES: dict[str, tuple[dict[str, str], bytes]] = {
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802
-        if self.path.startswith("/trickle"):  # a search API that never finishes its answer
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", "100")
-            self.end_headers()
-            try:
-                for _ in range(100):
-                    self.wfile.write(b" ")
-                    self.wfile.flush()
-                    time.sleep(0.3)
-            except OSError:
-                pass
-            return
-        headers, body = PAGES[self.path]
-        self.send_response(200)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
 @pytest.fixture
 def port() -> Iterator[int]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    # a search API that never finishes its answer: a byte every 0.3 s
+    with serve_pages(PAGES, {"/trickle": trickle(100, 0.3, "application/json")}) as served:
+        yield served
 
 
 @pytest.mark.parametrize("path", sorted(PAGES))

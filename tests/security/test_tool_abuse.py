@@ -15,7 +15,6 @@ import threading
 import tracemalloc
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from nanobot.agent.tools.web import WebFetchTool
 from nanobot.bus.events import InboundMessage
 from nanobot.config.schema import Config, WebToolConfig
 from nanobot.providers.base import LLMProvider, LLMResponse, ToolCall
+from tests.fakes.static_pages import serve_pages
 
 CTX = ToolContext()
 GROUP = InboundMessage(channel="telegram", sender_id="777", chat_id="-100123", content="@bot research X",
@@ -48,23 +48,6 @@ def _gzip_stream(total: int, chunk: int = 1 << 20) -> bytes:
 ROUTES: dict[str, tuple[dict[str, str], bytes]] = {}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802
-        headers, body = ROUTES[self.path]
-        self.send_response(200)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        try:
-            self.wfile.write(body)
-        except OSError:
-            pass
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
     ROUTES["/bomb"] = ({"Content-Type": "text/plain", "Content-Encoding": "gzip, gzip"},
@@ -72,12 +55,8 @@ def server() -> Iterator[int]:
     ROUTES["/brackets"] = ({"Content-Type": "text/html"}, b"<" * 300_000)
     ROUTES["/gz"] = ({"Content-Type": "text/html", "Content-Encoding": "gzip"},
                      gzip.compress(b"<html><p>hello gz</p>" + b"a" * 3_000_000))
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with serve_pages(ROUTES) as port:
+        yield port
 
 
 HANG_GUARD_S = 120.0  # a hang detector, not a timing: the fixed code takes well under a second

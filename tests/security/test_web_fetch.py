@@ -17,6 +17,7 @@ from nanobot.agent.tools.base import ToolContext, ToolError
 from nanobot.agent.tools.netguard import host_allowed, is_public
 from nanobot.agent.tools.web import WebFetchTool
 from nanobot.config.schema import WebToolConfig
+from tests.fakes.static_pages import trickle
 
 CTX = ToolContext()
 
@@ -93,16 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
             return
         if self.path == "/slow":
-            self.send_response(200)
-            self.send_header("Content-Length", "1000")
-            self.end_headers()
-            try:
-                for _ in range(1000):
-                    self.wfile.write(b"x")
-                    self.wfile.flush()
-                    time.sleep(0.2)
-            except OSError:
-                pass
+            trickle(1000, 0.2)(self)
             return
         if self.path.startswith("/redirect?"):
             self.send_response(302)
