@@ -302,3 +302,24 @@ def test_status_names_a_gateway_that_stopped_beating(tmp_path: Path, gateway_pro
     (ws / STATE_FILE_NAME).write_text(json.dumps(state))
     [line] = _gateway_lines(ws, watchdog_interval_s=10)
     assert line.startswith(f"Gateway: not responding (pid {gateway_proc.pid}, last beat 12"), line
+
+
+async def test_staleness_is_judged_by_the_running_gateways_own_interval(
+    tmp_path: Path, gateway_proc: subprocess.Popen[str]
+) -> None:
+    """A gateway beating every 8 s (set by an environment variable in its unit) was "stale" to a
+    `nanobot health` reading a config that says 1 s: it flapped between healthy and unhealthy."""
+    ws = tmp_path / "ws"
+    beats = GatewayState(tmp_path / "other")
+    watchdog = asyncio.create_task(run_watchdog(beats, 0.05, notify=lambda _msg: True))
+    await asyncio.sleep(0.2)
+    watchdog.cancel()
+    assert read_state(tmp_path / "other")["watchdog_interval_s"] == 0.05  # the gateway says its interval
+
+    state = json.loads((ws / STATE_FILE_NAME).read_text())
+    state["watchdog_interval_s"] = 8.0
+    (ws / STATE_FILE_NAME).write_text(json.dumps(state))
+    healthy, reason = is_healthy(ws, max_age_s=3, now=state["watchdog_at"] + 5)
+    assert healthy, reason
+    healthy, reason = is_healthy(ws, max_age_s=3, now=state["watchdog_at"] + 30)
+    assert not healthy and "(limit 24s)" in reason

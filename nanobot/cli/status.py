@@ -49,13 +49,13 @@ def _sandbox_line(cfg) -> str:  # noqa: ANN001
 
 
 def _gateway_lines(ws, watchdog_interval_s: float) -> list[str]:  # noqa: ANN001
-    from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary
+    from nanobot.service.state import gateway_summary, stale_after_s
 
     summary = gateway_summary(ws)
     if not summary["running"]:
         return ["Gateway: not running"]
     age = summary["watchdog_age_s"]
-    if age is not None and age > watchdog_interval_s * WATCHDOG_STALE_FACTOR:
+    if age is not None and age > stale_after_s(summary, watchdog_interval_s):
         # alive but hung (or stopped with SIGSTOP): its channel states below are as old as its last beat
         return [f"Gateway: not responding (pid {summary['pid']}, last beat {age:.0f} s ago)"]
     uptime = int(summary["uptime_s"] or 0)

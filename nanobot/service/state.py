@@ -199,14 +199,28 @@ def gateway_summary(workspace: Path, now: float | None = None) -> dict[str, Any]
         "watchdog_age_s": _age_s(state, "watchdog_at", now),
         "channels": dict(state.get("channels") or {}),
         "pending_tasks": int(state.get("pending_tasks") or 0),
+        "watchdog_interval_s": _positive_or_none(state.get("watchdog_interval_s")),
     }
 
 
+def _positive_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
+def stale_after_s(summary: dict[str, Any], fallback_interval_s: float) -> float:
+    """How old a beat may be before the gateway counts as hung: by the interval the running gateway
+    beats at (its state says), else by the caller's configured one."""
+    return (summary.get("watchdog_interval_s") or fallback_interval_s) * WATCHDOG_STALE_FACTOR
+
+
 def is_healthy(workspace: Path, max_age_s: float, now: float | None = None) -> tuple[bool, str]:
-    """(healthy, one-line reason): a gateway holds this workspace, beat within `max_age_s`, and at
-    least one of its enabled channels has not failed (a gateway with no channel at all is healthy)."""
+    """(healthy, one-line reason): a gateway holds this workspace, beat within `max_age_s` (or, when
+    its state names its own interval, within WATCHDOG_STALE_FACTOR of those), and at least one of its
+    enabled channels has not failed (a gateway with no channel at all is healthy)."""
     now = time.time() if now is None else now
     summary = gateway_summary(workspace, now)
+    if summary.get("watchdog_interval_s"):
+        max_age_s = stale_after_s(summary, 0.0)
     if not summary["running"]:
         return False, f"no gateway is running on workspace {workspace}"
     pid, age = summary["pid"], summary["watchdog_age_s"]
@@ -236,6 +250,7 @@ class GatewayState:
         self.watchdog_at = self.started_at
         self.channels: dict[str, dict[str, str | None]] = {}
         self.pending_tasks = 0
+        self.interval_s: float | None = None  # the watchdog's beat interval, set by run_watchdog
 
     def set_channel(self, name: str, state: str, error: str | None = None) -> None:
         """Record a channel's state (e.g. starting, running, stopped, failed) and its last error."""
@@ -245,7 +260,7 @@ class GatewayState:
         self.pending_tasks = max(0, int(count))
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "format": STATE_FORMAT,
             "pid": self.pid,
             "started_at": self.started_at,
@@ -253,6 +268,9 @@ class GatewayState:
             "channels": {name: dict(info) for name, info in sorted(self.channels.items())},
             "pending_tasks": self.pending_tasks,
         }
+        if self.interval_s is not None:  # readers judge staleness by it, not by their own config
+            data["watchdog_interval_s"] = self.interval_s
+        return data
 
     def write(self) -> None:
         """Write the current state (temp file + os.replace: readers never see half a file)."""
@@ -287,6 +305,7 @@ async def run_watchdog(
     """
     if notify is None:
         from nanobot.service.systemd import sd_notify as notify
+    state.interval_s = interval_s
     while True:
         try:
             if refresh is not None:
