@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import mimetypes
 import os
 import re
@@ -15,7 +14,7 @@ import httpx
 from loguru import logger
 
 from nanobot.config.schema import ProvidersConfig, TranscriptionConfig
-from nanobot.util.fs import PRIVATE_FILE_MODE
+from nanobot.util.fs import PRIVATE_FILE_MODE, numbered_names
 from nanobot.util.nofollow import open_folder_beneath
 
 MAX_MEDIA_BYTES = 20 * 1024 * 1024  # the Bot API's own download limit; Discord's free tier is lower
@@ -89,14 +88,13 @@ def create_free(root: Path, folder: Path, name: str) -> tuple[Path, BinaryIO]:
     stem, suffix = (stem, f".{ext}") if dot and stem else (name, "")
     folder_fd = open_folder_beneath(root, folder)
     try:
-        for n in itertools.count(1):
-            candidate = f"{stem}{suffix}" if n == 1 else f"{stem}-{n}{suffix}"
+        for candidate in numbered_names(stem, suffix):
             try:
                 fd = os.open(candidate, _NEW_FILE, PRIVATE_FILE_MODE, dir_fd=folder_fd)
             except FileExistsError:
                 continue
             return folder / candidate, os.fdopen(fd, "wb")
-        raise AssertionError("unreachable")  # itertools.count never ends
+        raise AssertionError("unreachable")  # numbered_names never ends
     finally:
         os.close(folder_fd)
 

@@ -13,7 +13,8 @@
 - `file_lock(path)` / `fd_lock(fd)`: exclusive (or shared) `flock` on a lock file or an open file;
   `try_flock(fd)`: take it without waiting, False when another holder has it.
 - `ensure_private_dir(path)`: create missing folders 0700 (umask cannot widen them).
-- `unused_path(folder, stem, suffix)`: `stem + suffix`, or with a -2, -3 ... suffix when taken.
+- `unused_path(folder, stem, suffix)`: `stem + suffix`, or with a -2, -3 ... suffix when taken
+  (`numbered_names` gives the names tried, for callers that create the file themselves).
 - `repair_private(root)`: tighten an existing file or tree (installations from before files were private):
   group/other bits are removed, symlinks are never followed.
 """
@@ -54,13 +55,24 @@ def ensure_private_dir(path: Path, mode: int = PRIVATE_DIR_MODE) -> Path:
     return path
 
 
+def numbered_names(stem: str, suffix: str) -> Iterator[str]:
+    """`stem+suffix`, then `stem-2+suffix`, `stem-3+suffix` ... without end: the names tried when
+    one is taken."""
+    yield f"{stem}{suffix}"
+    n = 2
+    while True:
+        yield f"{stem}-{n}{suffix}"
+        n += 1
+
+
 def unused_path(folder: Path, stem: str, suffix: str) -> Path:
     """`folder/stem+suffix`, or the first free `stem-2`, `stem-3` ...; the caller holds the lock that
     keeps another writer from taking it in between."""
-    path, n = folder / f"{stem}{suffix}", 2
-    while os.path.lexists(path):  # a dangling link is taken too: writing "into" it would follow it
-        path, n = folder / f"{stem}-{n}{suffix}", n + 1
-    return path
+    for name in numbered_names(stem, suffix):
+        # a dangling link is taken too: writing "into" it would follow it
+        if not os.path.lexists(folder / name):
+            return folder / name
+    raise AssertionError("unreachable")  # numbered_names never ends
 
 
 def open_private(
