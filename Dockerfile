@@ -27,13 +27,14 @@ COPY requirements/runtime.lock requirements/local-model.lock /tmp/requirements/
 
 RUN pip install --require-hashes -r /tmp/requirements/runtime.lock
 
-# The compiler lives only in this stage; the final image copies the finished venv.
+# The compiler lives only in this stage; the final image copies the finished venv. llama.cpp is built
+# portable (GGML_NATIVE=OFF): the image runs on other CPUs than the build host's.
 # Versions of Debian packages follow the base image's release, so they are not pinned here.
 # hadolint ignore=DL3008
 RUN if [[ "$WITH_LOCAL_MODEL" == "1" ]]; then \
         apt-get update \
         && apt-get install -y --no-install-recommends build-essential \
-        && pip install --require-hashes --no-deps -r /tmp/requirements/local-model.lock \
+        && CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --require-hashes --no-deps -r /tmp/requirements/local-model.lock \
         && rm -rf /var/lib/apt/lists/*; \
     fi
 

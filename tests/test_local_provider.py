@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nanobot.config.schema import Config
+from nanobot.config.schema import Config, LocalProviderConfig
 from nanobot.providers.local import (
     DEMO_NOTICE,
+    LocalProvider,
     bundled_model_path,
     llama_cpp_available,
     tool_results_as_user_turns,
@@ -21,6 +22,16 @@ def test_the_embedded_model_is_installed() -> None:
     assert llama_cpp_available()
     path = bundled_model_path()
     assert path is not None and path.suffix == ".gguf"
+
+
+def test_the_embedded_model_is_built_to_run_on_other_cpus() -> None:
+    """scripts/test.sh and README command 1 build llama.cpp portable: built for the build host's CPU,
+    the AMX code path crashed (SIGSEGV) on the first reply, and the build dies on an older CPU."""
+    import llama_cpp
+
+    features = llama_cpp.llama_print_system_info().decode()
+    assert "AVX2 = 1" in features, features
+    assert "AVX512" not in features and "AMX" not in features, features
 
 
 def test_auto_resolves_to_local_when_nothing_is_configured() -> None:
@@ -81,3 +92,47 @@ def test_with_tools_the_embedded_model_is_given_its_tool_results() -> None:
     turned = tool_results_as_user_turns(messages)
     assert turned[:2] == messages[:2]
     assert turned[2] == {"role": "user", "content": "Result of read_file:\nbuy milk"}
+
+
+class _RecordingLlama:
+    """Stands in for llama_cpp.Llama: answers from a script and records what it was shown."""
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers = answers
+        self.shown: list[list[dict]] = []
+
+    def create_chat_completion(self, messages: list[dict], **_: object) -> dict:
+        self.shown.append(messages)
+        text = self.answers[len(self.shown) - 1]
+        return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+
+
+def _provider_with(llama: _RecordingLlama) -> LocalProvider:
+    provider = LocalProvider(LocalProviderConfig())
+    provider._llama = llama  # loaded already: the scripted stand-in answers
+    return provider
+
+
+CONVERSATION = [
+    {"role": "system", "content": "You are nanobot."},
+    {"role": "user", "content": "What is the capital of France?"},
+    {"role": "assistant", "content": "Paris is the capital of France."},
+    {"role": "user", "content": "Name a fruit that is yellow."},
+]
+
+
+async def test_an_answer_copied_from_the_history_is_asked_again_without_it() -> None:
+    """Seen in CI with the demo model: asked a new question, it repeated its previous answer word
+    for word, so the user got the old answer again."""
+    llama = _RecordingLlama(["  Paris is the capital of France.\n", "A banana is yellow."])
+    reply = await _provider_with(llama).chat(CONVERSATION)
+    assert reply.content == "A banana is yellow."
+    assert len(llama.shown) == 2
+    assert llama.shown[0] == CONVERSATION  # first with the previous exchange
+    assert llama.shown[1] == [CONVERSATION[0], CONVERSATION[3]]  # then the question alone
+
+
+async def test_a_new_answer_is_kept_after_one_completion() -> None:
+    llama = _RecordingLlama(["A banana is yellow."])
+    reply = await _provider_with(llama).chat(CONVERSATION)
+    assert reply.content == "A banana is yellow." and len(llama.shown) == 1

@@ -65,6 +65,19 @@ def tool_results_as_user_turns(messages: list[dict[str, Any]]) -> list[dict[str,
     return out
 
 
+def copies_an_earlier_answer(result: dict[str, Any], messages: list[dict[str, Any]]) -> bool:
+    """True when a completion without tool calls repeats, word for word, an assistant message the
+    model was shown."""
+    message = result["choices"][0].get("message") or {}
+    text = (message.get("content") or "").strip()
+    if not text or message.get("tool_calls"):
+        return False
+    return any(
+        m.get("role") == "assistant" and isinstance(m.get("content"), str) and m["content"].strip() == text
+        for m in messages
+    )
+
+
 def llama_cpp_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
@@ -136,10 +149,23 @@ class LocalProvider(LLMProvider):
             _notice(f"embedded model loaded in {time.monotonic() - started:.1f}s")
         return self._llama
 
+    def _shown(self, messages: list[dict[str, Any]], exchanges: int) -> list[dict[str, Any]]:
+        """What the model is shown of the conversation: the system prompt, `exchanges` earlier
+        exchanges and the current one."""
+        shown = recent_exchanges(messages, exchanges)
+        return tool_results_as_user_turns(shown) if self.cfg.enable_tools else shown
+
+    async def _complete(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        async with self._lock:
+            try:
+                llama = await asyncio.to_thread(self._load)
+                return await asyncio.to_thread(llama.create_chat_completion, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("local model failed: {}", exc)
+                raise LLMError(f"The embedded model failed: {type(exc).__name__}") from exc
+
     async def _chat(self, call: ChatRequest) -> LLMResponse:
-        messages = recent_exchanges(call.messages, LOCAL_HISTORY_EXCHANGES)
-        if self.cfg.enable_tools:
-            messages = tool_results_as_user_turns(messages)
+        messages = self._shown(call.messages, LOCAL_HISTORY_EXCHANGES)
         kwargs: dict[str, Any] = {
             "messages": messages,
             "max_tokens": min(call.max_tokens or self.cfg.max_tokens, self.cfg.max_tokens),
@@ -148,13 +174,13 @@ class LocalProvider(LLMProvider):
         if call.tools:
             kwargs["tools"] = call.tools
             kwargs["tool_choice"] = call.tool_choice or "auto"
-        async with self._lock:
-            try:
-                llama = await asyncio.to_thread(self._load)
-                result = await asyncio.to_thread(llama.create_chat_completion, **kwargs)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("local model failed: {}", exc)
-                raise LLMError(f"The embedded model failed: {type(exc).__name__}") from exc
+        result = await self._complete(kwargs)
+        if copies_an_earlier_answer(result, messages):
+            # a tiny model shown an exchange may answer a new question with the old answer, word for
+            # word: asked once more with the current message alone
+            logger.info("the embedded model repeated an earlier answer: asked again without the history")
+            kwargs["messages"] = self._shown(call.messages, 0)
+            result = await self._complete(kwargs)
         choice = result["choices"][0]
         message = choice.get("message") or {}
         calls = []
