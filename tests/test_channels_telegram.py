@@ -200,6 +200,46 @@ async def test_group_open_policy_answers_everything(server, gateway_factory) -> 
     assert (await gw.inbound()).content == "just chatting"
 
 
+async def test_what_a_message_shares_without_text_is_told_and_empty_ones_are_not_answered(
+    server, gateway_factory
+) -> None:
+    """A sticker, a location, a contact and a bare "@bot" in a group each started a model turn with
+    an empty message: paid for, answering nothing, and the shared location was lost."""
+    gw = await gateway_factory(make_config(server, groupPolicy="mention")).start(respond=False)
+    sticker = {"file_id": "st1", "file_unique_id": "u-st1", "type": "regular", "width": 512, "height": 512,
+               "is_animated": False, "is_video": False}
+    server.push_message(None, sticker=sticker)  # no emoji: nothing to answer
+    server.push_message(f"@{BOT_USERNAME}", chat_id=-100123, chat_type="supergroup")  # a bare mention
+    server.push_message(None, location={"latitude": 48.8584, "longitude": 2.2945})
+    server.push_message(None, contact={"phone_number": "+33 1 23 45 67 89", "first_name": "Marie",
+                                       "last_name": "Curie"})
+    server.push_message(None, sticker={**sticker, "file_id": "st2", "file_unique_id": "u-st2", "emoji": "👍"})
+    server.push_message("and a question")
+    received = [(await gw.inbound()).content for _ in range(4)]
+    assert received == [
+        "[location: 48.85840, 2.29450]",
+        "[contact: Marie Curie, +33 1 23 45 67 89]",
+        "[sticker 👍]",
+        "and a question",
+    ]
+    await asyncio.sleep(0.1)  # what was not confirmed (nothing is saved here) may come again, never more
+    rest = [gw.bus.inbound.get_nowait().content for _ in range(gw.bus.inbound.qsize())]
+    assert set(rest) <= set(received), rest
+
+
+async def test_attachments_named_in_another_script_keep_their_type(server, gateway_factory) -> None:
+    """`фото.jpg` was saved as `..._jpg`: without its extension the image reached the model as a
+    file of unknown type, never as an image."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    for name, mime, data in (("фото.jpg", "image/jpeg", b"JPEG"), ("报告", "application/pdf", b"%PDF")):
+        doc = server.add_file(f"id-{data!r}", f"documents/{data!r}", data)
+        server.push_message(None, document={**doc, "file_name": name, "mime_type": mime})
+    photo, report = [await gw.inbound() for _ in range(2)]
+    assert Path(photo.media[0]).name.endswith("_file.jpg") and photo.metadata["media_types"] == ["image"]
+    assert Path(report.media[0]).name.endswith("_file.pdf") and report.metadata["media_types"] == ["document"]
+    assert Path(photo.media[0]).read_bytes() == b"JPEG"
+
+
 async def test_long_reply_is_split_formatted_and_fenced(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start(respond=False)
     code = "```python\n" + "".join(f"x_{i} = {i} < {i + 1}\n" for i in range(300)) + "```"

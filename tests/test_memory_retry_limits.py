@@ -160,3 +160,43 @@ def test_old_style_marker_counts_as_no_attempt(tmp_path: Path) -> None:
     assert record.next_attempt(300) is None
     marker.write_text("{not json", encoding="utf-8")
     assert read_marker(marker).attempts == 0
+
+
+@pytest.mark.parametrize("attempts", ['"2x"', "[1]", "1e400", "-3", "true", "null"])
+def test_a_damaged_attempt_count_reads_as_none(tmp_path: Path, attempts: str) -> None:
+    """One hand-edited marker crashed status, doctor and every start (int('2x'))."""
+    marker = tmp_path / "cli_direct-20260101T000000.jsonl.pending"
+    marker.write_text('{"key": "cli:direct", "attempts": ' + attempts + "}", encoding="utf-8")
+    assert read_marker(marker) == ArchiveMarker(key="cli:direct")
+
+
+async def test_an_archive_another_process_is_processing_is_left_to_it(agent_factory, fake_llm) -> None:  # noqa: ANN001
+    """A `nanobot agent` started while the gateway consolidated a `/new` archive retried it too:
+    the same HISTORY.md entry twice, two session notes, every model call paid twice."""
+    script = MemoryScript()
+    fake_llm.responder = script.responder
+    agent = agent_factory()
+    archive = agent.config.workspace_path / "sessions" / "archive"
+    await agent.ask("FACT-1: my locker code is 4417.")
+    script.fail_consolidation = 10_000  # the first processing leaves the marker for a retry
+    await agent.ask("/new")
+    await agent.agent.drain(30)
+    script.fail_consolidation = 0
+    marker = next(archive.glob("*.pending"))
+    write_marker(marker, ArchiveMarker(key="cli:direct"))  # retried at once
+    archived = marker.with_name(marker.name.removesuffix(".pending"))
+    calls = len(fake_llm.requests)
+
+    with agent.agent.sessions.claim_archive(archived) as mine:  # the "other process" holds it
+        assert mine
+        assert agent.agent.lifecycle.recover_pending() == 1
+        await agent.agent.drain(30)
+        assert len(fake_llm.requests) == calls and marker.exists()  # left alone
+
+    assert agent.agent.lifecycle.recover_pending() == 1  # released (e.g. that process died): retried
+    await agent.agent.drain(30)
+    assert not marker.exists() and len(fake_llm.requests) > calls
+    assert not list(archive.glob("*.lock"))
+    assert agent.agent.lifecycle.recover_pending() == 0
+    history = (agent.config.workspace_path / "memory" / "HISTORY.md").read_text()
+    assert history.count("FACT-1") == 1

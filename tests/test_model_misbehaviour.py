@@ -131,3 +131,22 @@ async def test_a_huge_tool_argument_does_not_sink_the_answer(make_config, fake_l
         await runtime.aclose()
     assert (config.workspace_path / "big.txt").stat().st_size == 400_000
     assert reply == "Saved big.txt."
+
+
+async def test_half_an_emoji_from_the_model_is_kept_and_answered(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """A lone surrogate in a reply (valid JSON: "\\ud83d") made the session write fail with
+    UnicodeEncodeError: the reply was lost and the user got "something went wrong"."""
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    write = {"name": "write_file", "arguments": json.dumps({"path": "note.txt", "content": "tea \ud83d"})}
+    fake_llm.push(Reply(content="hello \ud83d there"), Reply(content=None, tool_calls=[write]), Reply(content="saved"))
+    try:
+        first = await runtime.ask("hi", session_key="telegram:3")
+        second = await runtime.ask("save a note", session_key="telegram:3")
+    finally:
+        await runtime.aclose()
+    assert first == "hello \ufffd there" and second == "saved"
+    stored = [m for m in messages_of(session_path(config, "telegram:3")) if m["role"] == "assistant"]
+    assert stored[0]["content"] == "hello \ufffd there"
+    assert "tea \ufffd" in stored[1]["tool_calls"][0]["function"]["arguments"]
+    assert (config.workspace_path / "note.txt").read_text(encoding="utf-8") == "tea \ufffd"

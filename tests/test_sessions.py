@@ -232,6 +232,22 @@ def test_write_reaches_the_os_before_append_returns(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ archive and cache
 
 
+def test_a_long_key_in_a_script_of_three_byte_characters_is_saved_and_archived(tmp_path: Path) -> None:
+    """120 Chinese characters are 360 bytes: the name was cut by characters, not bytes, so the file
+    could not be created (ENAMETOOLONG) and nothing of that session was saved."""
+    store = SessionStore(tmp_path, fsync="never")
+    keys = ["cli:" + "记忆" * 60, "cli:" + "记忆" * 60 + "!", "cli:" + "é" * 200]
+    for key in keys:
+        session = store.get(key)
+        store.append(session, msg("user", f"secret of {key}"))
+        assert len(session.path.name.encode()) <= 200
+        archived = store.archive(session, datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC))
+        assert archived is not None
+        store.mark_pending(archived, key)
+        assert store.load_archived(archived).messages[0]["content"] == f"secret of {key}"
+    assert len({store.path_for(key) for key in keys}) == len(keys)
+
+
 def test_archive_keeps_the_old_file(tmp_path: Path) -> None:
     store = SessionStore(tmp_path)
     session = store.get("telegram:9")

@@ -328,7 +328,7 @@ class Channel(Connection, ABC):
             if item.size > media_util.MAX_MEDIA_BYTES:
                 got.notes.append(f"[{item.filename}: {item.size} bytes, too large to download]")
                 continue
-            name = media_util.safe_filename(self.name, chat_id, message_id, item.filename)
+            name = media_util.safe_filename(self.name, chat_id, message_id, item.filename, item.mime)
             try:
                 # a new file, never over an earlier one, never through a link planted in media/
                 path, out = media_util.create_free(self.workspace, self.media_dir(), name)

@@ -61,21 +61,29 @@ class Received:
 Fetch = Callable[[MediaItem, BinaryIO], Awaitable[None]]  # download one item into the open file
 
 
-def safe_filename(channel: str, chat_id: str | int, message_id: str | int, name: str) -> str:
-    """`<channel>_<chat>_<message id>_<name>` with anything but [A-Za-z0-9._-] replaced, no path
-    parts. Message ids are unique only within a chat (two chats' photo 57 are both `photo.jpg`),
-    so the chat is part of the name; a long name is shortened in its stem, never in the prefix."""
+def safe_filename(
+    channel: str, chat_id: str | int, message_id: str | int, name: str, mime: str | None = None
+) -> str:
+    """`<channel>_<chat>_<message id>_<stem>.<ext>` with anything but [A-Za-z0-9._-] replaced, no
+    path parts. Message ids are unique only within a chat (two chats' photo 57 are both `photo.jpg`),
+    so the chat is part of the name; a long name is shortened in its stem, never in the prefix. The
+    extension is kept apart (`фото.jpg` is `file.jpg`, not `jpg`: the type is read from it), or comes
+    from `mime` when the name has none."""
+
     def clean(text: str) -> str:
         return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")
 
     prefix = f"{channel}_{clean(str(chat_id))}_{clean(str(message_id))}_"
-    base = clean(Path(name).name) or "file"
-    room = max(MAX_FILENAME_CHARS - len(prefix), 8)
-    if len(base) > room:
-        stem, dot, ext = base.rpartition(".")
-        ext = f".{ext[:10]}" if dot and stem else ""
-        base = (stem if ext else base)[: room - len(ext)].rstrip("._") + ext
-    return prefix + base
+    stem, dot, ext = Path(name).name.rpartition(".")
+    if not (dot and stem):
+        stem, ext = Path(name).name, ""
+    ext = re.sub(r"[^A-Za-z0-9]+", "", ext)[:10]
+    if not ext and mime:
+        ext = (mimetypes.guess_extension(mime.split(";")[0].strip()) or "").lstrip(".")
+    suffix = f".{ext}" if ext else ""
+    stem = clean(stem) or "file"
+    room = max(MAX_FILENAME_CHARS - len(prefix) - len(suffix), 8)
+    return prefix + stem[:room].rstrip("._") + suffix
 
 
 def create_free(root: Path, folder: Path, name: str) -> tuple[Path, BinaryIO]:

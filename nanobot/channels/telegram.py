@@ -40,7 +40,7 @@ from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import telegram_parts
 from nanobot.channels.media import Received
 from nanobot.channels.split import TELEGRAM_MAX_CHARS
-from nanobot.channels.telegram_media import Albums, album_of, download_media
+from nanobot.channels.telegram_media import Albums, album_of, download_media, shared_as_text
 from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
 
 REQUEST_TIMEOUT_S = 20.0
@@ -265,7 +265,7 @@ class TelegramChannel(Channel):
             return False
         user, chat = message.from_user, message.chat
         parts = [u.message for u in updates if u.message is not None]
-        text = "\n".join(t for t in (m.text or m.caption or "" for m in parts) if t)
+        text = "\n".join(t for t in (m.text or m.caption or shared_as_text(m) for m in parts) if t)
         is_group = chat.type in _GROUP_TYPES
         if is_group and self._for_another_bot(text):
             return False  # another bot's /new must not archive this group's conversation
@@ -279,6 +279,8 @@ class TelegramChannel(Channel):
         got = Received()
         for part in parts:
             got.extend(await download_media(self, part))
+        if not text and not got.paths and not got.notes:
+            return False  # a bare @mention, a sticker without emoji, a poll: nothing to answer
         metadata: dict[str, Any] = {
             "message_id": message.message_id,
             "username": user.username,

@@ -21,6 +21,24 @@ if TYPE_CHECKING:
     from nanobot.channels.telegram import TelegramChannel
 
 
+def shared_as_text(message: Message) -> str:
+    """What a message without text or caption shares, in words: a location, venue, contact or a
+    sticker's emoji ("" when none: such a message is not answered)."""
+    if message.venue:
+        venue = message.venue
+        where = venue.location
+        return f"[venue: {venue.title}, {venue.address} ({where.latitude:.5f}, {where.longitude:.5f})]"
+    if message.location:
+        return f"[location: {message.location.latitude:.5f}, {message.location.longitude:.5f}]"
+    if message.contact:
+        contact = message.contact
+        name = " ".join(part for part in (contact.first_name, contact.last_name) if part)
+        return f"[contact: {name}, {contact.phone_number}]"
+    if message.sticker and message.sticker.emoji:
+        return f"[sticker {message.sticker.emoji}]"
+    return ""
+
+
 def media_items(message: Message) -> list[MediaItem]:
     """Photo (largest size), document, voice, audio and video of a message."""
     items: list[MediaItem] = []

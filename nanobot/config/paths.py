@@ -60,7 +60,8 @@ def resolve_workspace(configured: str) -> Path:
     return (nanobot_home() / "workspace").resolve()
 
 
-MAX_SESSION_STEM_CHARS = 120  # file systems allow 255 bytes; archives add a stamp, CJK 3 bytes a char
+#: file systems allow 255 bytes in a name; an archive adds a stamp and `.jsonl.pending` (~40 bytes)
+MAX_SESSION_STEM_BYTES = 160
 
 
 def session_file_name(key: str) -> str:
@@ -69,9 +70,11 @@ def session_file_name(key: str) -> str:
     a digest of the key: two keys never share a transcript, and no name is too long to create."""
     plain = key.replace(":", "_")
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in plain).strip(".") or "session"
-    if safe != plain or len(safe) > MAX_SESSION_STEM_CHARS:
+    if safe != plain or len(safe.encode("utf-8")) > MAX_SESSION_STEM_BYTES:
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:10]
-        safe = f"{safe[: MAX_SESSION_STEM_CHARS - 11]}-{digest}"
+        # cut by bytes, never inside a character (a CJK character takes three)
+        head = safe.encode("utf-8")[: MAX_SESSION_STEM_BYTES - 11].decode("utf-8", "ignore")
+        safe = f"{head}-{digest}"
     return f"{safe}.jsonl"
 
 

@@ -255,6 +255,13 @@ class MemoryLifecycle:
         self.track(self._process_archive(archived, session.key), f"archive:{session.key}")
 
     async def _process_archive(self, archived: Path, session_key: str) -> None:
+        with self.sessions.claim_archive(archived) as mine:
+            if mine:
+                await self._consolidate_archive(archived, session_key)
+            else:
+                logger.info("archive {} is processed by another process (or was already)", archived.name)
+
+    async def _consolidate_archive(self, archived: Path, session_key: str) -> None:
         old = self.sessions.load_archived(archived)
         private = memory_private(bool(old.metadata.get("is_group", False)), self.settings.share_in_groups)
         start = old.last_consolidated

@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanobot.util.text import valid_unicode, valid_unicode_in
+
 StreamCallback = Callable[[str], Awaitable[None]]
 
 
@@ -15,6 +17,11 @@ class ToolCall:
     id: str
     name: str
     arguments: dict[str, Any] | str  # a str when the model sent JSON we could not parse
+
+    def __post_init__(self) -> None:
+        # a model may send a lone surrogate (half an emoji): no session file or request could hold it
+        self.name = valid_unicode(self.name)
+        self.arguments = valid_unicode_in(self.arguments)
 
     def to_message_dict(self) -> dict[str, Any]:
         import json
@@ -44,6 +51,11 @@ class LLMResponse:
     finish_reason: str = "stop"
     usage: Usage = field(default_factory=Usage)
     reasoning: str | None = None
+
+    def __post_init__(self) -> None:
+        # a lone surrogate in a reply (half an emoji) failed the session write and lost the reply
+        self.content = valid_unicode_in(self.content)
+        self.reasoning = valid_unicode_in(self.reasoning)
 
     @property
     def has_tool_calls(self) -> bool:
@@ -114,7 +126,14 @@ class LLMProvider(ABC):
         on_delta: StreamCallback | None = None,
     ) -> LLMResponse:
         """One completion. `on_delta` (when given) receives text deltas as they stream in."""
-        return await self._chat(ChatRequest(messages, tools, max_tokens, temperature, tool_choice, on_delta))
+        stream = None
+        if on_delta is not None:
+            sink = on_delta
+
+            async def stream(delta: str) -> None:
+                await sink(valid_unicode(delta))
+
+        return await self._chat(ChatRequest(messages, tools, max_tokens, temperature, tool_choice, stream))
 
     async def _chat(self, call: ChatRequest) -> LLMResponse:
         """What a provider implements: the completion of `call`. (A test double may replace `chat`

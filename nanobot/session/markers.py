@@ -9,22 +9,30 @@ Retries happen at start-up and back off: after `n` failed attempts the next one 
 number of failures the retries stop: the memory lifecycle raw-archives the transcript into HISTORY.md
 and the marker becomes `<name>.jsonl.failed`, which `nanobot status` (and `doctor`) report instead of
 retrying silently forever. Only SessionStore (session/store.py) calls the functions that touch disk.
+
+Processing an archive holds `<name>.jsonl.lock` (flock): a second process starting meanwhile (a
+`nanobot agent` beside the gateway) sees the marker but leaves the archive to its holder, instead of
+consolidating it a second time.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from nanobot.timeutil import parse_iso_or_none
-from nanobot.util.fs import atomic_write
+from nanobot.util.fs import atomic_write, open_private, try_flock
 from nanobot.util.retry import backoff_s as retry_backoff_s
 
 PENDING_SUFFIX = ".pending"
 FAILED_SUFFIX = ".failed"
+LOCK_SUFFIX = ".lock"
 MAX_ERROR_CHARS = 300
 
 
@@ -65,10 +73,34 @@ def read_marker(marker: Path) -> ArchiveMarker:
         return ArchiveMarker(key=text or archived_path(marker).stem)
     return ArchiveMarker(
         key=str(data.get("key") or archived_path(marker).stem),
-        attempts=int(data.get("attempts") or 0),
+        attempts=_count(data.get("attempts")),
         last_attempt=str(data.get("last_attempt") or ""),
         last_error=str(data.get("last_error") or "")[:MAX_ERROR_CHARS],
     )
+
+
+def _count(value: object) -> int:
+    """A hand-edited or damaged attempt count reads as none: one bad marker must not stop a start."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+@contextmanager
+def claim(archived: Path) -> Iterator[bool]:
+    """Hold the archive's processing lock for the block; yields True when this process may process
+    it: no other process holds it and its pending marker is still there (not processed meanwhile)."""
+    lock = marker_path(archived, LOCK_SUFFIX)
+    fd = open_private(lock, os.O_RDWR, beneath=archived.parent)
+    try:
+        if not try_flock(fd):
+            yield False
+            return
+        try:
+            yield marker_path(archived).exists()
+        finally:
+            if not marker_path(archived).exists():  # processed: no lock file left behind
+                lock.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def write_marker(marker: Path, record: ArchiveMarker) -> None:

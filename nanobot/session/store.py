@@ -32,6 +32,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -327,6 +328,10 @@ class SessionStore:
     def give_up_archive(self, archived: Path) -> Path:
         """Stop retrying the archive: its `.pending` marker becomes `.failed` (shown by status and doctor)."""
         return markers.give_up(markers.marker_path(archived))
+
+    def claim_archive(self, archived: Path) -> AbstractContextManager[bool]:
+        """Hold the lock that makes one process at a time process `archived` (see markers.claim)."""
+        return markers.claim(archived)
 
     def clear_pending(self, archived: Path) -> None:
         """The archive has been processed: remove its pending marker."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -94,6 +94,18 @@ def valid_unicode(text: str) -> str:
     """`text` with every lone surrogate replaced by U+FFFD: Python decodes undecodable bytes of argv,
     stdin and file names as surrogates, which no UTF-8 encoder (a session file, an HTTP body) accepts."""
     return _SURROGATE.sub("\ufffd", text)
+
+
+def valid_unicode_in(value: Any) -> Any:
+    """`value` (a str, or dicts and lists of them, e.g. parsed tool-call arguments) with
+    `valid_unicode` applied to every string in it."""
+    if isinstance(value, str):
+        return valid_unicode(value)
+    if isinstance(value, dict):
+        return {valid_unicode_in(k): valid_unicode_in(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [valid_unicode_in(v) for v in value]
+    return value
 
 
 def safe_id(value: str, *, allowed: str = "A-Za-z0-9_-", max_chars: int = 64) -> str:
