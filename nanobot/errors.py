@@ -1,7 +1,8 @@
 """Errors the user must act on. Each carries the exit code the CLI ends with.
 
 Raise them anywhere; the CLI catches `UserError` once (nanobot/cli/app.py), prints the message on
-stderr without a traceback and exits with `exit_code`. Everything else is a bug and keeps its traceback.
+stderr without a traceback and exits with `exit_code`. An OSError (a full disk, a folder it cannot
+write) is printed as one line too. Everything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations

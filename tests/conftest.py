@@ -131,8 +131,10 @@ def run_cli(
     input_text: str | None = None,
     timeout: float = 120,
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `python -m nanobot ...` as a user would, with an isolated home."""
+    """Run `python -m nanobot ...` as a user would, with an isolated home (also the current folder,
+    unless `cwd` says another)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
     full_env.update({"NANOBOT_HOME": str(home), "PYTHONPATH": str(REPO)})
     full_env.update(env or {})
@@ -143,6 +145,6 @@ def run_cli(
         text=True,
         timeout=timeout,
         env=full_env,
-        cwd=str(home),
+        cwd=str(cwd or home),
         stdin=None if input_text is not None else subprocess.DEVNULL,
     )

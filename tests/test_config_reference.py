@@ -42,6 +42,8 @@ def test_every_field_has_a_description_and_generated_files_are_current() -> None
 def test_config_schema_command_validates_the_example_and_catches_typos(home: Path) -> None:
     result = run_cli("config", "schema", home=home)
     assert result.returncode == 0, result.stderr
+    after = run_cli("config", "schema", "-c", str(home / "config.json"), home=home)  # -c after it, too
+    assert after.returncode == 0 and after.stdout == result.stdout, after.stderr
     schema = json.loads(result.stdout)
     assert schema == json.loads((REPO / "docs" / "config.schema.json").read_text(encoding="utf-8"))
     fsync = schema["$defs"]["GatewayConfig"]["properties"]["fsync"]

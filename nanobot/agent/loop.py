@@ -202,7 +202,10 @@ class AgentLoop:
                     # acked then; one not yet saved stays unconfirmed and is served again.
                     raise
                 except Exception as exc:  # noqa: BLE001
-                    logger.opt(exception=exc).error("turn for {} failed", ctx.session_key)
+                    if isinstance(exc, StorageError):  # the message says it all: no traceback
+                        logger.error("turn for {} failed: {}", ctx.session_key, exc)
+                    else:
+                        logger.opt(exception=exc).error("turn for {} failed", ctx.session_key)
                     # in-process publishers (cron) see the exception itself, the user a short note
                     out = ctx.reply(
                         str(exc)

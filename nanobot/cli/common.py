@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from loguru import logger
 from typer.core import TyperGroup
 
 from nanobot.config.loader import load_config
@@ -118,6 +119,10 @@ class UserErrorGroup(TyperGroup):
         except UserError as exc:
             err(user_message(exc))
             raise typer.Exit(exc.exit_code) from None
+        except OSError as exc:  # a folder it cannot write, a full disk: the system's words, no traceback
+            logger.opt(exception=exc).debug("command failed")
+            err(f"Error: {exc}")
+            raise typer.Exit(EXIT_FAILURE) from None
 
 
 def command_group(**kwargs: Any) -> typer.Typer:

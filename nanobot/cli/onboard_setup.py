@@ -16,6 +16,7 @@ from typing import Any
 
 from nanobot.cli.common import err
 from nanobot.config.loader import load_config, read_config_dict
+from nanobot.config.sections.base import endpoint_url
 from nanobot.doctor import Check
 from nanobot.util.fs import atomic_write
 
@@ -45,7 +46,7 @@ def ask(answers: Answers) -> Answers:
             err(f"unknown provider {answers.provider!r}; choose one of {', '.join(PROVIDERS)}")
             answers.provider = input("provider> ").strip().lower()
     if answers.provider == "custom" and not answers.api_base:
-        answers.api_base = input("base URL of the OpenAI-compatible server (http://…/v1)> ").strip()
+        answers.api_base = _ask_url("base URL of the OpenAI-compatible server (http://…/v1)> ")
     if answers.provider == "ollama" and not answers.api_base:
         answers.api_base = input("Ollama URL [http://127.0.0.1:11434]> ").strip() or "http://127.0.0.1:11434"
     if answers.provider and answers.provider != "ollama" and not answers.api_key:
@@ -59,12 +60,26 @@ def ask(answers: Answers) -> Answers:
     return answers
 
 
+def _ask_url(prompt: str) -> str:
+    """A URL typed on the terminal, asked again until it is one (Enter: none)."""
+    while True:
+        url = input(prompt).strip()
+        try:
+            return endpoint_url(url)
+        except ValueError as exc:
+            err(str(exc))
+
+
 def validate(answers: Answers) -> None:
     """ValueError with a user-facing reason when the answers cannot be used together."""
     if (answers.api_key or answers.api_base) and not answers.provider:
         raise ValueError("--api-key and --api-base need --provider (which provider they are for)")
     if answers.provider and answers.provider not in PROVIDERS:
         raise ValueError(f"unknown provider {answers.provider!r}; choose one of {', '.join(PROVIDERS)}")
+    try:
+        endpoint_url(answers.api_base)
+    except ValueError as exc:
+        raise ValueError(f"--api-base / apiBase: {exc}") from None
 
 
 def merged(data: dict[str, Any], answers: Answers) -> dict[str, Any]:
@@ -117,7 +132,8 @@ async def _checks(path: Path, answers: Answers) -> list[Check]:
 def apply(path: Path, answers: Answers, *, check: bool) -> bool:
     """Write the answers into config.json and check them live; False when a check failed."""
     data = merged(read_config_dict(path), answers)
-    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    # a config.json linked to a dotfiles copy stays a link: the copy is what gets the answers
+    atomic_write(path.resolve(), json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     err(f"Saved {path}")
     if not check:
         return True

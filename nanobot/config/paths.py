@@ -54,9 +54,10 @@ def default_config_path() -> Path:
 
 
 def resolve_workspace(configured: str) -> Path:
-    """The workspace folder: the configured path (``~`` expanded) or $NANOBOT_HOME/workspace."""
+    """The workspace folder: the configured path (``~`` expanded; a relative one lies in
+    $NANOBOT_HOME, whatever the current folder: the service runs from /) or $NANOBOT_HOME/workspace."""
     if configured.strip():
-        return Path(os.path.expandvars(configured)).expanduser().resolve()
+        return (nanobot_home() / Path(os.path.expandvars(configured)).expanduser()).resolve()
     return (nanobot_home() / "workspace").resolve()
 
 

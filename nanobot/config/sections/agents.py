@@ -11,7 +11,7 @@ from nanobot.config.sections.base import Section
 
 class AgentDefaults(Section):
     workspace: str = Field("", description="Workspace folder (memory, sessions, skills); empty: "
-                           "$NANOBOT_HOME/workspace. `~` is expanded.")
+                           "$NANOBOT_HOME/workspace. `~` is expanded; a relative path lies in $NANOBOT_HOME.")
     model: str = Field("", description="Model name as litellm spells it (`gpt-4o-mini`, "
                        "`anthropic/claude-sonnet-4-5`, `custom/my-model`); empty: the provider's default.")
     provider: str = Field("auto", description="`auto` picks the configured provider matching the model; or a "

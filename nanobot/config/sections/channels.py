@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from nanobot.config.sections.base import Section
+from nanobot.config.sections.base import Section, endpoint_url
 
 GroupPolicy = Literal["mention", "open"]
 DmPolicy = Literal["pairing", "allowlist", "open"]
@@ -35,6 +35,11 @@ class TelegramConfig(Section):
                             "(needs `agents.defaults.stream`).")
     poll_timeout_s: int = Field(30, ge=0, description="Long-poll timeout of getUpdates, in seconds.")
 
+    @field_validator("base_url", "base_file_url")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        return endpoint_url(value)
+
 
 class DiscordConfig(Section):
     enabled: bool = Field(False, description="Run the Discord bot in the gateway.")
@@ -46,6 +51,16 @@ class DiscordConfig(Section):
                              "Discord-compatible servers and tests).")
     dm_policy: DmPolicy = Field("pairing", description=_DM)
     group_policy: GroupPolicy = Field("mention", description=_GROUP)
+
+    @field_validator("api_base")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        return endpoint_url(value)
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _gateway(cls, value: str) -> str:
+        return endpoint_url(value, ("wss", "ws"))
 
 
 class TranscriptionConfig(Section):

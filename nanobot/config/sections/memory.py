@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from nanobot.config.sections.base import Section
+from nanobot.config.sections.base import Section, endpoint_url
 
 
 class MemoryFlushConfig(Section):
@@ -60,6 +60,11 @@ class MemorySearchConfig(Section):
     qmd: bool = Field(False, description="Search through the external `qmd` tool when it is installed "
                       "(falls back to the built-in index).")
     qmd_timeout_s: float = Field(5.0, gt=0, description="Seconds a qmd search may take.")
+
+    @field_validator("embedding_api_base")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        return endpoint_url(value)
 
 
 class MemoryConfig(Section):

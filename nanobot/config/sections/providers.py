@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from nanobot.config.sections.base import Section
+from nanobot.config.sections.base import Section, endpoint_url
 
 
 class ProviderConfig(Section):
@@ -21,6 +21,11 @@ class ProviderConfig(Section):
                                             "OpenAI-compatible APIs (openai, custom, openrouter, deepseek, "
                                             "groq, mistral, ollama) through nanobot's own HTTP client and the others "
                                             "through litellm; `litellm` always uses litellm (slower start).")
+
+    @field_validator("api_base")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        return endpoint_url(value)
 
 
 class LocalProviderConfig(Section):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from nanobot.config.sections.base import Section
+from nanobot.config.sections.base import Section, endpoint_url
 
 SandboxMode = Literal["auto", "bwrap", "landlock", "off"]
 
@@ -51,6 +51,11 @@ class WebSearchConfig(Section):
                           "fake); empty: the engine's public API.")
     max_results: int = Field(5, ge=1, le=20, description="Results one search returns.")
 
+    @field_validator("base_url")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        return endpoint_url(value)
+
 
 class WebToolConfig(Section):
     allow_hosts: list[str] = Field([], description="Hosts web_fetch may reach although they are not public "
@@ -75,6 +80,11 @@ class MCPServerConfig(Section):
     connect_timeout_s: float = Field(20.0, gt=0, description="Seconds to start the server, connect and list "
                                      "its tools (raise it for `npx -y` servers that download on first start).")
     enabled_tools: list[str] = Field(["*"], description="Tool names the agent may use; `[\"*\"]`: all.")
+
+    @field_validator("url")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        return endpoint_url(value)
 
 
 class ToolsConfig(Section):
