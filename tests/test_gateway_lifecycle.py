@@ -204,6 +204,20 @@ async def test_in_flight_turn_finishes_within_the_grace_period(tmp_path: Path) -
     assert signal.getsignal(signal.SIGTERM) is not h.gateway._handle_signal  # handlers restored
 
 
+async def test_sighup_lets_the_turn_finish_and_ends_so_that_systemd_restarts_it(tmp_path: Path) -> None:
+    """SIGHUP (a closed terminal, `kill -HUP` out of habit) killed the gateway mid-turn: the reply
+    was lost, the state file left behind, and systemd took the death for a clean exit."""
+    h = await Harness(tmp_path, grace_s=10.0).start()
+    h.provider.turn_delay_s = 0.5
+    await h.say("take your time")
+    await asyncio.wait_for(h.provider.entered.wait(), 5)
+    kill_self(signal.SIGHUP)
+    code, _ = await h.stopped()
+    assert code == 128 + signal.SIGHUP and h.exits == []  # not 0: Restart=on-failure starts it again
+    assert "reply: take your time" in h.channel.sent
+    assert not (h.workspace / ".gateway.json").exists() and not gateway_running(h.workspace)
+
+
 async def test_sigint_stops_an_idle_gateway_at_once(tmp_path: Path) -> None:
     h = await Harness(tmp_path, grace_s=10.0, drain_s=10.0).start()
     await h.say("hello")

@@ -414,6 +414,20 @@ def test_cli_install_rejects_too_short_watchdog(tmp_path: Path, cli_env: Path) -
     assert not (tmp_path / "nanobot.service").exists()
 
 
+def test_the_stop_timeout_outlasts_a_longer_configured_shutdown(tmp_path: Path, cli_env: Path) -> None:
+    """The unit always said TimeoutStopSec=20: a gateway given 30 s of grace was SIGKILLed halfway
+    through the turns it was told to let finish, and its memory work never drained."""
+    cfg, _ = write_config(tmp_path)
+    data = json.loads(cfg.read_text())
+    data["gateway"].update(shutdownGraceS=30, drainTimeoutS=5)
+    cfg.write_text(json.dumps(data))
+    result = CliRunner().invoke(cli_app(), ["service", "install", "--unit-dir", str(tmp_path), "-c", str(cfg)])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "nanobot.service").read_text()
+    stop_s = int(next(v for v in text.splitlines() if v.startswith("TimeoutStopSec=")).split("=")[1])
+    assert stop_s >= 30 + 5 + 2 + 5  # the gateway's own budget (grace + drain + 2 s) and room for exec children
+
+
 HEALTH_MAIN = "import typer; from nanobot.cli.health import health; typer.run(health)"
 
 

@@ -30,6 +30,7 @@ from nanobot.service.systemd import (
     default_unit_path,
     install_unit,
     linger_hint,
+    stop_timeout_s,
     uninstall_unit,
     unit_status,
     userns_available,
@@ -126,6 +127,7 @@ def install(
         sandbox=not no_sandbox,
         extra_rw_paths=extra,
         environment_file=env_file,
+        stop_timeout_s=stop_timeout_s(cfg.gateway.shutdown_grace_s, cfg.gateway.drain_timeout_s),
     )
     # ProtectSystem=strict only lets the service write paths that exist when it starts.
     for folder in (home, *extra):

@@ -47,7 +47,12 @@ SHUTDOWN_MARGIN_S = 2.0
 MIN_PHASE_S = 0.5
 #: after the gateway stopped: how long tasks still left in the event loop may take to unwind
 LEFTOVER_TASKS_WAIT_S = 1.0
-_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP (a closed terminal, an operator's `kill -HUP` for a reload) stops gracefully too, ending
+# with 128 + 1 as a shell reports it: systemd's Restart=on-failure then starts the gateway again,
+# which reads the config anew. Unhandled, it killed the gateway mid-turn and systemd took that for
+# a clean exit.
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXIT_HANGUP = 128 + signal.SIGHUP
 _INTERNAL_CHANNELS = ("cli", "cron", "heartbeat", "system")
 
 
@@ -105,6 +110,7 @@ class Gateway:
         self._deadline_armed = threading.Event()
         self._deadline_off = threading.Event()
         self._stop_started = 0.0  # event-loop time of the stop request
+        self._exit_code = 0  # what run() returns: EXIT_HANGUP after a SIGHUP
 
     @property
     def shutdown_budget_s(self) -> float:
@@ -156,6 +162,7 @@ class Gateway:
             return
         name = signal.Signals(signum).name if signum else "stop request"
         logger.info("{} received: shutting down (budget {:.0f} s)", name, self.shutdown_budget_s)
+        self._exit_code = EXIT_HANGUP if signum == signal.SIGHUP else 0
         self._deadline_armed.set()
         self._stop_started = asyncio.get_running_loop().time()
         self._stop.set()
@@ -255,7 +262,7 @@ class Gateway:
             await self._stop.wait()
         sd_notify("STOPPING=1")
         await self._shutdown(watchdog)
-        return 0
+        return self._exit_code
 
     def _delivered(self, msg: OutboundMessage) -> None:
         from nanobot.gateway.missed import mark_delivered

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nanobot.sandbox.process import ProcessResult, run_process
+from nanobot.util.fs import ensure_private_dir
 from nanobot.sandbox.spec import (
     PROTECTED_DIRS,
     Limits,
@@ -116,7 +117,7 @@ class Sandbox:
             )
         spec = self.spec(shared)
         for sub in PROTECTED_DIRS:  # exist before the command runs, so they are mounted read-only
-            (self.workspace / sub).mkdir(parents=True, exist_ok=True)
+            ensure_private_dir(self.workspace / sub)
         run = {
             "cwd": str(self.workspace),
             "timeout_s": timeout_s,

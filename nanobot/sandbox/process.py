@@ -69,6 +69,11 @@ class _Collector:
         return bytes(self.tail[-self.keep :]) if self.keep else b""
 
 
+#: what commands write in the workspace is private, like every file nanobot writes (a service's
+#: umask 022 made it readable by every user of the machine)
+COMMAND_UMASK = 0o077
+
+
 async def run_process(
     argv: list[str],
     *,
@@ -98,6 +103,7 @@ async def run_process(
             start_new_session=True,
             preexec_fn=preexec,  # noqa: PLW1509 - limits and Landlock must be set between fork and exec
             close_fds=True,
+            umask=COMMAND_UMASK,
         )
 
     proc = spawner(start) if spawner is not None else start()

@@ -7,6 +7,7 @@ who install by hand (a test keeps the two identical).
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import socket
@@ -20,8 +21,10 @@ from nanobot.util.fs import atomic_write
 
 UNIT_NAME = "nanobot.service"
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
-# Longer than the gateway's own shutdown budget (10 s), so systemd never SIGKILLs a clean drain.
+# Longer than the gateway's own shutdown budget (grace + drain + 2 s: 10 s by default), so systemd
+# never SIGKILLs a clean drain; a config with more grace or drain gets more (stop_timeout_s).
 STOP_TIMEOUT_S = 20
+STOP_TIMEOUT_MARGIN_S = 10
 RESTART_DELAY_S = 5
 # A config error (exit 2) would fail the same way on every restart: do not retry it.
 CONFIG_ERROR_EXIT = 2
@@ -47,6 +50,13 @@ class UnitSpec:
     sandbox: bool = True
     extra_rw_paths: tuple[Path, ...] = field(default_factory=tuple)
     environment_file: Path | None = None  # the installing shell's settings (environment_file())
+    stop_timeout_s: int = STOP_TIMEOUT_S
+
+
+def stop_timeout_s(shutdown_grace_s: float, drain_timeout_s: float) -> int:
+    """TimeoutStopSec for a gateway with this grace and drain: at least STOP_TIMEOUT_S, and always
+    STOP_TIMEOUT_MARGIN_S more than the two (30 s of grace under 20 s was cut off by SIGKILL)."""
+    return max(STOP_TIMEOUT_S, math.ceil(shutdown_grace_s + drain_timeout_s + STOP_TIMEOUT_MARGIN_S))
 
 
 def _check(value: str) -> str:
@@ -109,7 +119,7 @@ def render_unit(spec: UnitSpec) -> str:
         "Restart=on-failure",
         f"RestartSec={RESTART_DELAY_S}",
         f"RestartPreventExitStatus={CONFIG_ERROR_EXIT}",
-        f"TimeoutStopSec={STOP_TIMEOUT_S}",
+        f"TimeoutStopSec={spec.stop_timeout_s}",
         # SIGTERM to the gateway only; whatever is left after the timeout (e.g. exec children) is killed.
         "KillMode=mixed",
     ]

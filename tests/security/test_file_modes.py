@@ -135,3 +135,17 @@ def test_secure_installation_leaves_the_users_own_workspace_files(tmp_path: Path
     assert _mode(ws) == 0o700 and _mode(ws / "sessions" / "a.jsonl") == 0o600
     assert _mode(script) == 0o755  # hidden by the private workspace folder, otherwise the user's
     assert secure_installation(ws, home) == 0
+
+
+def test_what_a_command_writes_and_the_folders_exec_protects_are_private(home: Path, fake_llm: FakeLLMServer) -> None:
+    """Under a service's umask 022 exec created memory/.backups 0755 (doctor then failed its own
+    check) and the command's files 0644: readable by every user of the machine."""
+    (home / "config.json").write_text(json.dumps(config_dict(fake_llm.url)))
+    command = {"name": "exec", "arguments": json.dumps({"command": "mkdir out && echo secret > out/f.txt"})}
+    fake_llm.push(Reply(content=None, tool_calls=[command]), Reply(content="done"))
+    result = run_cli("agent", "-m", "write a file", home=home)
+    assert result.returncode == 0, result.stderr
+    ws = home / "workspace"
+    assert (ws / "out" / "f.txt").read_text() == "secret\n", fake_llm.requests[-1]["messages"][-1]
+    assert (ws / "memory" / ".backups").is_dir()
+    assert _not_private(home) == []
