@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nanobot.sandbox.process import ProcessResult, run_process
-from nanobot.util.fs import ensure_private_dir
 from nanobot.sandbox.spec import (
     PROTECTED_DIRS,
     Limits,
@@ -28,6 +27,7 @@ from nanobot.sandbox.spec import (
     running_tasks,
     sandbox_env,
 )
+from nanobot.util.fs import ensure_private_dir
 
 __all__ = ["Limits", "ProcessResult", "Sandbox", "SandboxStatus", "SandboxUnavailable", "detect"]
 
