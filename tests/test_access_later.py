@@ -64,3 +64,24 @@ async def test_a_job_a_removed_sender_asked_for_does_not_run(tmp_path: Path) -> 
     assert status[mine.id] == "ok"
     assert len(h.channel.sent) == 1  # the owner's job only
     assert not [c for c in h.provider.calls if "MEMORY.md" in c]  # no turn ran for the removed sender's job
+
+
+async def test_a_user_allowed_by_username_gets_their_jobs_and_the_heartbeat(tmp_path: Path) -> None:
+    """With `allowFrom: ["@alice"]` Alice's reminders were skipped as "no longer allowed" and the
+    heartbeat never found her chat: the checks knew her id only, never her username."""
+    h = Harness(tmp_path)
+    msg = InboundMessage(channel="test", sender_id=OWNER, chat_id=OWNER, content="hi", metadata={"username": "Alice"})
+    h.gateway.agent.keep_unanswered(msg, h.gateway.agent.context_of(msg))
+    h.channel.allow_from = ["@alice"]
+    sessions = h.gateway.agent.sessions
+    assert sessions.last_private_chat(("cli",), h.gateway.channels.lists) == ("test", OWNER)
+    await h.start()
+    await h.wait_sent("reply: hi")
+    cron = h.gateway.cron
+    job = cron.add("water", "remind me to drink water", every_s=3600, deliver_to=DeliverTo("test", OWNER),
+                   created_by=OWNER)
+    await cron.run_now(job.id)
+    status = cron.get(job.id).last_status
+    kill_self()
+    await h.stopped()
+    assert status == "ok"

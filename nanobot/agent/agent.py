@@ -201,13 +201,18 @@ class Agent:
         return True
 
     @staticmethod
-    def _first_metadata(ctx: MessageContext) -> dict[str, Any]:
+    def _first_metadata(ctx: MessageContext, msg: InboundMessage) -> dict[str, Any]:
         """What a session records with its first message: whose it is (a file name cannot tell a
-        forum topic from a chat id with `_`), whether it is shared, and a private chat's user (the
-        heartbeat reports only to a user still allowed)."""
+        forum topic from a chat id with `_`), whether it is shared (a guest's chat is), and a
+        private chat's user with their username (the heartbeat and cron jobs go only to a user
+        still allowed, and allowFrom may name them by username)."""
         first: dict[str, Any] = {"is_group": ctx.is_group, "session_key": ctx.session_key}
+        if ctx.guest:
+            first["guest"] = True
         if not ctx.is_group:
             first["sender_id"] = ctx.sender_id
+            if msg.metadata.get("username"):
+                first["username"] = str(msg.metadata["username"])
         return first
 
     def _stored(self, msg: InboundMessage, ctx: MessageContext) -> dict[str, Any]:
@@ -249,7 +254,7 @@ class Agent:
     def _save_message(self, msg: InboundMessage, ctx: MessageContext) -> None:
         session = self.sessions.get(ctx.session_key)
         if not session.messages and "is_group" not in session.metadata:
-            self.sessions.set_metadata(session, **self._first_metadata(ctx))
+            self.sessions.set_metadata(session, **self._first_metadata(ctx, msg))
         self.sessions.append(session, self._stored(msg, ctx))
         msg.saved = True
 
@@ -276,7 +281,7 @@ class Agent:
         memory_context = ""
         try:
             memory_context = await self.long_term.context_for(
-                user_text, ctx.session_key, ctx.sender_id, ctx.is_group
+                user_text, ctx.session_key, ctx.sender_id, ctx.shared
             )
         except Exception as exc:  # noqa: BLE001 - a failing memory backend never fails a turn
             logger.warning("memory backend {} failed to give context: {}", self.long_term.name, exc)
@@ -299,7 +304,7 @@ class Agent:
         resumed = bool(msg.metadata.get(RESUME_KEY))  # already saved before a crash: not saved twice
         messages, prompt_tokens = self._prompt_messages(session, system, user_msg, tool_tokens, resumed)
         if not session.messages and "is_group" not in session.metadata:
-            self.sessions.set_metadata(session, **self._first_metadata(ctx))
+            self.sessions.set_metadata(session, **self._first_metadata(ctx, msg))
         if not resumed:
             self.sessions.append(session, stored)
         msg.saved = True
@@ -372,7 +377,7 @@ class Agent:
             sender_id=ctx.sender_id,
             user_text=user_text,
             reply=reply,
-            is_group=ctx.is_group,
+            is_group=ctx.shared,
             timestamp=tz_now(self.context.tz).isoformat(),
         )
         self.lifecycle.track(self.long_term.record_turn(record), f"record:{ctx.session_key}")

@@ -147,12 +147,12 @@ def build_runtime(
     *,
     provider: LLMProvider | None = None,
     config_path: str | None = None,
-    admits: Callable[[str, str], bool] | None = None,
+    admits: Callable[[str, str, str | None], bool] | None = None,
 ) -> AgentRuntime:
     """The whole agent for a config. Raises ProviderConfigError when no provider can be built.
 
     `config_path` is the file the config came from (default: $NANOBOT_HOME/config.json): exec
-    commands must never see it, wherever it lies. `admits(channel, sender)`: whether a chat channel
+    commands must never see it, wherever it lies. `admits(channel, sender, username)`: whether a chat channel
     lets that sender in now (the gateway's channels; a cron job of a removed sender does not run)."""
     config_path = config_path or str(default_config_path())
     d = config.agents.defaults
@@ -357,15 +357,20 @@ async def deliver_and_confirm(bus: MessageBus, channel: str, chat_id: str, text:
 
 
 async def run_cron_job(
-    bus: MessageBus, job: CronJob, sessions: SessionStore, admits: Callable[[str, str], bool] | None = None
+    bus: MessageBus,
+    job: CronJob,
+    sessions: SessionStore,
+    admits: Callable[[str, str, str | None], bool] | None = None,
 ) -> str:
     """A due job is one inbound message in its own session, through the agent loop like any chat
     message; CronService records the reply and delivers it to the job's chat. It runs with the trust
     of that chat: a job whose results go to a group gets a group's tools and no MEMORY.md. With
-    `admits(channel, sender)` (the gateway's channels), a job whose asker was removed from allowFrom
-    since does not run: it would be an owner's turn for someone no longer let in."""
+    `admits(channel, sender, username)` (the gateway's channels), a job whose asker was removed from
+    allowFrom since does not run: it would be an owner's turn for someone no longer let in."""
     target = job.deliver_to or DeliverTo("cli", "direct")
-    if admits is not None and job.created_by and not admits(target.channel, job.created_by):
+    if admits is not None and job.created_by and not admits(
+        target.channel, job.created_by, username_in_chat(sessions, target, job.created_by)
+    ):
         raise JobRefused(f"{job.created_by}, who asked for it, is no longer allowed on {target.channel}")
     out = await bus.request(
         InboundMessage(
@@ -387,12 +392,21 @@ async def run_cron_job(
 
 
 def delivers_to_shared_chat(sessions: SessionStore, target: DeliverTo) -> bool:
-    """Whether a job's chat is shared (a group), as that chat's session recorded when it began; a
-    chat nanobot never talked in counts as shared (the owner's memory stays out), the terminal not."""
+    """Whether a job's chat is shared (a group, or a guest's private chat), as that chat's session
+    recorded when it began; a chat nanobot never talked in counts as shared (the owner's memory
+    stays out), the terminal not."""
     if target.channel == "cli":
         return False
-    path = sessions.path_for(f"{target.channel}:{target.chat_id}")
-    return bool(first_metadata(path, "is_group").get("is_group", True))
+    first = first_metadata(sessions.path_for(f"{target.channel}:{target.chat_id}"), "is_group")
+    return bool(first.get("is_group", True) or first.get("guest"))
+
+
+def username_in_chat(sessions: SessionStore, target: DeliverTo, sender_id: str) -> str | None:
+    """The username `sender_id` had when the job's private chat began (allowFrom may name them by
+    it), or None."""
+    first = first_metadata(sessions.path_for(f"{target.channel}:{target.chat_id}"), "is_group")
+    username = first.get("username")
+    return str(username) if username and str(first.get("sender_id")) == sender_id else None
 
 
 def _exec_private(config: Config, config_path: str) -> dict[str, tuple[Path, ...]]:

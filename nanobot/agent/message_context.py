@@ -6,8 +6,9 @@ which arrives on the internal `system` channel, answers in the chat that spawned
 (`tool_context()`), the system prompt and the memory lifecycle (`memory_private`: whether the
 owner's long-term memory may be shown and written from this chat).
 
-Private chats and the terminal are owner contexts; group chats are shared contexts, where the
-owner's memory stays out unless `memory.shareInGroups` is true.
+Private chats of allowed senders and the terminal are owner contexts; group chats are shared
+contexts, where the owner's memory stays out unless `memory.shareInGroups` is true; a stranger let
+in by `dmPolicy: "open"` (a guest) is a shared context whose memory always stays out.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class MessageContext:
     sender_id: str
     session_key: str
     is_group: bool
+    guest: bool  # see InboundMessage.guest
     memory_private: bool
     reply_channel: str  # where replies, progress and the tools' "this chat" go
     reply_chat_id: str
@@ -47,12 +49,18 @@ class MessageContext:
             sender_id=msg.sender_id,
             session_key=msg.session_key,
             is_group=msg.is_group,
-            memory_private=memory_private(msg.is_group, share_memory_in_groups),
+            guest=msg.guest,
+            memory_private=not msg.guest and memory_private(msg.is_group, share_memory_in_groups),
             reply_channel=reply_channel,
             reply_chat_id=reply_chat_id,
             # a sub-agent's report is never a command, whatever its text looks like
             command=None if msg.channel == SYSTEM_CHANNEL else parse_command(msg.content),
         )
+
+    @property
+    def shared(self) -> bool:
+        """A group or a guest: no owner trust."""
+        return self.is_group or self.guest
 
     @property
     def from_system(self) -> bool:
@@ -65,6 +73,7 @@ class MessageContext:
             session_key=self.session_key,
             sender_id=self.sender_id,
             is_group=self.is_group,
+            guest=self.guest,
         )
 
     def reply(self, content: str, **fields: object) -> OutboundMessage:

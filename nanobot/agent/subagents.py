@@ -125,5 +125,6 @@ class SubagentManager:
             content=content,
             session_key_override=ctx.session_key,
             is_group=ctx.is_group,
+            guest=ctx.guest,
             metadata={"origin_channel": ctx.channel, "origin_chat_id": ctx.chat_id, "subagent_id": task_id},
         )

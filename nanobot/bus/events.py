@@ -24,6 +24,9 @@ class InboundMessage:
     media: list[str] = field(default_factory=list)  # local file paths inside the workspace
     metadata: dict[str, Any] = field(default_factory=dict)
     is_group: bool = False
+    #: a private-chat sender on neither allowFrom nor the pairing list, let in by dmPolicy "open":
+    #: a shared context like a group (no owner memory, the group's tools), never the owner's
+    guest: bool = False
     session_key_override: str | None = None
     received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     saved: bool = field(default=False, compare=False)  #: in its session file (set by the agent)

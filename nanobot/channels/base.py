@@ -372,6 +372,7 @@ class Channel(Connection, ABC):
             content="\n".join(part for part in [text, *got.notes] if part),
             media=got.paths,
             is_group=is_group,
+            guest=not is_group and not self.is_allowed(sender_id, metadata.get("username")),
             metadata={**metadata, "media_types": got.types},
         )
 

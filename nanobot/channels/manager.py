@@ -132,10 +132,10 @@ class ChannelManager:
         found = self.channels.get(channel)
         return found is not None and found.admits_now(sender_id, username, is_group=is_group)
 
-    def lists(self, channel: str, sender_id: str) -> bool:
+    def lists(self, channel: str, sender_id: str, username: str | None = None) -> bool:
         """Whether this sender is on `channel`'s allowFrom or approved by pairing (open DMs aside)."""
         found = self.channels.get(channel)
-        return found is not None and found.is_allowed(sender_id)
+        return found is not None and found.is_allowed(sender_id, username)
 
     def status(self) -> dict[str, dict[str, str | None]]:
         """Per channel: {"state": ..., "error": ...}, including channels that could not be loaded."""

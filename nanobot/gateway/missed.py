@@ -47,6 +47,8 @@ ARCHIVE_DELIVERY_WINDOW_S = 86_400.0  # ...changed within this many seconds
 Kind = Literal["turn", "reply"]
 #: (channel, sender id, username, is_group) -> would the channel let this sender in now
 Admits = Callable[[str, str, str | None, bool], bool]
+#: (channel, sender id, username) -> is the sender on allowFrom or paired (not only let in as a guest)
+Listed = Callable[[str, str, str | None], bool]
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def sender_of(missed: Missed) -> tuple[str, str | None]:
     return str(missed.message.get("sender_id") or missed.chat_id), str(username) if username else None
 
 
-def resume_message(missed: Missed) -> InboundMessage:
+def resume_message(missed: Missed, *, guest: bool = False) -> InboundMessage:
     """The InboundMessage that runs the missed turn again without saving the message twice."""
     return InboundMessage(
         channel=missed.channel,
@@ -160,6 +162,7 @@ def resume_message(missed: Missed) -> InboundMessage:
         content=str(missed.message.get("content") or ""),
         media=[str(p) for p in missed.message.get("media") or []],
         is_group=missed.is_group,
+        guest=guest,
         metadata={RESUME_KEY: True},
     )
 
@@ -231,17 +234,20 @@ async def answer_missed(
     within_s: float,
     now: float | None = None,
     admits: Admits | None = None,
+    listed: Listed | None = None,
 ) -> int:
     """Publish the young missed messages of `channels`; log the old ones. Returns how many were resumed.
 
     Called before the channels start: the resumed turns are then first in the bus, ahead of anything
     the platforms deliver again, so each runs before newer messages of its session. With `admits`, a
     turn whose sender would not be let in now (removed from allowFrom while the gateway was down,
-    the usual way to remove someone) is not answered.
+    the usual way to remove someone) is not answered; with `listed`, a private-chat sender let in
+    only by dmPolicy "open" is answered as the guest they are.
     """
     resumed = 0
     for missed in find_missed(sessions, channels, now, recent_s=within_s):
         age = "unknown" if missed.age_s is None else f"{missed.age_s:.0f} s"
+        guest = not missed.is_group and listed is not None and not listed(missed.channel, *sender_of(missed))
         if missed.kind == "turn" and admits is not None:
             sender, username = sender_of(missed)
             if not admits(missed.channel, sender, username, missed.is_group):
@@ -279,6 +285,6 @@ async def answer_missed(
             )
             continue
         logger.info("{}: answering a message saved {} ago that was never answered", missed.session_key, age)
-        await bus.publish_inbound(resume_message(missed))
+        await bus.publish_inbound(resume_message(missed, guest=guest))
         resumed += 1
     return resumed

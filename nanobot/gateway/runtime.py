@@ -74,7 +74,7 @@ class Gateway:
             provider=provider,
             config_path=config_path,
             # read when a job runs: the channels are made below (and tests may swap the manager)
-            admits=lambda channel, sender: self.channels.admits(channel, sender),
+            admits=lambda channel, sender, username: self.channels.admits(channel, sender, username),
         )
         self.agent = self.runtime.agent
         self.loop = self.runtime.loop
@@ -283,6 +283,7 @@ class Gateway:
                 list(self.channels.channels),
                 self.config.gateway.answer_missed_within_s,
                 admits=self.channels.admits,
+                listed=self.channels.lists,
             )
         except Exception:  # a bad session file must not stop the gateway
             logger.exception("could not check for unanswered messages")

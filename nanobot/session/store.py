@@ -284,11 +284,11 @@ class SessionStore:
         return f"{channel}:{chat_id}"
 
     def last_private_chat(
-        self, skip_channels: tuple[str, ...], allowed: Callable[[str, str], bool] | None = None
+        self, skip_channels: tuple[str, ...], allowed: Callable[[str, str, str | None], bool] | None = None
     ) -> tuple[str, str] | None:
         """(channel, chat id) of the most recently written private session on a channel not in
-        `skip_channels` whose user `allowed(channel, sender id)` still lets in; a session that does
-        not say whether it is a group counts as one."""
+        `skip_channels` whose user `allowed(channel, sender id, username)` still lists; a session
+        that does not say whether it is a group counts as one, a guest's is skipped."""
         if not self.dir.is_dir():
             return None
         for path in sorted(self.dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
@@ -296,9 +296,10 @@ class SessionStore:
             if channel in skip_channels or not chat_id:
                 continue
             first = first_metadata(path, "is_group")
-            if first.get("is_group", True):
+            if first.get("is_group", True) or first.get("guest"):
                 continue
-            if allowed is None or allowed(channel, str(first.get("sender_id") or chat_id)):
+            user = str(first.get("sender_id") or chat_id)
+            if allowed is None or allowed(channel, user, first.get("username")):
                 return channel, chat_id
         return None
 

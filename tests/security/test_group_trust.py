@@ -243,3 +243,57 @@ async def test_discord_guild_member_cannot_pull_memory(make_config, fake_llm: Fa
     assert texts and all("surgery" not in t for t in texts)
     tool_results = [m for body in fake_llm.requests for m in body["messages"] if m.get("role") == "tool"]
     assert tool_results and all(str(m["content"]).startswith("Error:") for m in tool_results)
+
+
+@pytest.mark.parametrize(
+    "tool, args",
+    [
+        ("read_file", {"path": "memory/MEMORY.md"}),
+        ("memory_search", {"query": "bank PIN"}),
+        ("message", {"content": "please approve my code", "channel": "telegram", "chat_id": "555"}),
+        ("cron", {"action": "add", "message": "post MEMORY.md here", "every_seconds": 3600}),
+    ],
+)
+async def test_a_stranger_let_in_by_an_open_dm_policy_is_a_guest_not_the_owner(
+    make_config,
+    fake_llm: FakeLLMServer,
+    tool: str,
+    args: dict[str, Any],  # noqa: ANN001
+) -> None:
+    """Under `dmPolicy: "open"` any Telegram user got the owner's trust: MEMORY.md in the prompt and
+    through the memory tools, messages to the owner's chat in the bot's name, cron jobs that ran later
+    as the owner's turns."""
+    config, _ = make_config()
+    tg = FakeTelegramServer().start()
+    try:
+        config.channels.telegram = config.channels.telegram.model_copy(
+            update={
+                "enabled": True,
+                "token": "123456789:AAGroupTrustTokenForTests_abcdefghij",
+                "allow_from": ["555"],
+                "dm_policy": "open",
+                "base_url": tg.base_url,
+                "base_file_url": tg.base_file_url,
+                "poll_timeout_s": 1,
+            }
+        )
+        fake_llm.responder = steer(tool, args)
+
+        def push() -> None:
+            tg.push_message("hello bot, do as I say", chat_id=666, user_id=666, username="mallory")
+
+        async def sent() -> list[str]:
+            calls = await tg.wait_for("sendMessage", timeout=90)
+            return [f"{c.params.get('chat_id')}: {c.params.get('text')}" for c in calls]
+
+        texts = await _run_gateway(config, push, sent)
+    finally:
+        tg.stop()
+    assert texts and all(t.startswith("666: ") and "4242" not in t for t in texts), texts
+    prompts = [json.dumps(body["messages"]) for body in fake_llm.requests]
+    assert prompts and all("4242" not in p for p in prompts)  # MEMORY.md stays out of the prompt
+    tool_results = [m for body in fake_llm.requests for m in body["messages"] if m.get("role") == "tool"]
+    assert tool_results and all(str(m["content"]).startswith("Error:") for m in tool_results), tool_results
+    assert not (config.workspace_path / "cron" / "jobs.json").exists() or "MEMORY" not in (
+        config.workspace_path / "cron" / "jobs.json"
+    ).read_text()

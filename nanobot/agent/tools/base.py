@@ -19,10 +19,10 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 Trust = Literal["owner", "shared"]
 
 
-def trust_of(is_group: bool) -> Trust:
-    """The one rule: group chats are shared contexts; private chats of allowed senders (nobody else
-    reaches a turn) and the terminal are the owner's."""
-    return "shared" if is_group else "owner"
+def trust_of(is_group: bool, guest: bool = False) -> Trust:
+    """The one rule: group chats and strangers a `dmPolicy: "open"` lets in (guests) are shared
+    contexts; private chats of allowed or paired senders and the terminal are the owner's."""
+    return "shared" if is_group or guest else "owner"
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,15 @@ class ToolContext:
     session_key: str = "cli:direct"
     sender_id: str = "user"
     is_group: bool = False
+    guest: bool = False
 
     @property
     def trust(self) -> Trust:
-        return trust_of(self.is_group)
+        return trust_of(self.is_group, self.guest)
+
+    def owner_memory_allowed(self, share_in_groups: bool) -> bool:
+        """Whether the owner's memory may be read from this chat (memory.seam.memory_private)."""
+        return not self.guest and (not self.is_group or share_in_groups)
 
     @property
     def shared(self) -> bool:

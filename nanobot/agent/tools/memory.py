@@ -103,7 +103,7 @@ class MemorySearchTool(_IndexTool):
     }
 
     async def execute(self, ctx: ToolContext, **kwargs: Any) -> str:
-        if ctx.is_group and not self.share_in_groups:
+        if not ctx.owner_memory_allowed(self.share_in_groups):
             raise ToolError(_GROUP_REFUSAL.format(name=self.name))
         query = str(kwargs.get("query") or "").strip()
         if not query:
@@ -167,7 +167,7 @@ class MemoryGetTool(_IndexTool):
         return rel, path
 
     async def execute(self, ctx: ToolContext, **kwargs: Any) -> str:
-        if ctx.is_group and not self.share_in_groups:
+        if not ctx.owner_memory_allowed(self.share_in_groups):
             raise ToolError(_GROUP_REFUSAL.format(name=self.name))
         rel, path = self.resolve(str(kwargs.get("path") or ""))
         start = max(1, int(kwargs.get("from") or 1))

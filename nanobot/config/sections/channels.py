@@ -14,7 +14,8 @@ DmPolicy = Literal["pairing", "allowlist", "open"]
 _ALLOW = ("Who may talk to the bot: `[\"*\"]` everyone, empty no one (said loudly at start-up). ")
 _DM = ("A private-chat sender not on `allowFrom`: `pairing` sends them one pairing code to give the owner "
        "(`nanobot pairing approve CODE` admits them, no restart); `allowlist` ignores them silently; `open` "
-       "admits anyone. Their message never reaches the model; groups never get a pairing reply.")
+       "admits anyone as a guest (a group's trust: no owner memory, read-only files, no cron, no messages "
+       "to other chats). A refused message never reaches the model; groups never get a pairing reply.")
 _GROUP = "In groups: `mention` answers only when mentioned or replied to; `open` answers every message."
 
 
