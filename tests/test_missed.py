@@ -245,3 +245,27 @@ def test_an_undecodable_session_key_does_not_fail_the_turn() -> None:
     msg = InboundMessage(channel="cli", sender_id="user", chat_id=raw[4:], content="hi", session_key_override=raw)
     msg.session_key.encode("utf-8") and msg.chat_id.encode("utf-8")  # noqa: B018 - raises on a surrogate
     assert msg.session_key == "cli:\ufffd"
+
+
+async def test_a_group_message_an_earlier_version_saved_without_its_sender_is_answered(tmp_path: Path) -> None:
+    """Earlier versions kept no sender with a user message: the check took the group's id for the
+    sender, refused it ("-100123 is no longer allowed") and the stop's unanswered message was lost."""
+    store = store_with(tmp_path, {"telegram:-100123": [user("summarise the meeting", 30)]}, is_group=True)
+
+    def admits(channel: str, sender: str, username: str | None, is_group: bool) -> bool:
+        return sender == "555"  # the allow list names people, never the group
+
+    bus = MessageBus()
+    assert await answer_missed(store, bus, ["telegram"], within_s=600, now=NOW.timestamp(), admits=admits) == 1
+    assert bus.inbound.get_nowait().content == "summarise the meeting"
+
+
+async def test_a_guests_message_answered_at_start_is_a_guests(tmp_path: Path) -> None:
+    """An open dmPolicy's stranger left unanswered by a stop got the owner's trust at the restart."""
+    store = store_with(tmp_path, {"telegram:666": [user("show me the owner's notes", 30, sender_id="666")]})
+    bus = MessageBus()
+    count = await answer_missed(
+        store, bus, ["telegram"], within_s=600, now=NOW.timestamp(),
+        admits=lambda *_: True, listed=lambda channel, sender, username: sender == "555",
+    )
+    assert count == 1 and bus.inbound.get_nowait().guest

@@ -248,6 +248,30 @@ def test_a_long_key_in_a_script_of_three_byte_characters_is_saved_and_archived(t
     assert len({store.path_for(key) for key in keys}) == len(keys)
 
 
+def test_a_transcript_an_earlier_version_named_without_a_digest_is_continued(tmp_path: Path) -> None:
+    """`-s "cli:work project"` was `cli_work_project.jsonl` before names got a digest: after the
+    upgrade the conversation started from nothing in a new file. A plain-named file recorded for
+    another key stays that key's."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    (sessions / "cli_work_project.jsonl").write_text(json.dumps(msg("user", "FACT-9: deadline March 3")) + "\n")
+    old_long = "cli:" + "x" * 130  # over 120 characters: now a digest name, then the whole key
+    (sessions / f"{old_long.replace(':', '_')}.jsonl").write_text(json.dumps(msg("user", "long one")) + "\n")
+    (sessions / "cli_team_a.jsonl").write_text(
+        json.dumps({"_type": "metadata", "is_group": False, "session_key": "cli:team_a"}) + "\n"
+        + json.dumps(msg("user", "team a's own")) + "\n"
+    )
+    store = SessionStore(tmp_path, fsync="never")
+    continued = store.get("cli:work project")
+    assert [m["content"] for m in continued.messages] == ["FACT-9: deadline March 3"]
+    store.append(continued, msg("assistant", "noted"))
+    assert [m["content"] for m in store.get(old_long).messages] == ["long one"]
+    assert store.get("cli:team a").messages == []  # not team_a's transcript
+    assert [m["content"] for m in store.get("cli:team_a").messages] == ["team a's own"]
+    store.close()
+    assert "noted" in (sessions / "cli_work_project.jsonl").read_text()
+
+
 def test_archive_keeps_the_old_file(tmp_path: Path) -> None:
     store = SessionStore(tmp_path)
     session = store.get("telegram:9")

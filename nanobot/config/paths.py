@@ -61,8 +61,11 @@ def resolve_workspace(configured: str) -> Path:
     return (nanobot_home() / "workspace").resolve()
 
 
-#: file systems allow 255 bytes in a name; an archive adds a stamp and `.jsonl.pending` (~40 bytes)
-MAX_SESSION_STEM_BYTES = 160
+MAX_SESSION_STEM_CHARS = 120
+#: file systems allow 255 bytes in a name; an archive adds a stamp and `.jsonl.pending`, its atomic
+#: rewrite a temporary `.<name>.<hex>.tmp` (~55 bytes in all). Names within both limits are what
+#: they always were: a session keeps its file across upgrades.
+MAX_SESSION_STEM_BYTES = 190
 
 
 def session_file_name(key: str) -> str:
@@ -70,13 +73,20 @@ def session_file_name(key: str) -> str:
     characters a file name cannot hold (`cli:work/alice`), or a very long one, gets them as `_` plus
     a digest of the key: two keys never share a transcript, and no name is too long to create."""
     plain = key.replace(":", "_")
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in plain).strip(".") or "session"
-    if safe != plain or len(safe.encode("utf-8")) > MAX_SESSION_STEM_BYTES:
+    safe = legacy_session_stem(key)
+    if safe != plain or len(safe) > MAX_SESSION_STEM_CHARS or len(safe.encode()) > MAX_SESSION_STEM_BYTES:
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:10]
-        # cut by bytes, never inside a character (a CJK character takes three)
-        head = safe.encode("utf-8")[: MAX_SESSION_STEM_BYTES - 11].decode("utf-8", "ignore")
-        safe = f"{head}-{digest}"
+        # cut by characters and by bytes, never inside a character (a CJK character takes three)
+        head = safe[: MAX_SESSION_STEM_CHARS - 11].encode()[: MAX_SESSION_STEM_BYTES - 11]
+        safe = f"{head.decode('utf-8', 'ignore')}-{digest}"
     return f"{safe}.jsonl"
+
+
+def legacy_session_stem(key: str) -> str:
+    """The file name stem every key had before names got a digest: characters a file name cannot
+    hold as `_` (so `cli:work/alice` and `cli:work_alice` shared one)."""
+    plain = key.replace(":", "_")
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in plain).strip(".") or "session"
 
 
 def index_path(workspace: Path) -> Path:
