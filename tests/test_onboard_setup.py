@@ -3,15 +3,9 @@ key entry, live checks against the fakes, the service offer) and with flags for 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
-import select
-import subprocess
 import sys
-import termios
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +15,7 @@ from tests.conftest import REPO, run_cli
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.gateway_harness import TG_TOKEN
-
-PROMPT_TIMEOUT_S = 90.0
+from tests.terminal import Terminal
 
 
 @pytest.fixture
@@ -30,62 +23,6 @@ def fake_telegram() -> Iterator[FakeTelegramServer]:
     server = FakeTelegramServer().start()
     yield server
     server.stop()
-
-
-def _controlling_tty() -> None:
-    os.setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # getpass reads the key from /dev/tty, as for a user
-
-
-class Terminal:
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.master, slave = pty.openpty()
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=env,
-            cwd=cwd,
-            preexec_fn=_controlling_tty,
-            close_fds=True,
-        )
-        os.close(slave)
-        self.seen = ""
-        self.transcript = ""
-
-    def expect(self, text: str) -> None:
-        deadline = time.monotonic() + PROMPT_TIMEOUT_S
-        while text not in self.seen:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {text!r} on the terminal; saw:\n{self.seen}")
-            ready, _, _ = select.select([self.master], [], [], 0.5)
-            if ready:
-                try:
-                    chunk = os.read(self.master, 4096).decode(errors="replace")
-                    self.seen += chunk
-                    self.transcript += chunk
-                except OSError:
-                    continue
-        self.seen = self.seen[self.seen.index(text) + len(text) :]  # consume up to the prompt
-
-    def send(self, line: str) -> None:
-        os.write(self.master, line.encode() + b"\r")
-
-    def finish(self, timeout: float = 60.0) -> tuple[int, str]:
-        rest = ""
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None or select.select([self.master], [], [], 0)[0]:
-            if time.monotonic() > deadline:
-                self.proc.kill()
-                break
-            if select.select([self.master], [], [], 0.2)[0]:
-                try:
-                    rest += os.read(self.master, 4096).decode(errors="replace")
-                except OSError:
-                    break
-        os.close(self.master)
-        return self.proc.wait(), self.transcript + rest
 
 
 def test_onboard_on_a_terminal_asks_checks_and_saves(

@@ -11,6 +11,11 @@ Only replies, and what the agent sends to this chat with the `message` tool, go 
 the banner goes to stderr and nothing is prompted when stdin is not a TTY. Input is read by a
 daemon thread one line at a time, and the next line only once the previous one is on the bus,
 so a long piped input waits in the pipe (bounded) and Ctrl-C at the prompt never hangs the exit.
+
+On a terminal, replies lose their control characters (a steered model's escape sequences could
+clear the screen, hide text or write the clipboard), a reply arriving while the user types is shown
+above the prompt, which is drawn again with what was typed, and lines are read through readline
+(the terminal's own line buffer cut a pasted line at 4,095 characters).
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import re
 import sys
 import threading
+from types import ModuleType
 from typing import TextIO
 
 from nanobot.bus.events import ChannelUnavailable, InboundMessage, OutboundMessage
@@ -30,6 +37,23 @@ BANNER = "nanobot — interactive chat. /new starts a fresh session, /help lists
 PROMPT = "You: "
 
 ReplyFuture = asyncio.Future[OutboundMessage | None]
+#: C0 and C1 control characters but newline and tab: ESC starts every terminal escape sequence
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CLEAR_LINE = "\r\x1b[K"
+
+
+def printable(text: str) -> str:
+    """`text` without the control characters a terminal would act on."""
+    return _CONTROL.sub("", text)
+
+
+def _readline() -> ModuleType | None:
+    """The readline module (line editing, no length limit), when this Python has it."""
+    try:
+        import readline
+    except ImportError:  # a Python built without it
+        return None
+    return readline
 
 
 class TerminalChannel:
@@ -58,6 +82,8 @@ class TerminalChannel:
             self.stdin.reconfigure(errors="replace")
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
+        self.screen = self.stdout.isatty()  # a terminal shows what we print: no control characters
+        self._readline = _readline() if tty else None
 
     # ------------------------------------------------------------------ inbound
     def _inbound(self, text: str, reply: ReplyFuture) -> InboundMessage:
@@ -80,7 +106,7 @@ class TerminalChannel:
         the `message` tool already said everything)."""
         out = await (await self._publish(text))
         if out is not None:
-            print(out.content, file=self.stdout, flush=True)
+            print(self._safe(out.content), file=self.stdout, flush=True)
         return out
 
     async def converse(self) -> int:
@@ -147,14 +173,24 @@ class TerminalChannel:
             if out.channel != self.channel:  # no chat channel runs beside the terminal
                 out.settle(ChannelUnavailable(f"channel {out.channel!r} does not run in `nanobot agent`"))
             elif out.kind == "message" and out.content:
-                print(out.content, file=self.stdout, flush=True)
+                self._show(out.content)
                 out.settle()
 
+    def _safe(self, text: str) -> str:
+        return printable(text) if self.screen else text
+
     def _show(self, text: str) -> None:
-        if self.tty:
+        if not self.tty:
+            print(self._safe(text), file=self.stdout, flush=True)
+            return
+        if not self.screen:
             print(f"\nnanobot: {text}\n", file=self.stdout, flush=True)
-        else:
-            print(text, file=self.stdout, flush=True)
+            return
+        # The reader waits at the prompt (maybe with half a line typed): the reply goes above it,
+        # then the prompt and the typed text are drawn again.
+        typed = self._readline.get_line_buffer() if self._readline is not None else ""
+        self.stdout.write(f"{_CLEAR_LINE}nanobot: {printable(text)}\n\n{PROMPT}{typed}")
+        self.stdout.flush()
 
     def _notice(self, text: str) -> None:
         print(text, file=self.stderr, flush=True)

@@ -19,6 +19,7 @@ from nanobot.config.schema import Config
 DEFAULT_SESSION = "cli:direct"
 ONE_SHOT_DRAIN_TIMEOUT_S = 120.0
 EXIT_DRAIN_TIMEOUT_S = 3.0
+TURN_END_WAIT_S = 0.5
 
 
 def agent(
@@ -54,7 +55,10 @@ async def _main(cfg: Config, message: str | None, session_key: str, config_path:
     printer = asyncio.create_task(terminal.show_outbound())
     runtime.agent.lifecycle.recover_pending()
     runtime.loop.start()
+    from nanobot.agent.factory import CLOSE_GRACE_S
+
     subagents_s = EXIT_DRAIN_TIMEOUT_S  # at the exit a report still to come is kept in the session
+    grace_s = CLOSE_GRACE_S
     try:
         if message is not None:
             out = await terminal.one_shot(message)
@@ -66,15 +70,23 @@ async def _main(cfg: Config, message: str | None, session_key: str, config_path:
             await _wait_for_background(runtime)
         while not bus.outbound.empty():  # the printer shows what the reports' turns said
             await asyncio.sleep(0.02)
+    except asyncio.CancelledError:
+        # Ctrl-C: the turn stops now, as /stop stops it. With a grace it went on for seconds,
+        # running tools and saving a reply nobody saw.
+        grace_s = 0.0
+        raise
     finally:
         printer.cancel()
-        await runtime.aclose(drain_timeout_s=ONE_SHOT_DRAIN_TIMEOUT_S, subagents_timeout_s=subagents_s)
+        await runtime.aclose(
+            drain_timeout_s=ONE_SHOT_DRAIN_TIMEOUT_S, grace_s=grace_s, subagents_timeout_s=subagents_s
+        )
     return code
 
 
 async def _wait_for_background(runtime) -> None:  # noqa: ANN001 - AgentRuntime, imported lazily
     """Sub-agents spawned by the turn run in the background: wait for them and their reports."""
-    if runtime.background_work():
+    # the turn just answered may take a moment to end: only work still there after it is told about
+    if runtime.background_work() and not await runtime.settle(TURN_END_WAIT_S):
         err("waiting for background tasks to finish (Ctrl-C stops; their report is then kept in the session)")
         if not await runtime.settle(ONE_SHOT_DRAIN_TIMEOUT_S):
             err(f"background tasks still running after {ONE_SHOT_DRAIN_TIMEOUT_S:.0f} s: stopped")
