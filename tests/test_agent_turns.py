@@ -413,3 +413,42 @@ async def test_memory_edit_shows_in_the_next_system_prompt(make_config, fake_llm
         await rt.aclose()
     assert "owns a cat" not in fake_llm.requests[0]["messages"][0]["content"]
     assert "owns a cat" in fake_llm.requests[-1]["messages"][0]["content"]  # no stale cached prompt
+
+
+async def test_one_replys_tool_calls_run_a_few_at_a_time_and_not_without_end() -> None:
+    """All tool calls of one reply ran at once: 30 `exec` calls were 30 sandboxes (90 processes)
+    together, each with its own limits; a reply of 300 calls would have been 300."""
+    from nanobot.agent.runner import MAX_PARALLEL_TOOL_CALLS, MAX_TOOL_CALLS_PER_REPLY, TurnRunner
+    from nanobot.agent.tools.base import Tool, ToolContext
+    from nanobot.agent.tools.registry import ToolRegistry
+    from nanobot.providers.base import LLMProvider, LLMResponse, ToolCall
+
+    class Slow(Tool):
+        name = "slow"
+        description = "waits a little"
+        running = peak = runs = 0
+
+        async def execute(self, ctx: ToolContext, **_: object) -> str:
+            Slow.running += 1
+            Slow.runs += 1
+            Slow.peak = max(Slow.peak, Slow.running)
+            await asyncio.sleep(0.05)
+            Slow.running -= 1
+            return "done"
+
+    class Flood(LLMProvider):
+        name = "flood"
+        default_model = "flood"
+
+        async def chat(self, messages, tools=None, **_: object) -> LLMResponse:  # noqa: ANN001
+            if messages[-1].get("role") == "tool":
+                return LLMResponse(content="finished")
+            return LLMResponse(tool_calls=[ToolCall(f"c{i}", "slow", {}) for i in range(30)])
+
+    tools = ToolRegistry()
+    tools.register(Slow())
+    result = await TurnRunner(Flood(), tools).run([{"role": "user", "content": "go"}], ToolContext())
+    assert result.content == "finished"
+    assert Slow.runs == MAX_TOOL_CALLS_PER_REPLY and Slow.peak == MAX_PARALLEL_TOOL_CALLS
+    outputs = [m["content"] for m in result.messages if m.get("role") == "tool"]
+    assert len(outputs) == 30 and outputs[-1].startswith("Error: not run: one reply may call at most")

@@ -139,3 +139,43 @@ def test_agent_m_prints_the_report_of_a_sub_agent_it_started(tmp_path: Path) -> 
         )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["I started a background job.", "The background job says RESULT-42."]
+
+
+def test_a_model_that_spawns_from_every_report_stops_two_levels_down(tmp_path: Path) -> None:
+    """Each report is a turn with every tool: a model steered to spawn again from every report ran
+    (and billed) hundreds of sub-agents a minute from one message, until /stop."""
+    spawns: list[str] = []
+
+    def respond(body: dict[str, Any]) -> Reply | str:
+        messages = body["messages"]
+        system, last = str(messages[0]["content"]), messages[-1]
+        if system.startswith("You are a sub-agent"):
+            return "RESULT"
+        if last["role"] == "tool":
+            return f"tool said: {last['content']}"
+        spawns.append(str(last["content"])[:40])
+        return Reply(content=None, tool_calls=[{"name": "spawn", "arguments": {"task": "again", "label": "loop"}}])
+
+    home = tmp_path / "home"
+    home.mkdir()
+    with FakeLLMServer() as server:
+        server.responder = respond
+        config = {
+            "agents": {"defaults": {"provider": "custom", "model": "fake-model", "llmMaxRetries": 0}},
+            "providers": {"custom": {"apiBase": server.url, "apiKey": "x"}},
+        }
+        (home / "config.json").write_text(json.dumps(config))
+        env = {**os.environ, "NANOBOT_HOME": str(home), "NO_PROXY": "127.0.0.1,localhost"}
+        done = subprocess.run(
+            [sys.executable, "-m", "nanobot", "agent", "-m", "start the job"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    assert len(spawns) == 3  # the user's turn, the first report's, the second report's (refused)
+    lines = done.stdout.splitlines()
+    assert sum("started" in line for line in lines) == 2, lines
+    assert "only 1 level(s) deep" in lines[-1], lines

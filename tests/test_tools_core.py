@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -243,6 +244,17 @@ async def test_exec_timeout_and_output_cap(exec_tool: ExecTool) -> None:
     assert len(out) < 1200 and "characters omitted" in out
     assert out.startswith("1\n2\n") and out.rstrip().endswith("5000")
     assert cap_output("short", 100) == "short"
+
+
+async def test_the_model_cannot_stretch_the_configured_exec_timeout(tmp_path: Path) -> None:
+    """`timeout_s` from the model was allowed up to 5 x tools.exec.timeoutS (300 s by default)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    tool = ExecTool(ws, ExecToolConfig(sandbox="off", timeout_s=1), restrict=True)
+    started = time.monotonic()
+    with pytest.raises(ToolError, match="timed out"):
+        await tool.execute(CTX, command="sleep 4; echo survived", timeout_s=10)
+    assert time.monotonic() - started < 3.5
 
 
 # ------------------------------------------------------------------ files and registry

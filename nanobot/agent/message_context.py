@@ -22,6 +22,8 @@ from nanobot.memory.seam import memory_private
 
 #: the internal channel on which sub-agent results come back into their session
 SYSTEM_CHANNEL = "system"
+#: metadata of a sub-agent's report: how many sub-agents deep it comes from
+SPAWN_DEPTH_KEY = "spawn_depth"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class MessageContext:
     session_key: str
     is_group: bool
     guest: bool  # see InboundMessage.guest
+    spawn_depth: int  # 0, or how many sub-agents deep the report this message carries comes from
     memory_private: bool
     reply_channel: str  # where replies, progress and the tools' "this chat" go
     reply_chat_id: str
@@ -50,6 +53,7 @@ class MessageContext:
             session_key=msg.session_key,
             is_group=msg.is_group,
             guest=msg.guest,
+            spawn_depth=int(msg.metadata.get(SPAWN_DEPTH_KEY, 1)) if msg.channel == SYSTEM_CHANNEL else 0,
             memory_private=not msg.guest and memory_private(msg.is_group, share_memory_in_groups),
             reply_channel=reply_channel,
             reply_chat_id=reply_chat_id,
@@ -74,6 +78,7 @@ class MessageContext:
             sender_id=self.sender_id,
             is_group=self.is_group,
             guest=self.guest,
+            spawn_depth=self.spawn_depth,
         )
 
     def reply(self, content: str, **fields: object) -> OutboundMessage:

@@ -24,7 +24,7 @@ from nanobot.agent.reply import NO_ANSWER_REPLY, clean_reply
 from nanobot.agent.tools.base import ToolContext
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.logs import prompts_logged
-from nanobot.providers.base import LLMProvider, StreamCallback, Usage
+from nanobot.providers.base import LLMProvider, StreamCallback, ToolCall, Usage
 from nanobot.providers.tokens import count_message
 from nanobot.util.text import truncate_head, truncate_middle
 
@@ -33,6 +33,14 @@ ProgressCallback = Callable[[str, str], Awaitable[None]]  # (kind, text): kind "
 TOOL_HINT_MAX_CHARS = 80
 LEFT_OUT_RESULT = "[result left out: the turn's tool results no longer fit in the context window]"
 LONG_ARGUMENTS_CHARS = 2_000  # a tool call's arguments over this may be left out of a fitted prompt
+#: one reply's tool calls run this many at a time, and no more than MAX_TOOL_CALLS_PER_REPLY of them
+#: run at all: 300 `exec` calls in one reply ran 300 sandboxes at once, each with its own limits
+MAX_PARALLEL_TOOL_CALLS = 4
+MAX_TOOL_CALLS_PER_REPLY = 16
+TOO_MANY_CALLS = (
+    f"Error: not run: one reply may call at most {MAX_TOOL_CALLS_PER_REPLY} tools; "
+    "call the rest in the next step if they are still needed"
+)
 
 
 @dataclass
@@ -101,6 +109,21 @@ class TurnRunner:
 
     def _tokens(self, convo: list[dict[str, Any]], tool_names: set[str] | None) -> int:
         return self.tools.schema_tokens(tool_names) + sum(count_message(m) for m in convo)
+
+    async def _execute_all(
+        self, calls: list[ToolCall], ctx: ToolContext, tool_names: set[str] | None
+    ) -> list[str]:
+        """One reply's tool calls, MAX_PARALLEL_TOOL_CALLS at a time, in their order; those past
+        MAX_TOOL_CALLS_PER_REPLY are not run (their result says so)."""
+        gate = asyncio.Semaphore(MAX_PARALLEL_TOOL_CALLS)
+
+        async def run_call(index: int, call: ToolCall) -> str:
+            if index >= MAX_TOOL_CALLS_PER_REPLY:
+                return TOO_MANY_CALLS
+            async with gate:
+                return await self._execute(call.name, call.arguments, ctx, tool_names)
+
+        return list(await asyncio.gather(*(run_call(i, c) for i, c in enumerate(calls))))
 
     async def _execute(self, name: str, arguments: Any, ctx: ToolContext, tool_names: set[str] | None) -> str:
         """A tool call, when its tool is one this run offered: a model may name any tool (a sub-agent
@@ -177,9 +200,7 @@ class TurnRunner:
                 "content": clean_reply(response.content, echo_source),
                 "tool_calls": [c.to_message_dict() for c in response.tool_calls],
             }
-            outputs = await asyncio.gather(
-                *(self._execute(c.name, c.arguments, ctx, tool_names) for c in response.tool_calls)
-            )
+            outputs = await self._execute_all(response.tool_calls, ctx, tool_names)
             group = [assistant]
             for call, output in zip(response.tool_calls, outputs, strict=True):
                 result.tools_used.append(call.name)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from loguru import logger
 
+from nanobot.agent.message_context import SPAWN_DEPTH_KEY
 from nanobot.agent.runner import TurnRunner
 from nanobot.agent.tools.base import ToolContext, ToolError
 from nanobot.bus.events import InboundMessage
@@ -126,5 +127,10 @@ class SubagentManager:
             session_key_override=ctx.session_key,
             is_group=ctx.is_group,
             guest=ctx.guest,
-            metadata={"origin_channel": ctx.channel, "origin_chat_id": ctx.chat_id, "subagent_id": task_id},
+            metadata={
+                "origin_channel": ctx.channel,
+                "origin_chat_id": ctx.chat_id,
+                "subagent_id": task_id,
+                SPAWN_DEPTH_KEY: ctx.spawn_depth + 1,  # its turn may not start sub-agents without end
+            },
         )

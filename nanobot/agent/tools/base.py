@@ -35,6 +35,8 @@ class ToolContext:
     sender_id: str = "user"
     is_group: bool = False
     guest: bool = False
+    #: 0 for a user's message; n for the report of a sub-agent started n levels down
+    spawn_depth: int = 0
 
     @property
     def trust(self) -> Trust:

@@ -58,7 +58,8 @@ class ExecTool(Tool):
         "type": "object",
         "properties": {
             "command": {"type": "string", "description": "The shell command"},
-            "timeout_s": {"type": "number", "minimum": 1, "description": "Timeout in seconds"},
+            "timeout_s": {"type": "number", "minimum": 1, "description": "Timeout in seconds (at most the "
+                          "configured tools.exec.timeoutS)"},
         },
         "required": ["command"],
     }
@@ -113,7 +114,7 @@ class ExecTool(Tool):
         if not command.strip():
             raise ToolError("command is empty")
         self.check(command)
-        limit = min(timeout_s or self.cfg.timeout_s, self.cfg.timeout_s * 5)
+        limit = min(timeout_s or self.cfg.timeout_s, self.cfg.timeout_s)  # shorter if asked, never longer
         try:
             result = await self.sandbox.run(
                 command,

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nanobot.agent.tools.base import Tool, ToolContext
+from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 
 if TYPE_CHECKING:
     from nanobot.agent.subagents import SubagentManager
+
+
+#: a user's turn may start sub-agents, and so may the turn of their report; that one's may not
+MAX_SPAWN_DEPTH = 2
 
 
 class SpawnTool(Tool):
@@ -32,5 +36,12 @@ class SpawnTool(Tool):
         self.manager = manager
 
     async def execute(self, ctx: ToolContext, task: str, label: str | None = None, **_: Any) -> str:
+        if ctx.spawn_depth >= MAX_SPAWN_DEPTH:
+            # each report is a turn with every tool: a model told to spawn again would run (and
+            # bill) sub-agents without end from one message
+            raise ToolError(
+                f"sub-agents may start sub-agents only {MAX_SPAWN_DEPTH - 1} level(s) deep; "
+                "finish this task yourself or tell the user what is left"
+            )
         task_id = self.manager.spawn(task, label or task[:40], ctx)
         return f"Sub-agent {task_id} started; its result will be delivered to this chat when it finishes."
