@@ -51,6 +51,16 @@ async def test_oversized_message_left_out_and_progressive_summary(fake_llm: Fake
         assert sum(len(str(m.get("content"))) for m in req["messages"]) < 60_000
 
 
+async def test_summary_calls_ask_no_more_than_the_configured_max_tokens(fake_llm: FakeLLMServer) -> None:
+    """Each summary call asked for 1,024 tokens whatever agents.defaults.maxTokens said: a slow small
+    model wrote all of them, over a minute per call, before the turn could answer."""
+    script = MemoryScript()
+    fake_llm.responder = script.responder
+    msgs = [{"role": "user", "content": f"FACT-{i}: " + "word " * 300} for i in range(12)]
+    await compact_transcript(provider(fake_llm), msgs, 2048, reserved_tokens=500, max_tokens=200)
+    assert fake_llm.requests and all(req["max_tokens"] <= 200 for req in fake_llm.requests)
+
+
 async def test_failed_summary_falls_back_with_counts(fake_llm: FakeLLMServer) -> None:
     fake_llm.push(*[Reply(status=500)] * 5)
     msgs = [

@@ -81,3 +81,32 @@ def test_cli_check_fails_when_backend_is_down(home: Path, fake_llm: FakeLLMServe
         json.dumps({**config, "memory": {"backend": "graphiti-x"}}), encoding="utf-8"
     )
     assert run_cli("memory", "backend", "check", home=home).returncode == 2
+
+
+def test_the_file_backend_check_consolidates_as_the_product_does_and_leaves_nothing_open(
+    home: Path, fake_llm: FakeLLMServer
+) -> None:
+    """The check asked a small model for a save_memory tool call with 8,192 tokens, where `/new`
+    with the same config asks in plain text within maxTokens (a real 135M model ran for minutes and
+    failed); and it left world-readable empty folders, so `doctor` failed its files check."""
+    import os
+    import stat
+
+    from tests.conftest import config_dict
+
+    config = config_dict(fake_llm.url, **{"agents.defaults.smallModel": True, "agents.defaults.maxTokens": 200})
+    (home / "config.json").write_text(json.dumps(config))
+    old_umask = os.umask(0o022)  # a service's usual umask
+    try:
+        run_cli("memory", "backend", "check", home=home)
+    finally:
+        os.umask(old_umask)
+    bodies = fake_llm.requests
+    assert bodies, "the check asked the model nothing"
+    assert all(not body.get("tools") for body in bodies), [b.get("tools") for b in bodies]
+    assert all(body.get("max_tokens", 0) <= 200 for body in bodies if "max_tokens" in body)
+    backends = home / "workspace" / "memory" / ".backends"
+    for path in [backends, *backends.rglob("*")] if backends.exists() else []:
+        if path.is_dir():
+            assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    assert not list((backends / "rolling_summary").glob("*/")) if (backends / "rolling_summary").exists() else True

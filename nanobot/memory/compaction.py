@@ -51,8 +51,10 @@ async def compact_transcript(
     window_tokens: int,
     *,
     reserved_tokens: int = 2000,
+    max_tokens: int = SUMMARY_MAX_TOKENS,
 ) -> str:
-    """A transcript of `messages` that fits one call: verbatim when it fits, else a progressive summary."""
+    """A transcript of `messages` that fits one call: verbatim when it fits, else a progressive summary
+    whose calls ask for at most `max_tokens` (SUMMARY_MAX_TOKENS, or less: agents.defaults.maxTokens)."""
     original = [count_message(m) for m in messages]
     oversized = [i for i, size in enumerate(original) if size > window_tokens * OVERSIZED_SHARE]
     omitted_note = ""
@@ -82,7 +84,7 @@ async def compact_transcript(
             response = await provider.chat(
                 [{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": prompt}],
                 None,
-                max_tokens=SUMMARY_MAX_TOKENS,
+                max_tokens=min(max_tokens, SUMMARY_MAX_TOKENS),
                 temperature=0.0,
             )
         except Exception as exc:  # noqa: BLE001 - compaction never raises into the loop

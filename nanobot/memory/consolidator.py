@@ -217,6 +217,7 @@ class Consolidator:
             messages,
             self.context_window_tokens,
             reserved_tokens=overhead + self.max_tokens // 4,
+            max_tokens=self.max_tokens,  # a slow small model wrote 1,024 tokens per call with 200 configured
         )
         stamp = start.strftime("%Y-%m-%d %H:%M")
         user = (f"{MEMORY_HEADING}\n\n{memory_now or '(empty)'}\n\n" if private else "") + (

@@ -60,11 +60,15 @@ def _rolling_summary(config: Config, workspace: Path, block: NativeBlock, provid
 
         provider = resolve_provider(config)
     name = "rolling_summary" if config.memory.condition.strip() else "file"
+    d = config.agents.defaults
+    small = bool(getattr(provider, "is_small_local", False))  # as agent/factory.py decides it
     return RollingSummaryControl(
         backend_dir(workspace, "rolling_summary"),
         provider,
         name=name,
-        timezone=config.agents.defaults.timezone,
+        timezone=d.timezone,
+        max_tokens=min(d.max_tokens, config.providers.local.max_tokens) if small else d.max_tokens,
+        small_model=small or d.small_model,
     )
 
 

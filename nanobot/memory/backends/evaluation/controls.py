@@ -11,6 +11,7 @@ The check's manifest labels them `condition_kind: control` (conditions.condition
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from nanobot.memory.backends.contract import (
 from nanobot.memory.relevant import relevant_first
 from nanobot.providers.tokens import count_text
 from nanobot.timeutil import parse_iso_or_none
-from nanobot.util.fs import append_locked
+from nanobot.util.fs import append_locked, ensure_private_dir
 from nanobot.util.text import safe_id
 
 FULL_HISTORY_MARGIN = 0.9  # share of the budget the transcript may use (the section header needs room)
@@ -71,6 +72,8 @@ class ControlCondition(MemoryAdapter):
         path = self.scope_dir(scope)
         removed = sum(1 for p in path.rglob("*") if p.is_file()) if path.exists() else 0
         shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the check's run folder, once its last scope is gone
+            path.parent.rmdir()
         return ResetReceipt(scope=scope, removed=removed, latency_ms=0.0)
 
     async def health(self) -> HealthReport:
@@ -153,11 +156,17 @@ class RollingSummaryControl(ControlCondition):
         *,
         name: str = "rolling_summary",
         timezone: Any = "",
+        max_tokens: int = 8192,
+        small_model: bool = False,
     ) -> None:
         super().__init__(root)
         self.backend_name = name
         self.provider = provider
         self.timezone = timezone
+        # the product's own consolidation settings: a small model gets the plain-text form, and no
+        # call asks for more than agents.defaults.maxTokens
+        self.max_tokens = max_tokens
+        self.small_model = small_model
 
     def _store(self, scope: MemoryScope):  # noqa: ANN202 - MemoryStore, imported lazily
         from nanobot.memory.store import MemoryStore
@@ -168,10 +177,13 @@ class RollingSummaryControl(ControlCondition):
         from nanobot.memory.consolidator import Consolidator
 
         store = self._store(event.scope)
-        store.dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(store.dir)  # the owner's memory, as everything under NANOBOT_HOME
         stamp = event.timestamp.isoformat()
         messages = [{**m, "timestamp": m.get("timestamp", stamp)} for m in event.messages]
-        ok = await Consolidator(self.provider, store).consolidate(messages, private=True)
+        consolidator = Consolidator(
+            self.provider, store, max_tokens=self.max_tokens, small_model=self.small_model
+        )
+        ok = await consolidator.consolidate(messages, private=True)
         if not ok:
             raw = {"consolidated": False, "detail": "the model call failed or did not call save_memory"}
             raise AdapterError(
