@@ -200,3 +200,29 @@ async def test_an_archive_another_process_is_processing_is_left_to_it(agent_fact
     assert agent.agent.lifecycle.recover_pending() == 0
     history = (agent.config.workspace_path / "memory" / "HISTORY.md").read_text()
     assert history.count("FACT-1") == 1
+
+
+async def test_a_memory_file_grown_past_the_window_is_added_to_not_sent_whole(agent_factory, fake_llm) -> None:  # noqa: ANN001
+    """MEMORY.md keeps every fact, so after months it outgrew the window: every consolidation (and
+    the flush) sent all of it, went over the window and failed; new facts stopped reaching it."""
+    window = 4096
+    agent = agent_factory(**{"agents.defaults.contextWindowTokens": window})
+    old = "# Memory\n" + "".join(f"- Old fact number {i}: the user once mentioned item {i}.\n" for i in range(400))
+    agent.memory.write_memory(old)
+
+    def respond(body: dict) -> dict | str:
+        text = json.dumps(body["messages"])
+        assert len(text) < window * 4, "a memory prompt went out over the window"
+        last = str(body["messages"][-1]["content"])
+        if "one-sentence summary" in last:
+            return "The user said their favourite colour is teal and asked to remember it."
+        if "List the facts" in last:
+            return "- Favourite colour: teal"
+        return "ok"
+
+    fake_llm.responder = respond
+    assert await agent.agent.lifecycle.consolidator.consolidate(CHUNK, private=True)
+    assert all("save_memory" not in json.dumps(body.get("tools") or []) for body in fake_llm.requests)
+    memory = agent.memory.read_memory()
+    assert memory.startswith(old.strip()) and "Favourite colour: teal" in memory
+    assert "teal" in agent.memory.read_history()

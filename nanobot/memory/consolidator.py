@@ -44,12 +44,15 @@ from nanobot.memory.validation import (
     tool_arguments,
 )
 from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
+from nanobot.providers.tokens import count_text
 from nanobot.timeutil import parse_iso_or_none
 from nanobot.util.tool_args import decode_lenient
 
 #: share of existing MEMORY.md facts an update may drop before protection steps in
 #: one answer plus one retry that states why the first was refused
 DEFAULT_MEMORY_BUDGET_CHARS = 12_000
+#: a MEMORY.md over this share of the context window is not sent whole to be rewritten
+MAX_MEMORY_WINDOW_SHARE = 0.3
 
 SAVE_MEMORY_TOOL = {
     "type": "function",
@@ -210,6 +213,15 @@ class Consolidator:
         start, end = chunk_time(messages, self.memory.tz, self.memory.now())
         users = [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
         if self.small_model:
+            return await self._consolidate_small(messages, memory_now, private, users, start, end)
+        if count_text(memory_now) > self.context_window_tokens * MAX_MEMORY_WINDOW_SHARE:
+            # MEMORY.md keeps every fact, so it can outgrow the window: a rewrite of all of it went
+            # out over the window and failed every time. New facts are then added, not rewritten in.
+            logger.warning(
+                "MEMORY.md is {} characters, too large to rewrite within the context window: new facts "
+                "are appended (prune it by hand, or raise agents.defaults.contextWindowTokens)",
+                len(memory_now),
+            )
             return await self._consolidate_small(messages, memory_now, private, users, start, end)
         overhead = len(memory_now) // 3 + 1500
         transcript = await compact_transcript(

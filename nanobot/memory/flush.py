@@ -20,10 +20,12 @@ from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import render_transcript
 from nanobot.memory.validation import EchoSources, Refusal, check_note, schema_text
 from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
+from nanobot.util.text import truncate_middle
 from nanobot.util.tool_args import first_string_arg
 
 NO_REPLY = "NO_REPLY"
 MAX_DAILY_CONTEXT_CHARS = 4000
+MAX_MEMORY_CONTEXT_CHARS = 12_000  # of MEMORY.md, head and tail
 
 WRITE_DAILY_NOTE_TOOL = {
     "type": "function",
@@ -83,7 +85,9 @@ class MemoryFlusher:
 
     async def _with_tool(self, messages: list[dict[str, Any]], transcript: str, private: bool) -> list[str] | Refusal:
         today = self.memory.read(self.memory.daily_path().name)[-MAX_DAILY_CONTEXT_CHARS:]
-        memory_md = self.memory.read_memory() if private else ""
+        # read-only context against repeating a fact: its head and tail are enough, and the whole of a
+        # MEMORY.md grown over months sent this prompt over the context window
+        memory_md = truncate_middle(self.memory.read_memory(), MAX_MEMORY_CONTEXT_CHARS) if private else ""
         user = (
             f"## MEMORY.md (read-only)\n\n{memory_md or '(empty)'}\n\n"
             f"## Today's note so far\n\n{today or '(empty)'}\n\n"
