@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,29 @@ async def test_a_heartbeat_sub_agent_reports_to_the_heartbeat_target(tmp_path: P
     await h.stopped()
 
 
+def _agent_m(
+    home: Path, respond: Callable[[dict[str, Any]], Reply | str], message: str
+) -> subprocess.CompletedProcess[str]:
+    """`nanobot agent -m message` in a fresh home, the fake model answering with `respond`."""
+    home.mkdir()
+    with FakeLLMServer() as server:
+        server.responder = respond
+        config = {
+            "agents": {"defaults": {"provider": "custom", "model": "fake-model", "llmMaxRetries": 0}},
+            "providers": {"custom": {"apiBase": server.url, "apiKey": "x"}},
+        }
+        (home / "config.json").write_text(json.dumps(config))
+        env = {**os.environ, "NANOBOT_HOME": str(home), "NO_PROXY": "127.0.0.1,localhost"}
+        return subprocess.run(
+            [sys.executable, "-m", "nanobot", "agent", "-m", message],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+        )
+
+
 def test_agent_m_prints_the_report_of_a_sub_agent_it_started(tmp_path: Path) -> None:
     def respond(body: dict[str, Any]) -> Reply | str:
         messages = body["messages"]
@@ -119,24 +143,7 @@ def test_agent_m_prints_the_report_of_a_sub_agent_it_started(tmp_path: Path) -> 
             return "The background job says RESULT-42."
         return Reply(content=None, tool_calls=[{"name": "spawn", "arguments": {"task": "compute", "label": "calc"}}])
 
-    home = tmp_path / "home"
-    home.mkdir()
-    with FakeLLMServer() as server:
-        server.responder = respond
-        config = {
-            "agents": {"defaults": {"provider": "custom", "model": "fake-model", "llmMaxRetries": 0}},
-            "providers": {"custom": {"apiBase": server.url, "apiKey": "x"}},
-        }
-        (home / "config.json").write_text(json.dumps(config))
-        env = {**os.environ, "NANOBOT_HOME": str(home), "NO_PROXY": "127.0.0.1,localhost"}
-        done = subprocess.run(
-            [sys.executable, "-m", "nanobot", "agent", "-m", "work out 6 times 7 in the background"],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=REPO,
-            timeout=120,
-        )
+    done = _agent_m(tmp_path / "home", respond, "work out 6 times 7 in the background")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["I started a background job.", "The background job says RESULT-42."]
 
@@ -156,24 +163,7 @@ def test_a_model_that_spawns_from_every_report_stops_two_levels_down(tmp_path: P
         spawns.append(str(last["content"])[:40])
         return Reply(content=None, tool_calls=[{"name": "spawn", "arguments": {"task": "again", "label": "loop"}}])
 
-    home = tmp_path / "home"
-    home.mkdir()
-    with FakeLLMServer() as server:
-        server.responder = respond
-        config = {
-            "agents": {"defaults": {"provider": "custom", "model": "fake-model", "llmMaxRetries": 0}},
-            "providers": {"custom": {"apiBase": server.url, "apiKey": "x"}},
-        }
-        (home / "config.json").write_text(json.dumps(config))
-        env = {**os.environ, "NANOBOT_HOME": str(home), "NO_PROXY": "127.0.0.1,localhost"}
-        done = subprocess.run(
-            [sys.executable, "-m", "nanobot", "agent", "-m", "start the job"],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=REPO,
-            timeout=120,
-        )
+    done = _agent_m(tmp_path / "home", respond, "start the job")
     assert done.returncode == 0, done.stderr
     assert len(spawns) == 3  # the user's turn, the first report's, the second report's (refused)
     lines = done.stdout.splitlines()

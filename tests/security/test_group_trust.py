@@ -167,6 +167,20 @@ async def _run_gateway(config: Config, start_and_push, wait_sent) -> list[str]: 
         await manager.stop_all()
 
 
+def _use_telegram(config: Config, tg: FakeTelegramServer, **settings: Any) -> None:
+    """The Telegram channel on, talking to the fake server."""
+    config.channels.telegram = config.channels.telegram.model_copy(
+        update={
+            "enabled": True,
+            "token": "123456789:AAGroupTrustTokenForTests_abcdefghij",
+            "base_url": tg.base_url,
+            "base_file_url": tg.base_file_url,
+            "poll_timeout_s": 1,
+            **settings,
+        }
+    )
+
+
 @pytest.mark.parametrize(
     "tool, args", [("read_file", {"path": "memory/MEMORY.md"}), ("exec", {"command": "cat sessions/*"})]
 )
@@ -179,16 +193,7 @@ async def test_telegram_group_member_cannot_pull_memory_or_dm_transcript(
     config, _ = make_config()
     tg = FakeTelegramServer().start()
     try:
-        config.channels.telegram = config.channels.telegram.model_copy(
-            update={
-                "enabled": True,
-                "token": "123456789:AAGroupTrustTokenForTests_abcdefghij",
-                "allow_from": ["*"],
-                "base_url": tg.base_url,
-                "base_file_url": tg.base_file_url,
-                "poll_timeout_s": 1,
-            }
-        )
+        _use_telegram(config, tg, allow_from=["*"])
         fake_llm.responder = steer(tool, args)
 
         def push() -> None:
@@ -266,17 +271,7 @@ async def test_a_stranger_let_in_by_an_open_dm_policy_is_a_guest_not_the_owner(
     config, _ = make_config()
     tg = FakeTelegramServer().start()
     try:
-        config.channels.telegram = config.channels.telegram.model_copy(
-            update={
-                "enabled": True,
-                "token": "123456789:AAGroupTrustTokenForTests_abcdefghij",
-                "allow_from": ["555"],
-                "dm_policy": "open",
-                "base_url": tg.base_url,
-                "base_file_url": tg.base_file_url,
-                "poll_timeout_s": 1,
-            }
-        )
+        _use_telegram(config, tg, allow_from=["555"], dm_policy="open")
         fake_llm.responder = steer(tool, args)
 
         def push() -> None:
