@@ -84,6 +84,7 @@ class TerminalChannel:
         self.stderr = stderr or sys.stderr
         self.screen = self.stdout.isatty()  # a terminal shows what we print: no control characters
         self._readline = _readline() if tty else None
+        self._conversing = False  # an interactive chat shows a prompt (not `agent -m`)
 
     # ------------------------------------------------------------------ inbound
     def _inbound(self, text: str, reply: ReplyFuture) -> InboundMessage:
@@ -111,6 +112,7 @@ class TerminalChannel:
 
     async def converse(self) -> int:
         """Interactive chat until /exit or end of input; returns the exit code (0)."""
+        self._conversing = True
         if self.tty:
             self._notice(BANNER)
         lines: asyncio.Queue[str | None] = asyncio.Queue()
@@ -180,7 +182,7 @@ class TerminalChannel:
         return printable(text) if self.screen else text
 
     def _show(self, text: str) -> None:
-        if not self.tty:
+        if not (self.tty and self._conversing):  # piped input, or `agent -m`: the text alone
             print(self._safe(text), file=self.stdout, flush=True)
             return
         if not self.screen:
