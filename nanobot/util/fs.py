@@ -128,9 +128,12 @@ def atomic_write(
         folder = open_folder_beneath(beneath, path.parent, avoid)
     tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder
-        )
+        try:
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder
+            )
+        except OSError as exc:  # name the file the caller writes, not the temp name beside it
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data.encode("utf-8") if isinstance(data, str) else data)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from nanobot.agent.tools.base import ToolContext
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.manager import ChannelManager
 from nanobot.config.schema import Config
@@ -77,6 +78,27 @@ async def test_group_context_cannot_read_or_change_private_files(
     assert out.startswith("Error:"), out
     assert "4242" not in out and DM_SECRET not in out
     assert (agent.context.workspace / "memory" / "MEMORY.md").read_text() == MEMORY_FACT + "\n"
+
+
+GUEST = ToolContext(channel="telegram", chat_id="666", session_key="telegram:666", sender_id="666", guest=True)
+
+
+@pytest.mark.parametrize(("name", "args"), [*ATTACKS, ("exec", {"command": "echo hi"})])
+async def test_a_guest_gets_nothing_the_owner_shares_with_groups(make_config, name: str, args: dict[str, Any]) -> None:  # noqa: ANN001
+    """memory.shareInGroups and tools.exec.inGroups are the owner's choices for the groups they are
+    in; a stranger let in by an open dmPolicy must not get them too."""
+    config, _ = make_config(**{"memory.shareInGroups": True, "tools.exec.inGroups": True,
+                               "tools.exec.sandbox": "bwrap"})
+    runtime = make_runtime(config)
+    seed(config.workspace_path)
+    try:
+        if name not in runtime.agent.tools:
+            pytest.skip(f"{name} is not registered in this configuration")
+        out = await runtime.agent.tools.execute(name, args, GUEST)
+    finally:
+        await runtime.aclose()
+    assert out.startswith("Error:") and "4242" not in out and DM_SECRET not in out, out
+    assert "group chats" not in out  # a guest is told what applies to them
 
 
 async def test_owner_context_keeps_every_tool(agent) -> None:  # noqa: ANN001

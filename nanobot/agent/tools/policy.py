@@ -31,7 +31,7 @@ PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
 MEMORY_TOOLS = frozenset({"memory_search", "memory_get", "save_memory"})
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 OPEN_TOOLS = frozenset({"web_fetch", "web_search", "spawn"})  # read nothing private themselves
-PRIVATE = "the owner's memory and other chats' transcripts are private in group chats"
+PRIVATE = "the owner's memory and other chats' transcripts are private"
 
 
 class TrustPolicy:
@@ -48,36 +48,42 @@ class TrustPolicy:
         """Why this call is refused in its context, or None when it may run."""
         if not ctx.shared:
             return None
+        # A guest (a stranger let in by dmPolicy "open") has a group's trust in a private chat, and
+        # never what the owner shares with the groups they are in.
+        where = "in group chats" if ctx.is_group else "to guests (senders not on allowFrom)"
+        shared_memory = self.share_in_groups and not ctx.guest
         if name == "exec":
-            if not self.exec_in_groups:
-                return "exec is not available in group chats (tools.exec.inGroups is false)"
+            if not self.exec_in_groups or ctx.guest:
+                return f"exec is not available {where}" + ("" if ctx.guest else " (tools.exec.inGroups is false)")
             return None
         if name == "cron" and args.get("action") == "add":
-            return "scheduling jobs is not available in group chats"
+            return f"scheduling jobs is not available {where}"
         if name == "message":
             channel, chat = args.get("channel") or ctx.channel, args.get("chat_id") or ctx.chat_id
             if (str(channel), str(chat)) != (ctx.channel, ctx.chat_id):
-                return "in a group chat, messages can only go to this chat"
+                return f"messages can only go to this chat {where}"
             media = args.get("media") or []
             for item in media if isinstance(media, list) else [media]:
-                if not self.share_in_groups and (not isinstance(item, str) or self.is_private(item)):
+                if not shared_memory and (not isinstance(item, str) or self.is_private(item)):
                     return f"{item!r} cannot be attached here: {PRIVATE}"
             return None
         if name in WRITE_TOOLS:
             raw = args.get("path")
             if not isinstance(raw, str) or self._under(raw, self._steering, dot_entries=True):
-                return f"{raw!r} is read-only in group chats: it holds instructions for the owner's own turns"
-        if self.share_in_groups or name in OPEN_TOOLS or name in ("cron",):
+                return f"{raw!r} is read-only {where}: it holds instructions for the owner's own turns"
+        if shared_memory or name in OPEN_TOOLS or name in ("cron",):
             return None
         if name in MEMORY_TOOLS:
-            return f"{name} is not available in group chats: {PRIVATE} (memory.shareInGroups is false)"
+            return f"{name} is not available {where}: {PRIVATE}" + (
+                "" if ctx.guest else " (memory.shareInGroups is false)"
+            )
         if name in PATH_TOOLS:
             raw = args.get("path", ".")
             if isinstance(raw, str) and self.is_private(raw):
                 return f"'{raw}' is not readable here: {PRIVATE}"
             return None
         return (
-            f"{name} is not available in group chats (tools outside nanobot's own set may read private files)"
+            f"{name} is not available {where} (tools outside nanobot's own set may read private files)"
         )
 
     def is_private(self, raw: str) -> bool:

@@ -185,7 +185,7 @@ class RollingSummaryControl(ControlCondition):
         )
         ok = await consolidator.consolidate(messages, private=True)
         if not ok:
-            raw = {"consolidated": False, "detail": "the model call failed or did not call save_memory"}
+            raw = {"consolidated": False, "detail": consolidator.last_failure or "the model call failed"}
             raise AdapterError(
                 self.backend_name, "record_event", "consolidation failed; summary unchanged", raw
             )
