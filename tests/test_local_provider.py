@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,38 @@ async def test_a_new_answer_is_kept_after_one_completion() -> None:
     llama = _RecordingLlama(["A banana is yellow."])
     reply = await _provider_with(llama).chat(CONVERSATION)
     assert reply.content == "A banana is yellow." and len(llama.shown) == 1
+
+
+STOP_THEN_ASK = """
+import asyncio, time
+from nanobot.config.schema import LocalProviderConfig
+from nanobot.providers.local import LocalProvider
+
+async def main():
+    provider = LocalProvider(LocalProviderConfig(max_tokens=512))
+    long = [{"role": "user", "content": "Write a very long story about a dragon, at least 500 words."}]
+    turn = asyncio.create_task(provider.chat(long, temperature=0.8))
+    await asyncio.sleep(2.0)  # generating now
+    turn.cancel()  # what /stop does to the turn
+    started = time.monotonic()
+    reply = await provider.chat([{"role": "user", "content": "What is 2+2?"}], temperature=0)
+    print("ANSWER", bool(reply.content), round(time.monotonic() - started, 1))
+
+asyncio.run(main())
+"""
+
+
+def test_a_stopped_reply_and_the_next_one_never_run_together() -> None:
+    """/stop released the turn while its llama.cpp call went on in a worker thread; the next
+    message's call then ran beside it on the same context and the gateway died of SIGSEGV."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run([sys.executable, "-c", STOP_THEN_ASK], capture_output=True, text=True, timeout=600,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    answer = next(line for line in done.stdout.splitlines() if line.startswith("ANSWER"))
+    assert answer.split()[1] == "True"
+    assert float(answer.split()[2]) < 30  # the stopped story did not run on for its 512 tokens first

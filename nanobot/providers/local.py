@@ -11,6 +11,7 @@ import html
 import importlib.util
 import os
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -110,6 +111,10 @@ def _notice(text: str) -> None:
     else:
         logger.info(text)
 
+class GenerationStopped(Exception):
+    """Raised inside llama.cpp's sampling loop to end the generation of a cancelled turn."""
+
+
 class LocalProvider(LLMProvider):
     name = "local"
     is_small_local = True
@@ -123,7 +128,8 @@ class LocalProvider(LLMProvider):
         self.cfg = cfg
         self.model_path = path
         self._llama: Any = None
-        self._lock = asyncio.Lock()  # llama.cpp contexts are not re-entrant
+        self._lock = asyncio.Lock()
+        self._generating = threading.Lock()  # llama.cpp contexts are not re-entrant
 
     @property
     def default_model(self) -> str:
@@ -156,13 +162,31 @@ class LocalProvider(LLMProvider):
         return tool_results_as_user_turns(shown) if self.cfg.enable_tools else shown
 
     async def _complete(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        async with self._lock:
+        async with self._lock:  # turns take their turn in order
+            stop = threading.Event()
             try:
-                llama = await asyncio.to_thread(self._load)
-                return await asyncio.to_thread(llama.create_chat_completion, **kwargs)
+                return await asyncio.to_thread(self._generate, kwargs, stop)
+            except asyncio.CancelledError:
+                stop.set()  # /stop: the generation ends at its next token, not minutes later
+                raise
             except Exception as exc:  # noqa: BLE001
                 logger.warning("local model failed: {}", exc)
                 raise LLMError(f"The embedded model failed: {type(exc).__name__}") from exc
+
+    def _generate(self, kwargs: dict[str, Any], stop: threading.Event) -> dict[str, Any]:
+        """One completion, in a worker thread. The thread lock, not the asyncio one, guards the
+        llama.cpp context: a cancelled turn releases the asyncio lock at once while its thread still
+        generates, and the next turn's generation beside it crashed the process (SIGSEGV)."""
+        from llama_cpp import LogitsProcessorList
+
+        def stop_when_asked(_input_ids: Any, scores: Any) -> Any:
+            if stop.is_set():
+                raise GenerationStopped
+            return scores
+
+        with self._generating:
+            llama = self._load()
+            return llama.create_chat_completion(**kwargs, logits_processor=LogitsProcessorList([stop_when_asked]))
 
     async def _chat(self, call: ChatRequest) -> LLMResponse:
         messages = self._shown(call.messages, LOCAL_HISTORY_EXCHANGES)
