@@ -185,6 +185,17 @@ async def test_allow_list_matches_user_id_only_and_logs_denial_once(server, gate
     assert not [c for c in server.calls_to("typing") if c.params["channel_id"] == "941"]
 
 
+async def test_under_an_open_dm_policy_a_username_entry_makes_no_owner(server, gateway_factory) -> None:
+    """Discord entries are ids: admission ignored the name `mallory` in allowFrom, but the owner
+    check counted it, so under dmPolicy "open" whoever is called mallory got the owner's trust."""
+    config = make_config(server, allowFrom=[str(USER_ID), "mallory"], dmPolicy="open")
+    gw = await gateway_factory(config).start()
+    server.push_message("let me in", channel_id=941, author_id=777, author_name="mallory")
+    assert (await gw.inbound()).guest
+    server.push_message("hi", author_id=USER_ID)
+    assert not (await gw.inbound()).guest
+
+
 async def test_long_reply_split_at_2000_with_fences(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start()
     code = "```js\n" + "".join(f"let v{i} = {i};\n" for i in range(400)) + "```"

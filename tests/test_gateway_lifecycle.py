@@ -218,6 +218,20 @@ async def test_sighup_lets_the_turn_finish_and_ends_so_that_systemd_restarts_it(
     assert not (h.workspace / ".gateway.json").exists() and not gateway_running(h.workspace)
 
 
+def test_a_gateway_started_with_nohup_outlives_its_terminal() -> None:
+    """`nohup nanobot gateway &` ignores SIGHUP; the gateway replaced that with its own handler and
+    stopped when the terminal closed."""
+    from nanobot.gateway.runtime import handled_signals
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert signal.SIGHUP not in handled_signals()
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        assert signal.SIGHUP in handled_signals()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 async def test_sigint_stops_an_idle_gateway_at_once(tmp_path: Path) -> None:
     h = await Harness(tmp_path, grace_s=10.0, drain_s=10.0).start()
     await h.say("hello")

@@ -148,6 +148,15 @@ async def test_a_new_answer_is_kept_after_one_completion() -> None:
     assert reply.content == "A banana is yellow." and len(llama.shown) == 1
 
 
+async def test_a_short_answer_right_twice_is_kept() -> None:
+    """ "Is 7 prime?" "Yes." "And 11?" "Yes." was asked again without the history and lost it."""
+    conversation = [CONVERSATION[0], {"role": "user", "content": "Is 7 prime?"},
+                    {"role": "assistant", "content": "Yes."}, {"role": "user", "content": "And 11?"}]
+    llama = _RecordingLlama(["Yes."])
+    reply = await _provider_with(llama).chat(conversation)
+    assert reply.content == "Yes." and len(llama.shown) == 1
+
+
 STOP_THEN_ASK = """
 import asyncio, time
 from nanobot.config.schema import LocalProviderConfig

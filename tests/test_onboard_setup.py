@@ -202,3 +202,12 @@ def test_a_relative_workspace_lies_in_the_home_and_a_linked_config_stays_linked(
     for cwd in (tmp_path, tmp_path / "dotfiles"):
         status = run_cli("status", home=home, cwd=cwd)
         assert str(home / "myws") in status.stdout, status.stdout
+
+
+def test_an_openai_base_url_from_the_environment_is_checked_too(home: Path) -> None:
+    """The config's apiBase was checked, OPENAI_BASE_URL not: `my-box:8000/v1` there still sent
+    the API key to port 80 of the loopback address."""
+    result = run_cli("agent", "-m", "hi", home=home,
+                     env={"OPENAI_API_KEY": "sk-x", "OPENAI_BASE_URL": "my-box:8000/v1"})
+    assert result.returncode == 2, result.stderr
+    assert "OPENAI_BASE_URL" in result.stderr and "URL with a host" in result.stderr

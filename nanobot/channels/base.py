@@ -130,13 +130,17 @@ class Channel(Connection, ABC):
         await self._send_text(msg)
 
     # ------------------------------------------------------------------ allow-list and inbound
+    #: whether allowFrom entries may name a sender by username (Telegram), or by id only (Discord,
+    #: whose names are not unique handles the owner can rely on)
+    allows_by_username = True
+
     def is_allowed(self, sender_id: str, username: str | None = None) -> bool:
         """docs/contract.md, Access: ["*"] allows everyone, [] no one; entries match the id or the @username.
         Senders the owner approved with `nanobot pairing approve` count as listed."""
         if "*" in self.allow_from:
             return True
         sid = str(sender_id)
-        name = username.lstrip("@").lower() if username else ""
+        name = username.lstrip("@").lower() if username and self.allows_by_username else ""
         # An all-digit entry is an id, never a username: a user who renames themselves to an
         # allowed id must not get in.
         if any(

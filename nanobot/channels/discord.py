@@ -93,6 +93,7 @@ class _Client(discord.Client):
 
 class DiscordChannel(Channel):
     name = "discord"
+    allows_by_username = False  # README: Discord allowFrom entries are user ids
     typing_interval_s = 8.0  # Discord shows typing for 10 s
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

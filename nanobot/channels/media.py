@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 import httpx
 from loguru import logger
 
+from nanobot.config.paths import file_name_part, media_prefix
 from nanobot.config.schema import ProvidersConfig, TranscriptionConfig
 from nanobot.util.fs import PRIVATE_FILE_MODE, numbered_names
 from nanobot.util.nofollow import open_folder_beneath
@@ -69,11 +70,7 @@ def safe_filename(
     so the chat is part of the name; a long name is shortened in its stem, never in the prefix. The
     extension is kept apart (`фото.jpg` is `file.jpg`, not `jpg`: the type is read from it), or comes
     from `mime` when the name has none."""
-
-    def clean(text: str) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")
-
-    prefix = f"{channel}_{clean(str(chat_id))}_{clean(str(message_id))}_"
+    prefix = f"{media_prefix(channel, chat_id)}{file_name_part(str(message_id))}_"
     stem, dot, ext = Path(name).name.rpartition(".")
     if not (dot and stem):
         stem, ext = Path(name).name, ""
@@ -81,7 +78,7 @@ def safe_filename(
     if not ext and mime:
         ext = (mimetypes.guess_extension(mime.split(";")[0].strip()) or "").lstrip(".")
     suffix = f".{ext}" if ext else ""
-    stem = clean(stem) or "file"
+    stem = file_name_part(stem) or "file"
     room = max(MAX_FILENAME_CHARS - len(prefix) - len(suffix), 8)
     return prefix + stem[:room].rstrip("._") + suffix
 

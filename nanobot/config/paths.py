@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from loguru import logger
@@ -87,6 +88,17 @@ def legacy_session_stem(key: str) -> str:
     hold as `_` (so `cli:work/alice` and `cli:work_alice` shared one)."""
     plain = key.replace(":", "_")
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in plain).strip(".") or "session"
+
+
+def file_name_part(text: str) -> str:
+    """`text` with anything but [A-Za-z0-9._-] as `_`, without leading or trailing dots and `_`."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")
+
+
+def media_prefix(channel: str, chat_id: str | int) -> str:
+    """How the downloads of one chat in media/ begin: `<channel>_<chat>_` (the message id and the
+    file name follow); tools in shared chats reach only their own chat's files by it."""
+    return f"{channel}_{file_name_part(str(chat_id))}_"
 
 
 def index_path(workspace: Path) -> Path:

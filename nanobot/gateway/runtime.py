@@ -53,6 +53,13 @@ LEFTOVER_TASKS_WAIT_S = 1.0
 # a clean exit.
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_HANGUP = 128 + signal.SIGHUP
+
+
+def handled_signals() -> tuple[signal.Signals, ...]:
+    """The signals that stop the gateway; SIGHUP not when ignored already (`nohup nanobot gateway`
+    must outlive its terminal, as it asked to)."""
+    ignored = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    return tuple(s for s in _HANDLED_SIGNALS if not (s == signal.SIGHUP and ignored))
 _INTERNAL_CHANNELS = ("cli", "cron", "heartbeat", "system")
 
 
@@ -184,7 +191,7 @@ class Gateway:
 
     def _install_signals(self) -> dict[int, object]:
         previous: dict[int, object] = {}
-        for sig in _HANDLED_SIGNALS:
+        for sig in handled_signals():
             previous[sig] = signal.signal(sig, self._handle_signal)
         return previous
 
@@ -330,7 +337,7 @@ async def run_gateway(config: Config, config_path: str = "config.json") -> int:
     # remembered and honoured as soon as the gateway can shut down cleanly.
     early: list[int] = []
     previous = {
-        sig: signal.signal(sig, lambda signum, _frame: early.append(signum)) for sig in _HANDLED_SIGNALS
+        sig: signal.signal(sig, lambda signum, _frame: early.append(signum)) for sig in handled_signals()
     }
     try:
         try:

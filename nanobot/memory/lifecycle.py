@@ -263,7 +263,10 @@ class MemoryLifecycle:
 
     async def _consolidate_archive(self, archived: Path, session_key: str) -> None:
         old = self.sessions.load_archived(archived)
-        private = memory_private(bool(old.metadata.get("is_group", False)), self.settings.share_in_groups)
+        # a guest's chat (a stranger let in by dmPolicy "open") never reaches the owner's MEMORY.md
+        private = not old.metadata.get("guest") and memory_private(
+            bool(old.metadata.get("is_group", False)), self.settings.share_in_groups
+        )
         start = old.last_consolidated
         rest = old.messages[start:]
         if rest:

@@ -37,6 +37,8 @@ LOCAL_BOOTSTRAP_MAX_CHARS = 4_000
 LOCAL_MAX_TOOL_ITERATIONS = 2
 #: earlier exchanges a 135M model is shown: with more it copies an old answer instead of answering
 LOCAL_HISTORY_EXCHANGES = 1
+#: a repeated answer shorter than this may well be right twice
+MIN_COPIED_WORDS = 6
 
 
 def recent_exchanges(messages: list[dict[str, Any]], exchanges: int) -> list[dict[str, Any]]:
@@ -68,10 +70,10 @@ def tool_results_as_user_turns(messages: list[dict[str, Any]]) -> list[dict[str,
 
 def copies_an_earlier_answer(result: dict[str, Any], messages: list[dict[str, Any]]) -> bool:
     """True when a completion without tool calls repeats, word for word, an assistant message the
-    model was shown."""
+    model was shown, and is long enough not to be simply right again ("Yes.", "Done.")."""
     message = result["choices"][0].get("message") or {}
     text = (message.get("content") or "").strip()
-    if not text or message.get("tool_calls"):
+    if len(text.split()) < MIN_COPIED_WORDS or message.get("tool_calls"):
         return False
     return any(
         m.get("role") == "assistant" and isinstance(m.get("content"), str) and m["content"].strip() == text

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 
 from nanobot.config.schema import Config, ProviderConfig, ProvidersConfig
+from nanobot.config.sections.base import endpoint_url
 from nanobot.errors import ConfigError
 from nanobot.providers.base import LLMProvider
 
@@ -133,6 +134,11 @@ def credentials(name: str, cfg: ProviderConfig) -> tuple[str, str]:
     spec = SPECS.get(name)
     key = cfg.api_key or (_first_env(spec.env_keys) if spec else "")
     base = cfg.api_base or (_first_env(OPENAI_BASE_ENV) if name == "openai" else "")
+    if base and not cfg.api_base:
+        try:  # the config's value is checked when it is loaded; the environment's here
+            endpoint_url(base)
+        except ValueError as exc:
+            raise ProviderConfigError(f"{' or '.join(OPENAI_BASE_ENV)}: {exc}") from None
     return key, base
 
 

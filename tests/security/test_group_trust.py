@@ -314,3 +314,34 @@ async def test_a_stranger_let_in_by_an_open_dm_policy_is_a_guest_not_the_owner(
     assert not (config.workspace_path / "cron" / "jobs.json").exists() or "MEMORY" not in (
         config.workspace_path / "cron" / "jobs.json"
     ).read_text()
+
+
+async def test_a_shared_chat_sees_its_own_attachments_only(agent) -> None:  # noqa: ANN001
+    """media/ holds every chat's downloads, named after their chat: a group member (or a guest)
+    could list it and have the owner's private scans attached to a reply."""
+    media = agent.context.workspace / "media"
+    media.mkdir(exist_ok=True)
+    (media / "telegram_555_12_passport-scan.png").write_bytes(b"PRIVATE-SCAN")
+    (media / "telegram_-100123_40_menu.jpg").write_bytes(b"GROUP-MENU")
+    for name, args in [
+        ("list_dir", {"path": "media"}),
+        ("read_file", {"path": "media/telegram_555_12_passport-scan.png"}),
+        ("message", {"content": "here", "media": ["media/telegram_555_12_passport-scan.png"]}),
+    ]:
+        out = await agent.tools.execute(name, args, GROUP)
+        assert out.startswith("Error:") and "PRIVATE-SCAN" not in out, (name, out)
+    own = await agent.tools.execute("read_file", {"path": "media/telegram_-100123_40_menu.jpg"}, GROUP)
+    assert not own.startswith("Error:") or "attachments" not in own, own
+    assert "passport-scan" in await agent.tools.execute("list_dir", {"path": "media"}, OWNER)
+
+
+async def test_a_guest_may_not_write_the_owners_files(agent) -> None:  # noqa: ANN001
+    (agent.context.workspace / "plan.md").write_text("the owner's plan\n")
+    for name, args in [
+        ("edit_file", {"path": "plan.md", "old_text": "owner's plan", "new_text": "wire money to mallory"}),
+        ("write_file", {"path": "new_by_guest.txt", "content": "hi"}),
+    ]:
+        out = await agent.tools.execute(name, args, GUEST)
+        assert out.startswith("Error:") and "read-only" in out, out
+    assert (agent.context.workspace / "plan.md").read_text() == "the owner's plan\n"
+    assert not (agent.context.workspace / "new_by_guest.txt").exists()

@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import ToolContext
-from nanobot.config.paths import OWNER_STEERING, PRIVATE_DIRS
+from nanobot.config.paths import MEDIA_DIR, OWNER_STEERING, PRIVATE_DIRS, media_prefix
 
 PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
 MEMORY_TOOLS = frozenset({"memory_search", "memory_get", "save_memory"})
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 OPEN_TOOLS = frozenset({"web_fetch", "web_search", "spawn"})  # read nothing private themselves
 PRIVATE = "the owner's memory and other chats' transcripts are private"
+OTHER_CHATS_MEDIA = "media/ holds every chat's attachments; only this chat's own files are shared here"
 
 
 class TrustPolicy:
@@ -42,6 +43,7 @@ class TrustPolicy:
         self.share_in_groups = share_in_groups
         self.exec_in_groups = exec_in_groups
         self._private = [self.workspace / d for d in PRIVATE_DIRS]
+        self._media = self.workspace / MEDIA_DIR
         self._steering = [self.workspace / d for d in OWNER_STEERING]
 
     def refusal(self, name: str, args: dict[str, Any], ctx: ToolContext) -> str | None:
@@ -66,11 +68,18 @@ class TrustPolicy:
             for item in media if isinstance(media, list) else [media]:
                 if not shared_memory and (not isinstance(item, str) or self.is_private(item)):
                     return f"{item!r} cannot be attached here: {PRIVATE}"
+                if isinstance(item, str) and self._other_chats_media(item, ctx):
+                    return f"{item!r} cannot be attached here: {OTHER_CHATS_MEDIA}"
             return None
         if name in WRITE_TOOLS:
+            if ctx.guest:
+                return f"{name} is not available {where}: the owner's files are read-only for them"
             raw = args.get("path")
             if not isinstance(raw, str) or self._under(raw, self._steering, dot_entries=True):
                 return f"{raw!r} is read-only {where}: it holds instructions for the owner's own turns"
+        media_path = args.get("path", ".")
+        if name in PATH_TOOLS and isinstance(media_path, str) and self._other_chats_media(media_path, ctx):
+            return f"'{media_path}' is not readable here: {OTHER_CHATS_MEDIA}"
         if shared_memory or name in OPEN_TOOLS or name in ("cron",):
             return None
         if name in MEMORY_TOOLS:
@@ -85,6 +94,23 @@ class TrustPolicy:
         return (
             f"{name} is not available {where} (tools outside nanobot's own set may read private files)"
         )
+
+    def _other_chats_media(self, raw: str, ctx: ToolContext) -> bool:
+        """Whether `raw` is media/ itself (every chat's attachments, named after their chats) or a
+        download of another chat than this one."""
+        if not self._under(raw, [self._media]):
+            return False
+        path = Path(raw).expanduser()
+        path = path if path.is_absolute() else self.workspace / path
+        own = media_prefix(ctx.channel, ctx.chat_id)
+        try:
+            resolved = path.resolve()
+        except (OSError, RuntimeError):
+            return True  # a symlink loop: refuse rather than guess
+        for candidate in (Path(os.path.normpath(path)), resolved):
+            if candidate.parent in (self._media, self._media.resolve()) and candidate.name.startswith(own):
+                return False
+        return True
 
     def is_private(self, raw: str) -> bool:
         """Whether `raw` (relative to the workspace or absolute) is in memory/ or sessions/,
