@@ -85,3 +85,30 @@ async def test_a_user_allowed_by_username_gets_their_jobs_and_the_heartbeat(tmp_
     kill_self()
     await h.stopped()
     assert status == "ok"
+
+
+async def test_under_an_open_dm_policy_a_removed_users_job_stops_and_their_chat_is_a_guests(tmp_path: Path) -> None:
+    """With dmPolicy "open" the removed user could still talk, so the check "would they be let in"
+    passed and their job ran as the owner's turn: MEMORY.md in its prompt, every tool offered."""
+    h = Harness(tmp_path)
+    (h.workspace / "memory").mkdir(parents=True, exist_ok=True)
+    (h.workspace / "memory" / "MEMORY.md").write_text("# Memory\n- The PIN is 4242.\n")
+    _leave_unanswered(h, REMOVED, "hello")  # their private chat, begun while they were listed
+    await h.start()
+    await h.wait_sent("reply: hello")
+    h.channel.dm_policy = "open"
+    h.channel.allow_from = [OWNER]  # 777 was taken off the list: a guest from now on
+    cron = h.gateway.cron
+    theirs = cron.add("pin", "tell me my PIN", every_s=3600, deliver_to=DeliverTo("test", REMOVED), created_by=REMOVED)
+    for_them = cron.add("hi", "say hi", every_s=3600, deliver_to=DeliverTo("test", REMOVED))  # by the owner
+    await cron.run_now(theirs.id)
+    prompts_before = len(h.provider.prompts)
+    await cron.run_now(for_them.id)
+    status = {job.id: cron.get(job.id).last_status for job in (theirs, for_them)}
+    kill_self()
+    await h.stopped()
+    assert status[theirs.id] == f"skipped: {REMOVED}, who asked for it, is no longer allowed on test"
+    assert status[for_them.id] == "ok"
+    job_prompts = h.provider.prompts[prompts_before:]
+    assert job_prompts and not any("4242" in p for p in job_prompts)  # a guest's turn: no MEMORY.md
+    assert any("4242" in p for p in h.provider.prompts[:prompts_before])  # the owner-trust turn before had it

@@ -850,6 +850,8 @@ async def test_a_hand_written_unschedulable_job_is_disabled_and_the_others_still
         "schedule": {"kind": "every", "every_s": 1_000_000_000_000_000},
         "created_at": created,
     }
+    # a sign typo: the scheduler listed run times backwards without end (frozen gateway, then OOM)
+    negative_every = {**huge_every, "id": "neg1", "name": "negative", "schedule": {"kind": "every", "every_s": -60}}
     normal = {
         "id": "norm1",
         "name": "normal",
@@ -858,7 +860,7 @@ async def test_a_hand_written_unschedulable_job_is_disabled_and_the_others_still
         "deliver_to": {"channel": "telegram", "chat_id": "5"},
         "created_at": created,
     }
-    path.write_text(json.dumps({"version": 1, "jobs": [far, huge_every, normal]}), encoding="utf-8")
+    path.write_text(json.dumps({"version": 1, "jobs": [far, huge_every, negative_every, normal]}), encoding="utf-8")
     rec = Recorder(reply="on time")
     svc = service(path, rec)
     await svc.start()
@@ -869,7 +871,8 @@ async def test_a_hand_written_unschedulable_job_is_disabled_and_the_others_still
         await svc.stop()
     assert rec.delivered[0] == ("telegram", "5", "on time")
     jobs = {j.id: j for j in svc.list()}
-    for bad in ("far1", "huge1"):
+    for bad in ("far1", "huge1", "neg1"):
         assert not jobs[bad].enabled and jobs[bad].next_run_at is None
-        assert jobs[bad].last_status is not None and jobs[bad].last_status.startswith("error: OverflowError")
+        assert jobs[bad].last_status is not None and jobs[bad].last_status.startswith("error: "), jobs[bad]
+    assert "OverflowError" in str(jobs["far1"].last_status) and "'every' must be" in str(jobs["neg1"].last_status)
     assert jobs["norm1"].enabled and jobs["norm1"].last_status == "ok"

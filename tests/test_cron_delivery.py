@@ -105,5 +105,5 @@ async def test_a_job_for_a_group_runs_with_the_groups_trust(make_config, fake_ll
             seen[chat] = repr(fake_llm.requests[-1]["messages"])  # the system prompt and the search's result
     finally:
         await runtime.aclose()
-    assert "4242" not in seen["-100123"] and "private in group chats" in seen["-100123"]
+    assert "4242" not in seen["-100123"] and "not available in group chats" in seen["-100123"]
     assert "4242" in seen["555"]

@@ -42,6 +42,7 @@ class ScriptedProvider(LLMProvider):
         self.turn_delay_s = 0.0
         self.memory_delay_s = 0.0
         self.calls: list[str] = []
+        self.prompts: list[str] = []  # every request's messages, as JSON
         self.entered = asyncio.Event()
 
     @property
@@ -51,6 +52,7 @@ class ScriptedProvider(LLMProvider):
     async def chat(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kw: Any
     ):
+        self.prompts.append(json.dumps(messages, ensure_ascii=False))
         names = {t["function"]["name"] for t in tools or []}
         if "save_memory" in names:
             self.calls.append("save_memory")

@@ -147,13 +147,14 @@ def build_runtime(
     *,
     provider: LLMProvider | None = None,
     config_path: str | None = None,
-    admits: Callable[[str, str, str | None], bool] | None = None,
+    listed: Callable[[str, str, str | None], bool] | None = None,
 ) -> AgentRuntime:
     """The whole agent for a config. Raises ProviderConfigError when no provider can be built.
 
     `config_path` is the file the config came from (default: $NANOBOT_HOME/config.json): exec
-    commands must never see it, wherever it lies. `admits(channel, sender, username)`: whether a chat channel
-    lets that sender in now (the gateway's channels; a cron job of a removed sender does not run)."""
+    commands must never see it, wherever it lies. `listed(channel, sender, username)`: whether a chat
+    channel's allowFrom or pairing list names that sender now (the gateway's channels; a cron job of
+    a removed sender does not run, one for a chat whose user is only a guest now runs as a guest's)."""
     config_path = config_path or str(default_config_path())
     d = config.agents.defaults
     provider = provider or resolve_provider(config, config_path)
@@ -189,7 +190,7 @@ def build_runtime(
     tools.register(MessageTool(bus))
     cron = CronService(
         jobs_path(workspace),
-        on_job=lambda job: run_cron_job(bus, job, sessions, admits),
+        on_job=lambda job: run_cron_job(bus, job, sessions, listed),
         timezone=d.timezone,
         deliver=lambda channel, chat_id, text: deliver_and_confirm(bus, channel, chat_id, text),
     )
@@ -360,18 +361,23 @@ async def run_cron_job(
     bus: MessageBus,
     job: CronJob,
     sessions: SessionStore,
-    admits: Callable[[str, str, str | None], bool] | None = None,
+    listed: Callable[[str, str, str | None], bool] | None = None,
 ) -> str:
     """A due job is one inbound message in its own session, through the agent loop like any chat
     message; CronService records the reply and delivers it to the job's chat. It runs with the trust
     of that chat: a job whose results go to a group gets a group's tools and no MEMORY.md. With
-    `admits(channel, sender, username)` (the gateway's channels), a job whose asker was removed from
-    allowFrom since does not run: it would be an owner's turn for someone no longer let in."""
+    `listed(channel, sender, username)` (the gateway's channels), a job whose asker was removed from
+    allowFrom since does not run: it would be an owner's turn for someone no longer let in (a
+    `dmPolicy: "open"` still lets them talk, as a guest); and a job for a private chat whose user is
+    no longer listed runs with a guest's trust."""
     target = job.deliver_to or DeliverTo("cli", "direct")
-    if admits is not None and job.created_by and not admits(
-        target.channel, job.created_by, username_in_chat(sessions, target, job.created_by)
+    if listed is not None and job.created_by and not listed(
+        target.channel, job.created_by, private_chat_user(sessions, target, job.created_by)[1]
     ):
         raise JobRefused(f"{job.created_by}, who asked for it, is no longer allowed on {target.channel}")
+    shared = delivers_to_shared_chat(sessions, target)
+    user, username = private_chat_user(sessions, target)
+    guest = not shared and listed is not None and bool(user) and not listed(target.channel, user, username)
     out = await bus.request(
         InboundMessage(
             channel=target.channel,
@@ -379,7 +385,8 @@ async def run_cron_job(
             chat_id=target.chat_id,
             content=job_prompt(job),
             session_key_override=cron_session_key(job.id),
-            is_group=delivers_to_shared_chat(sessions, target),
+            is_group=shared,
+            guest=guest,
         )
     )
     if out is None:
@@ -401,12 +408,20 @@ def delivers_to_shared_chat(sessions: SessionStore, target: DeliverTo) -> bool:
     return bool(first.get("is_group", True) or first.get("guest"))
 
 
-def username_in_chat(sessions: SessionStore, target: DeliverTo, sender_id: str) -> str | None:
-    """The username `sender_id` had when the job's private chat began (allowFrom may name them by
-    it), or None."""
+def private_chat_user(
+    sessions: SessionStore, target: DeliverTo, sender_id: str | None = None
+) -> tuple[str, str | None]:
+    """(user id, username) of the job's private chat as its session recorded them when it began
+    (allowFrom may name them by username); ("", None) for the terminal, a group or an unknown chat,
+    and when `sender_id` is given and is someone else."""
+    if target.channel == "cli":
+        return "", None
     first = first_metadata(sessions.path_for(f"{target.channel}:{target.chat_id}"), "is_group")
+    user = str(first.get("sender_id") or "")
+    if first.get("is_group", True) or not user or (sender_id is not None and user != sender_id):
+        return "", None
     username = first.get("username")
-    return str(username) if username and str(first.get("sender_id")) == sender_id else None
+    return user, str(username) if username else None
 
 
 def _exec_private(config: Config, config_path: str) -> dict[str, tuple[Path, ...]]:

@@ -81,7 +81,7 @@ class Gateway:
             provider=provider,
             config_path=config_path,
             # read when a job runs: the channels are made below (and tests may swap the manager)
-            admits=lambda channel, sender, username: self.channels.admits(channel, sender, username),
+            listed=lambda channel, sender, username: self.channels.lists(channel, sender, username),
         )
         self.agent = self.runtime.agent
         self.loop = self.runtime.loop

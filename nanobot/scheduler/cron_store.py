@@ -235,6 +235,15 @@ def crontab_trigger(expr: str, tz: tzinfo) -> BaseTrigger:
     return OrTrigger([cron(day, "*"), cron("*", weekdays)])
 
 
+def checked_every(every_s: object) -> int:
+    """A job's interval in whole seconds within MIN_EVERY_S..MAX_EVERY_S; ValueError otherwise."""
+    if isinstance(every_s, bool) or not isinstance(every_s, int) or every_s < MIN_EVERY_S:
+        raise ValueError(f"'every' must be a whole number of seconds >= {MIN_EVERY_S}")
+    if every_s > MAX_EVERY_S:
+        raise ValueError(f"'every' must be at most {MAX_EVERY_S} seconds (about 10 years)")
+    return every_s
+
+
 def make_schedule(
     *,
     at: str | None = None,
@@ -273,11 +282,7 @@ def make_schedule(
             raise ValueError(f"'at' time {to_iso(moment)} is too far ahead (at most 100 years)")
         return CronSchedule(kind="at", at=to_iso(moment, round_up=True), tz=tz)
     if every_s is not None:
-        if isinstance(every_s, bool) or not isinstance(every_s, int) or every_s < MIN_EVERY_S:
-            raise ValueError(f"'every' must be a whole number of seconds >= {MIN_EVERY_S}")
-        if every_s > MAX_EVERY_S:
-            raise ValueError(f"'every' must be at most {MAX_EVERY_S} seconds (about 10 years)")
-        return CronSchedule(kind="every", every_s=every_s, tz=tz)
+        return CronSchedule(kind="every", every_s=checked_every(every_s), tz=tz)
     expr = " ".join(str(expr).split())
     try:
         trigger = crontab_trigger(expr, zone)
@@ -301,7 +306,9 @@ def build_trigger(job: CronJob, default_tz: tzinfo) -> BaseTrigger:
         return DateTrigger(run_date=parse_iso(str(sched.at), zone), timezone=zone)
     if sched.kind == "every":
         created = parse_iso(job.created_at, zone) if job.created_at else datetime.now(zone)
-        every = int(sched.every_s or MIN_EVERY_S)
+        # checked again: jobs.json may be edited by hand, and a negative interval had the scheduler
+        # list run times backwards without end (the gateway froze, then filled its memory)
+        every = checked_every(sched.every_s)
         return IntervalTrigger(seconds=every, start_date=created + timedelta(seconds=every), timezone=zone)
     return crontab_trigger(str(sched.expr), zone)
 
