@@ -245,3 +245,26 @@ async def test_a_guests_archive_never_reaches_the_owners_memory(agent_factory, f
     await agent.agent.drain(30)
     assert "FACT-2" not in agent.memory.read_memory() and "FACT-1" in agent.memory.read_memory()
     assert all("FACT-1" not in json.dumps(body["messages"]) for body in fake_llm.requests)
+
+
+async def test_a_long_chunk_beside_a_grown_memory_file_is_read_whole(agent_factory, fake_llm) -> None:  # noqa: ANN001
+    """The appending path asked about the last 6,000 characters the user wrote only: a fact said
+    at the start of a long chunk never reached the model, and the chunk counted as consolidated."""
+    agent = agent_factory(**{"agents.defaults.contextWindowTokens": 4096})
+    agent.memory.write_memory("# Memory\n" + "".join(f"- Old fact {i}: item {i} was mentioned.\n" for i in range(400)))
+    stamp = "2026-03-04T10:00:00+00:00"
+    chunk = [{"role": "user", "content": "My daughter goes to St. Olaf school.", "timestamp": stamp}]
+    for i in range(8):
+        chunk += [{"role": "assistant", "content": "ok", "timestamp": "2026-03-04T10:01:00+00:00"},
+                  {"role": "user", "content": f"story part {i}: " + "lorem ipsum " * 90,
+                   "timestamp": "2026-03-04T10:02:00+00:00"}]
+
+    def respond(body: dict) -> str:
+        last = str(body["messages"][-1]["content"])
+        if "one-sentence summary" in last:
+            return "The user told a long story."
+        return "- none" if "St. Olaf" not in last else "- The user's daughter goes to St. Olaf school."
+
+    fake_llm.responder = respond
+    assert await agent.agent.lifecycle.consolidator.consolidate(chunk, private=True)
+    assert "St. Olaf" in agent.memory.read_memory()

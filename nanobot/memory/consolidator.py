@@ -222,7 +222,14 @@ class Consolidator:
                 "are appended (prune it by hand, or raise agents.defaults.contextWindowTokens)",
                 len(memory_now),
             )
-            return await self._consolidate_small(messages, memory_now, private, users, start, end)
+            # in pieces: the facts question reads at most MAX_QUOTED_CHARS of what the user said
+            for piece in small_profile.pieces_within(messages, small_profile.MAX_QUOTED_CHARS):
+                start, end = chunk_time(piece, self.memory.tz, self.memory.now())
+                said = [str(m.get("content") or "") for m in piece if m.get("role") == "user"]
+                memory_now = self.memory.read_memory() if private else ""
+                if not await self._consolidate_small(piece, memory_now, private, said, start, end):
+                    return False
+            return True
         overhead = len(memory_now) // 3 + 1500
         transcript = await compact_transcript(
             self.provider,

@@ -47,6 +47,21 @@ _NONE_RE = re.compile(r"^\s*(none|nothing|n/a|no facts?)\.?\s*$", re.I)
 _QUOTES = "\"'“”‘’`"
 
 
+def pieces_within(messages: Sequence[dict[str, Any]], max_chars: int) -> list[list[dict[str, Any]]]:
+    """`messages` cut, between messages, into runs whose user text takes at most `max_chars` (a
+    single longer message is a run of its own), so that quoted_user_text reads all of each."""
+    pieces: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for msg in messages:
+        length = len(str(msg.get("content") or "")) if msg.get("role") == "user" else 0
+        if pieces[-1] and size + length > max_chars:
+            pieces.append([])
+            size = 0
+        pieces[-1].append(msg)
+        size += length
+    return pieces
+
+
 def quoted_user_text(messages: Sequence[dict[str, Any]]) -> str:
     """What the user said in the chunk, as one quoted text (the end of it when long), read from
     the last message back: a long session's older messages are not read."""
