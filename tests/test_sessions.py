@@ -272,6 +272,28 @@ def test_a_transcript_an_earlier_version_named_without_a_digest_is_continued(tmp
     assert "noted" in (sessions / "cli_work_project.jsonl").read_text()
 
 
+def test_earlier_names_of_long_keys_in_a_multibyte_script_are_taken_over(tmp_path: Path) -> None:
+    """An earlier digest name (cut by characters) differed from today's: the session started empty.
+    A plain name over today's byte limit was continued in place, and `/new` then failed to write
+    the archive's marker beside it (ENAMETOOLONG)."""
+    from nanobot.config.paths import first_digest_session_stem, legacy_session_stem
+
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    digest_key, plain_key = "cli:" + "记" * 65 + " x", "cli:" + "记" * 70
+    for key, stem in ((digest_key, first_digest_session_stem(digest_key)), (plain_key, legacy_session_stem(plain_key))):
+        (sessions / f"{stem}.jsonl").write_text(json.dumps(msg("user", f"old words of {len(key)}")) + "\n")
+    store = SessionStore(tmp_path, fsync="never")
+    for key in (digest_key, plain_key):
+        session = store.get(key)
+        assert [m["content"] for m in session.messages] == [f"old words of {len(key)}"]
+        assert len(session.path.name.encode()) <= 200
+        archived = store.archive(session, datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC))
+        assert archived is not None
+        store.mark_pending(archived, key)  # the marker's name fits too
+    assert sorted(p.name for p in sessions.glob("*.jsonl")) == []  # both archived, nothing left behind
+
+
 def test_archive_keeps_the_old_file(tmp_path: Path) -> None:
     store = SessionStore(tmp_path)
     session = store.get("telegram:9")

@@ -76,11 +76,23 @@ def session_file_name(key: str) -> str:
     plain = key.replace(":", "_")
     safe = legacy_session_stem(key)
     if safe != plain or len(safe) > MAX_SESSION_STEM_CHARS or len(safe.encode()) > MAX_SESSION_STEM_BYTES:
-        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:10]
         # cut by characters and by bytes, never inside a character (a CJK character takes three)
         head = safe[: MAX_SESSION_STEM_CHARS - 11].encode()[: MAX_SESSION_STEM_BYTES - 11]
-        safe = f"{head.decode('utf-8', 'ignore')}-{digest}"
+        safe = f"{head.decode('utf-8', 'ignore')}-{_key_digest(key)}"
     return f"{safe}.jsonl"
+
+
+def _key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
+def first_digest_session_stem(key: str) -> str:
+    """The stem the first names with a digest gave (cut by characters only, so a long key in a
+    script of multi-byte characters got a name over the limit, or one that differs from today's)."""
+    safe = legacy_session_stem(key)
+    if safe != key.replace(":", "_") or len(safe) > MAX_SESSION_STEM_CHARS:
+        return f"{safe[: MAX_SESSION_STEM_CHARS - 11]}-{_key_digest(key)}"
+    return safe
 
 
 def legacy_session_stem(key: str) -> str:

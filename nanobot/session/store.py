@@ -40,7 +40,7 @@ from typing import IO, Any, Literal
 
 from loguru import logger
 
-from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR, legacy_session_stem, session_file_name
+from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR
 from nanobot.session import markers
 from nanobot.session.loading import load_transcript
 from nanobot.session.markers import ArchiveMarker, ArchiveSummary
@@ -52,7 +52,13 @@ from nanobot.session.session import (
     append_all,
     first_metadata,
 )
-from nanobot.session.transcripts import TRANSCRIPT_SUFFIX, TranscriptFile, archived_stem, list_transcripts
+from nanobot.session.transcripts import (
+    TRANSCRIPT_SUFFIX,
+    TranscriptFile,
+    archived_stem,
+    list_transcripts,
+    transcript_path,
+)
 from nanobot.util.fs import ensure_private_dir, fd_lock, open_private, unused_path
 
 __all__ = ["Session", "SessionStore", "StorageError"]
@@ -63,7 +69,6 @@ FSYNC_INTERVAL_S = 1.0
 
 
 _UNSEEN = (-1, -1)  # a file state no file has
-NAME_MAX_BYTES = 255  # the longest file name Linux file systems take
 
 
 def _file_state(path: Path) -> tuple[int, int] | None:
@@ -113,17 +118,8 @@ class SessionStore:
 
     # ------------------------------------------------------------------ loading
     def path_for(self, key: str) -> Path:
-        """The key's transcript; for a key whose name got a digest (`cli:work project`), the file an
-        earlier version wrote under the plain name while it is the only one and no other key's."""
-        path = self.dir / session_file_name(key)
-        if path.exists():
-            return path
-        legacy = self.dir / f"{legacy_session_stem(key)}{TRANSCRIPT_SUFFIX}"
-        if legacy != path and len(legacy.name.encode()) <= NAME_MAX_BYTES and legacy.is_file():
-            owner = first_metadata(legacy, "session_key").get("session_key")
-            if owner is None or owner == key:
-                return legacy
-        return path
+        """The key's transcript (see transcripts.transcript_path: an earlier version's name too)."""
+        return transcript_path(self.dir, key)
 
     def get(self, key: str) -> Session:
         """The session for `key`, from the cache or loaded from disk (created empty if absent); read

@@ -20,7 +20,15 @@ from pathlib import Path
 
 from loguru import logger
 
-from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR
+from nanobot.config.paths import (
+    ARCHIVE_DIR,
+    MAX_SESSION_STEM_BYTES,
+    SESSIONS_DIR,
+    first_digest_session_stem,
+    legacy_session_stem,
+    session_file_name,
+)
+from nanobot.session.session import first_metadata
 from nanobot.util.nofollow import open_regular, plain_path, regular_files
 
 TRANSCRIPT_SUFFIX = ".jsonl"
@@ -117,3 +125,30 @@ def transcript_lines(text: str, first_line: int = 1) -> list[TranscriptLine]:
         day = stamp[:10] if len(stamp) >= 10 and stamp[4] == "-" and stamp[7] == "-" else ""
         out.append(TranscriptLine(number, f"{record['role']}: {flat}", day))
     return out
+
+
+NAME_MAX_BYTES = 255  # the longest file name Linux file systems take
+
+
+def transcript_path(sessions_dir: Path, key: str) -> Path:
+    """The live transcript of `key` in `sessions_dir`. For a key whose name got a digest
+    (`cli:work project`), the file an earlier version wrote is continued when no other key's
+    (recorded in it): under its plain name where it is, which may be another key's too (those
+    shared one then), or renamed once when the name was this key's alone (an earlier digest, or
+    too long to be any key's name now), so that archives and markers beside it get names that fit."""
+    path = sessions_dir / session_file_name(key)
+    if path.exists():
+        return path
+    plain = legacy_session_stem(key)
+    for stem in (first_digest_session_stem(key), plain):
+        earlier = sessions_dir / f"{stem}{TRANSCRIPT_SUFFIX}"
+        if earlier == path or len(earlier.name.encode()) > NAME_MAX_BYTES or not earlier.is_file():
+            continue
+        owner = first_metadata(earlier, "session_key").get("session_key")
+        if owner is not None and owner != key:
+            continue
+        if stem != plain or len(stem.encode()) > MAX_SESSION_STEM_BYTES:
+            earlier.rename(path)
+            return path
+        return earlier
+    return path
