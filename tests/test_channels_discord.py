@@ -226,6 +226,18 @@ async def test_attachments_downloaded(server, gateway_factory, tmp_path: Path) -
     assert all(Path(p).parent == tmp_path / "media" for p in msg.media)
 
 
+async def test_a_message_after_a_slow_attachment_comes_after_it(server, gateway_factory) -> None:
+    """Each message was handled in a task of its own: the question sent after a big photo reached
+    the agent first, and was answered without the photo."""
+    gw = await gateway_factory(make_config(server)).start()
+    server.download_delay_s = 1.0
+    server.push_message("", attachments=[server.add_attachment("big.png", b"\x89PNG-big")])
+    await asyncio.sleep(0.2)
+    server.push_message("what is in this picture?")
+    first, second = await gw.inbound(), await gw.inbound()
+    assert first.media and second.content == "what is in this picture?"
+
+
 async def test_send_survives_429_and_502(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start()
     server.fail_next(

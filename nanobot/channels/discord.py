@@ -99,6 +99,7 @@ class DiscordChannel(Channel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.client: _Client | None = None
+        self._chat_locks: dict[int, asyncio.Lock] = {}
         self.guild_ready_timeout_s = GUILD_READY_TIMEOUT_S
         self.reidentify_delay_s = REIDENTIFY_DELAY_S
         self._task: asyncio.Task[None] | None = None
@@ -185,6 +186,14 @@ class DiscordChannel(Channel):
         return starts_with_command(message.content)
 
     async def _on_message(self, message: discord.Message) -> None:
+        # discord.py runs each message's handler as a task of its own: a message after a photo was
+        # published while the photo still downloaded, and answered without it. One chat's messages
+        # take this lock in the order they came (asyncio locks are fair), other chats do not wait.
+        lock = self._chat_locks.setdefault(message.channel.id, asyncio.Lock())
+        async with lock:
+            await self._handle_message(message)
+
+    async def _handle_message(self, message: discord.Message) -> None:
         assert self.client is not None and self.client.user is not None
         me_id = self.client.user.id
         if message.author.bot or message.author.id == me_id:

@@ -11,6 +11,7 @@ not retry it); set `via` to None to answer like Cloudflare.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -49,6 +50,7 @@ class FakeDiscordServer(ThreadedAiohttpServer):
         self.rejected_tokens: set[str] = set()
         self.sockets: list[web.WebSocketResponse] = []
         self.attachments: dict[str, bytes] = {}
+        self.download_delay_s = 0.0  # an attachment download takes this long (a big photo)
         self.pushed_at: dict[str, float] = {}
         self._failures: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self._seq = itertools.count(1)
@@ -367,4 +369,5 @@ class FakeDiscordServer(ThreadedAiohttpServer):
         self.record("attachment", {"name": name})
         if name not in self.attachments:
             return web.Response(status=404)
+        await asyncio.sleep(self.download_delay_s)
         return web.Response(body=self.attachments[name], content_type="application/octet-stream")
