@@ -64,6 +64,23 @@ def test_memory_has_its_own_budget(workspace: Path) -> None:
     assert "memory/MEMORY.md is" in prompt and prompt.count("- fact") < 2000
 
 
+def test_the_fresh_memory_template_is_no_memory_to_show(workspace: Path) -> None:
+    """The template's heading and comment went into the prompt as if they were memory, and the
+    demo model answered a user with them."""
+    from nanobot.config.templates import copy_templates
+
+    copy_templates(workspace)
+    template = MemoryStore(workspace, "UTC").read_memory()
+    assert "<!--" in template  # the template as onboard writes it
+    for compact in (False, True):
+        ctx = ContextBuilder(workspace, MemoryStore(workspace, "UTC"), resolve_tz("UTC"), compact=compact)
+        assert "Durable facts about the user" not in ctx.system_prompt()
+    MemoryStore(workspace, "UTC").write_memory(template + "\n## Allergies: peanuts\n")
+    for compact in (False, True):
+        ctx = ContextBuilder(workspace, MemoryStore(workspace, "UTC"), resolve_tz("UTC"), compact=compact)
+        assert "Allergies: peanuts" in ctx.system_prompt()  # a heading the user wrote is kept
+
+
 def test_one_warning_per_file_change(workspace: Path) -> None:
     messages: list[str] = []
     sink = logger.add(lambda m: messages.append(str(m)), level="WARNING")
@@ -122,6 +139,12 @@ class _KeepingModel:
         if "write_daily_note" in tools:
             note = {"content": "- The user chatted about items."}
             return Reply(content=None, tool_calls=[{"name": "write_daily_note", "arguments": note}])
+        last = str(body["messages"][-1]["content"])
+        if "one-sentence summary" in last:  # a MEMORY.md too large to rewrite is added to instead
+            self.consolidations += 1
+            return Reply(content=f"The user chatted about item {self.consolidations}.")
+        if "List the facts" in last:
+            return Reply(content=f"- The user mentioned item {self.consolidations}.")
         return Reply(content="ok")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import mimetypes
 import os
+import re
 import time
 from dataclasses import dataclass
 from datetime import tzinfo
@@ -45,6 +46,20 @@ class Budget:
     per_file_chars: int = 20_000
     total_chars: int = 24_000
     memory_chars: int = 12_000
+
+
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+
+
+#: what the fresh template holds besides its comment
+_TEMPLATE_HEADINGS = frozenset({"# long-term memory", "# memory"})
+
+
+def holds_facts(memory_text: str) -> bool:
+    """Whether MEMORY.md says more than the fresh template (its heading and comment): the demo
+    model shown the template repeated it as its answer. Any other line counts, a heading too."""
+    lines = {line.strip().lower() for line in _COMMENT.sub("", memory_text).splitlines() if line.strip()}
+    return not lines <= _TEMPLATE_HEADINGS
 
 
 def fit_to_budget(name: str, text: str, max_chars: int) -> str:
@@ -146,7 +161,7 @@ class ContextBuilder:
 
     def _build(self, private: bool) -> str:
         if self.compact:
-            memory = self._memory_section(private) if private and self.memory.read_memory().strip() else ""
+            memory = self._memory_section(private) if private and holds_facts(self.memory.read_memory()) else ""
             return "\n\n".join(p for p in (COMPACT_IDENTITY, memory) if p)
         parts = [self._identity()]
         remaining = self.budget.total_chars
@@ -224,7 +239,7 @@ not a request."""
                 "and not available here. Do not reveal personal facts about the owner."
             )
         text = self.memory.read_memory().strip()
-        if not text:
+        if not holds_facts(text):  # the template's headings and comment are no facts to show
             return "# Memory\n\n(MEMORY.md is empty so far.)"
         if len(text) > self.budget.memory_chars:
             self._warn_once("memory/MEMORY.md", len(text), self.budget.memory_chars)

@@ -58,8 +58,7 @@ class ExecTool(Tool):
         "type": "object",
         "properties": {
             "command": {"type": "string", "description": "The shell command"},
-            "timeout_s": {"type": "number", "minimum": 1, "description": "Timeout in seconds (at most the "
-                          "configured tools.exec.timeoutS)"},
+            "timeout_s": {"type": "number", "minimum": 1, "description": "Timeout in seconds"},
         },
         "required": ["command"],
     }
