@@ -115,7 +115,9 @@ class Agent:
         session = self.sessions.get(session_key)
         uptime = int(time.time() - self.stats.started_at)
         lines = [
-            f"Model: {self.provider.default_model} ({self.provider.name})",
+            f"Model: {self.provider.default_model} ({self.provider.name})"
+            + (" — the embedded demo model, tiny and often wrong: configure a provider for real use"
+               if self.provider.is_small_local else ""),
             f"Session: {session_key} — {len(session.messages)} messages, "
             f"{len(session.messages) - session.last_consolidated} not yet consolidated",
             f"Context: ~{self.stats.last_prompt_tokens} of {self.lifecycle.budget_tokens} prompt tokens",

@@ -80,10 +80,13 @@ def _archive_lines(cfg) -> list[str]:  # noqa: ANN001
 
 def _index_line(cfg) -> str:  # noqa: ANN001
     from nanobot.memory.embeddings import select_embedder
+    from nanobot.providers.registry import uses_demo_model
 
     search = cfg.memory.search
     if not search.enabled:
         return "search off"
+    if uses_demo_model(cfg):
+        return "search off (the embedded demo model answers)"
     _, selection = select_embedder(search, cfg.providers)  # nothing is loaded or contacted
     index = index_path(cfg.workspace_path)
     size = f"index {index.stat().st_size // 1024} KiB" if index.exists() else "index not built yet"

@@ -246,6 +246,10 @@ def _index_problem(path: Path) -> str | None:
 def check_index(cfg: Config, *, fix: bool) -> Check:
     if not cfg.memory.search.enabled:
         return Check("memory index", "ok", "memory search is off (memory.search.enabled)")
+    from nanobot.providers.registry import uses_demo_model
+
+    if uses_demo_model(cfg):
+        return Check("memory index", "ok", "memory search is off with the embedded demo model")
     from nanobot.memory.index_db import IndexUnavailable
 
     path = index_path(cfg.workspace_path)

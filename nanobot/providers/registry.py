@@ -301,6 +301,14 @@ def _resolve_auto(config: Config, model: str, config_path: str) -> LLMProvider:
     )
 
 
+def uses_demo_model(config: Config) -> bool:
+    """Whether turns would be answered by the embedded demo model (memory search is off with it)."""
+    try:
+        return resolve_provider(config).is_small_local
+    except ProviderConfigError:
+        return False
+
+
 def resolve_provider(config: Config, config_path: str = "config.json") -> LLMProvider:
     """Build the provider for the config, or raise ProviderConfigError (the CLI exits 2)."""
     d = config.agents.defaults
