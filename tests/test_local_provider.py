@@ -192,11 +192,11 @@ def test_a_stopped_reply_and_the_next_one_never_run_together() -> None:
     assert float(answer.split()[2]) < 30  # the stopped story did not run on for its 512 tokens first
 
 
-def test_status_says_the_demo_model_answers_and_memory_search_is_off(home: Path) -> None:
-    """`status` and `doctor` reported hybrid search and asked for an index the demo model never
-    uses; `/status` in a chat did not say the replies come from a tiny demo model."""
+def test_status_says_the_demo_model_answers_and_does_not_search_memory(home: Path) -> None:
+    """`doctor` warned about an index the demo model never uses and `status` did not say so;
+    `/status` in a chat did not say the replies come from a tiny demo model."""
     status = run_cli("status", home=home)
-    assert "search off (the embedded demo model answers)" in status.stdout, status.stdout
+    assert "(the embedded demo model's turns do not search it)" in status.stdout, status.stdout
     doctor = run_cli("doctor", "--json", "--timeout", "2", home=home)
     checks = {c["part"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert checks["memory index"]["status"] == "ok" and "demo model" in checks["memory index"]["detail"]

@@ -85,9 +85,8 @@ def _index_line(cfg) -> str:  # noqa: ANN001
     search = cfg.memory.search
     if not search.enabled:
         return "search off"
-    if uses_demo_model(cfg):
-        return "search off (the embedded demo model answers)"
     _, selection = select_embedder(search, cfg.providers)  # nothing is loaded or contacted
     index = index_path(cfg.workspace_path)
     size = f"index {index.stat().st_size // 1024} KiB" if index.exists() else "index not built yet"
-    return f"search {selection}, {size}"
+    unused = " (the embedded demo model's turns do not search it)" if uses_demo_model(cfg) else ""
+    return f"search {selection}, {size}{unused}"

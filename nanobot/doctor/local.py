@@ -246,13 +246,13 @@ def _index_problem(path: Path) -> str | None:
 def check_index(cfg: Config, *, fix: bool) -> Check:
     if not cfg.memory.search.enabled:
         return Check("memory index", "ok", "memory search is off (memory.search.enabled)")
+    from nanobot.memory.index_db import IndexUnavailable
     from nanobot.providers.registry import uses_demo_model
 
-    if uses_demo_model(cfg):
-        return Check("memory index", "ok", "memory search is off with the embedded demo model")
-    from nanobot.memory.index_db import IndexUnavailable
-
     path = index_path(cfg.workspace_path)
+    if not path.exists() and not fix and uses_demo_model(cfg):
+        # `memory search` on the command line would build it; the demo model's turns never search
+        return Check("memory index", "ok", "not built: the embedded demo model does not search memory")
     try:
         problem = "not built yet" if not path.exists() else _index_problem(path)
     except IndexUnavailable as exc:
