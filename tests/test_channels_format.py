@@ -232,3 +232,12 @@ def test_discord_keeps_markdown_but_rewrites_deep_headings() -> None:
     assert out.startswith("# Big\n**bold** `x<y>`")
     assert "**deep**" in out
     assert "#### not a heading in code" in out
+
+
+def test_discord_leaves_tilde_and_nested_code_blocks_alone() -> None:
+    """A `#### ` line in a ~~~ block (a shell script's comment) was rewritten to bold, and so was
+    one after a ``` line inside a ```` block."""
+    tilde = "Here:\n\n~~~bash\n#### Setup\necho hi\n~~~\n#### After"
+    assert markdown_to_discord(tilde) == "Here:\n\n~~~bash\n#### Setup\necho hi\n~~~\n**After**"
+    nested = "````md\n```\n#### inner\n```\n````\n#### out"
+    assert markdown_to_discord(nested) == "````md\n```\n#### inner\n```\n````\n**out**"

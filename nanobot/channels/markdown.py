@@ -220,8 +220,17 @@ def telegram_parts(markdown: str, max_chars: int) -> list[tuple[str, str]]:
 _DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.+?)[ \t#]*$", re.M)
 
 
+#: a fenced code block: ``` or ~~~ (three or more), closed by a fence of the same character at least
+#: as long (a ``` line inside a ```` block does not close it), or by the end of the text
+_FENCED = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,}).*?(?:^ {0,3}(?P=fence)[`~]*[ \t]*$|\Z)", re.M | re.S)
+
+
 def markdown_to_discord(markdown: str) -> str:
-    """Discord renders Markdown itself; only headings deeper than ### (unsupported) become bold."""
-    parts = re.split(r"(^ {0,3}```.*?(?:^ {0,3}```[ \t]*$|\Z))", markdown, flags=re.M | re.S)
-    # Odd indices are code blocks, left untouched.
-    return "".join(p if i % 2 else _DEEP_HEADING.sub(r"**\1**", p) for i, p in enumerate(parts))
+    """Discord renders Markdown itself; only headings deeper than ### (unsupported) become bold,
+    outside code blocks (a `#### ` line of a shell script in a ~~~ block stays as it is)."""
+    out, done = [], 0
+    for block in _FENCED.finditer(markdown):
+        out += [_DEEP_HEADING.sub(r"**\1**", markdown[done : block.start()]), block.group(0)]
+        done = block.end()
+    out.append(_DEEP_HEADING.sub(r"**\1**", markdown[done:]))
+    return "".join(out)
