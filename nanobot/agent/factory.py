@@ -371,13 +371,13 @@ async def run_cron_job(
     `dmPolicy: "open"` still lets them talk, as a guest); and a job for a private chat whose user is
     no longer listed runs with a guest's trust."""
     target = job.deliver_to or DeliverTo("cli", "direct")
-    if listed is not None and job.created_by and not listed(
-        target.channel, job.created_by, private_chat_user(sessions, target, job.created_by)[1]
-    ):
+    chat = job_chat(sessions, target)
+    asker_name = chat.username if chat.user == job.created_by else None
+    if listed is not None and job.created_by and not listed(target.channel, job.created_by, asker_name):
         raise JobRefused(f"{job.created_by}, who asked for it, is no longer allowed on {target.channel}")
-    shared = delivers_to_shared_chat(sessions, target)
-    user, username = private_chat_user(sessions, target)
-    guest = not shared and listed is not None and bool(user) and not listed(target.channel, user, username)
+    guest = not chat.shared and bool(chat.user) and listed is not None and not listed(
+        target.channel, chat.user, chat.username
+    )
     out = await bus.request(
         InboundMessage(
             channel=target.channel,
@@ -385,7 +385,7 @@ async def run_cron_job(
             chat_id=target.chat_id,
             content=job_prompt(job),
             session_key_override=cron_session_key(job.id),
-            is_group=shared,
+            is_group=chat.shared,
             guest=guest,
         )
     )
@@ -398,30 +398,25 @@ async def run_cron_job(
     return out.content
 
 
-def delivers_to_shared_chat(sessions: SessionStore, target: DeliverTo) -> bool:
-    """Whether a job's chat is shared (a group, or a guest's private chat), as that chat's session
-    recorded when it began; a chat nanobot never talked in counts as shared (the owner's memory
-    stays out), the terminal not."""
-    if target.channel == "cli":
-        return False
-    first = first_metadata(sessions.path_for(f"{target.channel}:{target.chat_id}"), "is_group")
-    return bool(first.get("is_group", True) or first.get("guest"))
+@dataclass(frozen=True)
+class JobChat:
+    """A job's chat as its session recorded it when it began: shared (a group, a guest's chat, or a
+    chat nanobot never talked in: the owner's memory stays out; the terminal is not), and a private
+    chat's user with their username (allowFrom may name them by it)."""
+
+    shared: bool
+    user: str = ""
+    username: str | None = None
 
 
-def private_chat_user(
-    sessions: SessionStore, target: DeliverTo, sender_id: str | None = None
-) -> tuple[str, str | None]:
-    """(user id, username) of the job's private chat as its session recorded them when it began
-    (allowFrom may name them by username); ("", None) for the terminal, a group or an unknown chat,
-    and when `sender_id` is given and is someone else."""
+def job_chat(sessions: SessionStore, target: DeliverTo) -> JobChat:
     if target.channel == "cli":
-        return "", None
+        return JobChat(shared=False)
     first = first_metadata(sessions.path_for(f"{target.channel}:{target.chat_id}"), "is_group")
-    user = str(first.get("sender_id") or "")
-    if first.get("is_group", True) or not user or (sender_id is not None and user != sender_id):
-        return "", None
-    username = first.get("username")
-    return user, str(username) if username else None
+    is_group = first.get("is_group", True)
+    user = "" if is_group else str(first.get("sender_id") or "")
+    username = first.get("username") if user else None
+    return JobChat(bool(is_group or first.get("guest")), user, str(username) if username else None)
 
 
 def _exec_private(config: Config, config_path: str) -> dict[str, tuple[Path, ...]]:

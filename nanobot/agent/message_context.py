@@ -54,7 +54,7 @@ class MessageContext:
             is_group=msg.is_group,
             guest=msg.guest,
             spawn_depth=int(msg.metadata.get(SPAWN_DEPTH_KEY, 1)) if msg.channel == SYSTEM_CHANNEL else 0,
-            memory_private=not msg.guest and memory_private(msg.is_group, share_memory_in_groups),
+            memory_private=memory_private(msg.is_group, share_memory_in_groups, msg.guest),
             reply_channel=reply_channel,
             reply_chat_id=reply_chat_id,
             # a sub-agent's report is never a command, whatever its text looks like

@@ -12,11 +12,12 @@ def status(config: ConfigOption = None) -> None:
     path = config_path(config)
     d = cfg.agents.defaults
     ws = cfg.workspace_path
+    provider = _provider(cfg, str(path))
     lines = [
         f"Config: {path}{'' if path.exists() else ' (missing: run nanobot onboard)'}",
         f"Workspace: {ws}{'' if ws.exists() else ' (missing)'}",
         f"Model: {d.model or '(provider default)'}",
-        f"Provider: {_provider_line(cfg, str(path))}",
+        f"Provider: {provider if isinstance(provider, str) else f'{provider.name} (model {provider.default_model})'}",
     ]
     for name in ("telegram", "discord"):
         ch = getattr(cfg.channels, name)
@@ -27,19 +28,20 @@ def status(config: ConfigOption = None) -> None:
         )
     lines.append(f"Exec sandbox: {_sandbox_line(cfg)}")
     lines.extend(_gateway_lines(ws, cfg.gateway.watchdog_interval_s))
-    lines.append(f"Memory: backend {cfg.memory.condition or cfg.memory.backend}; {_index_line(cfg)}")
+    demo = not isinstance(provider, str) and provider.is_small_local
+    lines.append(f"Memory: backend {cfg.memory.condition or cfg.memory.backend}; {_index_line(cfg, demo)}")
     lines.extend(_archive_lines(cfg))
     print("\n".join(lines))
 
 
-def _provider_line(cfg, config_path: str) -> str:  # noqa: ANN001
+def _provider(cfg, config_path: str):  # noqa: ANN001, ANN202 - an LLMProvider, imported lazily
+    """The provider turns would use, or why there is none ("not configured (...)")."""
     from nanobot.providers.registry import ProviderConfigError, resolve_provider
 
     try:
-        provider = resolve_provider(cfg, config_path)
+        return resolve_provider(cfg, config_path)
     except ProviderConfigError as exc:
         return f"not configured ({str(exc).splitlines()[0]})"
-    return f"{provider.name} (model {provider.default_model})"
 
 
 def _sandbox_line(cfg) -> str:  # noqa: ANN001
@@ -78,9 +80,8 @@ def _archive_lines(cfg) -> list[str]:  # noqa: ANN001
     return [f"Archived sessions not consolidated: {len(found)}", *found] if found else []
 
 
-def _index_line(cfg) -> str:  # noqa: ANN001
+def _index_line(cfg, demo_model: bool) -> str:  # noqa: ANN001
     from nanobot.memory.embeddings import select_embedder
-    from nanobot.providers.registry import uses_demo_model
 
     search = cfg.memory.search
     if not search.enabled:
@@ -88,5 +89,5 @@ def _index_line(cfg) -> str:  # noqa: ANN001
     _, selection = select_embedder(search, cfg.providers)  # nothing is loaded or contacted
     index = index_path(cfg.workspace_path)
     size = f"index {index.stat().st_size // 1024} KiB" if index.exists() else "index not built yet"
-    unused = " (the embedded demo model's turns do not search it)" if uses_demo_model(cfg) else ""
+    unused = " (the embedded demo model's turns do not search it)" if demo_model else ""
     return f"search {selection}, {size}{unused}"

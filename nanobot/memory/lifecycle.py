@@ -263,9 +263,8 @@ class MemoryLifecycle:
 
     async def _consolidate_archive(self, archived: Path, session_key: str) -> None:
         old = self.sessions.load_archived(archived)
-        # a guest's chat (a stranger let in by dmPolicy "open") never reaches the owner's MEMORY.md
-        private = not old.metadata.get("guest") and memory_private(
-            bool(old.metadata.get("is_group", False)), self.settings.share_in_groups
+        private = memory_private(
+            bool(old.metadata.get("is_group", False)), self.settings.share_in_groups, bool(old.metadata.get("guest"))
         )
         start = old.last_consolidated
         rest = old.messages[start:]

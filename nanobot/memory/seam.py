@@ -20,11 +20,12 @@ SHOWN_HEAD_SHARE = 0.6
 SHOWN_TAIL_SHARE = 0.15
 
 
-def memory_private(is_group: bool, share_in_groups: bool) -> bool:
+def memory_private(is_group: bool, share_in_groups: bool, guest: bool = False) -> bool:
     """The one privacy rule: the owner's long-term memory (MEMORY.md in the prompt, consolidation
-    into it) belongs to private chats and the terminal; group chats get it only when the owner
-    shares it (`memory.shareInGroups`)."""
-    return not is_group or share_in_groups
+    into it, the memory tools) belongs to private chats and the terminal; group chats get it only
+    when the owner shares it (`memory.shareInGroups`); guests (strangers let in by dmPolicy
+    "open") never."""
+    return not guest and (not is_group or share_in_groups)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from nanobot.memory.seam import memory_private
+
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "integer": (int,),
@@ -43,8 +45,8 @@ class ToolContext:
         return trust_of(self.is_group, self.guest)
 
     def owner_memory_allowed(self, share_in_groups: bool) -> bool:
-        """Whether the owner's memory may be read from this chat (memory.seam.memory_private)."""
-        return not self.guest and (not self.is_group or share_in_groups)
+        """Whether the owner's memory may be read from this chat (the rule: memory.seam.memory_private)."""
+        return memory_private(self.is_group, share_in_groups, self.guest)
 
     @property
     def shared(self) -> bool:

@@ -53,7 +53,7 @@ class TrustPolicy:
         # A guest (a stranger let in by dmPolicy "open") has a group's trust in a private chat, and
         # never what the owner shares with the groups they are in.
         where = "in group chats" if ctx.is_group else "to guests (senders not on allowFrom)"
-        shared_memory = self.share_in_groups and not ctx.guest
+        shared_memory = ctx.owner_memory_allowed(self.share_in_groups)
         if name == "exec":
             if not self.exec_in_groups or ctx.guest:
                 return f"exec is not available {where}" + ("" if ctx.guest else " (tools.exec.inGroups is false)")
