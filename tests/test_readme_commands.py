@@ -15,7 +15,7 @@ from tests.run_as_written import base_env, nanobot_on_path
 
 # command prefix -> why it cannot run in the test environment (or where it runs instead)
 NOT_RUNNABLE = {
-    "./scripts/quickstart.sh": "installs a venv and builds llama.cpp (CI runs it)",
+    "./scripts/quickstart.sh": "installs a venv and builds llama.cpp: tests/test_quickstart.py runs it",
     "./scripts/test.sh": "is the test suite itself",
     "nanobot service install": "needs systemd; tests/test_service_run.py runs the unit's ExecStart",
     "sudo": "needs root and systemd",
