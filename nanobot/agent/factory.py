@@ -176,12 +176,14 @@ def build_runtime(
     skills = _skills(workspace)
     roots = (skills.builtin_dir,) if skills is not None else ()
     private = () if config.memory.share_in_groups else tuple(workspace / d for d in PRIVATE_DIRS)
-    for tool in file_tools(workspace, memory, restrict, config.tools.max_file_bytes, roots, private):
-        tools.register(tool)
-    tools.register(ExecTool(workspace, config.tools.exec, restrict, **_exec_private(config, config_path)))
     tools.policy = TrustPolicy(
         workspace, share_in_groups=config.memory.share_in_groups, exec_in_groups=config.tools.exec.in_groups
     )
+    for tool in file_tools(
+        workspace, memory, restrict, config.tools.max_file_bytes, roots, private, tools.policy
+    ):
+        tools.register(tool)
+    tools.register(ExecTool(workspace, config.tools.exec, restrict, **_exec_private(config, config_path)))
     register_config_secrets(config)
     register_env_secrets()
     tools.register(WebFetchTool(config.tools.web))

@@ -34,8 +34,13 @@ GATEWAY_LOCK_FILE = ".gateway.lock"
 GATEWAY_STATE_FILE = ".gateway.json"
 # Folders and files of the workspace that only nanobot writes (tools treat them as read-only).
 NANOBOT_OWNED = (SESSIONS_DIR, CRON_DIR, INDEX_FILE, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE)
-# Folders a shared (group) context must not see: the owner's memory and every chat's transcript.
-PRIVATE_DIRS = (MEMORY_DIR, SESSIONS_DIR)
+# Folders a shared (group) context must not see: the owner's memory, every chat's transcript and the
+# owner's scheduled jobs (a reminder's text is as private as the chat it came from).
+PRIVATE_DIRS = (MEMORY_DIR, SESSIONS_DIR, CRON_DIR)
+# Memory files at the workspace root, where early versions kept them: still indexed and searched, so
+# as private as memory/ (and a group must not plant "memory" there for the owner's searches).
+LEGACY_MEMORY_FILES = ("MEMORY.md", "HISTORY.md")
+PRIVATE_PATHS = (*PRIVATE_DIRS, *LEGACY_MEMORY_FILES)
 # The owner's instructions, in every system prompt.
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
 HEARTBEAT_FILE = "HEARTBEAT.md"  # the heartbeat's task list, done in a turn of the owner's

@@ -19,11 +19,11 @@ from typing import Literal
 
 from loguru import logger
 
-from nanobot.config.paths import MEMORY_DIR
+from nanobot.config.paths import LEGACY_MEMORY_FILES, MEMORY_DIR
 from nanobot.session.store import SessionStore
 from nanobot.util.nofollow import is_regular, plain_path, read_regular_text, regular_files
 
-ROOT_SOURCES = ("MEMORY.md", "HISTORY.md")  # legacy locations at the workspace root
+ROOT_SOURCES = LEGACY_MEMORY_FILES  # memory files at the workspace root, where early versions kept them
 
 
 @dataclass(frozen=True)

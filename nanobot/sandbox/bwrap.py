@@ -93,7 +93,7 @@ def bwrap_argv(
     protected = spec.protected_paths()
     if spec.shared:
         argv += ["--ro-bind", str(ws), str(ws)]
-        hidden_here = spec.hidden_paths()
+        hidden_here = [*spec.hidden_paths(), *spec.hidden_files()]
         for entry in sorted(ws.iterdir()):
             if not entry.is_symlink() and entry not in protected and entry not in hidden_here:
                 argv += ["--bind-try", str(entry), str(entry)]  # -try: it may be removed meanwhile
@@ -105,5 +105,7 @@ def bwrap_argv(
         argv += ["--ro-bind", str(path), str(path)]
     for path in spec.hidden_paths():
         argv += ["--tmpfs", str(path)]
+    for path in spec.hidden_files():
+        argv += ["--ro-bind", "/dev/null", str(path)]
     argv += ["--chdir", str(ws), "--", *(wrapper or []), "/bin/sh", "-c", command]
     return argv

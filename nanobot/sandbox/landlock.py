@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nanobot.sandbox.spec import (
-    PRIVATE_DIRS,
+    PRIVATE_PATHS,
     PROTECTED_MEMORY_PREFIX,
     SandboxSpec,
 )
@@ -280,7 +280,7 @@ def _collect_except(root: Path, excluded: list[Path], out: list[str]) -> None:
 def _allow_workspace(rules: Ruleset, spec: SandboxSpec, write: int) -> None:
     ws = spec.workspace
     protected = {*(ws / d for d in spec.read_only_names()), *spec.protected_paths()}
-    private = {ws / d for d in PRIVATE_DIRS} if spec.shared else set()
+    private = {ws / d for d in PRIVATE_PATHS} if spec.shared else set()
     if not spec.shared:
         rules.allow(
             ws, READ, follow=False

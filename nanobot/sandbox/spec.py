@@ -3,7 +3,8 @@
 Both sandboxes (bubblewrap and Landlock) build their rules from one `SandboxSpec`, so they agree on
 what is writable: the workspace, except nanobot's own files inside it (`PROTECTED_DIRS`, the memory
 index and the MEMORY.md backups), which stay read-only. In a shared (group) context the private
-folders (`PRIVATE_DIRS`) are not visible at all, and what steers the owner's turns
+folders (`PRIVATE_DIRS`: memory/, sessions/, cron/) and the legacy root memory files are not
+visible at all, and what steers the owner's turns
 (`OWNER_STEERING`: the bootstrap files, HEARTBEAT.md, skills/) is read-only, nor can it be created.
 """
 
@@ -22,9 +23,11 @@ from nanobot.config.paths import (
     CRON_DIR,
     GATEWAY_LOCK_FILE,
     GATEWAY_STATE_FILE,
+    LEGACY_MEMORY_FILES,
     MEMORY_DIR,
     OWNER_STEERING,
     PRIVATE_DIRS,
+    PRIVATE_PATHS,
     SESSIONS_DIR,
 )
 
@@ -81,10 +84,16 @@ class SandboxSpec:
             return []
         return [self.workspace / d for d in PRIVATE_DIRS]
 
+    def hidden_files(self) -> list[Path]:
+        """Files replaced by an empty one (shared contexts only): the legacy root memory files."""
+        if not self.shared:
+            return []
+        return [self.workspace / f for f in LEGACY_MEMORY_FILES if (self.workspace / f).is_file()]
+
 
 def _under_private(ws: Path, path: Path) -> bool:
     rel = path.relative_to(ws)
-    return bool(rel.parts) and rel.parts[0] in PRIVATE_DIRS
+    return bool(rel.parts) and rel.parts[0] in PRIVATE_PATHS
 
 
 def sandbox_env(spec: SandboxSpec, tmpdir: str = "/tmp") -> dict[str, str]:

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nanobot.util.nofollow import open_folder_beneath
+from nanobot.util.nofollow import FolderCheck, open_folder_beneath
 
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
@@ -113,19 +113,20 @@ def atomic_write(
     fsync: bool = True,
     beneath: Path | None = None,
     avoid: tuple[Path, ...] = (),
+    check: FolderCheck | None = None,
 ) -> None:
     """Replace `path` with `data` so a crash leaves either the old or the new file, never half.
 
     The temp file is created and renamed through a descriptor of the folder, so the write lands in
     the folder that was opened; with `beneath`, that folder must lie under it (a link swapped in
     after the caller checked the path raises PermissionError instead of writing elsewhere), and not
-    in one of the `avoid` folders.
+    in one of the `avoid` folders, and `check` is asked about the folder actually opened.
     """
     ensure_private_dir(path.parent)
     if beneath is None:
         folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     else:
-        folder = open_folder_beneath(beneath, path.parent, avoid)
+        folder = open_folder_beneath(beneath, path.parent, avoid, check)
     tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
         try:

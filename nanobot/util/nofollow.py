@@ -16,10 +16,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 _OPEN_FILE = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a planted FIFO must not hang the open
 _MAX_DEPTH = 4096
+FolderCheck = Callable[[Path], None]  # raises to refuse the folder an open landed in
 
 
 def is_plain_dir(path: Path) -> bool:
@@ -87,10 +89,14 @@ def _is_beneath(fd: int, root: os.stat_result, avoid: list[os.stat_result]) -> b
         os.close(current)
 
 
-def open_folder_beneath(root: Path, folder: Path, avoid: tuple[Path, ...] = ()) -> int:
+def open_folder_beneath(
+    root: Path, folder: Path, avoid: tuple[Path, ...] = (), check: FolderCheck | None = None
+) -> int:
     """A descriptor of `folder`, which must be `root` or lie below it when it is opened, and not in
     one of the `avoid` folders; raises PermissionError when a link swapped in since the path was
-    checked leads elsewhere."""
+    checked leads elsewhere. `check`, when given, is called with the path the kernel gives the folder
+    actually opened and raises to refuse it (the caller's own rules, asked about where the open
+    landed rather than about the path it was given)."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         avoided = [st for st in (_stat_or_none(a) for a in avoid) if st is not None]
@@ -98,6 +104,8 @@ def open_folder_beneath(root: Path, folder: Path, avoid: tuple[Path, ...] = ()) 
             raise PermissionError(
                 errno.EACCES, f"{folder} leads outside {root} or into a folder kept from it"
             )
+        if check is not None:
+            check(Path(os.readlink(f"/proc/self/fd/{fd}")))
     except BaseException:
         os.close(fd)
         raise
@@ -111,13 +119,15 @@ def _stat_or_none(path: Path) -> os.stat_result | None:
         return None
 
 
-def open_regular(path: Path, *, beneath: Path | None = None, avoid: tuple[Path, ...] = ()) -> int:
+def open_regular(
+    path: Path, *, beneath: Path | None = None, avoid: tuple[Path, ...] = (), check: FolderCheck | None = None
+) -> int:
     """A read-only descriptor of the regular file at `path`, refusing anything else at open time
     (no symlinks, FIFOs or devices) and a file outside `beneath` (see open_folder_beneath)."""
     if beneath is None:
         fd = os.open(path, os.O_RDONLY | _OPEN_FILE)
     else:
-        folder = open_folder_beneath(beneath, path.parent, avoid)
+        folder = open_folder_beneath(beneath, path.parent, avoid, check)
         try:
             fd = os.open(path.name, os.O_RDONLY | _OPEN_FILE, dir_fd=folder)
         finally:
@@ -132,11 +142,16 @@ def open_regular(path: Path, *, beneath: Path | None = None, avoid: tuple[Path, 
 
 
 def read_regular_bytes(
-    path: Path, *, beneath: Path | None = None, avoid: tuple[Path, ...] = (), max_bytes: int | None = None
+    path: Path,
+    *,
+    beneath: Path | None = None,
+    avoid: tuple[Path, ...] = (),
+    max_bytes: int | None = None,
+    check: FolderCheck | None = None,
 ) -> bytes:
     """The file's bytes (open_regular's refusals) and, with `max_bytes`, a larger file refused
     (OSError EFBIG, before anything is read)."""
-    fd = open_regular(path, beneath=beneath, avoid=avoid)
+    fd = open_regular(path, beneath=beneath, avoid=avoid, check=check)
     try:
         size = os.fstat(fd).st_size
         if max_bytes is not None and size > max_bytes:

@@ -6,7 +6,10 @@ Writes under `memory/` go through the MemoryStore (its lock, its atomic writes);
 A path is checked when it is resolved and again when it is opened: every read, write and listing
 goes through a descriptor of the folder that was actually opened, which must lie under the
 workspace (or the read-only root it was resolved to), so a folder swapped for a symlink in between
-by a concurrent command cannot turn a checked path into ~/.ssh.
+by a concurrent command cannot turn a checked path into ~/.ssh. In a shared (group or guest)
+context the trust policy is also asked about where the open actually landed (the folder the kernel
+opened, plus the file's name): a folder swapped for a link to the workspace root, skills/ or media/
+between the check and the open cannot turn `notes/d/AGENTS.md` into the owner's AGENTS.md.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.config.paths import CRON_DIR, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, INDEX_FILE, SESSIONS_DIR
 from nanobot.memory.store import MemoryStore
 from nanobot.util.fs import atomic_write
-from nanobot.util.nofollow import open_folder_beneath, read_regular_bytes
+from nanobot.util.nofollow import FolderCheck, open_folder_beneath, read_regular_bytes
 
 MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 500
@@ -41,11 +45,13 @@ class PathGuard:
         restrict: bool,
         read_only_roots: tuple[Path, ...] = (),
         private_in_groups: tuple[Path, ...] = (),
+        policy: TrustPolicy | None = None,
     ) -> None:
         self.workspace = workspace.resolve()
         self.restrict = restrict
         self.read_only_roots = tuple(r.resolve() for r in read_only_roots)
         self.private_in_groups = private_in_groups
+        self.policy = policy
 
     def avoid(self, ctx: ToolContext) -> tuple[Path, ...]:
         """Folders the open must not lead into for this context: in a group chat, the private ones
@@ -73,19 +79,31 @@ class PathGuard:
             raise ToolError(f"path '{raw}' is outside the workspace ({self.workspace}); access denied")
         return path
 
-    def open_limits(self, path: Path, ctx: ToolContext) -> tuple[Path, tuple[Path, ...]]:
-        """(the folder an open of `path` must still lie under, the folders it must not lead into)."""
+    def open_limits(
+        self, path: Path, ctx: ToolContext, tool: str, *, folder: bool = False
+    ) -> tuple[Path, tuple[Path, ...], FolderCheck | None]:
+        """(the folder an open of `path` must still lie under, the folders it must not lead into,
+        the trust policy's check of the folder it actually opens - shared contexts only). `folder`:
+        `path` is the folder opened itself (a listing), not a file in it."""
         if not self.restrict:
             root = Path(os.sep)
         elif self.inside(path):
             root = self.workspace
         else:
             root = next((r for r in self.read_only_roots if path.is_relative_to(r)), self.workspace)
-        return root, self.avoid(ctx)
+        return root, self.avoid(ctx), self._landing_check(ctx, tool, "" if folder else path.name)
 
-    def avoided(self, path: Path, ctx: ToolContext) -> bool:
-        """Whether the resolved `path` lies in a folder this context must not reach."""
-        return any(path.is_relative_to(folder.resolve()) for folder in self.avoid(ctx))
+    def _landing_check(self, ctx: ToolContext, tool: str, name: str) -> FolderCheck | None:
+        policy = self.policy
+        if policy is None or not ctx.shared:
+            return None
+
+        def check(opened: Path) -> None:
+            why = policy.refusal(tool, {"path": str(opened / name if name else opened)}, ctx)
+            if why:
+                raise PermissionError(errno.EACCES, why)
+
+        return check
 
     def inside(self, path: Path) -> bool:
         try:
@@ -113,26 +131,27 @@ class _FileTool(Tool):
         if len(text.encode("utf-8")) > self.max_bytes:
             raise ToolError(f"content is larger than the {self.max_bytes}-byte limit")
         if self.memory.is_memory_path(path):
-            if self.guard.avoided(path, ctx):
-                # the policy saw another path: a link swapped in since leads here
-                raise ToolError("the owner's memory is private in group chats")
+            if ctx.shared:  # the policy saw another path: a link swapped in since leads here
+                raise ToolError("the owner's memory cannot be changed from a shared chat")
             try:
                 self.memory.write_file(str(path.relative_to(self.memory.dir.resolve())), text)
             except ValueError as exc:
                 raise ToolError(str(exc)) from None
+            except OSError as exc:  # a folder, a full disk: the old file stays
+                raise ToolError(f"cannot write {path.name}: {exc.strerror or exc}") from None
             return
         try:
             # atomic: a full disk or a read-only workspace leaves the old file, never half a new one
-            root, avoid = self.guard.open_limits(path, ctx)
-            atomic_write(path, text, fsync=False, beneath=root, avoid=avoid)
+            root, avoid, check = self.guard.open_limits(path, ctx, self.name)
+            atomic_write(path, text, fsync=False, beneath=root, avoid=avoid, check=check)
         except OSError as exc:
             raise ToolError(f"cannot write {path.name}: {exc.strerror or exc}") from None
 
     def _read(self, ctx: ToolContext, path: Path, raw: str, max_bytes: int) -> str:
         """The text of the file `path` resolved to, opened without following a link swapped in since."""
         try:
-            root, avoid = self.guard.open_limits(path, ctx)
-            data = read_regular_bytes(path, beneath=root, avoid=avoid, max_bytes=max_bytes)
+            root, avoid, check = self.guard.open_limits(path, ctx, self.name)
+            data = read_regular_bytes(path, beneath=root, avoid=avoid, max_bytes=max_bytes, check=check)
         except FileNotFoundError:
             raise ToolError(f"file not found: {raw}") from None
         except OSError as exc:
@@ -231,9 +250,9 @@ class ListDirTool(_FileTool):
 
     async def execute(self, ctx: ToolContext, path: str = ".", **_: Any) -> str:
         target = self.guard.resolve_readable(path)
-        root, avoid = self.guard.open_limits(target, ctx)
+        root, avoid, check = self.guard.open_limits(target, ctx, self.name, folder=True)
         try:
-            folder = open_folder_beneath(root, target, avoid)
+            folder = open_folder_beneath(root, target, avoid, check)
         except (NotADirectoryError, FileNotFoundError):
             raise ToolError(f"not a folder: {path}") from None
         except OSError as exc:
@@ -274,6 +293,7 @@ def file_tools(
     max_bytes: int,
     read_only_roots: tuple[Path, ...] = (),
     private_in_groups: tuple[Path, ...] = (),
+    policy: TrustPolicy | None = None,
 ) -> list[Tool]:
-    guard = PathGuard(workspace, restrict, read_only_roots, private_in_groups)
+    guard = PathGuard(workspace, restrict, read_only_roots, private_in_groups, policy)
     return [cls(guard, memory, max_bytes) for cls in (ReadFileTool, WriteFileTool, EditFileTool, ListDirTool)]

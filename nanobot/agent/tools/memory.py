@@ -149,8 +149,16 @@ class MemoryGetTool(_IndexTool):
         parts = [p for p in text.split("/") if p not in ("", ".")]
         if any(p == ".." or p.startswith(".") for p in parts):
             raise ToolError(f"memory_get refuses {raw!r}: no '..' or hidden folders")
-        if len(parts) == 1 and not (parts[0] in ROOT_SOURCES and (workspace / parts[0]).is_file()):
-            parts = ["memory", *parts]  # "2025-01-31.md" means memory/2025-01-31.md
+        # "2025-01-31.md" means memory/2025-01-31.md; "MEMORY.md" the root file of early versions
+        # only when memory/ has none (the memory in the prompt wins over a stray copy at the root)
+        legacy_only = (
+            len(parts) == 1
+            and parts[0] in ROOT_SOURCES
+            and (workspace / parts[0]).is_file()
+            and not (workspace / "memory" / parts[0]).is_file()
+        )
+        if len(parts) == 1 and not legacy_only:
+            parts = ["memory", *parts]
         rel = "/".join(parts)
         allowed = (
             (parts[:1] == ["memory"] and len(parts) > 1 and rel.endswith(".md"))

@@ -5,9 +5,10 @@ tool has to remember it. The context's trust comes from `ToolContext.trust` (gro
 shared; private chats of allowed senders and the terminal are the owner's).
 
 In a shared context, unless memory.shareInGroups is true:
-- no tool reads or writes `memory/` or `sessions/` (file tools by their resolved path, symlinks
-  followed; memory_search / memory_get not at all), and tools this policy does not know (MCP
-  servers, which may read anything) are refused;
+- no tool reads or writes `memory/`, `sessions/`, `cron/` (the owner's jobs: the `cron` tool lists
+  only this chat's) or the legacy root MEMORY.md / HISTORY.md (file tools by their resolved path,
+  symlinks followed; memory_search / memory_get not at all), and tools this policy does not know
+  (MCP servers, which may read anything) are refused;
 - `exec` runs only when tools.exec.inGroups is true, and then without those folders mounted;
 - `cron` cannot add jobs (a job's turn runs later, outside this chat's trust), and `message`
   only answers in the chat it came from, attaching no private file.
@@ -15,7 +16,8 @@ In a shared context, unless memory.shareInGroups is true:
 Whatever memory.shareInGroups says, a shared context cannot change what steers the owner's own
 turns (`OWNER_STEERING`: the bootstrap files, HEARTBEAT.md, skills/, and the dot-entries of the
 workspace root, which is every command's HOME): the heartbeat would do a group member's tasks as the
-owner, with every tool.
+owner, with every tool. Nor can it write the private paths (memory/: MEMORY.md is in the owner's
+system prompt; shareInGroups lets groups see and search the memory, not change it).
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import ToolContext
-from nanobot.config.paths import MEDIA_DIR, OWNER_STEERING, PRIVATE_DIRS, media_prefix
+from nanobot.config.paths import MEDIA_DIR, OWNER_STEERING, PRIVATE_PATHS, media_prefix
 
 PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
 MEMORY_TOOLS = frozenset({"memory_search", "memory_get", "save_memory"})
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 OPEN_TOOLS = frozenset({"web_fetch", "web_search", "spawn"})  # read nothing private themselves
 PRIVATE = "the owner's memory and other chats' transcripts are private"
+PRIVATE_WRITES = "the owner's memory, the transcripts and the jobs are written by nanobot and the owner only"
 OTHER_CHATS_MEDIA = "media/ holds every chat's attachments; only this chat's own files are shared here"
 
 
@@ -42,7 +45,7 @@ class TrustPolicy:
         self.workspace = workspace.resolve()
         self.share_in_groups = share_in_groups
         self.exec_in_groups = exec_in_groups
-        self._private = [self.workspace / d for d in PRIVATE_DIRS]
+        self._private = [self.workspace / p for p in PRIVATE_PATHS]
         self._media = self.workspace / MEDIA_DIR
         self._steering = [self.workspace / d for d in OWNER_STEERING]
 
@@ -77,6 +80,8 @@ class TrustPolicy:
             raw = args.get("path")
             if not isinstance(raw, str) or self._under(raw, self._steering, dot_entries=True):
                 return f"{raw!r} is read-only {where}: it holds instructions for the owner's own turns"
+            if self._under(raw, self._private):  # MEMORY.md is the owner's own system prompt
+                return f"{raw!r} is read-only {where}: {PRIVATE_WRITES}"
         media_path = args.get("path", ".")
         if name in PATH_TOOLS and isinstance(media_path, str) and self._other_chats_media(media_path, ctx):
             return f"'{media_path}' is not readable here: {OTHER_CHATS_MEDIA}"
@@ -105,16 +110,17 @@ class TrustPolicy:
         own = media_prefix(ctx.channel, ctx.chat_id)
         try:
             resolved = path.resolve()
-        except (OSError, RuntimeError):
-            return True  # a symlink loop: refuse rather than guess
+        except (OSError, RuntimeError, ValueError):
+            return True  # a symlink loop or a NUL byte: refuse rather than guess
         for candidate in (Path(os.path.normpath(path)), resolved):
             if candidate.parent in (self._media, self._media.resolve()) and candidate.name.startswith(own):
                 return False
         return True
 
     def is_private(self, raw: str) -> bool:
-        """Whether `raw` (relative to the workspace or absolute) is in memory/ or sessions/,
-        by its spelling or by where its symlinks lead."""
+        """Whether `raw` (relative to the workspace or absolute) is one of the private paths (memory/,
+        sessions/, cron/, the legacy root MEMORY.md / HISTORY.md), by its spelling or by where its
+        symlinks lead."""
         return self._under(raw, self._private)
 
     def _under(self, raw: str, folders: list[Path], *, dot_entries: bool = False) -> bool:
@@ -126,8 +132,8 @@ class TrustPolicy:
         candidates = [Path(os.path.normpath(path))]
         try:
             candidates.append(path.resolve())
-        except (OSError, RuntimeError):
-            return True  # a symlink loop: refuse rather than guess
+        except (OSError, RuntimeError, ValueError):
+            return True  # a symlink loop or a NUL byte: refuse rather than guess
         roots = [*folders, *(p.resolve() for p in folders)]
         if any(c.is_relative_to(r) for c in candidates for r in roots):
             return True
