@@ -101,13 +101,21 @@ class Sandbox:
         self.private_files = tuple(p.expanduser().resolve() for p in private_files)
         self._read_grants: list[str] | None = None  # Landlock's read-only folders, computed once
 
-    def spec(self, shared: bool) -> SandboxSpec:
-        return SandboxSpec(self.workspace, shared, self.network, self.extra_env, self.limits)
+    def spec(self, shared: bool, own_media: str = "") -> SandboxSpec:
+        return SandboxSpec(self.workspace, shared, self.network, self.extra_env, self.limits, own_media)
 
     async def run(
-        self, command: str, *, shared: bool, timeout_s: float, cap_bytes: int, keep_bytes: int
+        self,
+        command: str,
+        *,
+        shared: bool,
+        timeout_s: float,
+        cap_bytes: int,
+        keep_bytes: int,
+        own_media: str = "",
     ) -> ProcessResult:
-        """Run `/bin/sh -c command` in the workspace; raises SandboxUnavailable when exec is disabled."""
+        """Run `/bin/sh -c command` in the workspace; raises SandboxUnavailable when exec is disabled.
+        `own_media`: in a shared context, how this chat's downloads begin (the only media/ shown)."""
         active = self.status.active
         if active == "unavailable":
             raise SandboxUnavailable(
@@ -115,7 +123,7 @@ class Sandbox:
                 "Install bubblewrap or allow unprivileged user namespaces; tools.exec.sandbox = off "
                 "runs commands unsandboxed (not recommended)."
             )
-        spec = self.spec(shared)
+        spec = self.spec(shared, own_media)
         for sub in PROTECTED_DIRS:  # exist before the command runs, so they are mounted read-only
             ensure_private_dir(self.workspace / sub)
         run = {

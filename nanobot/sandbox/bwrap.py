@@ -107,5 +107,7 @@ def bwrap_argv(
         argv += ["--tmpfs", str(path)]
     for path in spec.hidden_files():
         argv += ["--ro-bind", "/dev/null", str(path)]
+    for path in spec.shown_media():
+        argv += ["--bind-try", str(path), str(path)]
     argv += ["--chdir", str(ws), "--", *(wrapper or []), "/bin/sh", "-c", command]
     return argv

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nanobot.sandbox.spec import (
-    PRIVATE_PATHS,
     PROTECTED_MEMORY_PREFIX,
     SandboxSpec,
 )
@@ -280,7 +279,7 @@ def _collect_except(root: Path, excluded: list[Path], out: list[str]) -> None:
 def _allow_workspace(rules: Ruleset, spec: SandboxSpec, write: int) -> None:
     ws = spec.workspace
     protected = {*(ws / d for d in spec.read_only_names()), *spec.protected_paths()}
-    private = {ws / d for d in PRIVATE_PATHS} if spec.shared else set()
+    private = {*spec.hidden_paths(), *spec.hidden_files()}
     if not spec.shared:
         rules.allow(
             ws, READ, follow=False
@@ -298,6 +297,8 @@ def _allow_workspace(rules: Ruleset, spec: SandboxSpec, write: int) -> None:
             rules.allow(entry, READ, follow=False)
         else:
             rules.allow(entry, write, follow=False)
+    for path in spec.shown_media():  # this chat's own downloads, in a media/ that cannot be listed
+        rules.allow(path, write, follow=False)
 
 
 def _entries(folder: Path) -> list[Path]:

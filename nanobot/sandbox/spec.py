@@ -24,12 +24,14 @@ from nanobot.config.paths import (
     GATEWAY_LOCK_FILE,
     GATEWAY_STATE_FILE,
     LEGACY_MEMORY_FILES,
+    MEDIA_DIR,
     MEMORY_DIR,
     OWNER_STEERING,
     PRIVATE_DIRS,
     PRIVATE_PATHS,
     SESSIONS_DIR,
 )
+from nanobot.util.nofollow import is_plain_dir, is_regular
 
 # Workspace folders nanobot owns: readable by commands in owner contexts, never writable.
 PROTECTED_DIRS = (SESSIONS_DIR, CRON_DIR, f"{MEMORY_DIR}/{BACKUP_DIR}")
@@ -62,6 +64,8 @@ class SandboxSpec:
     network: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
     limits: Limits = Limits()
+    # Shared contexts: how this chat's downloads in media/ begin (`media_prefix`); only they are shown.
+    own_media: str = ""
 
     def read_only_names(self) -> tuple[str, ...]:
         """Workspace paths (relative) that commands may read but never change."""
@@ -79,10 +83,18 @@ class SandboxSpec:
         return [p for p in dict.fromkeys(paths) if not self.shared or not _under_private(ws, p)]
 
     def hidden_paths(self) -> list[Path]:
-        """Folders replaced by an empty one (shared contexts only)."""
+        """Folders replaced by an empty one (shared contexts only): the private ones, and media/
+        (every chat's downloads; this chat's own are put back, `shown_media`)."""
         if not self.shared:
             return []
-        return [self.workspace / d for d in PRIVATE_DIRS]
+        return [self.workspace / d for d in (*PRIVATE_DIRS, MEDIA_DIR) if (self.workspace / d).is_dir()]
+
+    def shown_media(self) -> list[Path]:
+        """This chat's own downloads, shown in the hidden media/ (shared contexts only)."""
+        media = self.workspace / MEDIA_DIR
+        if not self.shared or not self.own_media or not is_plain_dir(media):
+            return []
+        return sorted(p for p in media.iterdir() if p.name.startswith(self.own_media) and is_regular(p))
 
     def hidden_files(self) -> list[Path]:
         """Files replaced by an empty one (shared contexts only): the legacy root memory files."""

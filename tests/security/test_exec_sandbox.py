@@ -146,6 +146,25 @@ async def test_group_exec_runs_without_memory_sessions_and_jobs(nano_home: Path,
     assert "4242" in await run(tool, "cat HISTORY.md cron/jobs.json")  # the owner's context sees both
 
 
+async def test_group_exec_sees_only_its_own_chats_downloads(nano_home: Path, mode: str) -> None:
+    """media/ holds every chat's attachments (the owner's scans among them); the file tools give a
+    group only its own chat's, and so must its commands."""
+    require_sandbox(mode)
+    media = nano_home / "workspace" / "media"
+    (media / "telegram_555_42_passport.txt").write_text("OWNER PASSPORT X1234567\n")
+    (media / "telegram_-100123_7_agenda.txt").write_text("group agenda\n")
+    tool = make_exec(nano_home, mode, in_groups=True)
+    out = await run(
+        tool,
+        "cat media/telegram_555_*; grep -rs X1234567 media . | head -3; cat media/telegram_-100123_7_agenda.txt;"
+        " echo evil > media/telegram_555_42_passport.txt",
+        GROUP,
+    )
+    assert "X1234567" not in out and "group agenda" in out, out
+    assert (media / "telegram_555_42_passport.txt").read_text() == "OWNER PASSPORT X1234567\n"
+    assert "X1234567" in await run(tool, "cat media/telegram_555_42_passport.txt")  # the owner's own
+
+
 async def test_renaming_memory_does_not_free_the_backups_or_the_index(nano_home: Path, mode: str) -> None:
     """Only the leaves are read-only; their folder was renamable, which carried them out from under
     their read-only mounts (then deleted or replaced)."""
@@ -186,7 +205,8 @@ async def test_group_exec_cannot_write_the_owners_instructions(
     assert not (ws / "skills" / "new").exists() and not (ws / "s2").exists()
     assert not (ws / ".gitconfig").exists() and not (ws / ".config" / "evil").exists()  # HOME's dot-files
     # the rest of the workspace stays writable for the group's own work
-    assert "made" in await run(tool, "mkdir -p media/g && echo made > media/g/f && cat media/g/f", GROUP)
+    (ws / "projects").mkdir()
+    assert "made" in await run(tool, "mkdir -p projects/g && echo made > projects/g/f && cat projects/g/f", GROUP)
 
 
 async def test_output_flood_under_a_timeout_is_bounded(nano_home: Path, mode: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from loguru import logger
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.config.paths import media_prefix
 from nanobot.config.schema import ExecToolConfig
 from nanobot.sandbox import Limits, Sandbox, SandboxUnavailable, detect
 from nanobot.util.text import truncate_middle
@@ -118,6 +119,7 @@ class ExecTool(Tool):
             result = await self.sandbox.run(
                 command,
                 shared=ctx.shared,
+                own_media=media_prefix(ctx.channel, ctx.chat_id) if ctx.shared else "",
                 timeout_s=limit,
                 cap_bytes=self.cfg.max_output_bytes,
                 keep_bytes=self.cfg.max_output_chars * 2,
