@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,9 +33,11 @@ _STORAGE_STATE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errn
 _STDERR_FORMAT = "<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> <cyan>{name}</cyan> {message}"
 _FILE_FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS ZZ} {level: <7} {name}:{line} {message}"
 _NOISY_LIBRARIES = (
-    "httpx", "httpcore", "openai", "LiteLLM", "litellm", "telegram", "discord", "apscheduler", "mcp",
+    "httpx", "httpx2", "httpcore", "openai", "LiteLLM", "litellm", "telegram", "discord", "apscheduler", "mcp",
     "aiohttp", "asyncio", "websockets", "urllib3", "llama_cpp",
 )
+#: libraries whose error records say it in one line (an MCP server's stray stdout line each)
+_ONE_LINE_ERRORS = ("mcp.",)
 #: libraries whose debug records carry prompts, completions or chat text
 _CONTENT_LIBRARIES = ("openai", "LiteLLM", "litellm", "telegram", "discord")
 
@@ -43,13 +46,13 @@ _state: dict[str, object] = {"level": "WARNING", "prompts": False}
 
 def _patch(record: dict) -> None:
     record["message"] = mask(record["message"])
-    if record["exception"] is not None:
-        exc = record["exception"]
-        if exc.value is not None:
-            try:
-                exc.value.args = tuple(mask(str(a)) if isinstance(a, str) else a for a in exc.value.args)
-            except Exception:  # noqa: BLE001 - some exceptions have read-only args
-                pass
+    exc = record["exception"]
+    if exc is not None and exc.type is not None:
+        # The traceback is formatted here and masked whole: an exception's text can carry a secret
+        # where its args do not (pydantic builds it from the input; a chained cause, a note).
+        text = "".join(traceback.format_exception(exc.type, exc.value, exc.traceback)).rstrip("\n")
+        record["message"] += "\n" + mask(text)
+        record["exception"] = None
 
 
 class _InterceptHandler(logging.Handler):
@@ -64,7 +67,13 @@ class _InterceptHandler(logging.Handler):
             message = record.getMessage()
         except Exception:  # noqa: BLE001
             message = str(record.msg)
-        logger.opt(depth=6, exception=record.exc_info).bind(lib=record.name).log(level, "{}", message)
+        exc_info = record.exc_info
+        if exc_info and exc_info[1] is not None and record.name.startswith(_ONE_LINE_ERRORS):
+            # a server printing logs on stdout is one record per line: a traceback each was 10 lines
+            message += f" ({exc_info[0].__name__ if exc_info[0] else 'error'}: "
+            message += f"{str(exc_info[1]).splitlines()[0] if str(exc_info[1]) else ''})"
+            exc_info = None
+        logger.opt(depth=6, exception=exc_info).bind(lib=record.name).log(level, "{}", message)
 
 
 def _private_opener(path: str, flags: int) -> int:

@@ -6,6 +6,8 @@ file read stumbles on never reaches the LLM, a session file or a chat.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import os
 import re
 import threading
@@ -15,9 +17,14 @@ MIN_SECRET_CHARS = 6  # shorter values would mask ordinary words
 _MASK = "***"
 # Environment variable names that hold credentials (provider keys, tokens, passwords, URLs with them).
 _SECRET_NAME = re.compile(
-    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PAT|CREDENTIALS?|AUTH|AUTHORIZATION|COOKIE|_DSN|DATABASE_URL)$",
+    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|PAT|CREDENTIALS?|AUTH|AUTHORIZATION|COOKIE|_DSN|DATABASE_URL"
+    r"|CONNECTION_STRING)$",
     re.IGNORECASE,
 )
+# Query parameters that carry a credential without saying so (signed URLs, OAuth codes).
+_SECRET_QUERY = re.compile(r"(sig|signature|code|.*[-_]signature|.*[-_]credential)", re.IGNORECASE)
+# A user name alone in a URL (`https://<token>@host`) is a token when it is this long.
+_TOKEN_AS_USER_CHARS = 16
 _lock = threading.Lock()
 _secrets: set[str] = set()
 _pattern: re.Pattern[str] | None = None
@@ -82,6 +89,7 @@ def register_config_secrets(config: object) -> None:
             _register_named(server.env)
             _register_named(server.headers)
             _register_url(server.url)
+            _register_args(server.args)
         _register_named(tools.exec.env)
     memory = getattr(config, "memory", None)
     if memory is not None:
@@ -97,20 +105,59 @@ def register_env_secrets(environ: dict[str, str] | None = None) -> None:
 
 
 def _register_named(values: object) -> None:
+    """Credential-named values (and the credential alone of `Bearer <token>` / `Basic <b64>`), and
+    the credentials inside any URL value (`REDIS_URL=redis://:pw@host`)."""
     for key, value in dict(values).items():  # type: ignore[call-overload]
-        if isinstance(value, str) and _SECRET_NAME.search(str(key)):
+        if not isinstance(value, str):
+            continue
+        if _SECRET_NAME.search(str(key)):
             register_secret(value)
+            _register_scheme_credential(value)
+        elif "://" in value:
+            _register_url(value)
+
+
+def _register_scheme_credential(value: str) -> None:
+    """`Bearer <token>` / `Basic <base64 user:password>`: the token, and the decoded password, on their own."""
+    scheme, _, credential = value.strip().partition(" ")
+    credential = credential.strip()
+    if not credential or " " in credential:
+        return
+    register_secret(credential)
+    if scheme.lower() == "basic":
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            register_secret(base64.b64decode(credential, validate=True).decode().partition(":")[2])
+
+
+def _register_args(args: object) -> None:
+    """Credentials in a command line: URLs with them, `--api-key X` / `--password=X`, `API_KEY=X`."""
+    if not isinstance(args, list):
+        return
+    flag_wants_value = False
+    for arg in (a for a in args if isinstance(a, str)):
+        if flag_wants_value and not arg.startswith("-"):
+            register_secret(arg)
+        name, eq, value = arg.partition("=")
+        bare = name.lstrip("-").replace("-", "_")
+        flag_wants_value = arg.startswith("-") and not eq and bool(_SECRET_NAME.search(bare))
+        if eq and bare and _SECRET_NAME.search(bare):
+            register_secret(value)
+        elif "://" in arg:
+            _register_url(value if eq and "://" in value else arg)
 
 
 def _register_url(url: object) -> None:
-    """The password of a URL's user info and its credential-named query values (`?token=`)."""
+    """The password of a URL's user info (or a token given as its user name), and its credential
+    query values (`?token=`, `?sig=`)."""
     if not isinstance(url, str) or not url:
         return
     try:
-        parts = urlsplit(url)
+        parts = urlsplit(url.strip())
         register_secret(parts.password)
+        if parts.password is None and len(parts.username or "") >= _TOKEN_AS_USER_CHARS:
+            register_secret(parts.username)
         for name, value in parse_qsl(parts.query):
-            if _SECRET_NAME.search(name):
+            if _SECRET_NAME.search(name) or _SECRET_QUERY.fullmatch(name):
                 register_secret(value)
     except ValueError:
         return

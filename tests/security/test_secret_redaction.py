@@ -3,6 +3,7 @@ purpose) are redacted before the result reaches the LLM, the session file or the
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 from tests.agent_helpers import make_runtime, messages_of, session_path
@@ -47,3 +48,71 @@ async def test_secrets_in_tool_results_never_reach_llm_session_or_chat(
         assert secret not in reply
     tool_results = [m["content"] for m in messages_of(session_path(config)) if m["role"] == "tool"]
     assert "openai=***" in tool_results[0] and "pat=***" in tool_results[1]
+
+
+def test_credentials_that_do_not_say_so_by_name_are_registered(make_config) -> None:  # noqa: ANN001
+    """Credentials in MCP server command lines, in URL values under ordinary names, inside an
+    Authorization header and in signed URLs: an MCP server's stderr, `exec env` and library request
+    lines showed them in clear."""
+    from nanobot.secrets import mask, register_config_secrets
+
+    config, _ = make_config(
+        **{
+            "tools.mcpServers": {
+                "pg": {
+                    "command": "npx",
+                    "args": ["-y", "server-postgres", "postgresql://app:pgArgPass_4711@db/app",
+                             "--api-key", "brvArgKey_0815x", "--token=tokFlagValue_42", "SERVICE_SECRET=envArg_99xyz"],
+                    "env": {"MYSQL_PWD": "mysqlPwd_777x", "CACHE": "redis://:redisPass_31337@cache:6379/0"},
+                },
+                "gh": {
+                    "url": "http://ghpUserinfoToken_1357abcd@127.0.0.1:9/mcp?sig=sasSignature_2468&v=1",
+                    "headers": {"Authorization": "Basic " + base64.b64encode(b"me:basicPw_24680").decode(),
+                                "X-Api-Key": "Bearer ghp_0123456789abcdefXYZ"},
+                },
+            },
+            "tools.exec.env": {"REDIS_URL": "redis://:execRedis_5150@127.0.0.1:6379/0"},
+        }
+    )
+    register_config_secrets(config)
+    for secret in ("pgArgPass_4711", "brvArgKey_0815x", "tokFlagValue_42", "envArg_99xyz", "mysqlPwd_777x",
+                   "redisPass_31337", "ghpUserinfoToken_1357abcd", "sasSignature_2468", "basicPw_24680",
+                   "ghp_0123456789abcdefXYZ", "execRedis_5150"):
+        assert mask(f"error: {secret} lacks scope") == "error: *** lacks scope", secret
+    assert mask("server-postgres --api-key value") == "server-postgres --api-key value"  # names stay
+
+
+def test_a_logged_traceback_is_masked_whole(tmp_path: Path) -> None:
+    """pydantic builds its error text from the input, not from args (an MCP server printing its token
+    on stdout); a chained cause kept its own args. A stray stdout line is one log line, not ten."""
+    import logging
+
+    from loguru import logger
+
+    from nanobot.logs import route_library_logging, setup_logging
+    from nanobot.secrets import register_secret
+
+    register_secret("chainedSecret_12345")
+    log_file = tmp_path / "nanobot.log"
+    try:
+        setup_logging("INFO", file=str(log_file))
+        route_library_logging()
+        try:
+            try:
+                raise ValueError("HTTP 401: Incorrect API key provided: chainedSecret_12345")
+            except ValueError as exc:
+                raise RuntimeError("the provider refused") from exc
+        except RuntimeError:
+            logger.exception("call failed")
+        try:
+            raise ValueError("1 validation error\n  input_value='using token chainedSecret_12345'")
+        except ValueError:
+            logging.getLogger("mcp.client.stdio").exception("Failed to parse JSONRPC message from server")
+        logger.complete()
+    finally:
+        setup_logging("WARNING", prompts=False)
+    text = log_file.read_text(encoding="utf-8")
+    assert "Incorrect API key provided: ***" in text and "chainedSecret" not in text, text
+    stray = [line for line in text.splitlines() if "JSONRPC" in line]
+    assert len(stray) == 1 and "ValueError: 1 validation error" in stray[0], text
+    assert "Traceback" not in text.split("JSONRPC", 1)[1], text  # none for the stray line
