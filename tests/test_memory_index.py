@@ -486,3 +486,33 @@ async def test_hybrid_with_real_local_model(tmp_path: Path, model: str) -> None:
     assert response.mode == "hybrid"
     assert response.results[0].path == "memory/2025-04-02.md"  # no shared keyword: found by meaning
     idx.close()
+
+
+async def test_a_note_written_a_moment_ago_is_found_while_its_sync_runs(ws: Path) -> None:
+    """The agent writes a memory note (mark_dirty starts a background sync) and searches for it at
+    once: the search found the sync's lock held and read the index from before the write."""
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none", include_sessions=False))
+    await idx.sync()
+    for code in ("1111", "2222", "3333"):
+        write(ws, "memory/notes.md", f"# Notes\n- the garage code is {code}\n")
+        idx.mark_dirty()  # what MemoryStore writes do
+        await asyncio.sleep(0)  # the background sync takes the lock
+        hit = (await idx.search("garage code")).results[0]
+        assert code in hit.snippet, (code, hit.snippet)
+    await idx.drain()
+    idx.close()
+
+
+async def test_a_note_named_in_latin1_does_not_stop_the_others(ws: Path) -> None:
+    """A file name that is not UTF-8 (copied from an old disk) broke the whole sync: every file after
+    it and every deletion were never applied."""
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none", include_sessions=False))
+    write(ws, "memory/old.md", "- the alarm code is 4711\n")
+    await idx.sync()
+    (ws / "memory" / "old.md").unlink()
+    os.close(os.open(os.fsencode(str(ws / "memory")) + b"/caf\xe9.md", os.O_CREAT | os.O_WRONLY, 0o600))
+    write(ws, "memory/trip.md", "- flight to Lisbon on Friday\n")
+    await idx.sync()
+    assert (await idx.search("Lisbon flight")).results[0].path == "memory/trip.md"
+    assert (await idx.search("alarm code")).results == []
+    idx.close()

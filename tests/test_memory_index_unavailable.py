@@ -179,3 +179,34 @@ async def test_a_full_disk_keeps_the_index_and_search_reads_what_is_committed(ws
     idx._db._writer.execute(f"PRAGMA max_page_count={2**30}")  # room again: the next search catches up
     assert (await idx.search("aquarium filter")).results[0].path == "memory/2026-01-02.md"
     idx.close()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+async def test_an_index_file_truncated_or_deleted_while_open_is_opened_again(ws: Path, damage: str) -> None:
+    """The gateway kept reading the old file (its write-ahead log), and every `memory` command and
+    `doctor --fix` of another process found it busy, or healthy, until a restart."""
+    gateway = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none", include_sessions=False))
+    assert (await gateway.search("plumber")).results
+    if damage == "truncated":
+        index_file(ws).open("r+b").truncate(0)
+    else:
+        index_file(ws).unlink()
+    write(ws, "memory/2026-01-03.md", "- The dog is called Wombatine.\n")
+    gateway.mark_dirty()
+    hit = (await gateway.search("Wombatine")).results[0]
+    assert hit.path == "memory/2026-01-03.md"
+    assert index_file(ws).stat().st_size > 100
+    cli = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none", include_sessions=False))
+    assert [r.path for r in (await cli.search("plumber Bram")).results] == ["memory/MEMORY.md"]
+    cli.close()
+    await gateway.drain()
+    gateway.close()
+
+
+def test_doctor_fix_rebuilds_a_truncated_index(ws: Path) -> None:
+    cfg = load_config(keyword_config(ws))
+    assert check_index(cfg, fix=True).fixed.startswith("rebuilt")
+    index_file(ws).open("r+b").truncate(0)
+    assert check_index(cfg, fix=False).status == "fail"
+    assert check_index(cfg, fix=True).fixed.startswith("rebuilt")
+    assert check_index(cfg, fix=False).status == "ok"

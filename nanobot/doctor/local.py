@@ -232,6 +232,8 @@ def _index_problem(path: Path) -> str | None:
     (another process holds it locked) without being damaged."""
     from nanobot.memory import index_db
 
+    if path.stat().st_size < index_db.SQLITE_HEADER_BYTES:  # SQLite would take it for an empty index
+        return f"the index file is truncated ({path.stat().st_size} bytes)"
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=index_db.BUSY_TIMEOUT_MS / 1000) as db:
             row = db.execute("PRAGMA quick_check").fetchone()

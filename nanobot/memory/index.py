@@ -45,6 +45,9 @@ __all__ = ["ROOT_SOURCES", "MemoryIndex", "SyncStats", "build_index"]
 EMBED_BATCH = 32  # chunks embedded and committed together during back-fill
 QUERY_CACHE_SIZE = 128  # query embeddings kept per index
 STALE_CHECK_INTERVAL_S = 1.0  # how often a search looks for files edited by hand
+# How long a search waits for a running sync of a change nanobot made itself (a note the agent wrote
+# a moment ago must be found by its next search); past it, the search reads what is committed.
+FRESH_WAIT_S = 5.0
 _FROM_CONFIG: Any = object()  # MemoryIndex(embedder=...) not given: choose from the config
 
 
@@ -75,6 +78,8 @@ class MemoryIndex:
         self._sync_lock = asyncio.Lock()  # the text phase
         self._embed_lock = asyncio.Lock()  # the embedding back-fill
         self._dirty = True
+        self._changes = 0  # mark_dirty calls so far
+        self._synced_changes = 0  # how many of them the last completed text sync covered
         self._snapshot: Snapshot | None = None  # what the last sync saw (staleness.py)
         self._last_check = 0.0
         self._last_sync: float | None = None
@@ -123,6 +128,7 @@ class MemoryIndex:
     def mark_dirty(self) -> None:
         """A memory file changed: sync in the background (and the next search syncs its text first)."""
         self._dirty = True
+        self._changes += 1
         if self._sync_task is None or self._sync_task.done():
             self._sync_task = self._spawn(self.sync)
 
@@ -169,6 +175,7 @@ class MemoryIndex:
     async def _sync(self, force: bool) -> SyncStats:
         started = time.perf_counter()
         self._dirty = False
+        covered = self._changes
         stats = SyncStats()
         await asyncio.to_thread(self._ensure_open)
         db = self._db
@@ -206,7 +213,7 @@ class MemoryIndex:
                     continue
                 # Reading, hashing and chunking a long transcript take seconds: off the event loop.
                 prepared = await asyncio.to_thread(self._prepare, source, known.resume if known else "")
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # one bad file must not stop the others or the deletions
                 logger.warning("memory index: cannot read {}: {}", rel, exc)
                 signature.pop(rel, None)
                 continue
@@ -234,6 +241,7 @@ class MemoryIndex:
             await asyncio.to_thread(db.delete_file, rel)
             stats.files_removed += 1
         self._snapshot = Snapshot(signature, folders)
+        self._synced_changes = covered
         self._last_sync = time.time()
         await asyncio.to_thread(db.set_meta, {"last_sync": f"{self._last_sync:.3f}"})  # for `status`
         self._last_check = time.monotonic()
@@ -265,10 +273,36 @@ class MemoryIndex:
             await asyncio.to_thread(self._db.prune_cache)  # here, not in the text phase a search waits for
         return stats
 
+    async def _reopen_if_changed_on_disk(self) -> None:
+        """An index file deleted, replaced or truncated by hand (or rebuilt by `memory reindex`) while
+        open: open it again (rebuilt when truncated) instead of searching the old one for ever."""
+        if not self._db.changed_on_disk():
+            return
+        async with self._sync_lock:
+            how = self._db.changed_on_disk()
+            if not how:
+                return
+            logger.warning("memory index {} was {} on disk while open; opening it again", self.path, how)
+            self._db.close()
+            if how == "truncated":
+                self._db.delete_files()
+            self._vectors = None
+            await asyncio.to_thread(self._ensure_open)
+            self._dirty, self._snapshot = True, None
+
     async def _sync_if_stale(self, force_check: bool = False) -> None:
         """Text-sync changed files now (fast), then embed them in the background."""
+        await self._reopen_if_changed_on_disk()
         if self._sync_lock.locked():
-            return  # a sync is running: search what is already committed
+            if self._synced_changes >= self._changes:
+                return  # a sync of hand edits or a rebuild is running: search what is committed
+            try:  # a note nanobot just wrote: its sync is running or about to, and it is fast
+                async with asyncio.timeout(FRESH_WAIT_S), self._sync_lock:
+                    pass
+            except TimeoutError:
+                return
+            if self._synced_changes >= self._changes:
+                return
         if not (self._dirty or self._snapshot is None):
             now = time.monotonic()
             if not force_check and now - self._last_check < STALE_CHECK_INTERVAL_S:

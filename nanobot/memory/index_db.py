@@ -34,6 +34,7 @@ from nanobot.util.fs import open_private
 
 CACHE_SPARE_ROWS = 500  # cached embeddings of text no chunk holds any more (~10 KB each)
 BUSY_TIMEOUT_MS = 5000
+SQLITE_HEADER_BYTES = 100  # a database file shorter than its header was truncated
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 _SQLITE_NOMEM, _SQLITE_FULL = 7, 13
 # Primary result codes (an extended code carries its primary code in the low byte) of errors that
@@ -54,12 +55,24 @@ def unavailable_error(exc: BaseException, path: Path) -> IndexUnavailable | None
     code = getattr(exc, "sqlite_errorcode", None)  # sqlite3 and sqlean errors carry it (Python 3.11+)
     if not isinstance(code, int) or code & 0xFF not in _NOT_DAMAGE:
         return None
+    if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) and _truncated(path):
+        return IndexUnavailable(
+            f"the memory index {path} was truncated while another process (the gateway) has it open; "
+            "it opens it again at its next search, or run `nanobot doctor --fix`"
+        )
     if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED):
         return IndexUnavailable(
             f"the memory index {path} is busy: another process has been writing it for over "
             f"{BUSY_TIMEOUT_MS / 1000:g} s; try again"
         )
     return IndexUnavailable(f"the memory index {path} cannot be used now ({exc}); it is kept as it is")
+
+
+def _truncated(path: Path) -> bool:
+    try:
+        return path.stat().st_size < SQLITE_HEADER_BYTES
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,7 @@ class IndexDB:
         self._writer: Any = None
         self._reader: Any = None
         self.rebuilt = False  # True when the last open replaced a corrupt file
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the file opened
         self._df_cache: dict[str, int] = {}
         self._df_generation = -1
 
@@ -147,6 +161,8 @@ class IndexDB:
             raise
         self._writer = writer
         self._reader = self._connect()
+        st = os.stat(self.path)
+        self._identity = (st.st_dev, st.st_ino)
 
     def _upgrade(self, conn: Any) -> None:
         """Upgrade an older index in place (index_schema.py); no vector is made again."""
@@ -188,6 +204,22 @@ class IndexDB:
                 except Exception as exc:  # closing a broken handle must not mask the real error
                     logger.debug("closing memory index connection: {}", exc)
         self._reader = self._writer = None
+
+    def changed_on_disk(self) -> str:
+        """How the open file was changed behind SQLite's back since it was opened ("" when it was
+        not): "replaced" (deleted, or another file renamed over it: another process rebuilt it) or
+        "truncated" (its header gone). Writes through SQLite, ours or another process's, change
+        neither; an open index keeps reading the old inode otherwise, and other processes find it
+        busy for as long as this one holds the old write-ahead log."""
+        if self._writer is None or self._identity is None:
+            return ""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return "replaced"
+        if (st.st_dev, st.st_ino) != self._identity:
+            return "replaced"
+        return "truncated" if st.st_size < SQLITE_HEADER_BYTES else ""
 
     def delete_files(self) -> None:
         for suffix in ("", "-wal", "-shm", "-journal"):

@@ -53,5 +53,22 @@ def discover(workspace: Path, include_sessions: bool) -> list[SourceFile]:
         logger.warning("memory index: {} is reached through a symlink; not indexed", MEMORY_DIR)
     if include_sessions:
         out += [SourceFile(t.rel, t.path, "sessions") for t in SessionStore(workspace).transcript_files()]
-    return out
+    return [source for source in out if _nameable(source)]
+
+
+_warned_names: set[str] = set()
+
+
+def _nameable(source: SourceFile) -> bool:
+    """Whether the file's name is valid UTF-8: one copied from an old disk in Latin-1 (`caf\xe9.md`)
+    cannot be stored, cited or read back by its name, so it is left out with a warning (once)."""
+    try:
+        source.rel.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        shown = source.rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        if shown not in _warned_names:
+            _warned_names.add(shown)
+            logger.warning("memory index: {} is not indexed: its name is not UTF-8; rename it", shown)
+        return False
 
