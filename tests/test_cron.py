@@ -379,15 +379,31 @@ def test_concurrent_adds_from_two_processes(tmp_path: Path) -> None:
     assert len(CronStore(path).load()) == 40
 
 
-def test_corrupt_file_is_reported_and_never_overwritten(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b"\xff\xfe{}",  # saved by an editor in UTF-16 or Latin-1
+        b'{"jobs": [1]}',
+        b'{"jobs": ["x"]}',
+        b'{"jobs": {"a": 1}}',
+        b'{"jobs": [{"id": "a", "schedule": 5}]}',
+        b'{"jobs": [{"id": "a", "deliver_to": "me"}]}',
+    ],
+)
+async def test_corrupt_file_is_reported_and_never_overwritten(tmp_path: Path, content: bytes) -> None:
+    """A hand-edited jobs file that is not UTF-8 or holds something else than job objects crashed
+    `cron list` and stopped the gateway from starting (a restart loop under systemd)."""
     path = tmp_path / "jobs.json"
-    path.write_text("{not json")
+    path.write_bytes(content)
     svc = CronService(path, Recorder().on_job, "UTC")
     with pytest.raises(CronStoreError, match="not a valid jobs file"):
         svc.list()
     with pytest.raises(CronStoreError):
         svc.add("x", "x", every_s=60)
-    assert path.read_text() == "{not json"
+    await svc.start()  # the gateway starts, with no jobs until the file is fixed
+    await svc.stop()
+    assert path.read_bytes() == content
 
 
 def test_unknown_keys_survive_a_rewrite(tmp_path: Path) -> None:

@@ -193,3 +193,40 @@ def test_loose_files_nanobot_owns_are_not_called_private(home: Path, fake_llm: F
     assert checks["files"]["status"] == "fail" and str(memory_md) in checks["files"]["detail"]
     _doctor(home, "--fix")
     assert stat.S_IMODE(memory_md.stat().st_mode) == 0o600
+
+
+def _can_mount_privately() -> bool:
+    import subprocess
+
+    try:
+        return subprocess.run(["unshare", "-rmn", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.mark.skipif(not _can_mount_privately(), reason="needs user and mount namespaces (unshare -rmn)")
+def test_a_read_only_home_fails_the_files_check(home: Path, fake_llm: FakeLLMServer) -> None:
+    """Mounted read-only (an SD card after errors, a wrong Docker volume flag): doctor said healthy,
+    and the next message failed with "cannot save the conversation"."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    _setup(home, fake_llm.url)
+    check = (
+        "from pathlib import Path; from nanobot.doctor.local import check_files; "
+        f"c = check_files(Path({str(home / 'workspace')!r}), Path({str(home / 'config.json')!r}), fix=False); "
+        "print(c.status, c.detail)"
+    )
+    mount = f"mount --bind {shlex.quote(str(home))} {shlex.quote(str(home))} && " + (
+        f"mount -o remount,ro,bind {shlex.quote(str(home))}"
+    )
+    env = {**os.environ, "NANOBOT_HOME": str(home)}
+    result = subprocess.run(
+        ["unshare", "-rmn", "sh", "-c", f"{mount} && {shlex.join([sys.executable, '-c', check])}"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert result.stdout.startswith("fail not writable: " + str(home)), result.stdout + result.stderr
+    code, checks = _doctor(home)  # the same home, writable again
+    assert checks["files"]["status"] == "ok", checks["files"]

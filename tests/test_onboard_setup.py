@@ -211,3 +211,26 @@ def test_an_openai_base_url_from_the_environment_is_checked_too(home: Path) -> N
                      env={"OPENAI_API_KEY": "sk-x", "OPENAI_BASE_URL": "my-box:8000/v1"})
     assert result.returncode == 2, result.stderr
     assert "OPENAI_BASE_URL" in result.stderr and "URL with a host" in result.stderr
+
+
+def test_a_dangling_config_link_is_filled_and_pasted_values_are_trimmed(home: Path, tmp_path: Path) -> None:
+    """A config.json linked into dotfiles not written yet became a plain file of its own; keys and
+    tokens pasted with spaces around them were saved so (and later rejected)."""
+    dotfiles = tmp_path / "dotfiles" / "nanobot.json"  # neither the file nor its folder exists yet
+    (home / "config.json").symlink_to(dotfiles)
+    result = run_cli(
+        "onboard", "--provider", " openai ", "--api-key", " sk-abc123 ", "--telegram-token", " 123:ABC ",
+        "--no-check", home=home,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (home / "config.json").is_symlink() and dotfiles.is_file()
+    data = json.loads(dotfiles.read_text())
+    assert data["providers"]["openai"]["apiKey"] == "sk-abc123"
+    assert data["channels"]["telegram"]["token"] == "123:ABC"
+
+
+def test_a_config_nested_too_deeply_is_a_config_error(home: Path) -> None:
+    (home / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    result = run_cli("status", home=home)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "nested too deeply" in result.stderr

@@ -13,7 +13,7 @@ from nanobot.config.paths import secure_installation
 from nanobot.config.schema import Config
 from nanobot.config.templates import copy_templates
 from nanobot.providers.registry import credentials_gap
-from nanobot.util.fs import atomic_write
+from nanobot.util.fs import atomic_write, ensure_private_dir
 
 
 def onboard(
@@ -33,11 +33,19 @@ def onboard(
     from nanobot.cli import onboard_setup
 
     path = config_path(config)
-    answers = onboard_setup.Answers(provider, api_key, api_base, model, telegram_token, discord_token)
+    # pasted keys and tokens come with spaces around them (the questions strip their answers too)
+    given = (provider, api_key, api_base, model, telegram_token, discord_token)
+    answers = onboard_setup.Answers(*(value.strip() for value in given))
     try:
         onboard_setup.validate(answers)  # before anything is written
     except ValueError as exc:
         fail(f"Error: {exc}", EXIT_USAGE)
+    if path.is_symlink() and not path.exists():  # a dotfiles link whose target is not there yet
+        try:
+            path = path.resolve()
+            ensure_private_dir(path.parent)
+        except (OSError, RuntimeError) as exc:
+            fail(f"Error: {config_path(config)} is a link that leads nowhere usable ({exc})", EXIT_USAGE)
     created_config = not path.exists()
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not answers.any()
     # On a terminal the questions come whenever no provider is set up yet (the quick start's own

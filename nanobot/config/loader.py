@@ -112,6 +112,8 @@ def read_config_dict(path: Path) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a config file") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"{path}: not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "

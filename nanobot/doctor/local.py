@@ -14,6 +14,9 @@ from pathlib import Path
 
 from nanobot.config.loader import load_config, read_config_dict
 from nanobot.config.paths import (
+    CRON_DIR,
+    MEMORY_DIR,
+    SESSIONS_DIR,
     SKILLS_DIR,
     WORKSPACE_FOLDERS,
     ensure_workspace,
@@ -135,6 +138,19 @@ def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
             "files",
             "fail",
             f"the workspace {workspace} cannot be used: {unusable} (agents.defaults.workspace)",
+        )
+    # nanobot writes there every turn: a read-only mount or another user's folder fails every reply
+    read_only = [
+        str(p)
+        for p in (home, workspace, *(workspace / name for name in (SESSIONS_DIR, MEMORY_DIR, CRON_DIR)))
+        if p.is_dir() and not os.access(p, os.W_OK)
+    ]
+    if read_only:
+        return Check(
+            "files",
+            "fail",
+            "not writable: " + ", ".join(read_only) + " (a read-only mount, or owned by another user: "
+            "nanobot saves conversations and memory there)",
         )
     loose = [p for p in (home, config_path, workspace) if p.exists() and _loose(p)]
     # and what nanobot owns inside the workspace (transcripts, memory): every file of it is 0600

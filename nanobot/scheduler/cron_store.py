@@ -368,13 +368,17 @@ class CronStore:
             return []
         except OSError as exc:
             raise CronStoreError(f"{self.path}: cannot read ({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            raise CronStoreError(f"{self.path}: not a valid jobs file (not UTF-8: {exc}); fix or remove it") from None
         if not raw.strip():
             return []
         try:
             data = json.loads(raw)
             items = data["jobs"] if isinstance(data, dict) else data
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise ValueError("'jobs' must be a list of objects")
             return [CronJob.from_dict(item) for item in items]
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CronStoreError(f"{self.path}: not a valid jobs file ({exc}); fix or remove it") from None
 
     def mutate(self, change: Callable[[list[CronJob]], T]) -> T:
