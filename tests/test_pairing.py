@@ -204,6 +204,7 @@ def test_cli_uses_the_pairing_file_beside_the_chosen_config(tmp_path: Path) -> N
     """`-c` before or after the subcommand picks the store; list/approve/deny as a user runs them."""
     alt = tmp_path / "alt"
     alt.mkdir()
+    (alt / "config.json").write_text("{}\n")
     _, code = PairingStore(alt / "pairing.json").request("telegram", "42", "bob", "42")
     env = {**os.environ, "NANOBOT_HOME": str(tmp_path / "home")}
 
@@ -221,3 +222,33 @@ def test_cli_uses_the_pairing_file_beside_the_chosen_config(tmp_path: Path) -> N
     done = cli("pairing", "approve", str(code).lower(), "-c", str(alt / "config.json"))
     assert done.returncode == 0 and "Approved telegram sender 42 (@bob)" in done.stderr
     assert PairingStore(alt / "pairing.json").is_approved("telegram", "42")
+
+    missing = cli("pairing", "list", "-c", str(tmp_path / "typo.json"))
+    assert missing.returncode == 2 and "no such config file" in missing.stderr
+
+
+def test_a_broken_store_is_not_listed_as_empty_nor_rewritten_without_its_senders(tmp_path: Path) -> None:
+    """`approved` turned into an object by a hand edit: `approve` rewrote it as the new sender alone
+    (the others lost); `list` showed a broken store as empty with exit 0."""
+    home = tmp_path / "home"
+    home.mkdir()
+    store = PairingStore(home / "pairing.json")
+    _, code = store.request("telegram", "42", "bob", "42")
+    data = json.loads(store.path.read_text())
+    data["approved"] = {"alice": {"channel": "telegram", "sender_id": "7"}}
+    store.path.write_text(json.dumps(data))
+    before = store.path.read_text()
+    env = {**os.environ, "NANOBOT_HOME": str(home)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "nanobot", *args], capture_output=True, text=True, env=env, timeout=120
+        )
+
+    approve = cli("pairing", "approve", str(code))
+    assert approve.returncode == 1 and "fix or remove it" in approve.stderr, approve.stderr
+    assert store.path.read_text() == before
+    for broken in (before, "{bad", "[1, 2]"):
+        store.path.write_text(broken)
+        listed = cli("pairing", "list", "--json")
+        assert listed.returncode == 1 and listed.stdout == "" and "fix or remove it" in listed.stderr, listed

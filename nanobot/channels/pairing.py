@@ -135,18 +135,24 @@ class PairingStore:
             # Never guess: an unreadable store admits nobody new; the owner sees why.
             logger.error("pairing: {} is unreadable ({}); approved senders are not admitted", self.path, exc)
             return _empty()
-        if not isinstance(data, dict):
-            return _empty()
         try:
+            if not isinstance(data, dict):
+                raise ValueError("the file holds no object of pending, approved and denied senders")
             for key in ("pending", "approved", "denied"):
                 entries = data.get(key)
-                data[key] = [_entry(key, e) for e in entries] if isinstance(entries, list) else []
+                if entries is not None and not isinstance(entries, list):
+                    raise ValueError(f"'{key}' is not a list")  # rewriting it would drop the senders
+                data[key] = [_entry(key, e) for e in entries or []]
         except ValueError as exc:  # a hand edit gave an entry another shape: as unreadable as bad JSON
             if strict:
                 raise PairingError(f"{self.path}: {exc}; fix or remove it (nothing was changed)") from None
             logger.error("pairing: {}: {}; approved senders are not admitted", self.path, exc)
             return _empty()
         return data
+
+    def check_readable(self) -> None:
+        """PairingError when the file exists but cannot be read as a store (a hand edit gone wrong)."""
+        self._load(strict=True)
 
     def refresh(self) -> None:
         """Re-read the file if it changed since the last read (a stat; cheap)."""

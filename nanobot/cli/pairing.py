@@ -13,12 +13,13 @@ from dataclasses import asdict
 import typer
 
 from nanobot.channels.pairing import PairingError, PairingStore, pairing_path
-from nanobot.cli.common import EXIT_FAILURE, ConfigOption, config_path, err, fail
+from nanobot.cli.common import EXIT_FAILURE, ConfigOption, config_path, err, fail, require_named_config
 
 app = typer.Typer(no_args_is_help=True)
 
 
 def _store(config: ConfigOption) -> PairingStore:
+    require_named_config(config)
     return PairingStore(pairing_path(config_path(config)))
 
 
@@ -33,6 +34,10 @@ def list_requests(
 ) -> None:
     """Pending pairing requests (and the senders approved so far)."""
     store = _store(config)
+    try:
+        store.check_readable()  # a broken store listed as empty looked like nobody approved
+    except PairingError as exc:
+        fail(f"Error: {exc}", EXIT_FAILURE)
     pending, approved = store.pending(), store.approved()
     if as_json:
         print(
