@@ -150,3 +150,25 @@ async def test_half_an_emoji_from_the_model_is_kept_and_answered(make_config, fa
     assert stored[0]["content"] == "hello \ufffd there"
     assert "tea \ufffd" in stored[1]["tool_calls"][0]["function"]["arguments"]
     assert (config.workspace_path / "note.txt").read_text(encoding="utf-8") == "tea \ufffd"
+
+
+async def test_an_answer_cut_at_the_output_limit_says_so(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """finish_reason "length" was ignored: the user got half a sentence as the whole answer, and a
+    tool call cut off mid-arguments got only a JSON error, so the model sent it again, cut again."""
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    fake_llm.push(
+        Reply(content="This answer was cut in the mi", finish_reason="length"),
+        Reply(content=None, finish_reason="length",
+              tool_calls=[{"name": "write_file", "arguments": '{"path": "essay.md", "content": "Once upon a ti'}]),
+        Reply(content="I will write it in parts."),
+    )
+    try:
+        cut = await runtime.ask("tell me everything", session_key="telegram:3")
+        await runtime.ask("write the essay", session_key="telegram:3")
+    finally:
+        await runtime.aclose()
+    assert cut.startswith("This answer was cut in the mi") and "cut off" in cut and "maxTokens" in cut
+    tool_result = fake_llm.requests[-1]["messages"][-1]
+    assert tool_result["role"] == "tool" and "invalid arguments" in tool_result["content"]
+    assert "output limit" in tool_result["content"] and "smaller pieces" in tool_result["content"]

@@ -304,6 +304,18 @@ async def test_stream_split_across_reads_with_crlf_line_ends(route: str, fake_ll
     assert response.tool_calls[0].id == "t1" and response.tool_calls[0].arguments == {"a": "split"}
 
 
+async def test_streamed_tool_calls_without_an_index_stay_apart(route: str, fake_llm: FakeLLMServer) -> None:
+    """Some OpenAI-compatible servers stream tool calls without `index`: two calls were glued into one
+    (`list_dirlist_dir`, arguments `{...}{...}`), an unknown tool."""
+    calls = [{"id": "call_a", "name": "list_dir", "arguments": {"path": "."}},
+             {"id": "call_b", "name": "list_dir", "arguments": {"path": "memory"}}]
+    fake_llm.push(Reply(content=None, tool_calls=calls, stream_without_call_index=True))
+    response = await build(route, fake_llm.url).chat(MESSAGES, TOOLS, on_delta=_sink([]))
+    assert [(c.id, c.name, c.arguments) for c in response.tool_calls] == [
+        ("call_a", "list_dir", {"path": "."}), ("call_b", "list_dir", {"path": "memory"})
+    ]
+
+
 async def test_malformed_event_in_a_stream_is_retried_then_reported(
     route: str, fake_llm: FakeLLMServer
 ) -> None:

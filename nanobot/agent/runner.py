@@ -188,6 +188,8 @@ class TurnRunner:
                 # after the `message` tool answered in this chat, an empty final reply is expected;
                 # one that only wrote to another chat leaves this chat's user waiting for an answer
                 result.content = _answer(response.content, echo_source, allow_empty=result.answered_in_chat)
+                if response.finish_reason == "length" and result.content:
+                    result.content += CUT_OFF_NOTE  # the user always hears what happened
                 break
             if on_progress is not None:
                 if clean_reply(response.content, echo_source):
@@ -201,6 +203,12 @@ class TurnRunner:
                 "tool_calls": [c.to_message_dict() for c in response.tool_calls],
             }
             outputs = await self._execute_all(response.tool_calls, ctx, tool_names)
+            if response.finish_reason == "length":  # a JSON error alone made models send it again, cut again
+                outputs = [
+                    f"{out}\n{CUT_OFF_ARGUMENTS.format(max_tokens=self.max_tokens)}"
+                    if out.startswith("Error: invalid arguments") else out
+                    for out in outputs
+                ]
             group = [assistant]
             for call, output in zip(response.tool_calls, outputs, strict=True):
                 result.tools_used.append(call.name)
@@ -231,6 +239,12 @@ class TurnRunner:
         await _emit(on_messages, [final])
         return result
 
+
+CUT_OFF_NOTE = "\n\n[The answer was cut off here: it reached the model's output limit (agents.defaults.maxTokens).]"
+CUT_OFF_ARGUMENTS = (
+    "Your reply reached the output limit of {max_tokens} tokens, which cut these arguments off. "
+    "Send the content in smaller pieces (several write_file / edit_file calls), not the same call again."
+)
 
 FINAL_ANSWER_NUDGE = (
     "You have used all your tool steps for this turn. Answer the user now with what you have, "

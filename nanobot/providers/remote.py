@@ -218,6 +218,7 @@ async def collect_stream(
     """
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
+    moved: dict[int, int] = {}  # a server's index whose pieces now go to a new call (_call_index)
     finish: str | None = None
     usage = Usage()
     answered = False  # some chunk carried a message part (litellm invents chunks for a bad stream)
@@ -238,7 +239,7 @@ async def collect_stream(
                 text.append(content)
                 await on_delta(content)
             for tc in pieces:
-                slot = calls.setdefault(_field(tc, "index") or 0, {"id": None, "name": "", "arguments": ""})
+                slot = calls.setdefault(_call_index(tc, calls, moved), {"id": None, "name": "", "arguments": ""})
                 slot["id"] = _field(tc, "id") or slot["id"]
                 fn = _field(tc, "function")
                 if fn is not None:
@@ -257,3 +258,18 @@ async def collect_stream(
     return LLMResponse(
         content="".join(text) or None, tool_calls=tool_calls, finish_reason=finish, usage=usage
     )
+
+
+def _call_index(piece: Any, calls: dict[int, dict[str, Any]], moved: dict[int, int]) -> int:
+    """Which tool call a streamed piece belongs to. Some servers leave `index` out (or the client
+    fills in 0 for each): a piece that brings another call's id then starts a new call, and the
+    pieces after it continue that one - two calls were glued into one unknown tool."""
+    given = _field(piece, "index")
+    index = given if isinstance(given, int) else (max(calls) if calls else 0)
+    index = moved.get(index, index)
+    new_id = _field(piece, "id")
+    if index in calls and new_id and calls[index]["id"] and new_id != calls[index]["id"]:
+        fresh = max(calls) + 1
+        moved[given if isinstance(given, int) else index] = fresh
+        return fresh
+    return index

@@ -43,6 +43,10 @@ class Reply:
     stream_bad_event: str | None = None  # sent as one event's data after the first delta (e.g. not JSON)
     # the connection closes after this many pieces of the text: no finish_reason, no [DONE]
     stream_cut_after: int | None = None
+    # streamed tool calls without their `index` (some OpenAI-compatible servers), each in two pieces:
+    # id and name first, then the arguments
+    stream_without_call_index: bool = False
+    finish_reason: str | None = None  # instead of "tool_calls" / "stop" (e.g. "length": cut at max_tokens)
 
 
 Responder = Callable[[dict[str, Any]], "Reply | dict[str, Any] | str"]
@@ -224,6 +228,12 @@ class FakeLLMServer(ThreadedHTTPFake):
                         return
                     emit({"content": piece})
                 for i, call in enumerate(reply.tool_calls):
+                    arguments = _args_text(call.get("arguments", {}))
+                    if reply.stream_without_call_index:
+                        head = {"id": call.get("id", f"call_{i}"), "type": "function"}
+                        emit({"tool_calls": [{**head, "function": {"name": call["name"], "arguments": ""}}]})
+                        emit({"tool_calls": [{"function": {"arguments": arguments}}]})
+                        continue
                     emit(
                         {
                             "tool_calls": [
@@ -231,15 +241,12 @@ class FakeLLMServer(ThreadedHTTPFake):
                                     "index": i,
                                     "id": call.get("id", f"call_{i}"),
                                     "type": "function",
-                                    "function": {
-                                        "name": call["name"],
-                                        "arguments": _args_text(call.get("arguments", {})),
-                                    },
+                                    "function": {"name": call["name"], "arguments": arguments},
                                 }
                             ]
                         }
                     )
-                finish = "tool_calls" if reply.tool_calls else "stop"
+                finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
                 emit(
                     {},
                     finish,
@@ -276,7 +283,11 @@ def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         "created": int(time.time()),
         "model": body.get("model", "fake"),
         "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"),
+            }
         ],
         "usage": {
             "prompt_tokens": reply.prompt_tokens,
