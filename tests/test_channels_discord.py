@@ -215,6 +215,18 @@ async def test_long_reply_split_at_2000_with_fences(server, gateway_factory) -> 
     assert any(p.startswith("```js\n") for p in parts[1:])
 
 
+async def test_a_runaway_reply_is_cut_at_ten_messages(server, gateway_factory) -> None:
+    gw = await gateway_factory(make_config(server)).start()
+    reply = "".join(f"line {i} of a reply that goes on and on\n" for i in range(3000))  # ~60 parts
+    await gw.bus.publish_outbound(OutboundMessage("discord", str(DM_CHANNEL_ID), reply))
+    async with asyncio.timeout(20):
+        while not any("The reply was cut here" in c.params["content"] for c in server.calls_to("send_message")):
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    parts = [c.params["content"] for c in server.calls_to("send_message")]
+    assert len(parts) == 10 and parts[0].startswith("line 0 of") and "cut here" in parts[-1]
+
+
 async def test_attachments_downloaded(server, gateway_factory, tmp_path: Path) -> None:
     gw = await gateway_factory(make_config(server)).start()
     image = server.add_attachment("cat.png", b"\x89PNG-cat", "image/png")

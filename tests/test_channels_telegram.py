@@ -266,6 +266,18 @@ async def test_long_reply_is_split_formatted_and_fenced(server, gateway_factory)
     assert any('<pre><code class="language-python">x_' in c.params["text"] for c in sends[1:])
 
 
+async def test_a_runaway_reply_is_cut_at_ten_messages(server, gateway_factory) -> None:
+    """A model that ignored max_tokens answered 5 MB: 1,250 messages, minutes of a flooded chat."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    reply = "".join(f"line {i} of a reply that goes on and on\n" for i in range(5000))  # ~50 parts
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content=reply))
+    sends = await server.wait_for("sendMessage", count=10)
+    await asyncio.sleep(0.3)
+    sends = server.calls_to("sendMessage")
+    assert len(sends) == 10 and "line 0 of" in sends[0].params["text"]
+    assert "The reply was cut here" in sends[-1].params["text"], sends[-1].params["text"]
+
+
 async def test_rejected_html_is_resent_as_plain_text(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start(respond=False)
     server.fail_next("sendMessage", 400, description="Bad Request: can't parse entities: unsupported tag")

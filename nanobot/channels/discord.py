@@ -35,7 +35,7 @@ from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.markdown import markdown_to_discord
 from nanobot.channels.media import MediaItem
-from nanobot.channels.split import DISCORD_MAX_CHARS, split_message
+from nanobot.channels.split import DISCORD_MAX_CHARS, capped_parts, split_message
 
 GUILD_READY_TIMEOUT_S = 2.0  # discord.py's wait for GUILD_CREATEs after READY
 REIDENTIFY_DELAY_S = 5.0  # discord.py's default pause before a non-initial IDENTIFY
@@ -264,7 +264,8 @@ class DiscordChannel(Channel):
 
     async def _send_text(self, msg: OutboundMessage) -> None:
         target = self._target(msg.chat_id)
-        for index, part in enumerate(split_message(markdown_to_discord(msg.content), DISCORD_MAX_CHARS)):
+        parts = capped_parts(split_message(markdown_to_discord(msg.content), DISCORD_MAX_CHARS), str)
+        for index, part in enumerate(parts):
             reference = None
             if index == 0 and msg.reply_to:
                 reference = discord.MessageReference(

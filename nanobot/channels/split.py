@@ -13,9 +13,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TypeVar
 
 TELEGRAM_MAX_CHARS = 4096
 DISCORD_MAX_CHARS = 2000
+# Messages one reply may become: a model that ignores max_tokens (5 MB) made 1,250 messages, minutes
+# of a flooded chat. Past it the last message says the reply was cut (the session keeps it whole).
+MAX_REPLY_PARTS = 10
+
+T = TypeVar("T")
+
+
+def capped_parts(parts: list[T], note: Callable[[str], T]) -> list[T]:
+    """`parts`, or the first MAX_REPLY_PARTS - 1 of them and `note(text)` saying the rest was cut."""
+    if len(parts) <= MAX_REPLY_PARTS:
+        return parts
+    text = (
+        f"[The reply was cut here: it would have taken {len(parts)} messages. "
+        "Ask for the rest in smaller parts.]"
+    )
+    return [*parts[: MAX_REPLY_PARTS - 1], note(text)]
 
 _FENCE_LINE = re.compile(r"^ {0,3}(```+|~~~+)(.*)$")
 _CLOSE_ROOM = 12  # room kept for a closing fence: a newline and the marker (longer ones are reset)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from html import escape
 from typing import Any
 
 from loguru import logger
@@ -39,7 +40,7 @@ from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import telegram_parts
 from nanobot.channels.media import Received
-from nanobot.channels.split import TELEGRAM_MAX_CHARS
+from nanobot.channels.split import TELEGRAM_MAX_CHARS, capped_parts
 from nanobot.channels.telegram_media import Albums, album_of, download_media, shared_as_text
 from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
 
@@ -314,7 +315,8 @@ class TelegramChannel(Channel):
         if self.bot is None:
             raise RuntimeError("telegram channel is not started")
         stream = await self.previews.take(str(msg.metadata.get("stream_id", "")))
-        for index, (html, part) in enumerate(telegram_parts(msg.content, TELEGRAM_MAX_CHARS)):
+        parts = capped_parts(telegram_parts(msg.content, TELEGRAM_MAX_CHARS), lambda note: (escape(note), note))
+        for index, (html, part) in enumerate(parts):
             if index == 0 and stream is not None and stream.message_id is not None:
                 await self._edit_part(msg.chat_id, stream.message_id, html, part)
             else:
