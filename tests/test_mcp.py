@@ -61,6 +61,49 @@ def test_tool_names_are_sanitised_bounded_and_unique() -> None:
     assert TOOL_NAME_RE.match(tool_name("ü/ñ", "héllo wörld!"))
 
 
+def test_names_of_servers_whose_prefixes_overlap_never_clash() -> None:
+    """Server `a` with tool `b_c` and server `a_b` with tool `c` both gave `mcp_a_b_c`: which one got
+    the plain name depended on which was up, so a name switched servers between turns."""
+    servers = ["a", "a_b", "other"]
+    first, second = tool_name("a", "b_c", servers=servers), tool_name("a_b", "c", servers=servers)
+    assert first != second and TOOL_NAME_RE.match(first) and TOOL_NAME_RE.match(second)
+    assert first == tool_name("a", "b_c", taken={second}, servers=servers)  # whoever came first
+    assert tool_name("other", "c", servers=servers) == "mcp_other_c"  # others keep plain names
+
+
+async def test_tool_names_do_not_depend_on_which_servers_are_up(http_server: fakes.HTTPServerThread) -> None:
+    manager = MCPManager(
+        {"web": MCPServerConfig(url=http_server.url), "web_echo": MCPServerConfig(command="/nonexistent/x")},
+        retry_base_s=60,
+    )
+    try:
+        names = sorted(t.name for t in await manager.tools())
+        assert "mcp_web_echo" not in names and any(n.startswith("mcp_web_echo_") for n in names)
+        assert {row["name"]: row["tools"] for row in manager.status()}["web"] == names  # mcp list agrees
+    finally:
+        await manager.aclose()
+
+
+async def test_tool_definitions_past_their_share_of_the_window_are_left_out(
+    http_server: fakes.HTTPServerThread, warnings: list[str]
+) -> None:
+    """Every tool definition goes with every request: servers with hundreds of large schemas filled
+    the window before the first word, and every message failed with "send /new"."""
+    manager = MCPManager({"web": MCPServerConfig(url=http_server.url)}, schema_budget_tokens=150)
+    try:
+        names = [t.name for t in await manager.tools()]
+        everything = MCPManager({"web": MCPServerConfig(url=http_server.url)})
+        all_names = [t.name for t in await everything.tools()]
+        await everything.aclose()
+        assert 0 < len(names) < len(all_names)
+        left_out = [w for w in warnings if "left out" in w]
+        assert len(left_out) == 1 and "enabledTools" in left_out[0], warnings
+        await manager.tools()
+        assert len([w for w in warnings if "left out" in w]) == 1  # said once, not every turn
+    finally:
+        await manager.aclose()
+
+
 def test_transport_type_is_detected_from_command_or_url() -> None:
     assert detect_type(MCPServerConfig(command="npx")) == "stdio"
     assert detect_type(MCPServerConfig(url="http://127.0.0.1:9/mcp")) == "streamableHttp"

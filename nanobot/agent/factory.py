@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from nanobot.agent.tools.mcp import MCPManager
 
 SMALL_LOCAL_WINDOW_TOKENS = 8192
+MCP_SCHEMA_SHARE_DIVISOR = 4  # MCP tool definitions may take a quarter of the context window
 DEFAULT_SESSION_KEY = "cli:direct"
 CLOSE_TIMEOUT_S = 5.0
 CLOSE_GRACE_S = 3.0  # turns still running at close (e.g. the terminal interrupted by Ctrl-C)
@@ -272,7 +273,8 @@ def build_runtime(
     if config.tools.mcp_servers:
         from nanobot.agent.tools.mcp import MCPManager
 
-        mcp = MCPManager(config.tools.mcp_servers)
+        # tool definitions go with every request: MCP servers get a quarter of the window for theirs
+        mcp = MCPManager(config.tools.mcp_servers, schema_budget_tokens=window // MCP_SCHEMA_SHARE_DIVISOR)
         closers.append(mcp.aclose)
 
     extra = []

@@ -24,6 +24,7 @@ from nanobot.agent.tools.mcp_connection import (
     tool_name,
 )
 from nanobot.config.schema import MCPServerConfig
+from nanobot.providers.tokens import count_tools
 from nanobot.secrets import mask
 from nanobot.util.tasks import finish_or_cancel
 
@@ -64,26 +65,64 @@ class MCPTool(Tool):
 
 
 class MCPManager:
-    """All configured MCP servers: lazy connection, tool discovery, status and shutdown."""
+    """All configured MCP servers: lazy connection, tool discovery, status and shutdown.
 
-    def __init__(self, servers: dict[str, MCPServerConfig], retry_base_s: float = RETRY_BASE_S) -> None:
+    Tool definitions go with every request: past `schema_budget_tokens` (a share of the context
+    window) the remaining tools are left out, server by server in name order, with a warning naming
+    them. Two servers' 128 tools of 8,000-character schemas took 119k tokens, over the window
+    before the first word, and every message failed with "send /new"."""
+
+    def __init__(
+        self,
+        servers: dict[str, MCPServerConfig],
+        retry_base_s: float = RETRY_BASE_S,
+        schema_budget_tokens: int | None = None,
+    ) -> None:
         self.connections = {
             name: MCPServerConnection(name, cfg, retry_base_s) for name, cfg in sorted(servers.items())
         }
+        self.schema_budget_tokens = schema_budget_tokens
+        self._left_out_reported: tuple[str, ...] = ()
+
+    def _names(self, conn: MCPServerConnection) -> list[str]:
+        """The wrapped names of a server's tools, in its listing's order; they depend on nothing but
+        the configured server names and its own tools (not on which servers are up)."""
+        taken: set[str] = set()
+        names: list[str] = []
+        for remote in conn.remote_tools:  # the last known list, also while idle or failed
+            names.append(tool_name(conn.name, remote.name, taken, self.connections))
+            taken.add(names[-1])
+        return names
 
     async def tools(self) -> list[Tool]:
         """Connect servers not yet connected (failed ones after their backoff) and return their tools."""
         await asyncio.gather(*(c.ensure_ready() for c in self.connections.values()))
-        taken: set[str] = set()
         result: list[Tool] = []
+        used, left_out = 0, []
         for conn in self.connections.values():
             if conn.state != "ready":
                 continue
-            for remote in conn.remote_tools:
-                name = tool_name(conn.name, remote.name, taken)
-                taken.add(name)
-                result.append(MCPTool(conn, remote, name))
+            for remote, name in zip(conn.remote_tools, self._names(conn), strict=True):
+                tool = MCPTool(conn, remote, name)
+                cost = count_tools([tool.to_schema()])
+                if self.schema_budget_tokens is not None and used + cost > self.schema_budget_tokens:
+                    left_out.append(name)
+                    continue
+                used += cost
+                result.append(tool)
+        self._report_left_out(tuple(left_out))
         return sorted(result, key=lambda t: t.name)
+
+    def _report_left_out(self, left_out: tuple[str, ...]) -> None:
+        if left_out and left_out != self._left_out_reported:
+            logger.warning(
+                "MCP: {} tool(s) left out, their definitions would pass {} tokens (a quarter of the "
+                "context window; they go with every request): {}. Narrow the servers with enabledTools.",
+                len(left_out),
+                self.schema_budget_tokens,
+                ", ".join(left_out[:10]) + (" ..." if len(left_out) > 10 else ""),
+            )
+        self._left_out_reported = left_out
 
     async def register_into(self, registry: ToolRegistry) -> list[str]:
         """Register every available MCP tool; returns the names registered."""
@@ -96,12 +135,7 @@ class MCPManager:
         """One entry per server: name, type, state, error and its tools' wrapped names."""
         rows: list[dict[str, Any]] = []
         for conn in self.connections.values():
-            taken: set[str] = set()
-            names: list[str] = []
-            for remote in conn.remote_tools:  # the last known list, also while idle or failed
-                names.append(tool_name(conn.name, remote.name, taken))
-                taken.add(names[-1])
-            names.sort()
+            names = sorted(self._names(conn))
             # a failing server's stderr often echoes its token: masked for every reader of the status
             error = mask(conn.error) if conn.error else conn.error
             row = {"name": conn.name, "type": conn.kind or "?", "state": conn.state, "error": error}

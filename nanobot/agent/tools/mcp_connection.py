@@ -13,6 +13,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,12 +49,21 @@ class ConnectionLost(Exception):
     """The session died under a call (process exit, closed stream, expired HTTP session)."""
 
 
-def tool_name(server: str, tool: str, taken: set[str] | None = None) -> str:
-    """``mcp_<server>_<tool>`` sanitised to ^[A-Za-z0-9_-]{1,64}$; long/clashing names get a hash."""
+def tool_name(server: str, tool: str, taken: set[str] | None = None, servers: Collection[str] = ()) -> str:
+    """``mcp_<server>_<tool>`` sanitised to ^[A-Za-z0-9_-]{1,64}$. A long name, one already `taken`
+    (two tools of one server alike once sanitised) and every name of a server whose prefix overlaps
+    another configured server's (`a` and `a_b`: both could give `mcp_a_b_c`) get a hash of the
+    (server, tool) pair: a name never depends on which servers happen to be up."""
     raw = f"mcp_{server}_{tool}"
     name = _UNSAFE.sub("_", raw)
-    if len(name) > MAX_TOOL_NAME_CHARS or (taken is not None and name in taken):
-        digest = hashlib.sha1(raw.encode()).hexdigest()[:8]
+    prefix = _UNSAFE.sub("_", f"mcp_{server}_")
+    overlapping = any(
+        other != server and (p.startswith(prefix) or prefix.startswith(p))
+        for other in servers
+        for p in (_UNSAFE.sub("_", f"mcp_{other}_"),)
+    )
+    if len(name) > MAX_TOOL_NAME_CHARS or (taken is not None and name in taken) or overlapping:
+        digest = hashlib.sha1(f"{server}\0{tool}".encode()).hexdigest()[:8]
         name = f"{name[: MAX_TOOL_NAME_CHARS - 9]}_{digest}"
     return name
 
