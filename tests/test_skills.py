@@ -73,6 +73,8 @@ def test_frontmatter_fields_are_parsed(tmp_path: Path) -> None:
         ("---\ndescription: d\nrequires: {programs: [gh]}\n---\n", "unknown key(s) in 'requires': programs"),
         ("---\nname: ../escape\ndescription: d\n---\n", "invalid name"),
         ("---\ndescription: never closed\n", "no YAML frontmatter"),
+        # read whole twice per prompt rebuild, a 300 MB one took ~1 GB of the gateway's memory
+        ("---\ndescription: huge\n---\n" + "x" * (300 * 1024), "larger than 256 KiB"),
     ],
 )
 def test_malformed_skill_is_skipped_with_a_clear_warning(

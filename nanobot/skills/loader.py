@@ -16,6 +16,7 @@ from it stays byte-identical across turns (prompt cache).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -27,11 +28,12 @@ import yaml
 from loguru import logger
 
 from nanobot.config.paths import SKILLS_DIR
-from nanobot.util.nofollow import read_regular_text
+from nanobot.util.nofollow import read_regular_bytes
 
 BUILTIN_SKILLS_DIR = Path(__file__).resolve().parent
 SKILL_FILE = "SKILL.md"
 MAX_SUMMARY_DESCRIPTION_CHARS = 200
+MAX_SKILL_BYTES = 256 * 1024  # a larger SKILL.md is skipped with a warning
 SUMMARY_LINES_SHARE = 0.8  # of the list's budget for whole lines; the rest names the other skills
 MIN_INLINE_BODY_CHARS = 80  # below this a truncated always-on skill is only pointed at
 _FRONTMATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)^---[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
@@ -59,11 +61,16 @@ def parse_skill_file(path: Path, source: str, beneath: Path | None = None) -> Sk
     """Parse one SKILL.md; raises SkillError naming the problem. With `beneath` (the workspace's
     skills) only a regular file below it is read, never through a symlink (OSError): a command can
     plant links in the workspace, and a skill's text goes into the prompt."""
-    text = (
-        read_regular_text(path, beneath=beneath)
-        if beneath
-        else path.read_text(encoding="utf-8", errors="replace")
-    )
+    try:
+        # a built-in skill (no `beneath`) ships with nanobot
+        data = read_regular_bytes(path, beneath=beneath, max_bytes=MAX_SKILL_BYTES) if beneath else path.read_bytes()
+    except OSError as exc:
+        if exc.errno == errno.EFBIG:  # read whole (twice per prompt) it took ~1 GB of memory
+            raise SkillError(f"larger than {MAX_SKILL_BYTES // 1024} KiB: a skill is instructions, not data") from None
+        raise
+    if len(data) > MAX_SKILL_BYTES:
+        raise SkillError(f"larger than {MAX_SKILL_BYTES // 1024} KiB: a skill is instructions, not data")
+    text = data.decode("utf-8", errors="replace")
     match = _FRONTMATTER.match(text)
     if match is None:
         raise SkillError("no YAML frontmatter (the file must start with a '---' block holding a description)")
