@@ -6,6 +6,7 @@ the local fake LLM, so the real client library and a real socket carry each requ
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -228,6 +229,36 @@ def keep_alive_server():  # noqa: ANN201
     listener.close()
 
 
+@pytest.fixture
+def resetting_server():  # noqa: ANN201
+    """A server that starts its answer, then resets the connection (RST) in the middle of it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"choi')
+                time.sleep(0.05)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    listener.close()
+
+
+async def test_a_connection_reset_mid_answer_is_not_called_unreachable(resetting_server: str) -> None:
+    """The server was reached and began answering: "could not be reached; check its address" sent the
+    user after a configuration that was right."""
+    with pytest.raises(LLMError) as info:
+        await build("direct", resetting_server, retries=0).chat(MESSAGES)
+    assert info.value.kind == "cut_off" and "check its address" not in str(info.value), info.value
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_server_that_only_keeps_the_connection_alive_times_out(
     route: str, stream: bool, keep_alive_server: str
@@ -252,6 +283,17 @@ async def test_malformed_json_is_retried_then_reported(
     with pytest.raises(LLMError) as info:
         await build(route, fake_llm.url, retries=1).chat(MESSAGES)
     assert info.value.kind == "malformed" and "malformed" in str(info.value)
+
+
+async def test_a_login_page_instead_of_a_completion_is_malformed_not_a_server_failure(
+    route: str, fake_llm: FakeLLMServer
+) -> None:
+    """A proxy's HTML page with status 200 read as "the provider is failing (HTTP 500)"."""
+    page = Reply(raw_body="<html><body>Login required</body></html>", headers={"Content-Type": "text/html"})
+    fake_llm.push(page, page)
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url, retries=1).chat(MESSAGES)
+    assert info.value.kind == "malformed" and "HTTP 500" not in str(info.value), info.value
 
 
 async def test_malformed_stream_is_reported(route: str, fake_llm: FakeLLMServer) -> None:
@@ -334,8 +376,11 @@ async def test_a_stream_cut_before_the_model_finished_is_retried_not_taken_as_th
     of the answer (a proxy's idle limit, a server restarting) looked like a complete, shorter reply."""
     whole = "The appointment is on Monday at nine, not on Tuesday."
     fake_llm.push(Reply(content=whole, stream_cut_after=4), Reply(content=whole))
-    response = await build(route, fake_llm.url).chat(MESSAGES, on_delta=_sink([]))
+    deltas: list[str] = []
+    response = await build(route, fake_llm.url).chat(MESSAGES, on_delta=_sink(deltas))
     assert response.content == whole and len(fake_llm.requests) == 2
+    # the retry's text is not streamed into the preview again ("The appointment is The appointment...")
+    assert "".join(deltas) == "The appointment is on ", deltas
     fake_llm.push(*[Reply(content=whole, stream_cut_after=4)] * 2)
     with pytest.raises(LLMError) as info:
         await build(route, fake_llm.url, retries=1).chat(MESSAGES, on_delta=_sink([]))
@@ -349,6 +394,10 @@ async def test_a_rate_limit_too_long_to_wait_says_how_long(route: str, fake_llm:
     with pytest.raises(LLMError) as info:
         await build(route, fake_llm.url, retries=2).chat(MESSAGES)
     assert info.value.kind == "rate_limit" and "wait 120 s" in str(info.value), info.value
+    fake_llm.push(Reply(status=429, headers={"Retry-After": "Fri, 31 Dec 2100 23:59:59 GMT"}))
+    with pytest.raises(LLMError) as info:
+        await build(route, fake_llm.url, retries=2).chat(MESSAGES)
+    assert re.search(r"wait \d+ days before", str(info.value)), info.value  # not "2300464315 s"
 
 
 async def test_stream_429_waits_for_retry_after(route: str, fake_llm: FakeLLMServer) -> None:

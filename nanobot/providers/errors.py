@@ -25,8 +25,10 @@ _CONNECTION_NAMES = frozenset({"APIConnectionError", "ConnectError", "RemoteProt
 #: a stream cut before its finish_reason, in our words (StreamCutError) and litellm's, which rebuilds
 #: the error as an APIConnectionError with only the text left
 _STREAM_CUT_MARKER = "stream ended before"
-#: litellm reports a completion without choices through a generic error carrying this text
+#: litellm reports a completion without choices, and a body that is no completion at all (a proxy's
+#: HTML login page with status 200), through generic errors (its "500") carrying these texts
 _NO_CHOICES_MARKER = "no 'choices'"
+_INVALID_BODY_MARKER = "empty or invalid response from llm endpoint"
 
 
 class MalformedResponseError(Exception):
@@ -68,7 +70,10 @@ def _is_malformed(chain: list[BaseException]) -> bool:
     for node in chain:
         if isinstance(node, (MalformedResponseError, json.JSONDecodeError)):
             return True
-        if type(node).__name__ == "APIResponseValidationError" or _NO_CHOICES_MARKER in str(node):
+        text = str(node)
+        if type(node).__name__ == "APIResponseValidationError" or _NO_CHOICES_MARKER in text:
+            return True
+        if _INVALID_BODY_MARKER in text.lower():
             return True
     return False
 
@@ -159,12 +164,20 @@ _MESSAGES = {
 }
 
 
+def _duration(seconds: float) -> str:
+    """120 s, 3 h, 2 days: a Retry-After given as a date far ahead read "2300464315 s"."""
+    for unit, size, least in (("days", 86_400, 2), ("h", 3_600, 2), ("min", 60, 10)):
+        if seconds >= least * size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def to_llm_error(exc: BaseException, failure: Failure) -> LLMError:
     """The user-facing error for a failure: never the provider's own text (it may echo secrets)."""
     message = _MESSAGES.get(failure.kind)
     if failure.kind == "rate_limit" and failure.retry_after_s:  # the wait it asked for was too long to hold
         message = (
-            f"The model provider is rate-limiting requests; it asks to wait {failure.retry_after_s:.0f} s "
+            f"The model provider is rate-limiting requests; it asks to wait {_duration(failure.retry_after_s)} "
             "before trying again."
         )
     elif message is None and failure.status == 422:

@@ -186,10 +186,10 @@ class _Exchange:
             try:
                 event = protocol.next_event()
             except h11.RemoteProtocolError as exc:  # not HTTP, or the body was cut short
-                raise ConnectError(f"the server broke the HTTP exchange: {exc}") from exc
+                raise ConnectError(self._cut(f"the server broke the HTTP exchange: {exc}")) from exc
             if event is not h11.NEED_DATA:
                 if isinstance(event, h11.ConnectionClosed):
-                    raise ConnectError("the server closed the connection before answering in full")
+                    raise ConnectError(self._cut("the server closed the connection before answering in full"))
                 return event
             try:
                 # per read, never across a `yield` of the event stream (its reader may be slow)
@@ -198,9 +198,14 @@ class _Exchange:
             except TimeoutError:
                 raise
             except OSError as exc:
-                raise ConnectError(f"the connection failed: {exc}") from exc
+                raise ConnectError(self._cut(f"the connection failed: {exc}")) from exc
             self.answered = self.answered or bool(data)
             protocol.receive_data(data)
+
+    def _cut(self, what: str) -> str:
+        """The error text; once some of the answer arrived the server was reached, and the text says
+        so in the words the error classes know ("stream ended before", not "could not be reached")."""
+        return f"{what} (the answer stream ended before it was complete)" if self.answered else what
 
     async def body(self) -> bytes:
         parts = []

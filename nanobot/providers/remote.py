@@ -87,11 +87,24 @@ class RemoteProvider(LLMProvider):
             if call.tool_choice is not None:
                 request["tool_choice"] = call.tool_choice
         attempt = 0
+        streamed = False  # an attempt has put text in the chat's live preview
+
+        async def on_delta(delta: str) -> None:
+            nonlocal streamed
+            streamed = True
+            assert call.on_delta is not None
+            await call.on_delta(delta)
+
+        async def dropped(_delta: str) -> None:
+            """A retry after text was shown streams its answer again from the start: the preview
+            would read "good good good ..."; the final message replaces the preview instead."""
+
         while True:
             try:
                 if call.on_delta is not None:
                     stream = await self._open_stream(request)
-                    return await collect_stream(stream, call.on_delta, idle_s=self.timeout_s)
+                    sink = dropped if streamed else on_delta
+                    return await collect_stream(stream, sink, idle_s=self.timeout_s)
                 # the whole request: a server that keeps the connection alive with a byte now and
                 # then never trips the transport's per-read timeout
                 async with asyncio.timeout(self.timeout_s):

@@ -121,7 +121,8 @@ class FakeLLMServer(ThreadedHTTPFake):
             ) -> None:
                 data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                if "Content-Type" not in (headers or {}):
+                    self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
