@@ -447,3 +447,34 @@ def test_a_boolean_sub_schema_is_accepted_not_a_crash() -> None:
     schema = {"type": "object", "properties": {"x": True, "n": {"type": "integer"}}, "required": ["n"]}
     assert validate_against_schema({"x": [1], "n": 2}, schema, "") == []
     assert validate_against_schema({"x": 1}, schema, "") == ["n: required"]
+
+
+@pytest.mark.parametrize(("status", "said"), [(401, "HTTP 401 Unauthorized: check the server's credentials"),
+                                             (500, "HTTP 500 Internal Server Error")])
+async def test_an_http_server_refusing_says_its_status(status: int, said: str) -> None:
+    """A wrong token and a crashing server both read "Server returned an error response"."""
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST  # noqa: N815
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    manager = MCPManager({"api": MCPServerConfig(url=f"http://127.0.0.1:{server.server_port}/mcp",
+                                                 connect_timeout_s=10)})
+    try:
+        assert await manager.tools() == []
+        error = manager.status()[0]["error"]
+        assert said in error, error
+    finally:
+        await manager.aclose()
+        server.shutdown()

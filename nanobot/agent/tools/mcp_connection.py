@@ -20,6 +20,7 @@ from typing import Any, Literal
 from loguru import logger
 
 from nanobot.agent.tools.mcp_transport import (
+    HttpErrorStatus,
     StderrTail,
     describe_error,
     detect_type,
@@ -123,6 +124,7 @@ class _Generation:
     ready: asyncio.Future[list[Any]] = field(default_factory=_new_future)
     task: asyncio.Task[None] | None = None
     stderr: StderrTail | None = None
+    http_status: HttpErrorStatus = field(default_factory=HttpErrorStatus)
     live: bool = False
 
     def __post_init__(self) -> None:
@@ -184,7 +186,10 @@ class MCPServerConnection:
             tail = await gen.stderr.tail() if gen.stderr is not None else ""
             if isinstance(exc, TimeoutError) and not str(exc):
                 exc = TimeoutError(f"no answer within {self.cfg.connect_timeout_s:g}s (connectTimeoutS)")
-            self._mark_failed(describe_error(exc) + (f" (stderr: {tail})" if tail else ""))
+            said = f" (stderr: {tail})" if tail else ""
+            if gen.http_status.last:
+                said += f" ({gen.http_status.last})"
+            self._mark_failed(describe_error(exc) + said)
             return False
         patterns = self.cfg.enabled_tools
         enabled = [t for t in listing if tool_enabled(self.name, t.name, patterns)]
@@ -227,7 +232,7 @@ class MCPServerConnection:
                 # task group opened inside must not outlive a scope that is exited early.
                 scope.deadline = anyio.current_time() + self.cfg.connect_timeout_s
                 async with AsyncExitStack() as stack:
-                    read, write = await open_transport(stack, self.kind, self.cfg, stderr)
+                    read, write = await open_transport(stack, self.kind, self.cfg, stderr, gen.http_status)
                     info = Implementation(name="nanobot", version="1")
                     session = await stack.enter_async_context(ClientSession(read, write, client_info=info))
                     await session.initialize()

@@ -88,8 +88,27 @@ class StderrTail:
         return " | ".join(self._lines)[-STDERR_TAIL_MAX_CHARS:]
 
 
+class HttpErrorStatus:
+    """The last error status an HTTP server answered: the SDK reports a 401 and a 500 alike ("Server
+    returned an error response"), and a user with a wrong token needs to hear which it was."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    async def on_response(self, response: Any) -> None:
+        status = int(response.status_code)
+        if status >= 400:
+            self.last = f"HTTP {status} {response.reason_phrase}".strip()
+            if status in (401, 403):
+                self.last += ": check the server's credentials (its headers in tools.mcpServers)"
+
+
 async def open_transport(
-    stack: AsyncExitStack, kind: str, cfg: MCPServerConfig, stderr: StderrTail | None
+    stack: AsyncExitStack,
+    kind: str,
+    cfg: MCPServerConfig,
+    stderr: StderrTail | None,
+    http_status: HttpErrorStatus | None = None,
 ) -> tuple[Any, Any]:
     """Enter the transport for `kind` on `stack` and return its (read, write) streams."""
     if kind == "stdio":
@@ -120,7 +139,8 @@ async def open_transport(
         if not cfg.url:
             raise ValueError("streamableHttp server without a url")
         timeout = httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S)
-        http = httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout)
+        hooks = {"response": [http_status.on_response]} if http_status is not None else {}
+        http = httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout, event_hooks=hooks)
         client = await stack.enter_async_context(http)
         return await stack.enter_async_context(streamable_http_client(cfg.url, http_client=client))
     raise ValueError("no transport: set command (stdio) or url (streamableHttp/sse)")
