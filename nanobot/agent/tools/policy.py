@@ -125,8 +125,8 @@ class TrustPolicy:
 
     def _under(self, raw: str, folders: list[Path], *, dot_entries: bool = False) -> bool:
         """Whether `raw` is one of `folders` or lies under one, by its spelling or by where its
-        symlinks lead; with `dot_entries`, also under a dot-entry of the workspace root (the HOME of
-        every command: .gitconfig, .config/ ... configure the owner's commands too)."""
+        symlinks lead; with `dot_entries`, also in a dot-entry of the workspace at any depth (the
+        root's are every command's HOME: .gitconfig, .config/ ... configure the owner's commands)."""
         path = Path(raw).expanduser()
         path = path if path.is_absolute() else self.workspace / path
         candidates = [Path(os.path.normpath(path))]
@@ -137,9 +137,11 @@ class TrustPolicy:
         roots = [*folders, *(p.resolve() for p in folders)]
         if any(c.is_relative_to(r) for c in candidates for r in roots):
             return True
-        return dot_entries and any(self._top_entry(c).startswith(".") for c in candidates)
+        return dot_entries and any(self._dot_entry(c) for c in candidates)
 
-    def _top_entry(self, path: Path) -> str:
-        """The workspace root's entry that `path` is or lies in ("" when outside or the root itself)."""
+    def _dot_entry(self, path: Path) -> bool:
+        """Whether `path` is or lies in a dot-entry of the workspace, at any depth: the root's are
+        every command's HOME config, and deeper ones run code too (a repository's `.git/hooks`, a
+        folder's `.envrc`) when the owner works there later."""
         parts = path.relative_to(self.workspace).parts if path.is_relative_to(self.workspace) else ()
-        return parts[0] if parts else ""
+        return any(part.startswith(".") and part not in (".", "..") for part in parts)
