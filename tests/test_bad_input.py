@@ -329,3 +329,17 @@ async def test_paths_outside_the_workspace_are_refused(
     assert (outside / "secret.txt").read_text() == "top secret"
     assert not (config.workspace_path.parent.parent / "escape.txt").exists()
     assert not (config.workspace_path / "sessions" / "x.jsonl").exists()
+
+
+def test_an_empty_message_or_unit_folder_is_a_usage_error(tmp_path: Path) -> None:
+    """`-m "$EMPTY"` sent the model a turn about nothing; `--unit-dir "$UNSET"` wrote the unit into
+    the current folder, where systemd never looks."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NANOBOT_HOME": str(tmp_path / "home")}
+    for args in (["agent", "-m", "  "], ["service", "install", "--unit-dir", "", "--no-systemctl"]):
+        result = subprocess.run([sys.executable, "-m", "nanobot", *args], capture_output=True, text=True,
+                                env=env, cwd=tmp_path, timeout=120)
+        assert result.returncode == 2 and "Error:" in result.stderr and "Traceback" not in result.stderr, result
+    assert not (tmp_path / "nanobot.service").exists()

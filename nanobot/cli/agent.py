@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from nanobot.bus.queue import MessageBus
-from nanobot.cli.common import EXIT_FAILURE, ConfigOption, config_path, err, load_cli_config
+from nanobot.cli.common import EXIT_FAILURE, EXIT_USAGE, ConfigOption, config_path, err, fail, load_cli_config
 from nanobot.config.schema import Config
 
 DEFAULT_SESSION = "cli:direct"
@@ -30,6 +30,8 @@ def agent(
     config: ConfigOption = None,
 ) -> None:
     """Chat with the agent: one turn with -m, otherwise interactive (a TTY or piped stdin)."""
+    if message is not None and not message.strip():  # `-m "$EMPTY_VAR"`: a turn about nothing
+        fail("Error: the message given with -m is empty", EXIT_USAGE)
     cfg = load_cli_config(config)
     code = asyncio.run(_main(cfg, message, session, str(config_path(config))))
     raise typer.Exit(code)

@@ -70,6 +70,9 @@ def nanobot_executable() -> str:
 
 
 def _unit_path(user: bool, unit_dir: Path | None) -> Path:
+    if unit_dir is not None and str(unit_dir).strip() in ("", "."):
+        # `--unit-dir "$UNSET"` (read as ".") put the unit in the current folder, where systemd never looks
+        fail("Error: --unit-dir is empty (or '.'); give the folder for nanobot.service", EXIT_USAGE)
     return (unit_dir / "nanobot.service") if unit_dir is not None else default_unit_path(user)
 
 
