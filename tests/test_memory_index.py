@@ -516,3 +516,22 @@ async def test_a_note_named_in_latin1_does_not_stop_the_others(ws: Path) -> None
     assert (await idx.search("Lisbon flight")).results[0].path == "memory/trip.md"
     assert (await idx.search("alarm code")).results == []
     idx.close()
+
+
+async def test_text_not_embedded_yet_is_found_by_its_words(ws: Path) -> None:
+    """A note the agent wrote a moment ago (or a /new archive, or anything during a first back-fill)
+    has no vector yet: the weighted merge capped it at 0.3 x its keyword score, below minScore and
+    below every vaguely similar chunk that had one, so hybrid search lost what keyword search found."""
+    embedder = PlantedEmbedder(lambda text: 0.85)  # every embedded chunk looks fairly similar
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="fake"), embedder=embedder)
+    await idx.sync()
+    embedder.gate = asyncio.Event()
+    embedder.entered.clear()
+    write(ws, "memory/2025-03-08.md", "- The wifi password of the cabin is zebrafinch42.\n")
+    sync_task = asyncio.create_task(idx.sync())
+    await asyncio.wait_for(embedder.entered.wait(), 5)  # text synced, its vector pending
+    response = await asyncio.wait_for(idx.search("wifi password cabin"), 2)
+    assert response.results and response.results[0].path == "memory/2025-03-08.md", response.results
+    embedder.gate.set()
+    await asyncio.wait_for(sync_task, 5)
+    idx.close()

@@ -172,3 +172,17 @@ async def test_an_answer_cut_at_the_output_limit_says_so(make_config, fake_llm: 
     tool_result = fake_llm.requests[-1]["messages"][-1]
     assert tool_result["role"] == "tool" and "invalid arguments" in tool_result["content"]
     assert "output limit" in tool_result["content"] and "smaller pieces" in tool_result["content"]
+
+
+async def test_a_model_that_keeps_sending_the_cut_call_is_stopped(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """Told to split it, a model sent the same cut call again: 41 requests to the iteration limit."""
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    cut = Reply(content=None, finish_reason="length",
+                tool_calls=[{"name": "write_file", "arguments": '{"path": "essay.md", "content": "Once upon'}])
+    fake_llm.push(*[cut] * 10)
+    try:
+        answer = await runtime.ask("write the essay", session_key="telegram:4")
+    finally:
+        await runtime.aclose()
+    assert len(fake_llm.requests) == 3 and "cut off at the output limit" in answer, (len(fake_llm.requests), answer)

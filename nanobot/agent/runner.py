@@ -153,6 +153,7 @@ class TurnRunner:
         used = 0
         if budget is not None:
             used = prompt_tokens if prompt_tokens is not None else self._tokens(convo, tool_names)
+        cut_in_a_row = 0  # replies whose tool calls the output limit cut off, one after another
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
             if budget is not None and iteration > 1 and used > budget:
@@ -203,12 +204,14 @@ class TurnRunner:
                 "tool_calls": [c.to_message_dict() for c in response.tool_calls],
             }
             outputs = await self._execute_all(response.tool_calls, ctx, tool_names)
-            if response.finish_reason == "length":  # a JSON error alone made models send it again, cut again
+            cut = response.finish_reason == "length" and any(o.startswith("Error: invalid arguments") for o in outputs)
+            if cut:  # a JSON error alone made models send it again, cut again
                 outputs = [
                     f"{out}\n{CUT_OFF_ARGUMENTS.format(max_tokens=self.max_tokens)}"
                     if out.startswith("Error: invalid arguments") else out
                     for out in outputs
                 ]
+            cut_in_a_row = cut_in_a_row + 1 if cut else 0
             group = [assistant]
             for call, output in zip(response.tool_calls, outputs, strict=True):
                 result.tools_used.append(call.name)
@@ -227,6 +230,10 @@ class TurnRunner:
                 used += sum(count_message(m) for m in group)
             result.messages.extend(group)
             await _emit(on_messages, group)
+            if cut_in_a_row >= MAX_CUT_REPLIES:  # the model does not split it: 40 requests got nowhere
+                logger.warning("turn stopped: {} replies in a row cut off at the output limit", cut_in_a_row)
+                result.content = CUT_OFF_STOPPED.format(count=cut_in_a_row, max_tokens=self.max_tokens)
+                break
         else:
             logger.warning("turn stopped at the tool-iteration limit ({})", self.max_iterations)
             result.hit_iteration_limit = True
@@ -241,6 +248,12 @@ class TurnRunner:
 
 
 CUT_OFF_NOTE = "\n\n[The answer was cut off here: it reached the model's output limit (agents.defaults.maxTokens).]"
+MAX_CUT_REPLIES = 3
+CUT_OFF_STOPPED = (
+    "I stopped: my last {count} replies were each cut off at the output limit ({max_tokens} tokens, "
+    "agents.defaults.maxTokens) before their tool call was complete. Ask for the work in smaller "
+    "parts, or raise the limit."
+)
 CUT_OFF_ARGUMENTS = (
     "Your reply reached the output limit of {max_tokens} tokens, which cut these arguments off. "
     "Send the content in smaller pieces (several write_file / edit_file calls), not the same call again."

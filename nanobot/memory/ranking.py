@@ -184,7 +184,12 @@ def rank(
                 lines = lines_from_blob(row.line_vectors, len(vec)) if row.line_vectors else None
                 cosine, cand.best_unit = similarity(vec, lines, qvec)
                 cand.vector_score = cosine_to_score(cosine)
-        if qvec is not None:
+        if qvec is not None and cand.embedding is None:
+            # not embedded yet (written a moment ago, a /new archive, a first back-fill): its keyword
+            # score alone, as keyword mode gives it; the weighted merge capped it at 0.3 and minScore
+            # dropped it under every vaguely similar chunk that already had a vector
+            cand.score = cand.text_score
+        elif qvec is not None:
             cand.score = hybrid_score(cand.vector_score, cand.text_score, cfg.vector_weight, cfg.text_weight)
             if cand.embedding is not None and _other_script(row.text, found.non_latin):
                 cross.add(chunk_id)

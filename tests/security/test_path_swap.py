@@ -267,4 +267,6 @@ async def test_a_nul_byte_in_a_groups_path_is_an_error_result_not_a_failed_turn(
     for name, args in [("read_file", {"path": "notes/a.txt\x00"}), ("write_file", {"path": "a\x00", "content": "x"}),
                        ("list_dir", {"path": "\x00"})]:
         out = await reg.execute(name, args, group)
-        assert out.startswith("Error:"), (name, out)
+        assert out.startswith("Error:") and "NUL byte" in out, (name, out)
+        out = await reg.execute(name, args, ToolContext())  # the owner's too, without a traceback
+        assert out.startswith("Error:") and "NUL byte" in out, (name, out)

@@ -63,6 +63,8 @@ class PathGuard:
         try:
             return self.resolve(raw)
         except ToolError:
+            if not isinstance(raw, str) or not raw.strip() or "\x00" in raw:
+                raise
             path = Path(raw).expanduser().resolve()
             if any(path.is_relative_to(root) for root in self.read_only_roots):
                 return path

@@ -53,6 +53,10 @@ class TrustPolicy:
         """Why this call is refused in its context, or None when it may run."""
         if not ctx.shared:
             return None
+        media = args.get("media")
+        for value in (args.get("path"), *(media if isinstance(media, list) else [media])):
+            if isinstance(value, str) and "\x00" in value:  # no path has one; the checks below would misname it
+                return "a path cannot contain a NUL byte"
         # A guest (a stranger let in by dmPolicy "open") has a group's trust in a private chat, and
         # never what the owner shares with the groups they are in.
         where = "in group chats" if ctx.is_group else "to guests (senders not on allowFrom)"
