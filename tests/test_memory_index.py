@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import subprocess
@@ -522,7 +523,14 @@ async def test_text_not_embedded_yet_is_found_by_its_words(ws: Path) -> None:
     """A note the agent wrote a moment ago (or a /new archive, or anything during a first back-fill)
     has no vector yet: the weighted merge capped it at 0.3 x its keyword score, below minScore and
     below every vaguely similar chunk that had one, so hybrid search lost what keyword search found."""
-    embedder = PlantedEmbedder(lambda text: 0.85)  # every embedded chunk looks fairly similar
+    class GatedPlanted(PlantedEmbedder):
+        async def embed_documents(self, texts: list[str]) -> np.ndarray:
+            self.entered.set()
+            if self.gate is not None:
+                await self.gate.wait()
+            return await super().embed_documents(texts)
+
+    embedder = GatedPlanted(lambda text: 0.85)  # every embedded chunk looks fairly similar
     idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="fake"), embedder=embedder)
     await idx.sync()
     embedder.gate = asyncio.Event()
@@ -534,4 +542,49 @@ async def test_text_not_embedded_yet_is_found_by_its_words(ws: Path) -> None:
     assert response.results and response.results[0].path == "memory/2025-03-08.md", response.results
     embedder.gate.set()
     await asyncio.wait_for(sync_task, 5)
+    idx.close()
+
+
+def test_cli_search_beside_a_gateway_leaves_the_embedding_to_it(ws: Path, tmp_path: Path) -> None:
+    """`nanobot memory search` while the gateway back-filled embedded every pending chunk itself
+    (both processes embedding the same ones; silent for minutes at a few hundred chunks)."""
+    from typer.testing import CliRunner
+
+    from nanobot.cli.memory import app as memory_app
+    from nanobot.service.state import GatewayLock
+
+    with FakeLLMServer() as server:
+        search_cfg = {"embeddingProvider": "litellm", "embeddingModel": "openai/fake-embed",
+                      "embeddingApiBase": server.url, "embeddingApiKey": "sk-test"}
+        config_file = tmp_path / "config.json"
+        config_file.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws)}},
+                                           "memory": {"search": search_cfg}}))
+        embedder = LiteLLMEmbedder("openai/fake-embed", api_base=server.url, api_key="sk-test")
+        gateway = MemoryIndex(ws, MemorySearchConfig(embedding_provider="litellm"), embedder=embedder)
+        asyncio.run(gateway.sync_text())  # text in, vectors pending: a gateway in mid back-fill
+        gateway.close()
+        with GatewayLock(ws):
+            result = CliRunner().invoke(memory_app, ["search", "PostgreSQL", "-c", str(config_file)])
+            assert result.exit_code == 0, result.output
+            assert "memory/MEMORY.md" in result.stdout
+            assert "still being embedded by the running gateway" in result.stderr
+            assert len(inputs(server)) == 1, inputs(server)  # the query only
+        alone = CliRunner().invoke(memory_app, ["search", "PostgreSQL", "-c", str(config_file)])
+        assert alone.exit_code == 0 and len(inputs(server)) > 2  # no gateway: it embeds them itself
+
+
+async def test_status_counts_the_write_ahead_log_in_the_index_size(ws: Path, tmp_path: Path) -> None:
+    """While a gateway writes, most of the index is in its -wal file: `status` and `doctor` read the
+    main file alone ("4 KiB" for 700)."""
+    from nanobot.cli.status import _index_line
+    from nanobot.config.schema import Config
+
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
+    await idx.sync()  # the connection stays open: the pages stay in the write-ahead log
+    main = (ws / "memory" / ".index.sqlite").stat().st_size
+    total = idx.status()["sizeBytes"]
+    assert total > main
+    cfg = Config.model_validate({"agents": {"defaults": {"workspace": str(ws)}},
+                                 "memory": {"search": {"embeddingProvider": "none"}}})
+    assert f"index {total // 1024} KiB" in _index_line(cfg, demo_model=False)
     idx.close()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from nanobot.cli import memory_backend
-from nanobot.cli.common import ConfigOption, command_group, fail, load_cli_config
+from nanobot.cli.common import ConfigOption, command_group, err, fail, load_cli_config
 from nanobot.config.schema import Config
 
 if TYPE_CHECKING:  # the index (and numpy) load when a memory command runs, not with every command
@@ -41,16 +41,26 @@ def search(
     """Search memory like the memory_search tool."""
     from nanobot.memory.embeddings import EmbeddingError
     from nanobot.memory.index_db import IndexUnavailable
+    from nanobot.service.state import gateway_running
 
     config = load_cli_config(config_path)
     index = _index(config)
+    # A one-shot command embeds what is not embedded yet instead of leaving it to a background task,
+    # unless a running gateway is doing that already: both embedded the same chunks, the command
+    # silent for minutes. Text not embedded yet is still found by its words.
+    embedding_elsewhere = index.embedder is not None and gateway_running(config.workspace_path)
+    pending = 0
     try:
-        # A one-shot command: embed what is not embedded yet instead of leaving it to a background task.
-        response = asyncio.run(index.search(query, max_results=max_results, wait_for_vectors=True))
+        response = asyncio.run(index.search(query, max_results=max_results, wait_for_vectors=not embedding_elsewhere))
+        if embedding_elsewhere:
+            counts = index.status()
+            pending = counts["chunks"] - counts["embeddedChunks"]
     except (EmbeddingError, IndexUnavailable) as exc:
         fail(f"Error: {exc}")
     finally:
         index.close()
+    if pending:
+        err(f"({pending} chunk(s) still being embedded by the running gateway: found by their words for now)")
     if as_json:
         typer.echo(json.dumps(response.to_json(), ensure_ascii=False))
         return

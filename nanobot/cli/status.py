@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nanobot.cli.common import ConfigOption, config_path, load_cli_config
-from nanobot.config.paths import index_path
+from nanobot.config.paths import index_path, index_size_bytes
 
 
 def status(config: ConfigOption = None) -> None:
@@ -88,6 +88,6 @@ def _index_line(cfg, demo_model: bool) -> str:  # noqa: ANN001
         return "search off"
     _, selection = select_embedder(search, cfg.providers)  # nothing is loaded or contacted
     index = index_path(cfg.workspace_path)
-    size = f"index {index.stat().st_size // 1024} KiB" if index.exists() else "index not built yet"
+    size = f"index {index_size_bytes(cfg.workspace_path) // 1024} KiB" if index.exists() else "index not built yet"
     unused = " (the embedded demo model's turns do not search it)" if demo_model else ""
     return f"search {selection}, {size}{unused}"

@@ -21,6 +21,7 @@ from nanobot.config.paths import (
     WORKSPACE_FOLDERS,
     ensure_workspace,
     index_path,
+    index_size_bytes,
     nanobot_home,
     secure_installation,
     workspace_problem,
@@ -276,9 +277,8 @@ def check_index(cfg: Config, *, fix: bool) -> Check:
     except IndexUnavailable as exc:
         return Check("memory index", "warn", f"{exc}; run doctor again later")
     if problem is None:
-        return Check(
-            "memory index", "ok", f"{path} ({path.stat().st_size // 1024} KiB) passes its integrity check"
-        )
+        size_kib = index_size_bytes(cfg.workspace_path) // 1024
+        return Check("memory index", "ok", f"{path} ({size_kib} KiB) passes its integrity check")
     if not fix:
         status = "warn" if not path.exists() else "fail"
         return Check("memory index", status, f"{problem} (nanobot doctor --fix or nanobot memory reindex)")

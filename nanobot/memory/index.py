@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from nanobot.config.paths import INDEX_FILE, index_path
+from nanobot.config.paths import index_path, index_size_bytes
 from nanobot.config.schema import Config, MemorySearchConfig
 from nanobot.memory.backfill import SyncStats, cached_vectors, embed_missing
 from nanobot.memory.chunking import CHUNKER_VERSION, chunk_markdown, text_hash
@@ -406,9 +406,7 @@ class MemoryIndex:
             "dims": int(self._db.get_meta("dims") or 0),
             "vectorBackend": self._vectors.backend if self._vectors else self.config.vector_backend,
             **self._db.counts(),
-            "sizeBytes": sum(
-                p.stat().st_size for p in self.path.parent.glob(INDEX_FILE + "*") if p.is_file()
-            ),
+            "sizeBytes": index_size_bytes(self.workspace),
             "lastSync": self._last_sync_text(),
             "dirty": self._dirty if self._snapshot is not None else self._behind_files(),
             "syncing": self._sync_lock.locked() or self._embed_lock.locked(),
