@@ -184,6 +184,7 @@ async def test_model_change_reembeds_everything_and_cache_serves_the_old_model(w
         back = await idx.sync()
         assert back.chunks_embedded == 0 and back.embedding_cache_hits == 2
         assert len(inputs(server)) == 4
+        assert idx.status()["dims"] > 0  # it read 0: only a vector made anew set it
         idx.close()
 
 

@@ -43,6 +43,8 @@ def cached_vectors(db: IndexDB, embedder: Embedder | None, hashes: list[str]) ->
     if embedder is None or not hashes:
         return {}
     found = db.cache_get(embedder.provider, embedder.model, sorted(set(hashes)))
+    if found and not db.get_meta("dims"):  # back to a model whose vectors are all cached: none is made
+        db.set_meta({"dims": str(next(iter(found.values()))[0])})
     return {h: chunk_blob(blob, dims) for h, (dims, blob) in found.items()}
 
 
