@@ -128,6 +128,36 @@ async def test_group_chats_get_no_backend_memory_by_default(home: Path, fake_llm
     assert "secret profile" in await lt.context_for("hi", "telegram:-5", "42", is_group=True)
 
 
+async def test_a_guest_gets_no_backend_memory_even_when_groups_do(home: Path, fake_llm: FakeLLMServer) -> None:
+    """With memory.shareInGroups on, a stranger let in by dmPolicy "open" got the owner's profile
+    (the backend saw "a group or not"), and their turns were recorded into the owner's memory."""
+    from nanobot.bus.events import InboundMessage
+
+    cfg, _ = make_config(home, fake_llm.url, {"condition": "static_profile", "shareInGroups": True})
+    cfg.workspace_path.mkdir(parents=True, exist_ok=True)
+    (cfg.workspace_path / "PROFILE.md").write_text("OWNER SECRET: bank PIN 9931\n", encoding="utf-8")
+    runtime = build_runtime(cfg)
+    recorded: list[str] = []
+    real_record = runtime.agent.long_term.record_turn
+
+    async def record(turn):  # noqa: ANN001, ANN202
+        recorded.append(turn.sender_id)
+        await real_record(turn)
+
+    runtime.agent.long_term.record_turn = record  # type: ignore[method-assign]
+    try:
+        runtime.loop.start()
+        guest = InboundMessage(channel="telegram", sender_id="777", chat_id="777", content="hi", guest=True)
+        await runtime.bus.request(guest)
+        await runtime.ask("hi there", session_key="telegram:42", sender_id="42")
+        await runtime.agent.drain(5)
+    finally:
+        await runtime.aclose()
+    (_, guest_user), (_, owner_user) = prompts(fake_llm)
+    assert "9931" not in guest_user and "9931" in owner_user
+    assert recorded == ["42"]
+
+
 async def test_failing_backend_degrades_to_empty_context(home: Path, fake_llm: FakeLLMServer) -> None:
     cfg, _ = make_config(
         home,

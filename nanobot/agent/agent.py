@@ -282,9 +282,12 @@ class Agent:
         user_text = msg.content
         memory_context = ""
         try:
-            memory_context = await self.long_term.context_for(
-                user_text, ctx.session_key, ctx.sender_id, ctx.shared
-            )
+            # the one privacy rule (memory_private) decides; a backend alone saw "a group or not",
+            # so with shareInGroups on a guest got the owner's backend memory
+            if ctx.memory_private:
+                memory_context = await self.long_term.context_for(
+                    user_text, ctx.session_key, ctx.sender_id, ctx.shared
+                )
         except Exception as exc:  # noqa: BLE001 - a failing memory backend never fails a turn
             logger.warning("memory backend {} failed to give context: {}", self.long_term.name, exc)
         runtime = self.context.runtime_block(
@@ -373,6 +376,8 @@ class Agent:
 
     def _record_long_term(self, ctx: MessageContext, user_text: str, reply: str) -> None:
         if self.long_term.owns_memory_file:  # MEMORY.md is its record: nothing to send per turn
+            return
+        if not ctx.memory_private:  # a guest's (or an unshared group's) turn is not the owner's memory
             return
         record = TurnRecord(
             session_key=ctx.session_key,
