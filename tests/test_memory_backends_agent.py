@@ -158,6 +158,40 @@ async def test_a_guest_gets_no_backend_memory_even_when_groups_do(home: Path, fa
     assert recorded == ["42"]
 
 
+async def test_a_hung_backend_costs_one_turn_its_wait_not_every_turn(
+    home: Path, fake_llm: FakeLLMServer, monkeypatch
+) -> None:  # noqa: ANN001
+    """Scope set-up and retrieval each waited 20 s, on every turn: a hung backend made every reply
+    20-40 s late. One deadline for both now, and a backend that failed is skipped for a while."""
+    import asyncio
+    import time
+
+    from nanobot.memory.backends import bridge
+
+    monkeypatch.setattr(bridge, "CONTEXT_TIMEOUT_S", 0.3)
+    cfg, _ = make_config(home, fake_llm.url, {"condition": "static_profile"})
+    cfg.workspace_path.mkdir(parents=True, exist_ok=True)
+    (cfg.workspace_path / "PROFILE.md").write_text("The user is a night-shift nurse.\n", encoding="utf-8")
+    lt = build_long_term_memory(cfg, cfg.workspace_path, None)
+    real_retrieve, calls = lt.adapter.retrieve, []
+
+    async def hang(request):  # noqa: ANN001, ANN202
+        calls.append(request)
+        await asyncio.sleep(60)
+
+    lt.adapter.retrieve = hang
+    started = time.monotonic()
+    assert await lt.context_for("hi", "telegram:42", "42", is_group=False) == ""
+    assert time.monotonic() - started < 2
+    started = time.monotonic()
+    assert await lt.context_for("hi", "telegram:42", "42", is_group=False) == ""
+    assert time.monotonic() - started < 0.1 and len(calls) == 1  # skipped, not waited for again
+    lt.adapter.retrieve = real_retrieve
+    lt._skip_until = 0.0  # the back-off is over
+    assert "night-shift" in await lt.context_for("hi", "telegram:42", "42", is_group=False)
+    await lt.aclose()
+
+
 async def test_failing_backend_degrades_to_empty_context(home: Path, fake_llm: FakeLLMServer) -> None:
     cfg, _ = make_config(
         home,
