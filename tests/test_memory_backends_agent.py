@@ -212,11 +212,30 @@ async def test_failing_backend_degrades_to_empty_context(home: Path, fake_llm: F
     assert any("memory backend memos: turn not recorded" in w for w in warnings)
 
 
-def test_cli_bad_backend_config_exits_2(home: Path, fake_llm: FakeLLMServer) -> None:
-    make_config(home, fake_llm.url, {"backend": "honcho"})
-    proc = run_cli("agent", "-m", "hi", home=home)
-    assert proc.returncode == 2, proc.stderr
-    assert "memory.backends.honcho.baseUrl" in proc.stderr
+@pytest.mark.parametrize(
+    ("block", "key"),
+    [
+        ({"backend": "honcho"}, "memory.backends.honcho.baseUrl"),
+        # found at the first turn before (every turn then lost with a KeyError), or never
+        ({"backend": "memos", "backends": {"memos": {"baseUrl": "not a url"}}}, "memory.backends.memos.baseUrl"),
+        ({"backend": "memos", "backends": {"memos": {"baseUrl": "http://127.0.0.1:9", "cubeTemplate": "{user}"}}},
+         "memory.backends.memos.cubeTemplate"),
+    ],
+)
+def test_cli_bad_backend_config_exits_2(home: Path, fake_llm: FakeLLMServer, block: dict, key: str) -> None:
+    make_config(home, fake_llm.url, block)
+    for args in (("agent", "-m", "hi"), ("memory", "backend", "check")):
+        proc = run_cli(*args, home=home)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert key in proc.stderr, proc.stderr
+
+
+def test_backend_check_with_a_profile_outside_the_workspace_is_one_line(home: Path, fake_llm: FakeLLMServer) -> None:
+    make_config(home, fake_llm.url, {"condition": "static_profile",
+                                     "backends": {"static_profile": {"path": "../../config.json"}}})
+    proc = run_cli("memory", "backend", "check", home=home)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "leaves the workspace" in proc.stderr
 
 
 @pytest.mark.parametrize("name", ["memos", "honcho", "mem0", "graphiti"])

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from nanobot.cli.common import EXIT_FAILURE, ConfigOption, command_group, err, load_cli_config
+from nanobot.cli.common import EXIT_FAILURE, ConfigOption, command_group, err, fail, load_cli_config
 
 app = command_group(help="Pluggable long-term memory backends.")
 
@@ -27,10 +27,14 @@ def check(
     config_path: ConfigOption = None,
 ) -> None:
     """Run the swap flow: health, scope set-up, capabilities, isolation and write/read smoke tests."""
+    from nanobot.memory.backends.contract import AdapterError
     from nanobot.memory.backends.evaluation.check import run_check
 
     config = load_cli_config(config_path)
-    report = asyncio.run(run_check(config, ready_timeout_s=ready_timeout_s, progress=err))
+    try:
+        report = asyncio.run(run_check(config, ready_timeout_s=ready_timeout_s, progress=err))
+    except AdapterError as exc:  # a setting the backend refuses before any step (a path out of the workspace)
+        fail(f"Error: {exc}", EXIT_FAILURE)
     if as_json:
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2, default=str))
     else:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import string
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 from nanobot.config.schema import Config
+from nanobot.config.sections.base import endpoint_url
 from nanobot.memory.backends.contract import (
     DEFAULT_CONTEXT_ITEMS,
     DEFAULT_CONTEXT_TOKENS,
@@ -24,6 +26,7 @@ from nanobot.memory.backends.contract import (
 )
 from nanobot.providers.registry import openai_endpoint
 
+TEMPLATE_FIELDS = frozenset({"run_id", "persona_id"})
 DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"
 DEFAULT_EMBEDDING_DIMS = 1536
 
@@ -31,11 +34,29 @@ DEFAULT_EMBEDDING_DIMS = 1536
 class _Block(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
+    @field_validator("*")
+    @classmethod
+    def _checked(cls, value: Any, info: ValidationInfo) -> Any:
+        """URLs and templates checked when the config loads: "not a url" failed only at the first
+        turn, and `{user}` in a template failed every turn with a KeyError (`backend check` with a
+        traceback)."""
+        name = info.field_name or ""
+        if name == "base_url" and isinstance(value, str):
+            return endpoint_url(value)
+        if name.endswith("_template") and isinstance(value, str):
+            fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+            unknown = sorted(fields - TEMPLATE_FIELDS)
+            if unknown:
+                named = ", ".join("{" + f + "}" for f in unknown)
+                raise ValueError(f"{value!r} names {named}; a template may use {{run_id}} and {{persona_id}}")
+        return value
+
 
 class Endpoint(_Block):
     base_url: str = ""
     api_key: str = ""
     model: str = ""
+
 
 
 class EmbedderEndpoint(Endpoint):
