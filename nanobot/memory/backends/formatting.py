@@ -7,6 +7,7 @@ keeps prose as prose, and drops whole trailing items when the token budget is re
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from xml.sax.saxutils import quoteattr
 
@@ -16,6 +17,14 @@ from nanobot.util.text import truncate_head
 
 MAX_ITEM_CHARS = 1_000
 ID_SHOWN_CHARS = 12
+# The section's own tags inside a memory's text (which comes from chat text, group members' too):
+# a planted "</memory-context>" ended the data early and what followed read as instructions.
+_SECTION_TAG = re.compile(r"<\s*/?\s*memory-context", re.IGNORECASE)
+
+
+def _inert(text: str) -> str:
+    """`text` with the section's tags made plain text (the angle bracket replaced)."""
+    return _SECTION_TAG.sub(lambda m: "\u2039" + m.group(0)[1:], text)
 
 
 def _stamp(ts: datetime) -> str:
@@ -23,7 +32,7 @@ def _stamp(ts: datetime) -> str:
 
 
 def item_line(item: MemoryItem) -> str:
-    text = " ".join(item.text.split())
+    text = _inert(" ".join(item.text.split()))
     text = truncate_head(text, MAX_ITEM_CHARS)
     labels: list[str] = []
     if item.score is not None:
@@ -31,7 +40,7 @@ def item_line(item: MemoryItem) -> str:
     if item.timestamp is not None:
         labels.append(_stamp(item.timestamp))
     if item.label:
-        labels.append(item.label)
+        labels.append(_inert(item.label))
     if item.native_id:
         labels.append(f"id {item.native_id[:ID_SHOWN_CHARS]}")
     return f"- {text}" + (f" [{' · '.join(labels)}]" if labels else "")
@@ -59,7 +68,7 @@ def format_result(backend: str, result: RetrieveResult) -> str:
     used = count_text(head) + count_text(tail) + 2
     body: list[str] = []
     if result.prose and result.prose.strip():
-        prose = _trim_prose(result.prose.strip(), max(budget.max_tokens - used, 0))
+        prose = _trim_prose(_inert(result.prose.strip()), max(budget.max_tokens - used, 0))
         if prose.strip():
             body.append(prose)
             used += count_text(prose) + 1
@@ -68,7 +77,7 @@ def format_result(backend: str, result: RetrieveResult) -> str:
     for item in result.items:
         lines: list[str] = []
         if item.group and item.group != current_group:
-            lines.append(f"[{item.group}]")
+            lines.append(f"[{_inert(item.group)}]")
         lines.append(item_line(item))
         cost = sum(count_text(line) + 1 for line in lines)
         if used + cost > budget.max_tokens:
