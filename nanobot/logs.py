@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,11 +70,41 @@ class _InterceptHandler(logging.Handler):
             message = str(record.msg)
         exc_info = record.exc_info
         if exc_info and exc_info[1] is not None and record.name.startswith(_ONE_LINE_ERRORS):
-            # a server printing logs on stdout is one record per line: a traceback each was 10 lines
+            # a server printing logs on stdout is one record per line: a traceback each was 10 lines,
+            # and a chatty one would fill the log for months: a few a minute, then a count
             message += f" ({exc_info[0].__name__ if exc_info[0] else 'error'}: "
             message += f"{str(exc_info[1]).splitlines()[0] if str(exc_info[1]) else ''})"
             exc_info = None
+            message = _THROTTLE.admit(record.name, message)
+            if message is None:
+                return
         logger.opt(depth=6, exception=exc_info).bind(lib=record.name).log(level, "{}", message)
+
+
+class _Throttle:
+    """At most `per_window` records per logger name and window; the first one after says how many
+    were left out."""
+
+    def __init__(self, per_window: int = 5, window_s: float = 60.0) -> None:
+        self.per_window, self.window_s = per_window, window_s
+        self._seen: dict[str, tuple[float, int, int]] = {}  # name -> (window start, shown, left out)
+
+    def reset(self) -> None:
+        self._seen.clear()
+
+    def admit(self, name: str, message: str) -> str | None:
+        now = time.monotonic()
+        start, shown, left_out = self._seen.get(name, (now, 0, 0))
+        if now - start >= self.window_s:
+            start, shown = now, 0
+        if shown >= self.per_window:
+            self._seen[name] = (start, shown, left_out + 1)
+            return None
+        self._seen[name] = (start, shown + 1, 0)
+        return message + (f" ({left_out} more like it left out of the log)" if left_out else "")
+
+
+_THROTTLE = _Throttle()
 
 
 def _private_opener(path: str, flags: int) -> int:
@@ -94,6 +125,7 @@ def setup_logging(
     if prompts is not None:
         _state["prompts"] = prompts
     logger.remove()
+    _THROTTLE.reset()
     logger.configure(patcher=_patch)
     logger.add(sys.stderr, level=level, format=_STDERR_FORMAT, colorize=None, backtrace=False, diagnose=False)
     if file:

@@ -104,15 +104,16 @@ def test_a_logged_traceback_is_masked_whole(tmp_path: Path) -> None:
                 raise RuntimeError("the provider refused") from exc
         except RuntimeError:
             logger.exception("call failed")
-        try:
-            raise ValueError("1 validation error\n  input_value='using token chainedSecret_12345'")
-        except ValueError:
-            logging.getLogger("mcp.client.stdio").exception("Failed to parse JSONRPC message from server")
+        for _ in range(20):  # a server printing its own log on stdout: one record per line
+            try:
+                raise ValueError("1 validation error\n  input_value='using token chainedSecret_12345'")
+            except ValueError:
+                logging.getLogger("mcp.client.stdio").exception("Failed to parse JSONRPC message from server")
         logger.complete()
     finally:
         setup_logging("WARNING", prompts=False)
     text = log_file.read_text(encoding="utf-8")
     assert "Incorrect API key provided: ***" in text and "chainedSecret" not in text, text
     stray = [line for line in text.splitlines() if "JSONRPC" in line]
-    assert len(stray) == 1 and "ValueError: 1 validation error" in stray[0], text
+    assert len(stray) == 5 and "ValueError: 1 validation error" in stray[0], text  # a few a minute
     assert "Traceback" not in text.split("JSONRPC", 1)[1], text  # none for the stray line
