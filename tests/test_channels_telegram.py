@@ -589,3 +589,27 @@ async def test_clean_stop_confirms_offset_and_is_idempotent(server, gateway_fact
     assert gw.channel.state == "stopped"
     leftovers = [t for t in asyncio.all_tasks() if t.get_name() in ("telegram-poll", "send-telegram")]
     assert not leftovers
+
+
+async def test_the_message_tool_reports_an_attachment_that_was_not_sent(
+    server, gateway_factory, tmp_path: Path
+) -> None:
+    """A missing file, a folder, or an upload Telegram refused (413): the tool said "Message sent"
+    and the model told the user the file was attached. A 413 was also uploaded five times."""
+    from nanobot.agent.tools.base import ToolContext, ToolError
+    from nanobot.agent.tools.message import MessageTool
+
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    tool = MessageTool(gw.bus, tmp_path, confirm_timeout_s=20)
+    ctx = ToolContext(channel="telegram", chat_id="555", session_key="telegram:555")
+    (tmp_path / "folder").mkdir()
+    for item, why in (("gone.pdf", "no such file"), ("folder", "a folder"), ("../outside.pdf", "outside")):
+        with pytest.raises(ToolError, match=why):
+            await tool.execute(ctx, content="the file", media=[item])
+    (tmp_path / "report.pdf").write_bytes(b"%PDF-1.4 " + b"x" * 1000)
+    server.fail_next("sendDocument", 413, count=1, description="Request Entity Too Large")
+    with pytest.raises(ToolError, match="not sent"):
+        await tool.execute(ctx, content="the file", media=["report.pdf"])
+    assert len(server.calls_to("sendDocument")) == 1  # not uploaded again and again
+    assert (await tool.execute(ctx, content="the file", media=["report.pdf"])).startswith("Message sent")
+    assert len(server.calls_to("sendDocument")) == 2

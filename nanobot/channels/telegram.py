@@ -62,6 +62,13 @@ def chat_of(message: Message) -> str:
     return str(message.chat.id)
 
 
+TELEGRAM_MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # the Bot API's limit for files a bot sends
+
+
+class FileTooLarge(Exception):
+    """An attachment over what the platform accepts: not sent, and not retried."""
+
+
 def split_chat(chat_id: str) -> tuple[str, int | None]:
     """(Telegram chat id, forum topic or None) of a chat named by `chat_of`."""
     chat, _, topic = chat_id.partition(":")
@@ -302,6 +309,8 @@ class TelegramChannel(Channel):
             return retry_after_s(exc)
         if isinstance(exc, (BadRequest, Forbidden, InvalidToken, ChatMigrated)):
             return None
+        if isinstance(exc, NetworkError) and "entity too large" in str(exc).lower():
+            return None  # HTTP 413 arrives as a NetworkError: the same upload is refused again
         if isinstance(exc, (TimedOut, NetworkError)):  # 5xx answers arrive as NetworkError
             return self._backoff(attempt)
         return None
@@ -327,6 +336,9 @@ class TelegramChannel(Channel):
 
     async def _send_document(self, chat_id: str, path: Any) -> None:
         assert self.bot is not None
+        size = path.stat().st_size
+        if size > TELEGRAM_MAX_UPLOAD_BYTES:  # refused after the whole upload, five times over
+            raise FileTooLarge(f"{path.name} is {size / 2**20:.0f} MB; Telegram bots can send up to 50 MB")
         chat, topic = split_chat(chat_id)
         with open(path, "rb") as fh:
             try:

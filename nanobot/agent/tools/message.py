@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
@@ -29,9 +30,23 @@ class MessageTool(Tool):
         "required": ["content"],
     }
 
-    def __init__(self, bus: MessageBus, confirm_timeout_s: float = CONFIRM_TIMEOUT_S) -> None:
+    def __init__(
+        self, bus: MessageBus, workspace: Path, confirm_timeout_s: float = CONFIRM_TIMEOUT_S
+    ) -> None:
         self.bus = bus
+        self.workspace = workspace.resolve()
         self.confirm_timeout_s = confirm_timeout_s
+
+    def _check_media(self, media: list[str]) -> None:
+        """Attachments are files in the workspace: a missing one, a folder or one outside was dropped
+        by the channel with a log line, and the model told the user the file was attached."""
+        for item in media:
+            path = Path(item).expanduser()
+            path = (path if path.is_absolute() else self.workspace / path).resolve()
+            if not path.is_relative_to(self.workspace):
+                raise ToolError(f"cannot attach {item!r}: it is outside the workspace")
+            if not path.is_file():
+                raise ToolError(f"cannot attach {item!r}: " + ("a folder" if path.is_dir() else "no such file"))
 
     async def execute(
         self,
@@ -44,12 +59,14 @@ class MessageTool(Tool):
     ) -> str:
         if not content.strip() and not media:
             raise ToolError("content is empty")
+        self._check_media(media or [])  # the registry checked it is a list of strings
         target_channel = str(channel or ctx.channel)
         target_chat = str(chat_id or ctx.chat_id)
         elsewhere = (target_channel, target_chat) != (ctx.channel, ctx.chat_id)
-        # Another chat: wait until its channel sent it, so the model does not tell the user "done"
-        # for a message that never left (a channel not running, a chat that does not exist).
-        sent = asyncio.get_running_loop().create_future() if elsewhere else None
+        # Another chat, or a file: wait until the channel sent it, so the model does not tell the
+        # user "done" for a message that never left (a channel not running, a chat that does not
+        # exist, an upload the platform refused).
+        sent = asyncio.get_running_loop().create_future() if elsewhere or media else None
         await self.bus.publish_outbound(
             OutboundMessage(
                 channel=target_channel,
