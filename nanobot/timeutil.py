@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -19,10 +20,21 @@ def resolve_tz(name: str = "") -> tzinfo:
         from tzlocal import get_localzone
 
         return get_localzone()  # a real zone: cron stays right across daylight-saving changes
-    except Exception:  # noqa: BLE001 - no tzlocal or an unreadable /etc/localtime
+    except Exception:  # noqa: BLE001 - no tzlocal or an unreadable /etc/localtime (a POSIX TZ rule)
         local = datetime.now().astimezone().tzinfo
         assert local is not None
+        if not _fixed_offset_warned:
+            _fixed_offset_warned.append(True)
+            logger.warning(
+                "the system's time zone is not a named zone (TZ={!r}): using the fixed offset {} with no "
+                "daylight-saving changes; set agents.defaults.timezone (e.g. Europe/Berlin)",
+                os.environ.get("TZ", ""),
+                local,
+            )
         return local
+
+
+_fixed_offset_warned: list[bool] = []  # said once per process
 
 
 def now(tz: tzinfo | None = None) -> datetime:

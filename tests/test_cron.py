@@ -751,6 +751,11 @@ def test_the_hour_an_autumn_clock_change_repeats_runs_a_fixed_time_job_once() ->
     assert not repeats_last_run(job("30 2 * * *"), first + timedelta(days=1), UTCZ)  # the next day
     assert not repeats_last_run(job("30 * * * *"), again, UTCZ)  # hourly: both hours
     assert not repeats_last_run(job("30 */1 * * *"), again, UTCZ)
+    # two fixed minutes in the repeated hour: ran at 02:00 and 02:30 CEST, both skipped in CET
+    two = job("0,30 2 * * *")
+    assert repeats_last_run(two, datetime(2026, 10, 25, 2, 0, fold=1, tzinfo=berlin), UTCZ)
+    assert repeats_last_run(two, again, UTCZ)
+    assert not repeats_last_run(two, datetime(2026, 10, 26, 2, 0, tzinfo=berlin), UTCZ)  # the next day
     # and the real trigger does offer both (what the service has to skip)
     daily = job("30 2 * * *")
     assert next_fire(daily, UTCZ, first + timedelta(minutes=1)) == again
@@ -892,3 +897,17 @@ async def test_a_hand_written_unschedulable_job_is_disabled_and_the_others_still
         assert jobs[bad].last_status is not None and jobs[bad].last_status.startswith("error: "), jobs[bad]
     assert "OverflowError" in str(jobs["far1"].last_status) and "'every' must be" in str(jobs["neg1"].last_status)
     assert jobs["norm1"].enabled and jobs["norm1"].last_status == "ok"
+
+
+def test_a_system_zone_without_a_name_is_warned_about() -> None:
+    """TZ written as a POSIX rule: nanobot took its current offset as fixed (cron an hour off all
+    summer) without a word."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from nanobot.timeutil import resolve_tz; resolve_tz(''); resolve_tz('')"
+    env = {**os.environ, "TZ": "CET-1CEST,M3.5.0,M10.5.0/3"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("agents.defaults.timezone") == 1, result.stderr  # once, naming the fix

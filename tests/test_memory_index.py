@@ -589,3 +589,19 @@ async def test_status_counts_the_write_ahead_log_in_the_index_size(ws: Path, tmp
                                  "memory": {"search": {"embeddingProvider": "none"}}})
     assert f"index {total // 1024} KiB" in _index_line(cfg, demo_model=False)
     idx.close()
+
+
+def test_yesterday_is_the_users_yesterday() -> None:
+    """"yesterday" and "last week" were the machine's: for users far from its zone, a day off for
+    part of every day (the daily notes are named by the user's date)."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from nanobot.config.schema import Config
+    from nanobot.memory.index import build_index
+
+    for zone in ("Pacific/Kiritimati", "Pacific/Pago_Pago"):  # 25 h apart: the machine's date is one of them at most
+        cfg = Config.model_validate({"agents": {"defaults": {"timezone": zone}},
+                                     "memory": {"search": {"embeddingProvider": "none"}}})
+        idx = build_index(cfg, Path("/nonexistent-workspace"))
+        assert idx._today() == datetime.now(ZoneInfo(zone)).date(), zone

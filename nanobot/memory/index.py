@@ -444,7 +444,16 @@ class MemoryIndex:
 def build_index(
     config: Config, workspace: Path | None = None, *, embedder: Embedder | None = _FROM_CONFIG
 ) -> MemoryIndex:
-    """The memory index for a loaded config (workspace defaults to the configured one)."""
+    """The memory index for a loaded config (workspace defaults to the configured one). "Yesterday"
+    and "last week" are the user's (agents.defaults.timezone), as the daily notes' names are: the
+    machine's date was a day off for users far from its zone."""
+    from nanobot.timeutil import now, resolve_tz
+
+    tz = resolve_tz(config.agents.defaults.timezone)
     return MemoryIndex(
-        workspace or config.workspace_path, config.memory.search, embedder=embedder, providers=config.providers
+        workspace or config.workspace_path,
+        config.memory.search,
+        embedder=embedder,
+        providers=config.providers,
+        today=lambda: now(tz).date(),
     )

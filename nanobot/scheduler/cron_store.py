@@ -314,9 +314,10 @@ def build_trigger(job: CronJob, default_tz: tzinfo) -> BaseTrigger:
 
 
 def repeats_last_run(job: CronJob, now: datetime, default_tz: tzinfo) -> bool:
-    """Whether a crontab job with fixed hours fires again at the wall time of its last run: the
-    hour an autumn clock change repeats (`30 2 * * *` at 02:30 CEST, then at 02:30 CET). crontab
-    runs such a job once; a job whose hour field is `*` or a step runs in both hours, as there."""
+    """Whether a crontab job with fixed hours fires in the second pass of the hour an autumn clock
+    change repeats after it already ran in the first (`30 2 * * *` at 02:30 CEST, then at 02:30 CET;
+    `0,30 2 * * *` ran all four). crontab runs such a job once per wall time; a job whose hour field
+    is `*` or a step runs in both hours, as there."""
     sched = job.schedule
     if sched.kind != "cron" or not job.last_run_at:
         return False
@@ -330,8 +331,21 @@ def repeats_last_run(job: CronJob, now: datetime, default_tz: tzinfo) -> bool:
     def wall(moment: datetime) -> datetime:
         return moment.replace(tzinfo=None, second=0, microsecond=0)
 
+    def repeated(moment: datetime) -> bool:
+        """Whether its wall time comes twice (the clock went back over it)."""
+        naive = moment.replace(tzinfo=None)
+        return naive.replace(tzinfo=zone, fold=0).utcoffset() != naive.replace(tzinfo=zone, fold=1).utcoffset()
+
     # in UTC: within one zone Python compares wall times and ignores the fold (CEST 02:30 == CET 02:30)
-    return here.astimezone(UTC) > last.astimezone(UTC) and wall(here) == wall(last)
+    here_utc, last_utc = here.astimezone(UTC), last.astimezone(UTC)
+    if here_utc <= last_utc:
+        return False
+    if wall(here) == wall(last):
+        return True
+    # the second pass of the repeated hour, after a run in its first pass (within hours, not a year)
+    second_pass = repeated(here) and here.fold == 1
+    ran_in_first_pass = repeated(last) and last.fold == 0 and here_utc - last_utc < timedelta(hours=3)
+    return second_pass and ran_in_first_pass
 
 
 def next_fire(job: CronJob, default_tz: tzinfo, now: datetime) -> datetime | None:
