@@ -186,3 +186,38 @@ async def test_a_model_that_keeps_sending_the_cut_call_is_stopped(make_config, f
     finally:
         await runtime.aclose()
     assert len(fake_llm.requests) == 3 and "cut off at the output limit" in answer, (len(fake_llm.requests), answer)
+
+
+async def test_only_real_images_go_to_a_vision_model_and_files_stay_known(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """A vision model got anything named like an image (an SVG, a TIFF, text named .png): refused by
+    the endpoint, and the model never learnt the file's path. A file sent in one turn was unknown in
+    the next (its note was not saved: "the contract I sent earlier")."""
+    from nanobot.bus.events import InboundMessage
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    media = config.workspace_path / "media"
+    media.mkdir(parents=True, exist_ok=True)
+    png = media / "telegram_5_1_photo.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64)
+    fake_png = media / "telegram_5_2_notes.png"
+    fake_png.write_text("this is plain text, not a PNG")
+    svg = media / "telegram_5_3_drawing.svg"
+    svg.write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
+    contract = media / "telegram_5_4_contract.pdf"
+    contract.write_bytes(b"%PDF-1.4")
+    built = runtime.agent.context.user_message("look", "rt", [str(png), str(fake_png), str(svg)], vision=True)
+    parts = built["content"]
+    images = [p["image_url"]["url"][:22] for p in parts if p["type"] == "image_url"]
+    assert images == ["data:image/png;base64,"], images
+    text = parts[0]["text"]
+    assert f"[attached file: {fake_png}" in text and f"[attached file: {svg}" in text
+    try:
+        runtime.loop.start()
+        await runtime.bus.request(InboundMessage("telegram", "5", "5", "", media=[str(contract)]))
+        await runtime.ask("please summarise the contract I sent earlier", session_key="telegram:5")
+    finally:
+        await runtime.aclose()
+    history = fake_llm.requests[-1]["messages"]
+    earlier = [m for m in history[1:-1] if m["role"] == "user"]
+    assert earlier and str(contract) in earlier[0]["content"], earlier

@@ -24,7 +24,7 @@ from nanobot.config.paths import BOOTSTRAP_FILES, SKILLS_DIR
 from nanobot.memory.store import MemoryStore
 from nanobot.timeutil import now as tz_now
 from nanobot.util.nofollow import read_regular_bytes, read_regular_text
-from nanobot.util.text import truncate_middle
+from nanobot.util.text import attachment_note, truncate_middle
 
 HEAD_SHARE = 0.7
 TAIL_SHARE = 0.2
@@ -281,11 +281,14 @@ not a request."""
             path = Path(raw)
             mime = mimetypes.guess_type(path.name)[0] or ""
             image = self._image_bytes(path) if vision and mime.startswith("image/") else None
-            if image is not None:
+            # by its bytes, not its name: an SVG, a TIFF or text named .png went as an image that
+            # the endpoint refuses, and the model never learnt the file's path
+            real = image_type(image) if image is not None else None
+            if image is not None and real is not None:
                 data = base64.b64encode(image).decode()
-                images.append({"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}})
+                images.append({"type": "image_url", "image_url": {"url": f"data:{real};base64,{data}"}})
             else:
-                notes.append(f"[attached file: {path} ({mime or 'unknown type'})]")
+                notes.append(attachment_note(path, mime))
         if notes:
             body += "\n\n" + "\n".join(notes)
         if images:
@@ -299,3 +302,22 @@ not a request."""
             return read_regular_bytes(path, beneath=self.workspace, max_bytes=IMAGE_MAX_BYTES)
         except OSError:
             return None
+
+
+# The image types vision endpoints take (OpenAI-style: PNG, JPEG, GIF, WebP), by their magic bytes.
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def image_type(data: bytes) -> str | None:
+    """The MIME type of an image a vision model takes, from its first bytes; None for anything else."""
+    for magic, mime in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None

@@ -7,13 +7,16 @@ surrogates (undecodable bytes from argv, stdin or a file name) by U+FFFD, so the
 `pack` splits a sequence into consecutive groups within a size budget (chunks of a token budget).
 Markers are format strings that may use `{omitted}` (characters dropped), `{total}` (original length)
 and `{limit}` (the size asked for). Text within the limit is returned unchanged.
+`attachment_note` is how a file the model is not shown reads in a user message.
 """
 
 from __future__ import annotations
 
 import hashlib
+import mimetypes
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -116,3 +119,11 @@ def safe_id(value: str, *, allowed: str = "A-Za-z0-9_-", max_chars: int = 64) ->
     if cleaned == value:
         return cleaned
     return f"{cleaned}-{hashlib.sha1(value.encode()).hexdigest()[:8]}"
+
+
+def attachment_note(path: str | Path, mime: str = "") -> str:
+    """What the model reads for a file it is not shown: in the turn it came with, and again in the
+    history of later turns (the note was not saved, so "the contract I sent earlier" was unknown)."""
+    path = Path(path)
+    mime = mime or mimetypes.guess_type(path.name)[0] or ""
+    return f"[attached file: {path} ({mime or 'unknown type'})]"
