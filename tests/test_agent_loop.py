@@ -404,3 +404,26 @@ async def test_stop_reaches_a_turn_waiting_for_a_free_turn_slot(make_config, fak
     assert len(fake_llm.requests) == 1  # B's turn never reached the model
     saved = messages_of(runtime.agent.sessions.path_for("telegram:B"))
     assert [m["content"] for m in saved] == ["my locker code is 4711, do the thing"]  # kept, unanswered
+
+
+async def test_a_message_served_again_after_new_is_not_answered_again(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    """Telegram serves a chat's answered update again after a restart when another chat held the
+    confirmation back; after a /new it was no longer in the (new) session: answered a second time,
+    and the old conversation came back into the fresh one."""
+    _loop, agent, bus = running
+
+    def said(text: str, message_id: int) -> InboundMessage:
+        return InboundMessage("telegram", "u1", "c1", text, metadata={"message_id": message_id})
+
+    fake_llm.push(Reply(content="reply: question B1"))
+    assert (await bus.request(said("question B1", 3))).content == "reply: question B1"
+    assert (await bus.request(said("/new", 4))).content == "New session started."
+    served_again = said("question B1", 3)
+    await bus.publish_inbound(served_again)
+    await wait_for(lambda: served_again.saved)
+    await asyncio.sleep(0.1)
+    turns = [r for r in fake_llm.requests if "Chat: c1" in str(r["messages"][-1].get("content"))]  # not /new's
+    assert len(turns) == 1 and [m.content for m in drain_outbound(bus)] == []
+    assert agent.sessions.get("telegram:c1").messages[:] == []

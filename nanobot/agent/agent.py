@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 NEW_SESSION_REPLY = "New session started."
 SERVED_AGAIN_WINDOW = 500  # newest messages of a session searched for a platform message served again
+ANSWERED_BEFORE_NEW_KEPT = 50  # platform ids of the messages before a /new, kept in the new session
 COMMANDS_REMEMBERED = 20  # ids of the last immediate commands handled per session (served again?)
 
 
@@ -105,9 +106,17 @@ class Agent:
         if message_id is not None and session.metadata.get("new_by") == message_id:
             logger.info("{}: /new {} was done before; not again", session_key, message_id)
             return None
+        # The platform ids of what was said before: one of them served again after a crash (its
+        # confirmation held back by another chat's message) must not be answered again in the new
+        # session, nor come back into it
+        recent = session.messages[max(session.messages.cold_count, len(session.messages) - SERVED_AGAIN_WINDOW) :]
+        answered = [m["message_id"] for m in recent if m.get("role") == "user" and m.get("message_id") is not None]
         await self.lifecycle.start_new_session(session)
+        marks: dict[str, Any] = {"answered_before_new": answered[-ANSWERED_BEFORE_NEW_KEPT:]} if answered else {}
         if message_id is not None:
-            self.sessions.set_metadata(self.sessions.get(session_key), new_by=message_id)
+            marks["new_by"] = message_id
+        if marks:
+            self.sessions.set_metadata(self.sessions.get(session_key), **marks)
         await self.long_term.on_new_session(session_key)
         return NEW_SESSION_REPLY
 
@@ -193,7 +202,10 @@ class Agent:
         # the held tail only (no file reads per message): a message served again was saved moments
         # before the crash, and messages from 32 before the consolidation pointer on are held
         recent = messages[max(messages.cold_count, len(messages) - SERVED_AGAIN_WINDOW) :]
-        if not any(m.get("role") == "user" and m.get("message_id") == platform_id for m in recent):
+        before_new = self.sessions.get(ctx.session_key).metadata.get("answered_before_new") or []
+        if platform_id not in before_new and not any(
+            m.get("role") == "user" and m.get("message_id") == platform_id for m in recent
+        ):
             return False
         logger.info(
             "{}: message {} is in the session already; not answered twice", ctx.session_key, platform_id
