@@ -613,3 +613,20 @@ async def test_the_message_tool_reports_an_attachment_that_was_not_sent(
     assert len(server.calls_to("sendDocument")) == 1  # not uploaded again and again
     assert (await tool.execute(ctx, content="the file", media=["report.pdf"])).startswith("Message sent")
     assert len(server.calls_to("sendDocument")) == 2
+
+
+async def test_a_download_past_the_cap_is_cut_off_whatever_size_was_announced(
+    server, gateway_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`file_size` is optional in the Bot API, and a local Bot API server has no 20 MB limit: a photo
+    announced without a size was stored whole, whatever it weighed."""
+    from nanobot.channels import media as media_util
+
+    monkeypatch.setattr(media_util, "MAX_MEDIA_BYTES", 1000)
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    info = server.add_file("p1", "photos/p1.jpg", b"\xff\xd8" + b"x" * 5000)
+    info.pop("file_size", None)
+    server.push_message("look", photo=[{**info, "width": 400, "height": 300}])
+    got = await gw.inbound()
+    assert got.media == [] and "too large to download" in got.content, got.content
+    assert list((tmp_path / "media").iterdir()) == []  # nothing half-written left behind

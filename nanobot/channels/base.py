@@ -342,7 +342,12 @@ class Channel(Connection, ABC):
                 continue
             try:
                 with out:
-                    await fetch(item, out)
+                    await fetch(item, media_util.CappedWriter(out, media_util.MAX_MEDIA_BYTES))  # type: ignore[arg-type]
+            except media_util.TooLarge:
+                path.unlink(missing_ok=True)
+                limit = media_util.MAX_MEDIA_BYTES
+                got.notes.append(f"[{item.filename}: more than {limit} bytes, too large to download]")
+                continue
             except errors as exc:
                 # a download cut short (full disk, dropped connection) must not stay behind as a file
                 path.unlink(missing_ok=True)

@@ -104,6 +104,29 @@ def create_free(root: Path, folder: Path, name: str) -> tuple[Path, BinaryIO]:
         os.close(folder_fd)
 
 
+class TooLarge(OSError):
+    """A download grew past MAX_MEDIA_BYTES although its announced size (optional) was smaller."""
+
+
+class CappedWriter:
+    """A file open for writing that refuses to grow past `limit` bytes: the size an update announces
+    is optional, and a local Bot API server has no 20 MB cap of its own."""
+
+    def __init__(self, out: BinaryIO, limit: int) -> None:
+        self._out = out
+        self._limit = limit
+        self.written = 0
+
+    def write(self, data: bytes) -> int:
+        self.written += len(data)
+        if self.written > self._limit:
+            raise TooLarge(f"larger than {self._limit} bytes")
+        return self._out.write(data)
+
+    def __getattr__(self, name: str) -> Any:  # flush, seek, tell, fileno ... of the file itself
+        return getattr(self._out, name)
+
+
 def media_type(mime: str | None, filename: str, voice: bool = False) -> str:
     """One of "image", "voice", "audio", "video", "document"."""
     if voice:
