@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import mimetypes
 import os
 import re
@@ -108,23 +109,37 @@ class TooLarge(OSError):
     """A download grew past MAX_MEDIA_BYTES although its announced size (optional) was smaller."""
 
 
-class CappedWriter:
+class CappedWriter(io.BufferedIOBase):
     """A file open for writing that refuses to grow past `limit` bytes: the size an update announces
-    is optional, and a local Bot API server has no 20 MB cap of its own."""
+    is optional, and a local Bot API server has no 20 MB cap of its own. A BufferedIOBase, as
+    libraries test for one before writing into it (discord.py takes anything else for a path)."""
 
     def __init__(self, out: BinaryIO, limit: int) -> None:
+        super().__init__()
         self._out = out
         self._limit = limit
         self.written = 0
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: Any) -> int:
         self.written += len(data)
         if self.written > self._limit:
             raise TooLarge(f"larger than {self._limit} bytes")
         return self._out.write(data)
 
-    def __getattr__(self, name: str) -> Any:  # flush, seek, tell, fileno ... of the file itself
-        return getattr(self._out, name)
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._out.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._out.tell()
+
+    def flush(self) -> None:
+        self._out.flush()
 
 
 def media_type(mime: str | None, filename: str, voice: bool = False) -> str:
