@@ -49,6 +49,7 @@ def search(
     # unless a running gateway is doing that already: both embedded the same chunks, the command
     # silent for minutes. Text not embedded yet is still found by its words.
     embedding_elsewhere = index.embedder is not None and gateway_running(config.workspace_path)
+    index.embeds_in_background = not embedding_elsewhere
     pending = 0
     try:
         response = asyncio.run(index.search(query, max_results=max_results, wait_for_vectors=not embedding_elsewhere))

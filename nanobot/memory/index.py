@@ -78,6 +78,8 @@ class MemoryIndex:
         self._sync_lock = asyncio.Lock()  # the text phase
         self._embed_lock = asyncio.Lock()  # the embedding back-fill
         self._dirty = True
+        # False in a one-shot command beside a running gateway: the gateway embeds, not both
+        self.embeds_in_background = True
         self._changes = 0  # mark_dirty calls so far
         self._synced_changes = 0  # how many of them the last completed text sync covered
         self._snapshot: Snapshot | None = None  # what the last sync saw (staleness.py)
@@ -312,7 +314,7 @@ class MemoryIndex:
             if await asyncio.to_thread(unchanged, str(self.workspace), snap, self.config.include_sessions):
                 return
         await self.sync_text()
-        if self.embedder is not None and not self._embed_lock.locked():
+        if self.embedder is not None and self.embeds_in_background and not self._embed_lock.locked():
             self._spawn(self.backfill)
 
     # ------------------------------------------------------------------ search
