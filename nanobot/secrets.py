@@ -17,7 +17,7 @@ MIN_SECRET_CHARS = 6  # shorter values would mask ordinary words
 _MASK = "***"
 # Environment variable names that hold credentials (provider keys, tokens, passwords, URLs with them).
 _SECRET_NAME = re.compile(
-    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|PAT|CREDENTIALS?|AUTH|AUTHORIZATION|COOKIE|_DSN|DATABASE_URL"
+    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|_PWD|PAT|CREDENTIALS?|AUTH|AUTHORIZATION|COOKIE|_DSN|DATABASE_URL"
     r"|CONNECTION_STRING)$",
     re.IGNORECASE,
 )

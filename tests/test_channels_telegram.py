@@ -603,7 +603,8 @@ async def test_the_message_tool_reports_an_attachment_that_was_not_sent(
     tool = MessageTool(gw.bus, tmp_path, confirm_timeout_s=20)
     ctx = ToolContext(channel="telegram", chat_id="555", session_key="telegram:555")
     (tmp_path / "folder").mkdir()
-    for item, why in (("gone.pdf", "no such file"), ("folder", "a folder"), ("../outside.pdf", "outside")):
+    for item, why in (("gone.pdf", "no such file"), ("folder", "a folder"), ("../outside.pdf", "outside"),
+                      ("a\x00.pdf", "NUL byte")):
         with pytest.raises(ToolError, match=why):
             await tool.execute(ctx, content="the file", media=[item])
     (tmp_path / "report.pdf").write_bytes(b"%PDF-1.4 " + b"x" * 1000)

@@ -69,6 +69,9 @@ def test_names_of_servers_whose_prefixes_overlap_never_clash() -> None:
     assert first != second and TOOL_NAME_RE.match(first) and TOOL_NAME_RE.match(second)
     assert first == tool_name("a", "b_c", taken={second}, servers=servers)  # whoever came first
     assert tool_name("other", "c", servers=servers) == "mcp_other_c"  # others keep plain names
+    # enabledTools may name a tool as `mcp list` shows it (hashed): it was silently disabled
+    shown = tool_name("a", "b_c", servers=servers)
+    assert tool_enabled("a", "b_c", [shown], servers) and not tool_enabled("a_b", "c", [shown], servers)
 
 
 async def test_tool_names_do_not_depend_on_which_servers_are_up(http_server: fakes.HTTPServerThread) -> None:

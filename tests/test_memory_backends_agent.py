@@ -218,6 +218,8 @@ async def test_failing_backend_degrades_to_empty_context(home: Path, fake_llm: F
         ({"backend": "honcho"}, "memory.backends.honcho.baseUrl"),
         # found at the first turn before (every turn then lost with a KeyError), or never
         ({"backend": "memos", "backends": {"memos": {"baseUrl": "not a url"}}}, "memory.backends.memos.baseUrl"),
+        # blank is "unset" to the SDK, which then sends the memories to its hosted service
+        ({"backend": "honcho", "backends": {"honcho": {"baseUrl": "   "}}}, "memory.backends.honcho.baseUrl"),
         ({"backend": "memos", "backends": {"memos": {"baseUrl": "http://127.0.0.1:9", "cubeTemplate": "{user}"}}},
          "memory.backends.memos.cubeTemplate"),
     ],

@@ -432,6 +432,21 @@ def test_history_memo_follows_appends_and_the_pointer(tmp_path: Path) -> None:
     assert history_tokens(session) == session.tokens_of(2)
 
 
+def test_the_files_a_message_came_with_count_in_its_tokens(tmp_path: Path) -> None:
+    """Later turns see a note per file a user sent; the estimate that fits the history to the window
+    counted the stored text alone (6 tokens for a message sent as 328)."""
+    from nanobot.providers.tokens import count_message
+    from nanobot.session.history import build_history
+
+    store = SessionStore(tmp_path)
+    session = store.get("m:1")
+    photos = [f"/ws/media/telegram_1_{n}_photo-with-a-long-name.jpg" for n in range(10)]
+    store.append(session, {**msg("user", "look"), "media": photos})
+    sent = build_history(session, [0], 100_000, 100_000)[0]
+    assert all(p in sent["content"] for p in photos)
+    assert session.tokens_of(0) == count_message(sent)
+
+
 # ------------------------------------------------------------------ what others read through the store
 
 

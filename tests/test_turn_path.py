@@ -293,3 +293,25 @@ def test_stop_works_in_the_interactive_terminal_over_a_pipe(
     assert out.empty()  # "too late" was never printed
     stored = messages_of(home / "workspace" / "sessions" / "cli_direct.jsonl")
     assert [m["content"] for m in stored] == ["a very long question", "next question", "after the stop"]
+
+
+async def test_a_file_sent_without_text_in_the_terminal_is_shown_and_settled() -> None:
+    """The message tool waits for a file's send; the terminal settled only messages with text, so a
+    file sent alone kept the turn waiting 30 s and was never shown."""
+    from nanobot.agent.tools.base import ToolContext
+    from nanobot.agent.tools.message import MessageTool
+    from nanobot.bus.queue import MessageBus
+
+    bus = MessageBus()
+    out = io.StringIO()
+    terminal = TerminalChannel(bus, "cli:direct", tty=False, stdout=out)
+    printer = asyncio.create_task(terminal.show_outbound())
+    workspace = Path(__file__).parent  # any folder with a file in it
+    tool = MessageTool(bus, workspace, confirm_timeout_s=5)
+    try:
+        said = await asyncio.wait_for(
+            tool.execute(ToolContext(channel="cli", chat_id="direct"), content="", media=["conftest.py"]), 3
+        )
+    finally:
+        printer.cancel()
+    assert said.startswith("Message sent") and "conftest.py" in out.getvalue()

@@ -174,8 +174,11 @@ class TerminalChannel:
             out = await self.bus.consume_outbound()
             if out.channel != self.channel:  # no chat channel runs beside the terminal
                 out.settle(ChannelUnavailable(f"channel {out.channel!r} does not run in `nanobot agent`"))
-            elif out.kind == "message" and out.content:
-                self._show(out.content)
+            elif out.kind == "message" and (out.content or out.media):
+                # a file sent without text is named, and settled like any message (its sender waits)
+                shown = [out.content] if out.content else []
+                shown += [f"[file: {path}]" for path in out.media]
+                self._show("\n".join(shown))
                 out.settle()
 
     def _safe(self, text: str) -> str:

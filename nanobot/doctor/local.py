@@ -10,6 +10,7 @@ import shlex
 import shutil
 import sqlite3
 import stat
+import time
 from pathlib import Path
 
 from nanobot.config.loader import load_config, read_config_dict
@@ -244,13 +245,18 @@ def check_service() -> Check:
     return Check("service", "ok", f"{unit} installed")
 
 
+TRUNCATED_AFTER_S = 5.0  # an index file shorter than its header for longer is truncated, not new
+
+
 def _index_problem(path: Path) -> str | None:
     """What is wrong with the index file, or None; IndexUnavailable when it cannot be read now
     (another process holds it locked) without being damaged."""
     from nanobot.memory import index_db
 
-    if path.stat().st_size < index_db.SQLITE_HEADER_BYTES:  # SQLite would take it for an empty index
-        return f"the index file is truncated ({path.stat().st_size} bytes)"
+    st = path.stat()
+    # SQLite would take it for an empty index; a file being created is empty for a moment
+    if st.st_size < index_db.SQLITE_HEADER_BYTES and time.time() - st.st_mtime > TRUNCATED_AFTER_S:
+        return f"the index file is truncated ({st.st_size} bytes)"
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=index_db.BUSY_TIMEOUT_MS / 1000) as db:
             row = db.execute("PRAGMA quick_check").fetchone()

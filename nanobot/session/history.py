@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nanobot.session.store import Session
-from nanobot.util.text import attachment_note, truncate_middle
+from nanobot.util.text import truncate_middle, with_attachment_notes
 
 _LLM_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
@@ -77,8 +77,7 @@ def to_llm_message(msg: dict[str, Any], max_user_chars: int, max_tool_chars: int
     content = out.get("content")
     if out.get("role") == "user" and msg.get("media") and isinstance(content, str):
         # the files a user sent stay known in later turns (only their own turn showed them)
-        notes = "\n".join(attachment_note(str(path)) for path in msg["media"])
-        content = out["content"] = f"{content}\n\n{notes}" if content.strip() else notes
+        content = out["content"] = with_attachment_notes(content, [str(p) for p in msg["media"]])
     if isinstance(content, str):
         if out["role"] == "user":
             out["content"] = truncate_middle(content, max_user_chars)

@@ -22,6 +22,7 @@ from loguru import logger
 from nanobot.providers.tokens import count_message
 from nanobot.session.message_log import MessageLog
 from nanobot.util.fs import append_whole
+from nanobot.util.text import with_attachment_notes
 
 METADATA_FORMAT = 1
 METADATA_SCAN_LINES = 5  # sessions record `is_group` in their first metadata line
@@ -68,6 +69,9 @@ class Session:
             if cap and isinstance(content, str) and len(content) > cap:
                 # a 1 MB message is stored whole but sent cut to the cap: count what is sent
                 message = {**message, "content": content[:cap]}
+            if message.get("role") == "user" and message.get("media"):  # sent with its files' notes
+                text = str(message.get("content") or "")
+                message = {**message, "content": with_attachment_notes(text, [str(p) for p in message["media"]])}
             cached = count_message(message)
             self._token_cache[index] = cached
         return cached

@@ -121,6 +121,12 @@ def safe_id(value: str, *, allowed: str = "A-Za-z0-9_-", max_chars: int = 64) ->
     return f"{cleaned}-{hashlib.sha1(value.encode()).hexdigest()[:8]}"
 
 
+def with_attachment_notes(content: str, media: Sequence[str]) -> str:
+    """A saved user message's text with the notes of the files it came with (`media`)."""
+    notes = "\n".join(attachment_note(path) for path in media)
+    return f"{content}\n\n{notes}" if content.strip() else notes
+
+
 def attachment_note(path: str | Path, mime: str = "") -> str:
     """What the model reads for a file it is not shown: in the turn it came with, and again in the
     history of later turns (the note was not saved, so "the contract I sent earlier" was unknown)."""

@@ -117,3 +117,15 @@ def test_a_logged_traceback_is_masked_whole(tmp_path: Path) -> None:
     stray = [line for line in text.splitlines() if "JSONRPC" in line]
     assert len(stray) == 5 and "ValueError: 1 validation error" in stray[0], text  # a few a minute
     assert "Traceback" not in text.split("JSONRPC", 1)[1], text  # none for the stray line
+
+
+def test_the_working_directory_is_not_taken_for_a_password() -> None:
+    """`PWD` joined the credential names for `MYSQL_PWD`: the shell's PWD and OLDPWD (the folders the
+    daemon started in) were masked in every tool result, log line and file the model read."""
+    from nanobot.secrets import mask, register_env_secrets
+
+    folders = {"PWD": "/home/alice-started-here", "OLDPWD": "/srv/alice-before"}
+    register_env_secrets({**folders, "MYSQL_PWD": "mysqlPw_4242"})
+    text = "cd /home/alice-started-here and /srv/alice-before"
+    assert mask(text) == text
+    assert mask("password mysqlPw_4242") == "password ***"

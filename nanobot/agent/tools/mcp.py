@@ -79,7 +79,7 @@ class MCPManager:
         schema_budget_tokens: int | None = None,
     ) -> None:
         self.connections = {
-            name: MCPServerConnection(name, cfg, retry_base_s) for name, cfg in sorted(servers.items())
+            name: MCPServerConnection(name, cfg, retry_base_s, servers) for name, cfg in sorted(servers.items())
         }
         self.schema_budget_tokens = schema_budget_tokens
         self._left_out_reported: tuple[str, ...] = ()

@@ -64,14 +64,17 @@ def tool_name(server: str, tool: str, taken: set[str] | None = None, servers: Co
         for p in (_UNSAFE.sub("_", f"mcp_{other}_"),)
     )
     if len(name) > MAX_TOOL_NAME_CHARS or (taken is not None and name in taken) or overlapping:
-        digest = hashlib.sha1(f"{server}\0{tool}".encode()).hexdigest()[:8]
+        # the pair, where two servers could spell the same raw name; the raw name otherwise (the
+        # names of long tools stay what earlier versions called them)
+        digest = hashlib.sha1((f"{server}\0{tool}" if overlapping else raw).encode()).hexdigest()[:8]
         name = f"{name[: MAX_TOOL_NAME_CHARS - 9]}_{digest}"
     return name
 
 
-def tool_enabled(server: str, tool: str, patterns: list[str]) -> bool:
-    """enabledTools entries are globs over the server's tool name or the wrapped mcp_ name."""
-    wrapped = tool_name(server, tool)
+def tool_enabled(server: str, tool: str, patterns: list[str], servers: Collection[str] = ()) -> bool:
+    """enabledTools entries are globs over the server's tool name or the wrapped mcp_ name (as
+    `mcp list` shows it: hashed when server names overlap)."""
+    wrapped = tool_name(server, tool, servers=servers)
     return any(fnmatch.fnmatchcase(tool, p) or fnmatch.fnmatchcase(wrapped, p) for p in patterns)
 
 
@@ -135,8 +138,11 @@ class _Generation:
 class MCPServerConnection:
     """State and session owner for one configured server."""
 
-    def __init__(self, name: str, cfg: MCPServerConfig, retry_base_s: float = RETRY_BASE_S) -> None:
+    def __init__(
+        self, name: str, cfg: MCPServerConfig, retry_base_s: float = RETRY_BASE_S, servers: Collection[str] = ()
+    ) -> None:
         self.name = name
+        self.servers = tuple(servers)  # every configured server's name: they decide the wrapped names
         self.retry_base_s = retry_base_s
         self.cfg = cfg
         self.kind = detect_type(cfg)
@@ -192,7 +198,7 @@ class MCPServerConnection:
             self._mark_failed(describe_error(exc) + said)
             return False
         patterns = self.cfg.enabled_tools
-        enabled = [t for t in listing if tool_enabled(self.name, t.name, patterns)]
+        enabled = [t for t in listing if tool_enabled(self.name, t.name, patterns, self.servers)]
         self.remote_tools = [t for t in enabled if _schema_fits(self.name, t)][:MAX_TOOLS_PER_SERVER]
         if len(enabled) > MAX_TOOLS_PER_SERVER:
             logger.warning(

@@ -97,7 +97,7 @@ class HttpErrorStatus:
 
     async def on_response(self, response: Any) -> None:
         status = int(response.status_code)
-        if status >= 400:
+        if status >= 400 and status != 405:  # 405: the server offers no GET event stream, as it may
             self.last = f"HTTP {status} {response.reason_phrase}".strip()
             if status in (401, 403):
                 self.last += ": check the server's credentials (its headers in tools.mcpServers)"

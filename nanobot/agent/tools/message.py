@@ -41,8 +41,13 @@ class MessageTool(Tool):
         """Attachments are files in the workspace: a missing one, a folder or one outside was dropped
         by the channel with a log line, and the model told the user the file was attached."""
         for item in media:
+            if "\x00" in item:
+                raise ToolError(f"cannot attach {item!r}: a path cannot contain a NUL byte")
             path = Path(item).expanduser()
-            path = (path if path.is_absolute() else self.workspace / path).resolve()
+            try:
+                path = (path if path.is_absolute() else self.workspace / path).resolve()
+            except (OSError, RuntimeError) as exc:  # a symlink loop
+                raise ToolError(f"cannot attach {item!r}: {exc}") from None
             if not path.is_relative_to(self.workspace):
                 raise ToolError(f"cannot attach {item!r}: it is outside the workspace")
             if not path.is_file():

@@ -42,7 +42,11 @@ class _Block(BaseModel):
         traceback)."""
         name = info.field_name or ""
         if name == "base_url" and isinstance(value, str):
-            return endpoint_url(value)
+            url = endpoint_url(value)
+            if not url and cls.model_fields[name].is_required():
+                # blank would be "unset" to the SDK, which then talks to its hosted service
+                raise ValueError("must be set to the backend's address")
+            return url
         if name.endswith("_template") and isinstance(value, str):
             fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
             unknown = sorted(fields - TEMPLATE_FIELDS)
