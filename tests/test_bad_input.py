@@ -343,3 +343,16 @@ def test_an_empty_message_or_unit_folder_is_a_usage_error(tmp_path: Path) -> Non
                                 env=env, cwd=tmp_path, timeout=120)
         assert result.returncode == 2 and "Error:" in result.stderr and "Traceback" not in result.stderr, result
     assert not (tmp_path / "nanobot.service").exists()
+
+
+def test_service_uninstall_takes_c_after_the_subcommand_like_every_command(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "config.json"
+    config.write_text("{}\n")
+    env = {**os.environ, "NANOBOT_HOME": str(tmp_path / "home")}
+    args = ["service", "uninstall", "--unit-dir", str(tmp_path / "units"), "--no-systemctl", "-c", str(config)]
+    command = [sys.executable, "-m", "nanobot", *args]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0 and "No such option" not in result.stderr, result.stderr

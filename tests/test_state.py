@@ -290,6 +290,31 @@ async def test_run_watchdog_beats_refreshes_and_notifies(tmp_path: Path) -> None
     assert data is not None and data["pending_tasks"] >= 3
 
 
+async def test_a_channel_that_fails_between_beats_is_written_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state was written at each beat only: `health` said healthy for up to a whole interval
+    (10 s) after the only channel failed."""
+    from nanobot.service import state as state_mod
+
+    monkeypatch.setattr(state_mod, "CHANNEL_POLL_S", 0.02)
+    state = GatewayState(tmp_path)
+    channel = {"state": "running"}
+
+    def refresh(st: GatewayState) -> None:
+        st.set_channel("telegram", channel["state"])
+
+    watchdog = asyncio.create_task(run_watchdog(state, 60.0, refresh=refresh, notify=lambda _m: True))
+    try:
+        await asyncio.sleep(0.1)
+        assert read_state(tmp_path)["channels"]["telegram"]["state"] == "running"
+        channel["state"] = "failed"
+        await asyncio.sleep(0.2)  # far less than the 60 s beat; what `health` reads
+        assert read_state(tmp_path)["channels"]["telegram"]["state"] == "failed"
+    finally:
+        watchdog.cancel()
+
+
 def test_status_names_a_gateway_that_stopped_beating(tmp_path: Path, gateway_proc: subprocess.Popen[str]) -> None:
     """A hung (or SIGSTOP-ed) gateway showed as "running", its channel "running", its uptime growing;
     health and doctor already said its watchdog was stale."""

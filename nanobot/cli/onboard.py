@@ -60,8 +60,8 @@ def onboard(
         atomic_write(path, "{}\n")
         err(f"Created config: {path}")
     else:
-        merge = "; the given settings are merged in" if answers.any() else ""
-        err(f"Config exists: {path} (left as it is{merge})")
+        what = "the given settings are merged in" if answers.any() else "left as it is"
+        err(f"Config exists: {path} ({what})")
     checks_ok = True
     if answers.any():
         try:

@@ -20,6 +20,7 @@ from nanobot.cli.common import (
     err,
     fail,
     load_cli_config,
+    require_named_config,
 )
 from nanobot.config.paths import nanobot_home
 from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary
@@ -166,9 +167,13 @@ def install(
 
 @app.command("uninstall")
 def uninstall(
-    user: UserOption = False, unit_dir: UnitDirOption = None, no_systemctl: NoSystemctlOption = False
+    user: UserOption = False,
+    unit_dir: UnitDirOption = None,
+    no_systemctl: NoSystemctlOption = False,
+    config: ConfigOption = None,
 ) -> None:
     """Stop and disable the service and remove its unit."""
+    require_named_config(config)  # -c is taken after the subcommand as everywhere; the unit is the same
     try:
         notes = uninstall_unit(_unit_path(user, unit_dir), _systemctl(user, no_systemctl))
     except ServiceError as exc:

@@ -291,6 +291,9 @@ class GatewayState:
             self.path.unlink()
 
 
+CHANNEL_POLL_S = 1.0  # how often channel states are looked at between watchdog beats
+
+
 async def run_watchdog(
     state: GatewayState,
     interval_s: float,
@@ -306,12 +309,22 @@ async def run_watchdog(
     if notify is None:
         from nanobot.service.systemd import sd_notify as notify
     state.interval_s = interval_s
+    written: Any = None  # the channels as last written
+    next_beat = 0.0
     while True:
         try:
             if refresh is not None:
                 refresh(state)
-            state.beat()
-            notify("WATCHDOG=1")
+            now = time.monotonic()
+            if now >= next_beat:
+                state.beat()
+                notify("WATCHDOG=1")
+                next_beat = now + interval_s
+            elif state.channels != written:
+                # a channel failed (or came back) between beats: `health` reads it now, not up to
+                # a whole interval later ("healthy" for 10 s after the only channel failed)
+                state.write()
+            written = {name: dict(info) for name, info in state.channels.items()}
         except Exception as exc:  # the loop must survive any one bad beat
             logger.warning("gateway watchdog beat failed: {}", exc)
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(min(CHANNEL_POLL_S, interval_s))

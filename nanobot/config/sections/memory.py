@@ -30,7 +30,8 @@ class MemorySearchConfig(Section):
     embedding_api_key: str = Field("", description="API key of the embedding endpoint.")
     max_results: int = Field(6, ge=1, le=50, description="Results one search returns.")
     min_score: float = Field(0.35, ge=0.0, le=1.0, description="Results scoring below this (0–1) are "
-                             "dropped.")
+                             "dropped; when none passes, the keyword matches are kept (a word that is in "
+                             "memory is always found).")
     vector_weight: float = Field(0.7, ge=0.0, le=1.0, description="Weight of vector similarity in a hybrid "
                                  "score.")
     text_weight: float = Field(0.3, ge=0.0, le=1.0, description="Weight of the keyword score in a hybrid "
