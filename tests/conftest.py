@@ -148,3 +148,11 @@ def run_cli(
         cwd=str(cwd or home),
         stdin=None if input_text is not None else subprocess.DEVNULL,
     )
+
+
+def can_mount_privately() -> bool:
+    """Whether user and mount namespaces work here (`unshare -rmn`): read-only mounts for tests."""
+    try:
+        return subprocess.run(["unshare", "-rmn", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False

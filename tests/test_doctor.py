@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import config_dict, run_cli
+from tests.conftest import can_mount_privately, config_dict, run_cli
 from tests.fakes.discord_server import FakeDiscordServer
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.telegram_server import FakeTelegramServer
@@ -195,16 +195,7 @@ def test_loose_files_nanobot_owns_are_not_called_private(home: Path, fake_llm: F
     assert stat.S_IMODE(memory_md.stat().st_mode) == 0o600
 
 
-def _can_mount_privately() -> bool:
-    import subprocess
-
-    try:
-        return subprocess.run(["unshare", "-rmn", "true"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-@pytest.mark.skipif(not _can_mount_privately(), reason="needs user and mount namespaces (unshare -rmn)")
+@pytest.mark.skipif(not can_mount_privately(), reason="needs user and mount namespaces (unshare -rmn)")
 def test_a_read_only_home_fails_the_files_check(home: Path, fake_llm: FakeLLMServer) -> None:
     """Mounted read-only (an SD card after errors, a wrong Docker volume flag): doctor said healthy,
     and the next message failed with "cannot save the conversation"."""

@@ -34,6 +34,7 @@ from nanobot.service.systemd import (
     unit_status,
     write_environment_file,
 )
+from tests.conftest import can_mount_privately
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -362,14 +363,7 @@ def test_a_log_file_that_cannot_be_written_is_a_config_error(tmp_path: Path) -> 
     assert "logging.file: cannot write" in result.stderr and "Traceback" not in result.stderr
 
 
-def _can_mount_privately() -> bool:
-    try:
-        return subprocess.run(["unshare", "-rmn", "true"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-@pytest.mark.skipif(not _can_mount_privately(), reason="needs user and mount namespaces (unshare -rmn)")
+@pytest.mark.skipif(not can_mount_privately(), reason="needs user and mount namespaces (unshare -rmn)")
 @pytest.mark.parametrize("log_file", [False, True])
 def test_a_read_only_workspace_at_start_is_exit_1_so_systemd_retries(tmp_path: Path, log_file: bool) -> None:
     """An SD card remounted read-only: the gateway died with a traceback (the lock file), or exit 2
