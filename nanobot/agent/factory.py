@@ -190,7 +190,7 @@ def build_runtime(
     tools.register(WebFetchTool(config.tools.web))
     if config.tools.web.search.provider:  # unconfigured, it could only fail: not offered
         tools.register(WebSearchTool(config.tools.web.search, config.tools.web.timeout_s))
-    tools.register(MessageTool(bus, workspace))
+    tools.register(MessageTool(bus, workspace, tools.policy))
     cron = CronService(
         jobs_path(workspace),
         on_job=lambda job: run_cron_job(bus, job, sessions, listed),

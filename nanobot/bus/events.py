@@ -76,6 +76,15 @@ class ChannelUnavailable(Exception):
     """A message could not be handed to its channel: not enabled, not running, or failed."""
 
 
+@dataclass(frozen=True)
+class OutboundFile:
+    """An attachment as the sender read it: the bytes travel, not a path the channel would open
+    again later (a link swapped in meanwhile sent a group the owner's MEMORY.md)."""
+
+    name: str
+    data: bytes = field(repr=False)
+
+
 @dataclass
 class OutboundMessage:
     """Something for a channel to show: a reply, a progress note, a typing signal or a stream delta.
@@ -88,7 +97,7 @@ class OutboundMessage:
     content: str = ""
     kind: OutboundKind = "message"
     reply_to: str | None = None
-    media: list[str] = field(default_factory=list)
+    files: list[OutboundFile] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     #: set by a publisher that must know whether the message reached its chat (a cron job records
     #: a refused delivery as a failure): the channel manager resolves it once sent, or fails it with

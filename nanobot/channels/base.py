@@ -385,15 +385,3 @@ class Channel(Connection, ABC):
             metadata={**metadata, "media_types": got.types},
         )
 
-    def outbound_media(self, msg: OutboundMessage) -> list[Path]:
-        """The message's attachments that are real files inside the workspace (others are refused)."""
-        root = self.workspace.resolve()
-        files: list[Path] = []
-        for item in msg.media:
-            path = Path(item) if Path(item).is_absolute() else root / item
-            path = path.resolve()
-            if not path.is_relative_to(root) or not path.is_file():
-                logger.warning("{}: attachment missing or outside the workspace: {}", self.name, item)
-                continue
-            files.append(path)
-        return files

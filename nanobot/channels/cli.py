@@ -174,10 +174,10 @@ class TerminalChannel:
             out = await self.bus.consume_outbound()
             if out.channel != self.channel:  # no chat channel runs beside the terminal
                 out.settle(ChannelUnavailable(f"channel {out.channel!r} does not run in `nanobot agent`"))
-            elif out.kind == "message" and (out.content or out.media):
+            elif out.kind == "message" and (out.content or out.files):
                 # a file sent without text is named, and settled like any message (its sender waits)
                 shown = [out.content] if out.content else []
-                shown += [f"[file: {path}]" for path in out.media]
+                shown += [f"[file: {file.name}, {len(file.data)} bytes]" for file in out.files]
                 self._show("\n".join(shown))
                 out.settle()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import re
 from typing import Any, BinaryIO
 
@@ -272,6 +273,8 @@ class DiscordChannel(Channel):
                     message_id=int(msg.reply_to), channel_id=int(msg.chat_id), fail_if_not_exists=False
                 )
             await self._with_retry("send", lambda p=part, r=reference: target.send(p, reference=r))  # type: ignore[misc]
-        files = self.outbound_media(msg)
-        if files:
-            await self._with_retry("send files", lambda: target.send(files=[discord.File(p) for p in files]))
+        if msg.files:
+            await self._with_retry(
+                "send files",
+                lambda: target.send(files=[discord.File(io.BytesIO(f.data), filename=f.name) for f in msg.files]),
+            )

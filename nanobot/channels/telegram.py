@@ -34,7 +34,7 @@ from telegram.error import (
 from telegram.request import HTTPXRequest
 
 from nanobot.agent.commands import COMMANDS, starts_with_command
-from nanobot.bus.events import OutboundMessage
+from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.delivery import AckWindow
@@ -331,24 +331,20 @@ class TelegramChannel(Channel):
             else:
                 reply_to = msg.reply_to if index == 0 else None
                 await self._send_part(msg.chat_id, html, part, reply_to)
-        for path in self.outbound_media(msg):
-            await self._with_retry("sendDocument", lambda p=path: self._send_document(msg.chat_id, p))
+        for file in msg.files:
+            await self._with_retry("sendDocument", lambda f=file: self._send_document(msg.chat_id, f))
 
-    async def _send_document(self, chat_id: str, path: Any) -> None:
+    async def _send_document(self, chat_id: str, file: OutboundFile) -> None:
         assert self.bot is not None
-        size = path.stat().st_size
+        size = len(file.data)
         if size > TELEGRAM_MAX_UPLOAD_BYTES:  # refused after the whole upload, five times over
-            raise FileTooLarge(f"{path.name} is {size / 2**20:.0f} MB; Telegram bots can send up to 50 MB")
+            raise FileTooLarge(f"{file.name} is {size / 2**20:.0f} MB; Telegram bots can send up to 50 MB")
         chat, topic = split_chat(chat_id)
-        with open(path, "rb") as fh:
-            try:
-                await self.bot.send_document(chat, document=fh, filename=path.name, message_thread_id=topic)
-            except ChatMigrated as exc:
-                logger.warning(
-                    "telegram: group {} is now supergroup {}; sending there", chat, exc.new_chat_id
-                )
-                fh.seek(0)
-                await self.bot.send_document(exc.new_chat_id, document=fh, filename=path.name)
+        try:
+            await self.bot.send_document(chat, document=file.data, filename=file.name, message_thread_id=topic)
+        except ChatMigrated as exc:
+            logger.warning("telegram: group {} is now supergroup {}; sending there", chat, exc.new_chat_id)
+            await self.bot.send_document(exc.new_chat_id, document=file.data, filename=file.name)
 
     async def _send_part(self, chat_id: str, html: str, part: str, reply_to: str | None) -> Message:
         """Send one part as HTML; when Telegram rejects it, its Markdown source as plain text. A

@@ -270,3 +270,38 @@ async def test_a_nul_byte_in_a_groups_path_is_an_error_result_not_a_failed_turn(
         assert out.startswith("Error:") and "NUL byte" in out, (name, out)
         out = await reg.execute(name, args, ToolContext())  # the owner's too, without a traceback
         assert out.startswith("Error:") and "NUL byte" in out, (name, out)
+
+
+async def test_a_groups_attachment_is_what_the_policy_allowed_whatever_is_swapped_in(tmp_path: Path) -> None:
+    """The trust policy checked an attachment's path when the tool was called; the channel opened the
+    path again at upload, following links: a group command swapping `notes/x` for a link to
+    memory/MEMORY.md in between had the owner's memory uploaded to the group (2,565 times in a race).
+    The tool now reads the file itself, as allowed, and the bytes travel."""
+    from nanobot.agent.tools.message import MessageTool
+    from nanobot.bus.queue import MessageBus
+
+    ws = tmp_path / "ws"
+    for folder in ("memory", "sessions", "notes", "stash"):
+        (ws / folder).mkdir(parents=True)
+    (ws / "memory" / "MEMORY.md").write_text("The owner's bank PIN is 4242.\n")
+    (ws / "notes" / "x").write_text("group agenda\n")
+    bus = MessageBus()
+    tool = MessageTool(bus, ws, TrustPolicy(ws), confirm_timeout_s=0.1)
+    group = ToolContext(channel="telegram", chat_id="-100", session_key="telegram:-100", is_group=True)
+    # swapped after the registry's check, before the tool's own read: the final name, and a folder
+    (ws / "notes" / "x").unlink()
+    (ws / "notes" / "x").symlink_to(ws / "memory" / "MEMORY.md")
+    (ws / "stash" / "MEMORY.md").write_text("decoy\n")
+    (ws / "stash").rename(ws / "stash.real")
+    (ws / "stash").symlink_to(ws / "memory")
+    for item in ("notes/x", "stash/MEMORY.md"):
+        with pytest.raises(ToolError):
+            await tool.execute(group, content="here", media=[item])
+    assert bus.outbound.empty()
+    (ws / "notes" / "x").unlink()
+    (ws / "notes" / "x").write_text("group agenda\n")
+    said = await tool.execute(group, content="here", media=["notes/x"])
+    sent = bus.outbound.get_nowait()
+    assert said.startswith("Message queued") and [(f.name, f.data) for f in sent.files] == [("x", b"group agenda\n")]
+    owner = await tool.execute(ToolContext(), content="mine", media=["memory/MEMORY.md"])  # the owner may
+    assert owner.startswith("Message queued") and b"4242" in bus.outbound.get_nowait().files[0].data

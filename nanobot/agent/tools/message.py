@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
-from nanobot.bus.events import OutboundMessage
+from nanobot.agent.tools.policy import TrustPolicy
+from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.util.nofollow import FolderCheck, read_regular_bytes
 
+MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024  # the most any channel takes (Telegram: 50 MB)
 CONFIRM_TIMEOUT_S = 30.0  # a send to another chat is awaited this long (retries under rate limits)
 
 
@@ -31,15 +35,23 @@ class MessageTool(Tool):
     }
 
     def __init__(
-        self, bus: MessageBus, workspace: Path, confirm_timeout_s: float = CONFIRM_TIMEOUT_S
+        self,
+        bus: MessageBus,
+        workspace: Path,
+        policy: TrustPolicy | None = None,
+        confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
     ) -> None:
         self.bus = bus
         self.workspace = workspace.resolve()
+        self.policy = policy  # asked again about the folder an attachment's open landed in
         self.confirm_timeout_s = confirm_timeout_s
 
-    def _check_media(self, media: list[str]) -> None:
-        """Attachments are files in the workspace: a missing one, a folder or one outside was dropped
-        by the channel with a log line, and the model told the user the file was attached."""
+    def _read_attachments(self, media: list[str], ctx: ToolContext) -> list[OutboundFile]:
+        """Each attachment read once, here, as the trust policy allows it in this context: a missing
+        one, a folder or one outside was dropped by the channel with a log line (the model told the
+        user it was attached), and a path the channel opened again later could meanwhile be a link
+        to memory/ (a group's command swapped one in: the owner's MEMORY.md went to the group)."""
+        files: list[OutboundFile] = []
         for item in media:
             if "\x00" in item:
                 raise ToolError(f"cannot attach {item!r}: a path cannot contain a NUL byte")
@@ -50,8 +62,34 @@ class MessageTool(Tool):
                 raise ToolError(f"cannot attach {item!r}: {exc}") from None
             if not path.is_relative_to(self.workspace):
                 raise ToolError(f"cannot attach {item!r}: it is outside the workspace")
-            if not path.is_file():
-                raise ToolError(f"cannot attach {item!r}: " + ("a folder" if path.is_dir() else "no such file"))
+            if path.is_dir():
+                raise ToolError(f"cannot attach {item!r}: a folder")
+            try:
+                # the folder actually opened is asked about again, the file opened without following
+                # a link: what is sent is what the policy allowed, whatever was swapped in since
+                data = read_regular_bytes(
+                    path, beneath=self.workspace, max_bytes=MAX_ATTACHMENT_BYTES, check=self._landing(ctx, path.name)
+                )
+            except FileNotFoundError:
+                raise ToolError(f"cannot attach {item!r}: no such file") from None
+            except OSError as exc:
+                if exc.errno == errno.EFBIG:
+                    raise ToolError(f"cannot attach {item!r}: larger than {MAX_ATTACHMENT_BYTES // 2**20} MB") from None
+                raise ToolError(f"cannot attach {item!r}: {exc.strerror or exc}") from None
+            files.append(OutboundFile(path.name, data))
+        return files
+
+    def _landing(self, ctx: ToolContext, name: str) -> FolderCheck | None:
+        policy = self.policy
+        if policy is None or not ctx.shared:
+            return None
+
+        def check(opened: Path) -> None:
+            why = policy.refusal(self.name, {"content": "", "media": [str(opened / name)]}, ctx)
+            if why:
+                raise PermissionError(errno.EACCES, why)
+
+        return check
 
     async def execute(
         self,
@@ -64,7 +102,7 @@ class MessageTool(Tool):
     ) -> str:
         if not content.strip() and not media:
             raise ToolError("content is empty")
-        self._check_media(media or [])  # the registry checked it is a list of strings
+        files = self._read_attachments(media or [], ctx)  # the registry checked it is a list of strings
         target_channel = str(channel or ctx.channel)
         target_chat = str(chat_id or ctx.chat_id)
         elsewhere = (target_channel, target_chat) != (ctx.channel, ctx.chat_id)
@@ -77,7 +115,7 @@ class MessageTool(Tool):
                 channel=target_channel,
                 chat_id=target_chat,
                 content=content,
-                media=list(media or []),
+                files=files,
                 sent=sent,
             )
         )
