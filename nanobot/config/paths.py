@@ -114,8 +114,10 @@ def file_name_part(text: str) -> str:
 
 def media_prefix(channel: str, chat_id: str | int) -> str:
     """How the downloads of one chat in media/ begin: `<channel>_<chat>_` (the message id and the
-    file name follow); tools in shared chats reach only their own chat's files by it."""
-    return f"{channel}_{file_name_part(str(chat_id))}_"
+    file name follow); tools in shared chats reach only their own chat's files by it. A forum
+    topic's `:` becomes `.`, which no chat id holds: as `_` the group's prefix began the topic's
+    file names, and the topic's those of the group's message of that number."""
+    return f"{channel}_{file_name_part(str(chat_id).replace(':', '.'))}_"
 
 
 def index_path(workspace: Path) -> Path:

@@ -355,6 +355,24 @@ async def test_a_shared_chat_sees_its_own_attachments_only(agent) -> None:  # no
     assert "passport-scan" in await agent.tools.execute("list_dir", {"path": "media"}, OWNER)
 
 
+async def test_a_forum_topic_and_its_group_see_only_their_own_downloads(agent) -> None:  # noqa: ANN001
+    """A topic's files (`telegram_-100123_7_…`) began with its group's prefix, and the topic's prefix
+    began the name of the group's download of message 7: each read the other's."""
+    from nanobot.channels.media import safe_filename
+
+    media = agent.context.workspace / "media"
+    media.mkdir(exist_ok=True)
+    topic = ToolContext(channel="telegram", chat_id="-100123:7", session_key="telegram:-100123:7", is_group=True)
+    in_topic = safe_filename("telegram", "-100123:7", 55, "topic-secret.txt")
+    in_group = safe_filename("telegram", "-100123", 7, "general-secret.txt")
+    (media / in_topic).write_text("TOPIC SECRET\n")
+    (media / in_group).write_text("GENERAL SECRET\n")
+    assert "Error:" in await agent.tools.execute("read_file", {"path": f"media/{in_topic}"}, GROUP)
+    assert "Error:" in await agent.tools.execute("read_file", {"path": f"media/{in_group}"}, topic)
+    assert "TOPIC SECRET" in await agent.tools.execute("read_file", {"path": f"media/{in_topic}"}, topic)
+    assert "GENERAL SECRET" in await agent.tools.execute("read_file", {"path": f"media/{in_group}"}, GROUP)
+
+
 async def test_a_guest_may_not_write_the_owners_files(agent) -> None:  # noqa: ANN001
     (agent.context.workspace / "plan.md").write_text("the owner's plan\n")
     for name, args in [
