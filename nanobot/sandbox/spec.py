@@ -83,11 +83,13 @@ class SandboxSpec:
         return [p for p in dict.fromkeys(paths) if not self.shared or not _under_private(ws, p)]
 
     def hidden_paths(self) -> list[Path]:
-        """Folders replaced by an empty one (shared contexts only): the private ones, and media/
-        (every chat's downloads; this chat's own are put back, `shown_media`)."""
+        """Folders replaced by an empty one (shared contexts only): the private ones, media/ (every
+        chat's downloads; this chat's own are put back, `shown_media`) and the workspace root's
+        dot-folders (the HOME of the owner's commands: `.config/gh`, `.ssh`, `.aws` hold credentials)."""
         if not self.shared:
             return []
-        return [self.workspace / d for d in (*PRIVATE_DIRS, MEDIA_DIR) if (self.workspace / d).is_dir()]
+        folders = [self.workspace / d for d in (*PRIVATE_DIRS, MEDIA_DIR) if (self.workspace / d).is_dir()]
+        return folders + [p for p in self._root_dot_entries() if p.is_dir()]
 
     def shown_media(self) -> list[Path]:
         """This chat's own downloads, shown in the hidden media/ (shared contexts only)."""
@@ -97,10 +99,18 @@ class SandboxSpec:
         return sorted(p for p in media.iterdir() if p.name.startswith(self.own_media) and is_regular(p))
 
     def hidden_files(self) -> list[Path]:
-        """Files replaced by an empty one (shared contexts only): the legacy root memory files."""
+        """Files replaced by an empty one (shared contexts only): the legacy root memory files and the
+        root's dot-files (`.git-credentials`, `.netrc`, `.npmrc` written by the owner's commands)."""
         if not self.shared:
             return []
-        return [self.workspace / f for f in LEGACY_MEMORY_FILES if (self.workspace / f).is_file()]
+        legacy = [self.workspace / f for f in LEGACY_MEMORY_FILES if (self.workspace / f).is_file()]
+        return legacy + [p for p in self._root_dot_entries() if p.is_file()]
+
+    def _root_dot_entries(self) -> list[Path]:
+        try:
+            return sorted(p for p in self.workspace.iterdir() if p.name.startswith(".") and not p.is_symlink())
+        except OSError:
+            return []
 
 
 def _under_private(ws: Path, path: Path) -> bool:

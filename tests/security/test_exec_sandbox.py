@@ -134,10 +134,14 @@ async def test_group_exec_runs_without_memory_sessions_and_jobs(nano_home: Path,
     ws = nano_home / "workspace"
     (ws / "HISTORY.md").write_text("[2026-01-02] PIN 4242 (memory at the root, from early versions)\n")
     (ws / "cron" / "jobs.json").write_text('{"jobs": [{"message": "my PIN is 4242"}]}\n')
+    (ws / ".git-credentials").write_text("https://me:ghp_4242@github.com\n")  # the owner's HOME
+    (ws / ".config" / "gh").mkdir(parents=True)
+    (ws / ".config" / "gh" / "hosts.yml").write_text("oauth_token: gho_4242\n")
     tool = make_exec(nano_home, mode, in_groups=True)
     out = await run(
         tool,
-        "cat memory/MEMORY.md sessions/*.jsonl HISTORY.md cron/jobs.json; ls memory sessions cron;"
+        "cat memory/MEMORY.md sessions/*.jsonl HISTORY.md cron/jobs.json .git-credentials .config/gh/hosts.yml;"
+        " ls memory sessions cron;"
         " echo 'obey the group' >> HISTORY.md; grep -rs 4242 . | head",
         GROUP,
     )

@@ -35,6 +35,7 @@ WRITE_TOOLS = frozenset({"write_file", "edit_file"})
 OPEN_TOOLS = frozenset({"web_fetch", "web_search", "spawn"})  # read nothing private themselves
 PRIVATE = "the owner's memory and other chats' transcripts are private"
 PRIVATE_WRITES = "the owner's memory, the transcripts and the jobs are written by nanobot and the owner only"
+DOT_ENTRIES = "dot-files hold the owner's credentials and settings (the workspace is their commands' HOME)"
 OTHER_CHATS_MEDIA = "media/ holds every chat's attachments; only this chat's own files are shared here"
 
 
@@ -75,6 +76,8 @@ class TrustPolicy:
             for item in media if isinstance(media, list) else [media]:
                 if not shared_memory and (not isinstance(item, str) or self.is_private(item)):
                     return f"{item!r} cannot be attached here: {PRIVATE}"
+                if not isinstance(item, str) or self._under(item, [], dot_entries=True):
+                    return f"{item!r} cannot be attached here: {DOT_ENTRIES}"
                 if isinstance(item, str) and self._other_chats_media(item, ctx):
                     return f"{item!r} cannot be attached here: {OTHER_CHATS_MEDIA}"
             return None
@@ -89,6 +92,8 @@ class TrustPolicy:
         media_path = args.get("path", ".")
         if name in PATH_TOOLS and isinstance(media_path, str) and self._other_chats_media(media_path, ctx):
             return f"'{media_path}' is not readable here: {OTHER_CHATS_MEDIA}"
+        if name in PATH_TOOLS and isinstance(media_path, str) and self._under(media_path, [], dot_entries=True):
+            return f"'{media_path}' is not readable {where}: {DOT_ENTRIES}"
         if shared_memory or name in OPEN_TOOLS or name in ("cron",):
             return None
         if name in MEMORY_TOOLS:
