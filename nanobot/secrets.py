@@ -66,6 +66,30 @@ def mask(text: str) -> str:
     return _SHAPES.sub(_mask_shape, text)
 
 
+PIECE_CHARS = 4  # the shortest piece of a secret hidden where text was cut
+
+
+def mask_cut(text: str, *, start: bool = False, end: bool = False) -> str:
+    """`mask(text)` for text that was cut: with `end`, a piece at its end that begins a secret (a
+    page cut at 50,000 characters returned 53 of a 54-character key); with `start`, a piece at its
+    start that ends one. Mask before cutting where you can; this is for cuts made before (bytes)."""
+    text = mask(text)
+    with _lock:
+        known = list(_secrets)
+    if end:  # the longest piece of any secret: a shorter one of another would hide only part of it
+        size = max((n for sec in known for n in _piece_sizes(sec, text) if text.endswith(sec[:n])), default=0)
+        text = text[:-size] + _MASK if size else text
+    if start:
+        size = max((n for sec in known for n in _piece_sizes(sec, text) if text.startswith(sec[-n:])), default=0)
+        text = _MASK + text[size:] if size else text
+    return text
+
+
+def _piece_sizes(secret: str, text: str) -> range:
+    """The lengths a piece of `secret` at a cut of `text` may have (short of the whole)."""
+    return range(PIECE_CHARS, min(len(secret) - 1, len(text)) + 1)
+
+
 def register_config_secrets(config: object) -> None:
     """Register every provider key and channel token found in a Config."""
     providers = getattr(config, "providers", None)

@@ -60,3 +60,59 @@ async def test_a_search_that_never_finishes_stops_at_its_deadline(port: int) -> 
     with pytest.raises(ToolError, match="did not finish within 1 s"):
         await tool.execute(CTX, query="anything")
     assert time.monotonic() - started < 10  # it took 30 s before (a byte every 0.3 s, 100 bytes)
+
+
+KEY = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghij0123456789"
+MORE_PAGES: dict[str, tuple[dict[str, str], bytes]] = {
+    # the key straddles the 50,000-character cut: 53 of its 54 characters came back unmasked
+    "/key-at-the-cut": ({"Content-Type": "text/plain"}, ("x" * 49_990 + KEY + "y" * 100).encode()),
+    "/base64-charset": ({"Content-Type": "text/plain; charset=base64"}, b"hello world"),
+    "/undefined-charset": ({"Content-Type": "text/plain; charset=undefined"}, b"hello world"),
+    "/gzip-members": (
+        {"Content-Type": "text/plain", "Content-Encoding": "gzip"},
+        b"".join(__import__("gzip").compress(part.encode()) for part in ("part one; ", "part two; ", "part three.")),
+    ),
+    "/huge.json": ({"Content-Type": "application/json"}, b'{"results": [' + b'{"title": "t"},' * 200_000 + b"{}]}"),
+}
+
+
+@pytest.fixture
+def more_port() -> Iterator[int]:
+    with serve_pages(MORE_PAGES) as served:
+        yield served
+
+
+async def test_a_key_cut_by_the_length_limit_is_still_masked(more_port: int) -> None:
+    from nanobot.secrets import register_secret
+
+    register_secret(KEY)
+    tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{more_port}"]))
+    text = await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}/key-at-the-cut")
+    assert "(truncated)" in text and KEY[:8] not in text and "x***y" in text, text[-80:]
+
+
+@pytest.mark.parametrize("path", ["/base64-charset", "/undefined-charset"])
+async def test_a_charset_that_is_no_text_encoding_falls_back(more_port: int, path: str) -> None:
+    tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{more_port}"]))
+    assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}{path}")).endswith("hello world")
+
+
+async def test_every_member_of_a_gzip_body_is_read(more_port: int) -> None:
+    tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{more_port}"]))
+    text = await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}/gzip-members")
+    assert text.endswith("part one; part two; part three."), text
+
+
+async def test_a_search_answer_is_read_up_to_a_limit(more_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nanobot.agent.tools import web
+
+    monkeypatch.setattr(web, "MAX_SEARCH_BYTES", 1_000_000)  # the answer is 3 MB
+    cfg = WebSearchConfig(provider="searxng", base_url=f"http://127.0.0.1:{more_port}/huge.json#")
+    with pytest.raises(ToolError, match="larger than"):
+        await WebSearchTool(cfg, timeout_s=10).execute(CTX, query="anything")
+
+
+def test_an_ipv6_address_is_named_in_the_form_allow_hosts_takes() -> None:
+    from nanobot.agent.tools.netguard import _host_entry
+
+    assert _host_entry("::1", 8080) == "[::1]:8080" and _host_entry("10.0.0.2", 80) == "10.0.0.2:80"

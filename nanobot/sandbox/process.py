@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nanobot.secrets import mask_cut
+
 READ_CHUNK_BYTES = 65_536
 EXIT_GRACE_S = 0.5  # after the main process exits, how long stragglers may still write
 REAP_TIMEOUT_S = 2.0
@@ -40,6 +42,8 @@ class ProcessResult:
         if omitted <= 0:
             return head + self.tail.decode("utf-8", errors="replace")
         tail = self.tail.decode("utf-8", errors="replace")
+        # a secret the cut went through is masked by its pieces (whole, it no longer matches)
+        head, tail = mask_cut(head, end=True), mask_cut(tail, start=True)
         return f"{head}\n\n[... {omitted} bytes omitted ...]\n\n{tail}"
 
 

@@ -129,3 +129,17 @@ def test_the_working_directory_is_not_taken_for_a_password() -> None:
     text = "cd /home/alice-started-here and /srv/alice-before"
     assert mask(text) == text
     assert mask("password mysqlPw_4242") == "password ***"
+
+
+def test_a_secret_cut_in_two_is_masked_by_its_pieces() -> None:
+    """Output cut by bytes (a page's size limit, a command's kept head and tail) went through a key:
+    whole it no longer matched, and 53 of its 54 characters were shown."""
+    from nanobot.secrets import mask_cut, register_secret
+
+    key = "sk-cut-0123456789abcdefghijKLMNOP"
+    register_secret(key)
+    assert mask_cut("output ... " + key[:20], end=True) == "output ... ***"
+    assert mask_cut(key[-15:] + " and more", start=True) == "*** and more"
+    assert mask_cut("ends with sk-c", end=True) == "ends with ***"  # four characters are enough
+    assert mask_cut("the word sk-", end=True) == "the word sk-"  # three are not
+    assert mask_cut("no piece here", start=True, end=True) == "no piece here"

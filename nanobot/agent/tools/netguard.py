@@ -109,6 +109,11 @@ async def resolve_checked(host: str, port: int, allow_hosts: list[str]) -> str:
             if not is_public(addr):
                 raise AddressRefused(
                     f"refusing to fetch {bare}: it resolves to {addr}, which is not a public address "
-                    f"(add '{bare}:{port}' to tools.web.allowHosts to allow it)"
+                    f"(add '{_host_entry(bare, port)}' to tools.web.allowHosts to allow it)"
                 )
     return str(addresses[0])
+
+
+def _host_entry(host: str, port: int) -> str:
+    """An allowHosts entry for `host:port`: an IPv6 address in brackets (`[::1]:8080`)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import html
+import json
 import re
 import zlib
 from typing import TYPE_CHECKING, Any
@@ -18,10 +19,12 @@ from urllib.parse import quote_plus, urljoin, urlparse, urlunparse
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.agent.tools.netguard import AddressRefused, resolve_checked
 from nanobot.config.schema import WebSearchConfig, WebToolConfig
+from nanobot.secrets import mask_cut
 
 if TYPE_CHECKING:
     import httpx  # imported when a fetch or search runs: ~0.1-0.3 s that a turn without them never pays
 
+MAX_SEARCH_BYTES = 2 * 1024 * 1024  # a search answer (JSON of a few results, or a results page)
 MAX_TEXT_CHARS = 50_000
 USER_AGENT = "nanobot/0.1 (+personal assistant)"
 _SEARCH_ENDPOINTS = {
@@ -132,6 +135,11 @@ async def read_limited(resp: httpx.Response, max_bytes: int) -> tuple[bytes, boo
                 seen.extend(raw)
             try:
                 body.extend(decoder.decompress(raw, max_bytes + 1 - len(body)))
+                # a gzip body may hold several members, one after another: each is decoded (the
+                # text after the first was dropped without a word)
+                while decoder.eof and decoder.unused_data and len(body) <= max_bytes:
+                    rest, decoder = decoder.unused_data, zlib.decompressobj(zlib.MAX_WBITS | 32)
+                    body.extend(decoder.decompress(rest, max_bytes + 1 - len(body)))
             except zlib.error as exc:
                 decoder = _raw_deflate_instead(encoding, len(body))
                 if decoder is None:
@@ -199,8 +207,11 @@ class WebFetchTool(Tool):
         text = decode_body(body, resp.charset_encoding).lstrip("\ufeff")
         if "html" in ctype or text.lstrip()[:15].lower().startswith(("<!doctype", "<html")):
             text = html_to_text(text)
+        # masked before it is cut (a key cut in half no longer matches), and a piece of one at a cut
+        # the byte limit made; the registry masks the result again, whole
+        text = mask_cut(text, end=truncated)
         if len(text) > MAX_TEXT_CHARS:
-            text, truncated = text[:MAX_TEXT_CHARS], True
+            text, truncated = mask_cut(text[:MAX_TEXT_CHARS], end=True), True
         note = " (truncated)" if truncated else ""
         return f"URL: {url}\nStatus: {resp.status_code}{note}\n\n{text}"
 
@@ -231,11 +242,11 @@ def decode_body(body: bytes, header_charset: str | None) -> str:
         name = declared.strip().lower()
         name = "cp1252" if name in _AS_WINDOWS_1252 else name
         try:
-            codecs.lookup(name)
-        except LookupError:
+            # a text encoding only: "base64" or "rot13" failed the whole fetch, and so did "undefined"
+            if codecs.lookup(name)._is_text_encoding:
+                return body.decode(name, errors="replace")
+        except (LookupError, UnicodeError):
             pass
-        else:
-            return body.decode(name, errors="replace")
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError:
@@ -244,7 +255,12 @@ def decode_body(body: bytes, header_charset: str | None) -> str:
 
 def _hits(items: list[dict[str, Any]], snippet_key: str) -> list[dict[str, str]]:
     """A search API's result objects as title / url / snippet (the snippet's key differs per API)."""
-    return [{"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get(snippet_key, "")} for i in items]
+    found = items if isinstance(items, list) else []
+    return [
+        {"title": str(i.get("title", "")), "url": str(i.get("url", "")), "snippet": str(i.get(snippet_key, ""))}
+        for i in found
+        if isinstance(i, dict)
+    ]
 
 
 class WebSearchTool(Tool):
@@ -298,39 +314,60 @@ class WebSearchTool(Tool):
     def _endpoint(self, provider: str) -> str:
         return self.cfg.base_url or _SEARCH_ENDPOINTS[provider]
 
+    @staticmethod
+    async def _answer(client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> bytes:
+        """The search answer's body, at most MAX_SEARCH_BYTES: read whole, a 150 MB answer took
+        350 MB of the daemon's memory (an endless one all of it)."""
+        async with client.stream(method, url, **kwargs) as resp:
+            resp.raise_for_status()
+            body, cut = await read_limited(resp, MAX_SEARCH_BYTES)
+        if cut:
+            raise ToolError(f"the search answer was larger than {MAX_SEARCH_BYTES // 2**20} MB")
+        return body
+
+    @staticmethod
+    def _json(body: bytes) -> dict[str, Any]:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise ToolError("the search answer was not JSON") from None
+        return data if isinstance(data, dict) else {}
+
     async def _brave(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
-        resp = await client.get(
+        body = await self._answer(
+            client,
+            "GET",
             self._endpoint("brave"),
             params={"q": query, "count": n},
             headers={"X-Subscription-Token": self.cfg.api_key, "Accept": "application/json"},
         )
-        resp.raise_for_status()
-        items = resp.json().get("web", {}).get("results", [])
-        return _hits(items, "description")
+        web = self._json(body).get("web")
+        return _hits(web.get("results", []) if isinstance(web, dict) else [], "description")
 
     async def _tavily(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
-        resp = await client.post(
-            self._endpoint("tavily"), json={"api_key": self.cfg.api_key, "query": query, "max_results": n}
+        body = await self._answer(
+            client,
+            "POST",
+            self._endpoint("tavily"),
+            json={"api_key": self.cfg.api_key, "query": query, "max_results": n},
         )
-        resp.raise_for_status()
-        return _hits(resp.json().get("results", []), "content")
+        return _hits(self._json(body).get("results", []), "content")
 
     async def _searxng(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
-        resp = await client.get(
-            self.cfg.base_url.rstrip("/") + "/search", params={"q": query, "format": "json"}
-        )
-        resp.raise_for_status()
-        return _hits(resp.json().get("results", []), "content")
+        url = self.cfg.base_url.rstrip("/") + "/search"
+        body = await self._answer(client, "GET", url, params={"q": query, "format": "json"})
+        return _hits(self._json(body).get("results", []), "content")
 
     async def _duckduckgo(self, client: httpx.AsyncClient, query: str, n: int) -> list[dict[str, str]]:
-        resp = await client.get(f"{self._endpoint('duckduckgo')}?q={quote_plus(query)}")
-        resp.raise_for_status()
+        page = (await self._answer(client, "GET", f"{self._endpoint('duckduckgo')}?q={quote_plus(query)}")).decode(
+            "utf-8", errors="replace"
+        )
         results = []
         pattern = re.compile(
             r'(?s)<a[^>]+class="result__a"[^>]+href="([^"]+)"[^>]*>(.*?)</a>.*?'
             r'class="result__snippet"[^>]*>(.*?)</'
         )
-        for href, title, snippet in pattern.findall(resp.text):
+        for href, title, snippet in pattern.findall(page):
             results.append(
                 {"url": html.unescape(href), "title": html_to_text(title), "snippet": html_to_text(snippet)}
             )
