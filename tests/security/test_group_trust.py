@@ -391,3 +391,25 @@ async def test_a_guest_may_not_write_the_owners_files(agent) -> None:  # noqa: A
         assert out.startswith("Error:") and "read-only" in out, out
     assert (agent.context.workspace / "plan.md").read_text() == "the owner's plan\n"
     assert not (agent.context.workspace / "new_by_guest.txt").exists()
+
+
+async def test_sharing_memory_with_groups_shares_no_transcript_or_job(make_config) -> None:  # noqa: ANN001
+    """memory.shareInGroups lets groups see and search the owner's memory; the file and message tools
+    also gave them every chat's transcript (the owner's DMs) and cron/jobs.json, which are not memory
+    (a group's exec already had neither)."""
+    config, _ = make_config(**{"memory.shareInGroups": True})
+    runtime = make_runtime(config)
+    seed(config.workspace_path)
+    try:
+        for name, args in [
+            ("read_file", {"path": "sessions/telegram_555.jsonl"}),
+            ("list_dir", {"path": "sessions"}),
+            ("read_file", {"path": "cron/jobs.json"}),
+            ("message", {"content": "here", "media": ["sessions/telegram_555.jsonl"]}),
+        ]:
+            out = await runtime.agent.tools.execute(name, args, GROUP)
+            assert out.startswith("Error:") and DM_SECRET not in out and "4242" not in out, (name, out)
+        shared = await runtime.agent.tools.execute("read_file", {"path": "memory/MEMORY.md"}, GROUP)
+        assert "4242" in shared  # the memory itself is what the owner shares
+    finally:
+        await runtime.aclose()

@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import ToolContext
-from nanobot.config.paths import MEDIA_DIR, OWNER_STEERING, PRIVATE_PATHS, media_prefix
+from nanobot.config.paths import (
+    CRON_DIR,
+    MEDIA_DIR,
+    OWNER_STEERING,
+    PRIVATE_PATHS,
+    SESSIONS_DIR,
+    media_prefix,
+)
 
 PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
 MEMORY_TOOLS = frozenset({"memory_search", "memory_get", "save_memory"})
@@ -47,6 +54,8 @@ class TrustPolicy:
         self.share_in_groups = share_in_groups
         self.exec_in_groups = exec_in_groups
         self._private = [self.workspace / p for p in PRIVATE_PATHS]
+        # not memory, so never shared by memory.shareInGroups: every chat's transcripts, the jobs
+        self._unshared = [self.workspace / SESSIONS_DIR, self.workspace / CRON_DIR]
         self._media = self.workspace / MEDIA_DIR
         self._steering = [self.workspace / d for d in OWNER_STEERING]
 
@@ -74,7 +83,9 @@ class TrustPolicy:
                 return f"messages can only go to this chat {where}"
             media = args.get("media") or []
             for item in media if isinstance(media, list) else [media]:
-                if not shared_memory and (not isinstance(item, str) or self.is_private(item)):
+                if not isinstance(item, str) or self._under(item, self._unshared):
+                    return f"{item!r} cannot be attached here: {PRIVATE}"
+                if not shared_memory and self.is_private(item):
                     return f"{item!r} cannot be attached here: {PRIVATE}"
                 if not isinstance(item, str) or self._under(item, [], dot_entries=True):
                     return f"{item!r} cannot be attached here: {DOT_ENTRIES}"
@@ -86,7 +97,7 @@ class TrustPolicy:
                 return f"{name} is not available {where}: the owner's files are read-only for them"
             raw = args.get("path")
             if not isinstance(raw, str) or self._under(raw, self._steering, dot_entries=True):
-                return f"{raw!r} is read-only {where}: it holds instructions for the owner's own turns"
+                return f"{raw!r} is read-only {where}: it holds instructions or settings for the owner's own turns"
             if self._under(raw, self._private):  # MEMORY.md is the owner's own system prompt
                 return f"{raw!r} is read-only {where}: {PRIVATE_WRITES}"
         media_path = args.get("path", ".")
@@ -94,6 +105,8 @@ class TrustPolicy:
             return f"'{media_path}' is not readable here: {OTHER_CHATS_MEDIA}"
         if name in PATH_TOOLS and isinstance(media_path, str) and self._under(media_path, [], dot_entries=True):
             return f"'{media_path}' is not readable {where}: {DOT_ENTRIES}"
+        if name in PATH_TOOLS and isinstance(media_path, str) and self._under(media_path, self._unshared):
+            return f"'{media_path}' is not readable {where}: {PRIVATE}"  # whatever shareInGroups says
         if shared_memory or name in OPEN_TOOLS or name in ("cron",):
             return None
         if name in MEMORY_TOOLS:
