@@ -72,6 +72,8 @@ MORE_PAGES: dict[str, tuple[dict[str, str], bytes]] = {
         {"Content-Type": "text/plain", "Content-Encoding": "gzip"},
         b"".join(__import__("gzip").compress(part.encode()) for part in ("part one; ", "part two; ", "part three.")),
     ),
+    "/photo.png": ({"Content-Type": "image/png"}, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4),
+    "/undeclared-binary": ({}, b"PK\x03\x04" + b"\x00" * 100),
     "/huge.json": ({"Content-Type": "application/json"}, b'{"results": [' + b'{"title": "t"},' * 200_000 + b"{}]}"),
 }
 
@@ -116,3 +118,11 @@ def test_an_ipv6_address_is_named_in_the_form_allow_hosts_takes() -> None:
     from nanobot.agent.tools.netguard import _host_entry
 
     assert _host_entry("::1", 8080) == "[::1]:8080" and _host_entry("10.0.0.2", 80) == "10.0.0.2:80"
+
+
+@pytest.mark.parametrize(("path", "kind"), [("/photo.png", "image/png"), ("/undeclared-binary", "unknown type")])
+async def test_a_binary_body_is_named_not_shown(more_port: int, path: str, kind: str) -> None:
+    """An image was handed to the model as a page of control characters."""
+    tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{more_port}"]))
+    text = await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}{path}")
+    assert f"[binary content ({kind}, " in text and text.endswith("bytes); not shown]"), text

@@ -204,6 +204,9 @@ class WebFetchTool(Tool):
     @staticmethod
     def _render(resp: httpx.Response, body: bytes, url: str, truncated: bool) -> str:
         ctype = resp.headers.get("content-type", "")
+        if _binary(ctype, body):  # an image or an archive decoded as text is noise for the model
+            what = f"{ctype or 'unknown type'}, {len(body)}{'+' if truncated else ''} bytes"
+            return f"URL: {url}\nStatus: {resp.status_code}\n\n[binary content ({what}); not shown]"
         text = decode_body(body, resp.charset_encoding).lstrip("\ufeff")
         if "html" in ctype or text.lstrip()[:15].lower().startswith(("<!doctype", "<html")):
             text = html_to_text(text)
@@ -214,6 +217,20 @@ class WebFetchTool(Tool):
             text, truncated = mask_cut(text[:MAX_TEXT_CHARS], end=True), True
         note = " (truncated)" if truncated else ""
         return f"URL: {url}\nStatus: {resp.status_code}{note}\n\n{text}"
+
+
+_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml", "application/javascript",
+               "application/rss", "application/atom", "application/ld+json", "+json", "+xml")
+
+
+def _binary(content_type: str, body: bytes) -> bool:
+    """Whether a body is not text: declared so (an image, a PDF, an archive), or, undeclared, holding
+    NUL bytes (text in any single-byte charset or UTF-8 has none)."""
+    ctype = content_type.split(";", 1)[0].strip().lower()
+    if ctype:
+        return not any(ctype.startswith(t) or ctype.endswith(t) for t in _TEXT_TYPES)
+    head = body[:4096]
+    return b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff"))
 
 
 _BOMS = (
