@@ -66,7 +66,7 @@ def mask(text: str) -> str:
     return _SHAPES.sub(_mask_shape, text)
 
 
-PIECE_CHARS = 4  # the shortest piece of a secret hidden where text was cut
+PIECE_CHARS = 8  # the shortest piece of a secret hidden where text was cut (shorter: common words)
 
 
 def mask_cut(text: str, *, start: bool = False, end: bool = False) -> str:
@@ -75,7 +75,9 @@ def mask_cut(text: str, *, start: bool = False, end: bool = False) -> str:
     start that ends one. Mask before cutting where you can; this is for cuts made before (bytes)."""
     text = mask(text)
     with _lock:
-        known = list(_secrets)
+        # tokens only: a URL's or an "Authorization: Bearer x" value's pieces are ordinary text
+        # ("postgres://", "Bearer "), and their credential parts are registered on their own
+        known = [s for s in _secrets if "://" not in s and " " not in s]
     if end:  # the longest piece of any secret: a shorter one of another would hide only part of it
         size = max((n for sec in known for n in _piece_sizes(sec, text) if text.endswith(sec[:n])), default=0)
         text = text[:-size] + _MASK if size else text

@@ -106,3 +106,24 @@ async def test_an_album_is_one_message_with_all_its_photos(server, gateway_facto
             break
         await asyncio.sleep(0.02)
     assert len(held) - len(server.held_ids()) == 3
+
+
+async def test_a_topics_downloads_are_named_after_the_topic(server, gateway_factory) -> None:
+    """Files sent in a topic were named after the bare group id: the topic was refused its own files
+    (as another chat's) and the group's General chat could read them."""
+    from nanobot.config.paths import media_prefix
+
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    doc = server.add_file("d1", "documents/plan.txt", b"TOPIC-ONLY plan")
+    server.push_message(
+        f"@{BOT_USERNAME} here",
+        chat_id=-100777,
+        chat_type="supergroup",
+        is_topic_message=True,
+        message_thread_id=42,
+        document={**doc, "file_name": "plan.txt", "mime_type": "text/plain"},
+    )
+    got = await gw.inbound()
+    name = Path(got.media[0]).name
+    assert got.chat_id == "-100777:42" and name.startswith(media_prefix("telegram", "-100777:42")), name
+    assert not name.startswith(media_prefix("telegram", "-100777"))

@@ -72,6 +72,8 @@ def test_names_of_servers_whose_prefixes_overlap_never_clash() -> None:
     # enabledTools may name a tool as `mcp list` shows it (hashed): it was silently disabled
     shown = tool_name("a", "b_c", servers=servers)
     assert tool_enabled("a", "b_c", [shown], servers) and not tool_enabled("a_b", "c", [shown], servers)
+    # and as earlier versions named it (unhashed): an upgrade switched such tools off silently
+    assert tool_enabled("a", "b_c", ["mcp_a_b_c"], servers) and tool_enabled("a_b", "c", ["mcp_a_b_c"], servers)
 
 
 async def test_tool_names_do_not_depend_on_which_servers_are_up(http_server: fakes.HTTPServerThread) -> None:
@@ -481,3 +483,15 @@ async def test_an_http_server_refusing_says_its_status(status: int, said: str) -
     finally:
         await manager.aclose()
         server.shutdown()
+
+
+async def test_an_enabled_tools_entry_that_matches_nothing_is_warned_about(
+    http_server: fakes.HTTPServerThread, warnings: list[str]
+) -> None:
+    """A typo (or a name an upgrade changed) in enabledTools turned a tool off without a word."""
+    manager = MCPManager({"web": MCPServerConfig(url=http_server.url, enabled_tools=["echo", "mcp_web_ecko"])})
+    try:
+        assert [t.name for t in await manager.tools()] == ["mcp_web_echo"]
+        assert any("mcp_web_ecko" in w and "match none" in w for w in warnings), warnings
+    finally:
+        await manager.aclose()

@@ -72,6 +72,11 @@ MORE_PAGES: dict[str, tuple[dict[str, str], bytes]] = {
         {"Content-Type": "text/plain", "Content-Encoding": "gzip"},
         b"".join(__import__("gzip").compress(part.encode()) for part in ("part one; ", "part two; ", "part three.")),
     ),
+    "/form": ({"Content-Type": "application/x-www-form-urlencoded"}, b"status=ok&user=alice"),
+    "/gzip-padded": (
+        {"Content-Type": "text/plain", "Content-Encoding": "gzip"},
+        __import__("gzip").compress(b"hello padded gzip") + b"\x00" * 16,
+    ),
     "/photo.png": ({"Content-Type": "image/png"}, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4),
     "/undeclared-binary": ({}, b"PK\x03\x04" + b"\x00" * 100),
     "/huge.json": ({"Content-Type": "application/json"}, b'{"results": [' + b'{"title": "t"},' * 200_000 + b"{}]}"),
@@ -126,3 +131,31 @@ async def test_a_binary_body_is_named_not_shown(more_port: int, path: str, kind:
     tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{more_port}"]))
     text = await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}{path}")
     assert f"[binary content ({kind}, " in text and text.endswith("bytes); not shown]"), text
+
+
+async def test_text_declared_as_an_application_type_and_padded_gzip_are_read(more_port: int) -> None:
+    """The binary check hid text served as application/x-www-form-urlencoded (or yaml, javascript,
+    octet-stream); NUL padding after a gzip member failed the whole fetch."""
+    tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{more_port}"]))
+    assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}/form")).endswith("status=ok&user=alice")
+    assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}/gzip-padded")).endswith("hello padded gzip")
+
+
+def _echo_accept_encoding(handler) -> None:  # noqa: ANN001
+    import json
+
+    body = json.dumps({"results": [{"title": handler.headers.get("Accept-Encoding", ""), "url": "u", "content": "c"}]})
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body.encode())
+
+
+async def test_a_search_asks_only_for_encodings_it_can_read() -> None:
+    """httpx offers br and zstd when those packages are installed; the capped reader decodes gzip and
+    deflate only, so every search failed with "unsupported content encoding: br" there."""
+    with serve_pages({}, {"/search": _echo_accept_encoding}) as served:
+        cfg = WebSearchConfig(provider="searxng", base_url=f"http://127.0.0.1:{served}")
+        out = await WebSearchTool(cfg, timeout_s=10).execute(CTX, query="x")
+    assert out.splitlines()[0] == "1. gzip, deflate", out

@@ -41,7 +41,7 @@ from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import telegram_parts
 from nanobot.channels.media import Received
 from nanobot.channels.split import TELEGRAM_MAX_CHARS, capped_parts
-from nanobot.channels.telegram_media import Albums, album_of, download_media, shared_as_text
+from nanobot.channels.telegram_media import Albums, album_of, chat_of, download_media, shared_as_text
 from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
 
 REQUEST_TIMEOUT_S = 20.0
@@ -52,14 +52,6 @@ PENDING_POLL_INTERVAL_S = 0.5  # new updates wait at most this long while older 
 RECONNECT_MAX_DELAY_S = 30.0
 CONNECTION_POOL_SIZE = 16
 _GROUP_TYPES = frozenset({"group", "supergroup"})
-
-
-def chat_of(message: Message) -> str:
-    """The chat a message belongs to: a forum topic is one of its own, `<chat id>:<topic id>`, so
-    its replies go to that topic (not to General) and its conversation is its own session."""
-    if message.is_topic_message and message.message_thread_id:
-        return f"{message.chat.id}:{message.message_thread_id}"
-    return str(message.chat.id)
 
 
 TELEGRAM_MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # the Bot API's limit for files a bot sends

@@ -59,8 +59,17 @@ def media_items(message: Message) -> list[MediaItem]:
     return items
 
 
+def chat_of(message: Message) -> str:
+    """The chat a message belongs to: a forum topic is one of its own, `<chat id>:<topic id>`, so
+    its replies go to that topic (not to General) and its conversation is its own session."""
+    if message.is_topic_message and message.message_thread_id:
+        return f"{message.chat.id}:{message.message_thread_id}"
+    return str(message.chat.id)
+
+
 async def download_media(channel: TelegramChannel, message: Message) -> Received:
-    """Download the message's media into workspace/media."""
+    """Download the message's media into workspace/media, named after the message's chat (a forum
+    topic's own: by the bare group id its files were the group's, and not the topic's)."""
 
     async def fetch(item: MediaItem, out: BinaryIO) -> None:
         assert channel.bot is not None
@@ -69,7 +78,7 @@ async def download_media(channel: TelegramChannel, message: Message) -> Received
         await tg_file.download_to_memory(out)
 
     return await channel._download_media(
-        message.chat_id, message.message_id, media_items(message), fetch, (TelegramError, OSError)
+        chat_of(message), message.message_id, media_items(message), fetch, (TelegramError, OSError)
     )
 
 

@@ -157,7 +157,12 @@ def read_regular_bytes(
         if max_bytes is not None and size > max_bytes:
             raise OSError(errno.EFBIG, f"{path.name} is larger than {max_bytes} bytes ({size})")
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
+            if max_bytes is None:
+                return fh.read()
+            data = fh.read(max_bytes + 1)  # a file growing meanwhile is not read past the limit
+        if len(data) > max_bytes:
+            raise OSError(errno.EFBIG, f"{path.name} is larger than {max_bytes} bytes")
+        return data
     finally:
         os.close(fd)
 

@@ -140,6 +140,10 @@ def test_a_secret_cut_in_two_is_masked_by_its_pieces() -> None:
     register_secret(key)
     assert mask_cut("output ... " + key[:20], end=True) == "output ... ***"
     assert mask_cut(key[-15:] + " and more", start=True) == "*** and more"
-    assert mask_cut("ends with sk-c", end=True) == "ends with ***"  # four characters are enough
-    assert mask_cut("the word sk-", end=True) == "the word sk-"  # three are not
+    assert mask_cut("ends with sk-cut-0", end=True) == "ends with ***"  # eight characters are enough
+    assert mask_cut("the word sk-cut-", end=True) == "the word sk-cut-"  # seven are not (common words)
     assert mask_cut("no piece here", start=True, end=True) == "no piece here"
+    # a URL's or a "Bearer x" value's pieces are ordinary text; their credentials are masked whole
+    register_secret("postgres://app:s3cretpw@db:5432/app")
+    assert mask_cut("/app/src/main.py:12: error", start=True) == "/app/src/main.py:12: error"
+    assert mask_cut("connect to postgres://", end=True) == "connect to postgres://"

@@ -72,10 +72,11 @@ def tool_name(server: str, tool: str, taken: set[str] | None = None, servers: Co
 
 
 def tool_enabled(server: str, tool: str, patterns: list[str], servers: Collection[str] = ()) -> bool:
-    """enabledTools entries are globs over the server's tool name or the wrapped mcp_ name (as
-    `mcp list` shows it: hashed when server names overlap)."""
-    wrapped = tool_name(server, tool, servers=servers)
-    return any(fnmatch.fnmatchcase(tool, p) or fnmatch.fnmatchcase(wrapped, p) for p in patterns)
+    """enabledTools entries are globs over the server's tool name or the wrapped mcp_ name: as `mcp
+    list` shows it (hashed when server names overlap), or as earlier versions showed it, unhashed
+    (configs written then switched the tools off silently)."""
+    names = {tool, tool_name(server, tool, servers=servers), _UNSAFE.sub("_", f"mcp_{server}_{tool}")}
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns for name in names)
 
 
 def render_result(result: Any) -> str:
@@ -143,6 +144,7 @@ class MCPServerConnection:
     ) -> None:
         self.name = name
         self.servers = tuple(servers)  # every configured server's name: they decide the wrapped names
+        self._unmatched_reported: list[str] = []
         self.retry_base_s = retry_base_s
         self.cfg = cfg
         self.kind = detect_type(cfg)
@@ -199,6 +201,12 @@ class MCPServerConnection:
             return False
         patterns = self.cfg.enabled_tools
         enabled = [t for t in listing if tool_enabled(self.name, t.name, patterns, self.servers)]
+        unmatched = [
+            p for p in patterns if not any(tool_enabled(self.name, t.name, [p], self.servers) for t in listing)
+        ]
+        if unmatched and unmatched != self._unmatched_reported:  # a typo turns a tool off without a word
+            logger.warning("MCP server {}: enabledTools {} match none of its tools", self.name, unmatched)
+            self._unmatched_reported = unmatched
         self.remote_tools = [t for t in enabled if _schema_fits(self.name, t)][:MAX_TOOLS_PER_SERVER]
         if len(enabled) > MAX_TOOLS_PER_SERVER:
             logger.warning(

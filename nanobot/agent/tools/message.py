@@ -14,6 +14,7 @@ from nanobot.bus.queue import MessageBus
 from nanobot.util.nofollow import FolderCheck, read_regular_bytes
 
 MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024  # the most any channel takes (Telegram: 50 MB)
+MAX_ATTACHMENTS = 10  # per message (Discord's limit); they are held in memory until sent
 CONFIRM_TIMEOUT_S = 30.0  # a send to another chat is awaited this long (retries under rate limits)
 
 
@@ -51,6 +52,8 @@ class MessageTool(Tool):
         one, a folder or one outside was dropped by the channel with a log line (the model told the
         user it was attached), and a path the channel opened again later could meanwhile be a link
         to memory/ (a group's command swapped one in: the owner's MEMORY.md went to the group)."""
+        if len(media) > MAX_ATTACHMENTS:
+            raise ToolError(f"at most {MAX_ATTACHMENTS} files per message; send the others in another")
         files: list[OutboundFile] = []
         for item in media:
             if "\x00" in item:

@@ -24,6 +24,7 @@ from nanobot.secrets import mask_cut
 if TYPE_CHECKING:
     import httpx  # imported when a fetch or search runs: ~0.1-0.3 s that a turn without them never pays
 
+MASK_MARGIN_CHARS = 1024  # masked past the shown text's end: a secret across the cut is still whole
 MAX_SEARCH_BYTES = 2 * 1024 * 1024  # a search answer (JSON of a few results, or a results page)
 MAX_TEXT_CHARS = 50_000
 USER_AGENT = "nanobot/0.1 (+personal assistant)"
@@ -137,9 +138,15 @@ async def read_limited(resp: httpx.Response, max_bytes: int) -> tuple[bytes, boo
                 body.extend(decoder.decompress(raw, max_bytes + 1 - len(body)))
                 # a gzip body may hold several members, one after another: each is decoded (the
                 # text after the first was dropped without a word)
-                while decoder.eof and decoder.unused_data and len(body) <= max_bytes:
-                    rest, decoder = decoder.unused_data, zlib.decompressobj(zlib.MAX_WBITS | 32)
-                    body.extend(decoder.decompress(rest, max_bytes + 1 - len(body)))
+                while decoder.eof and decoder.unused_data.lstrip(b"\x00") and len(body) <= max_bytes:
+                    rest, decoder = decoder.unused_data.lstrip(b"\x00"), zlib.decompressobj(zlib.MAX_WBITS | 32)
+                    try:
+                        body.extend(decoder.decompress(rest, max_bytes + 1 - len(body)))
+                    except zlib.error:  # not another member (trailing garbage): the body ended
+                        decoder = None
+                        break
+                if decoder is None:
+                    break
             except zlib.error as exc:
                 decoder = _raw_deflate_instead(encoding, len(body))
                 if decoder is None:
@@ -211,7 +218,10 @@ class WebFetchTool(Tool):
         if "html" in ctype or text.lstrip()[:15].lower().startswith(("<!doctype", "<html")):
             text = html_to_text(text)
         # masked before it is cut (a key cut in half no longer matches), and a piece of one at a cut
-        # the byte limit made; the registry masks the result again, whole
+        # the byte limit made; the registry masks the result again, whole. Only what can be shown is
+        # masked (with room for a secret across the cut): a 2 MB page with many secrets took seconds.
+        if len(text) > MAX_TEXT_CHARS + MASK_MARGIN_CHARS:
+            text, truncated = text[: MAX_TEXT_CHARS + MASK_MARGIN_CHARS], True
         text = mask_cut(text, end=truncated)
         if len(text) > MAX_TEXT_CHARS:
             text, truncated = mask_cut(text[:MAX_TEXT_CHARS], end=True), True
@@ -219,16 +229,16 @@ class WebFetchTool(Tool):
         return f"URL: {url}\nStatus: {resp.status_code}{note}\n\n{text}"
 
 
-_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml", "application/javascript",
-               "application/rss", "application/atom", "application/ld+json", "+json", "+xml")
+_BINARY_TYPES = ("image/", "audio/", "video/", "font/", "application/pdf", "application/zip", "application/gzip",
+                 "application/x-tar", "application/x-7z", "application/x-rar", "application/vnd.")
 
 
 def _binary(content_type: str, body: bytes) -> bool:
-    """Whether a body is not text: declared so (an image, a PDF, an archive), or, undeclared, holding
-    NUL bytes (text in any single-byte charset or UTF-8 has none)."""
+    """Whether a body is not text: declared as media, a PDF or an archive, or holding NUL bytes (text
+    in UTF-8 or a single-byte charset has none; many text types are declared as application/...)."""
     ctype = content_type.split(";", 1)[0].strip().lower()
-    if ctype:
-        return not any(ctype.startswith(t) or ctype.endswith(t) for t in _TEXT_TYPES)
+    if ctype.startswith(_BINARY_TYPES) and not ctype.endswith(("+xml", "+json")):
+        return True
     head = body[:4096]
     return b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff"))
 
@@ -315,7 +325,8 @@ class WebSearchTool(Tool):
             # byte now and then held the turn far past it)
             async with asyncio.timeout(self.timeout_s):
                 async with httpx.AsyncClient(
-                    timeout=self.timeout_s, headers={"User-Agent": USER_AGENT}
+                    # the encodings read_limited decodes (httpx offers br and zstd when they are installed)
+                    timeout=self.timeout_s, headers={"User-Agent": USER_AGENT, "Accept-Encoding": "gzip, deflate"}
                 ) as client:
                     results = await getattr(self, f"_{provider}")(client, query, n)
         except httpx.HTTPError as exc:
