@@ -302,3 +302,11 @@ def test_evaluation_package_is_loaded_only_when_a_condition_is_selected(home: Pa
         )
         modules = json.loads(out.stdout.strip().splitlines()[-1])
         assert bool(modules) == loaded, (memory, modules)
+
+
+def test_a_template_may_index_its_fields() -> None:
+    """`{run_id[0]}` worked before templates were checked at load: it names run_id, and is kept."""
+    from nanobot.memory.backends.config import MemosBlock
+
+    block = MemosBlock(base_url="http://127.0.0.1:9", cube_template="{run_id[0]}_{persona_id}")
+    assert block.cube_template == "{run_id[0]}_{persona_id}"

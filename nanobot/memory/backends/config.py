@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import string
 from typing import Any, Literal, TypeVar
 
@@ -48,7 +49,9 @@ class _Block(BaseModel):
                 raise ValueError("must be set to the backend's address")
             return url
         if name.endswith("_template") and isinstance(value, str):
-            fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+            # the field's name: `{run_id[0]}` and `{run_id.upper}` name run_id too
+            parsed = string.Formatter().parse(value)
+            fields = {re.split(r"[.\[]", f, maxsplit=1)[0] for _, f, _, _ in parsed if f is not None}
             unknown = sorted(fields - TEMPLATE_FIELDS)
             if unknown:
                 named = ", ".join("{" + f + "}" for f in unknown)
