@@ -493,5 +493,19 @@ async def test_an_enabled_tools_entry_that_matches_nothing_is_warned_about(
     try:
         assert [t.name for t in await manager.tools()] == ["mcp_web_echo"]
         assert any("mcp_web_ecko" in w and "match none" in w for w in warnings), warnings
+        assert manager.status()[0]["unmatched"] == ["mcp_web_ecko"]  # doctor warns by it
     finally:
         await manager.aclose()
+
+
+async def test_doctor_warns_about_an_enabled_tools_entry_that_matches_nothing(
+    http_server: fakes.HTTPServerThread,
+) -> None:
+    from nanobot.config.schema import Config
+    from nanobot.doctor.remote import check_mcp
+
+    cfg = Config.model_validate(
+        {"tools": {"mcpServers": {"web": {"url": http_server.url, "enabledTools": ["echo", "mcp_web_ecko"]}}}}
+    )
+    [check] = await check_mcp(cfg, timeout_s=10)
+    assert check.status == "warn" and "mcp_web_ecko" in check.detail, check

@@ -161,7 +161,10 @@ async def check_mcp(cfg: Config, timeout_s: float) -> list[Check]:
     counts = {r["name"]: len(r.get("tools") or []) for r in rows}
     out = []
     for row in rows:
-        if row["state"] == "ready":
+        if row["state"] == "ready" and row.get("unmatched"):
+            detail = f"{counts[row['name']]} tool(s); enabledTools {row['unmatched']} match none of its tools"
+            out.append(Check(f"mcp {row['name']}", "warn", detail))
+        elif row["state"] == "ready":
             out.append(Check(f"mcp {row['name']}", "ok", f"{counts[row['name']]} tool(s) [{row['type']}]"))
         else:
             out.append(Check(f"mcp {row['name']}", "fail", f"{row['state']}: {row.get('error') or 'no detail'}"))

@@ -139,7 +139,7 @@ class MCPManager:
             # a failing server's stderr often echoes its token: masked for every reader of the status
             error = mask(conn.error) if conn.error else conn.error
             row = {"name": conn.name, "type": conn.kind or "?", "state": conn.state, "error": error}
-            rows.append(row | {"tools": names})
+            rows.append(row | {"tools": names, "unmatched": list(conn.unmatched_patterns)})
         return rows
 
     async def aclose(self, timeout_s: float = SHUTDOWN_TIMEOUT_S * 2) -> None:

@@ -144,7 +144,7 @@ class MCPServerConnection:
     ) -> None:
         self.name = name
         self.servers = tuple(servers)  # every configured server's name: they decide the wrapped names
-        self._unmatched_reported: list[str] = []
+        self.unmatched_patterns: list[str] = []  # enabledTools entries none of its tools matched
         self.retry_base_s = retry_base_s
         self.cfg = cfg
         self.kind = detect_type(cfg)
@@ -204,9 +204,9 @@ class MCPServerConnection:
         unmatched = [
             p for p in patterns if not any(tool_enabled(self.name, t.name, [p], self.servers) for t in listing)
         ]
-        if unmatched and unmatched != self._unmatched_reported:  # a typo turns a tool off without a word
+        if unmatched and unmatched != self.unmatched_patterns:  # a typo turns a tool off without a word
             logger.warning("MCP server {}: enabledTools {} match none of its tools", self.name, unmatched)
-            self._unmatched_reported = unmatched
+        self.unmatched_patterns = unmatched
         self.remote_tools = [t for t in enabled if _schema_fits(self.name, t)][:MAX_TOOLS_PER_SERVER]
         if len(enabled) > MAX_TOOLS_PER_SERVER:
             logger.warning(

@@ -239,6 +239,8 @@ def _binary(content_type: str, body: bytes) -> bool:
     ctype = content_type.split(";", 1)[0].strip().lower()
     if ctype.startswith(_BINARY_TYPES) and not ctype.endswith(("+xml", "+json")):
         return True
+    if re.search(r"charset\s*=\s*[\"']?utf-?(16|32)", content_type, re.IGNORECASE):
+        return False  # declared text in an encoding whose text holds NUL bytes
     head = body[:4096]
     return b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff"))
 
