@@ -73,6 +73,7 @@ MORE_PAGES: dict[str, tuple[dict[str, str], bytes]] = {
         b"".join(__import__("gzip").compress(part.encode()) for part in ("part one; ", "part two; ", "part three.")),
     ),
     "/utf16le": ({"Content-Type": "text/plain; charset=utf-16le"}, "hello in UTF-16".encode("utf-16-le")),
+    "/vnd-csv": ({"Content-Type": "application/vnd.ms-excel"}, b"name,qty\napple,3\n"),
     "/form": ({"Content-Type": "application/x-www-form-urlencoded"}, b"status=ok&user=alice"),
     "/gzip-padded": (
         {"Content-Type": "text/plain", "Content-Encoding": "gzip"},
@@ -141,6 +142,7 @@ async def test_text_declared_as_an_application_type_and_padded_gzip_are_read(mor
     assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}/form")).endswith("status=ok&user=alice")
     assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}/gzip-padded")).endswith("hello padded gzip")
     assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}/utf16le")).endswith("hello in UTF-16")
+    assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}/vnd-csv")).endswith("apple,3\n")
 
 
 def _echo_accept_encoding(handler) -> None:  # noqa: ANN001

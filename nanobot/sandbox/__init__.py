@@ -10,6 +10,7 @@ The path-pattern guard in the exec tool is only a first filter; this is what saf
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from nanobot.sandbox.spec import (
     prlimit_argv,
     running_tasks,
     sandbox_env,
+    shared_home,
 )
 from nanobot.util.fs import ensure_private_dir
 
@@ -172,6 +174,8 @@ class Sandbox:
             private = [*self.private_dirs, *self.private_files]
             self._read_grants = read_grants(self._path_roots(), private, self.workspace)
         tmpdir = tempfile.mkdtemp(prefix="nanobot-exec-")
+        if spec.shared:
+            os.mkdir(shared_home(tmpdir), 0o700)  # its HOME (sandbox_env)
         rules = build_ruleset(spec, tmpdir, self._read_grants)
         try:
             env = sandbox_env(spec, tmpdir)

@@ -13,11 +13,15 @@ and command line are out of reach.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
-from nanobot.sandbox.spec import SandboxSpec
+from nanobot.sandbox.spec import SandboxSpec, shared_home
+
+SHARED_HOME = shared_home("/tmp")
 
 PROBE_TIMEOUT_S = 5.0
 # Folders never hidden by a tmpfs even if someone points HOME or NANOBOT_HOME at them.
@@ -106,8 +110,21 @@ def bwrap_argv(
     for path in spec.hidden_paths():
         argv += ["--tmpfs", str(path)]
     for path in spec.hidden_files():
-        argv += ["--ro-bind", "/dev/null", str(path)]
+        # an empty regular file: /dev/null bound there is refused to open (a device on a nodev mount),
+        # which git, for one, takes for a broken configuration
+        argv += ["--ro-bind", str(empty_file()), str(path)]
     for path in spec.shown_media():
         argv += ["--bind-try", str(path), str(path)]
+    if spec.shared:  # its own empty HOME (sandbox_env): the owner's dot-files are not its settings
+        argv += ["--dir", SHARED_HOME]
     argv += ["--chdir", str(ws), "--", *(wrapper or []), "/bin/sh", "-c", command]
     return argv
+
+
+@functools.cache
+def empty_file() -> Path:
+    """An empty, read-only regular file (one per process) to bind over files a command must not see."""
+    fd, name = tempfile.mkstemp(prefix="nanobot-empty-")
+    os.close(fd)
+    os.chmod(name, 0o444)
+    return Path(name)

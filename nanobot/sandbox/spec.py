@@ -118,12 +118,19 @@ def _under_private(ws: Path, path: Path) -> bool:
     return bool(rel.parts) and rel.parts[0] in PRIVATE_PATHS
 
 
+def shared_home(tmpdir: str) -> str:
+    """HOME of a shared context's commands: an empty folder in their temporary one."""
+    return f"{tmpdir}/home"
+
+
 def sandbox_env(spec: SandboxSpec, tmpdir: str = "/tmp") -> dict[str, str]:
-    """The command's whole environment: the allow-list, HOME = the workspace, then config extras."""
+    """The command's whole environment: the allow-list, HOME = the workspace (in a shared context an
+    empty folder of its own: the workspace root's dot-files are the owner's settings and credentials,
+    hidden there, and git refused to run with its global config unreadable), then config extras."""
     env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW or k.startswith(ENV_ALLOW_PREFIXES)}
     env.setdefault("PATH", DEFAULT_PATH)
     env.setdefault("LANG", "C.UTF-8")
-    env["HOME"] = str(spec.workspace)
+    env["HOME"] = shared_home(tmpdir) if spec.shared else str(spec.workspace)
     env["TMPDIR"] = tmpdir
     env.update(spec.extra_env)
     return env

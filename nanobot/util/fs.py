@@ -55,6 +55,33 @@ def ensure_private_dir(path: Path, mode: int = PRIVATE_DIR_MODE) -> Path:
     return path
 
 
+def private_dirs_beneath(root: Path, folder: Path) -> None:
+    """Create the missing folders of `folder` below `root` (0700), each through a descriptor of its
+    parent, never through a link: a folder swapped for a link after the caller checked the path made
+    folders appear outside the workspace (mkdir follows links), before the checked open refused."""
+    for base in (root, root.resolve()):  # the workspace may be named through a link
+        if folder.is_relative_to(base):
+            rel = folder.relative_to(base)
+            break
+    else:
+        raise PermissionError(errno.EACCES, f"{folder} is not below {root}")
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in rel.parts:
+            try:
+                os.mkdir(name, PRIVATE_DIR_MODE, dir_fd=fd)
+                created = True
+            except FileExistsError:
+                created = False
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            if created:
+                os.fchmod(below, PRIVATE_DIR_MODE)  # mkdir's mode went through the umask
+            os.close(fd)
+            fd = below
+    finally:
+        os.close(fd)
+
+
 def numbered_names(stem: str, suffix: str) -> Iterator[str]:
     """`stem+suffix`, then `stem-2+suffix`, `stem-3+suffix` ... without end: the names tried when
     one is taken."""
@@ -122,10 +149,11 @@ def atomic_write(
     after the caller checked the path raises PermissionError instead of writing elsewhere), and not
     in one of the `avoid` folders, and `check` is asked about the folder actually opened.
     """
-    ensure_private_dir(path.parent)
     if beneath is None:
+        ensure_private_dir(path.parent)
         folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     else:
+        private_dirs_beneath(beneath, path.parent)
         folder = open_folder_beneath(beneath, path.parent, avoid, check)
     tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:

@@ -305,3 +305,25 @@ async def test_host_services_abstract_sockets_are_out_of_reach(nano_home: Path, 
         )
         out = await run(make_exec(nano_home, mode), probe)
     assert "CONNECTED" not in out and "PermissionError" in out, out
+
+
+async def test_a_groups_git_works_beside_the_owners_git_settings(nano_home: Path, mode: str) -> None:
+    """The owner's `git config --global` writes the workspace root's .gitconfig (their commands'
+    HOME). Hidden from a group's commands, it made every git in the group fail ("unable to access
+    .gitconfig": rc 128): a group's commands get an empty HOME of their own."""
+    require_sandbox(mode)
+    ws = nano_home / "workspace"
+    (ws / ".gitconfig").write_text("[user]\n\tname = Owner\n\temail = owner@example.invalid\n")
+    (ws / ".config" / "git").mkdir(parents=True)
+    (ws / ".config" / "git" / "ignore").write_text("*.secret\n")
+    (ws / "projects").mkdir()
+    tool = make_exec(nano_home, mode, in_groups=True)
+    out = await run(
+        tool,
+        "cd projects && git init -q app && cd app && echo b > b && git add b"
+        " && git -c user.name=g -c user.email=g@example.invalid commit -qm one; echo rc=$?; env | grep '^HOME='",
+        GROUP,
+    )
+    assert "rc=0" in out and "HOME=/tmp" in out and "fatal" not in out, out
+    assert "Owner" not in await run(tool, "git config --global user.name", GROUP)
+    assert "Owner" in await run(tool, "git config --global user.name")  # the owner's commands keep theirs

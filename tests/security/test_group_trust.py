@@ -409,6 +409,10 @@ async def test_sharing_memory_with_groups_shares_no_transcript_or_job(make_confi
         ]:
             out = await runtime.agent.tools.execute(name, args, GROUP)
             assert out.startswith("Error:") and DM_SECRET not in out and "4242" not in out, (name, out)
+        got = await runtime.agent.tools.execute("memory_get", {"path": "sessions/telegram_555.jsonl"}, GROUP)
+        assert got.startswith("Error:") and DM_SECRET not in got, got  # the memory tools neither
+        found = await runtime.agent.tools.execute("memory_search", {"query": "private DM surgery"}, GROUP)
+        assert DM_SECRET not in found and "sessions/" not in found, found
         shared = await runtime.agent.tools.execute("read_file", {"path": "memory/MEMORY.md"}, GROUP)
         assert "4242" in shared  # the memory itself is what the owner shares
     finally:

@@ -305,3 +305,17 @@ async def test_a_groups_attachment_is_what_the_policy_allowed_whatever_is_swappe
     assert said.startswith("Message queued") and [(f.name, f.data) for f in sent.files] == [("x", b"group agenda\n")]
     owner = await tool.execute(ToolContext(), content="mine", media=["memory/MEMORY.md"])  # the owner may
     assert owner.startswith("Message queued") and b"4242" in bus.outbound.get_nowait().files[0].data
+
+
+async def test_a_swapped_folder_does_not_get_folders_created_where_it_leads(
+    setup, tmp_path: Path
+) -> None:  # noqa: ANN001
+    """mkdir follows links: `write_file notes/d/planted/x.txt` with notes/d swapped for a link after
+    the check created `planted/` (0700, as the daemon's user) outside the workspace before the checked
+    open refused the write."""
+    reg, ws, outside, arm = setup
+    (ws / "a" / "sub").mkdir()
+    arm("a")  # `a` becomes a link to the outside folder right after the path is checked
+    out = await reg.execute("write_file", {"path": "a/sub/planted/x.txt", "content": "x"}, CTX)
+    assert out.startswith("Error:"), out
+    assert sorted(p.name for p in outside.iterdir()) == ["id_ed25519", "key.md"]  # nothing planted

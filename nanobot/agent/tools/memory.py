@@ -114,7 +114,10 @@ class MemorySearchTool(_IndexTool):
             response = await self.index.search(query, kwargs.get("maxResults"), kwargs.get("minScore"))
         except IndexUnavailable as exc:
             raise ToolError(str(exc)) from exc
-        return json.dumps(response.to_json(), ensure_ascii=False)
+        found = response.to_json()
+        if ctx.shared:  # shareInGroups shares the memory, not every chat's transcript
+            found["results"] = [r for r in found["results"] if not str(r["path"]).startswith(f"{SESSIONS_DIR}/")]
+        return json.dumps(found, ensure_ascii=False)
 
 
 class MemoryGetTool(_IndexTool):
@@ -178,6 +181,8 @@ class MemoryGetTool(_IndexTool):
         if not ctx.owner_memory_allowed(self.share_in_groups):
             raise ToolError(_GROUP_REFUSAL.format(name=self.name))
         rel, path = self.resolve(str(kwargs.get("path") or ""))
+        if ctx.shared and rel.startswith(f"{SESSIONS_DIR}/"):
+            raise ToolError(f"{rel} is a chat's transcript: memory.shareInGroups shares the memory, not those")
         start = max(1, int(kwargs.get("from") or 1))
         count = min(MAX_GET_LINES, max(1, int(kwargs.get("lines") or DEFAULT_GET_LINES)))
         # Transcripts are read through their owner; both readers refuse a symlink swapped in since resolve().

@@ -229,8 +229,10 @@ class WebFetchTool(Tool):
         return f"URL: {url}\nStatus: {resp.status_code}{note}\n\n{text}"
 
 
+# declared binary whatever the body; other types (application/vnd.ms-excel is served for CSV) are
+# judged by their bytes
 _BINARY_TYPES = ("image/", "audio/", "video/", "font/", "application/pdf", "application/zip", "application/gzip",
-                 "application/x-tar", "application/x-7z", "application/x-rar", "application/vnd.")
+                 "application/x-tar", "application/x-7z", "application/x-rar")
 
 
 def _binary(content_type: str, body: bytes) -> bool:
