@@ -75,8 +75,8 @@ class SandboxSpec:
         """Existing paths inside the workspace that commands may read but never change."""
         ws = self.workspace
         paths = [ws / d for d in self.read_only_names() if (ws / d).exists()]
-        if self.shared:  # the HOME of every command: .gitconfig, .config/ ... configure the owner's too
-            paths.extend(sorted(p for p in ws.iterdir() if p.name.startswith(".") and not p.is_symlink()))
+        if self.shared:  # the owner's commands' settings (.gitconfig, .config/): hidden too, see below
+            paths.extend(self._root_dot_entries())
         memory = ws / "memory"
         if memory.is_dir():
             paths.extend(sorted(p for p in memory.iterdir() if p.name.startswith(PROTECTED_MEMORY_PREFIX)))

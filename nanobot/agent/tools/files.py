@@ -93,19 +93,8 @@ class PathGuard:
             root = self.workspace
         else:
             root = next((r for r in self.read_only_roots if path.is_relative_to(r)), self.workspace)
-        return root, self.avoid(ctx), self._landing_check(ctx, tool, "" if folder else path.name)
-
-    def _landing_check(self, ctx: ToolContext, tool: str, name: str) -> FolderCheck | None:
-        policy = self.policy
-        if policy is None or not ctx.shared:
-            return None
-
-        def check(opened: Path) -> None:
-            why = policy.refusal(tool, {"path": str(opened / name if name else opened)}, ctx)
-            if why:
-                raise PermissionError(errno.EACCES, why)
-
-        return check
+        check = self.policy.landing_check(tool, ctx, "" if folder else path.name) if self.policy else None
+        return root, self.avoid(ctx), check
 
     def inside(self, path: Path) -> bool:
         try:

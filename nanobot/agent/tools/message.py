@@ -11,7 +11,7 @@ from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.bus.queue import MessageBus
-from nanobot.util.nofollow import FolderCheck, read_regular_bytes
+from nanobot.util.nofollow import read_regular_bytes
 
 MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024  # the most any channel takes (Telegram: 50 MB)
 MAX_ATTACHMENTS = 10  # per message (Discord's limit); they are held in memory until sent
@@ -70,9 +70,8 @@ class MessageTool(Tool):
             try:
                 # the folder actually opened is asked about again, the file opened without following
                 # a link: what is sent is what the policy allowed, whatever was swapped in since
-                data = read_regular_bytes(
-                    path, beneath=self.workspace, max_bytes=MAX_ATTACHMENT_BYTES, check=self._landing(ctx, path.name)
-                )
+                check = self.policy.landing_check(self.name, ctx, path.name, attached=True) if self.policy else None
+                data = read_regular_bytes(path, beneath=self.workspace, max_bytes=MAX_ATTACHMENT_BYTES, check=check)
             except FileNotFoundError:
                 raise ToolError(f"cannot attach {item!r}: no such file") from None
             except OSError as exc:
@@ -81,18 +80,6 @@ class MessageTool(Tool):
                 raise ToolError(f"cannot attach {item!r}: {exc.strerror or exc}") from None
             files.append(OutboundFile(path.name, data))
         return files
-
-    def _landing(self, ctx: ToolContext, name: str) -> FolderCheck | None:
-        policy = self.policy
-        if policy is None or not ctx.shared:
-            return None
-
-        def check(opened: Path) -> None:
-            why = policy.refusal(self.name, {"content": "", "media": [str(opened / name)]}, ctx)
-            if why:
-                raise PermissionError(errno.EACCES, why)
-
-        return check
 
     async def execute(
         self,

@@ -22,6 +22,7 @@ system prompt; shareInGroups lets groups see and search the memory, not change i
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from nanobot.config.paths import (
     SESSIONS_DIR,
     media_prefix,
 )
+from nanobot.util.nofollow import FolderCheck
 
 PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir"})
 MEMORY_TOOLS = frozenset({"memory_search", "memory_get", "save_memory"})
@@ -83,14 +85,9 @@ class TrustPolicy:
                 return f"messages can only go to this chat {where}"
             media = args.get("media") or []
             for item in media if isinstance(media, list) else [media]:
-                if not isinstance(item, str) or self._under(item, self._unshared):
-                    return f"{item!r} cannot be attached here: {PRIVATE}"
-                if not shared_memory and self.is_private(item):
-                    return f"{item!r} cannot be attached here: {PRIVATE}"
-                if not isinstance(item, str) or self._under(item, [], dot_entries=True):
-                    return f"{item!r} cannot be attached here: {DOT_ENTRIES}"
-                if isinstance(item, str) and self._other_chats_media(item, ctx):
-                    return f"{item!r} cannot be attached here: {OTHER_CHATS_MEDIA}"
+                why = self._unreadable(item, ctx, shared_memory) if isinstance(item, str) else PRIVATE
+                if why:
+                    return f"{item!r} cannot be attached {where}: {why}"
             return None
         if name in WRITE_TOOLS:
             if ctx.guest:
@@ -100,27 +97,48 @@ class TrustPolicy:
                 return f"{raw!r} is read-only {where}: it holds instructions or settings for the owner's own turns"
             if self._under(raw, self._private):  # MEMORY.md is the owner's own system prompt
                 return f"{raw!r} is read-only {where}: {PRIVATE_WRITES}"
-        media_path = args.get("path", ".")
-        if name in PATH_TOOLS and isinstance(media_path, str) and self._other_chats_media(media_path, ctx):
-            return f"'{media_path}' is not readable here: {OTHER_CHATS_MEDIA}"
-        if name in PATH_TOOLS and isinstance(media_path, str) and self._under(media_path, [], dot_entries=True):
-            return f"'{media_path}' is not readable {where}: {DOT_ENTRIES}"
-        if name in PATH_TOOLS and isinstance(media_path, str) and self._under(media_path, self._unshared):
-            return f"'{media_path}' is not readable {where}: {PRIVATE}"  # whatever shareInGroups says
+        if name in PATH_TOOLS:
+            raw = args.get("path", ".")
+            why = self._unreadable(raw, ctx, shared_memory) if isinstance(raw, str) else None
+            return f"'{raw}' is not readable {where}: {why}" if why else None
         if shared_memory or name in OPEN_TOOLS or name in ("cron",):
             return None
         if name in MEMORY_TOOLS:
             return f"{name} is not available {where}: {PRIVATE}" + (
                 "" if ctx.guest else " (memory.shareInGroups is false)"
             )
-        if name in PATH_TOOLS:
-            raw = args.get("path", ".")
-            if isinstance(raw, str) and self.is_private(raw):
-                return f"'{raw}' is not readable here: {PRIVATE}"
-            return None
         return (
             f"{name} is not available {where} (tools outside nanobot's own set may read private files)"
         )
+
+    def _unreadable(self, raw: str, ctx: ToolContext, shared_memory: bool) -> str | None:
+        """Why a shared context may not read or attach `raw`, or None: the transcripts and the jobs
+        (whatever shareInGroups says), the owner's memory (unless shared), any dot-entry (the owner's
+        commands keep credentials there), another chat's downloads."""
+        if self._under(raw, self._unshared) or (not shared_memory and self.is_private(raw)):
+            return PRIVATE
+        if self._under(raw, [], dot_entries=True):
+            return DOT_ENTRIES
+        if self._other_chats_media(raw, ctx):
+            return OTHER_CHATS_MEDIA
+        return None
+
+    def landing_check(
+        self, tool: str, ctx: ToolContext, name: str = "", *, attached: bool = False
+    ) -> FolderCheck | None:
+        """In a shared context, this policy asked again about where an open actually landed: the
+        folder the kernel opened, plus the file's `name` ("" when the folder itself is opened), as
+        the `path` of `tool` or, `attached`, as an attachment. None in an owner's context."""
+        if not ctx.shared:
+            return None
+
+        def check(opened: Path) -> None:
+            target = str(opened / name if name else opened)
+            why = self.refusal(tool, {"media": [target]} if attached else {"path": target}, ctx)
+            if why:
+                raise PermissionError(errno.EACCES, why)
+
+        return check
 
     def _other_chats_media(self, raw: str, ctx: ToolContext) -> bool:
         """Whether `raw` is media/ itself (every chat's attachments, named after their chats) or a
