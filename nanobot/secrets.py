@@ -133,14 +133,7 @@ def register_env_secrets(environ: dict[str, str] | None = None) -> None:
 def _register_named(values: object) -> None:
     """Credential-named values (and the credential alone of `Bearer <token>` / `Basic <b64>`), and
     the credentials inside any URL value (`REDIS_URL=redis://:pw@host`)."""
-    for key, value in dict(values).items():  # type: ignore[call-overload]
-        if not isinstance(value, str):
-            continue
-        if _SECRET_NAME.search(str(key)):
-            register_secret(value)
-            _register_scheme_credential(value)
-        elif "://" in value:
-            _register_url(value)
+    _register_tree(dict(values))  # type: ignore[call-overload]
 
 
 def _register_scheme_credential(value: str) -> None:
@@ -200,5 +193,6 @@ def _register_tree(value: object, key: str = "") -> None:
     elif isinstance(value, str):
         if _SECRET_NAME.search(key):
             register_secret(value)
+            _register_scheme_credential(value)
         elif "://" in value:
             _register_url(value)
