@@ -148,7 +148,8 @@ class TurnRunner:
         convo = list(messages)
         result = TurnResult(content="")
         echo_source = _last_user_text(convo)  # what a weak model may repeat before its answer
-        schemas = self.tools.schemas(tool_names)
+        # a tool the trust policy refuses here is not offered; called anyway, the policy says why
+        schemas = self.tools.schemas(self.tools.offered(tool_names, ctx))
         budget = self.prompt_budget_tokens
         used = 0
         if budget is not None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from nanobot.agent.subagents import SUBAGENT_TOOLS
 from nanobot.agent.tools.base import ToolContext
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.manager import ChannelManager
@@ -415,5 +416,45 @@ async def test_sharing_memory_with_groups_shares_no_transcript_or_job(make_confi
         assert DM_SECRET not in found and "sessions/" not in found, found
         shared = await runtime.agent.tools.execute("read_file", {"path": "memory/MEMORY.md"}, GROUP)
         assert "4242" in shared  # the memory itself is what the owner shares
+    finally:
+        await runtime.aclose()
+
+
+def _offered(fake_llm: FakeLLMServer) -> set[str]:
+    return {tool["function"]["name"] for tool in fake_llm.requests[-1].get("tools", [])}
+
+
+@pytest.mark.parametrize(
+    ("settings", "ctx", "withheld", "kept"),
+    [
+        ({}, GROUP, {"exec", "memory_search", "memory_get"}, {"read_file", "write_file", "spawn", "message"}),
+        ({"tools.exec.inGroups": True}, GROUP, {"memory_search"}, {"exec", "write_file"}),
+        ({"memory.shareInGroups": True, "tools.exec.inGroups": True}, GROUP, set(), {"exec", "memory_search"}),
+        ({"memory.shareInGroups": True, "tools.exec.inGroups": True}, GUEST,
+         {"exec", "memory_search", "write_file", "edit_file"}, {"read_file"}),
+        ({}, OWNER, set(), {"exec", "memory_search", "write_file"}),
+    ],
+)
+async def test_a_tool_refused_in_a_context_is_not_offered_there(
+    make_config, fake_llm: FakeLLMServer, settings: dict[str, Any], ctx: ToolContext,  # noqa: ANN001
+    withheld: set[str], kept: set[str],
+) -> None:
+    """A model offered `exec` in a group (or a group's sub-agent offered it) only learned by calling it
+    that it is refused; the tool is still refused, with its reason, when a model names it anyway."""
+    config, _ = make_config(**{"tools.exec.sandbox": "bwrap", **settings})
+    runtime = make_runtime(config)
+    fake_llm.responder = lambda body: Reply(content="done")
+    try:
+        await runtime.agent.runner.run([{"role": "user", "content": "hi"}], ctx)
+        offered = _offered(fake_llm)
+        assert not offered & withheld and kept <= offered, offered
+        # a sub-agent's smaller set, in the same context
+        await runtime.agent.runner.run([{"role": "user", "content": "hi"}], ctx, tool_names=set(SUBAGENT_TOOLS))
+        assert _offered(fake_llm) == (SUBAGENT_TOOLS & set(runtime.agent.tools.names)) - withheld
+        if "exec" in withheld:
+            fake_llm.responder = steer("exec", {"command": "echo hi"})
+            await runtime.agent.runner.run([{"role": "user", "content": "hi"}], ctx)
+            result = fake_llm.requests[-1]["messages"][-1]
+            assert result["role"] == "tool" and "exec is not available" in result["content"]
     finally:
         await runtime.aclose()

@@ -13,6 +13,8 @@ In a shared context, unless memory.shareInGroups is true:
 - `cron` cannot add jobs (a job's turn runs later, outside this chat's trust), and `message`
   only answers in the chat it came from, attaching no private file.
 
+A tool refused in a context whatever its arguments (`withheld`) is not offered to the model there.
+
 Whatever memory.shareInGroups says, a shared context cannot change what steers the owner's own
 turns (`OWNER_STEERING`: the bootstrap files, HEARTBEAT.md, skills/, and the dot-entries of the
 workspace root, which is every command's HOME): the heartbeat would do a group member's tasks as the
@@ -110,6 +112,22 @@ class TrustPolicy:
         return (
             f"{name} is not available {where} (tools outside nanobot's own set may read private files)"
         )
+
+    def withheld(self, names: set[str], ctx: ToolContext) -> set[str]:
+        """The tools of `names` this policy refuses in `ctx` whatever their arguments: they are not
+        offered there (a model offered `exec` in a group only learns it is refused by calling it)."""
+        if not ctx.shared:
+            return set()
+        shared_memory = ctx.owner_memory_allowed(self.share_in_groups)
+        known = PATH_TOOLS | MEMORY_TOOLS | OPEN_TOOLS | {"exec", "cron", "message"}
+        refused = {name for name in names if name not in known and not shared_memory}  # MCP tools
+        if not self.exec_in_groups or ctx.guest:
+            refused.add("exec")
+        if not shared_memory:
+            refused |= MEMORY_TOOLS
+        if ctx.guest:
+            refused |= WRITE_TOOLS
+        return refused & names
 
     def _unreadable(self, raw: str, ctx: ToolContext, shared_memory: bool) -> str | None:
         """Why a shared context may not read or attach `raw`, or None: the transcripts and the jobs

@@ -56,6 +56,13 @@ class ToolRegistry:
             entry = self._memo[key] = (self._version, schemas, None)
         return entry
 
+    def offered(self, only: set[str] | None, ctx: ToolContext) -> set[str] | None:
+        """The tools of `only` (None: all) worth offering in `ctx`: without those its trust policy
+        refuses there whatever the arguments. None when that is every registered tool."""
+        names = set(self._tools) if only is None else set(only)
+        withheld = self.policy.withheld(names, ctx) if self.policy is not None else set()
+        return only if not withheld else names - withheld
+
     def schemas(self, only: set[str] | None = None) -> list[dict[str, Any]]:
         """Schemas sorted by name, so the tool list is byte-stable across turns (prompt cache)."""
         return list(self._entry(only)[1])
