@@ -124,6 +124,23 @@ def test_broken_config_fails_and_skips_the_rest(home: Path) -> None:
     assert all(c["status"] == "skip" for p, c in checks.items() if p != "config")
 
 
+
+def test_a_log_rotation_loguru_cannot_read_fails_the_config_check(home: Path, fake_llm: FakeLLMServer) -> None:
+    """It surfaced only when a gateway with logging.file started (exit 2 there); doctor called the
+    config valid. A time and a size as users write them still pass."""
+    path = _setup(home, fake_llm.url)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["logging"] = {"rotation": "ten megs"}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    code, checks = _doctor(home)
+    assert code == 1 and checks["config"]["status"] == "fail"
+    assert "logging.rotation" in checks["config"]["detail"] and "ten megs" in checks["config"]["detail"]
+    for rotation in ("1 day", "00:00", "50 MB"):
+        data["logging"] = {"rotation": rotation}
+        path.write_text(json.dumps(data), encoding="utf-8")
+        assert _doctor(home)[1]["config"]["status"] == "ok", rotation
+
+
 def test_fix_repairs_permissions_folders_and_the_index(home: Path, fake_llm: FakeLLMServer) -> None:
     _setup(home, fake_llm.url)
     ws = home / "workspace"

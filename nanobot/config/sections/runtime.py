@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, field_validator
 
 from nanobot.config.sections.base import Section
 
@@ -48,4 +48,19 @@ class LoggingConfig(Section):
     retention: int = Field(5, ge=1, description="Rotated log files kept.")
     prompts: bool = Field(False, description="Log prompts and completions at debug level (masked). Off: no "
                           "prompt, memory or chat text reaches the log, whatever the level.")
+
+    @field_validator("rotation")
+    @classmethod
+    def _rotation_loguru_reads(cls, value: str) -> str:
+        """Checked with the config, by loguru's own parser: otherwise a typo surfaced only when a
+        gateway with `logging.file` started, and `doctor` called the config valid."""
+        try:
+            from loguru._file_sink import FileSink  # private: when it moves, the gateway still checks
+        except ImportError:
+            return value
+        try:
+            FileSink._make_rotation_function(value)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{exc} (a size like '10 MB' or a time like '1 day' or '00:00')") from None
+        return value
 
