@@ -458,3 +458,30 @@ async def test_a_tool_refused_in_a_context_is_not_offered_there(
             assert result["role"] == "tool" and "exec is not available" in result["content"]
     finally:
         await runtime.aclose()
+
+
+async def test_sharing_memory_with_groups_shares_no_mcp_tool(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """memory.shareInGroups lifted the refusal of every tool the policy does not know: a group member
+    used an MCP server (one rooted at the workspace read the transcripts and wrote HEARTBEAT.md)."""
+    from nanobot.bus.events import InboundMessage
+    from tests.fakes import mcp_servers
+
+    server = mcp_servers.HTTPServerThread("http").start()
+    config, _ = make_config(**{"memory.shareInGroups": True, "tools.mcpServers": {"web": {"url": server.url}}})
+    runtime = make_runtime(config)
+    fake_llm.responder = steer("mcp_web_echo", {"text": "reached the server"})
+    try:
+        runtime.loop.start()
+        group = InboundMessage(channel="telegram", sender_id="777", chat_id="-100123", content="echo", is_group=True)
+        await runtime.bus.request(group)
+        group_result = fake_llm.requests[-1]["messages"][-1]
+        group_offered = _offered(fake_llm)
+        await runtime.ask("echo", session_key="telegram:555", sender_id="555")
+        owner_result = fake_llm.requests[-1]["messages"][-1]
+        owner_offered = _offered(fake_llm)
+    finally:
+        await runtime.aclose()
+        server.stop()
+    assert group_result["role"] == "tool" and group_result["content"].startswith("Error: mcp_web_echo is not")
+    assert "mcp_web_echo" not in group_offered and "memory_search" in group_offered
+    assert owner_result["content"] == "reached the server" and "mcp_web_echo" in owner_offered

@@ -7,19 +7,19 @@ shared; private chats of allowed senders and the terminal are the owner's).
 In a shared context, unless memory.shareInGroups is true:
 - no tool reads or writes `memory/`, `sessions/`, `cron/` (the owner's jobs: the `cron` tool lists
   only this chat's) or the legacy root MEMORY.md / HISTORY.md (file tools by their resolved path,
-  symlinks followed; memory_search / memory_get not at all), and tools this policy does not know
-  (MCP servers, which may read anything) are refused;
+  symlinks followed; memory_search / memory_get not at all);
 - `exec` runs only when tools.exec.inGroups is true, and then without those folders mounted;
 - `cron` cannot add jobs (a job's turn runs later, outside this chat's trust), and `message`
   only answers in the chat it came from, attaching no private file.
 
 A tool refused in a context whatever its arguments (`withheld`) is not offered to the model there.
 
-Whatever memory.shareInGroups says, a shared context cannot change what steers the owner's own
-turns (`OWNER_STEERING`: the bootstrap files, HEARTBEAT.md, skills/, and the dot-entries of the
-workspace root, which is every command's HOME): the heartbeat would do a group member's tasks as the
-owner, with every tool. Nor can it write the private paths (memory/: MEMORY.md is in the owner's
-system prompt; shareInGroups lets groups see and search the memory, not change it).
+Whatever memory.shareInGroups says, a shared context gets no tool this policy does not know (MCP
+servers, which may read and write anything) and cannot change what steers the owner's own turns
+(`OWNER_STEERING`: the bootstrap files, HEARTBEAT.md, skills/, and the dot-entries of the workspace
+root, which is every command's HOME): the heartbeat would do a group member's tasks as the owner,
+with every tool. Nor can it write the private paths (memory/: MEMORY.md is in the owner's system
+prompt; shareInGroups lets groups see and search the memory, not change it).
 """
 
 from __future__ import annotations
@@ -103,12 +103,14 @@ class TrustPolicy:
             raw = args.get("path", ".")
             why = self._unreadable(raw, ctx, shared_memory) if isinstance(raw, str) else None
             return f"'{raw}' is not readable {where}: {why}" if why else None
-        if shared_memory or name in OPEN_TOOLS or name in ("cron",):
+        if name in OPEN_TOOLS or name in ("cron",):
             return None
         if name in MEMORY_TOOLS:
-            return f"{name} is not available {where}: {PRIVATE}" + (
+            return None if shared_memory else f"{name} is not available {where}: {PRIVATE}" + (
                 "" if ctx.guest else " (memory.shareInGroups is false)"
             )
+        # whatever shareInGroups says: an MCP server may read the transcripts and write what steers
+        # the owner's turns (HEARTBEAT.md), which this policy cannot see it do
         return (
             f"{name} is not available {where} (tools outside nanobot's own set may read private files)"
         )
@@ -120,7 +122,7 @@ class TrustPolicy:
             return set()
         shared_memory = ctx.owner_memory_allowed(self.share_in_groups)
         known = PATH_TOOLS | MEMORY_TOOLS | OPEN_TOOLS | {"exec", "cron", "message"}
-        refused = {name for name in names if name not in known and not shared_memory}  # MCP tools
+        refused = {name for name in names if name not in known}  # MCP tools
         if not self.exec_in_groups or ctx.guest:
             refused.add("exec")
         if not shared_memory:
