@@ -174,6 +174,28 @@ async def test_streaming_publishes_deltas_on_the_bus(make_config, fake_llm: Fake
     assert messages_of(session_path(config, "telegram:42"))[-1]["content"] == out.content
 
 
+async def test_a_streamed_preview_never_shows_reasoning_or_control_tokens(make_config, fake_llm: FakeLLMServer) -> None:
+    """The final reply dropped a reasoning model's <think> block, but the streamed preview showed it
+    (for seconds, and as the push notification), in every response of the turn."""
+    config, _ = make_config(**{"agents.defaults.stream": True})
+    rt = make_runtime(config)
+    fake_llm.push(
+        Reply(content="<think>the user is Bob, hint rosebud</think>Let me look.",
+              tool_calls=[{"id": "l", "name": "list_dir", "arguments": {"path": "."}}]),
+        Reply(content="<thinking>Bob again: rosebud</thinking>Here is my answer.<|im_end|>"),
+    )
+    try:
+        out = await rt.agent.handle(
+            InboundMessage(channel="telegram", sender_id="1", chat_id="42", content="stream please")
+        )
+    finally:
+        await rt.aclose()
+    assert out is not None and out.content == "Here is my answer."
+    deltas = [e.content for e in drain_outbound(rt.bus) if e.kind == "stream_delta"]
+    assert deltas and not any("rosebud" in d or "think" in d or "<|" in d for d in deltas), deltas
+    assert "".join(deltas) == "Let me look.Here is my answer."
+
+
 async def test_a_reply_its_publisher_delivers_is_not_streamed(make_config, fake_llm: FakeLLMServer) -> None:
     """A cron job's turn (or the heartbeat's) streamed a preview into the chat, then the job sent its
     result as a new message: the reply showed twice (and a heartbeat's HEARTBEAT_OK showed at all)."""

@@ -85,6 +85,20 @@ def test_hard_cut_when_no_boundary_and_nothing_lost() -> None:
     assert all(len(p) <= 100 for p in parts)
 
 
+@pytest.mark.parametrize("opener", ["# ", "> ", "- ", "1. ", "| ", "**"])
+def test_a_line_too_long_is_not_cut_after_its_block_syntax_alone(opener: str) -> None:
+    """`# ` + 5,000 letters became a part "#" (empty once rendered: Telegram refused it, and the
+    fallback sent a lone "#" to the chat), then the text."""
+    text = opener + "h" * 5000
+    for limit in (TELEGRAM_MAX_CHARS, DISCORD_MAX_CHARS):
+        parts = split_message(text, limit)
+        assert "".join(parts) == text and all(len(p) <= limit for p in parts)
+        assert all(re.search(r"\w", p) for p in parts), [p[:8] for p in parts]
+    for html, _source in telegram_parts(text, TELEGRAM_MAX_CHARS):
+        shown, error = parse_html(html)
+        assert error is None and shown.strip("#>•-|*. \n"), html[:40]
+
+
 @pytest.mark.parametrize("intro", ["", "Here is the config:\n\n", "p " * 600 + "\n"])
 @pytest.mark.parametrize("opener", ["```json", "``` json with words", "~~~json"])
 def test_a_block_holding_one_long_line_never_yields_an_empty_block(intro: str, opener: str) -> None:

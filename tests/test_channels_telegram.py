@@ -14,6 +14,7 @@ from aiohttp import web
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.manager import ChannelManager
+from nanobot.channels.split import TELEGRAM_MAX_CHARS
 from nanobot.channels.telegram import TelegramChannel
 from nanobot.config.schema import Config
 from nanobot.secrets import mask
@@ -550,6 +551,21 @@ async def test_streaming_edits_one_message_then_finalises_it(server, gateway_fac
     assert (
         edits[-1].params["text"] == "Hello <b>world</b> and more" and edits[-1].params["parse_mode"] == "HTML"
     )
+
+
+async def test_a_streamed_preview_of_emoji_stays_within_telegrams_limit(server, gateway_factory) -> None:
+    """The preview was cut at 4,096 code points; Telegram counts UTF-16 units (an emoji is two), so
+    every edit past ~2,048 emoji was refused and the preview froze until the final reply."""
+    gw = await gateway_factory(make_config(server, streaming=True)).start(respond=False)
+    meta = {"stream_id": "s-emoji"}
+    for _ in range(6):
+        await gw.bus.publish_outbound(
+            OutboundMessage("telegram", "555", "\U0001F600" * 600, kind="stream_delta", metadata=meta)
+        )
+        await asyncio.sleep(0.55)  # past the preview's edit interval: each delta is shown
+    edits = server.calls_to("editMessageText")
+    assert edits and all(utf16_len(str(c.params["text"])) <= TELEGRAM_MAX_CHARS for c in edits)
+    assert utf16_len(str(edits[-1].params["text"])) == TELEGRAM_MAX_CHARS  # the preview kept growing
 
 
 async def test_a_streamed_answer_whose_preview_is_gone_is_sent_anew(server, gateway_factory) -> None:

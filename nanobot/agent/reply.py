@@ -19,6 +19,7 @@ an empty chat message.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 
 NO_ANSWER_REPLY = "(The model gave no answer. Please try again or rephrase.)"
 
@@ -94,3 +95,52 @@ def clean_reply(text: str | None, echo_source: str = "") -> str:
     cleaned = strip_runtime_echo(cleaned, echo_source)
     cleaned = _CALL_MARKUP.sub("", cleaned)
     return cleaned.strip()
+
+
+_THINK_OPENERS = ("<think>", "<thinking>")
+_HELD_TAIL_CHARS = 24  # the longest control token a delta may have cut in two, held until complete
+
+
+def _unfinished_tail(text: str) -> int:
+    """Where a trailing piece that may still become a control token starts (`<|eot_i`, `[/INS`),
+    or len(text)."""
+    start = max(text.rfind("<"), text.rfind("["))
+    if start < 0 or len(text) - start > _HELD_TAIL_CHARS or any(c in text[start:] for c in ">]\n"):
+        return len(text)
+    return start
+
+
+class StreamCleaner:
+    """The part of a streamed answer a chat may preview: a leading reasoning block is held back until
+    it closes (and never shown), control tokens are dropped, a piece that may still become one waits
+    for the next delta. The final answer goes through `clean_reply` and replaces the preview."""
+
+    def __init__(self) -> None:
+        self._raw = ""
+        self._shown = ""
+
+    def feed(self, delta: str) -> str:
+        """The text to append to the preview after `delta` ("" when nothing new may be shown)."""
+        self._raw += delta
+        head = self._raw.lstrip().lower()
+        if any(opener.startswith(head) for opener in _THINK_OPENERS):
+            return ""  # perhaps a reasoning block's opening tag, still arriving
+        visible = strip_template_tokens(_THINK_BLOCK.sub("", self._raw)).lstrip()
+        visible = visible[: _unfinished_tail(visible)]
+        if not visible.startswith(self._shown):
+            return ""  # earlier text reads otherwise now; the final answer corrects the preview
+        new, self._shown = visible[len(self._shown) :], visible
+        return new
+
+
+def previewed(on_delta: Callable[[str], Awaitable[None]]) -> Callable[[str], Awaitable[None]]:
+    """`on_delta` fed through a fresh StreamCleaner: one per model response, since each may open
+    with its own reasoning block."""
+    cleaner = StreamCleaner()
+
+    async def forward(delta: str) -> None:
+        if text := cleaner.feed(delta):
+            await on_delta(text)
+
+    return forward
+

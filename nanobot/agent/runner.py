@@ -20,7 +20,7 @@ from typing import Any
 
 from loguru import logger
 
-from nanobot.agent.reply import NO_ANSWER_REPLY, clean_reply
+from nanobot.agent.reply import NO_ANSWER_REPLY, clean_reply, previewed
 from nanobot.agent.tools.base import ToolContext
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.logs import prompts_logged
@@ -179,7 +179,7 @@ class TurnRunner:
                 schemas or None,
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
-                on_delta=on_delta,
+                on_delta=previewed(on_delta) if on_delta is not None else None,
             )
             result.usage.add(response.usage)
             if prompts_logged():

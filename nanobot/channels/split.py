@@ -6,7 +6,8 @@ language tag) at the start of the next, so every part renders on its own. A fenc
 bare fence of its own character at least as long (```` around ``` keeps the inner one as text, and
 ~~~ is closed by ~~~), and a cut one is closed with its own marker.
 A cut never leaves a part whose open code block holds only blank lines (a fence opener and its
-closer): when every boundary would, the window is cut hard at its length instead.
+closer), nor a part of block syntax alone (`#`, `>`, a list marker): when every boundary would, the
+window is cut hard at its length instead.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ _CLOSE_ROOM = 12  # room kept for a closing fence: a newline and the marker (lon
 _SEPARATORS = ("\n\n", "\n", " ")
 # A boundary is only preferred when the part it ends uses at least this share of the room.
 _MIN_FILL = 0.5
+# A part that would be nothing but block syntax (a heading's "#", a quote's ">", a list marker, a
+# table's "|"): rendered it is empty (Telegram refuses it) or a lone symbol, so the cut goes elsewhere.
+_MARKUP_ONLY = re.compile(r"^(?:\s|[#>*+\-|`~=_]|\d+[.)])*$")
 
 
 def utf16_len(text: str) -> int:
@@ -63,6 +67,11 @@ def _fit(text: str, budget: int, measure: Measure) -> int:
     return lo
 
 
+def cut_to(text: str, max_units: int, measure: Measure = utf16_len) -> str:
+    """The longest start of `text` that `measure` counts at most `max_units` (a preview's cut)."""
+    return text[: _fit(text, max_units, measure)]
+
+
 def _find_cut(window: str, open_fence: str | None) -> tuple[int, int]:
     """(cut, skip): the part is window[:cut]; `skip` separator characters are dropped after it.
 
@@ -73,6 +82,9 @@ def _find_cut(window: str, open_fence: str | None) -> tuple[int, int]:
         for sep in _SEPARATORS:
             idx = window.rfind(sep)
             while idx >= min_cut:
+                if _MARKUP_ONLY.match(window[:idx]):  # "# ", "> ", "- " or "|" alone: no message
+                    idx = window.rfind(sep, 0, idx)
+                    continue
                 empty_from = _empty_block_start(open_fence, window[:idx])
                 if empty_from is None:
                     return idx, len(sep)

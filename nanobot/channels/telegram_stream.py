@@ -18,7 +18,7 @@ from loguru import logger
 from telegram import Bot
 from telegram.error import RetryAfter, TelegramError
 
-from nanobot.channels.split import TELEGRAM_MAX_CHARS
+from nanobot.channels.split import TELEGRAM_MAX_CHARS, cut_to
 from nanobot.util.retry import parse_retry_after
 
 STREAM_EDIT_INTERVAL_S = 0.5  # at most two edits a second per streamed reply (Telegram flood limits)
@@ -84,7 +84,7 @@ class StreamPreviews:
     async def _flush(self, preview: Preview) -> None:
         """Show the accumulated text (plain, cut to the limit) by sending or editing one message."""
         bot = self._bot()
-        text = preview.text[:TELEGRAM_MAX_CHARS]
+        text = cut_to(preview.text, TELEGRAM_MAX_CHARS)  # counted as Telegram counts: UTF-16 units
         if bot is None or not text.strip() or text == preview.shown:
             return
         preview.last_edit = time.monotonic()
