@@ -26,6 +26,7 @@ from loguru import logger
 from nanobot.errors import ConfigError, UserError
 from nanobot.secrets import mask
 from nanobot.util.fs import PRIVATE_FILE_MODE, ensure_private_dir, repair_private
+from nanobot.util.text import printable
 
 # A read-only remount (an SD card after errors) or a full disk passes: systemd should try again, so
 # these are not config errors (exit 2 is in RestartPreventExitStatus).
@@ -46,13 +47,15 @@ _state: dict[str, object] = {"level": "WARNING", "prompts": False}
 
 
 def _patch(record: dict) -> None:
-    record["message"] = mask(record["message"])
+    # printable: a server's error text (or a chat message) quoted in a log line may carry escape
+    # sequences that clear the operator's terminal, set its title or write its clipboard
+    record["message"] = printable(mask(record["message"]))
     exc = record["exception"]
     if exc is not None and exc.type is not None:
         # The traceback is formatted here and masked whole: an exception's text can carry a secret
         # where its args do not (pydantic builds it from the input; a chained cause, a note).
         text = "".join(traceback.format_exception(exc.type, exc.value, exc.traceback)).rstrip("\n")
-        record["message"] += "\n" + mask(text)
+        record["message"] += "\n" + printable(mask(text))
         record["exception"] = None
 
 

@@ -56,6 +56,20 @@ def test_prompt_logging_is_opt_in_and_masked(home: Path, fake_llm, route: str) -
     assert SECRET not in verbose.stderr
 
 
+def test_a_servers_error_text_cannot_drive_the_operators_terminal(home: Path, fake_llm) -> None:  # noqa: ANN001
+    """A provider's error body quoted in the log line reached the terminal raw: a screen clear, a
+    clipboard write (OSC 52) and a window title."""
+    from tests.fakes.llm_server import Reply
+
+    _setup(home, fake_llm.url, {"agents.defaults.llmMaxRetries": 0})
+    hostile = "\x1b[2J\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07\x9b31m bad request"
+    fake_llm.push(Reply(status=400, error_message=hostile))
+    result = run_cli("agent", "-m", QUESTION, home=home)
+    assert result.returncode == 1
+    assert "bad request" in result.stderr  # the error is still told
+    assert not any(c in result.stderr for c in "\x1b\x07\x9b"), repr(result.stderr)
+
+
 def test_library_stream_handlers_are_rerouted() -> None:
     """A library that installs its own stream handler (as litellm does) ends up in our sink."""
     import io

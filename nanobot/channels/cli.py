@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import re
 import sys
 import threading
 from types import ModuleType
@@ -31,20 +30,15 @@ from typing import TextIO
 
 from nanobot.bus.events import ChannelUnavailable, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.util.text import printable
 
 EXIT_WORDS = frozenset({"/exit", "/quit", "exit", "quit", ":q"})
 BANNER = "nanobot — interactive chat. /new starts a fresh session, /help lists commands, /exit quits."
 PROMPT = "You: "
 
 ReplyFuture = asyncio.Future[OutboundMessage | None]
-#: C0 and C1 control characters but newline and tab: ESC starts every terminal escape sequence
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _CLEAR_LINE = "\r\x1b[K"
 
-
-def printable(text: str) -> str:
-    """`text` without the control characters a terminal would act on."""
-    return _CONTROL.sub("", text)
 
 
 def _readline() -> ModuleType | None:

@@ -7,7 +7,8 @@ surrogates (undecodable bytes from argv, stdin or a file name) by U+FFFD, so the
 `pack` splits a sequence into consecutive groups within a size budget (chunks of a token budget).
 Markers are format strings that may use `{omitted}` (characters dropped), `{total}` (original length)
 and `{limit}` (the size asked for). Text within the limit is returned unchanged.
-`attachment_note` is how a file the model is not shown reads in a user message.
+`attachment_note` is how a file the model is not shown reads in a user message; `printable` drops
+the control characters a terminal would act on (a reply, a log line carrying a server's error text).
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ T = TypeVar("T")
 ELLIPSIS = "…"
 MIDDLE_MARKER = "\n\n[... truncated: {omitted} of {total} characters omitted ...]\n\n"
 MARKER_ROOM = 100  # characters of the limit kept for the default marker, so the result stays near it
+
+
+#: C0 and C1 control characters but newline and tab: ESC starts every terminal escape sequence
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` without the control characters a terminal would act on."""
+    return _CONTROL.sub("", text)
 
 
 def _marker(marker: str, omitted: int, total: int, limit: int) -> str:
