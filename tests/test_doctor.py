@@ -125,20 +125,44 @@ def test_broken_config_fails_and_skips_the_rest(home: Path) -> None:
 
 
 
-def test_a_log_rotation_loguru_cannot_read_fails_the_config_check(home: Path, fake_llm: FakeLLMServer) -> None:
-    """It surfaced only when a gateway with logging.file started (exit 2 there); doctor called the
-    config valid. A time and a size as users write them still pass."""
+@pytest.mark.parametrize(
+    ("keys", "typo", "fine"),
+    [
+        (("logging", "rotation"), "ten megs", ["1 day", "00:00", "50 MB"]),
+        (("memory", "backend"), "mem0o", ["File", ""]),
+        (("memory", "condition"), "no-memory", ["no_memory", ""]),
+        (("memory", "search", "embeddingProvider"), "litelm", ["Local", "auto"]),
+        (("gateway", "heartbeat", "target"), "telgram:555", ["discord:42", ""]),
+        (("gateway", "heartbeat", "target"), "555", ["telegram:-100123"]),
+    ],
+)
+def test_a_value_only_a_later_step_would_refuse_fails_the_config_check(
+    home: Path, fake_llm: FakeLLMServer, keys: tuple[str, ...], typo: str, fine: list[str]
+) -> None:
+    """Each was checked only where it was used: a bad log rotation when a gateway with a log file
+    started, a backend at the first turn (every turn then exited 2), an embedding provider by falling
+    back to keyword search, a heartbeat target at every beat, after the model was paid to do the
+    tasks. Doctor called each config valid; now every command refuses it, naming the key."""
     path = _setup(home, fake_llm.url)
     data = json.loads(path.read_text(encoding="utf-8"))
-    data["logging"] = {"rotation": "ten megs"}
-    path.write_text(json.dumps(data), encoding="utf-8")
-    code, checks = _doctor(home)
-    assert code == 1 and checks["config"]["status"] == "fail"
-    assert "logging.rotation" in checks["config"]["detail"] and "ten megs" in checks["config"]["detail"]
-    for rotation in ("1 day", "00:00", "50 MB"):
-        data["logging"] = {"rotation": rotation}
+
+    def set_value(value: str) -> None:
+        node = data
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
         path.write_text(json.dumps(data), encoding="utf-8")
-        assert _doctor(home)[1]["config"]["status"] == "ok", rotation
+
+    set_value(typo)
+    code, checks = _doctor(home)
+    detail = checks["config"]["detail"]
+    assert code == 1 and checks["config"]["status"] == "fail"
+    assert ".".join(keys) in detail and typo in detail, detail
+    status = run_cli("status", home=home)
+    assert status.returncode == 2 and ".".join(keys) in status.stderr and "Traceback" not in status.stderr
+    for value in fine:
+        set_value(value)
+        assert _doctor(home)[1]["config"]["status"] == "ok", value
 
 
 def test_fix_repairs_permissions_folders_and_the_index(home: Path, fake_llm: FakeLLMServer) -> None:

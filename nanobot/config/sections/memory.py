@@ -8,6 +8,19 @@ from pydantic import Field, field_validator
 
 from nanobot.config.sections.base import Section, endpoint_url
 
+# The names memory.backend, memory.condition and memory.search.embeddingProvider accept (any case):
+# checked with the config, so a typo fails `doctor` and every command, not the first turn.
+MEMORY_BACKENDS = ("file", "mem0", "graphiti", "honcho", "memos")
+MEMORY_CONDITIONS = ("no_memory", "rolling_summary", "full_history", "static_profile")
+EMBEDDING_PROVIDERS = ("auto", "local", "litellm", "none")
+
+
+def _one_of(key: str, value: str, names: tuple[str, ...], empty: str) -> str:
+    name = value.strip().lower() or empty
+    if name and name not in names:
+        raise ValueError(f"unknown {key} {value!r}; choose one of {', '.join(names)}")
+    return name
+
 
 class MemoryFlushConfig(Section):
     enabled: bool = Field(True, description="Before old messages are consolidated, a silent turn lets the "
@@ -67,6 +80,11 @@ class MemorySearchConfig(Section):
     def _endpoint(cls, value: str) -> str:
         return endpoint_url(value)
 
+    @field_validator("embedding_provider")
+    @classmethod
+    def _known_embedder(cls, value: str) -> str:  # a typo fell back to keyword search, told once in a log
+        return _one_of("embedding provider", value, EMBEDDING_PROVIDERS, "auto")
+
 
 class MemoryConfig(Section):
     share_in_groups: bool = Field(False, description="Group chats may see and search the owner's long-term "
@@ -94,3 +112,13 @@ class MemoryConfig(Section):
     search: MemorySearchConfig = Field(MemorySearchConfig(), description="The memory search index.")
     backends: dict[str, dict[str, Any]] = Field({}, description="Native config block of each memory "
                                                 "backend, by backend name.")
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        return _one_of("backend", value, MEMORY_BACKENDS, "file")
+
+    @field_validator("condition")
+    @classmethod
+    def _known_condition(cls, value: str) -> str:
+        return _one_of("condition", value, MEMORY_CONDITIONS, "")

@@ -14,12 +14,28 @@ LOG_LEVELS: tuple[str, ...] = get_args(LogLevelName)
 LogLevel = Annotated[LogLevelName, BeforeValidator(lambda v: v.strip().upper() if isinstance(v, str) else v)]
 
 
+HEARTBEAT_CHANNELS = ("telegram", "discord")  # the chat channels a heartbeat reply can go to
+
+
 class HeartbeatConfig(Section):
     enabled: bool = Field(True, description="Periodically read HEARTBEAT.md and let the agent do the tasks "
                           "listed there.")
     interval_s: int = Field(1800, ge=1, description="Seconds between heartbeats.")
     target: str = Field("", description="Where heartbeat replies go, as `channel:chat_id`; empty: the most "
                         "recently active private chat.")
+
+    @field_validator("target")
+    @classmethod
+    def _a_chat(cls, value: str) -> str:
+        """Checked with the config: a malformed target made every beat run the tasks (a model call)
+        and drop the reply, told only in a log line at each beat."""
+        channel, sep, chat_id = value.strip().partition(":")
+        if value.strip() and not (sep and channel.strip() in HEARTBEAT_CHANNELS and chat_id.strip()):
+            raise ValueError(
+                f"{value!r} is not channel:chat_id with a channel of {', '.join(HEARTBEAT_CHANNELS)} "
+                "(e.g. telegram:123456789); empty: the most recently active private chat"
+            )
+        return value.strip()
 
 
 class GatewayConfig(Section):

@@ -17,11 +17,12 @@ from typing import Any
 from loguru import logger
 
 from nanobot.config.schema import Config
+from nanobot.config.sections.memory import MEMORY_BACKENDS
 from nanobot.memory.backends.config import BLOCKS, NativeBlock, config_hash, native_block
 from nanobot.memory.backends.contract import BackendConfigError, MemoryAdapter
 from nanobot.memory.seam import FileMemory, LongTermMemory
 
-BACKENDS = ("file", "mem0", "graphiti", "honcho", "memos")
+BACKENDS = MEMORY_BACKENDS
 EXTRAS = {"mem0": "memory-mem0", "graphiti": "memory-graphiti", "honcho": "memory-honcho"}
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from nanobot.config.schema import Config
+from nanobot.config.sections.memory import MEMORY_CONDITIONS
 from nanobot.memory.backends.config import FileBlock, NativeBlock
 from nanobot.memory.backends.contract import MemoryAdapter
 from nanobot.memory.backends.evaluation.controls import (
@@ -26,7 +27,7 @@ from nanobot.memory.backends.evaluation.controls import (
 from nanobot.memory.backends.registry import Factory
 from nanobot.memory.store import backend_dir
 
-CONDITIONS = ("no_memory", "rolling_summary", "full_history", "static_profile")
+CONDITIONS = MEMORY_CONDITIONS
 
 
 class NoMemoryBlock(NativeBlock):
