@@ -416,3 +416,43 @@ def _inbound(text: str, group: bool):  # noqa: ANN202
     from nanobot.bus.events import InboundMessage
 
     return InboundMessage(channel="telegram", sender_id="7", chat_id="-100", content=text, is_group=group)
+
+
+async def test_a_memory_longer_than_max_tokens_is_still_consolidated(make_config, fake_llm: FakeLLMServer) -> None:
+    """save_memory rewrites all of MEMORY.md, but was asked with the chat's maxTokens: with a
+    MEMORY.md longer than that, every answer stopped inside its arguments (refused as "broken"), and
+    no fact of the chat ever reached MEMORY.md. The stand-in stops at max_tokens as servers do."""
+    from tests.fakes.llm_server import Reply
+
+    asked: list[int] = []
+
+    def responder(body: dict) -> Reply:
+        tools = [t["function"]["name"] for t in body.get("tools") or []]
+        if "save_memory" not in tools:
+            return Reply(content="Noted.")
+        memory = body["messages"][1]["content"].split("## Current MEMORY.md", 1)[1]
+        memory = memory.split("## Conversation chunk", 1)[0].strip()
+        arguments = json.dumps({"history_entry": "[2026-01-01 10:00] The user said their dog is named Rex.",
+                                "memory_update": memory + "\n- Has a dog named Rex"})
+        asked.append(body["max_tokens"])
+        fits = arguments[: body["max_tokens"] * 3]  # ~3 characters a token: cut where a server stops
+        return Reply(content=None, tool_calls=[{"name": "save_memory", "arguments": fits}],
+                     finish_reason="length" if len(fits) < len(arguments) else None)
+
+    fake_llm.responder = responder
+    config, _ = make_config(**{"agents.defaults.maxTokens": 1024, "agents.defaults.contextWindowTokens": 16384,
+                               "memory.flush.enabled": False})
+    memory_md = config.workspace_path / "memory" / "MEMORY.md"
+    memory_md.parent.mkdir(parents=True, exist_ok=True)
+    facts = "".join(f"- Cousin {i} lives in town {i} and likes the colour number {i}.\n" for i in range(70))
+    memory_md.write_text("# Long-term memory\n\n## Family\n" + facts, encoding="utf-8")
+    assert len(memory_md.read_text()) > 1024 * 4
+    runtime = build_runtime(config)
+    try:
+        await runtime.ask("My dog is named Rex.")
+        await runtime.ask("/new")
+        await runtime.agent.drain(30)
+    finally:
+        await runtime.aclose()
+    assert asked and min(asked) > 1024
+    assert "Rex" in memory_md.read_text() and "Cousin 69" in memory_md.read_text()

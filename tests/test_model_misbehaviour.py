@@ -169,6 +169,10 @@ async def test_an_answer_cut_at_the_output_limit_says_so(make_config, fake_llm: 
     finally:
         await runtime.aclose()
     assert cut.startswith("This answer was cut in the mi") and "cut off" in cut and "maxTokens" in cut
+    # the note is the user's: the model's next prompt holds its own words only (it repeated the note)
+    replayed = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "assistant"]
+    assert replayed[0]["content"] == "This answer was cut in the mi"
+    assert not any("cut off here" in str(m.get("content")) for m in fake_llm.requests[-1]["messages"])
     tool_result = fake_llm.requests[-1]["messages"][-1]
     assert tool_result["role"] == "tool" and "invalid arguments" in tool_result["content"]
     assert "output limit" in tool_result["content"] and "smaller pieces" in tool_result["content"]

@@ -155,6 +155,7 @@ class TurnRunner:
         if budget is not None:
             used = prompt_tokens if prompt_tokens is not None else self._tokens(convo, tool_names)
         cut_in_a_row = 0  # replies whose tool calls the output limit cut off, one after another
+        note = ""  # said to the user after the answer, not saved with it
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
             if budget is not None and iteration > 1 and used > budget:
@@ -191,7 +192,7 @@ class TurnRunner:
                 # one that only wrote to another chat leaves this chat's user waiting for an answer
                 result.content = _answer(response.content, echo_source, allow_empty=result.answered_in_chat)
                 if response.finish_reason == "length" and result.content:
-                    result.content += CUT_OFF_NOTE  # the user always hears what happened
+                    note = CUT_OFF_NOTE  # the user always hears what happened
                 break
             if on_progress is not None:
                 if clean_reply(response.content, echo_source):
@@ -245,6 +246,8 @@ class TurnRunner:
         final = {"role": "assistant", "content": result.content}
         result.messages.append(final)
         await _emit(on_messages, [final])
+        # for the user only: saved, the model read it as its own words and repeated it, and memory kept it
+        result.content += note
         return result
 
 

@@ -53,6 +53,7 @@ from nanobot.util.tool_args import decode_lenient
 DEFAULT_MEMORY_BUDGET_CHARS = 12_000
 #: a MEMORY.md over this share of the context window is not sent whole to be rewritten
 MAX_MEMORY_WINDOW_SHARE = 0.3
+ANSWER_SLACK_TOKENS = 1024  # a save_memory answer beyond the MEMORY.md it rewrites: the history entry, new facts
 
 SAVE_MEMORY_TOOL = {
     "type": "function",
@@ -231,11 +232,12 @@ class Consolidator:
                     return False
             return True
         overhead = len(memory_now) // 3 + 1500
+        answer_tokens = self._answer_tokens(memory_now)
         transcript = await compact_transcript(
             self.provider,
             messages,
             self.context_window_tokens,
-            reserved_tokens=overhead + self.max_tokens // 4,
+            reserved_tokens=overhead + max(self.max_tokens // 4, answer_tokens),
             max_tokens=self.max_tokens,  # a slow small model wrote 1,024 tokens per call with 200 configured
         )
         stamp = start.strftime("%Y-%m-%d %H:%M")
@@ -247,7 +249,7 @@ class Consolidator:
         sources = echo_sources(render_transcript(messages) + "\n" + transcript, small_model=False)
         try:
             verdict = await ask_until_accepted(
-                self._ask,
+                lambda p: self._ask(p, answer_tokens),
                 prompt,
                 lambda response: self._check(response, memory_now, private, sources, users, start, end),
                 lambda p, refusal: [
@@ -276,11 +278,17 @@ class Consolidator:
         self.last_failure = f"model call failed: {exc}"
         return False
 
-    async def _ask(self, prompt: list[dict[str, Any]]) -> LLMResponse:
+    def _answer_tokens(self, memory_now: str) -> int:
+        """The output limit of a save_memory answer: the configured maxTokens, or enough for the whole
+        MEMORY.md it rewrites and a history entry when that is more (below maxTokens every attempt
+        was cut inside the arguments, and the chunk's facts never reached MEMORY.md)."""
+        return max(self.max_tokens, count_text(memory_now) + ANSWER_SLACK_TOKENS)
+
+    async def _ask(self, prompt: list[dict[str, Any]], max_tokens: int) -> LLMResponse:
         return await self.provider.chat(
             prompt,
             [SAVE_MEMORY_TOOL],
-            max_tokens=self.max_tokens,
+            max_tokens=max_tokens,
             temperature=0.0,
             tool_choice={"type": "function", "function": {"name": "save_memory"}},
         )

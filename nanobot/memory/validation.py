@@ -9,6 +9,7 @@ or a `Refusal` naming the rule it broke. Rules (the names appear in logs and ben
   to be a summary).
 - `broken`: JSON fragments, the tool's own field names, chat-template tokens (`<|im_start|>`,
   `<tool_call>`, ...) or a text that keeps repeating itself.
+- `cut_off`: the answer stopped at the output limit inside the tool call's arguments.
 - `schema_echo`: more than a small share copied from the tool schema's descriptions.
 - `instruction_echo`: more than a small share copied from the prompt's instructions.
 - `transcript_echo`: the conversation copied verbatim instead of summarised.
@@ -122,11 +123,14 @@ class EchoSources:
 
 def tool_arguments(response: LLMResponse, tool: str, decode: Callable[[Any], T | None]) -> T | Refusal:
     """The decoded arguments of the answer's call to `tool`: `no_tool_call` when it made none,
-    `broken` when `decode` finds the arguments unusable (None)."""
+    `broken` when `decode` finds the arguments unusable (None), `cut_off` when they are because the
+    answer stopped at its output limit."""
     call = next((c for c in response.tool_calls if c.name == tool), None)
     if call is None:
         return Refusal("no_tool_call", tool, f"the answer did not call {tool}")
     args = decode(call.arguments)
+    if args is None and response.finish_reason == "length":  # not the model's fault: the limit's
+        return Refusal("cut_off", tool, "the arguments stopped at the output limit (max_tokens)")
     if args is None:
         return Refusal("broken", tool, f"unusable arguments {str(call.arguments)[:120]!r}")
     return args
