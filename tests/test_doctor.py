@@ -4,8 +4,10 @@ provider, rejected channel tokens, a broken config, and the safe repairs of --fi
 from __future__ import annotations
 
 import json
+import os
 import socket
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -262,3 +264,59 @@ def test_a_read_only_home_fails_the_files_check(home: Path, fake_llm: FakeLLMSer
     assert result.stdout.startswith("fail not writable: " + str(home)), result.stdout + result.stderr
     code, checks = _doctor(home)  # the same home, writable again
     assert checks["files"]["status"] == "ok", checks["files"]
+
+
+def _in_namespace(home: Path, shell: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m nanobot ARGS` in a user namespace (uid 0 there owns only our own files), after the
+    `shell` set-up (mounts) made there; no network: the provider check fails, as it may."""
+    import os
+    import shlex
+    import sys
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}, "NANOBOT_HOME": str(home)}
+    command = shlex.join([sys.executable, "-m", "nanobot", *args])
+    return subprocess.run(
+        ["unshare", "-rmn", "sh", "-c", f"{shell} {command}"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=str(home),
+    )
+
+
+@pytest.mark.skipif(not can_mount_privately(), reason="needs user and mount namespaces")
+def test_fix_reports_a_config_it_cannot_make_private(home: Path, fake_llm: FakeLLMServer) -> None:
+    """A world-readable config.json on a read-only mount (a container's `config.json:ro`): --fix
+    stopped at its chmod with a bare "[Errno 30]" and showed no check at all."""
+    import shlex
+
+    config = _setup(home, fake_llm.url)
+    config.chmod(0o644)
+    quoted = shlex.quote(str(config))
+    mount = f"mount --bind {quoted} {quoted} && mount -o remount,ro,bind {quoted} && "
+    result = _in_namespace(home, mount, "doctor", "--fix", "--json", "--timeout", "2")
+    assert "Traceback" not in result.stderr and result.returncode == 1, result.stderr
+    files = {c["part"]: c for c in json.loads(result.stdout)["checks"]}["files"]
+    assert files["status"] == "fail" and "cannot be made private" in files["detail"], files
+
+
+@pytest.mark.skipif(
+    not can_mount_privately() or os.geteuid() != 0, reason="needs user namespaces and chown (root)"
+)
+def test_a_home_restored_as_another_users_is_diagnosed_not_crashed(home: Path, fake_llm: FakeLLMServer) -> None:
+    """Restored from a backup with its owner kept (files of another uid): doctor and status ended in
+    a bare "[Errno 13]" (exit 1, a service restarted in a loop) instead of naming the problem."""
+    config = _setup(home, fake_llm.url)
+    assert run_cli("memory", "status", home=home).returncode == 0  # the workspace's folders exist
+    nobody = 65534
+    try:
+        for path in [home, *home.rglob("*")]:
+            os.lchown(path, nobody, nobody)
+        home.chmod(0o755)
+        config.chmod(0o644)  # readable: the workspace (0700, another uid's) is not
+        doctor = _in_namespace(home, "", "doctor", "--json", "--timeout", "2")
+        status = _in_namespace(home, "", "status")
+    finally:
+        for path in [home, *home.rglob("*")]:
+            os.lchown(path, 0, 0)
+    assert "Traceback" not in doctor.stderr + status.stderr
+    files = {c["part"]: c for c in json.loads(doctor.stdout)["checks"]}["files"]
+    assert files["status"] == "fail" and "owned by another user" in files["detail"], files
+    assert status.returncode == 2 and "owned by another user" in status.stderr, status.stderr

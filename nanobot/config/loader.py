@@ -104,10 +104,10 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
 
 def read_config_dict(path: Path) -> dict[str, Any]:
     """The raw JSON object of a config file; {} when the file does not exist."""
-    if not path.exists():
-        return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
@@ -119,8 +119,8 @@ def read_config_dict(path: Path) -> dict[str, Any]:
             f"{path}: not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
             "save the file as UTF-8"
         ) from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except OSError as exc:  # also when a folder above it cannot be entered (exists() raised that)
+        raise ConfigError(f"{path}: cannot read ({exc.strerror}; owned by another user?)") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a JSON object")
     return data

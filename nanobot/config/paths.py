@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from pathlib import Path
 
 from loguru import logger
@@ -134,12 +135,22 @@ def index_size_bytes(workspace: Path) -> int:
 def workspace_problem(workspace: Path) -> str:
     """Why `workspace` cannot be used ("" when it is a folder or can be created), without creating it."""
     existing = workspace
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    if not existing.is_dir():
+    while True:
+        try:
+            mode = existing.stat().st_mode
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if existing.parent == existing:
+                return f"{existing} cannot be found"
+            existing = existing.parent
+        except OSError as exc:  # a folder above it cannot be entered: another user's, say
+            return f"{existing} cannot be reached ({exc.strerror}; owned by another user?)"
+    if not stat.S_ISDIR(mode):
         return f"{existing} is not a folder"
     if existing != workspace and not os.access(existing, os.W_OK | os.X_OK):
         return f"it cannot be created in {existing} (permission denied)"
+    if existing == workspace and not os.access(workspace, os.R_OK | os.X_OK):
+        return "it cannot be read (permission denied; owned by another user?)"
     return ""
 
 

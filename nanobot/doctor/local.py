@@ -177,8 +177,18 @@ def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
     restored = copy_templates(workspace)
     changed = secure_installation(workspace, home)
     if config_path.exists() and _loose(config_path):
-        config_path.chmod(0o600)
-        changed += 1
+        try:
+            config_path.chmod(0o600)
+            changed += 1
+        except OSError as exc:  # a read-only mount (a container's config:ro) or another user's file
+            return Check(
+                "files",
+                "fail",
+                "; ".join(problems) + f"; {config_path} cannot be made private here ({exc.strerror}): "
+                "run chmod 600 on it where it is writable (the host, for a read-only mount)",
+                fixed=f"made {changed} other path(s) private; created {len(missing)} folder(s); "
+                f"restored {len(restored)} bootstrap file(s)",
+            )
     return Check(
         "files",
         "ok",
