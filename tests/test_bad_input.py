@@ -108,6 +108,24 @@ def test_memory_search_with_bytes_of_another_encoding(home: Path) -> None:
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("piped", [False, True])
+def test_chinese_under_a_locale_that_is_not_utf8(home: Path, fake_llm: FakeLLMServer, piped: bool) -> None:
+    """Python makes only C/POSIX locales UTF-8; under another (ISO-8859-1, or coercion off) the
+    user's Chinese was saved as U+FFFD (lost for memory and search) and printing the reply crashed
+    with a traceback."""
+    from tests.conftest import config_dict
+
+    _write(home, config_dict(fake_llm.url))
+    fake_llm.push(Reply(content="记住了：旺财。"))
+    locale_env = {"LC_ALL": "POSIX", "LANG": "POSIX", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    args = ("agent",) if piped else ("agent", "-m", "我的狗叫旺财")
+    result = run_cli(*args, home=home, env=locale_env, input_text="我的狗叫旺财\n" if piped else None)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout.strip()  # the reply, its Chinese replaced by what the terminal can show
+    said = [m["content"] for m in messages_of(session_path(load_config(home / "config.json"))) if m["role"] == "user"]
+    assert said == ["我的狗叫旺财"]
+
+
 def test_unknown_provider_exits_2(home: Path) -> None:
     _write(home, {"agents": {"defaults": {"provider": "skynet", "model": "x"}}})
     result = run_cli("agent", "-m", "hi", home=home)

@@ -7,6 +7,10 @@ User errors raised anywhere below are reported here once: message on stderr, the
 
 from __future__ import annotations
 
+import codecs
+import io
+import locale
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -80,7 +84,32 @@ app.add_typer(pairing_cmd.app, name="pairing", help="Admit unknown senders by th
 app.add_typer(config_cmd.app, name="config", help="The configuration's JSON Schema.")
 
 
+def _text_in_any_locale() -> None:
+    """Under a locale whose encoding is not UTF-8 (Python turns only C/POSIX into UTF-8), a Chinese
+    argument was kept as undecodable bytes (saved as U+FFFD, lost) and printing a reply with it
+    crashed. Arguments and piped lines are read as UTF-8 when they are (else in the locale's
+    encoding), and what cannot be printed in the terminal's encoding is replaced, not fatal."""
+    encoding = locale.getpreferredencoding(False)
+    if codecs.lookup(encoding).name == "utf-8":
+        return
+
+    def decoded(arg: str) -> str:
+        raw = os.fsencode(arg)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw.decode(encoding, "replace")
+
+    sys.argv = [decoded(arg) for arg in sys.argv]
+    if isinstance(sys.stdin, io.TextIOWrapper) and codecs.lookup(sys.stdin.encoding).name == "ascii":
+        sys.stdin.reconfigure(encoding="utf-8", errors="replace")  # ASCII cannot be what was typed
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")
+
+
 def main() -> None:
+    _text_in_any_locale()
     try:
         app(prog_name="nanobot")
     except KeyboardInterrupt:
