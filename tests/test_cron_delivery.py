@@ -107,3 +107,33 @@ async def test_a_job_for_a_group_runs_with_the_groups_trust(make_config, fake_ll
         await runtime.aclose()
     assert "4242" not in seen["-100123"] and "not available in group chats" in seen["-100123"]
     assert "4242" in seen["555"]
+
+
+async def test_a_chat_keeps_its_owner_after_new(make_config, fake_llm) -> None:  # noqa: ANN001
+    """/new started a session that did not say whose chat it was: until the user wrote again, the
+    owner's reminders ran with a stranger's trust (no MEMORY.md, no memory tools, no exec) and the
+    heartbeat found no chat to report to."""
+    from nanobot.agent.factory import job_chat, run_cron_job
+    from nanobot.bus.events import InboundMessage
+    from tests.agent_helpers import make_runtime
+    from tests.fakes.llm_server import Reply
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    runtime.memory.write_memory("- The owner's bank PIN is 4242.\n")
+    runtime.loop.start()
+    try:
+        hello = InboundMessage(channel="telegram", sender_id="555", chat_id="555", content="hi",
+                               metadata={"username": "owner"})
+        await runtime.bus.request(hello)
+        await runtime.bus.request(InboundMessage(channel="telegram", sender_id="555", chat_id="555", content="/new"))
+        sessions = runtime.agent.sessions
+        chat = job_chat(sessions, DeliverTo("telegram", "555"))
+        assert not chat.shared and chat.user == "555" and chat.username == "owner"
+        assert sessions.last_private_chat(()) == ("telegram", "555")
+        fake_llm.push(Reply(content="Your reminder."))
+        job = runtime.cron.add("555", "remind me of my PIN", every_s=3600, deliver_to=DeliverTo("telegram", "555"))
+        await run_cron_job(runtime.bus, job, sessions)
+    finally:
+        await runtime.aclose()
+    assert "4242" in repr(fake_llm.requests[-1]["messages"])  # the owner's memory, as before /new

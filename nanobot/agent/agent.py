@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 NEW_SESSION_REPLY = "New session started."
 SERVED_AGAIN_WINDOW = 500  # newest messages of a session searched for a platform message served again
 ANSWERED_BEFORE_NEW_KEPT = 50  # platform ids of the messages before a /new, kept in the new session
+IDENTITY_KEYS = ("is_group", "session_key", "guest", "sender_id", "username")  # see _first_metadata
 COMMANDS_REMEMBERED = 20  # ids of the last immediate commands handled per session (served again?)
 
 
@@ -112,7 +113,11 @@ class Agent:
         recent = session.messages[max(session.messages.cold_count, len(session.messages) - SERVED_AGAIN_WINDOW) :]
         answered = [m["message_id"] for m in recent if m.get("role") == "user" and m.get("message_id") is not None]
         await self.lifecycle.start_new_session(session)
-        marks: dict[str, Any] = {"answered_before_new": answered[-ANSWERED_BEFORE_NEW_KEPT:]} if answered else {}
+        # whose chat it is goes on: cron jobs and the heartbeat read it before the chat's next message
+        # (without it, the owner's reminders ran with a stranger's trust and the heartbeat found no chat)
+        marks: dict[str, Any] = {key: session.metadata[key] for key in IDENTITY_KEYS if key in session.metadata}
+        if answered:
+            marks["answered_before_new"] = answered[-ANSWERED_BEFORE_NEW_KEPT:]
         if message_id is not None:
             marks["new_by"] = message_id
         if marks:
@@ -229,6 +234,12 @@ class Agent:
                 first["username"] = str(msg.metadata["username"])
         return first
 
+    def _record_identity(self, session: Session, ctx: MessageContext, msg: InboundMessage) -> None:
+        """`_first_metadata` with a session's first message, unless the session has it already (one
+        /new started carries its chat's identity over)."""
+        if not session.messages and "is_group" not in session.metadata:
+            self.sessions.set_metadata(session, **self._first_metadata(ctx, msg))
+
     def _stored(self, msg: InboundMessage, ctx: MessageContext) -> dict[str, Any]:
         """The user message as its session keeps it (with its platform id: see _served_again)."""
         stored: dict[str, Any] = {
@@ -267,8 +278,7 @@ class Agent:
 
     def _save_message(self, msg: InboundMessage, ctx: MessageContext) -> None:
         session = self.sessions.get(ctx.session_key)
-        if not session.messages and "is_group" not in session.metadata:
-            self.sessions.set_metadata(session, **self._first_metadata(ctx, msg))
+        self._record_identity(session, ctx, msg)
         self.sessions.append(session, self._stored(msg, ctx))
         msg.saved = True
 
@@ -320,8 +330,7 @@ class Agent:
         await self.lifecycle.ensure_fits(session, estimate, private=ctx.memory_private)
         resumed = bool(msg.metadata.get(RESUME_KEY))  # already saved before a crash: not saved twice
         messages, prompt_tokens = self._prompt_messages(session, system, user_msg, tool_tokens, resumed)
-        if not session.messages and "is_group" not in session.metadata:
-            self.sessions.set_metadata(session, **self._first_metadata(ctx, msg))
+        self._record_identity(session, ctx, msg)
         if not resumed:
             self.sessions.append(session, stored)
         msg.saved = True
