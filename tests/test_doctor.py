@@ -134,8 +134,8 @@ def test_broken_config_fails_and_skips_the_rest(home: Path) -> None:
         (("memory", "backend"), "mem0o", ["File", ""]),
         (("memory", "condition"), "no-memory", ["no_memory", ""]),
         (("memory", "search", "embeddingProvider"), "litelm", ["Local", "auto"]),
-        (("gateway", "heartbeat", "target"), "telgram:555", ["discord:42", ""]),
-        (("gateway", "heartbeat", "target"), "555", ["telegram:-100123"]),
+        (("gateway", "heartbeat", "target"), "555", ["telegram:-100123", "discord:42", ""]),
+        (("gateway", "heartbeat", "target"), "telegram: ", ["telegram:555"]),
     ],
 )
 def test_a_value_only_a_later_step_would_refuse_fails_the_config_check(
@@ -143,8 +143,8 @@ def test_a_value_only_a_later_step_would_refuse_fails_the_config_check(
 ) -> None:
     """Each was checked only where it was used: a bad log rotation when a gateway with a log file
     started, a backend at the first turn (every turn then exited 2), an embedding provider by falling
-    back to keyword search, a heartbeat target at every beat, after the model was paid to do the
-    tasks. Doctor called each config valid; now every command refuses it, naming the key."""
+    back to keyword search, a malformed heartbeat target in a log line at every beat. Doctor called
+    each config valid; now every command refuses it, naming the key."""
     path = _setup(home, fake_llm.url)
     data = json.loads(path.read_text(encoding="utf-8"))
 

@@ -223,6 +223,44 @@ async def test_through_litellm_and_the_fake_llm_server(tmp_path: Path) -> None:
         assert len(server.requests) == 2 and len(calls.delivered) == 1
 
 
+def _with_test_channel(gateway):  # noqa: ANN001, ANN202
+    """The gateway with one running channel, `test` (recording what it would send)."""
+    from nanobot.channels.manager import ChannelManager
+    from tests.test_gateway_lifecycle import RecordingChannel
+
+    allow = type("Allow", (), {"allow_from": ["*"]})()
+    channel = RecordingChannel(allow, gateway.bus, gateway.workspace)
+    gateway.channels = ChannelManager(gateway.config, gateway.bus, gateway.workspace, channels={"test": channel})
+    return gateway
+
+
+async def test_a_target_on_a_channel_that_is_not_running_costs_no_model_call(tmp_path: Path, fake_llm) -> None:  # noqa: ANN001
+    """`target: "telgram:42"`: every beat paid the model to do the tasks, then dropped the reply
+    ("channel 'telgram' is not running"). Now the beat does nothing, and says why once."""
+    from loguru import logger
+
+    from nanobot.config.schema import Config
+    from nanobot.gateway.runtime import Gateway
+    from tests.conftest import config_dict
+
+    data = config_dict(fake_llm.url, **{"agents.defaults.workspace": str(tmp_path / "ws"),
+                                        "gateway.heartbeat": {"enabled": True, "target": "telgram:42"}})
+    gateway = _with_test_channel(Gateway(Config.model_validate(data), str(tmp_path / "config.json")))
+    assert gateway.heartbeat is not None
+    (tmp_path / "ws" / "HEARTBEAT.md").write_text(TEMPLATE + "- remind me to water the plants\n")
+    errors: list[str] = []
+    sink = logger.add(lambda m: errors.append(m.record["message"]), level="ERROR")
+    gateway.loop.start()
+    try:
+        assert await gateway.heartbeat.tick() is None
+        assert await gateway.heartbeat.tick() is None
+    finally:
+        logger.remove(sink)
+        await gateway.runtime.aclose()
+    assert fake_llm.requests == []
+    assert len(errors) == 1 and "'telgram'" in errors[0] and "running: test" in errors[0], errors
+
+
 async def test_a_beat_the_model_could_not_answer_tells_the_user_nothing(tmp_path: Path, fake_llm) -> None:  # noqa: ANN001
     """While the provider was down, every beat (48 a day) sent "Sorry, I could not get an answer"
     to a user who had asked for nothing; the failure is logged and the next beat tries again."""
@@ -236,10 +274,10 @@ async def test_a_beat_the_model_could_not_answer_tells_the_user_nothing(tmp_path
         **{
             "agents.defaults.workspace": str(tmp_path / "ws"),
             "agents.defaults.llmMaxRetries": 0,
-            "gateway.heartbeat": {"enabled": True, "target": "telegram:42"},
+            "gateway.heartbeat": {"enabled": True, "target": "test:42"},
         },
     )
-    gateway = Gateway(Config.model_validate(data), str(tmp_path / "config.json"))
+    gateway = _with_test_channel(Gateway(Config.model_validate(data), str(tmp_path / "config.json")))
     assert gateway.heartbeat is not None
     (tmp_path / "ws" / "HEARTBEAT.md").write_text(TEMPLATE + "- remind me to water the plants\n")
     gateway.loop.start()

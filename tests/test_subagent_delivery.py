@@ -108,6 +108,28 @@ async def test_a_heartbeat_sub_agent_reports_to_the_heartbeat_target(tmp_path: P
     await h.stopped()
 
 
+async def test_a_heartbeat_sub_agent_the_stop_cuts_short_is_told_in_the_target_chat(tmp_path: Path) -> None:
+    """The note was kept in the heartbeat's own session, which no start answers: the user never
+    heard that the background task was stopped."""
+    provider = SpawningProvider(sub_delay_s=60.0)
+    h = Harness(tmp_path, grace_s=0.5, drain_s=0.5, provider=provider, heartbeat_target=f"test:{CHAT}")
+    h.workspace.mkdir(parents=True, exist_ok=True)
+    (h.workspace / "HEARTBEAT.md").write_text("- send me a background weather report\n", encoding="utf-8")
+    await h.start()
+    assert h.gateway.heartbeat is not None
+    assert await h.gateway.heartbeat.tick() == "started"
+    kill_self()
+    code, _ = await h.stopped()
+    assert code == 0
+    notes = [m for m in h.messages() if m.get("name") == "system"]  # in the target chat's session
+    assert len(notes) == 1 and notes[0]["content"].startswith("[Sub-agent 'job' stopped]")
+
+    again = await Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0)).start()
+    assert await _sent(again, "relayed:") == "relayed: [Sub-agent 'job' stopped]"
+    kill_self()
+    await again.stopped()
+
+
 def _agent_m(
     home: Path, respond: Callable[[dict[str, Any]], Reply | str], message: str
 ) -> subprocess.CompletedProcess[str]:

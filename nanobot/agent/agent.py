@@ -441,7 +441,12 @@ class Agent:
 
     def keep_result(self, msg: InboundMessage) -> None:
         """Save a sub-agent's report that no loop will take any more (a shutdown) in its session:
-        the next start answers it (gateway/missed.py)."""
+        the next start answers it (gateway/missed.py). A heartbeat's or a cron job's sub-agent
+        reports to the chat that turn answered in: kept in the turn's own session (not a chat's),
+        nobody would answer it."""
+        channel, chat_id = msg.metadata.get("origin_channel"), msg.metadata.get("origin_chat_id")
+        if channel and chat_id and not msg.session_key.startswith(f"{channel}:"):
+            msg.session_key_override = f"{channel}:{chat_id}"
         try:
             self.keep_unanswered(msg, self.context_of(msg))
         except Exception as exc:  # noqa: BLE001 - a full disk: say what was lost

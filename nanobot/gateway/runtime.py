@@ -93,16 +93,13 @@ class Gateway:
         self.channels.on_delivered = self._delivered
         self.cron = self.runtime.cron
         hb = config.gateway.heartbeat
+        self._unreachable_target: tuple[str, str] | None = None  # said once (see _heartbeat_target)
         self.heartbeat = (
             HeartbeatService(
                 self.workspace,
                 hb.interval_s,
                 self._heartbeat_tasks,
-                lambda: resolve_heartbeat_target(
-                    hb.target,
-                    # the owner's task results go only to a user still on allowFrom (or paired)
-                    lambda: self.agent.sessions.last_private_chat(_INTERNAL_CHANNELS, self.channels.lists),
-                ),
+                self._heartbeat_target,
                 self._deliver,
             )
             if hb.enabled
@@ -126,6 +123,27 @@ class Gateway:
 
     async def _deliver(self, channel: str, chat_id: str, text: str) -> None:
         await self.bus.publish_outbound(OutboundMessage(channel=channel, chat_id=chat_id, content=text))
+
+    def _heartbeat_target(self) -> tuple[str, str] | None:
+        """Where the heartbeat reports: gateway.heartbeat.target, or the owner's last private chat
+        (a user still on allowFrom, or paired). None on a channel that is not running: the tasks
+        would be done (a model call every beat) for a reply nobody can be sent."""
+        target = resolve_heartbeat_target(
+            self.config.gateway.heartbeat.target,
+            lambda: self.agent.sessions.last_private_chat(_INTERNAL_CHANNELS, self.channels.lists),
+        )
+        if target is not None and target[0] not in self.channels.channels:
+            if self._unreachable_target != target:  # said once per target, not every beat
+                self._unreachable_target = target
+                logger.error(
+                    "heartbeat: gateway.heartbeat.target {}:{} is on channel {!r}, which is not running "
+                    "(running: {}); the heartbeat's tasks are not done",
+                    *target,
+                    target[0],
+                    ", ".join(self.channels.channels) or "none",
+                )
+            return None
+        return target
 
     async def _heartbeat_tasks(self, prompt: str, target: tuple[str, str]) -> str | None:
         """The heartbeat's prompt (its instructions and HEARTBEAT.md) as one inbound message in the
@@ -252,6 +270,8 @@ class Gateway:
         await self.channels.start_all()  # they connect while the provider warms up
         await self.cron.start()
         if self.heartbeat is not None:
+            if self.config.gateway.heartbeat.target:
+                self._heartbeat_target()  # a target on a channel that is off is said at start
             await self.heartbeat.start()
         self._refresh_state(self.state)
         watchdog = asyncio.create_task(
