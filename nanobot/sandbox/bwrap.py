@@ -12,6 +12,8 @@ and command line are out of reach.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import os
 import shutil
@@ -123,8 +125,16 @@ def bwrap_argv(
 
 @functools.cache
 def empty_file() -> Path:
-    """An empty, read-only regular file (one per process) to bind over files a command must not see."""
+    """An empty, read-only regular file (one per process, removed at its exit) to bind over files a
+    command must not see. (/dev/null cannot stand in: bubblewrap's binds are nodev, so it reads as
+    "permission denied" and git fails.)"""
     fd, name = tempfile.mkstemp(prefix="nanobot-empty-")
     os.close(fd)
     os.chmod(name, 0o444)
+    atexit.register(_remove, name)  # one per start otherwise stayed in /tmp for ever
     return Path(name)
+
+
+def _remove(name: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(name)

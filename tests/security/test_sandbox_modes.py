@@ -91,3 +91,16 @@ async def test_landlock_keeps_nanobot_home_out_of_a_readable_system_folder(
     )
     assert "public system file" in out  # the rest of the folder stays readable
     assert "sk-under-var-lib-secret" not in out
+
+
+def test_the_file_hidden_files_are_bound_to_is_removed_at_exit() -> None:
+    """One empty file per process was left in /tmp by every start, for ever."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "from nanobot.sandbox.bwrap import empty_file; p = empty_file(); print(p, p.stat().st_size)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    name, size = out.stdout.split()
+    assert size == "0" and Path(name).name.startswith("nanobot-empty-")
+    assert not Path(name).exists()
