@@ -15,7 +15,7 @@ import pytest
 from nanobot.agent.tools.base import ToolContext, ToolError
 from nanobot.agent.tools.files import file_tools
 from nanobot.agent.tools.registry import ToolRegistry
-from nanobot.agent.tools.shell import ExecTool, cap_output
+from nanobot.agent.tools.shell import ExecTool
 from nanobot.agent.tools.web import WebFetchTool, WebSearchTool, html_to_text
 from nanobot.config.schema import ExecToolConfig, WebSearchConfig, WebToolConfig
 from nanobot.memory.store import MemoryStore
@@ -241,9 +241,16 @@ async def test_exec_timeout_and_output_cap(exec_tool: ExecTool) -> None:
     with pytest.raises(ToolError, match="timed out"):
         await exec_tool.execute(CTX, command="sleep 10", timeout_s=1)
     out = await exec_tool.execute(CTX, command="seq 1 5000")
-    assert len(out) < 1200 and "characters omitted" in out
+    assert len(out) < 1200 and "bytes omitted" in out
     assert out.startswith("1\n2\n") and out.rstrip().endswith("5000")
-    assert cap_output("short", 100) == "short"
+    # what the marker says is what was left out of all the command printed (it counted only what
+    # the collector had kept: 30,034 of 588,895 for `seq 1 100000`)
+    printed = len("".join(f"{i}\n" for i in range(1, 100_001)))
+    out = await exec_tool.execute(CTX, command="seq 1 100000")
+    head, _, rest = out.partition("\n\n[... ")
+    omitted, _, tail = rest.partition(" bytes omitted ...]\n\n")
+    assert int(omitted) + len(head) + len(tail) == printed, (omitted, len(head), len(tail))
+    assert (await exec_tool.execute(CTX, command="echo short")).strip() == "short"
 
 
 async def test_the_model_cannot_stretch_the_configured_exec_timeout(tmp_path: Path) -> None:

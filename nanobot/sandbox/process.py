@@ -35,13 +35,26 @@ class ProcessResult:
     timed_out: bool = False
     capped: bool = False
 
-    def text(self) -> str:
-        """The kept output as text, with a note where the middle was left out."""
-        omitted = self.total_bytes - len(self.head) - len(self.tail)
+    def text(self, max_chars: int | None = None) -> str:
+        """The output as text, at most about `max_chars` of it (two thirds from the start, the rest
+        from the end) with a note of how much of it was left out in between."""
         head = self.head.decode("utf-8", errors="replace")
-        if omitted <= 0:
-            return head + self.tail.decode("utf-8", errors="replace")
         tail = self.tail.decode("utf-8", errors="replace")
+        omitted = self.total_bytes - len(self.head) - len(self.tail)
+        if omitted <= 0:
+            head, tail = head + tail, ""
+            if max_chars is None or len(head) <= max_chars:
+                return head
+        if max_chars is not None:
+            keep_head = max_chars * 2 // 3
+            keep_tail = max_chars - keep_head
+            whole = f"{head}{tail}" if omitted <= 0 else ""
+            if whole:  # all of it was kept: cut its middle
+                head, tail = whole[:keep_head], whole[len(whole) - keep_tail :]
+                omitted = len(whole.encode()) - len(head.encode()) - len(tail.encode())
+            else:  # what was kept of each end, cut to its share (the rest counted as omitted)
+                omitted += len(head[keep_head:].encode()) + len(tail[: max(0, len(tail) - keep_tail)].encode())
+                head, tail = head[:keep_head], tail[max(0, len(tail) - keep_tail) :]
         # a secret the cut went through is masked by its pieces (whole, it no longer matches)
         head, tail = mask_cut(head, end=True), mask_cut(tail, start=True)
         return f"{head}\n\n[... {omitted} bytes omitted ...]\n\n{tail}"

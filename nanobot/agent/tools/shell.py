@@ -23,7 +23,6 @@ from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.config.paths import media_prefix
 from nanobot.config.schema import ExecToolConfig
 from nanobot.sandbox import Limits, Sandbox, SandboxUnavailable, detect
-from nanobot.util.text import truncate_middle
 
 BUILTIN_DENY_PATTERNS = (
     r"\brm\s+-[a-z]*r[a-z]*f?\s+(/|~|\$HOME)(\s|$)",  # rm -rf / or ~
@@ -37,16 +36,6 @@ BUILTIN_DENY_PATTERNS = (
 _ABS_PATH_RE = re.compile(r"(?<![\w.~:/-])(/[^\s'\";|&<>()]*)")
 # Programs and devices a command may name although they are outside the workspace.
 _ALLOWED_SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib", "/dev/null", "/dev/stdout", "/dev/stderr")
-
-
-def cap_output(text: str, max_chars: int) -> str:
-    return truncate_middle(
-        text,
-        max_chars,
-        head_share=2 / 3,
-        marker="\n\n[... {omitted} characters omitted ...]\n\n",
-        marker_budget=0,
-    )
 
 
 class ExecTool(Tool):
@@ -128,7 +117,7 @@ class ExecTool(Tool):
             raise ToolError(str(exc)) from None
         except OSError as exc:
             raise ToolError(f"command could not start: {exc.strerror or exc}") from None
-        text = cap_output(result.text(), self.cfg.max_output_chars)
+        text = result.text(self.cfg.max_output_chars)  # the omitted count covers all it printed
         killed = None
         if result.timed_out:
             killed = f"command timed out after {limit:g} s and was killed: {shlex.quote(command)[:200]}"
