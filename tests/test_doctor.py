@@ -320,3 +320,21 @@ def test_a_home_restored_as_another_users_is_diagnosed_not_crashed(home: Path, f
     files = {c["part"]: c for c in json.loads(doctor.stdout)["checks"]}["files"]
     assert files["status"] == "fail" and "owned by another user" in files["detail"], files
     assert status.returncode == 2 and "owned by another user" in status.stderr, status.stderr
+
+
+def test_a_workspace_left_behind_by_a_moved_home_is_named(home: Path, fake_llm: FakeLLMServer) -> None:
+    """Home moved, workspace configured by its old absolute path: nanobot started silently on a new
+    empty workspace (an assistant that forgot everything) and doctor advised --fix (more empty
+    folders), never naming the workspace beside the config."""
+    path = _setup(home, fake_llm.url)
+    assert run_cli("memory", "status", home=home).returncode == 0  # the workspace in the home exists
+    data = json.loads(path.read_text(encoding="utf-8"))
+    old = home.parent / "old-home" / "workspace"
+    data["agents"]["defaults"]["workspace"] = str(old)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    _, checks = _doctor(home)
+    assert checks["files"]["status"] == "fail" and str(home / "workspace") in checks["files"]["detail"]
+    assert not old.exists()  # doctor created nothing
+    fake_llm.push("hello")
+    result = run_cli("agent", "-m", "hi", home=home)
+    assert result.returncode == 0 and str(home / "workspace") in result.stderr, result.stderr

@@ -37,7 +37,13 @@ from nanobot.agent.tools.spawn import SpawnTool
 from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
-from nanobot.config.paths import PRIVATE_DIRS, default_config_path, ensure_workspace, secure_installation
+from nanobot.config.paths import (
+    PRIVATE_DIRS,
+    default_config_path,
+    ensure_workspace,
+    moved_workspace_hint,
+    secure_installation,
+)
 from nanobot.config.schema import Config
 from nanobot.memory.backends.registry import build_long_term_memory
 from nanobot.memory.consolidator import Consolidator
@@ -161,6 +167,8 @@ def build_runtime(
     provider = provider or resolve_provider(config, config_path)
     bus = bus or MessageBus()
     workspace = config.workspace_path
+    if hint := moved_workspace_hint(workspace):  # started empty, silently, an assistant that forgot
+        logger.warning("{}; starting with an empty workspace", hint)
     ensure_workspace(workspace)
     secure_installation(workspace)
     tz = resolve_tz(d.timezone)

@@ -154,6 +154,19 @@ def workspace_problem(workspace: Path) -> str:
     return ""
 
 
+def moved_workspace_hint(workspace: Path) -> str:
+    """When `workspace` does not exist but $NANOBOT_HOME/workspace holds one (memory, sessions):
+    what to tell the user, who likely moved their home with the workspace configured by its old
+    absolute path. "" otherwise."""
+    default = nanobot_home() / "workspace"
+    if workspace.exists() or workspace == default or not (default / MEMORY_DIR).is_dir():
+        return ""
+    return (
+        f"the configured workspace {workspace} does not exist, but {default} holds one (memory, "
+        "conversations): if you moved NANOBOT_HOME, set agents.defaults.workspace to it"
+    )
+
+
 def ensure_workspace(workspace: Path) -> None:
     """Create the workspace and its folders (0700) where missing; existing ones are left as they are."""
     for sub in WORKSPACE_FOLDERS:

@@ -23,6 +23,7 @@ from nanobot.config.paths import (
     ensure_workspace,
     index_path,
     index_size_bytes,
+    moved_workspace_hint,
     nanobot_home,
     secure_installation,
     workspace_problem,
@@ -141,6 +142,9 @@ def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
             "fail",
             f"the workspace {workspace} cannot be used: {unusable} (agents.defaults.workspace)",
         )
+    moved = moved_workspace_hint(workspace)
+    if moved:  # --fix would only create an empty one beside it
+        return Check("files", "fail", moved)
     # nanobot writes there every turn: a read-only mount or another user's folder fails every reply
     read_only = [
         str(p)
