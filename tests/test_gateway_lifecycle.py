@@ -110,6 +110,15 @@ class RecordingChannel(Channel):
         return None
 
 
+def with_recording_channel(gateway: Gateway) -> Gateway:
+    """`gateway` with one running channel, `test` (recording what it sends), for the heartbeat to
+    report to."""
+    allow = type("Allow", (), {"allow_from": ["*"]})()
+    channel = RecordingChannel(allow, gateway.bus, gateway.workspace)
+    gateway.channels = ChannelManager(gateway.config, gateway.bus, gateway.workspace, channels={"test": channel})
+    return gateway
+
+
 class Harness:
     def __init__(
         self,

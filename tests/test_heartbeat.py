@@ -223,17 +223,6 @@ async def test_through_litellm_and_the_fake_llm_server(tmp_path: Path) -> None:
         assert len(server.requests) == 2 and len(calls.delivered) == 1
 
 
-def _with_test_channel(gateway):  # noqa: ANN001, ANN202
-    """The gateway with one running channel, `test` (recording what it would send)."""
-    from nanobot.channels.manager import ChannelManager
-    from tests.test_gateway_lifecycle import RecordingChannel
-
-    allow = type("Allow", (), {"allow_from": ["*"]})()
-    channel = RecordingChannel(allow, gateway.bus, gateway.workspace)
-    gateway.channels = ChannelManager(gateway.config, gateway.bus, gateway.workspace, channels={"test": channel})
-    return gateway
-
-
 async def test_a_target_on_a_channel_that_is_not_running_costs_no_model_call(tmp_path: Path, fake_llm) -> None:  # noqa: ANN001
     """`target: "telgram:42"`: every beat paid the model to do the tasks, then dropped the reply
     ("channel 'telgram' is not running"). Now the beat does nothing, and says why once."""
@@ -242,10 +231,11 @@ async def test_a_target_on_a_channel_that_is_not_running_costs_no_model_call(tmp
     from nanobot.config.schema import Config
     from nanobot.gateway.runtime import Gateway
     from tests.conftest import config_dict
+    from tests.test_gateway_lifecycle import with_recording_channel
 
     data = config_dict(fake_llm.url, **{"agents.defaults.workspace": str(tmp_path / "ws"),
                                         "gateway.heartbeat": {"enabled": True, "target": "telgram:42"}})
-    gateway = _with_test_channel(Gateway(Config.model_validate(data), str(tmp_path / "config.json")))
+    gateway = with_recording_channel(Gateway(Config.model_validate(data), str(tmp_path / "config.json")))
     assert gateway.heartbeat is not None
     (tmp_path / "ws" / "HEARTBEAT.md").write_text(TEMPLATE + "- remind me to water the plants\n")
     errors: list[str] = []
@@ -268,6 +258,7 @@ async def test_a_beat_the_model_could_not_answer_tells_the_user_nothing(tmp_path
     from nanobot.gateway.runtime import Gateway
     from tests.conftest import config_dict
     from tests.fakes.llm_server import Reply
+    from tests.test_gateway_lifecycle import with_recording_channel
 
     data = config_dict(
         fake_llm.url,
@@ -277,7 +268,7 @@ async def test_a_beat_the_model_could_not_answer_tells_the_user_nothing(tmp_path
             "gateway.heartbeat": {"enabled": True, "target": "test:42"},
         },
     )
-    gateway = _with_test_channel(Gateway(Config.model_validate(data), str(tmp_path / "config.json")))
+    gateway = with_recording_channel(Gateway(Config.model_validate(data), str(tmp_path / "config.json")))
     assert gateway.heartbeat is not None
     (tmp_path / "ws" / "HEARTBEAT.md").write_text(TEMPLATE + "- remind me to water the plants\n")
     gateway.loop.start()

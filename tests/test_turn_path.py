@@ -33,6 +33,7 @@ from nanobot.scheduler.heartbeat import HEARTBEAT_PROMPT
 from tests.agent_helpers import messages_of, session_path, wait_for
 from tests.conftest import REPO
 from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.test_gateway_lifecycle import with_recording_channel
 
 _CHAT = re.compile(r"Channel: (\S+) \| Chat: (\S+)")
 
@@ -172,8 +173,8 @@ async def test_cron_and_heartbeat_turns_honour_the_concurrency_limit(tmp_path: P
     provider = OverlapProvider(delay_s=0.1)
     config = _config(tmp_path, maxConcurrentTurns=2)
     config.gateway.heartbeat.enabled = True
-    config.gateway.heartbeat.target = "telegram:42"
-    gateway = Gateway(config, provider=provider)
+    config.gateway.heartbeat.target = "test:42"
+    gateway = with_recording_channel(Gateway(config, provider=provider))  # where the heartbeat reports
     (gateway.workspace / "HEARTBEAT.md").write_text("- water the plants\n", encoding="utf-8")
     jobs = [gateway.cron.add(f"job {i}", f"cron task {i}", every_s=3600) for i in range(4)]
     gateway.loop.start()
@@ -194,7 +195,7 @@ async def test_cron_and_heartbeat_turns_honour_the_concurrency_limit(tmp_path: P
     assert results[:4] == [f"re: cron task {i}" for i in range(4)]
     assert results[4] is not None and "water the plants" in results[4]
     assert provider.max_total == 2  # seven turns, never more than maxConcurrentTurns at once
-    assert set(provider.max_per_chat) >= {"telegram:42", "telegram:5"}  # the heartbeat answers in its target
+    assert set(provider.max_per_chat) >= {"test:42", "telegram:5"}  # the heartbeat answers in its target
     heartbeat_prompt = next(p for p in provider.prompts if "water the plants" in p)
     assert heartbeat_prompt.count(HEARTBEAT_PROMPT.strip()[:40]) == 1  # the instructions once, not twice
     assert "[Heartbeat]" in heartbeat_prompt and heartbeat_prompt.count("[Heartbeat]") == 1

@@ -186,7 +186,10 @@ def build_runtime(
     roots = (skills.builtin_dir,) if skills is not None else ()
     private = () if config.memory.share_in_groups else tuple(workspace / d for d in PRIVATE_DIRS)
     tools.policy = TrustPolicy(
-        workspace, share_in_groups=config.memory.share_in_groups, exec_in_groups=config.tools.exec.in_groups
+        workspace,
+        share_in_groups=config.memory.share_in_groups,
+        exec_in_groups=config.tools.exec.in_groups,
+        readable_roots=roots,
     )
     for tool in file_tools(
         workspace, memory, restrict, config.tools.max_file_bytes, roots, private, tools.policy
@@ -198,7 +201,7 @@ def build_runtime(
     tools.register(WebFetchTool(config.tools.web))
     if config.tools.web.search.provider:  # unconfigured, it could only fail: not offered
         tools.register(WebSearchTool(config.tools.web.search, config.tools.web.timeout_s))
-    tools.register(MessageTool(bus, workspace, tools.policy))
+    tools.register(MessageTool(bus, workspace, tools.policy, restrict=restrict))
     cron = CronService(
         jobs_path(workspace),
         on_job=lambda job: run_cron_job(bus, job, sessions, listed),

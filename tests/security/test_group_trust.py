@@ -485,3 +485,35 @@ async def test_sharing_memory_with_groups_shares_no_mcp_tool(make_config, fake_l
     assert group_result["role"] == "tool" and group_result["content"].startswith("Error: mcp_web_echo is not")
     assert "mcp_web_echo" not in group_offered and "memory_search" in group_offered
     assert owner_result["content"] == "reached the server" and "mcp_web_echo" in owner_offered
+
+
+async def test_an_open_disk_is_the_owners_not_the_groups(make_config, tmp_path: Path) -> None:  # noqa: ANN001
+    """With tools.restrictToWorkspace false a group read any file of the machine (an SSH key); and
+    the owner could not attach a file outside the workspace although read_file could read it."""
+    outside = tmp_path / "elsewhere" / "id_ed25519"
+    outside.parent.mkdir()
+    outside.write_text("-----BEGIN OPENSSH PRIVATE KEY----- 4242\n", encoding="utf-8")
+    config, _ = make_config(**{"tools.restrictToWorkspace": False, "tools.exec.sandbox": "bwrap"})
+    runtime = make_runtime(config)
+    seed(config.workspace_path)
+    os.symlink(outside.parent, config.workspace_path / "keys")
+    tools = runtime.agent.tools
+    tools.get("message").confirm_timeout_s = 0.1  # type: ignore[union-attr]  # no channel runs here
+    try:
+        for name, args in [
+            ("read_file", {"path": str(outside)}),
+            ("read_file", {"path": "keys/id_ed25519"}),  # a link out of the workspace
+            ("list_dir", {"path": str(outside.parent)}),
+            ("write_file", {"path": str(outside.parent / "planted"), "content": "x"}),
+            ("message", {"content": "here", "media": [str(outside)]}),
+        ]:
+            out = await tools.execute(name, args, GROUP)
+            assert out.startswith("Error:") and "4242" not in out, (name, out)
+        assert not (outside.parent / "planted").exists()
+        assert "4242" in await tools.execute("read_file", {"path": str(outside)}, OWNER)
+        skill = next(iter(sorted(runtime.agent.context.skills.builtin_dir.glob("*/SKILL.md"))))
+        assert not (await tools.execute("read_file", {"path": str(skill)}, GROUP)).startswith("Error:")
+        sent = await tools.execute("message", {"content": "your key", "media": [str(outside)]}, OWNER)
+    finally:
+        await runtime.aclose()
+    assert "sent" in sent or "queued" in sent, sent

@@ -82,18 +82,23 @@ class PathGuard:
         return path
 
     def open_limits(
-        self, path: Path, ctx: ToolContext, tool: str, *, folder: bool = False
+        self, path: Path, ctx: ToolContext, tool: str, *, folder: bool = False, attached: bool = False
     ) -> tuple[Path, tuple[Path, ...], FolderCheck | None]:
         """(the folder an open of `path` must still lie under, the folders it must not lead into,
         the trust policy's check of the folder it actually opens - shared contexts only). `folder`:
-        `path` is the folder opened itself (a listing), not a file in it."""
+        `path` is the folder opened itself (a listing), not a file in it; `attached`: the file is
+        opened to be sent as an attachment."""
         if not self.restrict:
             root = Path(os.sep)
         elif self.inside(path):
             root = self.workspace
         else:
             root = next((r for r in self.read_only_roots if path.is_relative_to(r)), self.workspace)
-        check = self.policy.landing_check(tool, ctx, "" if folder else path.name) if self.policy else None
+        check = (
+            self.policy.landing_check(tool, ctx, "" if folder else path.name, attached=attached)
+            if self.policy
+            else None
+        )
         return root, self.avoid(ctx), check
 
     def inside(self, path: Path) -> bool:

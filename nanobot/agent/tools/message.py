@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.agent.tools.files import PathGuard
 from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.bus.queue import MessageBus
@@ -41,10 +42,14 @@ class MessageTool(Tool):
         workspace: Path,
         policy: TrustPolicy | None = None,
         confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
+        *,
+        restrict: bool = True,
     ) -> None:
         self.bus = bus
-        self.workspace = workspace.resolve()
-        self.policy = policy  # asked again about the folder an attachment's open landed in
+        # an attachment is found and opened as read_file finds and opens a file: inside the workspace
+        # unless tools.restrictToWorkspace is false, and the trust policy asked again about the
+        # folder the open landed in
+        self.guard = PathGuard(workspace, restrict, policy=policy)
         self.confirm_timeout_s = confirm_timeout_s
 
     def _read_attachments(self, media: list[str], ctx: ToolContext) -> list[OutboundFile]:
@@ -56,22 +61,19 @@ class MessageTool(Tool):
             raise ToolError(f"at most {MAX_ATTACHMENTS} files per message; send the others in another")
         files: list[OutboundFile] = []
         for item in media:
-            if "\x00" in item:
-                raise ToolError(f"cannot attach {item!r}: a path cannot contain a NUL byte")
-            path = Path(item).expanduser()
             try:
-                path = (path if path.is_absolute() else self.workspace / path).resolve()
+                path = self.guard.resolve(item)
+            except ToolError as exc:
+                raise ToolError(f"cannot attach {item!r}: {exc}") from None
             except (OSError, RuntimeError) as exc:  # a symlink loop
                 raise ToolError(f"cannot attach {item!r}: {exc}") from None
-            if not path.is_relative_to(self.workspace):
-                raise ToolError(f"cannot attach {item!r}: it is outside the workspace")
             if path.is_dir():
                 raise ToolError(f"cannot attach {item!r}: a folder")
             try:
                 # the folder actually opened is asked about again, the file opened without following
                 # a link: what is sent is what the policy allowed, whatever was swapped in since
-                check = self.policy.landing_check(self.name, ctx, path.name, attached=True) if self.policy else None
-                data = read_regular_bytes(path, beneath=self.workspace, max_bytes=MAX_ATTACHMENT_BYTES, check=check)
+                root, avoid, check = self.guard.open_limits(path, ctx, self.name, attached=True)
+                data = read_regular_bytes(path, beneath=root, avoid=avoid, max_bytes=MAX_ATTACHMENT_BYTES, check=check)
             except FileNotFoundError:
                 raise ToolError(f"cannot attach {item!r}: no such file") from None
             except OSError as exc:

@@ -8,6 +8,7 @@ In a shared context, unless memory.shareInGroups is true:
 - no tool reads or writes `memory/`, `sessions/`, `cron/` (the owner's jobs: the `cron` tool lists
   only this chat's) or the legacy root MEMORY.md / HISTORY.md (file tools by their resolved path,
   symlinks followed; memory_search / memory_get not at all);
+- no tool reaches outside the workspace (but the built-in skills), whatever restrictToWorkspace says;
 - `exec` runs only when tools.exec.inGroups is true, and then without those folders mounted;
 - `cron` cannot add jobs (a job's turn runs later, outside this chat's trust), and `message`
   only answers in the chat it came from, attaching no private file.
@@ -47,14 +48,23 @@ OPEN_TOOLS = frozenset({"web_fetch", "web_search", "spawn"})  # read nothing pri
 PRIVATE = "the owner's memory and other chats' transcripts are private"
 PRIVATE_WRITES = "the owner's memory, the transcripts and the jobs are written by nanobot and the owner only"
 DOT_ENTRIES = "dot-files hold the owner's credentials and settings (the workspace is their commands' HOME)"
+OUTSIDE = "only the workspace is shared (tools.restrictToWorkspace opens the disk to the owner's chats only)"
 OTHER_CHATS_MEDIA = "media/ holds every chat's attachments; only this chat's own files are shared here"
 
 
 class TrustPolicy:
     def __init__(
-        self, workspace: Path, *, share_in_groups: bool = False, exec_in_groups: bool = False
+        self,
+        workspace: Path,
+        *,
+        share_in_groups: bool = False,
+        exec_in_groups: bool = False,
+        readable_roots: tuple[Path, ...] = (),
     ) -> None:
         self.workspace = workspace.resolve()
+        # outside the workspace, what a shared context may read whatever restrictToWorkspace says
+        # (the built-in skills): the owner may open the whole disk to their own chats, not to groups
+        self._readable_roots = [self.workspace, *(r.resolve() for r in readable_roots)]
         self.share_in_groups = share_in_groups
         self.exec_in_groups = exec_in_groups
         self._private = [self.workspace / p for p in PRIVATE_PATHS]
@@ -135,6 +145,8 @@ class TrustPolicy:
         """Why a shared context may not read or attach `raw`, or None: the transcripts and the jobs
         (whatever shareInGroups says), the owner's memory (unless shared), any dot-entry (the owner's
         commands keep credentials there), another chat's downloads."""
+        if self._outside(raw):
+            return OUTSIDE
         if self._under(raw, self._unshared) or (not shared_memory and self.is_private(raw)):
             return PRIVATE
         if self._under(raw, [], dot_entries=True):
@@ -176,6 +188,17 @@ class TrustPolicy:
             if candidate.parent in (self._media, self._media.resolve()) and candidate.name.startswith(own):
                 return False
         return True
+
+    def _outside(self, raw: str) -> bool:
+        """Whether `raw`, by its spelling or by where its symlinks lead, lies outside the workspace
+        and the other roots a shared context may read."""
+        path = Path(raw).expanduser()
+        path = path if path.is_absolute() else self.workspace / path
+        try:
+            candidates = [Path(os.path.normpath(path)), path.resolve()]
+        except (OSError, RuntimeError, ValueError):
+            return True  # a symlink loop or a NUL byte: refuse rather than guess
+        return any(not any(c.is_relative_to(r) for r in self._readable_roots) for c in candidates)
 
     def is_private(self, raw: str) -> bool:
         """Whether `raw` (relative to the workspace or absolute) is one of the private paths (memory/,
