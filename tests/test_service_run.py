@@ -54,6 +54,8 @@ def test_installed_unit_execstart_runs_a_healthy_gateway(
     config.parent.mkdir()
     data = gateway_config(fake_llm.url, fake_telegram, None, dc_allowed="")
     del data["gateway"]["watchdogIntervalS"]  # the default, as a user has it (a loaded host is slow)
+    # relative, like the workspace: in NANOBOT_HOME (from the service's folder, /, it was /logs/...)
+    data["logging"] = {"file": "logs/nanobot.log", "level": "INFO"}
     config.write_text(json.dumps(data))
     bin_dir = tmp_path / "bin"
     exe = nanobot_on_path(bin_dir)
@@ -93,6 +95,7 @@ def test_installed_unit_execstart_runs_a_healthy_gateway(
         assert "STOPPING=1" in notifications(sock)
     assert str(code) not in restart_prevent
     assert fake_telegram.calls_to("getMe"), "the gateway never reached Telegram"
+    assert "telegram" in (home / "logs" / "nanobot.log").read_text(encoding="utf-8").lower()
 
 
 def _environment_file(path: Path) -> dict[str, str]:

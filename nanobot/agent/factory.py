@@ -441,7 +441,7 @@ def _exec_private(config: Config, config_path: str) -> dict[str, tuple[Path, ...
 
     config_file = Path(config_path)
     dirs = [nanobot_home(), *([config_file.resolve().parent] if config_file.is_file() else [])]
-    files = [config_file, *([Path(config.logging.file)] if config.logging.file else [])]
+    files = [config_file, *([config.log_file_path] if config.log_file_path else [])]
     return {"private_dirs": tuple(dirs), "private_files": tuple(files)}
 
 

@@ -14,7 +14,8 @@ def gateway(config: ConfigOption = None) -> None:
     register_config_secrets(cfg)
     # -v/-q and NANOBOT_LOG_LEVEL win over logging.level
     level = log_level_override() or cfg.logging.level
-    setup_logging(level, cfg.logging.file, cfg.logging.rotation, cfg.logging.retention)
+    log_file = str(cfg.log_file_path or "")
+    setup_logging(level, log_file, cfg.logging.rotation, cfg.logging.retention)
     from nanobot.gateway.runtime import exit_now, serve
 
     # A second gateway (GatewayAlreadyRunning) or a provider config error propagate as user errors.

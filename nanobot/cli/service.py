@@ -111,7 +111,7 @@ def install(
     workspace = cfg.workspace_path
     # Everything the gateway writes outside NANOBOT_HOME: the workspace, the config's folder (pairing
     # state lives beside config.json) and the log file's folder.
-    log_file = Path(cfg.logging.file).expanduser().absolute() if cfg.logging.file else None
+    log_file = cfg.log_file_path
     writes = [workspace, unit_config.parent, *([log_file.parent] if log_file else [])]
     extra = tuple(dict.fromkeys(p for p in writes if not p.is_relative_to(home)))
     run_as = None if user else (os.environ.get("SUDO_USER") or getpass.getuser())

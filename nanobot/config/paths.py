@@ -60,12 +60,15 @@ def default_config_path() -> Path:
     return nanobot_home() / CONFIG_FILE
 
 
+def resolve_in_home(configured: str) -> Path:
+    """A configured path: ``~`` and $VARS expanded, a relative one in $NANOBOT_HOME whatever the
+    current folder (the service runs from /)."""
+    return (nanobot_home() / Path(os.path.expandvars(configured.strip())).expanduser()).resolve()
+
+
 def resolve_workspace(configured: str) -> Path:
-    """The workspace folder: the configured path (``~`` expanded; a relative one lies in
-    $NANOBOT_HOME, whatever the current folder: the service runs from /) or $NANOBOT_HOME/workspace."""
-    if configured.strip():
-        return (nanobot_home() / Path(os.path.expandvars(configured)).expanduser()).resolve()
-    return (nanobot_home() / "workspace").resolve()
+    """The workspace folder: the configured path (see resolve_in_home) or $NANOBOT_HOME/workspace."""
+    return resolve_in_home(configured) if configured.strip() else (nanobot_home() / "workspace").resolve()
 
 
 MAX_SESSION_STEM_CHARS = 120

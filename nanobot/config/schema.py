@@ -81,6 +81,14 @@ class Config(BaseSettings):
 
         return resolve_workspace(self.agents.defaults.workspace)
 
+    @property
+    def log_file_path(self) -> Path | None:
+        """logging.file resolved like the workspace (a relative path lies in $NANOBOT_HOME: from the
+        service's folder, /, it was /nanobot.log); None: stderr only."""
+        from nanobot.config.paths import resolve_in_home
+
+        return resolve_in_home(self.logging.file) if self.logging.file.strip() else None
+
 
 def json_schema() -> dict:
     """The JSON Schema of config.json (camelCase keys), for editors and `nanobot config schema`."""

@@ -54,7 +54,8 @@ class GatewayConfig(Section):
 class LoggingConfig(Section):
     level: LogLevel = Field("INFO", description="Log level of the gateway (stderr and file): TRACE, DEBUG, "
                        "INFO, SUCCESS, WARNING, ERROR or CRITICAL. `-v` and NANOBOT_LOG_LEVEL override it.")
-    file: str = Field("", description="Log file path (rotated); empty: stderr only.")
+    file: str = Field("", description="Log file path (rotated; a relative one lies in NANOBOT_HOME); empty: "
+                      "stderr only.")
     rotation: str = Field("10 MB", description="When the log file is rotated: a size (`10 MB`) or a time "
                           "(`1 day`, `00:00`).")
     retention: int = Field(5, ge=1, description="Rotated log files kept.")
