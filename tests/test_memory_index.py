@@ -189,7 +189,7 @@ async def test_model_change_reembeds_everything_and_cache_serves_the_old_model(w
 
 
 async def test_dimension_change_reembeds(ws: Path) -> None:
-    cfg = MemorySearchConfig(embedding_provider="fake")
+    cfg = MemorySearchConfig(embedding_provider="local")
     idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder(dim=64))
     await idx.sync()
     idx.close()
@@ -217,7 +217,7 @@ async def test_keyword_mode_without_embeddings(ws: Path) -> None:
 
 
 async def test_hybrid_merge_arithmetic(ws: Path) -> None:
-    cfg = MemorySearchConfig(embedding_provider="fake", min_score=0.0)
+    cfg = MemorySearchConfig(embedding_provider="local", min_score=0.0)
     embedder = FakeEmbedder()
     idx = MemoryIndex(ws, cfg, embedder=embedder)
     await idx.sync()  # vectors are back-filled in the background; wait for them here
@@ -305,7 +305,7 @@ def _chunks_without_cached_lines(idx: MemoryIndex) -> int:
 
 
 async def test_an_index_of_the_schema_before_line_vectors_is_rebuilt_with_them(ws: Path) -> None:
-    cfg = MemorySearchConfig(embedding_provider="fake")
+    cfg = MemorySearchConfig(embedding_provider="local")
     idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
     await idx.sync()
     idx.close()
@@ -337,7 +337,7 @@ async def test_an_index_with_line_vectors_on_its_chunks_is_migrated_without_embe
     (ws / "memory" / "MEMORY.md").write_text("# Notes\n" + "".join(
         f"- Project {n} runs on PostgreSQL {n} with nightly analytics exports\n" for n in range(400)
     ))
-    cfg = MemorySearchConfig(embedding_provider="fake")
+    cfg = MemorySearchConfig(embedding_provider="local")
     idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
     await idx.sync()
     expected = [(r.path, r.start_line) for r in (await idx.search("PostgreSQL 7 analytics")).results]
@@ -366,7 +366,7 @@ async def test_embedding_cache_keeps_what_chunks_use_and_a_bounded_spare(
     live = ws / "sessions" / "telegram_42.jsonl"
     live.parent.mkdir(exist_ok=True)
     embedder = FakeEmbedder()
-    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="fake"), embedder=embedder)
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="local"), embedder=embedder)
     for turn in range(8):  # a live transcript: its last chunk changes with every turn
         with live.open("a") as f:
             f.write(f'{{"role": "user", "content": "turn {turn}: the parcel locker code is {turn}41{turn}"}}\n')
@@ -392,7 +392,7 @@ async def test_index_broken_while_open_is_rebuilt_on_search(ws: Path) -> None:
 
 async def test_search_works_while_a_sync_runs(ws: Path) -> None:
     embedder = FakeEmbedder()
-    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="fake"), embedder=embedder)
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="local"), embedder=embedder)
     await idx.sync()
     embedder.gate = asyncio.Event()
     embedder.entered.clear()
@@ -447,7 +447,7 @@ async def test_dot_folders_never_indexed_and_sessions_by_default(ws: Path) -> No
 @pytest.mark.parametrize("backend", ["numpy", "sqlite-vec"])
 async def test_vector_backends_agree(ws: Path, backend: str) -> None:
     cfg = MemorySearchConfig(
-        embedding_provider="fake", vector_backend=backend, text_weight=0.0, min_score=0.0
+        embedding_provider="local", vector_backend=backend, text_weight=0.0, min_score=0.0
     )
     idx = MemoryIndex(ws, cfg, embedder=FakeEmbedder())
     await idx.sync()
@@ -532,7 +532,7 @@ async def test_text_not_embedded_yet_is_found_by_its_words(ws: Path) -> None:
             return await super().embed_documents(texts)
 
     embedder = GatedPlanted(lambda text: 0.85)  # every embedded chunk looks fairly similar
-    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="fake"), embedder=embedder)
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="local"), embedder=embedder)
     await idx.sync()
     embedder.gate = asyncio.Event()
     embedder.entered.clear()

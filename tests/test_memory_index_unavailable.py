@@ -110,7 +110,7 @@ async def schema_3_index(ws: Path, cfg: MemorySearchConfig) -> None:
 
 
 async def test_an_upgrade_waiting_for_the_lock_is_reported_not_rebuilt(ws: Path) -> None:
-    cfg = MemorySearchConfig(embedding_provider="fake")
+    cfg = MemorySearchConfig(embedding_provider="local")
     await schema_3_index(ws, cfg)
     embedder = FakeEmbedder()
     tool = MemorySearchTool(MemoryIndex(ws, cfg, embedder=embedder))
@@ -123,7 +123,7 @@ async def test_an_upgrade_waiting_for_the_lock_is_reported_not_rebuilt(ws: Path)
 
 async def test_two_processes_upgrading_at_once_migrate_once(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("nanobot.memory.index_db.BUSY_TIMEOUT_MS", 20_000)
-    cfg = MemorySearchConfig(embedding_provider="fake")
+    cfg = MemorySearchConfig(embedding_provider="local")
     await schema_3_index(ws, cfg)
     embedder = FakeEmbedder()
     idx = MemoryIndex(ws, cfg, embedder=embedder)

@@ -228,7 +228,7 @@ async def test_new_embeds_nothing_again(tmp_path: Path) -> None:
     live.parent.mkdir(parents=True)
     live.write_text(lines_of(random.Random(5), 0, 120), encoding="utf-8")
     embedder = FakeEmbedder()
-    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="fake"), embedder=embedder)
+    idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="local"), embedder=embedder)
     await idx.sync()
     embedded = len(embedder.embedded)
     assert embedded > 50
