@@ -26,7 +26,7 @@ from nanobot.config.loader import load_config
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.doctor.local import check_index
 from nanobot.memory.index import MemoryIndex
-from nanobot.memory.index_db import IndexUnavailable
+from nanobot.memory.index_file import IndexUnavailable
 from tests.test_memory_index import FakeEmbedder, make_schema_3, write
 
 # Another process runs SQL on the index (by default: takes its write lock), says "locked" and holds
@@ -59,7 +59,7 @@ def write_lock_held(index_file: Path, *statements: str, begin: bool = True) -> I
 
 @pytest.fixture
 def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr("nanobot.memory.index_db.BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr("nanobot.memory.index_file.BUSY_TIMEOUT_MS", 200)
     write(tmp_path, "memory/MEMORY.md", "# Memory\n- The plumber is called Bram.\n")
     return tmp_path
 
@@ -122,7 +122,7 @@ async def test_an_upgrade_waiting_for_the_lock_is_reported_not_rebuilt(ws: Path)
 
 
 async def test_two_processes_upgrading_at_once_migrate_once(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("nanobot.memory.index_db.BUSY_TIMEOUT_MS", 20_000)
+    monkeypatch.setattr("nanobot.memory.index_file.BUSY_TIMEOUT_MS", 20_000)
     cfg = MemorySearchConfig(embedding_provider="local")
     await schema_3_index(ws, cfg)
     embedder = FakeEmbedder()

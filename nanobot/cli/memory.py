@@ -40,7 +40,7 @@ def search(
 ) -> None:
     """Search memory like the memory_search tool."""
     from nanobot.memory.embeddings import EmbeddingError
-    from nanobot.memory.index_db import IndexUnavailable
+    from nanobot.memory.index_file import IndexUnavailable
     from nanobot.service.state import gateway_running
 
     config = load_cli_config(config_path)
@@ -78,7 +78,7 @@ def reindex(config_path: ConfigOption = None) -> None:
     """Rebuild the memory index from the memory files (progress, rate and ETA on stderr)."""
     from nanobot.cli.progress import Progress
     from nanobot.memory.embeddings import EmbeddingError
-    from nanobot.memory.index_db import IndexUnavailable
+    from nanobot.memory.index_file import IndexUnavailable
 
     config = load_cli_config(config_path)
     index = _index(config)
@@ -105,7 +105,7 @@ def status(
     config_path: ConfigOption = None,
 ) -> None:
     """Show what is indexed (without syncing first)."""
-    from nanobot.memory.index_db import IndexUnavailable
+    from nanobot.memory.index_file import IndexUnavailable
 
     config = load_cli_config(config_path)
     index = _index(config)

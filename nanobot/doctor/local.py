@@ -265,17 +265,17 @@ TRUNCATED_AFTER_S = 5.0  # an index file shorter than its header for longer is t
 def _index_problem(path: Path) -> str | None:
     """What is wrong with the index file, or None; IndexUnavailable when it cannot be read now
     (another process holds it locked) without being damaged."""
-    from nanobot.memory import index_db
+    from nanobot.memory import index_file
 
     st = path.stat()
     # SQLite would take it for an empty index; a file being created is empty for a moment
-    if st.st_size < index_db.SQLITE_HEADER_BYTES and time.time() - st.st_mtime > TRUNCATED_AFTER_S:
+    if st.st_size < index_file.SQLITE_HEADER_BYTES and time.time() - st.st_mtime > TRUNCATED_AFTER_S:
         return f"the index file is truncated ({st.st_size} bytes)"
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=index_db.BUSY_TIMEOUT_MS / 1000) as db:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=index_file.BUSY_TIMEOUT_MS / 1000) as db:
             row = db.execute("PRAGMA quick_check").fetchone()
     except sqlite3.Error as exc:
-        unavailable = index_db.unavailable_error(exc, path)
+        unavailable = index_file.unavailable_error(exc, path)
         if unavailable is not None:  # not damage: deleting the file would not help
             raise unavailable from exc
         return str(exc)
@@ -285,7 +285,7 @@ def _index_problem(path: Path) -> str | None:
 def check_index(cfg: Config, *, fix: bool) -> Check:
     if not cfg.memory.search.enabled:
         return Check("memory index", "ok", "memory search is off (memory.search.enabled)")
-    from nanobot.memory.index_db import IndexUnavailable
+    from nanobot.memory.index_file import IndexUnavailable
     from nanobot.providers.registry import uses_demo_model
 
     path = index_path(cfg.workspace_path)

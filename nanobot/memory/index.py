@@ -3,12 +3,12 @@
 What is indexed (sources.py): MEMORY.md, HISTORY.md, daily and session notes, and the live and
 archived session transcripts - regular files only, never through a symlink.
 
-Sync has two phases. The text phase is incremental by content hash (a file whose mtime and size
-are unchanged is not read, one whose hash is unchanged is not re-chunked) and makes new text
-searchable by keyword at once. The embedding phase back-fills vectors in batches, reusing the
-embedding cache by chunk hash, and runs in the background: a search waits at most for the text
-phase of changed files, never for a model to embed, and a search during a sync answers from
-what is committed.
+MemoryIndex keeps the index in step with the files and answers searches. Sync has two phases:
+the text phase (text_sync.py, incremental by content hash) makes new text searchable by keyword at
+once; the embedding phase (backfill.py) back-fills vectors in batches, reusing the embedding cache
+by chunk hash, and runs in the background. A search waits at most for the text phase of changed
+files, never for a model to embed, and a search during a sync answers from what is committed; its
+ranking is ranking.py's. An index file that may be damaged is rebuilt from the files.
 """
 
 from __future__ import annotations
@@ -26,18 +26,16 @@ from loguru import logger
 
 from nanobot.config.paths import index_path, index_size_bytes
 from nanobot.config.schema import Config, MemorySearchConfig
-from nanobot.memory.backfill import SyncStats, cached_vectors, embed_missing
-from nanobot.memory.chunking import CHUNKER_VERSION, chunk_markdown, text_hash
+from nanobot.memory.backfill import SyncStats, embed_missing
 from nanobot.memory.embeddings import Embedder, EmbeddingError, select_embedder
 from nanobot.memory.index_db import IndexDB
 from nanobot.memory.qmd import QmdBackend
 from nanobot.memory.ranking import KeywordPass, keyword_pass, rank
-from nanobot.memory.search import SearchResponse, SearchResult, file_date
+from nanobot.memory.search import SearchResponse, SearchResult
 from nanobot.memory.sources import ROOT_SOURCES, SourceFile, discover
-from nanobot.memory.staleness import Snapshot, folder_times, unchanged
-from nanobot.memory.transcript_tail import Chunking, archived_continuations, chunk_transcript_file
+from nanobot.memory.staleness import Snapshot, unchanged
+from nanobot.memory.text_sync import sync_files
 from nanobot.memory.vectors import VectorSearcher
-from nanobot.session.transcripts import archived_stem
 from nanobot.util.text import valid_unicode
 
 __all__ = ["ROOT_SOURCES", "MemoryIndex", "SyncStats", "build_index"]
@@ -148,13 +146,6 @@ class MemoryIndex:
         return discover(self.workspace, self.config.include_sessions)
 
     # ------------------------------------------------------------------ sync
-    def _chunking_signature(self) -> str:
-        sources = "memory+sessions" if self.config.include_sessions else "memory"
-        return f"v{CHUNKER_VERSION}/{self.config.chunk_tokens}/{self.config.chunk_overlap_tokens}/{sources}"
-
-    def _embedding_signature(self) -> str:
-        return f"{self.embedder.provider}:{self.embedder.model}" if self.embedder else "none"
-
     async def sync(self, force: bool = False) -> SyncStats:
         """Bring the index up to date with the files, vectors included; force=True rebuilds everything."""
         stats = await self.sync_text(force)
@@ -178,91 +169,17 @@ class MemoryIndex:
         started = time.perf_counter()
         self._dirty = False
         covered = self._changes
-        stats = SyncStats()
         await asyncio.to_thread(self._ensure_open)
-        db = self._db
-        if force or db.get_meta("chunking") != self._chunking_signature():
-            await asyncio.to_thread(db.clear_all)
-            await asyncio.to_thread(db.set_meta, {"chunking": self._chunking_signature()})
-            stats.full_reindex = True
-        if db.get_meta("embedding") != self._embedding_signature():
-            # Another model (or none before): vectors are re-made for every chunk, text stays.
-            await asyncio.to_thread(db.clear_embeddings)
-            await asyncio.to_thread(db.set_meta, {"embedding": self._embedding_signature(), "dims": ""})
-            stats.full_reindex = True
-
-        folders = await asyncio.to_thread(folder_times, str(self.workspace), self.config.include_sessions)
-        existing = await asyncio.to_thread(db.file_rows)
-        found = await asyncio.to_thread(self.discover)
-        transcripts = [(s.rel, s.path) for s in found if s.kind == "sessions"]
-        moved = await asyncio.to_thread(archived_continuations, transcripts, existing)
-        for live, rel, resume in moved:
-            await asyncio.to_thread(db.adopt_chunks, live, rel, resume.line, resume.encode())
-        if moved:
-            existing = await asyncio.to_thread(db.file_rows)
-        signature: dict[str, tuple[int, int]] = {}
-        for source in found:
-            rel = source.rel
-            stats.files_scanned += 1
-            if self.progress is not None:
-                self.progress("indexing files", stats.files_scanned, len(found))
-            try:
-                st = source.path.lstat()
-                known = existing.get(rel)
-                signature[rel] = (st.st_mtime_ns, st.st_size)
-                if known and (known.mtime_ns, known.size) == (st.st_mtime_ns, st.st_size):
-                    stats.files_unchanged += 1
-                    continue
-                # Reading, hashing and chunking a long transcript take seconds: off the event loop.
-                prepared = await asyncio.to_thread(self._prepare, source, known.resume if known else "")
-            except (OSError, ValueError) as exc:  # one bad file must not stop the others or the deletions
-                logger.warning("memory index: cannot read {}: {}", rel, exc)
-                signature.pop(rel, None)
-                continue
-            if known and known.hash == prepared.digest:
-                await asyncio.to_thread(db.touch_file, rel, st.st_mtime_ns, st.st_size)
-                stats.files_unchanged += 1
-                continue
-            chunks = prepared.chunks
-            vectors = await asyncio.to_thread(cached_vectors, db, self.embedder, [c.hash for c in chunks])
-            stats.embedding_cache_hits += sum(1 for c in chunks if c.hash in vectors)
-            rows = [(c, vectors.get(c.hash)) for c in chunks]
-            stats.chunks_indexed += await asyncio.to_thread(
-                db.replace_file,
-                rel,
-                source.kind,
-                prepared.digest,
-                st.st_mtime_ns,
-                st.st_size,
-                rows,
-                from_line=prepared.from_line,
-                resume=prepared.resume,
-            )
-            stats.files_indexed += 1
-        for rel in set(existing) - set(signature):
-            await asyncio.to_thread(db.delete_file, rel)
-            stats.files_removed += 1
-        self._snapshot = Snapshot(signature, folders)
+        stats, self._snapshot = await sync_files(
+            self._db, self.workspace, self.config, self.embedder, force=force, progress=self.progress
+        )
         self._synced_changes = covered
         self._last_sync = time.time()
-        await asyncio.to_thread(db.set_meta, {"last_sync": f"{self._last_sync:.3f}"})  # for `status`
+        await asyncio.to_thread(self._db.set_meta, {"last_sync": f"{self._last_sync:.3f}"})  # for `status`
         self._last_check = time.monotonic()
         stats.duration_s = time.perf_counter() - started
         logger.debug("memory index sync: {}", stats)
         return stats
-
-    def _prepare(self, source: SourceFile, resume: str) -> Chunking:
-        """A file's hash and chunks; a transcript that only grew is chunked from its resume point."""
-        tokens, overlap = self.config.chunk_tokens, self.config.chunk_overlap_tokens
-        if source.kind == "sessions":
-            # An archived transcript is titled like the live one it was: /new changes no chunk, so
-            # no vector has to be made again and the live file's chunks move with it.
-            name = archived_stem(source.path) or source.path.stem
-            return chunk_transcript_file(source.path, name, tokens, overlap, resume)
-        content = source.read_text()
-        day = file_date(source.rel)
-        chunks = chunk_markdown(content, tokens, overlap, day.isoformat() if day else "")
-        return Chunking(text_hash(content), chunks, 1, "")
 
     async def backfill(self, stats: SyncStats | None = None) -> SyncStats:
         """Embed every chunk without a vector, EMBED_BATCH distinct texts at a time."""

@@ -1,78 +1,28 @@
-"""The SQLite file behind memory search: files, chunks (+ vectors), an FTS5 table, an embedding cache.
+"""The rows of the memory index: files, chunks (+ vectors), the FTS5 table, the embedding cache.
+
+Sync writes through it (a file's chunks replaced, vectors stored) and search reads through it
+(BM25 scores, chunk rows, vectors); opening the file, its connections and its transactions are
+index_file.py's (IndexDB is an IndexFile).
 
 A chunk row holds its chunk vector (float32, what nearest-neighbour search scans); its line vectors
 (float16, see vectors.py) are kept once, in the embedding cache under the chunk's text hash, and
 read with the chunk rows of a search. The cache keeps every row a chunk refers to and at most
 CACHE_SPARE_ROWS others (the newest: text that was edited away may come back).
-
-Two connections in WAL mode: the writer (used by sync, in a worker thread) and the reader (used
-by search), so a search never waits for a sync. A file that is not a valid index is deleted and
-created anew; it only holds data derived from the memory files. An error that says the file
-cannot be used now although nothing is wrong with it (another process has held the write lock
-longer than BUSY_TIMEOUT_MS, the disk is full) raises IndexUnavailable and leaves the file alone:
-a rebuild would not help and would throw away every vector. Opening an up-to-date index writes
-nothing, so searching what is committed never needs the write lock.
 """
 
 from __future__ import annotations
 
-import os
-import sqlite3
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loguru import logger
-
 from nanobot.memory.chunking import Chunk
 from nanobot.memory.fts import to_fts_text
-from nanobot.memory.index_schema import SCHEMA, SCHEMA_VERSION, UPGRADABLE, schema_version, upgrade
-from nanobot.util.fs import open_private
+from nanobot.memory.index_file import IndexFile
 
 CACHE_SPARE_ROWS = 500  # cached embeddings of text no chunk holds any more (~10 KB each)
-BUSY_TIMEOUT_MS = 5000
-SQLITE_HEADER_BYTES = 100  # a database file shorter than its header was truncated
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
-_SQLITE_NOMEM, _SQLITE_FULL = 7, 13
-# Primary result codes (an extended code carries its primary code in the low byte) of errors that
-# are not the file's fault: another process holds it, or there is no room (memory or disk). A file
-# that cannot be opened or written for its permissions is rebuilt, which helps when its folder is
-# writable (an index left behind by another user).
-_NOT_DAMAGE = frozenset({_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_NOMEM, _SQLITE_FULL})
 TITLE_WEIGHT = 0.5  # a heading/day match counts half a body match in BM25
-
-
-
-class IndexUnavailable(Exception):
-    """The index cannot be used now but is not damaged, so it is left as it is."""
-
-
-def unavailable_error(exc: BaseException, path: Path) -> IndexUnavailable | None:
-    """The IndexUnavailable a database error amounts to, or None when it may be damage."""
-    code = getattr(exc, "sqlite_errorcode", None)  # sqlite3 and sqlean errors carry it (Python 3.11+)
-    if not isinstance(code, int) or code & 0xFF not in _NOT_DAMAGE:
-        return None
-    if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) and _truncated(path):
-        return IndexUnavailable(
-            f"the memory index {path} was truncated while another process (the gateway) has it open; "
-            "it opens it again at its next search, or run `nanobot doctor --fix`"
-        )
-    if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED):
-        return IndexUnavailable(
-            f"the memory index {path} is busy: another process has been writing it for over "
-            f"{BUSY_TIMEOUT_MS / 1000:g} s; try again"
-        )
-    return IndexUnavailable(f"the memory index {path} cannot be used now ({exc}); it is kept as it is")
-
-
-def _truncated(path: Path) -> bool:
-    try:
-        return path.stat().st_size < SQLITE_HEADER_BYTES
-    except OSError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -96,184 +46,13 @@ class ChunkRow:
     line_vectors: bytes | None  # float16 (lines x dims), see vectors.py; from the embedding cache
 
 
-def _connect_module(use_sqlite_vec: bool) -> tuple[Any, bool]:
-    """The DB-API module to use: sqlean (can load sqlite-vec) when asked and installed."""
-    if use_sqlite_vec:
-        try:
-            import sqlean
-            import sqlite_vec  # noqa: F401
-
-            return sqlean, True
-        except ImportError:
-            logger.warning("memory search: sqlite-vec backend needs sqlean.py and sqlite-vec; using NumPy")
-    return sqlite3, False
-
-
-class IndexDB:
-    """Owns the index file and its two connections."""
+class IndexDB(IndexFile):
+    """The queries on the index's rows."""
 
     def __init__(self, path: Path, *, use_sqlite_vec: bool = False):
-        self.path = path
-        self._module, self.sqlite_vec = _connect_module(use_sqlite_vec)
-        self._errors = (sqlite3.DatabaseError, self._module.DatabaseError)
-        self._write_lock = threading.Lock()
-        self._read_lock = threading.Lock()
-        self._writer: Any = None
-        self._reader: Any = None
-        self.rebuilt = False  # True when the last open replaced a corrupt file
-        self._identity: tuple[int, int] | None = None  # (device, inode) of the file opened
+        super().__init__(path, use_sqlite_vec=use_sqlite_vec)
         self._df_cache: dict[str, int] = {}
         self._df_generation = -1
-
-    # ------------------------------------------------------------------ lifecycle
-    def _connect(self) -> Any:
-        conn = self._module.connect(str(self.path), check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
-        conn.isolation_level = None  # transactions are opened explicitly (BEGIN IMMEDIATE)
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        if self.sqlite_vec:
-            import sqlite_vec
-
-            conn.enable_load_extension(True)
-            sqlite_vec.load(conn)
-            conn.enable_load_extension(False)
-        return conn
-
-    def _open_once(self) -> None:
-        # Created private before SQLite opens it: SQLite gives -wal and -shm the database file's mode.
-        os.close(open_private(self.path, os.O_RDWR))
-        writer = self._connect()
-        try:
-            writer.execute("PRAGMA journal_mode=WAL")
-            writer.execute("PRAGMA synchronous=NORMAL")
-            writer.executescript(SCHEMA)
-            check = writer.execute("PRAGMA quick_check").fetchone()
-            if not check or check[0] != "ok":
-                raise sqlite3.DatabaseError(f"quick_check: {check}")
-            version = schema_version(writer)
-            if version in UPGRADABLE:
-                self._upgrade(writer)
-            elif version is None:
-                writer.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
-            elif version != SCHEMA_VERSION:
-                raise sqlite3.DatabaseError("index schema version changed")
-        except Exception:
-            writer.close()
-            raise
-        self._writer = writer
-        self._reader = self._connect()
-        st = os.stat(self.path)
-        self._identity = (st.st_dev, st.st_ino)
-
-    def _upgrade(self, conn: Any) -> None:
-        """Upgrade an older index in place (index_schema.py); no vector is made again."""
-        with self._transaction(conn):
-            freed = upgrade(conn)
-        if not freed:
-            return
-        try:
-            conn.execute("VACUUM")
-        except (sqlite3.OperationalError, self._module.OperationalError) as exc:
-            # e.g. another process is reading: the free pages get reused as the index grows
-            logger.info("memory index: space not given back after the upgrade ({})", exc)
-
-    def open(self) -> None:
-        """Open (creating if needed); a corrupt or foreign file is replaced by an empty index."""
-        self.rebuilt = False
-        try:
-            self._open_once()
-        except self._errors as exc:
-            unavailable = unavailable_error(exc, self.path)
-            if unavailable is not None:
-                raise unavailable from exc
-            logger.warning("memory index {} is unusable ({}); rebuilding it", self.path, exc)
-            self.close()
-            self.delete_files()
-            self._open_once()
-            self.rebuilt = True
-
-    def close(self) -> None:
-        # Taking both locks waits for a statement running in a worker thread to finish.
-        with self._write_lock, self._read_lock:
-            self._close_connections()
-
-    def _close_connections(self) -> None:
-        for conn in (self._reader, self._writer):
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception as exc:  # closing a broken handle must not mask the real error
-                    logger.debug("closing memory index connection: {}", exc)
-        self._reader = self._writer = None
-
-    def changed_on_disk(self) -> str:
-        """How the open file was changed behind SQLite's back since it was opened ("" when it was
-        not): "replaced" (deleted, or another file renamed over it: another process rebuilt it) or
-        "truncated" (its header gone). Writes through SQLite, ours or another process's, change
-        neither; an open index keeps reading the old inode otherwise, and other processes find it
-        busy for as long as this one holds the old write-ahead log."""
-        if self._writer is None or self._identity is None:
-            return ""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return "replaced"
-        if (st.st_dev, st.st_ino) != self._identity:
-            return "replaced"
-        return "truncated" if st.st_size < SQLITE_HEADER_BYTES else ""
-
-    def delete_files(self) -> None:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(str(self.path) + suffix).unlink(missing_ok=True)
-
-    def is_unusable(self, exc: BaseException) -> bool:
-        """Whether an error means the file must be rebuilt (a database error that may be damage)."""
-        return isinstance(exc, self._errors) and unavailable_error(exc, self.path) is None
-
-    # ------------------------------------------------------------------ helpers
-    @staticmethod
-    def _meta(conn: Any, key: str) -> str | None:
-        row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return row[0] if row else None
-
-    @contextmanager
-    def write(self) -> Iterator[Any]:
-        """One write transaction on the writer connection; it moves the index's generation on."""
-        with self._write_lock, self._transaction(self._writer) as conn:
-            yield conn
-            conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
-            conn.execute("INSERT OR IGNORE INTO meta VALUES('generation', '1')")
-
-    @contextmanager
-    def _transaction(self, conn: Any) -> Iterator[Any]:
-        """BEGIN IMMEDIATE ... COMMIT, rolled back on any error; a lock wait or a full disk comes
-        out as IndexUnavailable."""
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            yield conn
-            conn.commit()
-        except BaseException as exc:
-            conn.rollback()
-            unavailable = unavailable_error(exc, self.path) if isinstance(exc, self._errors) else None
-            if unavailable is not None:
-                raise unavailable from exc
-            raise
-
-    @contextmanager
-    def read(self) -> Iterator[Any]:
-        with self._read_lock:
-            yield self._reader
-
-    def get_meta(self, key: str) -> str | None:
-        with self.read() as conn:
-            return self._meta(conn, key)
-
-    def set_meta(self, values: dict[str, str]) -> None:
-        with self.write() as conn:
-            conn.executemany("INSERT OR REPLACE INTO meta VALUES(?, ?)", list(values.items()))
-
-    def generation(self) -> int:
-        value = self.get_meta("generation")
-        return int(value) if value else 0
 
     # ------------------------------------------------------------------ sync side
     def file_rows(self) -> dict[str, FileRow]:
@@ -363,6 +142,7 @@ class IndexDB:
             conn.execute("DELETE FROM chunks")
             conn.execute("DELETE FROM files")
 
+    # ------------------------------------------------------------------ vectors and the embedding cache
     def clear_embeddings(self, stale_model: tuple[str, str] | None = None) -> None:
         """Every chunk without a vector; stale_model (provider, model): its cached vectors go too."""
         with self.write() as conn:

@@ -108,7 +108,7 @@ class MemorySearchTool(_IndexTool):
         query = str(kwargs.get("query") or "").strip()
         if not query:
             raise ToolError("query must not be empty")
-        from nanobot.memory.index_db import IndexUnavailable  # loaded with the index, not with the tools
+        from nanobot.memory.index_file import IndexUnavailable  # loaded with the index, not with the tools
 
         try:
             response = await self.index.search(query, kwargs.get("maxResults"), kwargs.get("minScore"))
