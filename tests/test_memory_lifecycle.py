@@ -419,22 +419,29 @@ def _inbound(text: str, group: bool):  # noqa: ANN202
 
 
 async def test_a_memory_longer_than_max_tokens_is_still_consolidated(make_config, fake_llm: FakeLLMServer) -> None:
-    """save_memory rewrites all of MEMORY.md, but was asked with the chat's maxTokens: with a
-    MEMORY.md longer than that, every answer stopped inside its arguments (refused as "broken"), and
-    no fact of the chat ever reached MEMORY.md. The stand-in stops at max_tokens as servers do."""
+    """save_memory rewrites all of MEMORY.md within maxTokens: with a MEMORY.md longer than that,
+    every answer stopped inside its arguments (refused as "broken") and no fact of the chat ever
+    reached MEMORY.md. Facts are appended then, and no request asks for more than maxTokens (a
+    provider refuses more than its model's output limit). The stand-in stops at max_tokens."""
+    from nanobot.memory import small_profile
     from tests.fakes.llm_server import Reply
 
     asked: list[int] = []
 
     def responder(body: dict) -> Reply:
+        asked.append(body["max_tokens"])
         tools = [t["function"]["name"] for t in body.get("tools") or []]
+        question = str(body["messages"][-1]["content"])
+        if small_profile.SUMMARY_QUESTION in question:
+            return Reply(content="The user said that their dog is named Rex.")
+        if small_profile.FACTS_QUESTION in question:
+            return Reply(content="- Has a dog named Rex")
         if "save_memory" not in tools:
             return Reply(content="Noted.")
         memory = body["messages"][1]["content"].split("## Current MEMORY.md", 1)[1]
         memory = memory.split("## Conversation chunk", 1)[0].strip()
         arguments = json.dumps({"history_entry": "[2026-01-01 10:00] The user said their dog is named Rex.",
                                 "memory_update": memory + "\n- Has a dog named Rex"})
-        asked.append(body["max_tokens"])
         fits = arguments[: body["max_tokens"] * 3]  # ~3 characters a token: cut where a server stops
         return Reply(content=None, tool_calls=[{"name": "save_memory", "arguments": fits}],
                      finish_reason="length" if len(fits) < len(arguments) else None)
@@ -454,5 +461,5 @@ async def test_a_memory_longer_than_max_tokens_is_still_consolidated(make_config
         await runtime.agent.drain(30)
     finally:
         await runtime.aclose()
-    assert asked and min(asked) > 1024
+    assert asked and max(asked) <= 1024
     assert "Rex" in memory_md.read_text() and "Cousin 69" in memory_md.read_text()

@@ -70,6 +70,21 @@ def test_a_servers_error_text_cannot_drive_the_operators_terminal(home: Path, fa
     assert not any(c in result.stderr for c in "\x1b\x07\x9b"), repr(result.stderr)
 
 
+def test_what_others_wrote_is_listed_without_terminal_controls(home: Path) -> None:
+    """`memory search` printed a chat message's escape sequences raw: whoever's words reach a
+    transcript (a group member, a model through save_memory) could write the owner's clipboard."""
+    sessions = home / "workspace" / "sessions"
+    sessions.mkdir(parents=True)
+    hostile = "the zebra password \x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07\x1b[2J done"
+    (sessions / "telegram_5.jsonl").write_text(
+        json.dumps({"role": "user", "content": hostile, "timestamp": "2026-11-01T10:00:00+00:00"}) + "\n",
+        encoding="utf-8",
+    )
+    result = run_cli("memory", "search", "zebra", home=home, env={"NANOBOT_MEMORY__SEARCH__EMBEDDING_PROVIDER": "none"})
+    assert result.returncode == 0 and "zebra password" in result.stdout, result.stdout + result.stderr
+    assert not any(c in result.stdout + result.stderr for c in "\x1b\x07"), repr(result.stdout)
+
+
 def test_library_stream_handlers_are_rerouted() -> None:
     """A library that installs its own stream handler (as litellm does) ends up in our sink."""
     import io

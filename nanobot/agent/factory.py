@@ -195,13 +195,13 @@ def build_runtime(
         workspace, memory, restrict, config.tools.max_file_bytes, roots, private, tools.policy
     ):
         tools.register(tool)
-    tools.register(ExecTool(workspace, config.tools.exec, restrict, **_exec_private(config, config_path)))
+    tools.register(ExecTool(workspace, config.tools.exec, restrict, **_own_files(config, config_path)))
     register_config_secrets(config)
     register_env_secrets()
     tools.register(WebFetchTool(config.tools.web))
     if config.tools.web.search.provider:  # unconfigured, it could only fail: not offered
         tools.register(WebSearchTool(config.tools.web.search, config.tools.web.timeout_s))
-    tools.register(MessageTool(bus, workspace, tools.policy, restrict=restrict))
+    tools.register(MessageTool(bus, workspace, tools.policy, restrict=restrict, **_own_files(config, config_path)))
     cron = CronService(
         jobs_path(workspace),
         on_job=lambda job: run_cron_job(bus, job, sessions, listed),
@@ -434,9 +434,9 @@ def job_chat(sessions: SessionStore, target: DeliverTo) -> JobChat:
     return JobChat(bool(is_group or first.get("guest")), user, str(username) if username else None)
 
 
-def _exec_private(config: Config, config_path: str) -> dict[str, tuple[Path, ...]]:
-    """What exec commands must never see: NANOBOT_HOME, the config file and the folder it is in
-    (pairing state lives beside it), the log file."""
+def _own_files(config: Config, config_path: str) -> dict[str, tuple[Path, ...]]:
+    """nanobot's own files, which exec commands never see and the message tool never attaches:
+    NANOBOT_HOME, the config file and the folder it is in (pairing state lives beside it), the log."""
     from nanobot.config.paths import nanobot_home
 
     config_file = Path(config_path)

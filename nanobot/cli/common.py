@@ -20,6 +20,7 @@ from nanobot.config.loader import load_config
 from nanobot.config.paths import default_config_path, workspace_problem
 from nanobot.config.schema import LOG_LEVELS, Config
 from nanobot.errors import EXIT_FAILURE, EXIT_USAGE, ConfigError, UserError, user_message
+from nanobot.util.text import printable
 
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130
@@ -51,9 +52,16 @@ def config_path(path: Path | None) -> Path:
     return path or default_config_path()
 
 
+def out(text: str) -> None:
+    """A result line on stdout, without the control characters a terminal would act on: listings
+    show text others wrote (a chat message in a snippet, a stranger's username, an MCP server's
+    tool description), and an escape sequence there could clear the screen or write the clipboard."""
+    print(printable(text))
+
+
 def err(text: str) -> None:
     """A notice or error for the user: always stderr, so stdout carries only results."""
-    print(text, file=sys.stderr, flush=True)
+    print(printable(text), file=sys.stderr, flush=True)
 
 
 def fail(text: str, code: int = EXIT_FAILURE) -> NoReturn:

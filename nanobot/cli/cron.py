@@ -19,6 +19,7 @@ from nanobot.cli.common import (
     err,
     fail,
     load_cli_config,
+    out,
 )
 from nanobot.config.schema import Config
 from nanobot.errors import UserError
@@ -74,7 +75,7 @@ def list_jobs(
     for job in jobs:
         target = f"{job.deliver_to.channel}:{job.deliver_to.chat_id}" if job.deliver_to else "-"
         state = "enabled" if job.enabled else "disabled"
-        typer.echo(
+        out(
             f"{job.id}\t{job.name}\t{job.schedule.describe()}\t{state}\tnext={job.next_run_at or '-'}"
             f"\tto={target}\tlast={job.last_status or '-'}"
         )
@@ -120,7 +121,7 @@ def add(
     if job.deliver_to is None:
         err("Note: no --channel/--to given; the gateway will only log this job's results.")
     err(f"Added job {job.id} ({job.schedule.describe()}), next run {job.next_run_at}")
-    typer.echo(job.id)
+    out(job.id)
 
 
 def _check_channel(config: Config, channel: str) -> None:
@@ -170,4 +171,4 @@ def run(
     except Exception as exc:  # noqa: BLE001 - the failure is recorded in the job; report it briefly
         fail(f"Error: job {job_id} failed: {type(exc).__name__}: {exc}")
     if result:
-        typer.echo(result)
+        out(result)

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from nanobot.cli.common import EXIT_FAILURE, EXIT_OK, ConfigOption, config_path, require_named_config
+from nanobot.cli.common import EXIT_FAILURE, EXIT_OK, ConfigOption, config_path, out, require_named_config
 
 MARKS = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "skip": "skip"}
 
@@ -32,9 +32,9 @@ def doctor(
     else:
         width = max(len(c.part) for c in checks)
         for c in checks:
-            print(f"{MARKS[c.status]}  {c.part.ljust(width)}  {c.detail}")
+            out(f"{MARKS[c.status]}  {c.part.ljust(width)}  {c.detail}")
             if c.fixed:
-                print(f"      {''.ljust(width)}  fixed: {c.fixed}")
+                out(f"      {''.ljust(width)}  fixed: {c.fixed}")
         failed = [c.part for c in checks if c.status == "fail"]
-        print("healthy" if ok else f"unhealthy: {', '.join(failed)}")
+        out("healthy" if ok else f"unhealthy: {', '.join(failed)}")
     raise typer.Exit(EXIT_OK if ok else EXIT_FAILURE)

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from nanobot.cli.common import ConfigOption, command_group, err, load_cli_config
+from nanobot.cli.common import ConfigOption, command_group, err, load_cli_config, out
 from nanobot.config.schema import MCPServerConfig
 from nanobot.util.text import truncate_head
 
@@ -63,6 +63,6 @@ def list_servers(
         return
     for row in rows:
         detail = f"{len(row['tools'])} tools" if row["state"] == "ready" else row["error"]
-        print(f"{row['name']}  [{row['type']}]  {row['state']}  {detail}".rstrip())
+        out(f"{row['name']}  [{row['type']}]  {row['state']}  {detail}".rstrip())
         for name in row["tools"]:
-            print(f"    {name}  {_one_line(descriptions.get(name, ''))}".rstrip())
+            out(f"    {name}  {_one_line(descriptions.get(name, ''))}".rstrip())

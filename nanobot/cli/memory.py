@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from nanobot.cli import memory_backend
-from nanobot.cli.common import ConfigOption, command_group, err, fail, load_cli_config
+from nanobot.cli.common import ConfigOption, command_group, err, fail, load_cli_config, out
 from nanobot.config.schema import Config
 
 if TYPE_CHECKING:  # the index (and numpy) load when a memory command runs, not with every command
@@ -66,11 +66,11 @@ def search(
         typer.echo(json.dumps(response.to_json(), ensure_ascii=False))
         return
     if not response.results:
-        typer.echo(f"No memories found ({response.mode} search).")
+        out(f"No memories found ({response.mode} search).")
         return
     for i, r in enumerate(response.results, 1):
-        typer.echo(f"[{i}] {r.citation}  score {r.score:.2f}")
-        typer.echo("    " + r.snippet.replace("\n", "\n    "))
+        out(f"[{i}] {r.citation}  score {r.score:.2f}")
+        out("    " + r.snippet.replace("\n", "\n    "))
 
 
 @app.command("reindex")
@@ -90,7 +90,7 @@ def reindex(config_path: ConfigOption = None) -> None:
     finally:
         progress.finish()
         index.close()
-    typer.echo(
+    out(
         f"Indexed {stats.files_indexed} files, {stats.chunks_indexed} chunks "
         f"({stats.chunks_embedded} embedded, {stats.embedding_cache_hits} from cache) "
         f"in {stats.duration_s:.2f}s"
@@ -119,7 +119,7 @@ def status(
         typer.echo(json.dumps(info))
         return
     for key, value in info.items():
-        typer.echo(f"{key}: {value}")
+        out(f"{key}: {value}")
 
 
 app.add_typer(memory_backend.app, name="backend")

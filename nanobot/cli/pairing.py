@@ -13,7 +13,7 @@ from dataclasses import asdict
 import typer
 
 from nanobot.channels.pairing import PairingError, PairingStore, pairing_path
-from nanobot.cli.common import EXIT_FAILURE, ConfigOption, config_path, err, fail, require_named_config
+from nanobot.cli.common import EXIT_FAILURE, ConfigOption, config_path, err, fail, out, require_named_config
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -46,16 +46,16 @@ def list_requests(
         return
     now = time.time()
     if not pending:
-        print("No pending pairing requests.")
+        out("No pending pairing requests.")
     for req in pending:
         left_min = max(0, int((req.expires_at - now) // 60))
-        print(
+        out(
             f"{req.code}  {req.channel}  sender {_who(req.username, req.sender_id)}  expires in {left_min} min"
         )
     if approved:
-        print(f"Approved senders ({store.path}):")
+        out(f"Approved senders ({store.path}):")
         for sender in approved:
-            print(f"  {sender.channel}  {_who(sender.username, sender.sender_id)}")
+            out(f"  {sender.channel}  {_who(sender.username, sender.sender_id)}")
 
 
 @app.command("approve")

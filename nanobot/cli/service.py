@@ -20,6 +20,7 @@ from nanobot.cli.common import (
     err,
     fail,
     load_cli_config,
+    out,
     require_named_config,
 )
 from nanobot.config.paths import nanobot_home
@@ -195,14 +196,14 @@ def status(
         info = unit_status(_unit_path(user, unit_dir), _systemctl(user, no_systemctl))
     except ServiceError as exc:
         fail(f"Error: {exc}")
-    print(f"unit: {info['path']} ({'installed' if info['installed'] else 'not installed'})")
+    out(f"unit: {info['path']} ({'installed' if info['installed'] else 'not installed'})")
     if "active" in info:
-        print(f"active: {info['active']}")
-        print(f"enabled: {info['enabled']}")
+        out(f"active: {info['active']}")
+        out(f"enabled: {info['enabled']}")
     summary = gateway_summary(cfg.workspace_path)
     if summary["running"]:
         uptime = summary["uptime_s"]
         up = f", up {uptime:.0f}s" if uptime is not None else ""
-        print(f"gateway: running (pid {summary['pid']}{up}) on {cfg.workspace_path}")
+        out(f"gateway: running (pid {summary['pid']}{up}) on {cfg.workspace_path}")
     else:
-        print(f"gateway: not running on {cfg.workspace_path}")
+        out(f"gateway: not running on {cfg.workspace_path}")

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from nanobot.cli.common import ConfigOption, command_group, err, load_cli_config
+from nanobot.cli.common import ConfigOption, command_group, err, load_cli_config, out
 from nanobot.skills.loader import SkillsLoader
 
 app = command_group(help="Skills and their availability.")
@@ -48,4 +48,4 @@ def list_skills(
     for s in skills:
         mode = "always" if s.always else "on-demand"
         state = "available" if s.available else "missing " + ", ".join(s.missing)
-        print(f"{s.name:<{width}}  {s.source:<9}  {mode:<9}  {state}  {s.description}")
+        out(f"{s.name:<{width}}  {s.source:<9}  {mode:<9}  {state}  {s.description}")

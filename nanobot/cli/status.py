@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nanobot.cli.common import ConfigOption, config_path, load_cli_config
+from nanobot.cli.common import ConfigOption, config_path, load_cli_config, out
 from nanobot.config.paths import index_path, index_size_bytes
 
 
@@ -31,7 +31,7 @@ def status(config: ConfigOption = None) -> None:
     demo = not isinstance(provider, str) and provider.is_small_local
     lines.append(f"Memory: backend {cfg.memory.condition or cfg.memory.backend}; {_index_line(cfg, demo)}")
     lines.extend(_archive_lines(cfg))
-    print("\n".join(lines))
+    out("\n".join(lines))
 
 
 def _provider(cfg, config_path: str):  # noqa: ANN001, ANN202 - an LLMProvider, imported lazily

@@ -53,7 +53,9 @@ from nanobot.util.tool_args import decode_lenient
 DEFAULT_MEMORY_BUDGET_CHARS = 12_000
 #: a MEMORY.md over this share of the context window is not sent whole to be rewritten
 MAX_MEMORY_WINDOW_SHARE = 0.3
-ANSWER_SLACK_TOKENS = 1024  # a save_memory answer beyond the MEMORY.md it rewrites: the history entry, new facts
+# what a save_memory answer needs beyond the MEMORY.md it rewrites (the history entry, new facts):
+# with less room under maxTokens, facts are appended instead
+ANSWER_SLACK_TOKENS = 256
 
 SAVE_MEMORY_TOOL = {
     "type": "function",
@@ -215,13 +217,18 @@ class Consolidator:
         users = [str(m.get("content") or "") for m in messages if m.get("role") == "user"]
         if self.small_model:
             return await self._consolidate_small(messages, memory_now, private, users, start, end)
-        if count_text(memory_now) > self.context_window_tokens * MAX_MEMORY_WINDOW_SHARE:
-            # MEMORY.md keeps every fact, so it can outgrow the window: a rewrite of all of it went
-            # out over the window and failed every time. New facts are then added, not rewritten in.
+        memory_tokens = count_text(memory_now)
+        over_window = memory_tokens > self.context_window_tokens * MAX_MEMORY_WINDOW_SHARE
+        if over_window or memory_tokens + ANSWER_SLACK_TOKENS > self.max_tokens:
+            # MEMORY.md keeps every fact, so it can outgrow the window, or the answer a rewrite of it
+            # takes (maxTokens: every attempt stopped inside its arguments, and no fact of the chat
+            # reached MEMORY.md). New facts are then added, not rewritten in.
             logger.warning(
-                "MEMORY.md is {} characters, too large to rewrite within the context window: new facts "
-                "are appended (prune it by hand, or raise agents.defaults.contextWindowTokens)",
+                "MEMORY.md is {} characters, too large to rewrite within {}: new facts are appended "
+                "(prune it by hand, or raise {})",
                 len(memory_now),
+                "the context window" if over_window else "one answer",
+                "agents.defaults.contextWindowTokens" if over_window else "agents.defaults.maxTokens",
             )
             # in pieces: the facts question reads at most MAX_QUOTED_CHARS of what the user said
             for piece in small_profile.pieces_within(messages, small_profile.MAX_QUOTED_CHARS):
@@ -232,12 +239,11 @@ class Consolidator:
                     return False
             return True
         overhead = len(memory_now) // 3 + 1500
-        answer_tokens = self._answer_tokens(memory_now)
         transcript = await compact_transcript(
             self.provider,
             messages,
             self.context_window_tokens,
-            reserved_tokens=overhead + max(self.max_tokens // 4, answer_tokens),
+            reserved_tokens=overhead + max(self.max_tokens // 4, memory_tokens + ANSWER_SLACK_TOKENS),
             max_tokens=self.max_tokens,  # a slow small model wrote 1,024 tokens per call with 200 configured
         )
         stamp = start.strftime("%Y-%m-%d %H:%M")
@@ -249,7 +255,7 @@ class Consolidator:
         sources = echo_sources(render_transcript(messages) + "\n" + transcript, small_model=False)
         try:
             verdict = await ask_until_accepted(
-                lambda p: self._ask(p, answer_tokens),
+                self._ask,
                 prompt,
                 lambda response: self._check(response, memory_now, private, sources, users, start, end),
                 lambda p, refusal: [
@@ -278,17 +284,11 @@ class Consolidator:
         self.last_failure = f"model call failed: {exc}"
         return False
 
-    def _answer_tokens(self, memory_now: str) -> int:
-        """The output limit of a save_memory answer: the configured maxTokens, or enough for the whole
-        MEMORY.md it rewrites and a history entry when that is more (below maxTokens every attempt
-        was cut inside the arguments, and the chunk's facts never reached MEMORY.md)."""
-        return max(self.max_tokens, count_text(memory_now) + ANSWER_SLACK_TOKENS)
-
-    async def _ask(self, prompt: list[dict[str, Any]], max_tokens: int) -> LLMResponse:
+    async def _ask(self, prompt: list[dict[str, Any]]) -> LLMResponse:
         return await self.provider.chat(
             prompt,
             [SAVE_MEMORY_TOOL],
-            max_tokens=max_tokens,
+            max_tokens=self.max_tokens,
             temperature=0.0,
             tool_choice={"type": "function", "function": {"name": "save_memory"}},
         )

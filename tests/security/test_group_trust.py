@@ -514,6 +514,16 @@ async def test_an_open_disk_is_the_owners_not_the_groups(make_config, tmp_path: 
         skill = next(iter(sorted(runtime.agent.context.skills.builtin_dir.glob("*/SKILL.md"))))
         assert not (await tools.execute("read_file", {"path": str(skill)}, GROUP)).startswith("Error:")
         sent = await tools.execute("message", {"content": "your key", "media": [str(outside)]}, OWNER)
+        # nanobot's own files never leave, open disk or not: their bytes would go unmasked
+        from nanobot.config.paths import nanobot_home
+
+        config_json = nanobot_home() / "config.json"
+        config_json.write_text('{"providers": {"openai": {"apiKey": "sk-test-0123456789abcdef"}}}')
+        refused = await tools.execute("message", {"content": "cfg", "media": [str(config_json)]}, OWNER)
+        assert refused.startswith("Error:") and "nanobot's own files" in refused, refused
+        assert config.workspace_path.is_relative_to(nanobot_home())  # the default layout: still sent
+        notes = await tools.execute("message", {"content": "notes", "media": ["notes.txt"]}, OWNER)
+        assert not notes.startswith("Error:"), notes
     finally:
         await runtime.aclose()
     assert "sent" in sent or "queued" in sent, sent

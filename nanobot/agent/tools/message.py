@@ -44,8 +44,14 @@ class MessageTool(Tool):
         confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
         *,
         restrict: bool = True,
+        private_dirs: tuple[Path, ...] = (),
+        private_files: tuple[Path, ...] = (),
     ) -> None:
         self.bus = bus
+        # nanobot's own files (NANOBOT_HOME, the config, the log) are never attached, whatever
+        # restrictToWorkspace says: their bytes would leave unmasked, keys and tokens in clear
+        self._private_dirs = tuple(d.resolve() for d in private_dirs)
+        self._private_files = frozenset(f.resolve() for f in private_files)
         # an attachment is found and opened as read_file finds and opens a file: inside the workspace
         # unless tools.restrictToWorkspace is false, and the trust policy asked again about the
         # folder the open landed in
@@ -69,6 +75,8 @@ class MessageTool(Tool):
                 raise ToolError(f"cannot attach {item!r}: {exc}") from None
             if path.is_dir():
                 raise ToolError(f"cannot attach {item!r}: a folder")
+            if self._nanobots_own(path):
+                raise ToolError(f"cannot attach {item!r}: nanobot's own files (config, keys, logs) are never sent")
             try:
                 # the folder actually opened is asked about again, the file opened without following
                 # a link: what is sent is what the policy allowed, whatever was swapped in since
@@ -82,6 +90,14 @@ class MessageTool(Tool):
                 raise ToolError(f"cannot attach {item!r}: {exc.strerror or exc}") from None
             files.append(OutboundFile(path.name, data))
         return files
+
+    def _nanobots_own(self, path: Path) -> bool:
+        """Whether `path` (resolved) is nanobot's config, log or another file of NANOBOT_HOME outside
+        the workspace (which may lie inside NANOBOT_HOME)."""
+        if path in self._private_files:
+            return True
+        inside = path.is_relative_to(self.guard.workspace)
+        return not inside and any(path.is_relative_to(d) for d in self._private_dirs)
 
     async def execute(
         self,
