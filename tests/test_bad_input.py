@@ -115,14 +115,16 @@ def test_chinese_under_a_locale_that_is_not_utf8(home: Path, fake_llm: FakeLLMSe
     with a traceback."""
     from tests.conftest import config_dict
 
-    _write(home, config_dict(fake_llm.url))
+    config = home / "配置" / "config.json"  # a path in the locale's bytes must still open
+    config.parent.mkdir()
+    config.write_text(json.dumps(config_dict(fake_llm.url)), encoding="utf-8")
     fake_llm.push(Reply(content="记住了：旺财。"))
     locale_env = {"LC_ALL": "POSIX", "LANG": "POSIX", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
-    args = ("agent",) if piped else ("agent", "-m", "我的狗叫旺财")
+    args = ("agent", "-c", str(config)) + (() if piped else ("-m", "我的狗叫旺财"))
     result = run_cli(*args, home=home, env=locale_env, input_text="我的狗叫旺财\n" if piped else None)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert result.stdout.strip()  # the reply, its Chinese replaced by what the terminal can show
-    said = [m["content"] for m in messages_of(session_path(load_config(home / "config.json"))) if m["role"] == "user"]
+    said = [m["content"] for m in messages_of(session_path(load_config(config))) if m["role"] == "user"]
     assert said == ["我的狗叫旺财"]
 
 

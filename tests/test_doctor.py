@@ -322,6 +322,19 @@ def test_a_home_restored_as_another_users_is_diagnosed_not_crashed(home: Path, f
     assert status.returncode == 2 and "owned by another user" in status.stderr, status.stderr
 
 
+def test_a_heartbeat_target_on_a_channel_that_is_off_is_warned_about(home: Path, fake_llm: FakeLLMServer) -> None:
+    """`target: "telgram:555"` passed doctor; the gateway then did none of the heartbeat's tasks."""
+    path = _setup(home, fake_llm.url)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["gateway"] = {"heartbeat": {"enabled": True, "target": "telgram:555"}}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    _, checks = _doctor(home)
+    assert checks["heartbeat"]["status"] == "warn" and "'telgram'" in checks["heartbeat"]["detail"]
+    data["gateway"] = {"heartbeat": {"enabled": True, "target": ""}}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert "heartbeat" not in _doctor(home)[1]
+
+
 def test_a_workspace_left_behind_by_a_moved_home_is_named(home: Path, fake_llm: FakeLLMServer) -> None:
     """Home moved, workspace configured by its old absolute path: nanobot started silently on a new
     empty workspace (an assistant that forgot everything) and doctor advised --fix (more empty
@@ -332,9 +345,10 @@ def test_a_workspace_left_behind_by_a_moved_home_is_named(home: Path, fake_llm: 
     old = home.parent / "old-home" / "workspace"
     data["agents"]["defaults"]["workspace"] = str(old)
     path.write_text(json.dumps(data), encoding="utf-8")
-    _, checks = _doctor(home)
-    assert checks["files"]["status"] == "fail" and str(home / "workspace") in checks["files"]["detail"]
-    assert not old.exists()  # doctor created nothing
+    for fix in ((), ("--fix",), ("--fix",)):  # --fix made the folder, and the next run said ok
+        _, checks = _doctor(home, *fix)
+        assert checks["files"]["status"] == "fail" and str(home / "workspace") in checks["files"]["detail"]
+        assert not old.exists()  # doctor created nothing
     fake_llm.push("hello")
     result = run_cli("agent", "-m", "hi", home=home)
     assert result.returncode == 0 and str(home / "workspace") in result.stderr, result.stderr

@@ -116,6 +116,8 @@ async def test_a_heartbeat_sub_agent_the_stop_cuts_short_is_told_in_the_target_c
     h.workspace.mkdir(parents=True, exist_ok=True)
     (h.workspace / "HEARTBEAT.md").write_text("- send me a background weather report\n", encoding="utf-8")
     await h.start()
+    sessions = h.gateway.agent.sessions  # the owner's chat, whose user is on allowFrom
+    sessions.set_metadata(sessions.get(f"test:{CHAT}"), is_group=False, sender_id="u1")
     assert h.gateway.heartbeat is not None
     assert await h.gateway.heartbeat.tick() == "started"
     kill_self()
@@ -124,7 +126,11 @@ async def test_a_heartbeat_sub_agent_the_stop_cuts_short_is_told_in_the_target_c
     notes = [m for m in h.messages() if m.get("name") == "system"]  # in the target chat's session
     assert len(notes) == 1 and notes[0]["content"].startswith("[Sub-agent 'job' stopped]")
 
-    again = await Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0)).start()
+    # the heartbeat's turn has no real sender: its note was dropped at the start as a message from
+    # someone no longer allowed
+    again = Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0))
+    again.channel.allow_from = ["u1"]
+    await again.start()
     assert await _sent(again, "relayed:") == "relayed: [Sub-agent 'job' stopped]"
     kill_self()
     await again.stopped()

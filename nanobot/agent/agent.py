@@ -447,6 +447,11 @@ class Agent:
         channel, chat_id = msg.metadata.get("origin_channel"), msg.metadata.get("origin_chat_id")
         if channel and chat_id and not msg.session_key.startswith(f"{channel}:"):
             msg.session_key_override = f"{channel}:{chat_id}"
+            # sent as the chat's own user (the heartbeat's and a job's turns have no real sender):
+            # the next start answers it while that user is still allowed; a group's, as a group's
+            identity = self.sessions.get(msg.session_key).metadata
+            private = identity.get("is_group") is False and identity.get("sender_id")
+            msg.sender_id = str(identity["sender_id"]) if private else ""
         try:
             self.keep_unanswered(msg, self.context_of(msg))
         except Exception as exc:  # noqa: BLE001 - a full disk: say what was lost

@@ -15,6 +15,7 @@ import typer
 from nanobot.bus.queue import MessageBus
 from nanobot.cli.common import EXIT_FAILURE, EXIT_USAGE, ConfigOption, config_path, err, fail, load_cli_config
 from nanobot.config.schema import Config
+from nanobot.util.text import typed_text
 
 DEFAULT_SESSION = "cli:direct"
 ONE_SHOT_DRAIN_TIMEOUT_S = 120.0
@@ -32,6 +33,7 @@ def agent(
     """Chat with the agent: one turn with -m, otherwise interactive (a TTY or piped stdin)."""
     if message is not None and not message.strip():  # `-m "$EMPTY_VAR"`: a turn about nothing
         fail("Error: the message given with -m is empty", EXIT_USAGE)
+    message = typed_text(message) if message is not None else None
     cfg = load_cli_config(config)
     code = asyncio.run(_main(cfg, message, session, str(config_path(config))))
     raise typer.Exit(code)

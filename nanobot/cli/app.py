@@ -10,7 +10,6 @@ from __future__ import annotations
 import codecs
 import io
 import locale
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -85,22 +84,13 @@ app.add_typer(config_cmd.app, name="config", help="The configuration's JSON Sche
 
 
 def _text_in_any_locale() -> None:
-    """Under a locale whose encoding is not UTF-8 (Python turns only C/POSIX into UTF-8), a Chinese
-    argument was kept as undecodable bytes (saved as U+FFFD, lost) and printing a reply with it
-    crashed. Arguments and piped lines are read as UTF-8 when they are (else in the locale's
-    encoding), and what cannot be printed in the terminal's encoding is replaced, not fatal."""
-    encoding = locale.getpreferredencoding(False)
-    if codecs.lookup(encoding).name == "utf-8":
+    """Under a locale whose encoding is not UTF-8 (Python turns only C/POSIX into UTF-8), piped
+    lines in ASCII could only be lost (saved as U+FFFD) and printing a Chinese reply crashed: piped
+    input is read as UTF-8 then, and what the terminal cannot show is replaced, not fatal. Arguments
+    stay as Python read them (a path in the locale's bytes must open); the message texts among them
+    are decoded where they are taken (`typed_text`)."""
+    if codecs.lookup(locale.getpreferredencoding(False)).name == "utf-8":
         return
-
-    def decoded(arg: str) -> str:
-        raw = os.fsencode(arg)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return raw.decode(encoding, "replace")
-
-    sys.argv = [decoded(arg) for arg in sys.argv]
     if isinstance(sys.stdin, io.TextIOWrapper) and codecs.lookup(sys.stdin.encoding).name == "ascii":
         sys.stdin.reconfigure(encoding="utf-8", errors="replace")  # ASCII cannot be what was typed
     for stream in (sys.stdout, sys.stderr):

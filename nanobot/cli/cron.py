@@ -24,6 +24,7 @@ from nanobot.cli.common import (
 from nanobot.config.schema import Config
 from nanobot.errors import UserError
 from nanobot.scheduler.cron import CronJob, CronService, CronStoreError, DeliverTo, jobs_path
+from nanobot.util.text import typed_text
 
 app = command_group(help="Manage scheduled jobs.")
 
@@ -98,6 +99,7 @@ def add(
     config: ConfigOption = None,
 ) -> None:
     """Add a job; prints its id."""
+    message, name = typed_text(message), typed_text(name)
     if bool(channel) != bool(to):
         fail("Error: --channel and --to go together", EXIT_USAGE)
     cfg = load_cli_config(config)

@@ -14,6 +14,7 @@ import typer
 from nanobot.cli import memory_backend
 from nanobot.cli.common import ConfigOption, command_group, err, fail, load_cli_config, out
 from nanobot.config.schema import Config
+from nanobot.util.text import typed_text
 
 if TYPE_CHECKING:  # the index (and numpy) load when a memory command runs, not with every command
     from nanobot.memory.index import MemoryIndex
@@ -43,6 +44,7 @@ def search(
     from nanobot.memory.index_file import IndexUnavailable
     from nanobot.service.state import gateway_running
 
+    query = typed_text(query)
     config = load_cli_config(config_path)
     index = _index(config)
     # A one-shot command embeds what is not embedded yet instead of leaving it to a background task,

@@ -80,11 +80,29 @@ def _earlier_defaults(data: dict) -> list[str]:
     return found
 
 
+def check_heartbeat_target(cfg: Config) -> Check | None:
+    """A heartbeat target on a channel that is not enabled: the gateway does none of the tasks."""
+    hb = cfg.gateway.heartbeat
+    channel = hb.target.partition(":")[0].strip()
+    if not (hb.enabled and hb.target) or getattr(getattr(cfg.channels, channel, None), "enabled", False):
+        return None
+    return Check(
+        "heartbeat",
+        "warn",
+        f"gateway.heartbeat.target {hb.target} is on channel {channel!r}, which is not enabled: the "
+        "heartbeat's tasks are not done (enable the channel, or fix the target)",
+    )
+
+
 def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
     workspace = cfg.workspace_path
     checks = [check_sandbox(cfg), check_files(workspace, config_path, fix=fix)]
-    if workspace_problem(workspace):
-        return [*checks, check_service()]  # nothing inside it can be checked (files says why)
+    if heartbeat := check_heartbeat_target(cfg):
+        checks.append(heartbeat)
+    if workspace_problem(workspace) or moved_workspace_hint(workspace):
+        # nothing inside it can be checked (files says why), and --fix must not create it: an empty
+        # workspace there would silence the hint at the next run
+        return [*checks, check_service()]
     return [
         *checks,
         check_disk(workspace),

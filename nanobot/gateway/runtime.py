@@ -401,6 +401,9 @@ def exit_now(code: int) -> NoReturn:
     that systemd and Docker grant before they SIGKILL.
     """
     logger.remove()  # closes and flushes every sink (enqueued file sinks included)
+    from nanobot.sandbox.bwrap import remove_empty_file
+
+    remove_empty_file()  # what atexit would have removed
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

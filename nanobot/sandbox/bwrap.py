@@ -131,10 +131,13 @@ def empty_file() -> Path:
     fd, name = tempfile.mkstemp(prefix="nanobot-empty-")
     os.close(fd)
     os.chmod(name, 0o444)
-    atexit.register(_remove, name)  # one per start otherwise stayed in /tmp for ever
+    atexit.register(remove_empty_file)  # one per start otherwise stayed in /tmp for ever
     return Path(name)
 
 
-def _remove(name: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(name)
+def remove_empty_file() -> None:
+    """Remove this process's `empty_file`, if it made one (at exit: atexit, or the gateway's fast
+    exit, which skips atexit)."""
+    if empty_file.cache_info().currsize:
+        with contextlib.suppress(OSError):
+            os.unlink(empty_file())

@@ -153,7 +153,10 @@ class HeartbeatService:
         target = self._resolve_target()
         if target is None:
             # Running tasks nobody will hear about would spend tokens for nothing.
-            logger.info("heartbeat: tasks found but no chat to report to; set gateway.heartbeat.target")
+            logger.info(
+                "heartbeat: tasks found but no chat to report to (gateway.heartbeat.target, or the "
+                "last private chat of a user still allowed); the tasks are not done"
+            )
             return None
         logger.info("heartbeat: running tasks from {}", self.file.name)
         reply = await self._on_tasks(HEARTBEAT_PROMPT + tasks.strip(), target)

@@ -14,7 +14,9 @@ the control characters a terminal would act on (a reply, a log line carrying a s
 from __future__ import annotations
 
 import hashlib
+import locale
 import mimetypes
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -107,6 +109,19 @@ def valid_unicode(text: str) -> str:
     """`text` with every lone surrogate replaced by U+FFFD: Python decodes undecodable bytes of argv,
     stdin and file names as surrogates, which no UTF-8 encoder (a session file, an HTTP body) accepts."""
     return _SURROGATE.sub("\ufffd", text)
+
+
+def typed_text(arg: str) -> str:
+    """A message text from the command line as the user typed it: under a locale that is not
+    UTF-8, Python keeps its bytes as surrogates (saved, they became U+FFFD: the user's words lost).
+    UTF-8 bytes are read as UTF-8, others in the locale's encoding."""
+    if not _SURROGATE.search(arg):
+        return arg
+    raw = os.fsencode(arg)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode(locale.getpreferredencoding(False), "replace")
 
 
 def valid_unicode_in(value: Any) -> Any:

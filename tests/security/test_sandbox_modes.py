@@ -99,8 +99,10 @@ def test_the_file_hidden_files_are_bound_to_is_removed_at_exit() -> None:
     import sys
     from pathlib import Path
 
-    code = "from nanobot.sandbox.bwrap import empty_file; p = empty_file(); print(p, p.stat().st_size)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    name, size = out.stdout.split()
-    assert size == "0" and Path(name).name.startswith("nanobot-empty-")
-    assert not Path(name).exists()
+    made = "from nanobot.sandbox.bwrap import empty_file; p = empty_file(); print(p, p.stat().st_size, flush=True)"
+    for exit_by in ("", "; from nanobot.gateway.runtime import exit_now; exit_now(0)"):  # the gateway's way
+        out = subprocess.run([sys.executable, "-c", made + exit_by], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        name, size = out.stdout.split()
+        assert size == "0" and Path(name).name.startswith("nanobot-empty-")
+        assert not Path(name).exists(), exit_by
