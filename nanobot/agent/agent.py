@@ -114,8 +114,10 @@ class Agent:
         answered = [m["message_id"] for m in recent if m.get("role") == "user" and m.get("message_id") is not None]
         await self.lifecycle.start_new_session(session)
         # whose chat it is goes on: cron jobs and the heartbeat read it before the chat's next message
-        # (without it, the owner's reminders ran with a stranger's trust and the heartbeat found no chat)
-        marks: dict[str, Any] = {key: session.metadata[key] for key in IDENTITY_KEYS if key in session.metadata}
+        # (without it, the owner's reminders ran with a stranger's trust and the heartbeat found no
+        # chat). A guest's is not carried: their next message says what they are now.
+        carried = {key: session.metadata[key] for key in IDENTITY_KEYS if key in session.metadata}
+        marks: dict[str, Any] = {} if session.metadata.get("guest") else carried
         if answered:
             marks["answered_before_new"] = answered[-ANSWERED_BEFORE_NEW_KEPT:]
         if message_id is not None:
