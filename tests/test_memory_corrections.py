@@ -139,3 +139,29 @@ def test_facts_put_back_once_are_not_put_back_twice(tmp_path: Path) -> None:
     Consolidator(None, store).apply_memory_update(store.read_memory(), checked[0], [])  # type: ignore[arg-type]
     text = store.read_memory()
     assert text.count(KEPT_FACTS_HEADING) == 1 and text.count("Birthday: 3 March") == 1, text
+
+
+def test_a_model_cutting_memory_in_halves_cannot_rotate_the_facts_out_of_the_backups(tmp_path: Path) -> None:
+    """Each write dropped half the facts (the shrink guard allows that), then the same line went in
+    again and again: the five backups held only the cut versions, and every fact was gone."""
+    store = MemoryStore(tmp_path, "UTC")
+    facts = [f"- Fact {i}: the user likes item {i}." for i in range(1, 17)]
+    store.write_memory("# Memory\n" + "\n".join(facts) + "\n")
+    for keep in (8, 4, 2, 0):
+        store.write_file("MEMORY.md", "# Memory\n" + "\n".join(facts[:keep]) + "\n")
+    for _ in range(5):
+        store.write_file("MEMORY.md", "# Memory\n- ok\n")
+    kept = [p.read_text(encoding="utf-8") for p in store.backups()]
+    assert any(all(f in text for f in facts) for text in kept), kept  # the fullest version stays
+    assert len(kept) == len(set(kept))  # an unchanged file is not backed up again
+
+
+def test_a_note_a_tool_empties_keeps_its_earlier_version(tmp_path: Path) -> None:
+    """The flush saves the chat's durable facts in the daily note: write_file("") erased it, with no
+    backup (only MEMORY.md had one)."""
+    store = MemoryStore(tmp_path, "UTC")
+    note = store.append_daily("- Passport number is X123\n- Dentist on Friday")
+    store.write_file(note.name, "")
+    assert store.read(note.name) == ""
+    [earlier] = store.note_backups(note.name)
+    assert "Passport number is X123" in earlier.read_text(encoding="utf-8")

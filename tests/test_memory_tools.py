@@ -249,3 +249,28 @@ async def test_memory_get_reads_a_cited_transcript(index: MemoryIndex, ws: Path)
         )
     )
     assert out["totalLines"] == 2 and "Hetzner" in out["text"]
+
+
+async def test_a_windows_1252_memory_file_reads_and_edits_as_text(make_config) -> None:  # noqa: ANN001
+    """The prompt read such a MEMORY.md right, the tools did not: read_file and memory_get showed
+    U+FFFD, memory search did not find "Besançon", and one edit_file wrote the U+FFFD back for good."""
+    from tests.agent_helpers import make_runtime
+    from tests.security.conftest import OWNER
+
+    config, _ = make_config(**{"memory.search.embeddingProvider": "none"})
+    runtime = make_runtime(config)
+    memory = config.workspace_path / "memory" / "MEMORY.md"
+    memory.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["- Lives in Besançon.", "- Sister is Zoë.", *(f"- Fact {i}." for i in range(6)), "- Likes tea."]
+    memory.write_bytes(("# Memory\n" + "\n".join(lines) + "\n").encode("cp1252"))
+    tools = runtime.agent.tools
+    try:
+        assert "Besançon" in await tools.execute("read_file", {"path": "memory/MEMORY.md"}, OWNER)
+        assert "Zoë" in await tools.execute("memory_get", {"path": "memory/MEMORY.md"}, OWNER)
+        assert "memory/MEMORY.md" in await tools.execute("memory_search", {"query": "Besançon"}, OWNER)
+        edit = {"path": "memory/MEMORY.md", "old_text": "Likes tea.", "new_text": "Likes green tea."}
+        assert not (await tools.execute("edit_file", edit, OWNER)).startswith("Error")
+    finally:
+        await runtime.aclose()
+    text = memory.read_text(encoding="utf-8")  # written back as UTF-8, the accents whole
+    assert "Besançon" in text and "Zoë" in text and "Likes green tea." in text

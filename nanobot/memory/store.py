@@ -1,7 +1,8 @@
 """MemoryStore: the single owner of `workspace/memory/` (docs/contract.md, Workspace files).
 
 MEMORY.md is replaced atomically (temp file + os.replace) with the previous version kept in
-`.backups/`; HISTORY.md and daily notes are append-only; session notes are new files. Every write
+`.backups/` (memory/backups.py); HISTORY.md and daily notes are append-only for nanobot, session
+notes are new files, and a note a tool rewrites keeps its previous version too. Every write
 takes one lock: a thread lock within the process and an fcntl lock on `memory/.lock` across
 processes, so a one-shot `nanobot agent` beside a gateway never interleaves lines.
 """
@@ -9,7 +10,6 @@ processes, so a one-shot `nanobot agent` beside a gateway never interleaves line
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -20,15 +20,18 @@ from pathlib import Path
 from loguru import logger
 
 from nanobot.config.paths import BACKENDS_DIR, MEMORY_DIR
+from nanobot.memory.backups import keep_version, versions
 from nanobot.memory.fact_words import replaced_by
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import resolve_tz
 from nanobot.util.fs import append_locked, atomic_write, ensure_private_dir, file_lock, unused_path
 from nanobot.util.nofollow import read_regular_bytes
+from nanobot.util.text import decode_text
 
 MEMORY_FILE = "MEMORY.md"
 HISTORY_FILE = "HISTORY.md"
 BACKUP_DIR = ".backups"
+NOTES_BACKUP_DIR = "notes"  # .backups/notes/<note>/: earlier versions of the notes tools rewrote
 LOCK_FILE = ".lock"
 FORGOTTEN_FILE = ".forgotten.json"
 MAX_FORGOTTEN = 500
@@ -131,15 +134,11 @@ class MemoryStore:
         except OSError as exc:
             logger.warning("memory/{} is left out: {} (nanobot reads only regular files there)", name, exc)
             return ""
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            # Saved by an editor in a legacy encoding: read as Windows-1252 (Latin-1 and more), not
-            # with U+FFFD for every accent, which the next write (and its backup) would make final.
-            if (name, len(data)) not in self._legacy_warned:  # once per file version, not per read
-                self._legacy_warned.add((name, len(data)))
-                logger.warning("memory/{} is not UTF-8: read as Windows-1252, written back as UTF-8", name)
-            return data.decode("cp1252", errors="replace")
+        text = decode_text(data)  # an editor's legacy encoding is read as Windows-1252
+        if text.encode("utf-8") != data and (name, len(data)) not in self._legacy_warned:
+            self._legacy_warned.add((name, len(data)))  # once per file version, not per read
+            logger.warning("memory/{} is not UTF-8: read as Windows-1252, written back as UTF-8", name)
+        return text
 
     def read_memory(self) -> str:
         return self.read(MEMORY_FILE)
@@ -169,33 +168,16 @@ class MemoryStore:
         self._changed(self.memory_path)
 
     def _backup_memory(self) -> None:
-        current = self.read_memory()
-        if not current.strip() or self.backups_kept <= 0:
-            return
-        backups = self.dir / BACKUP_DIR
-        earlier = self.backups()
-        stamp = self.now().strftime("%Y%m%dT%H%M%S%f")
-        path = unused_path(backups, f"MEMORY-{stamp}", ".md")
-        atomic_write(path, current, beneath=self.workspace)
-        # The wall-clock name is for people; the order is the order of writing. A clock set back (a
-        # time zone change, the repeated hour in autumn, an NTP step) gives a new backup a name
-        # that sorts before older ones: its mtime is moved past theirs so it is never the one pruned.
-        if earlier:
-            newest = max(p.stat().st_mtime_ns for p in earlier)
-            if path.stat().st_mtime_ns <= newest:
-                os.utime(path, ns=(newest + 1, newest + 1))
-        for old in self.backups()[: -self.backups_kept]:
-            old.unlink(missing_ok=True)
+        keep_version(self.dir / BACKUP_DIR, "MEMORY-", self.read_memory(), kept=self.backups_kept,
+                     now=self.now(), beneath=self.workspace)
 
     def backups(self) -> list[Path]:
         """MEMORY.md backups, oldest first (by when they were written)."""
-        found = []
-        for path in (self.dir / BACKUP_DIR).glob("MEMORY-*.md"):
-            try:
-                found.append((path.stat().st_mtime_ns, path.name, path))
-            except FileNotFoundError:
-                continue
-        return [path for _, _, path in sorted(found)]
+        return versions(self.dir / BACKUP_DIR, "MEMORY-")
+
+    def note_backups(self, name: str) -> list[Path]:
+        """Earlier versions of the note `name` (relative to memory/) a tool replaced, oldest first."""
+        return versions(self.dir / BACKUP_DIR / NOTES_BACKUP_DIR / name)
 
     def _append(self, path: Path, text: str) -> None:
         with self.locked():
@@ -257,6 +239,11 @@ class MemoryStore:
                 self.write_memory(text)
             return path
         with self.locked():
+            # a note a tool rewrites (emptied, say) keeps its earlier version: the flush saves the
+            # chat's durable facts there, and a session note is all that is left of a conversation
+            rel = path.relative_to(self.dir.resolve()).as_posix()
+            keep_version(self.dir / BACKUP_DIR / NOTES_BACKUP_DIR / rel, "", self.read(rel),
+                         kept=self.backups_kept, now=self.now(), beneath=self.workspace)
             # the folders were checked above; a link swapped in since must not redirect the write
             atomic_write(path, text, beneath=self.workspace)
         self._changed(path)

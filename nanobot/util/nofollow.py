@@ -19,6 +19,8 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from nanobot.util.text import decode_text
+
 _OPEN_FILE = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a planted FIFO must not hang the open
 _MAX_DEPTH = 4096
 FolderCheck = Callable[[Path], None]  # raises to refuse the folder an open landed in
@@ -168,5 +170,5 @@ def read_regular_bytes(
 
 
 def read_regular_text(path: Path, *, beneath: Path | None = None) -> str:
-    """read_regular_bytes decoded as UTF-8 (undecodable bytes replaced)."""
-    return read_regular_bytes(path, beneath=beneath).decode("utf-8", errors="replace")
+    """read_regular_bytes decoded as text (UTF-8, else Windows-1252: `decode_text`)."""
+    return decode_text(read_regular_bytes(path, beneath=beneath))

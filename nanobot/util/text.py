@@ -111,6 +111,15 @@ def valid_unicode(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+def decode_text(data: bytes) -> str:
+    """A text file's bytes as text: UTF-8, else Windows-1252 (an editor's legacy encoding: Latin-1
+    and more), not U+FFFD for every accent, which a write back (an edit) would make final."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("cp1252", errors="replace")
+
+
 def typed_text(arg: str) -> str:
     """A message text from the command line as the user typed it: under a locale that is not
     UTF-8, Python keeps its bytes as surrogates (saved, they became U+FFFD: the user's words lost).

@@ -26,6 +26,7 @@ from nanobot.config.paths import CRON_DIR, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE
 from nanobot.memory.store import MemoryStore
 from nanobot.util.fs import atomic_write
 from nanobot.util.nofollow import FolderCheck, open_folder_beneath, read_regular_bytes
+from nanobot.util.text import decode_text
 
 MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 500
@@ -156,7 +157,7 @@ class _FileTool(Tool):
                     f"{exc.strerror}: too large for this tool; work on it in parts via exec"
                 ) from None
             raise ToolError(f"cannot read {raw}: {exc.strerror or exc}") from None
-        return data.decode("utf-8", errors="replace")
+        return decode_text(data)  # a Windows-1252 MEMORY.md edited here kept U+FFFD for its accents
 
 
 class ReadFileTool(_FileTool):

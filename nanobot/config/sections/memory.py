@@ -106,8 +106,8 @@ class MemoryConfig(Section):
     archive_retry_backoff_s: float = Field(300.0, ge=0, description="Seconds after a failed archive "
                                            "consolidation before a start-up retries it; doubles with each "
                                            "failure.")
-    backups_kept: int = Field(5, ge=0, description="Earlier versions of MEMORY.md kept in "
-                              "memory/.backups/.")
+    backups_kept: int = Field(5, ge=0, description="Earlier versions of MEMORY.md (and of each note a "
+                              "tool rewrites) kept in memory/.backups/, plus the fullest one.")
     flush: MemoryFlushConfig = Field(MemoryFlushConfig(), description="The pre-consolidation memory flush.")
     search: MemorySearchConfig = Field(MemorySearchConfig(), description="The memory search index.")
     backends: dict[str, dict[str, Any]] = Field({}, description="Native config block of each memory "

@@ -1,0 +1,63 @@
+"""Earlier versions of the memory files, kept in `memory/.backups/` before a file is replaced.
+
+MEMORY.md's versions are `.backups/MEMORY-<stamp>.md`; a note's (a daily or session note a tool
+rewrote) are `.backups/notes/<note name>/<stamp>.md`. Each keeps its `kept` newest versions, by the
+order they were written, plus the fullest one (most fact lines), whatever its age: a model that
+halves the file write after write, then writes the same line again and again, would otherwise rotate
+every version holding the user's facts out. A version identical to the newest is not kept twice.
+The index never reads dot-folders, so backups are not searched.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+from nanobot.util.fs import atomic_write, unused_path
+
+
+def fact_lines(text: str) -> int:
+    """Lines that say something: not blank, not a heading."""
+    return sum(1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
+def versions(folder: Path, prefix: str = "") -> list[Path]:
+    """The versions in `folder` named `<prefix>*.md`, oldest first (by when they were written)."""
+    found = []
+    for path in folder.glob(f"{prefix}*.md"):
+        try:
+            found.append((path.stat().st_mtime_ns, path.name, path))
+        except FileNotFoundError:
+            continue
+    return [path for _, _, path in sorted(found)]
+
+
+def keep_version(folder: Path, prefix: str, text: str, *, kept: int, now: datetime, beneath: Path) -> None:
+    """Save `text` as the newest version in `folder` (unless it is the newest already), then prune."""
+    if not text.strip() or kept <= 0:
+        return
+    earlier = versions(folder, prefix)
+    if earlier and _read(earlier[-1]) == text:
+        return
+    path = unused_path(folder, f"{prefix}{now.strftime('%Y%m%dT%H%M%S%f')}", ".md")
+    atomic_write(path, text, beneath=beneath)
+    # The wall-clock name is for people; the order is the order of writing. A clock set back (a time
+    # zone change, the repeated hour in autumn, an NTP step) gives a new version a name that sorts
+    # before older ones: its mtime is moved past theirs so it is never the one pruned.
+    if earlier:
+        newest = max(p.stat().st_mtime_ns for p in earlier)
+        if path.stat().st_mtime_ns <= newest:
+            os.utime(path, ns=(newest + 1, newest + 1))
+    every = versions(folder, prefix)
+    fullest = max(reversed(every), key=lambda p: fact_lines(_read(p)))  # the newest among equals
+    for old in every[:-kept]:
+        if old != fullest:
+            old.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
