@@ -14,6 +14,7 @@ from loguru import logger
 from nanobot.agent.factory import build_runtime
 from nanobot.config.loader import load_config
 from nanobot.config.schema import Config
+from nanobot.errors import ConfigError
 from nanobot.memory.backends.bridge import AdapterMemory
 from nanobot.memory.backends.contract import BackendConfigError
 from nanobot.memory.backends.registry import build_long_term_memory, select
@@ -49,12 +50,11 @@ def test_selection_rules(home: Path, fake_llm: FakeLLMServer) -> None:
     cfg, _ = make_config(home, fake_llm.url, {"backend": "memos", "condition": "no_memory"})
     sel = select(cfg)
     assert (sel.name, sel.kind) == ("no_memory", "condition")  # the condition replaces the backend
-    cfg, _ = make_config(home, fake_llm.url, {"backend": "zep"})
-    with pytest.raises(BackendConfigError, match="memory.backend"):
-        select(cfg)
-    cfg, _ = make_config(home, fake_llm.url, {"condition": "oracle"})
-    with pytest.raises(BackendConfigError, match="memory.condition"):
-        select(cfg)
+    # an unknown name is refused with the config (doctor and every command), not at the first turn
+    with pytest.raises(ConfigError, match="memory.backend: .*unknown backend 'zep'"):
+        make_config(home, fake_llm.url, {"backend": "zep"})
+    with pytest.raises(ConfigError, match="memory.condition: .*unknown condition 'oracle'"):
+        make_config(home, fake_llm.url, {"condition": "oracle"})
     cfg, _ = make_config(home, fake_llm.url, {"backend": "honcho", "backends": {"honcho": {}}})
     with pytest.raises(BackendConfigError, match=r"memory\.backends\.honcho\.baseUrl"):
         select(cfg)
