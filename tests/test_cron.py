@@ -29,7 +29,8 @@ from nanobot.scheduler.cron import (
     job_prompt,
     jobs_path,
 )
-from nanobot.scheduler.cron_store import CronStore, make_schedule, next_fire, to_iso
+from nanobot.scheduler.cron_store import CronStore
+from nanobot.scheduler.schedules import make_schedule, next_fire, to_iso
 
 UTCZ = ZoneInfo("UTC")
 WAIT_S = 5.0
@@ -151,7 +152,7 @@ def test_day_of_month_and_weekday_together_mean_either_as_in_crontab() -> None:
     ],
 )
 def test_crontab_weekdays_keep_the_standard_meaning(weekday: str, expected: str) -> None:
-    from nanobot.scheduler.cron_store import _weekday_field
+    from nanobot.scheduler.schedules import _weekday_field
 
     assert _weekday_field(weekday) == expected
 
@@ -736,7 +737,7 @@ async def test_a_jobs_text_stays_out_of_the_log(tmp_path: Path, logs: list[str])
 def test_the_hour_an_autumn_clock_change_repeats_runs_a_fixed_time_job_once() -> None:
     """Europe/Berlin, 25 October 2026: 02:30 comes twice (CEST, then CET). A daily `30 2 * * *` ran
     at both; crontab runs it once. An hourly job runs in both hours, as in crontab."""
-    from nanobot.scheduler.cron_store import repeats_last_run
+    from nanobot.scheduler.schedules import repeats_last_run
 
     berlin = ZoneInfo("Europe/Berlin")
     first = datetime(2026, 10, 25, 2, 30, tzinfo=berlin)  # fold 0: CEST, 00:30 UTC
@@ -911,3 +912,44 @@ def test_a_system_zone_without_a_name_is_warned_about() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("agents.defaults.timezone") == 1, result.stderr  # once, naming the fix
+
+
+def test_fired_reminders_make_room_and_one_chat_cannot_fill_the_file(tmp_path: Path) -> None:
+    """500 reminders that had fired stayed in jobs.json, switched off, and counted: after them every
+    chat was refused a new one ("too many jobs"), a year and a half of "remind me in 10 minutes"."""
+    from datetime import UTC, datetime, timedelta
+
+    from nanobot.scheduler.cron_store import MAX_JOBS, MAX_JOBS_PER_CHAT, CronSchedule
+
+    path = tmp_path / "jobs.json"
+    now = datetime.now(UTC)
+    chat, other = DeliverTo("telegram", "555"), DeliverTo("telegram", "777")
+
+    def fired(i: int, days_ago: float) -> CronJob:
+        at = to_iso(now - timedelta(days=days_ago))
+        return CronJob(id=f"old{i}", name="r", message="stretch", schedule=CronSchedule(kind="at", at=at),
+                       deliver_to=chat, enabled=False, last_run_at=at, last_status="ok")
+
+    CronStore(path).mutate(lambda jobs: jobs.extend(fired(i, 30 if i < 10 else 1 + i / 1000) for i in range(MAX_JOBS)))
+    svc = CronService(path, Recorder().on_job, "UTC")
+    svc.add("new", "water the plants", every_s=3600, deliver_to=chat)
+    ids = {j.id for j in svc.list()}
+    assert "old0" not in ids and "old499" in ids  # a week past: gone; recent ones stay listed
+    assert len(ids) <= MAX_JOBS
+    for i in range(MAX_JOBS_PER_CHAT - 1):
+        svc.add(f"n{i}", "ping", every_s=3600, deliver_to=chat)
+    with pytest.raises(ValueError, match="this chat has"):
+        svc.add("one more", "ping", every_s=3600, deliver_to=chat)
+    svc.add("elsewhere", "ping", every_s=3600, deliver_to=other)  # another chat still may
+
+
+@pytest.mark.parametrize(("value", "enabled"), [("false", False), ("False", False), ("true", True), ("maybe", False)])
+def test_a_job_switched_off_by_hand_stays_off(tmp_path: Path, value: str, enabled: bool) -> None:
+    """"enabled": "false" in a hand-edited jobs.json was true (a non-empty string): the paused job ran."""
+    path = tmp_path / "jobs.json"
+    svc = CronService(path, Recorder().on_job, "UTC")
+    job = svc.add("tick", "ping", every_s=60)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["jobs"][0]["enabled"] = value
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert [j.enabled for j in svc.list() if j.id == job.id] == [enabled]

@@ -137,3 +137,29 @@ async def test_a_chat_keeps_its_owner_after_new(make_config, fake_llm) -> None: 
     finally:
         await runtime.aclose()
     assert "4242" in repr(fake_llm.requests[-1]["messages"])  # the owner's memory, as before /new
+
+
+async def test_a_guest_later_put_on_allow_from_gets_the_owners_trust_in_reminders(make_config, fake_llm) -> None:  # noqa: ANN001
+    """The chat's first message recorded its user as a guest for good: after the owner listed them,
+    their own turns had the owner's tools and memory, their reminders still a guest's."""
+    from nanobot.agent.factory import run_cron_job
+    from tests.agent_helpers import make_runtime
+    from tests.fakes.llm_server import Reply
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    runtime.memory.write_memory("- The owner's bank PIN is 4242.\n")
+    sessions = runtime.agent.sessions
+    sessions.set_metadata(sessions.get("telegram:666"), is_group=False, sender_id="666", guest=True)
+    runtime.loop.start()
+    try:
+        fake_llm.push(Reply(content="Your reminder."))
+        job = runtime.cron.add("r", "remind me", every_s=3600, deliver_to=DeliverTo("telegram", "666"))
+        await run_cron_job(runtime.bus, job, sessions, lambda channel, sender, username: sender == "666")
+        listed_prompt = repr(fake_llm.requests[-1]["messages"])
+        fake_llm.push(Reply(content="Your reminder."))
+        await run_cron_job(runtime.bus, job, sessions, lambda channel, sender, username: sender != "666")
+    finally:
+        await runtime.aclose()
+    assert "4242" in listed_prompt  # listed now: the owner's trust
+    assert "4242" not in repr(fake_llm.requests[-1]["messages"])

@@ -390,9 +390,12 @@ async def run_cron_job(
     asker_name = chat.username if chat.user == job.created_by else None
     if listed is not None and job.created_by and not listed(target.channel, job.created_by, asker_name):
         raise JobRefused(f"{job.created_by}, who asked for it, is no longer allowed on {target.channel}")
-    guest = not chat.shared and bool(chat.user) and listed is not None and not listed(
-        target.channel, chat.user, chat.username
-    )
+    if listed is not None and not chat.is_group and chat.user:
+        # a private chat's trust is its user's now: a guest later put on allowFrom is the owner
+        # (the chat's first message recorded them as a guest for good), and the reverse
+        shared, guest = False, not listed(target.channel, chat.user, chat.username)
+    else:
+        shared, guest = chat.shared, False
     out = await bus.request(
         InboundMessage(
             channel=target.channel,
@@ -400,7 +403,7 @@ async def run_cron_job(
             chat_id=target.chat_id,
             content=job_prompt(job),
             session_key_override=cron_session_key(job.id),
-            is_group=chat.shared,
+            is_group=shared,
             guest=guest,
         )
     )
@@ -422,6 +425,7 @@ class JobChat:
     shared: bool
     user: str = ""
     username: str | None = None
+    is_group: bool = False
 
 
 def job_chat(sessions: SessionStore, target: DeliverTo) -> JobChat:
@@ -431,7 +435,9 @@ def job_chat(sessions: SessionStore, target: DeliverTo) -> JobChat:
     is_group = first.get("is_group", True)
     user = "" if is_group else str(first.get("sender_id") or "")
     username = first.get("username") if user else None
-    return JobChat(bool(is_group or first.get("guest")), user, str(username) if username else None)
+    return JobChat(
+        bool(is_group or first.get("guest")), user, str(username) if username else None, bool(is_group)
+    )
 
 
 def _own_files(config: Config, config_path: str) -> dict[str, tuple[Path, ...]]:

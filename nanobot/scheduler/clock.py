@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta, tzinfo
 
-from nanobot.scheduler.cron_store import MIN_EVERY_S, CronJob, next_fire
+from nanobot.scheduler.cron_store import CronJob
+from nanobot.scheduler.schedules import MIN_EVERY_S, next_fire
 from nanobot.timeutil import now as tz_now
 
 CLOCK_STEP_S = 2.0  # a wall-clock jump larger than this between two looks is a step

@@ -29,7 +29,6 @@ from nanobot.scheduler.cron_run import (
 )
 from nanobot.scheduler.cron_store import (
     CRON_SESSION_PREFIX,
-    MAX_JOBS,
     CronJob,
     CronSchedule,
     CronStoreError,
@@ -37,13 +36,11 @@ from nanobot.scheduler.cron_store import (
     cron_session_key,
     job_prompt,
     jobs_path,
-    make_schedule,
+    make_room,
     new_job_id,
-    next_fire,
-    repeats_last_run,
-    to_iso,
 )
 from nanobot.scheduler.cron_timers import MISFIRE_GRACE_S, RELOAD_CHECK_S, CronTimers, clipped_status
+from nanobot.scheduler.schedules import make_schedule, next_fire, repeats_last_run, to_iso
 from nanobot.timeutil import now as tz_now
 
 __all__ = [
@@ -126,8 +123,7 @@ class CronService(CronTimers):
         job.next_run_at = to_iso(first, round_up=True) if first else None
 
         def append(jobs: builtins.list[CronJob]) -> None:
-            if len(jobs) >= MAX_JOBS:
-                raise ValueError(f"too many jobs ({MAX_JOBS}); remove some first")
+            make_room(jobs, deliver_to, moment)
             jobs.append(job)
 
         self.store.mutate(append)

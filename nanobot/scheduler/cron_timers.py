@@ -29,16 +29,8 @@ from loguru import logger
 
 from nanobot.scheduler.clock import ClockWatch, interval_run_after_step_back
 from nanobot.scheduler.cron_run import Deliver, send_notice
-from nanobot.scheduler.cron_store import (
-    MAX_STATUS_CHARS,
-    CronJob,
-    CronSchedule,
-    CronStore,
-    CronStoreError,
-    build_trigger,
-    next_fire,
-    to_iso,
-)
+from nanobot.scheduler.cron_store import MAX_STATUS_CHARS, CronJob, CronSchedule, CronStore, CronStoreError
+from nanobot.scheduler.schedules import build_trigger, next_fire, to_iso
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import parse_iso, resolve_tz
 from nanobot.util.text import truncate_head
