@@ -65,6 +65,23 @@ def test_agent_one_shot_prints_only_the_reply(home: Path, fake_llm: FakeLLMServe
     assert [r for r in roles if r] == ["user", "assistant"]
 
 
+def test_status_tells_this_sessions_context_in_a_fresh_process(home: Path, fake_llm: FakeLLMServer) -> None:
+    """/status said "Context: ~0" for a long conversation until this process had run a turn (and in a
+    gateway it showed the last turn of any chat)."""
+    import re
+
+    _configure(home, fake_llm)
+    long_text = "tell me about the weather in the mountains " * 300  # ~2,400 tokens
+    fake_llm.push(Reply(content="It is cold."))
+    assert run_cli("agent", "-m", long_text, home=home).returncode == 0
+    status = run_cli("agent", "-m", "/status", home=home)
+    context = re.search(r"Context: ~(\d+) of", status.stdout)
+    assert context is not None and int(context.group(1)) > 2_000, status.stdout
+    other = run_cli("agent", "-m", "/status", "-s", "cli:other", home=home)
+    fresh = re.search(r"Context: ~(\d+) of", other.stdout)
+    assert fresh is not None and int(fresh.group(1)) < int(context.group(1)) - 2_000, other.stdout
+
+
 def test_agent_one_shot_new_and_session_option(home: Path, fake_llm: FakeLLMServer) -> None:
     _configure(home, fake_llm)
     fake_llm.responder = MemoryScript(reply_text="ok").responder  # answers save_memory / session notes

@@ -953,3 +953,13 @@ def test_a_job_switched_off_by_hand_stays_off(tmp_path: Path, value: str, enable
     data["jobs"][0]["enabled"] = value
     path.write_text(json.dumps(data), encoding="utf-8")
     assert [j.enabled for j in svc.list() if j.id == job.id] == [enabled]
+
+
+async def test_a_job_run_by_hand_does_not_claim_it_reached_its_chat(tmp_path: Path) -> None:
+    """`nanobot cron run` printed the result in the terminal and recorded "ok" over the job's
+    "error: delivery failed": the one sign that its chat receives nothing was gone."""
+    cli = CronService(tmp_path / "jobs.json", Recorder(reply="re: ping").on_job, "UTC")  # no delivery
+    job = cli.add("ping", "ping", every_s=60, deliver_to=DeliverTo("telegram", "555"))
+    assert await cli.run_now(job.id) == "re: ping"
+    status = cli.get(job.id).last_status
+    assert status is not None and status.startswith("ok (run by hand") and "telegram:555" in status

@@ -59,7 +59,7 @@ class AgentStats:
     turns: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    last_prompt_tokens: int = 0
+    last_prompt_tokens: int = 0  # the last turn's prompt (any chat's)
 
 
 class Agent:
@@ -136,7 +136,9 @@ class Agent:
                if self.provider.is_small_local else ""),
             f"Session: {session_key} — {len(session.messages)} messages, "
             f"{len(session.messages) - session.last_consolidated} not yet consolidated",
-            f"Context: ~{self.stats.last_prompt_tokens} of {self.lifecycle.budget_tokens} prompt tokens",
+            # this session's next prompt (the last turn's count was any chat's, and 0 after a start)
+            f"Context: ~{self.estimator(session, self._owner_session(session))} of "
+            f"{self.lifecycle.budget_tokens} prompt tokens",
             f"Tokens used since start: {self.stats.prompt_tokens} in / {self.stats.completion_tokens} out "
             f"over {self.stats.turns} turns",
             f"Tools: {len(self.tools)}{self._mcp_status()}; memory: {self.long_term.name}; "
@@ -144,6 +146,11 @@ class Agent:
             f"Uptime: {uptime // 3600}h {uptime % 3600 // 60}m",
         ]
         return "\n".join(lines)
+
+    @staticmethod
+    def _owner_session(session: Session) -> bool:
+        """Whether a session is an owner's chat by what it recorded (its prompt carries MEMORY.md)."""
+        return session.metadata.get("is_group") is False and not session.metadata.get("guest")
 
     # ------------------------------------------------------------------ turns
     def _prompt_messages(

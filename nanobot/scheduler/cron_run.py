@@ -74,9 +74,11 @@ async def run_and_deliver(job: CronJob, on_job: OnJob, deliver: Deliver | None) 
 
 
 async def _deliver_result(job: CronJob, deliver: Deliver | None, result: str) -> str:
-    if job.deliver_to is None or deliver is None:
+    if job.deliver_to is None:
         logger.info("cron: job {} produced a result with no chat to deliver it to", job.id)
         return "ok"
+    if deliver is None:  # `nanobot cron run`: the result goes to the terminal, not to the chat
+        return f"ok (run by hand; not delivered to {job.deliver_to.channel}:{job.deliver_to.chat_id})"
     try:
         await deliver(job.deliver_to.channel, job.deliver_to.chat_id, result)
     except asyncio.CancelledError:
