@@ -197,3 +197,45 @@ def test_a_model_that_spawns_from_every_report_stops_two_levels_down(tmp_path: P
     lines = done.stdout.splitlines()
     assert sum("started" in line for line in lines) == 2, lines
     assert "only 1 level(s) deep" in lines[-1], lines
+
+
+async def test_sub_agents_are_bounded_counted_stoppable_and_cut_visibly(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """Four per chat was the only bound (ten strangers ran 40 beside maxConcurrentTurns 2); /status
+    left their tokens out; /stop in a chat did not reach a heartbeat's sub-agent reporting there; and a
+    long result was cut at 8,000 characters without a word, its conclusion lost."""
+    from nanobot.agent.subagents import MAX_RESULT_CHARS
+    from nanobot.agent.tools.base import ToolContext
+    from tests.agent_helpers import make_runtime
+
+    config, _ = make_config(**{"agents.defaults.maxConcurrentTurns": 4})  # sub-agents: 2 in all
+    runtime = make_runtime(config)
+    manager = runtime.agent.subagents
+    assert manager is not None and manager.max_running == 2
+
+    def chat(n: int, session: str | None = None) -> ToolContext:
+        return ToolContext(channel="telegram", chat_id=str(n), session_key=session or f"telegram:{n}", sender_id=str(n))
+
+    fake_llm.responder = lambda body: Reply(content="slow", delay_s=30)
+    try:
+        tools = runtime.agent.tools
+        assert "started" in await tools.execute("spawn", {"task": "a"}, chat(1))
+        assert "started" in await tools.execute("spawn", {"task": "b"}, chat(2, session="heartbeat:main"))
+        refused = await tools.execute("spawn", {"task": "c"}, chat(3))
+        assert refused.startswith("Error:") and "for all chats" in refused, refused
+        assert runtime.agent.cancel_subagents("telegram:2") == 1  # the heartbeat's, reporting to chat 2
+        assert runtime.agent.cancel_subagents("telegram:1") == 1
+        await asyncio.sleep(0.1)
+        assert manager.running() == 0
+        # a long result keeps its end, and says it was cut; its tokens are counted
+        conclusion = "CONCLUSION: 3 files are corrupt"
+        fake_llm.responder = lambda body: Reply(content="x" * 9_000 + conclusion, prompt_tokens=200_000)
+        assert "started" in await tools.execute("spawn", {"task": "scan"}, chat(4))
+        report = await asyncio.wait_for(runtime.bus.consume_inbound(), 10)
+        status = runtime.agent.status_text("telegram:4")
+    finally:
+        await runtime.aclose()
+    assert conclusion in report.content and "truncated" in report.content
+    assert len(report.content) < MAX_RESULT_CHARS + 1_000
+    assert "sub-agents 200000 in" in status, status

@@ -140,12 +140,21 @@ class Agent:
             f"Context: ~{self.estimator(session, self._owner_session(session))} of "
             f"{self.lifecycle.budget_tokens} prompt tokens",
             f"Tokens used since start: {self.stats.prompt_tokens} in / {self.stats.completion_tokens} out "
-            f"over {self.stats.turns} turns",
+            f"over {self.stats.turns} turns" + self._subagents_status(),
             f"Tools: {len(self.tools)}{self._mcp_status()}; memory: {self.long_term.name}; "
             f"background memory tasks: {self.lifecycle.pending()}",
             f"Uptime: {uptime // 3600}h {uptime % 3600 // 60}m",
         ]
         return "\n".join(lines)
+
+    def _subagents_status(self) -> str:
+        if self.subagents is None:
+            return ""
+        used = self.subagents.usage
+        return (
+            f"; sub-agents {used.prompt_tokens} in / {used.completion_tokens} out, "
+            f"{self.subagents.running()} running"
+        )
 
     @staticmethod
     def _owner_session(session: Session) -> bool:

@@ -278,6 +278,7 @@ def build_runtime(
             runner_with(MAX_SUBAGENT_ITERATIONS),
             bus,
             workspace_note=f"Workspace: {workspace}",
+            max_running=d.max_concurrent_turns // 2,  # beside the turns, not in their place
         )
         tools.register(SpawnTool(subagents))
     mcp = None

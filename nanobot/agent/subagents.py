@@ -22,7 +22,9 @@ from nanobot.agent.runner import TurnRunner
 from nanobot.agent.tools.base import ToolContext, ToolError
 from nanobot.bus.events import InboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.providers.base import Usage
 from nanobot.util.tasks import finish_or_cancel
+from nanobot.util.text import truncate_middle
 
 SUBAGENT_TOOLS = frozenset(
     {"read_file", "write_file", "edit_file", "list_dir", "exec", "web_fetch", "web_search"}
@@ -38,11 +40,19 @@ Complete the task with the tools you have, then answer with a concise report of 
 
 
 class SubagentManager:
-    def __init__(self, runner: TurnRunner, bus: MessageBus, workspace_note: str = "") -> None:
+    def __init__(
+        self, runner: TurnRunner, bus: MessageBus, workspace_note: str = "", max_running: int = 8
+    ) -> None:
         self.runner = runner
         self.bus = bus
         self.workspace_note = workspace_note
-        self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        # in all chats at once: 4 per chat alone let strangers of an open dmPolicy run 40 beside
+        # maxConcurrentTurns 2, each with up to 15 model calls and their tools
+        self.max_running = max(1, max_running)
+        self.usage = Usage()  # what every sub-agent since start spent (told by /status)
+        # task id -> (the session that spawned it, the chat it reports to, its task); a heartbeat's
+        # or a job's sub-agent has the turn's own session but reports to a chat, whose /stop stops it
+        self._tasks: dict[str, tuple[str, str, asyncio.Task[None]]] = {}
         self._keep: Callable[[InboundMessage], None] | None = None  # set at shutdown
 
     def hold_results(self, keep: Callable[[InboundMessage], None]) -> None:
@@ -55,17 +65,23 @@ class SubagentManager:
                 f"{MAX_RUNNING_PER_SESSION} sub-agents are already running for this chat; "
                 "wait for their results before starting more"
             )
+        if self.running() >= self.max_running:
+            raise ToolError(
+                f"{self.max_running} sub-agents are running for all chats; wait for their results, "
+                "or do this task yourself"
+            )
         task_id = uuid.uuid4().hex[:8]
         job = asyncio.create_task(self._run(task_id, task, label, ctx), name=f"subagent:{task_id}")
-        self._tasks[task_id] = (ctx.session_key, job)
+        self._tasks[task_id] = (ctx.session_key, f"{ctx.channel}:{ctx.chat_id}", job)
         job.add_done_callback(lambda _t: self._tasks.pop(task_id, None))
         return task_id
 
     def running(self, session_key: str | None = None) -> int:
-        return sum(1 for key, _ in self._tasks.values() if session_key is None or key == session_key)
+        return sum(1 for key, _, _ in self._tasks.values() if session_key is None or key == session_key)
 
     def cancel_for(self, session_key: str) -> int:
-        jobs = [job for key, job in self._tasks.values() if key == session_key and not job.done()]
+        """Cancel the sub-agents a session started and those reporting to its chat."""
+        jobs = [job for key, chat, job in self._tasks.values() if session_key in (key, chat) and not job.done()]
         for job in jobs:
             job.cancel()
         return len(jobs)
@@ -73,7 +89,7 @@ class SubagentManager:
     async def drain(self, timeout_s: float) -> None:
         """Let running sub-agents finish within `timeout_s`; cancel the rest and give them
         UNWIND_S to leave their note (see `hold_results`)."""
-        await finish_or_cancel([job for _, job in self._tasks.values()], timeout_s, unwind_s=UNWIND_S)
+        await finish_or_cancel([job for _, _, job in self._tasks.values()], timeout_s, unwind_s=UNWIND_S)
 
     async def _run(self, task_id: str, task: str, label: str, ctx: ToolContext) -> None:
         messages = [
@@ -86,6 +102,17 @@ class SubagentManager:
         try:
             result = await self.runner.run(messages, ctx, tool_names=set(SUBAGENT_TOOLS))
             status, text = "finished", result.content
+            self.usage.add(result.usage)
+            logger.info(
+                "sub-agent {} ('{}') of {}: {} iteration(s), {} prompt + {} completion tokens, tools {}",
+                task_id,
+                label,
+                ctx.session_key,
+                result.iterations,
+                result.usage.prompt_tokens,
+                result.usage.completion_tokens,
+                result.tools_used or "none",
+            )
         except asyncio.CancelledError:
             if self._keep is not None:  # a shutdown, not /stop: the user was promised a result
                 logger.warning(
@@ -105,7 +132,7 @@ class SubagentManager:
             logger.warning("sub-agent {} failed: {}", task_id, exc)
             status, text = "failed", f"{type(exc).__name__}: {exc}"
         content = (
-            f"[Sub-agent '{label}' {status}]\n\nTask: {task}\n\nResult:\n{text[:MAX_RESULT_CHARS]}\n\n"
+            f"[Sub-agent '{label}' {status}]\n\nTask: {task}\n\nResult:\n{truncate_middle(text, MAX_RESULT_CHARS)}\n\n"
             "Tell the user about this result briefly."
         )
         message = self._message(task_id, ctx, content)
