@@ -13,7 +13,8 @@ the session file, where later prompts would repeat it. `clean_reply` removes:
   its reasoning is not the answer, and kept in the session it would go into every later prompt.
 
 What is left is stripped; an empty result is the caller's signal to send `NO_ANSWER_REPLY` instead of
-an empty chat message.
+an empty chat message. A streamed answer is previewed through `StreamCleaner` (`previewed`): the
+reasoning block and the control tokens never show while it arrives either.
 """
 
 from __future__ import annotations
@@ -143,4 +144,3 @@ def previewed(on_delta: Callable[[str], Awaitable[None]]) -> Callable[[str], Awa
             await on_delta(text)
 
     return forward
-
