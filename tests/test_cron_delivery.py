@@ -163,3 +163,26 @@ async def test_a_guest_later_put_on_allow_from_gets_the_owners_trust_in_reminder
         await runtime.aclose()
     assert "4242" in listed_prompt  # listed now: the owner's trust
     assert "4242" not in repr(fake_llm.requests[-1]["messages"])
+
+
+def test_a_session_an_earlier_new_started_takes_its_identity_from_the_archive(tmp_path: Path) -> None:
+    """An earlier version's /new left a session that said nothing of whose it was: after the
+    upgrade, until the owner wrote again, their reminders ran with a stranger's trust and the
+    heartbeat found no chat."""
+    from nanobot.agent.factory import job_chat
+    from nanobot.session.store import SessionStore
+
+    sessions_dir = tmp_path / "sessions"
+    (sessions_dir / "archive").mkdir(parents=True)
+    identity = {"_type": "metadata", "format": 1, "is_group": False, "session_key": "telegram:555",
+                "sender_id": "555", "username": "owner"}
+    (sessions_dir / "archive" / "telegram_555-20261101T090000.jsonl").write_text(
+        json.dumps(identity) + "\n" + json.dumps({"role": "user", "content": "hi"}) + "\n"
+    )
+    (sessions_dir / "telegram_555.jsonl").write_text(
+        json.dumps({"_type": "metadata", "format": 1, "answered_before_new": [1], "new_by": 100}) + "\n"
+    )
+    sessions = SessionStore(tmp_path)
+    chat = job_chat(sessions, DeliverTo("telegram", "555"))
+    assert not chat.shared and chat.user == "555" and chat.username == "owner"
+    assert sessions.last_private_chat(()) == ("telegram", "555")

@@ -56,7 +56,6 @@ from nanobot.providers.tokens import count_message
 from nanobot.scheduler.cron import CronService, JobFailed, JobRefused
 from nanobot.scheduler.cron_store import CronJob, DeliverTo, cron_session_key, job_prompt, jobs_path
 from nanobot.secrets import register_config_secrets, register_env_secrets
-from nanobot.session.session import first_metadata
 from nanobot.session.store import SessionStore
 from nanobot.timeutil import resolve_tz
 
@@ -432,7 +431,7 @@ class JobChat:
 def job_chat(sessions: SessionStore, target: DeliverTo) -> JobChat:
     if target.channel == "cli":
         return JobChat(shared=False)
-    first = first_metadata(sessions.path_for(f"{target.channel}:{target.chat_id}"), "is_group")
+    first = sessions.chat_identity(sessions.path_for(f"{target.channel}:{target.chat_id}"))
     is_group = first.get("is_group", True)
     user = "" if is_group else str(first.get("sender_id") or "")
     username = first.get("username") if user else None

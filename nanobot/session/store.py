@@ -290,6 +290,20 @@ class SessionStore:
         channel, _, chat_id = (archived_stem(path) or path.stem).partition("_")
         return f"{channel}:{chat_id}"
 
+    def chat_identity(self, path: Path) -> dict[str, Any]:
+        """Whose chat a live transcript is (the metadata its first message recorded: is_group,
+        sender_id, username, guest), {} when unknown. A session an earlier version's /new started
+        recorded none until its next message: its chat's newest archive says whose it was."""
+        first = first_metadata(path, "is_group")
+        if first or not self.archive_dir.is_dir():
+            return first
+        pattern = f"{path.stem}-*{TRANSCRIPT_SUFFIX}"
+        archives = [p for p in self.archive_dir.glob(pattern) if archived_stem(p) == path.stem]
+        for archived in sorted(archives, key=lambda p: p.name, reverse=True):  # names end in their stamp
+            if found := first_metadata(archived, "is_group"):
+                return found
+        return {}
+
     def last_private_chat(
         self, skip_channels: tuple[str, ...], allowed: Callable[[str, str, str | None], bool] | None = None
     ) -> tuple[str, str] | None:
@@ -302,7 +316,7 @@ class SessionStore:
             channel, _, chat_id = self.key_of(path).partition(":")
             if channel in skip_channels or not chat_id:
                 continue
-            first = first_metadata(path, "is_group")
+            first = self.chat_identity(path)
             if first.get("is_group", True) or first.get("guest"):
                 continue
             user = str(first.get("sender_id") or chat_id)
