@@ -128,6 +128,14 @@ def test_chinese_under_a_locale_that_is_not_utf8(home: Path, fake_llm: FakeLLMSe
     assert said == ["我的狗叫旺财"]
 
 
+def test_a_hosted_embedding_model_under_the_local_provider_is_a_config_error(home: Path) -> None:
+    """It failed every memory search, and `status` with a traceback."""
+    _write(home, {"memory": {"search": {"embeddingProvider": "local", "embeddingModel": "text-embedding-3-small"}}})
+    result = run_cli("status", home=home)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "memory.search" in result.stderr and "multilingual-e5-small" in result.stderr
+
+
 def test_unknown_provider_exits_2(home: Path) -> None:
     _write(home, {"agents": {"defaults": {"provider": "skynet", "model": "x"}}})
     result = run_cli("agent", "-m", "hi", home=home)

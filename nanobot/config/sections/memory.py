@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from nanobot.config.sections.base import Section, endpoint_url
 
@@ -13,6 +13,7 @@ from nanobot.config.sections.base import Section, endpoint_url
 MEMORY_BACKENDS = ("file", "mem0", "graphiti", "honcho", "memos")
 MEMORY_CONDITIONS = ("no_memory", "rolling_summary", "full_history", "static_profile")
 EMBEDDING_PROVIDERS = ("auto", "local", "litellm", "none")
+LOCAL_EMBEDDING_MODELS = ("multilingual-e5-small", "wordllama")  # what `local` can load offline
 
 
 def _one_of(key: str, value: str, names: tuple[str, ...], empty: str) -> str:
@@ -84,6 +85,18 @@ class MemorySearchConfig(Section):
     @classmethod
     def _known_embedder(cls, value: str) -> str:  # a typo fell back to keyword search, told once in a log
         return _one_of("embedding provider", value, EMBEDDING_PROVIDERS, "auto")
+
+    @model_validator(mode="after")
+    def _local_model_known(self) -> MemorySearchConfig:
+        """`local` with a hosted model's name (text-embedding-3-small) failed every search, and
+        `status` with a traceback."""
+        if self.embedding_provider == "local" and self.embedding_model not in ("", *LOCAL_EMBEDDING_MODELS):
+            raise ValueError(
+                f"embeddingModel {self.embedding_model!r} is not a local model: with embeddingProvider "
+                f"'local' use one of {', '.join(LOCAL_EMBEDDING_MODELS)} (or empty), or embeddingProvider "
+                "'litellm' for a hosted one"
+            )
+        return self
 
 
 class MemoryConfig(Section):
