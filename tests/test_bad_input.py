@@ -128,6 +128,32 @@ def test_chinese_under_a_locale_that_is_not_utf8(home: Path, fake_llm: FakeLLMSe
     assert said == ["我的狗叫旺财"]
 
 
+def test_chinese_typed_under_a_latin1_locale(home: Path, tmp_path: Path) -> None:
+    """Under ISO-8859-1 every byte decodes, so the UTF-8 bytes of a Chinese reminder became
+    mojibake without a surrogate to tell (saved so in jobs.json); and one pasted Latin-1 byte in a
+    UTF-8 file made the file tools read all of it as Windows-1252."""
+    import shutil
+    import subprocess
+
+    from nanobot.util.text import decode_text
+
+    mixed = "Trip: Zürich → 北京, café\n".encode() + b"pasted: \xef\n"
+    assert decode_text(mixed).startswith("Trip: Zürich → 北京, café")
+    assert decode_text("Zoë in Besançon".encode("cp1252")) == "Zoë in Besançon"
+    localedef = shutil.which("localedef")
+    (tmp_path / "loc").mkdir()
+    if localedef is None or subprocess.run(
+        [localedef, "-i", "en_US", "-f", "ISO-8859-1", str(tmp_path / "loc" / "en_US.ISO-8859-1")],
+        capture_output=True, timeout=120,
+    ).returncode not in (0, 1):  # 1: made, with warnings
+        pytest.skip("no locale sources to build an ISO-8859-1 locale from")
+    env = {"LOCPATH": str(tmp_path / "loc"), "LC_ALL": "en_US.ISO-8859-1", "LANG": "en_US.ISO-8859-1"}
+    result = run_cli("cron", "add", "-m", "提醒我买牛奶", "--every", "3600", home=home, env=env)
+    assert result.returncode == 0, result.stderr
+    jobs = json.loads((home / "workspace" / "cron" / "jobs.json").read_text(encoding="utf-8"))
+    assert jobs["jobs"][0]["message"] == "提醒我买牛奶"
+
+
 def test_a_hosted_embedding_model_under_the_local_provider_is_a_config_error(home: Path) -> None:
     """It failed every memory search, and `status` with a traceback."""
     _write(home, {"memory": {"search": {"embeddingProvider": "local", "embeddingModel": "text-embedding-3-small"}}})

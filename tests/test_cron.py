@@ -930,6 +930,11 @@ def test_fired_reminders_make_room_and_one_chat_cannot_fill_the_file(tmp_path: P
         return CronJob(id=f"old{i}", name="r", message="stretch", schedule=CronSchedule(kind="at", at=at),
                        deliver_to=chat, enabled=False, last_run_at=at, last_status="ok")
 
+    def missed(i: int) -> CronJob:  # due while nothing ran: switched off, never run
+        at = to_iso(now - timedelta(days=1))
+        return CronJob(id=f"missed{i}", name="r", message="stretch", schedule=CronSchedule(kind="at", at=at),
+                       deliver_to=chat, enabled=False, last_status=f"missed: due {at}")
+
     CronStore(path).mutate(lambda jobs: jobs.extend(fired(i, 30 if i < 10 else 1 + i / 1000) for i in range(MAX_JOBS)))
     svc = CronService(path, Recorder().on_job, "UTC")
     svc.add("new", "water the plants", every_s=3600, deliver_to=chat)
@@ -941,6 +946,10 @@ def test_fired_reminders_make_room_and_one_chat_cannot_fill_the_file(tmp_path: P
     with pytest.raises(ValueError, match="this chat has"):
         svc.add("one more", "ping", every_s=3600, deliver_to=chat)
     svc.add("elsewhere", "ping", every_s=3600, deliver_to=other)  # another chat still may
+    # reminders missed while nothing ran can never run either: they make room like fired ones
+    path.unlink()
+    CronStore(path).mutate(lambda jobs: jobs.extend(missed(i) for i in range(MAX_JOBS_PER_CHAT)))
+    svc.add("after the missed ones", "ping", every_s=3600, deliver_to=chat)
 
 
 @pytest.mark.parametrize(("value", "enabled"), [("false", False), ("False", False), ("true", True), ("maybe", False)])

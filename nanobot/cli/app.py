@@ -85,14 +85,16 @@ app.add_typer(config_cmd.app, name="config", help="The configuration's JSON Sche
 
 def _text_in_any_locale() -> None:
     """Under a locale whose encoding is not UTF-8 (Python turns only C/POSIX into UTF-8), piped
-    lines in ASCII could only be lost (saved as U+FFFD) and printing a Chinese reply crashed: piped
-    input is read as UTF-8 then, and what the terminal cannot show is replaced, not fatal. Arguments
+    Chinese was lost (U+FFFD in ASCII, mojibake in Latin-1) and printing a Chinese reply crashed:
+    piped input is read as UTF-8 then, and what the terminal cannot show is replaced, not fatal. Arguments
     stay as Python read them (a path in the locale's bytes must open); the message texts among them
     are decoded where they are taken (`typed_text`)."""
     if codecs.lookup(locale.getpreferredencoding(False)).name == "utf-8":
         return
-    if isinstance(sys.stdin, io.TextIOWrapper) and codecs.lookup(sys.stdin.encoding).name == "ascii":
-        sys.stdin.reconfigure(encoding="utf-8", errors="replace")  # ASCII cannot be what was typed
+    if isinstance(sys.stdin, io.TextIOWrapper) and codecs.lookup(sys.stdin.encoding).name != "utf-8":
+        # terminals and pipes carry UTF-8 far more often than the locale says (an ssh session with
+        # LANG=C): read as ISO-8859-1, Chinese became mojibake, kept in memory for good
+        sys.stdin.reconfigure(encoding="utf-8", errors="replace")
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="replace")

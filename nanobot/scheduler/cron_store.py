@@ -116,8 +116,9 @@ class CronJob:
 
 
 def finished(job: CronJob) -> bool:
-    """A one-shot job that has run (it is switched off then, for good)."""
-    return job.schedule.kind == "at" and not job.enabled and bool(job.last_run_at)
+    """A one-shot job that has run, or was missed while nothing ran (switched off then, for good)."""
+    missed = (job.last_status or "").startswith("missed")
+    return job.schedule.kind == "at" and not job.enabled and (bool(job.last_run_at) or missed)
 
 
 def make_room(jobs: list[CronJob], chat: DeliverTo | None, now: datetime) -> None:
@@ -125,7 +126,7 @@ def make_room(jobs: list[CronJob], chat: DeliverTo | None, now: datetime) -> Non
     oldest fired ones too (500 fired reminders, kept switched off, once refused every chat a new
     one). Raises ValueError when the jobs still fill jobs.json, or the chat's share of it."""
     def stale(job: CronJob) -> bool:
-        ran = parse_iso_or_none(job.last_run_at)
+        ran = parse_iso_or_none(job.last_run_at or job.schedule.at)  # a missed one: when it was due
         return finished(job) and (ran is None or now - ran > FINISHED_KEPT)
 
     jobs[:] = [j for j in jobs if not stale(j)]

@@ -13,6 +13,7 @@ the control characters a terminal would act on (a reply, a log line carrying a s
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import locale
 import mimetypes
@@ -112,21 +113,23 @@ def valid_unicode(text: str) -> str:
 
 
 def decode_text(data: bytes) -> str:
-    """A text file's bytes as text: UTF-8, else Windows-1252 (an editor's legacy encoding: Latin-1
-    and more), not U+FFFD for every accent, which a write back (an edit) would make final."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data.decode("cp1252", errors="replace")
+    """A text file's bytes as text: UTF-8 (a stray undecodable byte replaced), or Windows-1252 (an
+    editor's legacy encoding: Latin-1 and more) when no UTF-8 character is in it at all — not U+FFFD
+    for every accent, which a write back (an edit) would make final, nor a UTF-8 file with one pasted
+    Latin-1 byte read as Windows-1252 whole (its Chinese and accents turned to mojibake for good)."""
+    text = data.decode("utf-8", errors="replace")
+    if "\ufffd" not in text or any(c > "\x7f" and c != "\ufffd" for c in text):
+        return text
+    return data.decode("cp1252", errors="replace")
 
 
 def typed_text(arg: str) -> str:
     """A message text from the command line as the user typed it: under a locale that is not
     UTF-8, Python keeps its bytes as surrogates (saved, they became U+FFFD: the user's words lost).
     UTF-8 bytes are read as UTF-8, others in the locale's encoding."""
-    if not _SURROGATE.search(arg):
+    if not _SURROGATE.search(arg) and codecs.lookup(locale.getpreferredencoding(False)).name == "utf-8":
         return arg
-    raw = os.fsencode(arg)
+    raw = os.fsencode(arg)  # the bytes typed (a Latin-1 locale decodes UTF-8 bytes without a surrogate)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
