@@ -493,7 +493,9 @@ async def test_an_open_disk_is_the_owners_not_the_groups(make_config, tmp_path: 
     outside = tmp_path / "elsewhere" / "id_ed25519"
     outside.parent.mkdir()
     outside.write_text("-----BEGIN OPENSSH PRIVATE KEY----- 4242\n", encoding="utf-8")
-    config, _ = make_config(**{"tools.restrictToWorkspace": False, "tools.exec.sandbox": "bwrap"})
+    config, _ = make_config(**{"tools.restrictToWorkspace": False, "tools.exec.sandbox": "bwrap",
+                               "logging.file": str(tmp_path / "logs" / "nanobot.log")})  # outside the home
+    (tmp_path / "logs").mkdir()
     runtime = make_runtime(config)
     seed(config.workspace_path)
     os.symlink(outside.parent, config.workspace_path / "keys")
@@ -520,6 +522,10 @@ async def test_an_open_disk_is_the_owners_not_the_groups(make_config, tmp_path: 
         config_json = nanobot_home() / "config.json"
         config_json.write_text('{"providers": {"openai": {"apiKey": "sk-test-0123456789abcdef"}}}')
         refused = await tools.execute("message", {"content": "cfg", "media": [str(config_json)]}, OWNER)
+        assert refused.startswith("Error:") and "nanobot's own files" in refused, refused
+        rotated = Path(str(config.log_file_path) + ".2026-11-01_10-00-00_000000")  # a log kept beside it
+        rotated.write_text("token 7000001:AAHsecret\n")
+        refused = await tools.execute("message", {"content": "log", "media": [str(rotated)]}, OWNER)
         assert refused.startswith("Error:") and "nanobot's own files" in refused, refused
         assert config.workspace_path.is_relative_to(nanobot_home())  # the default layout: still sent
         notes = await tools.execute("message", {"content": "notes", "media": ["notes.txt"]}, OWNER)

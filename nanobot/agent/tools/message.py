@@ -94,8 +94,8 @@ class MessageTool(Tool):
     def _nanobots_own(self, path: Path) -> bool:
         """Whether `path` (resolved) is nanobot's config, log or another file of NANOBOT_HOME outside
         the workspace (which may lie inside NANOBOT_HOME)."""
-        if path in self._private_files:
-            return True
+        if any(path.parent == own.parent and path.name.startswith(own.name) for own in self._private_files):
+            return True  # the file, or a rotated copy of the log (nanobot.log.2026-01-01_...)
         inside = path.is_relative_to(self.guard.workspace)
         return not inside and any(path.is_relative_to(d) for d in self._private_dirs)
 
