@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nanobot.agent.factory import AgentRuntime, build_runtime
+from nanobot.agent.factory import build_runtime
+from nanobot.agent.runtime import AgentRuntime
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import Config

@@ -18,9 +18,9 @@ REMOVED, OWNER = "777", "555"
 
 
 def _leave_unanswered(h: Harness, sender: str, text: str) -> None:
-    """A private message saved and left unanswered, as a stop leaves it (Agent.keep_unanswered)."""
+    """A private message saved and left unanswered, as a stop leaves it (SessionRecords.keep_unanswered)."""
     msg = InboundMessage(channel="test", sender_id=sender, chat_id=sender, content=text)
-    h.gateway.agent.keep_unanswered(msg, h.gateway.agent.context_of(msg))
+    h.gateway.agent.records.keep_unanswered(msg, h.gateway.agent.context_of(msg))
 
 
 async def test_a_removed_senders_unanswered_message_is_not_answered_at_start(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ async def test_a_user_allowed_by_username_gets_their_jobs_and_the_heartbeat(tmp_
     heartbeat never found her chat: the checks knew her id only, never her username."""
     h = Harness(tmp_path)
     msg = InboundMessage(channel="test", sender_id=OWNER, chat_id=OWNER, content="hi", metadata={"username": "Alice"})
-    h.gateway.agent.keep_unanswered(msg, h.gateway.agent.context_of(msg))
+    h.gateway.agent.records.keep_unanswered(msg, h.gateway.agent.context_of(msg))
     h.channel.allow_from = ["@alice"]
     sessions = h.gateway.agent.sessions
     assert sessions.last_private_chat(("cli",), h.gateway.channels.lists) == ("test", OWNER)

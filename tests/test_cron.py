@@ -784,10 +784,11 @@ def test_cli_run_keeps_a_config_outside_nanobot_home_from_exec(
     gateway and `agent`. The runtime was built without the path, so exec hid a `config.json` in the
     current folder instead, and a job's command could read the real one (past the redaction)."""
     from nanobot.agent import factory
+    from nanobot.agent.runtime import AgentRuntime
     from tests.fakes.llm_server import FakeLLMServer
 
     monkeypatch.setenv("NANOBOT_HOME", str(tmp_path / "home"))
-    built: list[factory.AgentRuntime] = []
+    built: list[AgentRuntime] = []
     real_build = factory.build_runtime
 
     def recording_build(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202

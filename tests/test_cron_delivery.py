@@ -83,7 +83,7 @@ def test_cli_add_refuses_an_unknown_channel_and_warns_of_a_disabled_one(
 async def test_a_job_for_a_group_runs_with_the_groups_trust(make_config, fake_llm) -> None:  # noqa: ANN001
     """`cron add --channel telegram --to -100123`: the job's turn ran as the owner (MEMORY.md in its
     prompt, memory_search offered) and posted what it wrote into the group."""
-    from nanobot.agent.factory import run_cron_job
+    from nanobot.agent.cron_turn import run_cron_job
     from nanobot.bus.events import InboundMessage
     from tests.agent_helpers import make_runtime
     from tests.fakes.llm_server import Reply
@@ -93,7 +93,7 @@ async def test_a_job_for_a_group_runs_with_the_groups_trust(make_config, fake_ll
     runtime.memory.write_memory("- The owner's bank PIN is 4242.\n")
     for chat, group in (("-100123", True), ("555", False)):  # both chats began before the jobs
         msg = InboundMessage(channel="telegram", sender_id="555", chat_id=chat, content="hi", is_group=group)
-        runtime.agent.keep_unanswered(msg, runtime.agent.context_of(msg))
+        runtime.agent.records.keep_unanswered(msg, runtime.agent.context_of(msg))
     runtime.loop.start()
     seen: dict[str, str] = {}
     try:
@@ -113,7 +113,7 @@ async def test_a_chat_keeps_its_owner_after_new(make_config, fake_llm) -> None: 
     """/new started a session that did not say whose chat it was: until the user wrote again, the
     owner's reminders ran with a stranger's trust (no MEMORY.md, no memory tools, no exec) and the
     heartbeat found no chat to report to."""
-    from nanobot.agent.factory import job_chat, run_cron_job
+    from nanobot.agent.cron_turn import job_chat, run_cron_job
     from nanobot.bus.events import InboundMessage
     from tests.agent_helpers import make_runtime
     from tests.fakes.llm_server import Reply
@@ -142,7 +142,7 @@ async def test_a_chat_keeps_its_owner_after_new(make_config, fake_llm) -> None: 
 async def test_a_guest_later_put_on_allow_from_gets_the_owners_trust_in_reminders(make_config, fake_llm) -> None:  # noqa: ANN001
     """The chat's first message recorded its user as a guest for good: after the owner listed them,
     their own turns had the owner's tools and memory, their reminders still a guest's."""
-    from nanobot.agent.factory import run_cron_job
+    from nanobot.agent.cron_turn import run_cron_job
     from tests.agent_helpers import make_runtime
     from tests.fakes.llm_server import Reply
 
@@ -169,7 +169,7 @@ def test_a_session_an_earlier_new_started_takes_its_identity_from_the_archive(tm
     """An earlier version's /new left a session that said nothing of whose it was: after the
     upgrade, until the owner wrote again, their reminders ran with a stranger's trust and the
     heartbeat found no chat."""
-    from nanobot.agent.factory import job_chat
+    from nanobot.agent.cron_turn import job_chat
     from nanobot.session.store import SessionStore
 
     sessions_dir = tmp_path / "sessions"

@@ -211,7 +211,7 @@ async def test_a_forum_topic_is_answered_in_its_topic_not_a_chat_named_after_the
     runtime = make_runtime(config)
     for chat, group in (("-100123:7", True), ("555:3", False)):
         msg = InboundMessage(channel="telegram", sender_id="555", chat_id=chat, content="hello?", is_group=group)
-        runtime.agent.keep_unanswered(msg, runtime.agent.context_of(msg))
+        runtime.agent.records.keep_unanswered(msg, runtime.agent.context_of(msg))
     await runtime.aclose()
     store = SessionStore(config.workspace_path)
     missed = {m.chat_id: m for m in find_missed(store, ["telegram"])}
@@ -230,7 +230,7 @@ async def test_a_turn_answered_again_keeps_who_asked(make_config) -> None:  # no
     config, _ = make_config()
     runtime = make_runtime(config)
     msg = InboundMessage(channel="discord", sender_id="950001", chat_id="920001", content="hi", is_group=True)
-    runtime.agent.keep_unanswered(msg, runtime.agent.context_of(msg))  # a shutdown kept it
+    runtime.agent.records.keep_unanswered(msg, runtime.agent.context_of(msg))  # a shutdown kept it
     await runtime.aclose()
     [missed] = find_missed(SessionStore(config.workspace_path), ["discord"])
     assert resume_message(missed).sender_id == "950001"

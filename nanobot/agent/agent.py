@@ -1,10 +1,12 @@
-"""Agent: runs one turn, or `/new`, for one session; built complete by the factory.
+"""Agent: runs one turn, or `/new`, for one session, and says its `/status`; built complete by the factory.
 
 The AgentLoop is its only caller: it decides each message's context once (`context_of`),
 dispatches slash commands, and guarantees that calls for the same session never overlap while
 different sessions run concurrently. A turn: persist the user message, build the prompt (stable
 system prompt + history + runtime block), make room through the memory lifecycle, run the
 TurnRunner (persisting each iteration as it finishes), then schedule background memory work.
+What a session keeps beside the turn's messages (the chat's identity, platform messages served
+again, messages kept without a turn, what `/new` carries over) is its `records` (session_records.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from nanobot.agent.message_context import MessageContext
 from nanobot.agent.prompt_fit import fit_history, run_within_window
 from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnResult, TurnRunner
+from nanobot.agent.session_records import SessionRecords
 from nanobot.agent.subagents import SubagentManager
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.bus.events import InboundMessage, OutboundMessage
@@ -38,10 +41,6 @@ if TYPE_CHECKING:
     from nanobot.agent.tools.mcp import MCPManager
 
 NEW_SESSION_REPLY = "New session started."
-SERVED_AGAIN_WINDOW = 500  # newest messages of a session searched for a platform message served again
-ANSWERED_BEFORE_NEW_KEPT = 50  # platform ids of the messages before a /new, kept in the new session
-IDENTITY_KEYS = ("is_group", "session_key", "guest", "sender_id", "username")  # see _first_metadata
-COMMANDS_REMEMBERED = 20  # ids of the last immediate commands handled per session (served again?)
 
 
 @dataclass(frozen=True)
@@ -92,6 +91,7 @@ class Agent:
         self.subagents = subagents
         self.mcp = mcp  # its servers connect on the first turn (they may be slow or absent)
         self.stats = AgentStats()
+        self.records = SessionRecords(sessions, context.tz, self.context_of)
         self._ready = False
 
     def context_of(self, msg: InboundMessage) -> MessageContext:
@@ -104,26 +104,11 @@ class Agent:
         None for a `/new` its platform served again after a crash (`message_id`, recorded in the new
         session): done already, it must not archive what was said since."""
         session = self.sessions.get(session_key)
-        if message_id is not None and session.metadata.get("new_by") == message_id:
-            logger.info("{}: /new {} was done before; not again", session_key, message_id)
+        if self.records.new_done_before(session, message_id):
             return None
-        # The platform ids of what was said before: one of them served again after a crash (its
-        # confirmation held back by another chat's message) must not be answered again in the new
-        # session, nor come back into it
-        recent = session.messages[max(session.messages.cold_count, len(session.messages) - SERVED_AGAIN_WINDOW) :]
-        answered = [m["message_id"] for m in recent if m.get("role") == "user" and m.get("message_id") is not None]
+        answered = self.records.answered_ids(session)
         await self.lifecycle.start_new_session(session)
-        # whose chat it is goes on: cron jobs and the heartbeat read it before the chat's next message
-        # (without it, the owner's reminders ran with a stranger's trust and the heartbeat found no
-        # chat). A guest's is not carried: their next message says what they are now.
-        carried = {key: session.metadata[key] for key in IDENTITY_KEYS if key in session.metadata}
-        marks: dict[str, Any] = {} if session.metadata.get("guest") else carried
-        if answered:
-            marks["answered_before_new"] = answered[-ANSWERED_BEFORE_NEW_KEPT:]
-        if message_id is not None:
-            marks["new_by"] = message_id
-        if marks:
-            self.sessions.set_metadata(self.sessions.get(session_key), **marks)
+        self.records.carry_into_new(session_key, session.metadata, answered, message_id)
         await self.long_term.on_new_session(session_key)
         return NEW_SESSION_REPLY
 
@@ -198,7 +183,7 @@ class Agent:
         """Run one turn for `msg` and return the reply for its chat (`metadata["failed"]` when the
         model could not answer); None when there is nothing to say (the `message` tool answered)."""
         ctx = ctx or self.context_of(msg)
-        if self._served_again(msg, ctx):
+        if self.records.served_again(msg, ctx):
             return None
         reply, failed = await self._turn(msg, ctx)
         if not reply:
@@ -211,109 +196,6 @@ class Agent:
         # Which saved messages this reply answers: the gateway records its delivery (gateway/missed.py).
         metadata[DELIVERY_KEY] = delivery_of(self.sessions.get(ctx.session_key))
         return ctx.reply(reply, metadata=metadata)
-
-    def _served_again(self, msg: InboundMessage, ctx: MessageContext) -> bool:
-        """A platform message that is in its session already: Telegram serves again, after a crash,
-        every update from the oldest one not yet confirmed, and a reply can be sent before an older
-        message of another chat lets the confirmation pass its own. That message was answered (or
-        is answered again from the session at start, gateway/missed.py): it is only confirmed now.
-        Replies sent twice after a kill came mostly from this."""
-        platform_id = msg.metadata.get("message_id")
-        if platform_id is None or msg.metadata.get(RESUME_KEY):
-            return False
-        messages = self.sessions.get(ctx.session_key).messages
-        # the held tail only (no file reads per message): a message served again was saved moments
-        # before the crash, and messages from 32 before the consolidation pointer on are held
-        recent = messages[max(messages.cold_count, len(messages) - SERVED_AGAIN_WINDOW) :]
-        before_new = self.sessions.get(ctx.session_key).metadata.get("answered_before_new") or []
-        if platform_id not in before_new and not any(
-            m.get("role") == "user" and m.get("message_id") == platform_id for m in recent
-        ):
-            return False
-        logger.info(
-            "{}: message {} is in the session already; not answered twice", ctx.session_key, platform_id
-        )
-        msg.saved = True
-        msg.ack()
-        return True
-
-    @staticmethod
-    def _first_metadata(ctx: MessageContext, msg: InboundMessage) -> dict[str, Any]:
-        """What a session records with its first message: whose it is (a file name cannot tell a
-        forum topic from a chat id with `_`), whether it is shared (a guest's chat is), and a
-        private chat's user with their username (the heartbeat and cron jobs go only to a user
-        still allowed, and allowFrom may name them by username)."""
-        first: dict[str, Any] = {"is_group": ctx.is_group, "session_key": ctx.session_key}
-        if ctx.guest:
-            first["guest"] = True
-        if not ctx.is_group:
-            first["sender_id"] = ctx.sender_id
-            if msg.metadata.get("username"):
-                first["username"] = str(msg.metadata["username"])
-        return first
-
-    def _record_identity(self, session: Session, ctx: MessageContext, msg: InboundMessage) -> None:
-        """`_first_metadata` with a session's first message, unless the session has it already (one
-        /new started carries its chat's identity over)."""
-        if not session.messages and "is_group" not in session.metadata:
-            self.sessions.set_metadata(session, **self._first_metadata(ctx, msg))
-
-    def _stored(self, msg: InboundMessage, ctx: MessageContext) -> dict[str, Any]:
-        """The user message as its session keeps it (with its platform id: see _served_again)."""
-        stored: dict[str, Any] = {
-            "role": "user",
-            "content": msg.content,
-            "timestamp": tz_now(self.context.tz).isoformat(),
-        }
-        if msg.metadata.get("message_id") is not None:
-            stored["message_id"] = msg.metadata["message_id"]
-        if msg.sender_id != msg.chat_id:  # a group member, or a Discord DM (its channel is not the user)
-            stored["sender_id"] = msg.sender_id  # who asked, for a turn answered again after a crash
-        if msg.metadata.get("username"):  # allowFrom may name them by it: checked again at a resume
-            stored["username"] = msg.metadata["username"]
-        if msg.media:
-            stored["media"] = list(msg.media)
-        if ctx.from_system:
-            stored["name"] = "system"
-        return stored
-
-    def keep_unanswered(self, msg: InboundMessage, ctx: MessageContext) -> None:
-        """Save a message whose turn a shutdown cancelled before it was saved, when its platform
-        will not send it again (Discord): the next start answers it (nanobot/gateway/missed.py)
-        instead of the message being lost without a trace."""
-        if msg.saved or msg.on_persisted is not None or msg.reply_future is not None or ctx.command:
-            return  # saved already, served again by its platform (Telegram), in-process, or a command
-        self._save_message(msg, ctx)
-        logger.info(
-            "{}: kept a message the shutdown left unanswered; the next start answers it", ctx.session_key
-        )
-
-    def save_given_up(self, msg: InboundMessage, ctx: MessageContext) -> None:
-        """Save a message /stop gave up before its turn saved it: the user's words stay in the
-        transcript (for memory and search), unanswered."""
-        if not msg.saved and not ctx.command:
-            self._save_message(msg, ctx)
-
-    def _save_message(self, msg: InboundMessage, ctx: MessageContext) -> None:
-        session = self.sessions.get(ctx.session_key)
-        self._record_identity(session, ctx, msg)
-        self.sessions.append(session, self._stored(msg, ctx))
-        msg.saved = True
-
-    def command_served_again(self, msg: InboundMessage, ctx: MessageContext) -> bool:
-        """Whether an immediate command (/stop, /status) was handled before: its platform serves it
-        again after a restart when an older message of another chat was not confirmed yet. The ids
-        of the last few handled are kept in the session's metadata."""
-        platform_id = msg.metadata.get("message_id")
-        if platform_id is None:
-            return False
-        session = self.sessions.get(ctx.session_key)
-        seen = list(session.metadata.get("commands_seen") or [])
-        if platform_id in seen:
-            logger.info("{}: command {} was handled before; not again", ctx.session_key, platform_id)
-            return True
-        self.sessions.set_metadata(session, commands_seen=[*seen[-(COMMANDS_REMEMBERED - 1) :], platform_id])
-        return False
 
     async def _turn(self, msg: InboundMessage, ctx: MessageContext) -> tuple[str, bool]:
         await self._ensure_ready()
@@ -337,7 +219,7 @@ class Agent:
         user_msg = self.context.user_message(
             llm_text, runtime, msg.media, vision=bool(msg.media) and self._vision()
         )
-        stored = self._stored(msg, ctx)
+        stored = self.records.stored(msg, ctx)
         system = self.context.system_prompt(ctx.memory_private)
         tool_tokens = self.estimator.tool_tokens()
         user_tokens = count_message(user_msg)
@@ -348,7 +230,7 @@ class Agent:
         await self.lifecycle.ensure_fits(session, estimate, private=ctx.memory_private)
         resumed = bool(msg.metadata.get(RESUME_KEY))  # already saved before a crash: not saved twice
         messages, prompt_tokens = self._prompt_messages(session, system, user_msg, tool_tokens, resumed)
-        self._record_identity(session, ctx, msg)
+        self.records.record_identity(session, ctx, msg)
         if not resumed:
             self.sessions.append(session, stored)
         msg.saved = True
@@ -444,41 +326,10 @@ class Agent:
     def cancel_subagents(self, session_key: str) -> int:
         return self.subagents.cancel_for(session_key) if self.subagents else 0
 
-    def record_failure_reply(self, ctx: MessageContext, text: str) -> dict[str, Any]:
-        """Save the note a failed turn answered with, after its saved user message: the session
-        then shows the message answered (gateway/missed.py would answer it again at a restart).
-        Returns what the note's outbound message carries so its delivery is recorded too."""
-        try:
-            session = self.sessions.get(ctx.session_key)
-            stamp = tz_now(self.context.tz).isoformat()
-            self.sessions.append(session, {"role": "assistant", "content": text, "timestamp": stamp})
-            return {DELIVERY_KEY: delivery_of(session)}
-        except Exception as exc:  # noqa: BLE001 - the turn failed already; say why this is missing
-            logger.warning("{}: the failure note could not be saved: {}", ctx.session_key, exc)
-            return {}
-
-    def keep_result(self, msg: InboundMessage) -> None:
-        """Save a sub-agent's report that no loop will take any more (a shutdown) in its session:
-        the next start answers it (gateway/missed.py). A heartbeat's or a cron job's sub-agent
-        reports to the chat that turn answered in: kept in the turn's own session (not a chat's),
-        nobody would answer it."""
-        channel, chat_id = msg.metadata.get("origin_channel"), msg.metadata.get("origin_chat_id")
-        if channel and chat_id and not msg.session_key.startswith(f"{channel}:"):
-            msg.session_key_override = f"{channel}:{chat_id}"
-            # sent as the chat's own user (the heartbeat's and a job's turns have no real sender):
-            # the next start answers it while that user is still allowed; a group's, as a group's
-            identity = self.sessions.get(msg.session_key).metadata
-            private = identity.get("is_group") is False and identity.get("sender_id")
-            msg.sender_id = str(identity["sender_id"]) if private else ""
-        try:
-            self.keep_unanswered(msg, self.context_of(msg))
-        except Exception as exc:  # noqa: BLE001 - a full disk: say what was lost
-            logger.error("{}: a sub-agent's report could not be kept: {}", msg.session_key, exc)
-
     def hold_subagent_results(self) -> None:
         """The loop stops taking messages: sub-agents' reports are kept in their sessions from now on."""
         if self.subagents is not None:
-            self.subagents.hold_results(self.keep_result)
+            self.subagents.hold_results(self.records.keep_result)
 
     # ------------------------------------------------------------------ shutdown
     async def drain(self, timeout_s: float) -> bool:

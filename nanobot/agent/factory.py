@@ -1,21 +1,22 @@
 """build_runtime: assemble provider, stores, tools, context, memory lifecycle, agent and loop.
 
 Every part is complete when it is constructed; nothing is patched in afterwards. What the
-gateway and the CLI need comes back as explicit handles in an `AgentRuntime`.
+gateway and the CLI need comes back as explicit handles in an `AgentRuntime` (runtime.py). The
+prompt budgets are sized here from the context window and the tool schemas (prompt_budget.py);
+cron jobs run as turns through `run_cron_job` (cron_turn.py), wired in as CronService's `on_job`.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from loguru import logger
 
 from nanobot.agent.agent import Agent, AgentSettings
 from nanobot.agent.context import Budget, ContextBuilder
+from nanobot.agent.cron_turn import deliver_and_confirm, run_cron_job
 from nanobot.agent.loop import AgentLoop
 from nanobot.agent.prompt_budget import (
     CHARS_PER_TOKEN,
@@ -26,6 +27,7 @@ from nanobot.agent.prompt_budget import (
 )
 from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnRunner
+from nanobot.agent.runtime import AgentRuntime
 from nanobot.agent.subagents import MAX_SUBAGENT_ITERATIONS, SubagentManager
 from nanobot.agent.tools.cron import CronTool
 from nanobot.agent.tools.files import file_tools
@@ -35,7 +37,6 @@ from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.agent.tools.shell import ExecTool
 from nanobot.agent.tools.spawn import SpawnTool
 from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
-from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.paths import (
     PRIVATE_DIRS,
@@ -53,98 +54,14 @@ from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMProvider
 from nanobot.providers.registry import resolve_provider
 from nanobot.providers.tokens import count_message
-from nanobot.scheduler.cron import CronService, JobFailed, JobRefused
-from nanobot.scheduler.cron_store import CronJob, DeliverTo, cron_session_key, job_prompt, jobs_path
+from nanobot.scheduler.cron import CronService
+from nanobot.scheduler.cron_store import jobs_path
 from nanobot.secrets import register_config_secrets, register_env_secrets
 from nanobot.session.store import SessionStore
 from nanobot.timeutil import resolve_tz
 
-if TYPE_CHECKING:
-    from nanobot.agent.tools.mcp import MCPManager
-
 SMALL_LOCAL_WINDOW_TOKENS = 8192
 MCP_SCHEMA_SHARE_DIVISOR = 4  # MCP tool definitions may take a quarter of the context window
-DEFAULT_SESSION_KEY = "cli:direct"
-CLOSE_TIMEOUT_S = 5.0
-CLOSE_GRACE_S = 3.0  # turns still running at close (e.g. the terminal interrupted by Ctrl-C)
-SETTLE_POLL_S = 0.05
-CRON_DELIVERY_TIMEOUT_S = 600.0  # a channel's send retries (rate limits, outages) fit well inside
-
-
-@dataclass
-class AgentRuntime:
-    """The assembled agent and the handles its hosts (gateway, terminal, `cron run`) use."""
-
-    config: Config
-    bus: MessageBus
-    agent: Agent
-    loop: AgentLoop  # the one way into a turn
-    cron: CronService  # started and stopped by the gateway
-    memory: MemoryStore
-    mcp: MCPManager | None = None
-    #: closed after the agent (the memory index, MCP sessions); sync or async callables
-    closers: list[Callable[[], Any]] = field(default_factory=list)
-
-    async def ask(
-        self,
-        text: str,
-        *,
-        session_key: str = DEFAULT_SESSION_KEY,
-        channel: str | None = None,
-        chat_id: str | None = None,
-        sender_id: str = "user",
-    ) -> str:
-        """One message through the bus and the loop (started if need be); the reply text, "" if none.
-
-        Channel and chat default to the session key's two parts."""
-        key_channel, _, key_chat = session_key.partition(":")
-        self.loop.start()
-        out = await self.bus.request(
-            InboundMessage(
-                channel=channel or key_channel or "cli",
-                sender_id=sender_id,
-                chat_id=chat_id or key_chat or "direct",
-                content=text,
-                session_key_override=session_key,
-            )
-        )
-        return out.content if out is not None else ""
-
-    def background_work(self) -> int:
-        """Sub-agents running, plus messages taken or waiting and not yet answered (their reports)."""
-        running = self.agent.subagents.running() if self.agent.subagents is not None else 0
-        return running + len(self.loop.in_flight()) + self.bus.inbound.qsize()
-
-    async def settle(self, timeout_s: float) -> bool:
-        """Wait (at most `timeout_s`) until the sub-agents have finished and their reports are
-        answered; True when nothing is left. For one-shot use: the terminal's `agent -m`."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.background_work():
-            if loop.time() >= deadline:
-                return False
-            await asyncio.sleep(SETTLE_POLL_S)
-        return True
-
-    async def aclose(
-        self,
-        drain_timeout_s: float = 3.0,
-        grace_s: float = CLOSE_GRACE_S,
-        subagents_timeout_s: float | None = None,
-    ) -> None:
-        """Stop the loop (turns still running get `grace_s`, then are cancelled safely), finish
-        background memory work within `drain_timeout_s` (sub-agents within `subagents_timeout_s`,
-        default the same), close everything the runtime opened."""
-        await self.loop.stop_accepting()
-        await self.loop.finish(grace_s)
-        await self.agent.aclose(drain_timeout_s, subagents_timeout_s)
-        for closer in self.closers:
-            try:
-                outcome = closer()
-                if asyncio.iscoroutine(outcome):
-                    await asyncio.wait_for(outcome, timeout=CLOSE_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("error while closing: {}", exc)
 
 
 def build_runtime(
@@ -361,82 +278,6 @@ def build_runtime(
     )
     return AgentRuntime(
         config=config, bus=bus, agent=agent, loop=loop, cron=cron, memory=memory, mcp=mcp, closers=closers
-    )
-
-
-async def deliver_and_confirm(bus: MessageBus, channel: str, chat_id: str, text: str) -> None:
-    """Send a job's result and wait until its channel has sent it: a refusal (the bot was blocked,
-    the channel is not enabled or failed) raises, and the job records the failure instead of "ok"."""
-    sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    await bus.publish_outbound(OutboundMessage(channel=channel, chat_id=chat_id, content=text, sent=sent))
-    await asyncio.wait_for(sent, CRON_DELIVERY_TIMEOUT_S)
-
-
-async def run_cron_job(
-    bus: MessageBus,
-    job: CronJob,
-    sessions: SessionStore,
-    listed: Callable[[str, str, str | None], bool] | None = None,
-) -> str:
-    """A due job is one inbound message in its own session, through the agent loop like any chat
-    message; CronService records the reply and delivers it to the job's chat. It runs with the trust
-    of that chat: a job whose results go to a group gets a group's tools and no MEMORY.md. With
-    `listed(channel, sender, username)` (the gateway's channels), a job whose asker was removed from
-    allowFrom since does not run: it would be an owner's turn for someone no longer let in (a
-    `dmPolicy: "open"` still lets them talk, as a guest); and a job for a private chat whose user is
-    no longer listed runs with a guest's trust."""
-    target = job.deliver_to or DeliverTo("cli", "direct")
-    chat = job_chat(sessions, target)
-    asker_name = chat.username if chat.user == job.created_by else None
-    if listed is not None and job.created_by and not listed(target.channel, job.created_by, asker_name):
-        raise JobRefused(f"{job.created_by}, who asked for it, is no longer allowed on {target.channel}")
-    if listed is not None and not chat.is_group and chat.user:
-        # a private chat's trust is its user's now: a guest later put on allowFrom is the owner
-        # (the chat's first message recorded them as a guest for good), and the reverse
-        shared, guest = False, not listed(target.channel, chat.user, chat.username)
-    else:
-        shared, guest = chat.shared, False
-    out = await bus.request(
-        InboundMessage(
-            channel=target.channel,
-            sender_id="user",
-            chat_id=target.chat_id,
-            content=job_prompt(job),
-            session_key_override=cron_session_key(job.id),
-            is_group=shared,
-            guest=guest,
-        )
-    )
-    if out is None:
-        return ""
-    if isinstance(out.metadata.get("exception"), Exception):
-        raise out.metadata["exception"]  # recorded as the job's failure, like any other
-    if out.metadata.get("failed"):
-        raise JobFailed(out.content)  # the model could not answer: told to the chat, recorded as failed
-    return out.content
-
-
-@dataclass(frozen=True)
-class JobChat:
-    """A job's chat as its session recorded it when it began: shared (a group, a guest's chat, or a
-    chat nanobot never talked in: the owner's memory stays out; the terminal is not), and a private
-    chat's user with their username (allowFrom may name them by it)."""
-
-    shared: bool
-    user: str = ""
-    username: str | None = None
-    is_group: bool = False
-
-
-def job_chat(sessions: SessionStore, target: DeliverTo) -> JobChat:
-    if target.channel == "cli":
-        return JobChat(shared=False)
-    first = sessions.chat_identity(sessions.path_for(f"{target.channel}:{target.chat_id}"))
-    is_group = first.get("is_group", True)
-    user = "" if is_group else str(first.get("sender_id") or "")
-    username = first.get("username") if user else None
-    return JobChat(
-        bool(is_group or first.get("guest")), user, str(username) if username else None, bool(is_group)
     )
 
 

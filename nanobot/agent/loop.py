@@ -47,7 +47,7 @@ STOP_WAIT_S = 5.0
 class _SessionSlot:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The session's messages in arrival order (a dict keeps it): a shutdown cancels them in that
-    # order, so those it saves (Agent.keep_unanswered) land in the transcript as they were sent.
+    # order, so those it saves (SessionRecords.keep_unanswered) land in the transcript as they were sent.
     tasks: dict[asyncio.Task[None], None] = field(default_factory=dict)
     running: asyncio.Task[None] | None = None
     user_stopped: bool = False  # the running turn is being cancelled by /stop
@@ -93,7 +93,7 @@ class AgentLoop:
             waiting.append(self.bus.inbound.get_nowait())
         for msg in waiting:
             if msg.channel == SYSTEM_CHANNEL:
-                self.agent.keep_result(msg)
+                self.agent.records.keep_result(msg)
             else:
                 self.bus.inbound.put_nowait(msg)  # channels' messages: their platforms serve them again
 
@@ -142,7 +142,7 @@ class AgentLoop:
             msg.ack()
             # Served again after a restart (Telegram), a /stop would cancel the turn the restart
             # resumed, and the user would get a "Stopped." they did not send: only confirmed.
-            if not self.agent.command_served_again(msg, ctx):
+            if not self.agent.records.command_served_again(msg, ctx):
                 await self._deliver(msg, ctx.reply(await self._immediate(ctx)))
             else:
                 msg.resolve(None)
@@ -191,7 +191,7 @@ class AgentLoop:
                     if given_up:  # /stop: the user gave this message up
                         # not answered, but kept: stopped before its turn saved it (waiting for a
                         # turn slot, or for the consolidation its prompt needed), it was lost
-                        self.agent.save_given_up(msg, ctx)
+                        self.agent.records.save_given_up(msg, ctx)
                         msg.ack()
                         # A restart must not answer it (nanobot/gateway/missed.py). Recorded here,
                         # with the session still locked: once the lock is released the next queued
@@ -215,7 +215,7 @@ class AgentLoop:
                     )
                     if msg.saved and not isinstance(exc, StorageError):
                         # the message was answered (with this note): a restart must not answer it again
-                        out.metadata.update(self.agent.record_failure_reply(ctx, out.content))
+                        out.metadata.update(self.agent.records.record_failure_reply(ctx, out.content))
                 finally:
                     slot.running = None
                     slot.user_stopped = False
@@ -223,7 +223,7 @@ class AgentLoop:
         except asyncio.CancelledError:
             if not given_up:  # a shutdown: queued or cut short, it must not vanish
                 try:
-                    self.agent.keep_unanswered(msg, ctx)
+                    self.agent.records.keep_unanswered(msg, ctx)
                 except Exception as exc:  # noqa: BLE001 - a full disk: say what was lost
                     logger.error("{}: a message could not be kept at shutdown: {}", ctx.session_key, exc)
             msg.resolve(None)  # a waiting publisher learns there is no reply

@@ -59,7 +59,7 @@ async def _main(cfg: Config, message: str | None, session_key: str, config_path:
     printer = asyncio.create_task(terminal.show_outbound())
     runtime.agent.lifecycle.recover_pending()
     runtime.loop.start()
-    from nanobot.agent.factory import CLOSE_GRACE_S
+    from nanobot.agent.runtime import CLOSE_GRACE_S
 
     subagents_s = EXIT_DRAIN_TIMEOUT_S  # at the exit a report still to come is kept in the session
     grace_s = CLOSE_GRACE_S

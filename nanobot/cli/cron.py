@@ -33,7 +33,8 @@ async def _run_job_once(config: Config, job: CronJob, path: Path) -> str:
     """Run one job through a freshly built agent and its loop, in the job's own session (the
     same path as in the gateway); returns the reply. `path` is the config file, which the job's
     exec commands must not see (wherever -c put it)."""
-    from nanobot.agent.factory import build_runtime, run_cron_job
+    from nanobot.agent.cron_turn import run_cron_job
+    from nanobot.agent.factory import build_runtime
 
     runtime = build_runtime(config, config_path=str(path))
     runtime.loop.start()

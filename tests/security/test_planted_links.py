@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 import pytest
 
-from nanobot.agent.factory import AgentRuntime
+from nanobot.agent.runtime import AgentRuntime
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.base import Channel
 from nanobot.channels.media import MediaItem
