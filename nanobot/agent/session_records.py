@@ -158,7 +158,7 @@ class SessionRecords:
             msg.session_key_override = f"{channel}:{chat_id}"
             # sent as the chat's own user (the heartbeat's and a job's turns have no real sender):
             # the next start answers it while that user is still allowed; a group's, as a group's
-            identity = self.sessions.get(msg.session_key).metadata
+            identity = self.sessions.chat_identity(self.sessions.path_for(msg.session_key))
             private = identity.get("is_group") is False and identity.get("sender_id")
             msg.sender_id = str(identity["sender_id"]) if private else ""
         try:
