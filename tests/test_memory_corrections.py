@@ -165,3 +165,27 @@ def test_a_note_a_tool_empties_keeps_its_earlier_version(tmp_path: Path) -> None
     assert store.read(note.name) == ""
     [earlier] = store.note_backups(note.name)
     assert "Passport number is X123" in earlier.read_text(encoding="utf-8")
+
+
+def test_yesterdays_memory_survives_a_day_of_rewrites_padded_with_filler(tmp_path: Path) -> None:
+    """Filler lines first (so the "fullest" version was filler too, and no write dropped half the
+    lines), then the facts cut and the same line written again and again: no backup held a fact."""
+    import os
+    import time
+
+    store = MemoryStore(tmp_path, "UTC")
+    facts = [f"- Fact {i}: the user likes item {i}." for i in range(1, 17)]
+    filler = [f"- note {i}" for i in range(40)]
+    store.write_memory("# Memory\n" + "\n".join(facts) + "\n")
+    store.write_memory("# Memory\n" + "\n".join(facts + filler) + "\n")  # backs up the facts
+    day_ago = time.time() - 26 * 3600
+    for backup in store.backups():
+        os.utime(backup, (day_ago, day_ago))  # written yesterday
+    store.write_file("MEMORY.md", "# Memory\n" + "\n".join(filler) + "\n")  # drops 16 of 56 lines
+    for round_ in range(1, 5):  # more filler, then the older filler out: each write within the guard
+        fresh = [f"- note {round_}.{i}" for i in range(40)]
+        store.write_file("MEMORY.md", "# Memory\n" + "\n".join(filler + fresh) + "\n")
+        store.write_file("MEMORY.md", "# Memory\n" + "\n".join(fresh) + "\n")
+        filler = fresh
+    kept = [p.read_text(encoding="utf-8") for p in store.backups()]
+    assert any(all(f in text for f in facts) for text in kept), [k[:40] for k in kept]

@@ -166,7 +166,8 @@ def moved_workspace_hint(workspace: Path) -> str:
         return ""
     return (
         f"the configured workspace {workspace} does not exist, but {default} holds one (memory, "
-        "conversations): if you moved NANOBOT_HOME, set agents.defaults.workspace to it"
+        "conversations): if you moved NANOBOT_HOME, set agents.defaults.workspace to it; for a new, "
+        "empty workspace there, create the folder"
     )
 
 

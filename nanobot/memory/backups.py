@@ -2,8 +2,9 @@
 
 MEMORY.md's versions are `.backups/MEMORY-<stamp>.md`; a note's (a daily or session note a tool
 rewrote) are `.backups/notes/<note name>/<stamp>.md`. Each keeps its `kept` newest versions, by the
-order they were written, plus the fullest one (most fact lines), whatever its age: a model that
-halves the file write after write, then writes the same line again and again, would otherwise rotate
+order they were written, plus the fullest one (most fact lines) and the last one of each of the
+DAILY_KEPT days before today, whatever their age: a model that halves the file write after write
+(or pads it with filler first), then writes the same line again and again, would otherwise rotate
 every version holding the user's facts out. A version identical to the newest is not kept twice.
 The index never reads dot-folders, so backups are not searched.
 """
@@ -15,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 
 from nanobot.util.fs import atomic_write, unused_path
+
+DAILY_KEPT = 7  # days before today whose last version is kept, beside the newest ones
 
 
 def fact_lines(text: str) -> int:
@@ -50,10 +53,26 @@ def keep_version(folder: Path, prefix: str, text: str, *, kept: int, now: dateti
         if path.stat().st_mtime_ns <= newest:
             os.utime(path, ns=(newest + 1, newest + 1))
     every = versions(folder, prefix)
-    fullest = max(reversed(every), key=lambda p: fact_lines(_read(p)))  # the newest among equals
+    protected = {max(reversed(every), key=lambda p: fact_lines(_read(p)))}  # the newest among equals
+    protected |= _last_of_each_day(every, now)
     for old in every[:-kept]:
-        if old != fullest:
+        if old not in protected:
             old.unlink(missing_ok=True)
+
+
+def _last_of_each_day(paths: list[Path], now: datetime) -> set[Path]:
+    """The newest version of each of the DAILY_KEPT days before today: what a model rewrites today,
+    write after write (padding the file with filler first, so "fullest" is filler too), cannot reach."""
+    today = now.date()
+    newest: dict[object, Path] = {}
+    for path in paths:  # oldest first: a later one of the same day replaces an earlier
+        try:
+            day = datetime.fromtimestamp(path.stat().st_mtime, now.tzinfo).date()
+        except OSError:
+            continue
+        if 0 < (today - day).days <= DAILY_KEPT:
+            newest[day] = path
+    return set(newest.values())
 
 
 def _read(path: Path) -> str:
