@@ -239,3 +239,34 @@ async def test_sub_agents_are_bounded_counted_stoppable_and_cut_visibly(
     assert conclusion in report.content and "truncated" in report.content
     assert len(report.content) < MAX_RESULT_CHARS + 1_000
     assert "sub-agents 200000 in" in status, status
+
+
+async def test_a_stopped_sub_agent_still_counts_what_it_spent(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """Only a sub-agent that finished was counted: one stopped after 150,000 tokens showed 0."""
+    from nanobot.agent.tools.base import ToolContext
+    from tests.agent_helpers import make_runtime
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    calls: list[int] = []
+
+    def responder(body: dict[str, Any]) -> Reply:
+        calls.append(1)
+        if len(calls) == 1:  # the sub-agent's first step: a tool call, then a slow second one
+            return Reply(content=None, tool_calls=[{"name": "list_dir", "arguments": {"path": "."}}],
+                         prompt_tokens=150_000)
+        return Reply(content="slow", delay_s=30)
+
+    fake_llm.responder = responder
+    ctx = ToolContext(channel="telegram", chat_id="1", session_key="telegram:1", sender_id="1")
+    try:
+        assert "started" in await runtime.agent.tools.execute("spawn", {"task": "survey"}, ctx)
+        async with asyncio.timeout(10):
+            while len(calls) < 2:
+                await asyncio.sleep(0.01)
+        assert runtime.agent.cancel_subagents("telegram:1") == 1
+        await asyncio.sleep(0.1)
+        status = runtime.agent.status_text("telegram:1")
+    finally:
+        await runtime.aclose()
+    assert "sub-agents 150000 in" in status, status

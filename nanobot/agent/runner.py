@@ -142,11 +142,13 @@ class TurnRunner:
         on_progress: ProgressCallback | None = None,
         on_delta: StreamCallback | None = None,
         prompt_tokens: int | None = None,
+        usage: Usage | None = None,
     ) -> TurnResult:
         """Run the loop on `messages` (system + history + the new user message); `prompt_tokens` is
-        their estimate with the tool schemas, when the caller has it."""
+        their estimate with the tool schemas, when the caller has it. `usage` (the result's, when
+        given) counts each model call as it returns: a run stopped or failed half-way still told."""
         convo = list(messages)
-        result = TurnResult(content="")
+        result = TurnResult(content="", usage=usage if usage is not None else Usage())
         echo_source = _last_user_text(convo)  # what a weak model may repeat before its answer
         # a tool the trust policy refuses here is not offered; called anyway, the policy says why
         schemas = self.tools.schemas(self.tools.offered(tool_names, ctx))

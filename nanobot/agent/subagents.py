@@ -99,21 +99,22 @@ class SubagentManager:
             },
             {"role": "user", "content": task},
         ]
+        spent = Usage()  # counted call by call: a sub-agent stopped or failed half-way spent too
         try:
-            result = await self.runner.run(messages, ctx, tool_names=set(SUBAGENT_TOOLS))
+            result = await self.runner.run(messages, ctx, tool_names=set(SUBAGENT_TOOLS), usage=spent)
             status, text = "finished", result.content
-            self.usage.add(result.usage)
             logger.info(
                 "sub-agent {} ('{}') of {}: {} iteration(s), {} prompt + {} completion tokens, tools {}",
                 task_id,
                 label,
                 ctx.session_key,
                 result.iterations,
-                result.usage.prompt_tokens,
-                result.usage.completion_tokens,
+                spent.prompt_tokens,
+                spent.completion_tokens,
                 result.tools_used or "none",
             )
         except asyncio.CancelledError:
+            self.usage.add(spent)
             if self._keep is not None:  # a shutdown, not /stop: the user was promised a result
                 logger.warning(
                     "sub-agent {} ('{}') was stopped by the shutdown before it finished", task_id, label
@@ -129,8 +130,10 @@ class SubagentManager:
                 )
             raise
         except Exception as exc:  # noqa: BLE001 - reported back to the chat instead
-            logger.warning("sub-agent {} failed: {}", task_id, exc)
+            logger.warning("sub-agent {} failed after {} prompt + {} completion tokens: {}", task_id,
+                           spent.prompt_tokens, spent.completion_tokens, exc)
             status, text = "failed", f"{type(exc).__name__}: {exc}"
+        self.usage.add(spent)
         content = (
             f"[Sub-agent '{label}' {status}]\n\nTask: {task}\n\nResult:\n{truncate_middle(text, MAX_RESULT_CHARS)}\n\n"
             "Tell the user about this result briefly."
