@@ -128,7 +128,7 @@ def test_chinese_under_a_locale_that_is_not_utf8(home: Path, fake_llm: FakeLLMSe
     assert said == ["我的狗叫旺财"]
 
 
-def test_chinese_typed_under_a_latin1_locale(home: Path, tmp_path: Path) -> None:
+def test_chinese_typed_under_a_latin1_locale(home: Path, tmp_path: Path, fake_llm: FakeLLMServer) -> None:
     """Under ISO-8859-1 every byte decodes, so the UTF-8 bytes of a Chinese reminder became
     mojibake without a surrogate to tell (saved so in jobs.json); and one pasted Latin-1 byte in a
     UTF-8 file made the file tools read all of it as Windows-1252."""
@@ -140,6 +140,9 @@ def test_chinese_typed_under_a_latin1_locale(home: Path, tmp_path: Path) -> None
     mixed = "Trip: Zürich → 北京, café\n".encode() + b"pasted: \xef\n"
     assert decode_text(mixed).startswith("Trip: Zürich → 北京, café")
     assert decode_text("Zoë in Besançon".encode("cp1252")) == "Zoë in Besançon"
+    # Word's French: "é NBSP »" happens to be valid UTF-8 (頻); the line is still Windows-1252
+    french = "Thème : « L'été\xa0» et crème brûlée"
+    assert decode_text(french.encode("cp1252")) == french
     localedef = shutil.which("localedef")
     (tmp_path / "loc").mkdir()
     if localedef is None or subprocess.run(
@@ -147,11 +150,28 @@ def test_chinese_typed_under_a_latin1_locale(home: Path, tmp_path: Path) -> None
         capture_output=True, timeout=120,
     ).returncode not in (0, 1):  # 1: made, with warnings
         pytest.skip("no locale sources to build an ISO-8859-1 locale from")
+    from tests.conftest import config_dict
+
+    _write(home, config_dict(fake_llm.url))
     env = {"LOCPATH": str(tmp_path / "loc"), "LC_ALL": "en_US.ISO-8859-1", "LANG": "en_US.ISO-8859-1"}
     result = run_cli("cron", "add", "-m", "提醒我买牛奶", "--every", "3600", home=home, env=env)
     assert result.returncode == 0, result.stderr
     jobs = json.loads((home / "workspace" / "cron" / "jobs.json").read_text(encoding="utf-8"))
     assert jobs["jobs"][0]["message"] == "提醒我买牛奶"
+    # piped lines: one in UTF-8, one in the locale's own Latin-1 (both were mangled one way or another)
+    import os
+    import sys
+
+    from tests.conftest import REPO
+
+    piped = "提醒我买牛奶\n".encode() + "Je bois un café à Besançon\n".encode("latin-1")
+    run_env = {**{k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")},
+               "NANOBOT_HOME": str(home), "PYTHONPATH": str(REPO), **env}
+    done = subprocess.run([sys.executable, "-m", "nanobot", "agent", "-s", "cli:piped"], input=piped,
+                          capture_output=True, env=run_env, cwd=str(home), timeout=120)
+    lines = (home / "workspace" / "sessions" / "cli_piped.jsonl").read_text(encoding="utf-8").splitlines()
+    said = [m["content"] for m in map(json.loads, lines) if m.get("role") == "user"]
+    assert said == ["提醒我买牛奶", "Je bois un café à Besançon"], (said, done.stderr[-500:])
 
 
 def test_a_hosted_embedding_model_under_the_local_provider_is_a_config_error(home: Path) -> None:

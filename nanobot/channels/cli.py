@@ -30,7 +30,7 @@ from typing import TextIO
 
 from nanobot.bus.events import ChannelUnavailable, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
-from nanobot.util.text import printable
+from nanobot.util.text import printable, typed_line
 
 EXIT_WORDS = frozenset({"/exit", "/quit", "exit", "quit", ":q"})
 BANNER = "nanobot — interactive chat. /new starts a fresh session, /help lists commands, /exit quits."
@@ -71,9 +71,9 @@ class TerminalChannel:
         self.tty = tty
         self.stdin = stdin or sys.stdin
         if isinstance(self.stdin, io.TextIOWrapper):
-            # a line in another encoding is read with U+FFFD for its bad bytes; strict decoding
+            # a line in another encoding is read in the locale's (typed_line); strict decoding
             # raised, which ended the chat as if the input had ended
-            self.stdin.reconfigure(errors="replace")
+            self.stdin.reconfigure(errors="surrogateescape")
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.screen = self.stdout.isatty()  # a terminal shows what we print: no control characters
@@ -149,8 +149,8 @@ class TerminalChannel:
     def _read_line(self) -> str | None:
         try:
             if self.tty:
-                return input(PROMPT)
-            return self.stdin.readline() or None
+                return typed_line(input(PROMPT))
+            return typed_line(self.stdin.readline()) or None
         except (EOFError, OSError, ValueError):  # closed stdin ends the chat like end of input
             return None
 

@@ -92,9 +92,9 @@ def _text_in_any_locale() -> None:
     if codecs.lookup(locale.getpreferredencoding(False)).name == "utf-8":
         return
     if isinstance(sys.stdin, io.TextIOWrapper) and codecs.lookup(sys.stdin.encoding).name != "utf-8":
-        # terminals and pipes carry UTF-8 far more often than the locale says (an ssh session with
-        # LANG=C): read as ISO-8859-1, Chinese became mojibake, kept in memory for good
-        sys.stdin.reconfigure(encoding="utf-8", errors="replace")
+        # terminals and pipes carry UTF-8 more often than the locale says (an ssh session with
+        # LANG=C): read as UTF-8, a line that is not read in the locale's encoding (typed_line)
+        sys.stdin.reconfigure(encoding="utf-8", errors="surrogateescape")
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="replace")

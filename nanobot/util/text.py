@@ -113,27 +113,51 @@ def valid_unicode(text: str) -> str:
 
 
 def decode_text(data: bytes) -> str:
-    """A text file's bytes as text: UTF-8 (a stray undecodable byte replaced), or Windows-1252 (an
-    editor's legacy encoding: Latin-1 and more) when no UTF-8 character is in it at all — not U+FFFD
-    for every accent, which a write back (an edit) would make final, nor a UTF-8 file with one pasted
-    Latin-1 byte read as Windows-1252 whole (its Chinese and accents turned to mojibake for good)."""
-    text = data.decode("utf-8", errors="replace")
-    if "\ufffd" not in text or any(c > "\x7f" and c != "\ufffd" for c in text):
-        return text
-    return data.decode("cp1252", errors="replace")
+    """A text file's bytes as text: UTF-8, and a line that is not UTF-8 as Windows-1252 (an
+    editor's legacy encoding: Latin-1 and more) — not U+FFFD for every accent, which a write back (an
+    edit) would make final; nor, for a Latin-1 line pasted into a UTF-8 file, the whole file read as
+    Windows-1252 (its Chinese turned to mojibake for good)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "".join(_decode_line(line) for line in data.splitlines(keepends=True))
+
+
+def _decode_line(line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return line.decode("cp1252", errors="replace")
+
+
+def _locale_encoding() -> str:
+    return codecs.lookup(locale.getpreferredencoding(False)).name
 
 
 def typed_text(arg: str) -> str:
-    """A message text from the command line as the user typed it: under a locale that is not
-    UTF-8, Python keeps its bytes as surrogates (saved, they became U+FFFD: the user's words lost).
-    UTF-8 bytes are read as UTF-8, others in the locale's encoding."""
-    if not _SURROGATE.search(arg) and codecs.lookup(locale.getpreferredencoding(False)).name == "utf-8":
+    """A message text from the command line as the user typed it. Under a locale that is not UTF-8,
+    Python keeps bytes it cannot decode as surrogates (saved, they became U+FFFD: the user's words
+    lost), and a single-byte locale (Latin-1) decodes UTF-8 bytes without one (mojibake): those are
+    read as UTF-8 when they are, else in the locale's encoding. A multi-byte locale's (GBK) text,
+    decoded right, stays as it is."""
+    encoding = _locale_encoding()
+    surrogates = bool(_SURROGATE.search(arg))
+    single_byte = len(b"\xc3\xa9".decode(encoding, errors="replace")) == 2  # "é" in UTF-8: two chars
+    if not surrogates and (encoding == "utf-8" or not single_byte):
         return arg
-    raw = os.fsencode(arg)  # the bytes typed (a Latin-1 locale decodes UTF-8 bytes without a surrogate)
+    raw = os.fsencode(arg)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        return raw.decode(locale.getpreferredencoding(False), "replace")
+        return raw.decode(encoding, "replace")
+
+
+def typed_line(line: str) -> str:
+    """A line read from a terminal or a pipe as UTF-8 with undecodable bytes kept as surrogates:
+    such a line is in the locale's encoding (Latin-1, GBK) and is read in it."""
+    if not _SURROGATE.search(line):
+        return line
+    return line.encode("utf-8", "surrogateescape").decode(_locale_encoding(), "replace")
 
 
 def valid_unicode_in(value: Any) -> Any:

@@ -523,10 +523,16 @@ async def test_an_open_disk_is_the_owners_not_the_groups(make_config, tmp_path: 
         config_json.write_text('{"providers": {"openai": {"apiKey": "sk-test-0123456789abcdef"}}}')
         refused = await tools.execute("message", {"content": "cfg", "media": [str(config_json)]}, OWNER)
         assert refused.startswith("Error:") and "nanobot's own files" in refused, refused
-        rotated = Path(str(config.log_file_path) + ".2026-11-01_10-00-00_000000")  # a log kept beside it
-        rotated.write_text("token 7000001:AAHsecret\n")
-        refused = await tools.execute("message", {"content": "log", "media": [str(rotated)]}, OWNER)
-        assert refused.startswith("Error:") and "nanobot's own files" in refused, refused
+        from loguru import logger
+
+        sink = logger.add(str(config.log_file_path), rotation="200 B")  # rotated by loguru, named by it
+        for i in range(10):
+            logger.warning("token 7000001:AAHsecret line {}", i)
+        logger.remove(sink)
+        rotated = [p for p in config.log_file_path.parent.iterdir() if p != config.log_file_path]
+        assert rotated
+        refused = await tools.execute("message", {"content": "log", "media": [str(rotated[0])]}, OWNER)
+        assert refused.startswith("Error:") and "nanobot's own files" in refused, (rotated[0].name, refused)
         assert config.workspace_path.is_relative_to(nanobot_home())  # the default layout: still sent
         notes = await tools.execute("message", {"content": "notes", "media": ["notes.txt"]}, OWNER)
         assert not notes.startswith("Error:"), notes

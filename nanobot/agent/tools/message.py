@@ -94,8 +94,8 @@ class MessageTool(Tool):
     def _nanobots_own(self, path: Path) -> bool:
         """Whether `path` (resolved) is nanobot's config, log or another file of NANOBOT_HOME outside
         the workspace (which may lie inside NANOBOT_HOME)."""
-        if any(path.parent == own.parent and path.name.startswith(own.name) for own in self._private_files):
-            return True  # the file, or a rotated copy of the log (nanobot.log.2026-01-01_...)
+        if any(path.parent == own.parent and _copy_of(path.name, own.name) for own in self._private_files):
+            return True
         inside = path.is_relative_to(self.guard.workspace)
         return not inside and any(path.is_relative_to(d) for d in self._private_dirs)
 
@@ -135,3 +135,12 @@ class MessageTool(Tool):
             except Exception as exc:  # noqa: BLE001 - what the channel said, for the model to report
                 raise ToolError(f"the message to {target_channel}:{target_chat} was not sent: {exc}") from None
         return f"Message sent to {target_channel}:{target_chat}"
+
+
+def _copy_of(name: str, own: str) -> bool:
+    """Whether `name` is the file `own` or a copy of it beside it: a rotated log (loguru names it
+    `nanobot.2026-11-27_17-24-53_924339.log`, compressed `….log.gz`), a `config.json.bak`."""
+    stem, dot, suffix = own.rpartition(".")
+    if name == own or name.startswith(own + "."):
+        return True
+    return bool(dot) and name.startswith(stem + ".") and f".{suffix}" in name[len(stem):]
