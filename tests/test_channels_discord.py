@@ -21,6 +21,7 @@ from nanobot.channels.manager import ChannelManager
 from nanobot.config.schema import Config
 from tests.fakes.discord_server import (
     BOT_ID,
+    BOT_ROLE_ID,
     DM_CHANNEL_ID,
     GUILD_CHANNEL_ID,
     THREAD_ID,
@@ -129,8 +130,11 @@ async def test_guild_mention_policy_and_threads(server, gateway_factory) -> None
     server.push_message(f"<@{BOT_ID}> what now?", channel_id=GUILD_CHANNEL_ID, guild=True, mention_bot=True)
     server.push_message("and you?", channel_id=GUILD_CHANNEL_ID, guild=True, reply_to_bot=True)
     server.push_message(f"<@{BOT_ID}> in a thread", channel_id=THREAD_ID, guild=True, mention_bot=True)
-    got = [await gw.inbound() for _ in range(3)]
-    assert [m.content for m in got] == ["what now?", "and you?", "in a thread"]
+    # the bot's own role, which Discord's autocomplete offers beside the bot: silently ignored before
+    server.push_message(f"<@&{BOT_ROLE_ID}> and by role?", channel_id=GUILD_CHANNEL_ID, guild=True,
+                        mention_bot_role=True)
+    got = [await gw.inbound() for _ in range(4)]
+    assert [m.content for m in got] == ["what now?", "and you?", "in a thread", "and by role?"]
     assert all(m.is_group for m in got)
     assert got[0].session_key == f"discord:{GUILD_CHANNEL_ID}"
     assert got[2].session_key == f"discord:{THREAD_ID}"

@@ -178,13 +178,23 @@ class DiscordChannel(Channel):
 
     # ------------------------------------------------------------------ inbound
     def _addressed(self, message: discord.Message, me_id: int) -> bool:
-        """In a guild under groupPolicy "mention": a mention of the bot, a reply to it, or a command."""
-        if any(user.id == me_id for user in message.mentions):
+        """In a guild under groupPolicy "mention": a mention of the bot (or of its own role, which
+        Discord's autocomplete offers beside it), a reply to it, or a command."""
+        if any(user.id == me_id for user in message.mentions) or self._own_roles(message, me_id):
             return True
         ref = message.reference
         if ref is not None and isinstance(ref.resolved, discord.Message) and ref.resolved.author.id == me_id:
             return True
         return starts_with_command(message.content)
+
+    @staticmethod
+    def _own_roles(message: discord.Message, me_id: int) -> list[int]:
+        """Ids of the roles mentioned in `message` that are the bot's own (its managed role)."""
+        return [
+            role.id
+            for role in message.role_mentions
+            if role.tags is not None and role.tags.bot_id == me_id
+        ]
 
     async def _on_message(self, message: discord.Message) -> None:
         # discord.py runs each message's handler as a task of its own: a message after a photo was
@@ -205,7 +215,10 @@ class DiscordChannel(Channel):
         is_group = message.guild is not None
         if is_group and self.config.group_policy == "mention" and not self._addressed(message, me_id):
             return
-        content = re.sub(rf"<@!?{me_id}>", "", message.content).strip()
+        content = re.sub(rf"<@!?{me_id}>", "", message.content)
+        for role_id in self._own_roles(message, me_id):
+            content = content.replace(f"<@&{role_id}>", "")
+        content = content.strip()
         if not content and not message.attachments:
             # A bare mention, a sticker or an embed only; in a guild, also what a bot without the
             # Message Content intent receives for messages that do not mention it.

@@ -25,6 +25,7 @@ from tests.fakes._aiohttp_thread import ThreadedAiohttpServer
 MAX_CONTENT_CHARS = 2000
 BOT_ID = 900000000000000001
 GUILD_ID = 910000000000000001
+BOT_ROLE_ID = 910000000000000777  # the bot's own managed role, which Discord gives every bot
 GUILD_CHANNEL_ID = 920000000000000001
 THREAD_ID = 930000000000000001
 DM_CHANNEL_ID = 940000000000000001
@@ -99,6 +100,7 @@ class FakeDiscordServer(ThreadedAiohttpServer):
         author_name: str = "alice",
         author_bot: bool = False,
         mention_bot: bool = False,
+        mention_bot_role: bool = False,
         reply_to_bot: bool = False,
         attachments: list[dict[str, Any]] | None = None,
         message_type: int = 0,
@@ -117,7 +119,7 @@ class FakeDiscordServer(ThreadedAiohttpServer):
             "edited_timestamp": None,
             "tts": False,
             "mention_everyone": False,
-            "mention_roles": [],
+            "mention_roles": [str(BOT_ROLE_ID)] if mention_bot_role else [],
             "attachments": attachments or [],
             "embeds": [],
             "pinned": False,
@@ -199,12 +201,14 @@ class FakeDiscordServer(ThreadedAiohttpServer):
             "managed": False,
             "mentionable": False,
         }
+        bot_role = {**role, "id": str(BOT_ROLE_ID), "name": "nanobot", "position": 1, "managed": True,
+                    "mentionable": True, "tags": {"bot_id": str(BOT_ID)}}
         return {
             "id": str(GUILD_ID),
             "name": "Test guild",
             "owner_id": str(USER_ID),
             "member_count": 2,
-            "roles": [role],
+            "roles": [role, bot_role],
             "emojis": [],
             "stickers": [],
             "features": [],
