@@ -23,6 +23,7 @@ from loguru import logger
 from nanobot.memory import small_profile
 from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.compaction import compact_transcript
+from nanobot.memory.forgetting import forget_requests
 from nanobot.memory.store import (
     MAX_DROPPED_FACT_SHARE,
     MIN_FACTS_FOR_PROTECTION,
@@ -37,7 +38,6 @@ from nanobot.memory.validation import (
     check_history_entry,
     check_memory_update,
     fact_lines,
-    forget_requests,
     restored_lines,
     schema_text,
     still_there,

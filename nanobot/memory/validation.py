@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from nanobot.memory.fact_words import fact_words
+from nanobot.memory.forgetting import asks_to_forget_in_another_language, forget_requests, may_drop
 from nanobot.memory.store import normalise_fact
 from nanobot.providers.base import LLMResponse
 
@@ -76,29 +76,6 @@ _SPEAKER_RE = re.compile(r"^\s*(?:\[[^\]\n]{0,25}\]\s*)?(USER|ASSISTANT|User|Ass
 _PLACEHOLDERS = {"", "(empty)", "empty", "none", "null", "n/a", "...", "no_reply", "-", "tbd"}
 _LETTERS_RE = re.compile(r"[^\W\d_]{2,}")
 _WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-# "forget" in the languages users write in most (the tool's instructions are English, the user's
-# request need not be); CJK words have no word boundaries
-_FORGET_WORDS = (
-    r"oublie|oubliez|oublier|vergiss|vergessen|olvida|olvides|olvidar|dimentica|esquece|esqueça"
-)
-_FORGET_CJK = r"忘记|忘掉|忘了|別記|别记|不要记|忘れて|忘れる|잊어"
-_FORGET_RE = re.compile(
-    r"\b(forget|remove|delete|erase|drop|no longer|not true|isn't true|is wrong|stop remembering|"
-    + _FORGET_WORDS
-    + r"|supprime|efface|lösche|borra|elimina|cancella|apaga)\b|"
-    + _FORGET_CJK
-    + r"|删除|刪除|削除|삭제",
-    re.I,
-)
-_OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
-#: a request about what is remembered (not a task such as "delete the draft email")
-_ABOUT_MEMORY_RE = re.compile(
-    r"\b(forget|forgot|no longer|not true|isn't true|wrong|incorrect|anymore|any more|stop remembering"
-    r"|memory|memories|remember|notes?|" + _FORGET_WORDS + r")\b|" + _FORGET_CJK,
-    re.I,
-)
-
-
 @dataclass(frozen=True)
 class Refusal:
     """Why an output was refused: `rule` is one of the module's rule names."""
@@ -321,31 +298,6 @@ def restored_lines(previous: str, dropped: list[str]) -> list[str]:
     return out
 
 
-def forget_requests(user_texts: Iterable[str]) -> list[str]:
-    """The user messages of the chunk that ask to forget or correct something."""
-    return [t for t in user_texts if _FORGET_RE.search(t)]
-
-
-def _may_drop(fact: str, requests: list[str]) -> bool:
-    """A fact may go when a request of the user to forget or correct something, or to remove
-    something from memory, mentions one of its content words (short ones, numbers and CJK text
-    included: "forget my PIN", "忘记我的银行卡密码"); a request that only removes something ("delete
-    the draft email to Alice") must name most of them, since a name it shares with a fact ("Sister
-    Alice is diabetic") is no reason to lose the fact."""
-    keys = fact_words(fact)
-    for request in requests:
-        shared = keys & fact_words(request)
-        if shared and (_ABOUT_MEMORY_RE.search(request) or 2 * len(shared) >= len(keys)):
-            return True
-    return False
-
-
-def _asks_to_forget_in_another_language(requests: list[str]) -> bool:
-    """Whether the chunk asks to forget in a language other than English ("oublie", "vergiss"):
-    its words cannot be matched with the facts', which the model may keep in English."""
-    return any(_OTHER_LANGUAGE_FORGET_RE.search(request) for request in requests)
-
-
 def _copies_the_conversation(new_part: str, transcript: str) -> Refusal | None:
     """A memory update may keep what the user dictated word for word, one fact per bullet line
     ("Remember this exactly: the door code is ..."); it must not copy the conversation: speaker
@@ -406,9 +358,9 @@ def check_memory_update(
     new_norm = {normalise_fact(x) for x in fact_lines(text)}
     dropped = [
         f for f in fact_lines(previous)
-        if not still_there(f, new_norm) and normalise_fact(f) not in forgotten and not _may_drop(f, requests)
+        if not still_there(f, new_norm) and normalise_fact(f) not in forgotten and not may_drop(f, requests)
     ]
-    if dropped and len(dropped) <= MAX_UNNAMED_FORGETS and _asks_to_forget_in_another_language(requests):
+    if dropped and len(dropped) <= MAX_UNNAMED_FORGETS and asks_to_forget_in_another_language(requests):
         # The user asked in another language ("oublie mon code secret" for "- Bank card PIN is
         # 4821"): a model that removed a fact or two is doing what it was asked; a mass removal is
         # still put back. An English request must name the fact ("forget the colour" drops no job).
