@@ -262,6 +262,19 @@ def test_systemd_watchdog_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     assert systemd_watchdog_interval_s() is None
 
 
+def test_the_gateway_pings_within_systemds_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """systemd's WatchdogSec was read only by `service install`: a unit edited later (or the interval
+    raised in config.json) had a healthy gateway killed for pinging too late, again and again."""
+    from nanobot.service.systemd import beat_interval_s
+
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    monkeypatch.setenv("WATCHDOG_USEC", "3000000")  # WatchdogSec=3: ping at least every 1.5 s
+    assert beat_interval_s(5.0) == 1.5
+    assert beat_interval_s(1.0) == 1.0
+    monkeypatch.delenv("WATCHDOG_USEC")
+    assert beat_interval_s(5.0) == 5.0
+
+
 # ------------------------------------------------------------------------------------ CLI
 
 

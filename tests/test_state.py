@@ -95,6 +95,26 @@ def test_lock_records_pid_and_release_clears_it(tmp_path: Path) -> None:
     assert not gateway_running(ws)
 
 
+def test_a_lock_file_removed_while_running_is_taken_again(tmp_path: Path) -> None:
+    """The workspace deleted (and made anew) under a running gateway took its lock file with it:
+    `health` said no gateway ran, and a second one started beside it, both polling the same bot."""
+    import shutil
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    lock = GatewayLock(ws)
+    lock.acquire()
+    try:
+        shutil.rmtree(ws)
+        lock.keep()
+        assert (ws / LOCK_FILE_NAME).read_text().strip() == str(os.getpid())
+        with pytest.raises(GatewayAlreadyRunning):
+            GatewayLock(ws).acquire()
+        lock.keep()  # still ours: nothing to do
+    finally:
+        lock.release()
+
+
 def test_second_lock_in_same_process_is_refused_with_pid(tmp_path: Path) -> None:
     with GatewayLock(tmp_path) as first:
         assert first.held

@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import NoReturn
@@ -37,12 +38,13 @@ from nanobot.config.schema import Config
 from nanobot.providers.base import LLMProvider
 from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY, HeartbeatService, resolve_heartbeat_target
 from nanobot.service.state import GatewayAlreadyRunning, GatewayLock, GatewayState, run_watchdog
-from nanobot.service.systemd import sd_notify
+from nanobot.service.systemd import beat_interval_s, sd_notify
 
 EXIT_FORCED = 1
 OUTBOUND_FLUSH_TIMEOUT_S = 2.0
 # The hard stop after the first signal: grace + drain + this margin (10 s with the defaults).
 SHUTDOWN_MARGIN_S = 2.0
+CHANNELS_SETTLE_S = 60.0  # READY=1 waits this long at most for the channels to connect or fail
 #: the least a later shutdown phase gets even when the earlier ones used up their share
 MIN_PHASE_S = 0.5
 #: after the gateway stopped: how long tasks still left in the event loop may take to unwind
@@ -94,6 +96,7 @@ class Gateway:
         self.cron = self.runtime.cron
         hb = config.gateway.heartbeat
         self._unreachable_target: tuple[str, str] | None = None  # said once (see _heartbeat_target)
+        self.lock: GatewayLock | None = None  # given by run()
         self.heartbeat = (
             HeartbeatService(
                 self.workspace,
@@ -221,6 +224,14 @@ class Gateway:
 
     # ------------------------------------------------------------------ running
     def _refresh_state(self, state: GatewayState) -> None:
+        if self.lock is not None:
+            try:
+                self.lock.keep()
+            except GatewayAlreadyRunning as exc:  # another gateway took the workspace meanwhile
+                logger.error("{}; stopping this one", exc)
+                self.request_stop(signal.SIGTERM)
+            except OSError as exc:  # the workspace cannot be written now: a stale watchdog says so
+                logger.warning("gateway lock: {}", exc)
         for name, info in self.channels.status().items():
             state.set_channel(name, str(info.get("state")), info.get("error"))
         state.set_pending_tasks(self.agent.lifecycle.pending() + len(self.loop.in_flight()))
@@ -245,7 +256,8 @@ class Gateway:
         await asyncio.wait({done, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
 
-    async def run(self, early_signals: list[int] | None = None) -> int:
+    async def run(self, early_signals: list[int] | None = None, lock: GatewayLock | None = None) -> int:
+        self.lock = lock  # kept while running (see GatewayLock.keep)
         self._event_loop = asyncio.get_running_loop()
         threading.Thread(target=self._watch_deadline, name="shutdown-deadline", daemon=True).start()
         previous = self._install_signals()
@@ -274,15 +286,15 @@ class Gateway:
                 self._heartbeat_target()  # a target on a channel that is off is said at start
             await self.heartbeat.start()
         self._refresh_state(self.state)
-        watchdog = asyncio.create_task(
-            run_watchdog(self.state, self.config.gateway.watchdog_interval_s, self._refresh_state)
-        )
+        beat_s = beat_interval_s(self.config.gateway.watchdog_interval_s)
+        watchdog = asyncio.create_task(run_watchdog(self.state, beat_s, self._refresh_state))
         await self._warm_up()
+        await self._channels_settled()
         if not self._stop.is_set():
             self.agent.lifecycle.recover_pending()
             self.loop.start()
             self.ready.set()
-            sd_notify("READY=1")
+            sd_notify("READY=1")  # after the channels connected (or failed: `health` says which)
             logger.info(
                 "gateway running: workspace {}, channels {}", self.workspace, list(self.channels.channels)
             )
@@ -290,6 +302,16 @@ class Gateway:
         sd_notify("STOPPING=1")
         await self._shutdown(watchdog)
         return self._exit_code
+
+    async def _channels_settled(self) -> None:
+        """Wait (at most CHANNELS_SETTLE_S, or until a stop) for every channel to leave "starting":
+        READY=1 went out while Telegram was still connecting, so `systemctl start` reported a bot
+        ready that could not hear anyone yet."""
+        deadline = time.monotonic() + CHANNELS_SETTLE_S
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            if all(info.get("state") != "starting" for info in self.channels.status().values()):
+                return
+            await asyncio.sleep(0.05)
 
     def _delivered(self, msg: OutboundMessage) -> None:
         from nanobot.gateway.missed import mark_delivered
@@ -364,7 +386,7 @@ async def run_gateway(config: Config, config_path: str = "config.json") -> int:
             gateway = Gateway(config, config_path)
         finally:
             Gateway._restore_signals(previous)  # type: ignore[arg-type]
-        return await gateway.run(early_signals=early)
+        return await gateway.run(early_signals=early, lock=lock)
     finally:
         lock.release()
 

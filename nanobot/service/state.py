@@ -22,7 +22,7 @@ from loguru import logger
 
 from nanobot.config.paths import GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE
 from nanobot.errors import UserError
-from nanobot.util.fs import atomic_write, open_private, try_flock
+from nanobot.util.fs import atomic_write, ensure_private_dir, open_private, try_flock
 
 LOCK_FILE_NAME = GATEWAY_LOCK_FILE
 STATE_FILE_NAME = GATEWAY_STATE_FILE
@@ -116,6 +116,25 @@ class GatewayLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._fd = fd
         logger.debug("gateway lock {} taken by pid {}", self.path, os.getpid())
+
+    def keep(self) -> None:
+        """Take the lock again when its file is gone or replaced (the workspace deleted and made
+        anew while running): `health` then said no gateway ran, and a second one started beside
+        this one, both polling the same bot. Raises GatewayAlreadyRunning when another took it."""
+        if self._fd is None:
+            return
+        try:
+            on_disk = os.stat(self.path)
+            ours = os.fstat(self._fd)
+            if (on_disk.st_dev, on_disk.st_ino) == (ours.st_dev, ours.st_ino):
+                return
+        except FileNotFoundError:
+            pass
+        logger.warning("gateway lock {} was removed while running; taking it again", self.path)
+        fd, self._fd = self._fd, None
+        os.close(fd)
+        ensure_private_dir(self.path.parent)
+        self.acquire()
 
     def release(self) -> None:
         """Drop the lock (idempotent). The pid is cleared first so readers never see a stale one."""

@@ -299,3 +299,18 @@ def systemd_watchdog_interval_s() -> float | None:
     if not usec.isdigit() or int(usec) <= 0 or (pid and pid != str(os.getpid())):
         return None
     return int(usec) / 2_000_000
+
+
+def beat_interval_s(configured_s: float) -> float:
+    """How often the gateway pings: gateway.watchdogIntervalS, or half of systemd's WatchdogSec
+    when that is shorter (a unit edited, or the interval raised, after `service install` checked
+    them: systemd killed a healthy gateway that pinged too late, again and again)."""
+    systemd = systemd_watchdog_interval_s()
+    if systemd is not None and systemd < configured_s:
+        logger.warning(
+            "gateway.watchdogIntervalS {:g} s is longer than half of systemd's WatchdogSec: pinging every {:g} s",
+            configured_s,
+            systemd,
+        )
+        return systemd
+    return configured_s
