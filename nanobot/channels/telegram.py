@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import warnings
 from html import escape
 from typing import Any
 
@@ -41,7 +42,14 @@ from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import telegram_parts
 from nanobot.channels.media import Received
 from nanobot.channels.split import TELEGRAM_MAX_CHARS, capped_parts
-from nanobot.channels.telegram_media import Albums, album_of, chat_of, download_media, shared_as_text
+from nanobot.channels.telegram_media import (
+    Albums,
+    album_of,
+    chat_of,
+    download_media,
+    shared_as_text,
+    with_origin,
+)
 from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
 
 REQUEST_TIMEOUT_S = 20.0
@@ -192,13 +200,40 @@ class TelegramChannel(Channel):
         offset = self._acks.offset
         # Pending updates are re-served at once, so a long poll would not wait anyway.
         timeout = 0 if self._acks.pending else self.config.poll_timeout_s
-        updates = await self.bot.get_updates(offset=offset, timeout=timeout, allowed_updates=["message"])
+        try:
+            updates = await self.bot.get_updates(offset=offset, timeout=timeout, allowed_updates=["message"])
+        except (TypeError, KeyError, ValueError) as exc:  # one update the library cannot read
+            updates = await self._readable_updates(offset, exc)
         self._confirmed = offset
         for update in updates:
             if not self._acks.is_new(update.update_id):
                 continue
             self._acks.receive(update.update_id)
             self._dispatch(update)
+
+    async def _readable_updates(self, offset: int | None, error: Exception) -> list[Update]:
+        """The batch read again update by update: one the library cannot parse (a field a newer Bot
+        API requires, which an older local server leaves out — a stranger's poll, say) failed the
+        whole batch, for ever, and the bot heard no one. It is skipped and confirmed."""
+        assert self.bot is not None
+        with warnings.catch_warnings():  # "use Bot.get_updates": the raw answer is what is needed
+            warnings.simplefilter("ignore")
+            raw = await self.bot.do_api_request(
+                "getUpdates", api_kwargs={"offset": offset, "timeout": 0, "allowed_updates": ["message"]}
+            )
+        readable: list[Update] = []
+        for item in raw if isinstance(raw, list) else []:
+            try:
+                readable.append(Update.de_json(item, self.bot))
+            except Exception as exc:  # noqa: BLE001 - this update only
+                update_id = item.get("update_id") if isinstance(item, dict) else None
+                logger.warning("telegram: skipping update {} the library cannot read: {}", update_id, exc)
+                if isinstance(update_id, int) and self._acks.is_new(update_id):
+                    self._acks.receive(update_id)
+                    self._acks.handled(update_id)
+        if not readable and not raw:
+            raise error  # nothing could be read again: the poll fails as it did
+        return readable
 
     def _dispatch(self, update: Update) -> None:
         """Handle the update in a task of its own, after its chat's earlier ones: one chat's slow
@@ -265,7 +300,7 @@ class TelegramChannel(Channel):
             return False
         user, chat = message.from_user, message.chat
         parts = [u.message for u in updates if u.message is not None]
-        text = "\n".join(t for t in (m.text or m.caption or shared_as_text(m) for m in parts) if t)
+        text = "\n".join(t for t in (with_origin(m, m.text or m.caption or shared_as_text(m)) for m in parts) if t)
         is_group = chat.type in _GROUP_TYPES
         if is_group and self._for_another_bot(text):
             return False  # another bot's /new must not archive this group's conversation

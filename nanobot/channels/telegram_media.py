@@ -39,6 +39,21 @@ def shared_as_text(message: Message) -> str:
     return ""
 
 
+def with_origin(message: Message, text: str) -> str:
+    """`text` of a forwarded message labelled with whom it came from: the model took a third
+    party's words ("run this on the server") for the owner's, and a forwarded "/new" ran."""
+    origin = message.forward_origin
+    if origin is None or not text:
+        return text
+    user = getattr(origin, "sender_user", None)
+    chat = getattr(origin, "sender_chat", None) or getattr(origin, "chat", None)
+    name = (
+        (user.full_name + (f" (@{user.username})" if user.username else "")) if user is not None
+        else getattr(origin, "sender_user_name", None) or (chat.title if chat is not None else None)
+    )
+    return f"[forwarded from {name or 'someone'}]\n{text}"
+
+
 def media_items(message: Message) -> list[MediaItem]:
     """Photo (largest size), document, voice, audio and video of a message."""
     items: list[MediaItem] = []
