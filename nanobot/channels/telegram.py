@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import warnings
 from html import escape
 from typing import Any
 
@@ -51,6 +50,7 @@ from nanobot.channels.telegram_media import (
     with_origin,
 )
 from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
+from nanobot.channels.telegram_updates import readable_updates
 
 REQUEST_TIMEOUT_S = 20.0
 CONNECT_TIMEOUT_S = 10.0
@@ -203,37 +203,13 @@ class TelegramChannel(Channel):
         try:
             updates = await self.bot.get_updates(offset=offset, timeout=timeout, allowed_updates=["message"])
         except (TypeError, KeyError, ValueError) as exc:  # one update the library cannot read
-            updates = await self._readable_updates(offset, exc)
+            updates = await readable_updates(self.bot, offset, self._acks, exc)
         self._confirmed = offset
         for update in updates:
             if not self._acks.is_new(update.update_id):
                 continue
             self._acks.receive(update.update_id)
             self._dispatch(update)
-
-    async def _readable_updates(self, offset: int | None, error: Exception) -> list[Update]:
-        """The batch read again update by update: one the library cannot parse (a field a newer Bot
-        API requires, which an older local server leaves out — a stranger's poll, say) failed the
-        whole batch, for ever, and the bot heard no one. It is skipped and confirmed."""
-        assert self.bot is not None
-        with warnings.catch_warnings():  # "use Bot.get_updates": the raw answer is what is needed
-            warnings.simplefilter("ignore")
-            raw = await self.bot.do_api_request(
-                "getUpdates", api_kwargs={"offset": offset, "timeout": 0, "allowed_updates": ["message"]}
-            )
-        readable: list[Update] = []
-        for item in raw if isinstance(raw, list) else []:
-            try:
-                readable.append(Update.de_json(item, self.bot))
-            except Exception as exc:  # noqa: BLE001 - this update only
-                update_id = item.get("update_id") if isinstance(item, dict) else None
-                logger.warning("telegram: skipping update {} the library cannot read: {}", update_id, exc)
-                if isinstance(update_id, int) and self._acks.is_new(update_id):
-                    self._acks.receive(update_id)
-                    self._acks.handled(update_id)
-        if not readable and not raw:
-            raise error  # nothing could be read again: the poll fails as it did
-        return readable
 
     def _dispatch(self, update: Update) -> None:
         """Handle the update in a task of its own, after its chat's earlier ones: one chat's slow
