@@ -43,7 +43,7 @@ def with_origin(message: Message, text: str) -> str:
     """`text` of a forwarded message labelled with whom it came from: the model took a third
     party's words ("run this on the server") for the owner's, and a forwarded "/new" ran."""
     origin = message.forward_origin
-    if origin is None or not text:
+    if origin is None:
         return text
     user = getattr(origin, "sender_user", None)
     chat = getattr(origin, "sender_chat", None) or getattr(origin, "chat", None)
@@ -51,7 +51,8 @@ def with_origin(message: Message, text: str) -> str:
         (user.full_name + (f" (@{user.username})" if user.username else "")) if user is not None
         else getattr(origin, "sender_user_name", None) or (chat.title if chat is not None else None)
     )
-    return f"[forwarded from {name or 'someone'}]\n{text}"
+    label = f"[forwarded from {name or 'someone'}]"  # also alone: a forwarded voice note's transcript follows
+    return f"{label}\n{text}" if text else label
 
 
 def media_items(message: Message) -> list[MediaItem]:

@@ -294,6 +294,8 @@ class Gateway:
             self.agent.lifecycle.recover_pending()
             self.loop.start()
             self.ready.set()
+            self._refresh_state(self.state)  # `health` right after `systemctl start` reads this
+            self.state.write()
             sd_notify("READY=1")  # after the channels connected (or failed: `health` says which)
             logger.info(
                 "gateway running: workspace {}, channels {}", self.workspace, list(self.channels.channels)
