@@ -111,6 +111,16 @@ def test_a_lock_file_removed_while_running_is_taken_again(tmp_path: Path) -> Non
         with pytest.raises(GatewayAlreadyRunning):
             GatewayLock(ws).acquire()
         lock.keep()  # still ours: nothing to do
+        # the path unusable for a while (a folder in its place): the lock is kept, and taken again
+        # once it can be (one failed attempt dropped it for good)
+        (ws / LOCK_FILE_NAME).unlink()
+        (ws / LOCK_FILE_NAME).mkdir()
+        with pytest.raises(Exception):  # noqa: B017 - whatever the open of a folder raises
+            lock.keep()
+        assert lock.held
+        (ws / LOCK_FILE_NAME).rmdir()
+        lock.keep()
+        assert (ws / LOCK_FILE_NAME).read_text().strip() == str(os.getpid())
     finally:
         lock.release()
 

@@ -35,6 +35,7 @@ async def readable_updates(bot: Bot, offset: int | None, acks: AckWindow, error:
             if isinstance(update_id, int) and acks.is_new(update_id):
                 acks.receive(update_id)
                 acks.handled(update_id)
+                acks.release(update_id)  # confirmed with the next poll: the offset moves past it
     if not readable and not raw:
         raise error
     return readable

@@ -35,6 +35,7 @@ from nanobot.agent.factory import build_runtime
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import Config
+from nanobot.errors import UserError
 from nanobot.providers.base import LLMProvider
 from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY, HeartbeatService, resolve_heartbeat_target
 from nanobot.service.state import GatewayAlreadyRunning, GatewayLock, GatewayState, run_watchdog
@@ -230,7 +231,7 @@ class Gateway:
             except GatewayAlreadyRunning as exc:  # another gateway took the workspace meanwhile
                 logger.error("{}; stopping this one", exc)
                 self.request_stop(signal.SIGTERM)
-            except OSError as exc:  # the workspace cannot be written now: a stale watchdog says so
+            except (OSError, UserError) as exc:  # the path unusable now: the next beat tries again
                 logger.warning("gateway lock: {}", exc)
         for name, info in self.channels.status().items():
             state.set_channel(name, str(info.get("state")), info.get("error"))

@@ -132,9 +132,13 @@ class GatewayLock:
             pass
         logger.warning("gateway lock {} was removed while running; taking it again", self.path)
         fd, self._fd = self._fd, None
+        try:
+            ensure_private_dir(self.path.parent)
+            self.acquire()
+        except BaseException:
+            self._fd = fd  # still held on the old file: the next beat tries again
+            raise
         os.close(fd)
-        ensure_private_dir(self.path.parent)
-        self.acquire()
 
     def release(self) -> None:
         """Drop the lock (idempotent). The pid is cleared first so readers never see a stale one."""
