@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import nanobot.gateway.process as process
 import nanobot.gateway.runtime as runtime
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.channels.base import Channel
@@ -394,10 +395,10 @@ def test_serve_does_not_wait_for_worker_threads(tmp_path: Path, monkeypatch: pyt
         await asyncio.sleep(0.05)
         return 0
 
-    monkeypatch.setattr(runtime, "run_gateway", gateway_leaving_a_thread_busy)
+    monkeypatch.setattr(process, "run_gateway", gateway_leaving_a_thread_busy)
     try:
         started = time.monotonic()
-        assert runtime.serve(Config()) == 0
+        assert process.serve(Config()) == 0
         assert time.monotonic() - started < 5.0
     finally:
         release.set()

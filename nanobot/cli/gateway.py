@@ -16,7 +16,7 @@ def gateway(config: ConfigOption = None) -> None:
     level = log_level_override() or cfg.logging.level
     log_file = str(cfg.log_file_path or "")
     setup_logging(level, log_file, cfg.logging.rotation, cfg.logging.retention)
-    from nanobot.gateway.runtime import exit_now, serve
+    from nanobot.gateway.process import exit_now, serve
 
     # A second gateway (GatewayAlreadyRunning) or a provider config error propagate as user errors.
     code = serve(cfg, str(config_path(config)))

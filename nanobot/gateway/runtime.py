@@ -22,12 +22,10 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import NoReturn
 
 from loguru import logger
 
@@ -48,8 +46,6 @@ SHUTDOWN_MARGIN_S = 2.0
 CHANNELS_SETTLE_S = 60.0  # READY=1 waits this long at most for the channels to connect or fail
 #: the least a later shutdown phase gets even when the earlier ones used up their share
 MIN_PHASE_S = 0.5
-#: after the gateway stopped: how long tasks still left in the event loop may take to unwind
-LEFTOVER_TASKS_WAIT_S = 1.0
 # SIGHUP (a closed terminal, an operator's `kill -HUP` for a reload) stops gracefully too, ending
 # with 128 + 1 as a shell reports it: systemd's Restart=on-failure then starts the gateway again,
 # which reads the config anew. Unhandled, it killed the gateway mid-turn and systemd took that for
@@ -374,65 +370,4 @@ class Gateway:
             await asyncio.sleep(0.02)
 
 
-async def run_gateway(config: Config, config_path: str = "config.json") -> int:
-    """Run until a signal; returns the exit code. Raises GatewayAlreadyRunning for a second gateway."""
-    lock = GatewayLock(config.workspace_path)
-    lock.acquire()
-    # Building the agent and importing the channel libraries takes a while: a signal meanwhile is
-    # remembered and honoured as soon as the gateway can shut down cleanly.
-    early: list[int] = []
-    previous = {
-        sig: signal.signal(sig, lambda signum, _frame: early.append(signum)) for sig in handled_signals()
-    }
-    try:
-        try:
-            gateway = Gateway(config, config_path)
-        finally:
-            Gateway._restore_signals(previous)  # type: ignore[arg-type]
-        return await gateway.run(early_signals=early, lock=lock)
-    finally:
-        lock.release()
-
-
-def serve(config: Config, config_path: str = "config.json") -> int:
-    """Run the gateway in a new event loop until it stops; its exit code.
-
-    Unlike `asyncio.run`, this does not wait for the default executor's worker threads at the end:
-    a thread still embedding a batch or loading a model would hold the process past the stop
-    budget (the gateway is stopped by then; what such work had not written is redone later).
-    Tasks still left in the loop get LEFTOVER_TASKS_WAIT_S to unwind after their cancellation.
-    Call `exit_now` next: the abandoned threads must not be joined at interpreter exit.
-    """
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        code = loop.run_until_complete(run_gateway(config, config_path))
-        leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        for task in leftovers:
-            task.cancel()
-        if leftovers:
-            loop.run_until_complete(asyncio.wait(leftovers, timeout=LEFTOVER_TASKS_WAIT_S))
-        return code
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()  # shuts the executor down without waiting for its threads
-
-
-def exit_now(code: int) -> NoReturn:
-    """Exit after a finished shutdown without the interpreter's teardown.
-
-    Everything is already stopped, flushed and released; the teardown would only garbage-collect
-    the imported modules (litellm's alone take seconds on a small host), eating into the stop budget
-    that systemd and Docker grant before they SIGKILL.
-    """
-    logger.remove()  # closes and flushes every sink (enqueued file sinks included)
-    from nanobot.sandbox.bwrap import remove_empty_file
-
-    remove_empty_file()  # what atexit would have removed
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
-
-
-__all__ = ["Gateway", "GatewayAlreadyRunning", "exit_now", "run_gateway", "serve"]
+__all__ = ["Gateway", "GatewayAlreadyRunning", "handled_signals"]

@@ -100,7 +100,7 @@ def test_the_file_hidden_files_are_bound_to_is_removed_at_exit() -> None:
     from pathlib import Path
 
     made = "from nanobot.sandbox.bwrap import empty_file; p = empty_file(); print(p, p.stat().st_size, flush=True)"
-    for exit_by in ("", "; from nanobot.gateway.runtime import exit_now; exit_now(0)"):  # the gateway's way
+    for exit_by in ("", "; from nanobot.gateway.process import exit_now; exit_now(0)"):  # the gateway's way
         out = subprocess.run([sys.executable, "-c", made + exit_by], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         name, size = out.stdout.split()
