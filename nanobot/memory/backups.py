@@ -20,7 +20,7 @@ from nanobot.util.fs import atomic_write, unused_path
 DAILY_KEPT = 7  # days before today whose last version is kept, beside the newest ones
 
 
-def fact_lines(text: str) -> int:
+def _fact_count(text: str) -> int:
     """Lines that say something: not blank, not a heading."""
     return sum(1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
 
@@ -53,7 +53,7 @@ def keep_version(folder: Path, prefix: str, text: str, *, kept: int, now: dateti
         if path.stat().st_mtime_ns <= newest:
             os.utime(path, ns=(newest + 1, newest + 1))
     every = versions(folder, prefix)
-    protected = {max(reversed(every), key=lambda p: fact_lines(_read(p)))}  # the newest among equals
+    protected = {max(reversed(every), key=lambda p: _fact_count(_read(p)))}  # the newest among equals
     protected |= _last_of_each_day(every, now)
     for old in every[:-kept]:
         if old not in protected:
