@@ -406,6 +406,54 @@ async def test_stop_reaches_a_turn_waiting_for_a_free_turn_slot(make_config, fak
     assert [m["content"] for m in saved] == ["my locker code is 4711, do the thing"]  # kept, unanswered
 
 
+async def test_stop_is_answered_while_every_pending_place_is_taken(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """With as many messages pending as the loop takes (4 per turn slot), the loop read no more of
+    the bus: a /stop waited behind the flood for the turn it was meant to stop, then cancelled a
+    message the user had not given up."""
+    config, _ = make_config(**{"agents.defaults.maxConcurrentTurns": 1})
+    bus = MessageBus()
+    runtime = make_runtime(config, bus)
+    runtime.loop.start()
+    try:
+        fake_llm.push(Reply(content="too late", delay_s=SLOW_REPLY_S))
+        await bus.publish_inbound(inbound("a long task"))
+        await wait_for(lambda: len(fake_llm.requests) == 1)
+        flood = [f"message {n}" for n in range(1, 7)]  # more than the 4 pending places
+        for text in flood:
+            await bus.publish_inbound(inbound(text))
+        await wait_for(lambda: len(runtime.loop.in_flight()) == runtime.loop.max_pending)
+        started = asyncio.get_running_loop().time()
+        await bus.publish_inbound(inbound("/stop"))
+        assert (await next_outbound(bus, timeout_s=SLOW_REPLY_S)).content == STOPPED_REPLY
+        assert asyncio.get_running_loop().time() - started < SLOW_REPLY_S / 2
+        replies = [(await next_outbound(bus, timeout_s=30)).content for _ in flood]
+        assert replies == ["ok"] * len(flood)  # every one of them answered, none given up
+        await wait_for(lambda: not runtime.loop.in_flight())
+    finally:
+        await runtime.aclose()
+    saved = [m["content"] for m in messages_of(runtime.agent.sessions.path_for("telegram:c1"))]
+    assert saved[0] == "a long task" and "too late" not in saved
+    assert [text for text in saved if text.startswith("message")] == flood
+
+
+async def test_messages_left_on_the_bus_at_shutdown_are_kept_when_not_sent_again(
+    running: tuple[AgentLoop, Agent, MessageBus],
+) -> None:
+    """A Discord message that arrived after the loop stopped reading (a graceful stop's grace) sat on
+    the bus and was lost; a Telegram one stays unconfirmed (Telegram serves it again)."""
+    loop, agent, bus = running
+    await loop.stop_accepting()
+    await bus.publish_inbound(inbound("sent while stopping", channel="discord"))
+    served_again = inbound("served again later")
+    served_again.on_persisted = lambda: None
+    await bus.publish_inbound(served_again)
+    await bus.publish_inbound(inbound("/status", channel="discord"))
+    assert loop.keep_waiting() == 1
+    assert bus.waiting() == 0
+    assert [m["content"] for m in messages_of(agent.sessions.path_for("discord:c1"))] == ["sent while stopping"]
+    assert not agent.sessions.path_for("telegram:c1").exists()
+
+
 async def test_a_message_served_again_after_new_is_not_answered_again(
     running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
 ) -> None:

@@ -52,6 +52,12 @@ def parse_command(text: str) -> str | None:
     return name if alone else None
 
 
+def answered_ahead(text: str) -> bool:
+    """The text is a command answered ahead of every queue (`/stop`, `/status`, `/help`)."""
+    name = parse_command(text)
+    return name is not None and COMMANDS[name].immediate
+
+
 def starts_with_command(text: str) -> bool:
     """The message opens with a known command word (`/new please` too): it addresses the bot."""
     return _command_word(text)[0] is not None

@@ -8,7 +8,8 @@ arrives on the bus and is handled here:
   many are pending the loop stops reading the bus, the bounded inbound queue fills, and the
   channels' `publish_inbound` waits, which slows their polling instead of growing memory;
 - slash commands are dispatched here and only here. `/stop`, `/status` and `/help` are answered
-  ahead of the session's queue: `/stop` cancels the running turn (what was already persisted
+  ahead of every queue (they come on the bus's own `ahead` queue, read whatever is pending, so a
+  flood of messages never holds them back): `/stop` cancels the running turn (what was already persisted
   stays; a half-finished tool group never reaches the disk) and the session's sub-agents; the
   messages queued behind the cancelled turn are kept and answered in order (they are the user's
   words). `/new` runs in order with the session's turns.
@@ -64,27 +65,31 @@ class AgentLoop:
         self._room = asyncio.Semaphore(self.max_pending)  # one unit per message taken, not answered
         self._slots: dict[str, _SessionSlot] = {}
         self._accepting = True
-        self._consumer: asyncio.Task[None] | None = None
+        self._consumers: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> asyncio.Task[None]:
-        if self._consumer is None:
-            self._consumer = asyncio.create_task(self._consume(), name="agent-loop")
-        return self._consumer
+        """Start reading the bus; the task returned ends only when the loop stops or fails."""
+        if not self._consumers:
+            self._consumers = [
+                asyncio.create_task(self._consume(), name="agent-loop"),
+                asyncio.create_task(self._consume_ahead(), name="agent-loop-commands"),
+            ]
+        return self._consumers[0]
 
     @property
     def started(self) -> bool:
-        return self._consumer is not None
+        return bool(self._consumers)
 
     async def stop_accepting(self) -> None:
         """Stop taking new messages; turns already dispatched go on. Sub-agents' reports, which no
         platform sends again, are kept in their sessions from now on (those already waiting on the
         bus included), for the next start to answer."""
         self._accepting = False
-        if self._consumer is not None:
-            self._consumer.cancel()
+        for consumer in self._consumers:
+            consumer.cancel()
             try:
-                await self._consumer
+                await consumer
             except asyncio.CancelledError:
                 pass
         self.agent.hold_subagent_results()
@@ -94,8 +99,27 @@ class AgentLoop:
         for msg in waiting:
             if msg.channel == SYSTEM_CHANNEL:
                 self.agent.records.keep_result(msg)
-            else:
-                self.bus.inbound.put_nowait(msg)  # channels' messages: their platforms serve them again
+            else:  # kept by keep_waiting once the turns before them are done
+                self.bus.inbound.put_nowait(msg)
+
+    def keep_waiting(self) -> int:
+        """At shutdown, once every turn is done and the channels are stopped: keep the messages no
+        one took off the bus. A platform that does not send them again (Discord) would lose them;
+        they are saved in their sessions for the next start to answer (Telegram's stay unconfirmed
+        and are served again). The number kept."""
+        kept = 0
+        for queue in (self.bus.inbound, self.bus.ahead):
+            while not queue.empty():
+                msg = queue.get_nowait()
+                try:
+                    if msg.channel == SYSTEM_CHANNEL:
+                        self.agent.records.keep_result(msg)
+                    else:
+                        kept += self.agent.records.keep_unanswered(msg, self.agent.context_of(msg))
+                except Exception as exc:  # noqa: BLE001 - a full disk: say what was lost, keep the rest
+                    logger.error("{}: a message could not be kept at shutdown: {}", msg.session_key, exc)
+                msg.resolve(None)
+        return kept
 
     def in_flight(self) -> list[asyncio.Task[None]]:
         """Messages taken off the bus and not yet answered (running or queued behind a session)."""
@@ -122,38 +146,52 @@ class AgentLoop:
             except BaseException:
                 self._room.release()
                 raise
-            queued = False
-            try:
-                queued = await self._dispatch(msg)
-            except Exception as exc:  # noqa: BLE001 - one bad message never stops the loop
-                logger.opt(exception=exc).error("dispatch failed for {}", msg.session_key)
-                msg.ack()  # handled (it failed): served again it would only fail again
-                msg.resolve(None)  # a waiting publisher must not wait forever
-            if not queued:
+            await self._take(msg, has_room=True)
+
+    async def _consume_ahead(self) -> None:
+        """The commands answered ahead: read whatever is pending, since they hold no room."""
+        while self._accepting:
+            await self._take(await self.bus.consume_ahead(), has_room=False)
+
+    async def _take(self, msg: InboundMessage, has_room: bool) -> None:
+        """Answer an immediate command now, or queue the message behind its session; a queued
+        message holds one unit of room until it is answered (`has_room`: already taken for it)."""
+        queued = False
+        try:
+            ctx = self.agent.context_of(msg)
+            command = COMMANDS.get(ctx.command or "")
+            if command is not None and command.immediate:
+                await self._answer_now(msg, ctx)
+            else:
+                if not has_room:
+                    await self._room.acquire()
+                    has_room = True
+                self._queue(msg, ctx)
+                queued = True
+        except Exception as exc:  # noqa: BLE001 - one bad message never stops the loop
+            logger.opt(exception=exc).error("dispatch failed for {}", msg.session_key)
+            msg.ack()  # handled (it failed): served again it would only fail again
+            msg.resolve(None)  # a waiting publisher must not wait forever
+        finally:
+            if has_room and not queued:
                 self._room.release()
 
-    async def _dispatch(self, msg: InboundMessage) -> bool:
-        """Answer an immediate command now, or queue the message behind its session.
+    async def _answer_now(self, msg: InboundMessage, ctx: MessageContext) -> None:
+        msg.ack()
+        # Served again after a restart (Telegram), a /stop would cancel the turn the restart
+        # resumed, and the user would get a "Stopped." they did not send: only confirmed.
+        if not self.agent.records.command_served_again(msg, ctx):
+            await self._deliver(msg, ctx.reply(await self._immediate(ctx)))
+        else:
+            msg.resolve(None)
 
-        True when queued: the message then holds one unit of room until it is answered."""
-        ctx = self.agent.context_of(msg)
-        command = COMMANDS.get(ctx.command or "")
-        if command is not None and command.immediate:
-            msg.ack()
-            # Served again after a restart (Telegram), a /stop would cancel the turn the restart
-            # resumed, and the user would get a "Stopped." they did not send: only confirmed.
-            if not self.agent.records.command_served_again(msg, ctx):
-                await self._deliver(msg, ctx.reply(await self._immediate(ctx)))
-            else:
-                msg.resolve(None)
-            return False
+    def _queue(self, msg: InboundMessage, ctx: MessageContext) -> None:
         slot = self._slots.get(ctx.session_key)
         if slot is None:
             slot = self._slots[ctx.session_key] = _SessionSlot()
         task = asyncio.create_task(self._run(msg, ctx, slot), name=f"turn:{ctx.session_key}")
         slot.tasks[task] = None
         task.add_done_callback(lambda t, key=ctx.session_key: self._done(key, t))
-        return True
 
     async def _immediate(self, ctx: MessageContext) -> str:
         if ctx.command == "stop":

@@ -17,11 +17,9 @@ from dataclasses import dataclass
 
 from nanobot.agent.commands import parse_command
 from nanobot.agent.tools.base import ToolContext
-from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.events import SYSTEM_CHANNEL, InboundMessage, OutboundMessage
 from nanobot.memory.seam import memory_private
 
-#: the internal channel on which sub-agent results come back into their session
-SYSTEM_CHANNEL = "system"
 #: metadata of a sub-agent's report: how many sub-agents deep it comes from
 SPAWN_DEPTH_KEY = "spawn_depth"
 

@@ -75,7 +75,7 @@ class AgentRuntime:
     def background_work(self) -> int:
         """Sub-agents running, plus messages taken or waiting and not yet answered (their reports)."""
         running = self.agent.subagents.running() if self.agent.subagents is not None else 0
-        return running + len(self.loop.in_flight()) + self.bus.inbound.qsize()
+        return running + len(self.loop.in_flight()) + self.bus.waiting()
 
     async def settle(self, timeout_s: float) -> bool:
         """Wait (at most `timeout_s`) until the sub-agents have finished and their reports are

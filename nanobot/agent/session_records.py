@@ -125,16 +125,18 @@ class SessionRecords:
         return False
 
     # ------------------------------------------------------------------ kept without a turn
-    def keep_unanswered(self, msg: InboundMessage, ctx: MessageContext) -> None:
-        """Save a message whose turn a shutdown cancelled before it was saved, when its platform
-        will not send it again (Discord): the next start answers it (nanobot/gateway/missed.py)
-        instead of the message being lost without a trace."""
+    def keep_unanswered(self, msg: InboundMessage, ctx: MessageContext) -> bool:
+        """Save a message whose turn a shutdown cancelled before it was saved (or that no turn took
+        yet), when its platform will not send it again (Discord): the next start answers it
+        (nanobot/gateway/missed.py) instead of the message being lost without a trace. True when
+        saved here."""
         if msg.saved or msg.on_persisted is not None or msg.reply_future is not None or ctx.command:
-            return  # saved already, served again by its platform (Telegram), in-process, or a command
+            return False  # saved already, served again by its platform (Telegram), in-process, or a command
         self._save_message(msg, ctx)
         logger.info(
             "{}: kept a message the shutdown left unanswered; the next start answers it", ctx.session_key
         )
+        return True
 
     def save_given_up(self, msg: InboundMessage, ctx: MessageContext) -> None:
         """Save a message /stop gave up before its turn saved it: the user's words stay in the

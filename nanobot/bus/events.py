@@ -10,6 +10,9 @@ from typing import Any, Literal
 
 from nanobot.util.text import valid_unicode
 
+#: the internal channel on which sub-agent results come back into their session
+SYSTEM_CHANNEL = "system"
+
 OutboundKind = Literal["message", "progress", "tool_hint", "typing", "stream_delta", "stream_end"]
 
 

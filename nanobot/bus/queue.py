@@ -1,4 +1,4 @@
-"""MessageBus: two bounded asyncio queues, inbound (channels → agent) and outbound (agent → channels).
+"""MessageBus: bounded asyncio queues, inbound (channels → agent) and outbound (agent → channels).
 
 Back-pressure policy: both queues are bounded. `publish_inbound` waits while the inbound queue is
 full, which slows the channel's own polling (Telegram/Discord keep the undelivered updates on their
@@ -6,6 +6,10 @@ side, nothing is dropped). The agent loop stops reading it while its bounded num
 turns is reached, so a flood waits here, bounded, instead of in memory. Outbound
 progress/typing/stream events are best-effort: when the outbound queue is full they are dropped;
 replies always wait for room.
+
+Commands answered ahead of every queue (`/stop`, `/status`, `/help`) travel on a queue of their own,
+`ahead`, which the agent loop reads whatever is pending: behind a flood on `inbound` a `/stop` would
+otherwise wait for the turns it is meant to stop, then cancel a message the user never gave up.
 """
 
 from __future__ import annotations
@@ -14,20 +18,31 @@ import asyncio
 
 from loguru import logger
 
-from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.agent.commands import answered_ahead
+from nanobot.bus.events import SYSTEM_CHANNEL, InboundMessage, OutboundMessage
 
 DEFAULT_MAX_QUEUE = 1000
+MAX_AHEAD = 64  # commands waiting to be answered ahead; a flood of /status waits (bounded) beyond it
 _BEST_EFFORT_KINDS = frozenset({"progress", "tool_hint", "typing", "stream_delta", "stream_end"})
 
 
 class MessageBus:
     def __init__(self, max_queue: int = DEFAULT_MAX_QUEUE) -> None:
         self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue(maxsize=max_queue)
+        self.ahead: asyncio.Queue[InboundMessage] = asyncio.Queue(maxsize=MAX_AHEAD)
         self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue(maxsize=max_queue)
         self.dropped_events = 0
 
     async def publish_inbound(self, msg: InboundMessage) -> None:
-        await self.inbound.put(msg)
+        # a sub-agent's report (the internal channel) is never a command, whatever its text
+        if msg.channel != SYSTEM_CHANNEL and answered_ahead(msg.content):
+            await self.ahead.put(msg)
+        else:
+            await self.inbound.put(msg)
+
+    def waiting(self) -> int:
+        """Inbound messages no one has taken yet."""
+        return self.inbound.qsize() + self.ahead.qsize()
 
     async def request(self, msg: InboundMessage) -> OutboundMessage | None:
         """Publish `msg` and wait for its reply, which the agent loop hands back here instead of to
@@ -40,6 +55,9 @@ class MessageBus:
 
     async def consume_inbound(self) -> InboundMessage:
         return await self.inbound.get()
+
+    async def consume_ahead(self) -> InboundMessage:
+        return await self.ahead.get()
 
     async def publish_outbound(self, msg: OutboundMessage) -> None:
         if msg.kind in _BEST_EFFORT_KINDS:

@@ -357,6 +357,7 @@ class Gateway:
         await self.loop.finish(self._left_s(g.shutdown_grace_s, reserve_s=g.drain_timeout_s))
         await self._wait_outbound_empty(self._left_s(OUTBOUND_FLUSH_TIMEOUT_S))
         await self.channels.stop_all(drain_timeout_s=self._left_s(OUTBOUND_FLUSH_TIMEOUT_S))
+        self.loop.keep_waiting()  # what arrived after the loop stopped reading: not lost
         await self.runtime.aclose(drain_timeout_s=self._left_s(g.drain_timeout_s))
         for task in background:
             task.cancel()
