@@ -25,7 +25,7 @@ from nanobot.sandbox.spec import (
     SandboxSpec,
     limits_hook,
     prlimit_argv,
-    running_tasks,
+    user_tasks,
     sandbox_env,
     shared_home,
 )
@@ -144,7 +144,7 @@ class Sandbox:
             return await self._run_bwrap(argv, sandbox_env(spec), hook, run)
         if active == "landlock":
             return await self._run_landlock(spec, command, run)
-        wrapper = prlimit_argv(self.limits, running_tasks())
+        wrapper = prlimit_argv(self.limits, user_tasks())
         hook = None if wrapper is not None else limits_hook(self.limits)
         argv = [*(wrapper or []), "/bin/sh", "-c", command]
         return await run_process(argv, env=sandbox_env(spec), preexec=hook, **run)
@@ -179,7 +179,7 @@ class Sandbox:
         rules = build_ruleset(spec, tmpdir, self._read_grants)
         try:
             env = sandbox_env(spec, tmpdir)
-            wrapper = prlimit_argv(self.limits, running_tasks())
+            wrapper = prlimit_argv(self.limits, user_tasks())
             if wrapper is not None:
                 argv = [*wrapper, "/bin/sh", "-c", command]
                 return await run_process(argv, env=env, spawner=rules.spawn_restricted, **run)

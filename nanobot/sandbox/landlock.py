@@ -264,12 +264,15 @@ def build_ruleset(spec: SandboxSpec, tmpdir: str, readable: list[str], abi: int 
 def _collect_except(root: Path, excluded: list[Path], out: list[str]) -> None:
     """`root` minus the `excluded` paths beneath it: its other entries one by one, as deep as
     needed (Landlock rules cannot subtract)."""
-    root = root.resolve()
-    inside = [p for p in excluded if p.is_relative_to(root)]
-    if not inside:
-        if root.exists():
-            out.append(str(root))
-        return
+    try:
+        root = root.resolve()
+        inside = [p for p in excluded if p.is_relative_to(root)]
+        if not inside:
+            if root.exists():
+                out.append(str(root))
+            return
+    except OSError:  # a folder this user may not enter (root's ~/.local/bin on a service's PATH)
+        return  # nothing in it can be read anyway; raised, it refused every command
     if root in inside:
         return
     for entry in _entries(root):

@@ -136,20 +136,35 @@ def sandbox_env(spec: SandboxSpec, tmpdir: str = "/tmp") -> dict[str, str]:
     return env
 
 
-def running_tasks() -> int:
-    """Tasks (processes and threads) running on the machine now, from /proc/loadavg (one read)."""
+def user_tasks() -> int:
+    """Tasks (processes and threads) of this user now: what RLIMIT_NPROC counts. Every task of
+    the machine was counted before, so on a busy host a command could start hundreds of processes
+    more than `maxProcesses` when the daemon runs as its own user."""
+    uid = os.getuid()
+    count = 0
     try:
-        with open("/proc/loadavg", encoding="ascii") as fh:
-            return int(fh.read().split()[3].split("/")[1])
-    except (OSError, IndexError, ValueError):
+        entries = os.scandir("/proc")
+    except OSError:
         return 0
+    with entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                if entry.stat().st_uid != uid:
+                    continue
+                # a task folder links to itself, its parent and one folder per thread
+                count += max(os.stat(f"/proc/{entry.name}/task").st_nlink - 2, 1)
+            except OSError:  # the process ended meanwhile
+                continue
+    return count
 
 
 def apply_limits(limits: Limits, nproc_base: int = 0) -> None:
     """setrlimit for the current process (called in the child between fork and exec).
 
     RLIMIT_NPROC counts every task of the user, also from inside a new user namespace, so the
-    allowance is added to `nproc_base` (the tasks running before the command started): a fork bomb
+    allowance is added to `nproc_base` (the user's tasks running before the command started): a fork bomb
     gets at most `max_processes` more.
     """
     nproc = nproc_base + limits.max_processes
@@ -169,7 +184,7 @@ def prlimit_argv(limits: Limits, nproc_base: int = 0) -> list[str] | None:
     """util-linux `prlimit` setting the limits before it runs the rest of the command line, or None
     when it is not installed (no fork through a Python pre-exec hook is needed). Inside
     bubblewrap's fresh user namespace the process count starts at zero (`nproc_base` 0); outside,
-    pass the running tasks as in `apply_limits`."""
+    pass the user's running tasks as in `apply_limits`."""
     exe = shutil.which("prlimit")
     if exe is None:
         return None
@@ -185,5 +200,5 @@ def prlimit_argv(limits: Limits, nproc_base: int = 0) -> list[str] | None:
 
 
 def limits_hook(limits: Limits) -> Callable[[], None]:
-    base = running_tasks()
+    base = user_tasks()
     return lambda: apply_limits(limits, base)
