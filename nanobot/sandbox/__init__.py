@@ -18,6 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from loguru import logger
+
+from nanobot.config.paths import PRIVATE_DIRS
 from nanobot.sandbox.process import ProcessResult, run_process
 from nanobot.sandbox.spec import (
     PROTECTED_DIRS,
@@ -25,11 +28,11 @@ from nanobot.sandbox.spec import (
     SandboxSpec,
     limits_hook,
     prlimit_argv,
-    user_tasks,
     sandbox_env,
     shared_home,
+    user_tasks,
 )
-from nanobot.util.fs import ensure_private_dir
+from nanobot.util.fs import ensure_private_dir, repair_private
 
 __all__ = ["Limits", "ProcessResult", "Sandbox", "SandboxStatus", "SandboxUnavailable", "detect"]
 
@@ -188,6 +191,18 @@ class Sandbox:
         finally:
             rules.close()
             shutil.rmtree(tmpdir, ignore_errors=True)
+            self._restore_private()
+
+    def _restore_private(self) -> int:
+        """Landlock has no right for permissions: a command could open nanobot's home, its config
+        (the API keys) or the transcripts to every user of the machine, though it cannot read them
+        itself. They are made private again after every command; the number changed."""
+        changed = sum(repair_private(folder, recursive=False) for folder in (*self.private_dirs, self.workspace))
+        changed += sum(repair_private(path) for path in self.private_files)
+        changed += sum(repair_private(self.workspace / name) for name in PRIVATE_DIRS)
+        if changed:
+            logger.warning("a command opened {} private file(s) of nanobot to other users; made private again", changed)
+        return changed
 
     def _path_roots(self) -> list[Path]:
         """Folders of PATH entries outside the private ones (e.g. a virtualenv), readable under Landlock."""

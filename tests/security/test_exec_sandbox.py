@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -327,3 +328,23 @@ async def test_a_groups_git_works_beside_the_owners_git_settings(nano_home: Path
     assert "rc=0" in out and "HOME=/tmp" in out and "fatal" not in out, out
     assert "Owner" not in await run(tool, "git config --global user.name", GROUP)
     assert "Owner" in await run(tool, "git config --global user.name")  # the owner's commands keep theirs
+
+
+async def test_nanobots_private_files_stay_private_after_a_chmod(nano_home: Path, mode: str) -> None:
+    """Landlock has no right for permissions: the owner's command opened NANOBOT_HOME and config.json
+    (the API keys) to every user of the machine, though it could not read them itself. bubblewrap
+    mounts them read-only; under Landlock they are made private again after the command."""
+    require_sandbox(mode)
+    home_modes = {nano_home: 0o700, nano_home / "config.json": 0o600}
+    for path, private in home_modes.items():
+        path.chmod(private)
+    ws = nano_home / "workspace"
+    transcript = ws / "sessions" / "telegram_555.jsonl"
+    (ws / "sessions").chmod(0o700)
+    transcript.chmod(0o600)
+    targets = f"{nano_home} {nano_home}/config.json {ws}/sessions {transcript}"
+    hidden = base64.b64encode(f"chmod 0755 {targets} 2>&1; echo done".encode()).decode()
+    out = await run(make_exec(nano_home, mode), f"echo {hidden} | base64 -d | sh")
+    assert "done" in out
+    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in (*home_modes, ws / "sessions", transcript)}
+    assert all(m & 0o077 == 0 for m in modes.values()), {str(p): oct(m) for p, m in modes.items()}
