@@ -66,6 +66,12 @@ def mask(text: str) -> str:
     return _SHAPES.sub(_mask_shape, text)
 
 
+def mask_then_cut(text: str, max_chars: int) -> str:
+    """The start of `text` for a log line or an error: masked first, then cut (cut first, a secret
+    across the cut kept its first characters unmasked: a provider's error page echoing a key)."""
+    return mask(text[: max_chars * 4 + 512])[:max_chars]
+
+
 PIECE_CHARS = 8  # the shortest piece of a secret hidden where text was cut (shorter: common words)
 
 

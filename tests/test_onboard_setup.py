@@ -234,3 +234,55 @@ def test_a_config_nested_too_deeply_is_a_config_error(home: Path) -> None:
     result = run_cli("status", home=home)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "nested too deeply" in result.stderr
+
+
+def test_a_key_or_token_pasted_over_two_lines_is_refused_and_never_shown(home: Path) -> None:
+    """A key with a line break inside was saved; every request failed with "illegal header value",
+    and that error showed the key with the break escaped, which the log's masking let through (a
+    Discord token whole)."""
+    secret_tail = "SECRETTAIL0123456789"
+    for flag, value in (
+        ("--api-key", f"sk-proj-AbCdEfGh\n{secret_tail}"),
+        ("--discord-token", f"MTA4NzY1NDMyMTA5.GaBcDe\n.{secret_tail}"),
+    ):
+        extra = ["--provider", "openai"] if flag == "--api-key" else []
+        result = run_cli("onboard", *extra, flag, value, "--no-check", home=home)
+        assert result.returncode == 2 and flag in result.stderr and "one line" in result.stderr, result.stderr
+        assert secret_tail not in result.stdout + result.stderr
+        assert not (home / "config.json").exists()  # refused before anything is written
+    # in the file (or the environment) it is a config error that does not repeat the value
+    (home / "config.json").write_text(json.dumps({"providers": {"openai": {"apiKey": f"sk-a\n{secret_tail}"}}}))
+    agent = run_cli("agent", "-m", "hi", home=home)
+    assert agent.returncode == 2 and "providers.openai.apiKey" in agent.stderr, agent.stderr
+    assert secret_tail not in agent.stdout + agent.stderr
+    # spaces around it are dropped, as onboard does
+    (home / "config.json").write_text(json.dumps({"channels": {"telegram": {"token": f"  {TG_TOKEN}\n"}}}))
+    from nanobot.config.loader import load_config
+
+    assert load_config(home / "config.json").channels.telegram.token == TG_TOKEN
+
+
+def test_a_mistyped_ollama_url_is_asked_again(home: Path) -> None:
+    """`localhost:11434` was taken, then refused after the file was written (naming a flag the user
+    never typed), leaving an empty config and no workspace."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO), TERM="dumb")
+    term = Terminal([sys.executable, "-m", "nanobot", "onboard", "--no-check"], env, home)
+    term.expect("provider>")
+    term.send("ollama")
+    term.expect("Ollama URL")
+    term.send("localhost:11434")
+    term.expect("is not a http:// or https:// URL")
+    term.expect("Ollama URL")
+    term.send("http://127.0.0.1:9")
+    term.expect("model (Enter")
+    term.send("llama3")
+    term.expect("Telegram bot token")
+    term.send("")
+    term.expect("Discord bot token")
+    term.send("")
+    code, output = term.finish()
+    assert code == 0, output
+    data = json.loads((home / "config.json").read_text())
+    assert data["providers"]["ollama"] == {"apiBase": "http://127.0.0.1:9"}
+    assert (home / "workspace").is_dir()

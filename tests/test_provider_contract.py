@@ -6,6 +6,7 @@ the local fake LLM, so the real client library and a real socket carry each requ
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import threading
@@ -425,3 +426,62 @@ async def test_a_real_servers_stream_is_taken_whole(route: str, llama_server) ->
     response = await provider.chat(messages, max_tokens=12, temperature=0, on_delta=_sink(deltas))
     assert response.finish_reason == "length", response
     assert response.content and "".join(deltas) == response.content
+
+
+def _completion_body(message: dict, usage: dict) -> str:
+    choice = {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}
+    return json.dumps({"id": "x", "object": "chat.completion", "choices": [choice], "usage": usage})
+
+
+async def test_usage_counts_that_are_no_numbers_keep_the_answer(fake_llm: FakeLLMServer) -> None:
+    """Counts sent as strings failed the turn ("something went wrong: TypeError") and threw the
+    answer away; a negative one was added to the totals."""
+    usage = {"prompt_tokens": "12", "completion_tokens": -5}
+    fake_llm.push(Reply(raw_body=_completion_body({"content": "Your code is 4711."}, usage)))
+    response = await build("direct", fake_llm.url).chat(MESSAGES)
+    assert response.content == "Your code is 4711."
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (12, 0)
+
+
+async def test_a_tool_call_name_that_is_no_text_is_a_malformed_answer(fake_llm: FakeLLMServer) -> None:
+    """A number for a tool's name was a TypeError (kind "other", not asked again)."""
+    call = {"id": "c1", "type": "function", "function": {"name": 7, "arguments": "{}"}}
+    body = _completion_body({"content": None, "tool_calls": [call]}, {})
+    fake_llm.push(Reply(raw_body=body), Reply(raw_body=body))
+    with pytest.raises(LLMError) as info:
+        await build("direct", fake_llm.url, retries=1).chat(MESSAGES, tools=TOOLS)
+    assert info.value.kind == "malformed" and len(fake_llm.requests) == 2
+
+
+async def test_an_endless_retry_after_is_no_wait(fake_llm: FakeLLMServer) -> None:
+    """`Retry-After: 1e999` told the user to "wait inf days"; it is no usable value (backoff instead)."""
+    fake_llm.push(*[Reply(status=429, headers={"Retry-After": "1e999"})] * 2)
+    with pytest.raises(LLMError) as info:
+        await build("direct", fake_llm.url, retries=1).chat(MESSAGES)
+    assert info.value.kind == "rate_limit" and "inf" not in str(info.value), info.value
+    assert len(fake_llm.requests) == 2  # asked again after the backoff
+
+
+async def test_a_rate_limit_reported_inside_a_stream_is_a_rate_limit(fake_llm: FakeLLMServer) -> None:
+    """OpenAI's error event (a text code) was taken for HTTP 500: "the provider is failing"."""
+    event = {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}
+    fake_llm.push(*[Reply(raw_body=f"data: {json.dumps(event)}\n\n")] * 2)
+    with pytest.raises(LLMError) as info:
+        await build("direct", fake_llm.url, retries=1).chat(MESSAGES, on_delta=_sink([]))
+    assert (info.value.kind, info.value.status) == ("rate_limit", 429), info.value
+
+
+async def test_a_key_the_error_page_echoes_at_the_cut_is_masked_whole(
+    fake_llm: FakeLLMServer, logs: list[str]
+) -> None:
+    """The error text was cut at 300 characters before it was masked: a key across the cut kept its
+    first 20 characters in the log."""
+    from nanobot.secrets import register_secret
+
+    key = "zzSECRETkey123456789abcdefg"
+    register_secret(key)
+    fake_llm.push(Reply(status=502, error_message="x" * 270 + " x-api-key: " + key))
+    with pytest.raises(LLMError):
+        await build("direct", fake_llm.url, retries=0).chat(MESSAGES)
+    failure = [line for line in logs if "LLM call failed" in line]
+    assert failure and not any(key[:8] in line for line in logs), failure

@@ -16,6 +16,7 @@ from loguru import logger
 
 from nanobot.config.paths import file_name_part, media_prefix
 from nanobot.config.schema import ProvidersConfig, TranscriptionConfig
+from nanobot.secrets import mask_then_cut
 from nanobot.util.fs import PRIVATE_FILE_MODE, numbered_names
 from nanobot.util.nofollow import open_folder_beneath
 
@@ -177,7 +178,7 @@ async def transcribe(path: Path, cfg: TranscriptionConfig, providers: ProvidersC
                 files={"file": (path.name, fh, mime)},
             )
     if response.status_code != 200:
-        raise TranscriptionError(f"HTTP {response.status_code}: {response.text[:200]}")
+        raise TranscriptionError(f"HTTP {response.status_code}: {mask_then_cut(response.text, 200)}")
     try:
         text = response.json().get("text", "")
     except ValueError:

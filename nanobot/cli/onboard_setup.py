@@ -16,7 +16,7 @@ from typing import Any
 
 from nanobot.cli.common import err
 from nanobot.config.loader import load_config, read_config_dict
-from nanobot.config.sections.base import endpoint_url
+from nanobot.config.sections.base import credential, endpoint_url
 from nanobot.doctor import Check
 from nanobot.util.fs import atomic_write
 
@@ -48,15 +48,15 @@ def ask(answers: Answers) -> Answers:
     if answers.provider == "custom" and not answers.api_base:
         answers.api_base = _ask_url("base URL of the OpenAI-compatible server (http://…/v1)> ")
     if answers.provider == "ollama" and not answers.api_base:
-        answers.api_base = input("Ollama URL [http://127.0.0.1:11434]> ").strip() or "http://127.0.0.1:11434"
+        answers.api_base = _ask_url("Ollama URL [http://127.0.0.1:11434]> ") or "http://127.0.0.1:11434"
     if answers.provider and answers.provider != "ollama" and not answers.api_key:
-        answers.api_key = getpass.getpass("API key (not shown; Enter for none)> ").strip()
+        answers.api_key = _ask_secret("API key (not shown; Enter for none)> ")
     if answers.provider and not answers.model:
         answers.model = input("model (Enter for the provider's default)> ").strip()
     if not answers.telegram_token:
-        answers.telegram_token = getpass.getpass("Telegram bot token from @BotFather (Enter to skip)> ").strip()
+        answers.telegram_token = _ask_secret("Telegram bot token from @BotFather (Enter to skip)> ")
     if not answers.discord_token:
-        answers.discord_token = getpass.getpass("Discord bot token (Enter to skip)> ").strip()
+        answers.discord_token = _ask_secret("Discord bot token (Enter to skip)> ")
     return answers
 
 
@@ -66,6 +66,15 @@ def _ask_url(prompt: str) -> str:
         url = input(prompt).strip()
         try:
             return endpoint_url(url)
+        except ValueError as exc:
+            err(str(exc))
+
+
+def _ask_secret(prompt: str) -> str:
+    """A key or token typed on the terminal (not shown), asked again until it is one (Enter: none)."""
+    while True:
+        try:
+            return credential(getpass.getpass(prompt))
         except ValueError as exc:
             err(str(exc))
 
@@ -80,6 +89,15 @@ def validate(answers: Answers) -> None:
         endpoint_url(answers.api_base)
     except ValueError as exc:
         raise ValueError(f"--api-base / apiBase: {exc}") from None
+    for flag, value in (
+        ("--api-key", answers.api_key),
+        ("--telegram-token", answers.telegram_token),
+        ("--discord-token", answers.discord_token),
+    ):
+        try:
+            credential(value)
+        except ValueError as exc:
+            raise ValueError(f"{flag}: {exc}") from None
 
 
 def merged(data: dict[str, Any], answers: Answers) -> dict[str, Any]:

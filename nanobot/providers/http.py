@@ -39,6 +39,8 @@ from urllib.parse import SplitResult, urlsplit
 import h11
 from loguru import logger
 
+from nanobot.secrets import mask_then_cut
+
 READ_SIZE = 65_536
 MAX_IDLE_PER_HOST = 64
 #: servers close idle keep-alive connections after 5–75 s; older ones are not worth a failed write
@@ -66,14 +68,33 @@ class HTTPStatusError(Exception):
         self.response = ErrorResponse(status, headers)
 
 
+ERROR_TEXT_CHARS = 300  # of a server's error message, in exceptions and log lines
+
+
 def _error_text(body: bytes) -> str:
     """The server's own error message when it sent one in the usual shape, else the body's start."""
     try:
         error = json.loads(body).get("error")
         message = error.get("message") if isinstance(error, dict) else error
-        return str(message)[:300]
+        return mask_then_cut(str(message), ERROR_TEXT_CHARS)
     except (ValueError, AttributeError):
-        return body[:300].decode("utf-8", errors="replace")
+        return mask_then_cut(body[: ERROR_TEXT_CHARS * 8].decode("utf-8", errors="replace"), ERROR_TEXT_CHARS)
+
+
+def _stream_error_status(error: Any) -> int:
+    """The HTTP status an error inside a stream stands for: its numeric code, else what its code or
+    type names (OpenAI sends `"code": "rate_limit_exceeded"`: a rate limit, not a failing server
+    to be asked again at once), else 500."""
+    if not isinstance(error, dict):
+        return 500
+    code = error.get("code")
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
+        return code
+    words = f"{code} {error.get('type')}".lower()
+    for marks, status in ((("rate_limit", "rate limit", "quota"), 429), (("auth", "api_key", "api key"), 401)):
+        if any(mark in words for mark in marks):
+            return status
+    return 500
 
 
 @lru_cache(maxsize=1)
@@ -355,9 +376,7 @@ async def _events(exchange: _Exchange) -> AsyncIterator[Any]:
                     continue
                 decoded = json.loads(data)
                 if isinstance(decoded, dict) and decoded.get("error") and not decoded.get("choices"):
-                    code = decoded["error"].get("code") if isinstance(decoded["error"], dict) else None
-                    status = code if isinstance(code, int) and 400 <= code < 600 else 500
-                    raise HTTPStatusError(status, {}, data)
+                    raise HTTPStatusError(_stream_error_status(decoded["error"]), {}, data)
                 yield decoded
             # other fields (event:, id:, retry:) and comments carry nothing for these APIs
         if isinstance(event, h11.EndOfMessage):

@@ -32,6 +32,7 @@ from nanobot.providers.errors import (
     rejects_tool_choice,
     to_llm_error,
 )
+from nanobot.secrets import mask_then_cut
 from nanobot.util.retry import retry_delay_s
 from nanobot.util.tool_args import from_provider
 
@@ -127,7 +128,7 @@ class RemoteProvider(LLMProvider):
                         "LLM call failed after {} attempt(s): {}: {}",
                         attempt + 1,
                         type(exc).__name__,
-                        str(exc)[:300],
+                        mask_then_cut(str(exc), 300),
                     )
                     raise to_llm_error(exc, failure) from exc
                 delay = retry_delay_s(
@@ -187,9 +188,31 @@ def content_text(content: Any) -> str | None:
 
 
 def _usage(raw: Any) -> Usage:
+    """Token counts as reported; a count that is no whole number ≥ 0 (a string, a negative) counts
+    0: it once threw away the answer it came with."""
     if not raw:
         return Usage()
-    return Usage(_field(raw, "prompt_tokens") or 0, _field(raw, "completion_tokens") or 0)
+    return Usage(_count(_field(raw, "prompt_tokens")), _count(_field(raw, "completion_tokens")))
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return max(number, 0)
+
+
+def _text_field(value: Any, what: str) -> str:
+    """A tool call's name or id piece: text, or nothing; another type is a malformed answer (asked
+    again) rather than a TypeError that failed the turn."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise MalformedResponseError(f"a tool call's {what} is a {type(value).__name__}, not text")
+    return value
 
 
 def parse_completion(response: Any) -> LLMResponse:
@@ -206,8 +229,8 @@ def parse_completion(response: Any) -> LLMResponse:
         fn = _field(tc, "function") or {}
         calls.append(
             ToolCall(
-                id=_field(tc, "id") or f"call_{i}",
-                name=_field(fn, "name") or "",
+                id=_text_field(_field(tc, "id"), "id") or f"call_{i}",
+                name=_text_field(_field(fn, "name"), "name"),
                 arguments=from_provider(_field(fn, "arguments")),
             )
         )
@@ -253,10 +276,10 @@ async def collect_stream(
                 await on_delta(content)
             for tc in pieces:
                 slot = calls.setdefault(_call_index(tc, calls, moved), {"id": None, "name": "", "arguments": ""})
-                slot["id"] = _field(tc, "id") or slot["id"]
+                slot["id"] = _text_field(_field(tc, "id"), "id") or slot["id"]
                 fn = _field(tc, "function")
                 if fn is not None:
-                    slot["name"] += _field(fn, "name") or ""
+                    slot["name"] += _text_field(_field(fn, "name"), "name")
                     slot["arguments"] += _field(fn, "arguments") or ""
         if _field(choice, "finish_reason"):
             finish = _field(choice, "finish_reason")

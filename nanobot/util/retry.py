@@ -8,6 +8,7 @@ value (capped) and otherwise backs off; `jitter` spreads callers that failed tog
 
 from __future__ import annotations
 
+import math
 import random
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -25,14 +26,16 @@ def parse_retry_after(value: Any) -> float | None:
     if isinstance(value, timedelta):
         return max(0.0, value.total_seconds())
     if isinstance(value, (int, float)):
-        return max(0.0, float(value))
+        return max(0.0, float(value)) if math.isfinite(value) else None
     text = str(value).strip()
     if not text:
         return None
     try:
-        return max(0.0, float(text))
+        seconds = float(text)
     except ValueError:
         pass
+    else:  # "1e999" and "nan" are no wait a server can mean ("wait inf days")
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):

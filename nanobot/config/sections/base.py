@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
@@ -33,4 +34,16 @@ def endpoint_url(value: str, schemes: tuple[str, ...] = HTTP_SCHEMES) -> str:
         example = f"{schemes[0]}://127.0.0.1:8000/v1" if schemes[0] == "http" else f"{schemes[0]}://host"
         raise ValueError(f"{value!r} is not a {' or '.join(s + '://' for s in schemes)} URL with a host "
                          f"(e.g. {example})")
+    return value
+
+
+def credential(value: str) -> str:
+    """An API key or bot token: spaces around it dropped (pasted ones carry them), none inside. A
+    key pasted over two lines was saved with its line break, every request failed with "illegal
+    header value", and the error text showed the key with the break escaped, which the log's
+    masking (it looks for the key as stored) let through. The message never repeats the value."""
+    value = value.strip()
+    if any(ch.isspace() or unicodedata.category(ch).startswith("C") for ch in value):
+        raise ValueError("has a space, a line break or a control character inside (pasted over two lines?): "
+                         "paste it again on one line")
     return value

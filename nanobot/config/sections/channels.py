@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from nanobot.config.sections.base import Section, endpoint_url
+from nanobot.config.sections.base import Section, credential, endpoint_url
 
 GroupPolicy = Literal["mention", "open"]
 DmPolicy = Literal["pairing", "allowlist", "open"]
@@ -36,6 +36,11 @@ class TelegramConfig(Section):
                             "(needs `agents.defaults.stream`).")
     poll_timeout_s: int = Field(30, ge=0, description="Long-poll timeout of getUpdates, in seconds.")
 
+    @field_validator("token")
+    @classmethod
+    def _credential(cls, value: str) -> str:
+        return credential(value)
+
     @field_validator("base_url", "base_file_url")
     @classmethod
     def _endpoint(cls, value: str) -> str:
@@ -52,6 +57,11 @@ class DiscordConfig(Section):
                              "Discord-compatible servers and tests).")
     dm_policy: DmPolicy = Field("pairing", description=_DM)
     group_policy: GroupPolicy = Field("mention", description=_GROUP)
+
+    @field_validator("token")
+    @classmethod
+    def _credential(cls, value: str) -> str:
+        return credential(value)
 
     @field_validator("api_base")
     @classmethod

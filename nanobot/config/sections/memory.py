@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nanobot.config.sections.base import Section, endpoint_url
+from nanobot.config.sections.base import Section, credential, endpoint_url
 
 # The names memory.backend, memory.condition and memory.search.embeddingProvider accept (any case):
 # checked with the config, so a typo fails `doctor` and every command, not the first turn.
@@ -75,6 +75,11 @@ class MemorySearchConfig(Section):
     qmd: bool = Field(False, description="Search through the external `qmd` tool when it is installed "
                       "(falls back to the built-in index).")
     qmd_timeout_s: float = Field(5.0, gt=0, description="Seconds a qmd search may take.")
+
+    @field_validator("embedding_api_key")
+    @classmethod
+    def _credential(cls, value: str) -> str:
+        return credential(value)
 
     @field_validator("embedding_api_base")
     @classmethod

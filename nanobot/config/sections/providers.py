@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from nanobot.config.sections.base import Section, endpoint_url
+from nanobot.config.sections.base import Section, credential, endpoint_url
 
 
 class ProviderConfig(Section):
@@ -21,6 +21,11 @@ class ProviderConfig(Section):
                                             "OpenAI-compatible APIs (openai, custom, openrouter, deepseek, "
                                             "groq, mistral, ollama) through nanobot's own HTTP client and the others "
                                             "through litellm; `litellm` always uses litellm (slower start).")
+
+    @field_validator("api_key")
+    @classmethod
+    def _credential(cls, value: str) -> str:
+        return credential(value)
 
     @field_validator("api_base")
     @classmethod
