@@ -113,6 +113,11 @@ def test_agent_piped_stdin_each_line_a_turn(home: Path, fake_llm: FakeLLMServer)
     eof = run_cli("agent", home=home, input_text="third line\n")  # end of input, no /exit
     assert eof.returncode == 0, eof.stderr
     assert eof.stdout == "re: third line\n"
+    # a turn that failed: exit 1 as with -m (a script read the failure notice as an answer, exit 0)
+    fake_llm.responder = lambda body: Reply(status=400, error_message="no such model")
+    failed = run_cli("agent", home=home, input_text="fourth line\nfifth line\n")
+    assert failed.returncode == 1, failed.stderr
+    assert len(failed.stdout.splitlines()) == 2  # each turn still got its notice
 
 
 def test_agent_takes_input_in_another_encoding(home: Path, fake_llm: FakeLLMServer) -> None:

@@ -30,6 +30,7 @@ from typing import TextIO
 
 from nanobot.bus.events import ChannelUnavailable, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.errors import EXIT_FAILURE
 from nanobot.util.text import printable, typed_line
 
 EXIT_WORDS = frozenset({"/exit", "/quit", "exit", "quit", ":q"})
@@ -105,7 +106,8 @@ class TerminalChannel:
         return out
 
     async def converse(self) -> int:
-        """Interactive chat until /exit or end of input; returns the exit code (0)."""
+        """Interactive chat until /exit or end of input; returns the exit code: 0, or with piped
+        input 1 when some turn failed (a script cannot tell the failure notice from an answer)."""
         self._conversing = True
         if self.tty:
             self._notice(BANNER)
@@ -123,10 +125,10 @@ class TerminalChannel:
                     pending.put_nowait(await self._publish(text))
                 want_next.release()
             pending.put_nowait(None)
-            await printer  # every reply asked for so far is printed before the exit
+            failed = await printer  # every reply asked for so far is printed before the exit
         finally:
             printer.cancel()
-        return 0
+        return EXIT_FAILURE if failed and not self.tty else 0
 
     def _start_reader(self, lines: asyncio.Queue[str | None], want_next: threading.Semaphore) -> None:
         loop = asyncio.get_running_loop()
@@ -154,11 +156,15 @@ class TerminalChannel:
         except (EOFError, OSError, ValueError):  # closed stdin ends the chat like end of input
             return None
 
-    async def _print_in_order(self, pending: asyncio.Queue[ReplyFuture | None]) -> None:
+    async def _print_in_order(self, pending: asyncio.Queue[ReplyFuture | None]) -> bool:
+        """Print the replies as they come, in order; whether some turn failed."""
+        failed = False
         while (reply := await pending.get()) is not None:
             out = await reply
             if out is not None:  # None: cancelled by /stop, which answers for it
                 self._show(out.content)
+                failed = failed or bool(out.metadata.get("failed"))
+        return failed
 
     # ------------------------------------------------------------------ outbound
     async def show_outbound(self) -> None:
