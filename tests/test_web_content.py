@@ -79,6 +79,10 @@ MORE_PAGES: dict[str, tuple[dict[str, str], bytes]] = {
         {"Content-Type": "text/plain", "Content-Encoding": "gzip"},
         __import__("gzip").compress(b"hello padded gzip") + b"\x00" * 16,
     ),
+    # Python codecs that are no web encoding: punycode decodes in quadratic time (2 MB: a minute
+    # of CPU in a thread the deadline cannot stop), utf-7 turns "+AGEAYgBj-" into "abc"
+    "/punycode-charset": ({"Content-Type": "text/plain; charset=punycode"}, b"-" + b"a" * 20_000),
+    "/utf7-meta": ({"Content-Type": "text/html"}, b"<meta charset='utf-7'><p>price +AGEAYgBj-</p>"),
     "/photo.png": ({"Content-Type": "image/png"}, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4),
     "/undeclared-binary": ({}, b"PK\x03\x04" + b"\x00" * 100),
     "/huge.json": ({"Content-Type": "application/json"}, b'{"results": [' + b'{"title": "t"},' * 200_000 + b"{}]}"),
@@ -104,6 +108,12 @@ async def test_a_key_cut_by_the_length_limit_is_still_masked(more_port: int) -> 
 async def test_a_charset_that_is_no_text_encoding_falls_back(more_port: int, path: str) -> None:
     tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{more_port}"]))
     assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}{path}")).endswith("hello world")
+
+
+@pytest.mark.parametrize(("path", "shown"), [("/punycode-charset", "-" + "a" * 20_000), ("/utf7-meta", "+AGEAYgBj-")])
+async def test_a_charset_that_is_no_web_encoding_is_not_used(more_port: int, path: str, shown: str) -> None:
+    tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{more_port}"]))
+    assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}{path}")).endswith(shown)
 
 
 async def test_every_member_of_a_gzip_body_is_read(more_port: int) -> None:

@@ -155,6 +155,37 @@ async def test_the_connection_goes_to_the_checked_address(
     assert out.endswith(f"rebind.test:{server}") and lookups == ["rebind.test"]
 
 
+async def test_an_international_domain_name_is_sent_in_its_ascii_form(
+    server: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bücher.test` went into the Host header as is: every fetch of such a name failed with a
+    UnicodeEncodeError (and a traceback in the log)."""
+    real = asyncio.get_running_loop().getaddrinfo
+
+    async def resolver(host, port, *args, **kwargs):  # noqa: ANN001, ANN202
+        if host in ("bücher.test", "xn--bcher-kva.test"):
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+        return await real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", resolver)
+    cfg = WebToolConfig(allow_hosts=[f"bücher.test:{server}", f"xn--bcher-kva.test:{server}"])
+    out = await fetch(cfg, f"http://bücher.test:{server}/host")
+    assert out.endswith(f"xn--bcher-kva.test:{server}"), out
+
+
+async def test_allow_hosts_are_the_owners_only(server: int) -> None:
+    """A group member or a guest (dmPolicy "open") read the service allowHosts opens for the owner
+    (a home automation API on the LAN)."""
+    cfg = WebToolConfig(allow_hosts=[f"127.0.0.1:{server}"])
+    url = f"http://127.0.0.1:{server}/"
+    group = ToolContext(channel="telegram", chat_id="-100", session_key="telegram:-100", sender_id="7", is_group=True)
+    guest = ToolContext(channel="telegram", chat_id="8", session_key="telegram:8", sender_id="8", guest=True)
+    for shared in (group, guest):
+        with pytest.raises(ToolError, match="not a public address"):
+            await WebFetchTool(cfg).execute(shared, url=url)
+    assert "hello from the intranet" in await fetch(cfg, url)  # the owner's chats
+
+
 async def test_rebinding_to_a_private_address_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     async def resolver(host, port, *args, **kwargs):  # noqa: ANN001, ANN202
         return [

@@ -8,16 +8,15 @@ it), connects to the very address it checked (Host header and TLS SNI keep the r
 from __future__ import annotations
 
 import asyncio
-import codecs
 import html
 import json
 import re
-import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus, urljoin, urlparse, urlunparse
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.agent.tools.netguard import AddressRefused, resolve_checked
+from nanobot.agent.tools.web_content import binary_body, decode_body, html_to_text, read_limited
 from nanobot.config.schema import WebSearchConfig, WebToolConfig
 from nanobot.secrets import mask_cut
 
@@ -51,113 +50,20 @@ async def check_url_allowed(url: str, allow_hosts: list[str]) -> str:
 
 def pinned_request(url: str, address: str) -> tuple[str, dict[str, str], dict[str, str]]:
     """The URL with its host replaced by the checked address, the Host header and the TLS SNI name,
-    so the connection goes where the check said while the server still sees the real host name."""
+    so the connection goes where the check said while the server still sees the real host name
+    (in its ASCII form: `bücher.de` failed every fetch as a header no ASCII could encode)."""
+    import httpx
+
     parsed = urlparse(url)
-    host = parsed.hostname or ""
     literal = f"[{address}]" if ":" in address else address
     netloc = f"{literal}:{parsed.port}" if parsed.port else literal
-    host_header = parsed.netloc.rpartition("@")[2]
+    try:
+        wire = httpx.URL(url)
+        host_header, host = wire.netloc.decode("ascii"), wire.raw_host.decode("ascii")
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        raise ToolError(f"invalid URL {url}: {exc}") from None
     extensions = {"sni_hostname": host} if parsed.scheme == "https" else {}
     return urlunparse(parsed._replace(netloc=netloc)), {"Host": host_header}, extensions
-
-
-_SKIPPED_TAGS = ("script", "style", "noscript", "svg", "head")
-_SKIPPED_BLOCK = re.compile(rf"(?i)<({'|'.join(_SKIPPED_TAGS)})\b")
-_CLOSER = {tag: re.compile(rf"(?i)</{tag}>") for tag in _SKIPPED_TAGS}
-
-
-def _drop_blocks(markup: str) -> str:
-    """`markup` without <script>…</script> and the like, in linear time (a lazy `.*?` regex scans to
-    the end once per unclosed opener: quadratic, and it runs on the event loop)."""
-    closed_from: dict[str, int] = {}  # tag -> first position from which its closer is known absent
-    out: list[str] = []
-    pos = 0
-    for m in _SKIPPED_BLOCK.finditer(markup):
-        if m.start() < pos:
-            continue
-        tag = m.group(1).lower()
-        found = None
-        if m.end() < closed_from.get(tag, len(markup) + 1):
-            found = _CLOSER[tag].search(markup, m.end())
-        if found is None:
-            closed_from[tag] = min(closed_from.get(tag, len(markup) + 1), m.end())
-            continue  # unclosed: left for the tag stripper, as before
-        out.append(markup[pos : m.start()])
-        out.append(" ")
-        pos = found.end()
-    out.append(markup[pos:])
-    return "".join(out)
-
-
-def html_to_text(markup: str) -> str:
-    markup = _drop_blocks(markup)
-    markup = re.sub(r"(?i)<br\s*/?>|</(p|div|li|h[1-6]|tr|section|article)>", "\n", markup)
-    markup = re.sub(r"<[^<>]+>", " ", markup)  # [^<>]: a run of '<' costs linear, not quadratic, time
-    text = html.unescape(markup)
-    text = re.sub(r"[ \t\r\f\v]+", " ", text)
-    text = re.sub(r" *\n *", "\n", text)  # tags replaced by spaces leave them at line edges
-    return re.sub(r"\n\s*\n+", "\n\n", text).strip()
-
-
-def _decoder(content_encoding: str) -> Any:
-    """A zlib decompressor for the response's Content-Encoding (None: identity). One layer only:
-    nested encodings ("gzip, gzip") multiply the ratio of a decompression bomb."""
-    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
-    codings = [c for c in codings if c != "identity"]
-    if not codings:
-        return None
-    if len(codings) > 1 or codings[0] not in ("gzip", "x-gzip", "deflate"):
-        raise ToolError(f"unsupported content encoding: {content_encoding}")
-    return zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header, detected
-
-
-def _raw_deflate_instead(content_encoding: str, decoded: int) -> Any:
-    """A decompressor for raw deflate (no zlib header), which some servers send as "deflate", when
-    nothing was decoded yet; None otherwise (the body is bad)."""
-    if decoded == 0 and content_encoding.strip().lower() == "deflate":
-        return zlib.decompressobj(-zlib.MAX_WBITS)
-    return None
-
-
-async def read_limited(resp: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
-    """At most `max_bytes` of the decoded body (and whether there was more), decompressing no more
-    than that: the output of every decompress call is bounded, whatever the ratio."""
-    encoding = resp.headers.get("content-encoding", "")
-    decoder = _decoder(encoding)
-    body = bytearray()
-    raw_total = 0
-    seen = bytearray()  # the raw bytes until something decoded (to start again as raw deflate)
-    async for raw in resp.aiter_raw():
-        raw_total += len(raw)
-        if decoder is None:
-            body.extend(raw)
-        else:
-            if not body:
-                seen.extend(raw)
-            try:
-                body.extend(decoder.decompress(raw, max_bytes + 1 - len(body)))
-                # a gzip body may hold several members, one after another: each is decoded (the
-                # text after the first was dropped without a word)
-                while decoder.eof and decoder.unused_data.lstrip(b"\x00") and len(body) <= max_bytes:
-                    rest, decoder = decoder.unused_data.lstrip(b"\x00"), zlib.decompressobj(zlib.MAX_WBITS | 32)
-                    try:
-                        body.extend(decoder.decompress(rest, max_bytes + 1 - len(body)))
-                    except zlib.error:  # not another member (trailing garbage): the body ended
-                        decoder = None
-                        break
-                if decoder is None:
-                    break
-            except zlib.error as exc:
-                decoder = _raw_deflate_instead(encoding, len(body))
-                if decoder is None:
-                    raise ToolError(f"fetch failed: bad compressed body: {exc}") from None
-                try:
-                    body.extend(decoder.decompress(bytes(seen), max_bytes + 1))
-                except zlib.error as exc2:
-                    raise ToolError(f"fetch failed: bad compressed body: {exc2}") from None
-        if len(body) > max_bytes or raw_total > max_bytes:
-            return bytes(body[:max_bytes]), True
-    return bytes(body), False
 
 
 class WebFetchTool(Tool):
@@ -173,13 +79,16 @@ class WebFetchTool(Tool):
         self.cfg = cfg
 
     async def execute(self, ctx: ToolContext, url: str, **_: Any) -> str:
+        # the exceptions to "public addresses only" are the owner's: a group member or a guest
+        # reached the home automation API allowHosts lists for the owner
+        allow_hosts = [] if ctx.shared else self.cfg.allow_hosts
         try:
             async with asyncio.timeout(self.cfg.timeout_s):
-                return await self._fetch(url.strip())
+                return await self._fetch(url.strip(), allow_hosts)
         except TimeoutError:
             raise ToolError(f"fetch did not finish within {self.cfg.timeout_s:g} s: {url}") from None
 
-    async def _fetch(self, current: str) -> str:
+    async def _fetch(self, current: str, allow_hosts: list[str]) -> str:
         import httpx
 
         async with httpx.AsyncClient(
@@ -189,7 +98,7 @@ class WebFetchTool(Tool):
             trust_env=False,
         ) as client:
             for _hop in range(self.cfg.max_redirects + 1):
-                address = await check_url_allowed(current, self.cfg.allow_hosts)
+                address = await check_url_allowed(current, allow_hosts)
                 target, headers, extensions = pinned_request(current, address)
                 try:
                     request = client.build_request("GET", target, headers=headers, extensions=extensions)
@@ -211,7 +120,7 @@ class WebFetchTool(Tool):
     @staticmethod
     def _render(resp: httpx.Response, body: bytes, url: str, truncated: bool) -> str:
         ctype = resp.headers.get("content-type", "")
-        if _binary(ctype, body):  # an image or an archive decoded as text is noise for the model
+        if binary_body(ctype, body):  # an image or an archive decoded as text is noise for the model
             what = f"{ctype or 'unknown type'}, {len(body)}{'+' if truncated else ''} bytes"
             return f"URL: {url}\nStatus: {resp.status_code}\n\n[binary content ({what}); not shown]"
         text = decode_body(body, resp.charset_encoding).lstrip("\ufeff")
@@ -227,61 +136,6 @@ class WebFetchTool(Tool):
             text, truncated = mask_cut(text[:MAX_TEXT_CHARS], end=True), True
         note = " (truncated)" if truncated else ""
         return f"URL: {url}\nStatus: {resp.status_code}{note}\n\n{text}"
-
-
-# declared binary whatever the body; other types (application/vnd.ms-excel is served for CSV) are
-# judged by their bytes
-_BINARY_TYPES = ("image/", "audio/", "video/", "font/", "application/pdf", "application/zip", "application/gzip",
-                 "application/x-tar", "application/x-7z", "application/x-rar")
-
-
-def _binary(content_type: str, body: bytes) -> bool:
-    """Whether a body is not text: declared as media, a PDF or an archive, or holding NUL bytes (text
-    in UTF-8 or a single-byte charset has none; many text types are declared as application/...)."""
-    ctype = content_type.split(";", 1)[0].strip().lower()
-    if ctype.startswith(_BINARY_TYPES) and not ctype.endswith(("+xml", "+json")):
-        return True
-    if re.search(r"charset\s*=\s*[\"']?utf-?(16|32)", content_type, re.IGNORECASE):
-        return False  # declared text in an encoding whose text holds NUL bytes
-    head = body[:4096]
-    return b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff"))
-
-
-_BOMS = (
-    (b"\xef\xbb\xbf", "utf-8-sig"),
-    (b"\xff\xfe\x00\x00", "utf-32"),
-    (b"\x00\x00\xfe\xff", "utf-32"),
-    (b"\xff\xfe", "utf-16"),
-    (b"\xfe\xff", "utf-16"),
-)
-_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
-#: what browsers read a page declared Latin-1 (or ASCII) as: its superset, with "€" and "–"
-_AS_WINDOWS_1252 = frozenset({"iso-8859-1", "iso8859-1", "latin-1", "latin1", "l1", "ascii", "us-ascii"})
-
-
-def decode_body(body: bytes, header_charset: str | None) -> str:
-    """A page's text as a browser would read it: a byte-order mark first, then the charset of the
-    Content-Type header, then one a `<meta>` tag declares in the first 2 KB; otherwise UTF-8, and
-    Windows-1252 for a body that is not valid UTF-8 (old pages without any declaration)."""
-    for bom, codec in _BOMS:
-        if body.startswith(bom):
-            return body.decode(codec, errors="replace")
-    declared = header_charset
-    if not declared and (meta := _META_CHARSET.search(body[:2048])):
-        declared = meta.group(1).decode("ascii", errors="replace")
-    if declared:
-        name = declared.strip().lower()
-        name = "cp1252" if name in _AS_WINDOWS_1252 else name
-        try:
-            # a text encoding only: "base64" or "rot13" failed the whole fetch, and so did "undefined"
-            if codecs.lookup(name)._is_text_encoding:
-                return body.decode(name, errors="replace")
-        except (LookupError, UnicodeError):
-            pass
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
-        return body.decode("cp1252", errors="replace")
 
 
 def _hits(items: list[dict[str, Any]], snippet_key: str) -> list[dict[str, str]]:

@@ -65,7 +65,8 @@ class WebSearchConfig(Section):
 class WebToolConfig(Section):
     allow_hosts: list[str] = Field([], description="Hosts web_fetch may reach although they are not public "
                                    "addresses (all others are refused): `host` allows any port, `host:port` "
-                                   "only that port (IPv6 as `[::1]:8080`).")
+                                   "only that port (IPv6 as `[::1]:8080`). In the owner's chats only: in "
+                                   "groups and for guests web_fetch reaches public addresses alone.")
     max_bytes: int = Field(2_000_000, ge=1000, description="Most bytes web_fetch downloads from one URL.")
     max_redirects: int = Field(5, ge=0, description="Most redirects web_fetch follows.")
     timeout_s: float = Field(20.0, gt=0, description="Total seconds one web_fetch may take, redirects and "
