@@ -75,6 +75,12 @@ def test_frontmatter_fields_are_parsed(tmp_path: Path) -> None:
         ("---\ndescription: never closed\n", "no YAML frontmatter"),
         # read whole twice per prompt rebuild, a 300 MB one took ~1 GB of the gateway's memory
         ("---\ndescription: huge\n---\n" + "x" * (300 * 1024), "larger than 256 KiB"),
+        # nested aliases: 368 bytes printed as a 52 MB warning after seconds, on every prompt build
+        (
+            "---\ndescription: d\na: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
+            "c: &c [*b, *b, *b, *b, *b, *b, *b, *b]\nname: [*c, *c, *c, *c, *c, *c, *c, *c]\n---\n",
+            "aliases (*name) are not allowed here",
+        ),
     ],
 )
 def test_malformed_skill_is_skipped_with_a_clear_warning(
@@ -87,7 +93,8 @@ def test_malformed_skill_is_skipped_with_a_clear_warning(
     write_skill(workspace / "skills", "good", "description: fine")
     loader = SkillsLoader(workspace, builtin)
     assert [s.name for s in loader.list_skills()] == ["good"]
-    assert len(warnings) == 1 and str(bad) in warnings[0] and problem in warnings[0], warnings
+    assert len(warnings) == 1 and str(bad) in warnings[0] and problem in warnings[0], warnings[0][:500]
+    assert len(warnings[0]) < 1000
     loader.list_skills()  # the prompt is rebuilt often: the same broken file is reported once
     assert len(warnings) == 1
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import reprlib
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,19 @@ class Skill:
     body: str = field(default="", repr=False)
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without aliases: a few hundred bytes of nested `*name` references expand to a structure
+    whose every printing (the "invalid name" warning) took seconds, hundreds of MB and a 52 MB log
+    line, on each prompt build. A skill's frontmatter has no use for them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed here", self.peek_event().start_mark
+            )
+        return super().compose_node(parent, index)
+
+
 def parse_skill_file(path: Path, source: str, beneath: Path | None = None) -> Skill:
     """Parse one SKILL.md; raises SkillError naming the problem. With `beneath` (the workspace's
     skills) only a regular file below it is read, never through a symlink (OSError): a command can
@@ -75,7 +89,7 @@ def parse_skill_file(path: Path, source: str, beneath: Path | None = None) -> Sk
     if match is None:
         raise SkillError("no YAML frontmatter (the file must start with a '---' block holding a description)")
     try:
-        meta = yaml.safe_load(match.group(1))
+        meta = yaml.load(match.group(1), Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""
@@ -86,13 +100,13 @@ def parse_skill_file(path: Path, source: str, beneath: Path | None = None) -> Sk
         raise SkillError("frontmatter must be a mapping of keys (name, description, always, requires)")
     name = meta.get("name", path.parent.name)
     if not isinstance(name, str) or not _NAME.match(name):
-        raise SkillError(f"invalid name {name!r} (letters, digits, '.', '_', '-'; at most 64)")
+        raise SkillError(f"invalid name {reprlib.repr(name)} (letters, digits, '.', '_', '-'; at most 64)")
     description = meta.get("description")
     if not isinstance(description, str) or not description.strip():
         raise SkillError("missing 'description' (a non-empty string)")
     always = meta.get("always", False)
     if not isinstance(always, bool):
-        raise SkillError(f"'always' must be true or false, not {always!r}")
+        raise SkillError(f"'always' must be true or false, not {reprlib.repr(always)}")
     bins, env = _requirements(meta.get("requires"))
     missing = [f"bin:{b}" for b in bins if shutil.which(b) is None]
     missing += [f"env:{e}" for e in env if not os.environ.get(e)]
