@@ -154,6 +154,28 @@ def test_connection_errors_are_told_from_tool_errors() -> None:
     assert is_connection_lost(BrokenPipeError())
     assert not is_connection_lost(MCPError(-32602, "Invalid params"))
     assert not is_connection_lost(ValueError("bad"))
+    assert not is_connection_lost(MCPError(-32000, "receipt printer offline"))  # a server's own error
+
+
+@pytest.mark.parametrize("code", [-32000, -32001])
+async def test_a_servers_own_error_is_reported_once_not_taken_for_a_lost_connection(
+    tmp_path: Path, code: int
+) -> None:
+    """-32000 is JSON-RPC's generic server error: taken for a lost connection, the server was
+    restarted and the call (a payment) made twice. -32001 at once was reported as "timed out after
+    30s"."""
+    log = tmp_path / "calls.log"
+    script = Path(fakes.__file__).with_name("mcp_error_server.py")
+    server = MCPServerConfig(command=sys.executable, args=[str(script), str(log), str(code)], tool_timeout=30.0)
+    manager = MCPManager({"pay": server})
+    registry = ToolRegistry()
+    try:
+        assert "mcp_pay_charge" in await manager.register_into(registry)
+        out = await registry.execute("mcp_pay_charge", {"amount": 40}, CTX)
+    finally:
+        await manager.aclose()
+    assert out.startswith("Error: MCP tool 'charge' on server 'pay' failed") and "receipt printer offline" in out, out
+    assert len(log.read_text().splitlines()) == 1  # made once
 
 
 # ------------------------------------------------------------------------------------ failures

@@ -295,12 +295,16 @@ class MCPServerConnection:
 
         if job.future.done():
             return
+        started = time.monotonic()
         try:
             with anyio.CancelScope() as job.scope:
                 result = await session.call_tool(job.tool, job.args, read_timeout_seconds=job.timeout_s)
                 _settle(job.future, result=result)
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
-            if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
+            waited_s = time.monotonic() - started
+            # the client's own timeout; a server may answer with that code at once ("timed out after
+            # 30s" after one second, for the server's own error)
+            if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT and waited_s >= job.timeout_s * 0.9:
                 _settle(job.future, exc=TimeoutError())
             elif is_connection_lost(exc):
                 gen.stop.set()  # this session is dead: end it so the caller's retry starts a fresh one

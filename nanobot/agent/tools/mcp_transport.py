@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from loguru import logger
 
 from nanobot.config.schema import MCPServerConfig
+from nanobot.util.text import truncate_head
 
 STDERR_TAIL_LINES = 20
 STDERR_TAIL_MAX_CHARS = 2000
@@ -20,6 +21,8 @@ STDERR_DRAIN_WAIT_S = 0.5  # after a failed start: time for the reader thread to
 HTTP_TIMEOUT_S = 30.0  # connect/write; tool calls have their own timeout (toolTimeout)
 HTTP_READ_TIMEOUT_S = 300.0  # the server-to-client SSE stream may stay quiet for long
 _EXPIRED_WORDS = ("not found", "terminated", "expired")
+ERROR_TEXT_CHARS = 2000
+CLIENT_CLOSED_MESSAGE = "Connection closed"  # the MCP client library's error when the transport ended
 
 
 def detect_type(cfg: MCPServerConfig) -> str:
@@ -42,14 +45,18 @@ def is_connection_lost(exc: BaseException) -> bool:
         # server's body, or "Session terminated" synthesised by the client when there is no body.
         message = exc.message.lower()
         expired = "session" in message and any(w in message for w in _EXPIRED_WORDS)
-        return exc.code == CONNECTION_CLOSED or expired
+        # -32000 is also JSON-RPC's generic "server error": a server's own (a tool that failed) was
+        # taken for a lost connection, the server restarted and the call made twice. The client
+        # library's own says "Connection closed".
+        return (exc.code == CONNECTION_CLOSED and exc.message == CLIENT_CLOSED_MESSAGE) or expired
     return isinstance(exc, (OSError, EOFError)) or type(exc).__module__.split(".")[0] in ("anyio", "httpx2")
 
 
 def describe_error(exc: BaseException) -> str:
+    """One line's worth of what went wrong (a server's 3 MB error message became a 3 MB log line)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    text = str(exc) or type(exc).__name__
+    text = truncate_head(str(exc) or type(exc).__name__, ERROR_TEXT_CHARS)
     return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
 
 
