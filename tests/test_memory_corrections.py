@@ -105,7 +105,7 @@ def test_a_latin1_memory_file_is_read_as_such_and_survives_a_rewrite(tmp_path: P
     store.write_memory(store.read_memory() + "- Likes tea\n")
     assert "Besançon" in store.memory_path.read_text(encoding="utf-8")
     [backup] = store.backups()
-    assert "Crème Brûlée" in backup.read_text(encoding="utf-8")
+    assert "Crème Brûlée" in backup.read_bytes().decode("cp1252")  # the file as it was
 
 
 def test_a_fact_forgotten_in_a_consolidation_does_not_come_back_in_the_next(tmp_path: Path) -> None:
@@ -189,3 +189,16 @@ def test_yesterdays_memory_survives_a_day_of_rewrites_padded_with_filler(tmp_pat
         filler = fresh
     kept = [p.read_text(encoding="utf-8") for p in store.backups()]
     assert any(all(f in text for f in facts) for text in kept), [k[:40] for k in kept]
+
+
+def test_a_memory_file_in_another_encoding_is_backed_up_as_it_was(tmp_path: Path) -> None:
+    """MEMORY.md saved as Shift-JIS (a Japanese Windows editor) is read as Windows-1252; its backup
+    held that reading, where five byte values had become U+FFFD: the original could not be restored."""
+    store = MemoryStore(tmp_path, "UTC")
+    original = "# Memory\n- 私の猫はトムです。東京に住んでいます\n- Likes tea\n".encode("shift_jis")
+    store.memory_path.parent.mkdir(parents=True, exist_ok=True)
+    store.memory_path.write_bytes(original)
+    store.write_memory(store.read_memory().replace("tea", "green tea"))
+    [backup] = store.backups()
+    assert backup.read_bytes() == original
+    assert backup.read_bytes().decode("shift_jis").count("東京に住んでいます") == 1

@@ -36,15 +36,17 @@ def versions(folder: Path, prefix: str = "") -> list[Path]:
     return [path for _, _, path in sorted(found)]
 
 
-def keep_version(folder: Path, prefix: str, text: str, *, kept: int, now: datetime, beneath: Path) -> None:
-    """Save `text` as the newest version in `folder` (unless it is the newest already), then prune."""
-    if not text.strip() or kept <= 0:
+def keep_version(folder: Path, prefix: str, data: bytes, *, kept: int, now: datetime, beneath: Path) -> None:
+    """Save `data` (the file's bytes as they are: a file in another encoding read as Windows-1252
+    lost its characters in a backup of the decoded text) as the newest version in `folder`, unless
+    it is the newest already, then prune."""
+    if not data.strip() or kept <= 0:
         return
     earlier = versions(folder, prefix)
-    if earlier and _read(earlier[-1]) == text:
+    if earlier and _read_bytes(earlier[-1]) == data:
         return
     path = unused_path(folder, f"{prefix}{now.strftime('%Y%m%dT%H%M%S%f')}", ".md")
-    atomic_write(path, text, beneath=beneath)
+    atomic_write(path, data, beneath=beneath)
     # The wall-clock name is for people; the order is the order of writing. A clock set back (a time
     # zone change, the repeated hour in autumn, an NTP step) gives a new version a name that sorts
     # before older ones: its mtime is moved past theirs so it is never the one pruned.
@@ -76,7 +78,11 @@ def _last_of_each_day(paths: list[Path], now: datetime) -> set[Path]:
 
 
 def _read(path: Path) -> str:
+    return _read_bytes(path).decode("utf-8", errors="replace")
+
+
+def _read_bytes(path: Path) -> bytes:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return path.read_bytes()
     except OSError:
-        return ""
+        return b""

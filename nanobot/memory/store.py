@@ -140,6 +140,14 @@ class MemoryStore:
             logger.warning("memory/{} is not UTF-8: read as Windows-1252, written back as UTF-8", name)
         return text
 
+    def read_bytes(self, name: str) -> bytes:
+        """A memory file's bytes as they are on disk (for its backup); b"" when missing or not a
+        regular file inside the workspace."""
+        try:
+            return read_regular_bytes(self.dir / name, beneath=self.workspace)
+        except OSError:
+            return b""
+
     def read_memory(self) -> str:
         return self.read(MEMORY_FILE)
 
@@ -168,7 +176,7 @@ class MemoryStore:
         self._changed(self.memory_path)
 
     def _backup_memory(self) -> None:
-        keep_version(self.dir / BACKUP_DIR, "MEMORY-", self.read_memory(), kept=self.backups_kept,
+        keep_version(self.dir / BACKUP_DIR, "MEMORY-", self.read_bytes(MEMORY_FILE), kept=self.backups_kept,
                      now=self.now(), beneath=self.workspace)
 
     def backups(self) -> list[Path]:
@@ -242,7 +250,7 @@ class MemoryStore:
             # a note a tool rewrites (emptied, say) keeps its earlier version: the flush saves the
             # chat's durable facts there, and a session note is all that is left of a conversation
             rel = path.relative_to(self.dir.resolve()).as_posix()
-            keep_version(self.dir / BACKUP_DIR / NOTES_BACKUP_DIR / rel, "", self.read(rel),
+            keep_version(self.dir / BACKUP_DIR / NOTES_BACKUP_DIR / rel, "", self.read_bytes(rel),
                          kept=self.backups_kept, now=self.now(), beneath=self.workspace)
             # the folders were checked above; a link swapped in since must not redirect the write
             atomic_write(path, text, beneath=self.workspace)
