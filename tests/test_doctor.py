@@ -352,3 +352,46 @@ def test_a_workspace_left_behind_by_a_moved_home_is_named(home: Path, fake_llm: 
     fake_llm.push("hello")
     result = run_cli("agent", "-m", "hi", home=home)
     assert result.returncode == 0 and str(home / "workspace") in result.stderr, result.stderr
+
+
+@pytest.mark.skipif(not can_mount_privately(), reason="needs user and mount namespaces")
+def test_a_full_disk_keeps_the_memory_index_and_says_so_in_one_line(tmp_path: Path) -> None:
+    """On a full disk opening the index failed in its shared-memory file (an I/O error, not "disk
+    full"): the index was deleted to be rebuilt, the rebuild failed with a traceback, and every
+    later command said "it is kept as it is" of an empty file. doctor --fix showed no checklist."""
+    import shlex
+    import sys
+
+    source, home = tmp_path / "source", tmp_path / "home"
+    source.mkdir(mode=0o700)
+    home.mkdir(mode=0o700)
+    assert run_cli("onboard", home=source).returncode == 0
+    (source / "config.json").write_text(json.dumps({"memory": {"search": {"embeddingProvider": "none"}}}))
+    notes = source / "workspace" / "memory"
+    (notes / "2026-01-02.md").write_text("- The cat is called Tom.\n" * 20)
+    nanobot = shlex.join([sys.executable, "-m", "nanobot"])
+    index = shlex.quote(str(home / "workspace" / "memory" / ".index.sqlite"))
+    script = (
+        f"mount -t tmpfs -o size=2m tmpfs {shlex.quote(str(home))} && cp -a {shlex.quote(str(source))}/. "
+        f"{shlex.quote(str(home))}/ && {nanobot} memory reindex >/dev/null 2>&1 && stat -c 'before %i %s' {index} && "
+        f"(dd if=/dev/zero of={shlex.quote(str(home))}/filler bs=4k 2>/dev/null; true) && "
+        f"for cmd in 'memory reindex' 'memory status' 'doctor --fix --json --timeout 1'; do "
+        f"{nanobot} $cmd > out 2> err; echo \"rc $cmd: $?\"; grep -c Traceback err; tail -n 3 err; "
+        f"done; stat -c 'after %i %s' {index}"
+    )
+    import os
+    import subprocess
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}, "NANOBOT_HOME": str(home),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    result = subprocess.run(["unshare", "-rmn", "sh", "-c", script], capture_output=True, text=True,
+                            timeout=300, env=env, cwd=str(tmp_path))
+    out = result.stdout
+    before = next(line for line in out.splitlines() if line.startswith("before"))
+    after = next(line for line in out.splitlines() if line.startswith("after"))
+    assert before.replace("before", "") == after.replace("after", ""), out  # the same file, the same size
+    assert "rc memory reindex: 1" in out and "rc memory status: 1" in out, out
+    assert "Traceback" not in out and "\n0\n" in out, out
+    assert "the disk is full" in out, out
+    checks = {c["part"]: c for c in json.loads((tmp_path / "out").read_text())["checks"]}  # doctor's, the last
+    assert checks["memory index"]["status"] in ("fail", "warn"), checks["memory index"]

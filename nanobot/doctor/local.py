@@ -303,7 +303,7 @@ def _index_problem(path: Path) -> str | None:
 def check_index(cfg: Config, *, fix: bool) -> Check:
     if not cfg.memory.search.enabled:
         return Check("memory index", "ok", "memory search is off (memory.search.enabled)")
-    from nanobot.memory.index_file import IndexUnavailable
+    from nanobot.memory.index_file import IndexUnavailable, no_room_for_index
     from nanobot.providers.registry import uses_demo_model
 
     path = index_path(cfg.workspace_path)
@@ -320,16 +320,21 @@ def check_index(cfg: Config, *, fix: bool) -> Check:
     if not fix:
         status = "warn" if not path.exists() else "fail"
         return Check("memory index", status, f"{problem} (nanobot doctor --fix or nanobot memory reindex)")
+    if path.exists() and no_room_for_index(path):  # a rebuild could not be written: keep what is there
+        return Check("memory index", "fail", f"{problem}; the disk is full: free some space, then run --fix again")
     if path.exists():  # derived data: the memory files are the truth, so a broken index is rebuilt
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
     from nanobot.memory.index import build_index
 
-    index = build_index(cfg)
     try:
-        stats = asyncio.run(index.sync(force=True))
-    finally:
-        index.close()
+        index = build_index(cfg)
+        try:
+            stats = asyncio.run(index.sync(force=True))
+        finally:
+            index.close()
+    except Exception as exc:  # noqa: BLE001 - a full disk, a read-only workspace: a check line, no traceback
+        return Check("memory index", "fail", f"{problem}; could not rebuild it: {exc}")
     return Check(
         "memory index",
         "ok",

@@ -15,6 +15,7 @@ queries on them are index_db.py's.
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -36,6 +37,21 @@ _SQLITE_NOMEM, _SQLITE_FULL = 7, 13
 # that cannot be opened or written for its permissions is rebuilt, which helps when its folder is
 # writable (an index left behind by another user).
 _NOT_DAMAGE = frozenset({_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_NOMEM, _SQLITE_FULL})
+# Extended codes of the same kind: the shared-memory file beside a WAL database could not be opened,
+# grown or mapped. On a full disk opening the index fails so (not with SQLITE_FULL), and the index
+# was deleted to be rebuilt, which then failed too: every vector lost for a disk that had no room.
+_IOERR_SHMOPEN, _IOERR_SHMSIZE, _IOERR_SHMMAP = 4618, 4874, 5386
+_NOT_DAMAGE_EXTENDED = frozenset({_IOERR_SHMOPEN, _IOERR_SHMSIZE, _IOERR_SHMMAP})
+MIN_FREE_BYTES = 1024 * 1024  # below this on the index's disk, a failing index is not deleted
+
+
+def no_room_for_index(path: Path) -> bool:
+    """Whether the index's disk is (nearly) full: no error is taken for damage then, since a
+    rebuild could not write the new file."""
+    try:
+        return shutil.disk_usage(path.parent).free < MIN_FREE_BYTES
+    except OSError:
+        return False
 
 
 class IndexUnavailable(Exception):
@@ -45,7 +61,12 @@ class IndexUnavailable(Exception):
 def unavailable_error(exc: BaseException, path: Path) -> IndexUnavailable | None:
     """The IndexUnavailable a database error amounts to, or None when it may be damage."""
     code = getattr(exc, "sqlite_errorcode", None)  # sqlite3 and sqlean errors carry it (Python 3.11+)
-    if not isinstance(code, int) or code & 0xFF not in _NOT_DAMAGE:
+    if not isinstance(code, int):
+        return None
+    if code in _NOT_DAMAGE_EXTENDED or (code & 0xFF not in _NOT_DAMAGE and no_room_for_index(path)):
+        return IndexUnavailable(f"the memory index {path} cannot be used now ({exc}; the disk is "
+                                "full or nearly so); it is kept as it is")
+    if code & 0xFF not in _NOT_DAMAGE:
         return None
     if code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED) and _truncated(path):
         return IndexUnavailable(
@@ -158,7 +179,12 @@ class IndexFile:
             logger.warning("memory index {} is unusable ({}); rebuilding it", self.path, exc)
             self.close()
             self.delete_files()
-            self._open_once()
+            try:
+                self._open_once()
+            except self._errors as again:
+                raise unavailable_error(again, self.path) or IndexUnavailable(
+                    f"the memory index {self.path} could not be made again ({again})"
+                ) from again
             self.rebuilt = True
 
     def close(self) -> None:
