@@ -286,3 +286,18 @@ def test_a_mistyped_ollama_url_is_asked_again(home: Path) -> None:
     data = json.loads((home / "config.json").read_text())
     assert data["providers"]["ollama"] == {"apiBase": "http://127.0.0.1:9"}
     assert (home / "workspace").is_dir()
+
+
+def test_an_emptied_config_is_an_error_and_onboard_makes_it_again(home: Path) -> None:
+    """A zero-byte config.json (a save on a full disk, `> config.json`) was read as "no config": the
+    demo model answered, the gateway ran no bot, and doctor said healthy."""
+    assert run_cli("onboard", "--provider", "openai", "--api-key", "sk-kept", "--no-check", home=home).returncode == 0
+    (home / "config.json").write_bytes(b"")
+    for command in (("agent", "-m", "hi"), ("gateway",)):
+        result = run_cli(*command, home=home, timeout=60)
+        assert result.returncode == 2 and "the file is empty" in result.stderr, (command, result.stderr)
+    doctor = run_cli("doctor", home=home)
+    assert doctor.returncode == 1 and "the file is empty" in doctor.stdout and "unhealthy: config" in doctor.stdout
+    again = run_cli("onboard", "--provider", "openai", "--api-key", "sk-new", "--no-check", home=home)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((home / "config.json").read_text())["providers"]["openai"]["apiKey"] == "sk-new"

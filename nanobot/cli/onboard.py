@@ -4,6 +4,7 @@ terminal (or with flags) also set up the provider and bot tokens (nanobot/cli/on
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -46,7 +47,7 @@ def onboard(
             ensure_private_dir(path.parent)
         except (OSError, RuntimeError) as exc:
             fail(f"Error: {config_path(config)} is a link that leads nowhere usable ({exc})", EXIT_USAGE)
-    created_config = not path.exists()
+    created_config = not path.exists() or _empty(path)  # an emptied file is made again
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not answers.any()
     # On a terminal the questions come whenever no provider is set up yet (the quick start's own
     # onboard, without a terminal, has made the file by then), and before anything is written: a
@@ -84,6 +85,13 @@ def onboard(
         code = onboard_setup.offer_service(path)
         if code:
             fail("The service was not installed (see above); the config and workspace are ready.", code)
+
+
+def _empty(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _provider_configured(cfg: Config) -> bool:
