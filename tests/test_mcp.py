@@ -165,7 +165,7 @@ async def test_a_servers_own_error_is_reported_once_not_taken_for_a_lost_connect
     restarted and the call (a payment) made twice. -32001 at once was reported as "timed out after
     30s"."""
     log = tmp_path / "calls.log"
-    script = Path(fakes.__file__).with_name("mcp_error_server.py")
+    script = Path(fakes.__file__).with_name("mcp_raw_server.py")
     server = MCPServerConfig(command=sys.executable, args=[str(script), str(log), str(code)], tool_timeout=30.0)
     manager = MCPManager({"pay": server})
     registry = ToolRegistry()
@@ -176,6 +176,40 @@ async def test_a_servers_own_error_is_reported_once_not_taken_for_a_lost_connect
         await manager.aclose()
     assert out.startswith("Error: MCP tool 'charge' on server 'pay' failed") and "receipt printer offline" in out, out
     assert len(log.read_text().splitlines()) == 1  # made once
+
+
+async def test_a_server_that_lists_other_tools_after_a_restart_gets_them_offered(
+    tmp_path: Path, make_config, fake_llm  # noqa: ANN001
+) -> None:
+    """Upgraded while the gateway ran, a server listed other tools after its reconnect: `mcp list`
+    showed them, but the agent kept offering the removed one and called the new one "unknown"."""
+    from tests.agent_helpers import make_runtime
+    from tests.fakes.llm_server import Reply
+
+    listing = tmp_path / "tools.txt"
+    listing.write_text("echo,old_report")
+    script = Path(fakes.__file__).with_name("mcp_raw_server.py")
+    server = {"command": sys.executable, "args": [str(script), str(tmp_path / "calls.log"), "-32000", str(listing)]}
+    config, _ = make_config(**{"tools.mcpServers": {"srv": server}})
+    runtime = make_runtime(config)
+
+    async def offered_after(tool: str) -> tuple[list[str], str]:
+        fake_llm.push(Reply(content=None, tool_calls=[{"name": tool, "arguments": {}}]), Reply(content="done"))
+        await runtime.ask("go", session_key="cli:direct")
+        request = fake_llm.requests[-1]
+        names = sorted(n for t in request.get("tools", []) if (n := t["function"]["name"]).startswith("mcp_"))
+        return names, [m for m in request["messages"] if m["role"] == "tool"][-1]["content"]
+
+    try:
+        assert await offered_after("mcp_srv_old_report") == (["mcp_srv_echo", "mcp_srv_old_report"], "old_report ok")
+        listing.write_text("echo,new_report")  # the next start of the server lists these
+        runtime.agent.mcp.connections["srv"]._gen.stop.set()  # its session ends (an upgrade restarts it)
+        await asyncio.sleep(0.3)
+        await offered_after("mcp_srv_echo")  # the call reconnects: the server lists its new tools
+        names, result = await offered_after("mcp_srv_new_report")
+    finally:
+        await runtime.aclose()
+    assert names == ["mcp_srv_echo", "mcp_srv_new_report"] and result == "new_report ok", (names, result)
 
 
 # ------------------------------------------------------------------------------------ failures

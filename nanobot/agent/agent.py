@@ -93,6 +93,7 @@ class Agent:
         self.stats = AgentStats()
         self.records = SessionRecords(sessions, context.tz, self.context_of)
         self._ready = False
+        self._mcp_listing = 0  # MCPManager.listing_changes when the tools were last registered
 
     def context_of(self, msg: InboundMessage) -> MessageContext:
         """The one decision about a message's context (channel, chat, sender, privacy, reply target)."""
@@ -169,14 +170,15 @@ class Agent:
         """Lazy set-up: MCP servers connect on first need; failures are logged, never fatal. While a
         server has never shown its tools (it failed its first start: still installing, briefly down)
         every turn asks again, so they come without a restart; one in its retry backoff costs nothing."""
-        if self._ready or self.mcp is None:
+        if self.mcp is None or (self._ready and self.mcp.listing_changes == self._mcp_listing):
             return
+        self._mcp_listing = self.mcp.listing_changes
         try:
             await self.mcp.register_into(self.tools)
         except Exception as exc:  # noqa: BLE001
             logger.warning("set-up step failed: {}", exc)
         # done once every server has shown its tools (a server that lost its session later
-        # reconnects on its next call; its tools stay registered)
+        # reconnects on its next call; its tools stay registered), until one lists others
         self._ready = all(server.get("tools") or server.get("state") == "ready" for server in self.mcp.status())
 
     async def handle(self, msg: InboundMessage, ctx: MessageContext | None = None) -> OutboundMessage | None:

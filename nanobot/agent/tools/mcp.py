@@ -60,6 +60,10 @@ class MCPTool(Tool):
         self.parameters = schema
         self._conn = conn
 
+    @property
+    def connection(self) -> MCPServerConnection:
+        return self._conn
+
     async def execute(self, ctx: ToolContext, **kwargs: Any) -> str:
         return await self._conn.call(self.remote_name, kwargs)
 
@@ -83,6 +87,7 @@ class MCPManager:
         }
         self.schema_budget_tokens = schema_budget_tokens
         self._left_out_reported: tuple[str, ...] = ()
+        self._registered: set[str] = set()  # names register_into put into a registry
 
     def _names(self, conn: MCPServerConnection) -> list[str]:
         """The wrapped names of a server's tools, in its listing's order; they depend on nothing but
@@ -124,11 +129,27 @@ class MCPManager:
             )
         self._left_out_reported = left_out
 
+    @property
+    def listing_changes(self) -> int:
+        """How often a server came back with another list of tools (register again when it moves)."""
+        return sum(conn.listing_changes for conn in self.connections.values())
+
     async def register_into(self, registry: ToolRegistry) -> list[str]:
-        """Register every available MCP tool; returns the names registered."""
+        """Register every available MCP tool; returns the names registered. A tool registered before
+        that its server, up now, no longer lists is unregistered (a server upgraded while the gateway
+        ran kept offering its old tools, and its new ones were "unknown"); a server that is down keeps
+        its tools (it reconnects on their next call)."""
         tools = await self.tools()
+        current = {t.name for t in tools}
+        up = {conn for conn in self.connections.values() if conn.state == "ready"}
+        for name in sorted(self._registered - current):
+            tool = registry.get(name)
+            if isinstance(tool, MCPTool) and tool.connection in up:
+                registry.unregister(name)
+                self._registered.discard(name)
         for tool in tools:
             registry.register(tool)
+        self._registered |= current
         return [t.name for t in tools]
 
     def status(self) -> list[dict[str, Any]]:

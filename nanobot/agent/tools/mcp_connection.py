@@ -151,6 +151,7 @@ class MCPServerConnection:
         self.state: State = "idle"
         self.error = ""
         self.remote_tools: list[Any] = []  # mcp Tool objects that pass enabledTools
+        self.listing_changes = 0  # times a reconnect brought another list of tools
         self._gen: _Generation | None = None
         self._lock = asyncio.Lock()
         self._failures = 0
@@ -207,7 +208,10 @@ class MCPServerConnection:
         if unmatched and unmatched != self.unmatched_patterns:  # a typo turns a tool off without a word
             logger.warning("MCP server {}: enabledTools {} match none of its tools", self.name, unmatched)
         self.unmatched_patterns = unmatched
-        self.remote_tools = [t for t in enabled if _schema_fits(self.name, t)][:MAX_TOOLS_PER_SERVER]
+        tools = [t for t in enabled if _schema_fits(self.name, t)][:MAX_TOOLS_PER_SERVER]
+        if [t.name for t in tools] != [t.name for t in self.remote_tools] and self.remote_tools:
+            self.listing_changes += 1  # a server upgraded while running: the agent registers again
+        self.remote_tools = tools
         if len(enabled) > MAX_TOOLS_PER_SERVER:
             logger.warning(
                 "MCP server {}: {} tools, only the first {} are used (narrow it with enabledTools)",

@@ -1,0 +1,50 @@
+"""A raw stdio MCP server (JSON lines, no SDK: it starts at once).
+
+Usage: python mcp_raw_server.py LOG_FILE ERROR_CODE [TOOLS_FILE]
+
+Every tool call is recorded in LOG_FILE. The tool `charge` answers with a JSON-RPC error of
+ERROR_CODE; any other tool answers "<name> ok". The tools listed are `charge`, or the names in
+TOOLS_FILE (comma-separated), read when the server starts: a server upgraded while the gateway runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(log_file: str, code: int, tools_file: str | None) -> None:
+    names = ["charge"]
+    if tools_file:
+        with open(tools_file, encoding="utf-8") as listed:
+            names = [n.strip() for n in listed.read().split(",") if n.strip()]
+    tools = [{"name": n, "description": f"The {n} tool.", "inputSchema": {"type": "object"}} for n in names]
+    for line in sys.stdin:
+        message = json.loads(line)
+        ident, method = message.get("id"), message.get("method")
+        if ident is None:  # a notification
+            continue
+        if method == "tools/call":
+            with open(log_file, "a", encoding="utf-8") as log:
+                log.write(json.dumps(message["params"]) + "\n")
+            name = message["params"]["name"]
+            if name == "charge":
+                error = {"code": code, "message": "receipt printer offline"}
+                print(json.dumps({"jsonrpc": "2.0", "id": ident, "error": error}), flush=True)
+                continue
+            result: dict = {"content": [{"type": "text", "text": f"{name} ok"}]}
+        elif method == "initialize":
+            result = {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "raw", "version": "1"},
+            }
+        elif method == "tools/list":
+            result = {"tools": tools}
+        else:
+            result = {}
+        print(json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
