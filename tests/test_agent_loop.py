@@ -337,13 +337,13 @@ async def test_a_shutdown_keeps_messages_a_platform_will_not_send_again(
 ) -> None:
     """Discord does not replay events: a message queued behind a running turn (or cut before it was
     saved) when the gateway stopped was lost without a trace. It is saved at the shutdown now, so the
-    next start answers it (gateway/missed.py); a /stop-ped one is kept as given up, a queued command not."""
+    next start answers it (gateway/missed.py); a /stop-ped one is kept as given up."""
     from nanobot.gateway.missed import unanswered_index
 
     loop, agent, bus = running
     entered = hold_turns_before_saving(agent, monkeypatch)
     queued = [f"queued behind it {n}" for n in range(1, 7)]
-    for text in ("given up with /stop", "cut by the shutdown", *queued, "/new"):
+    for text in ("given up with /stop", "cut by the shutdown", *queued):
         await bus.publish_inbound(inbound(text, channel="discord"))
     await wait_for(lambda: len(entered) == 1)
     await bus.publish_inbound(inbound("/stop", channel="discord"))
@@ -358,6 +358,28 @@ async def test_a_shutdown_keeps_messages_a_platform_will_not_send_again(
     session = type(agent.sessions)(agent.context.workspace).get("discord:c1")
     assert session.metadata["stopped_through"] == 1
     assert unanswered_index(session) == 7  # the next start answers the newest, the rest in its history
+
+
+async def test_a_new_queued_at_shutdown_is_done_when_its_platform_will_not_send_it_again(
+    running: tuple[AgentLoop, Agent, MessageBus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discord: a /new queued behind a running turn was dropped at a graceful stop, and the next start
+    answered the message after it inside the conversation the user had asked to leave."""
+    from nanobot.gateway.missed import unanswered_index
+
+    loop, agent, bus = running
+    entered = hold_turns_before_saving(agent, monkeypatch)
+    for text in ("the old topic", "/new", "a fresh question"):
+        await bus.publish_inbound(inbound(text, channel="discord"))
+    await wait_for(lambda: len(entered) == 1)
+    await loop.stop_accepting()
+    await loop.finish(grace_s=0.2)
+    archives = list((agent.sessions.path_for("discord:c1").parent / "archive").glob("discord_c1-*.jsonl"))
+    assert len(archives) == 1 and "the old topic" in archives[0].read_text(encoding="utf-8")
+    assert list(archives[0].parent.glob("*.pending"))  # its memory work runs at the next start
+    assert [m["content"] for m in messages_of(agent.sessions.path_for("discord:c1"))] == ["a fresh question"]
+    session = type(agent.sessions)(agent.context.workspace).get("discord:c1")
+    assert unanswered_index(session) == 0  # the next start answers it, in the fresh session
 
 
 def stop_with_id(message_id: int) -> InboundMessage:

@@ -113,6 +113,25 @@ class Agent:
         await self.long_term.on_new_session(session_key)
         return NEW_SESSION_REPLY
 
+    def keep_new(self, msg: InboundMessage, ctx: MessageContext) -> None:
+        """A `/new` a shutdown cancelled before it ran, from a platform that will not send it again
+        (Discord): done now, so what the user sent after it goes into the fresh session (it was
+        dropped, and the next start answered those messages with the old conversation, which the
+        user had asked to leave, in their context). The reply "New session started." is not sent."""
+        if msg.on_persisted is not None or msg.reply_future is not None:
+            return  # served again by its platform (Telegram), or an in-process caller that is told
+        session = self.sessions.get(ctx.session_key)
+        message_id = msg.metadata.get("message_id")
+        if self.records.new_done_before(session, message_id):
+            return
+        answered = self.records.answered_ids(session)
+        if not self.lifecycle.archive_at_shutdown(session):
+            logger.warning("{}: a /new could not be done at shutdown (memory work on it ran); send it again",
+                           ctx.session_key)
+            return
+        self.records.carry_into_new(ctx.session_key, session.metadata, answered, message_id)
+        logger.info("{}: a /new the shutdown left undone was done; its reply is not sent", ctx.session_key)
+
     def status_text(self, session_key: str) -> str:
         session = self.sessions.get(session_key)
         uptime = int(time.time() - self.stats.started_at)

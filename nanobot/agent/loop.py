@@ -115,11 +115,19 @@ class AgentLoop:
                     if msg.channel == SYSTEM_CHANNEL:
                         self.agent.records.keep_result(msg)
                     else:
-                        kept += self.agent.records.keep_unanswered(msg, self.agent.context_of(msg))
+                        kept += self._keep(msg, self.agent.context_of(msg))
                 except Exception as exc:  # noqa: BLE001 - a full disk: say what was lost, keep the rest
                     logger.error("{}: a message could not be kept at shutdown: {}", msg.session_key, exc)
                 msg.resolve(None)
         return kept
+
+    def _keep(self, msg: InboundMessage, ctx: MessageContext) -> bool:
+        """A message a shutdown leaves unanswered: saved for the next start, or a `/new` done now
+        (when its platform will not send them again); True when a message was saved."""
+        if ctx.command == "new":
+            self.agent.keep_new(msg, ctx)
+            return False
+        return self.agent.records.keep_unanswered(msg, ctx)
 
     def in_flight(self) -> list[asyncio.Task[None]]:
         """Messages taken off the bus and not yet answered (running or queued behind a session)."""
@@ -261,7 +269,7 @@ class AgentLoop:
         except asyncio.CancelledError:
             if not given_up:  # a shutdown: queued or cut short, it must not vanish
                 try:
-                    self.agent.records.keep_unanswered(msg, ctx)
+                    self._keep(msg, ctx)
                 except Exception as exc:  # noqa: BLE001 - a full disk: say what was lost
                     logger.error("{}: a message could not be kept at shutdown: {}", ctx.session_key, exc)
             msg.resolve(None)  # a waiting publisher learns there is no reply

@@ -254,6 +254,17 @@ class MemoryLifecycle:
         self.sessions.mark_pending(archived, session.key)
         self.track(self._process_archive(archived, session.key), f"archive:{session.key}")
 
+    def archive_at_shutdown(self, session: Session) -> bool:
+        """Archive the transcript now, without waiting: for a `/new` a shutdown cancelled. Its
+        processing is left to the next start (`recover_pending`). False, and nothing done, while a
+        consolidation of the session runs (it would write into the fresh session)."""
+        if self.lock_for(session.key).locked():
+            return False
+        archived = self.sessions.archive(session, self.memory.now())
+        if archived is not None:
+            self.sessions.mark_pending(archived, session.key)
+        return True
+
     async def _process_archive(self, archived: Path, session_key: str) -> None:
         with self.sessions.claim_archive(archived) as mine:
             if mine:
