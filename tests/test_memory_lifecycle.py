@@ -245,6 +245,36 @@ async def test_new_with_failing_archive_loses_nothing_and_retries(agent_factory,
     assert "FACT-2:" in (ws / "memory" / "HISTORY.md").read_text()
 
 
+async def test_a_crash_right_after_new_moved_the_transcript_leaves_it_pending(  # noqa: ANN001
+    agent_factory, script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/new moved the transcript, then wrote its `.pending` marker: a crash between the two left an
+    archive no start ever consolidated, and doctor said every archive was done."""
+    import os
+
+    from nanobot.session import store as store_module
+
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    ws = agent.config.workspace_path
+    await chat(agent, 3)
+    real_replace = os.replace
+
+    def crash_after_the_move(src, dst, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        real_replace(src, dst, **kwargs)
+        if str(dst).endswith(".jsonl") and Path(dst).parent.name == "archive":
+            raise SystemExit("killed")  # the process dies right after the move
+
+    monkeypatch.setattr(store_module.os, "replace", crash_after_the_move)
+    with pytest.raises(SystemExit):
+        await agent.agent.new_session("cli:direct")
+    monkeypatch.setattr(store_module.os, "replace", real_replace)
+    [marker] = (ws / "sessions" / "archive").glob("*.pending")
+    assert agent.agent.lifecycle.recover_pending() == 1  # the next start does its memory work
+    await agent.agent.drain(30)
+    assert "FACT-2:" in (ws / "memory" / "HISTORY.md").read_text()
+    assert not marker.exists()
+
+
 async def test_session_note_fallback_when_llm_fails(agent_factory, script) -> None:  # noqa: ANN001
     agent = agent_factory(**{"memory.flush.enabled": False})
     script.fail_notes = True

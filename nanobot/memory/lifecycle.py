@@ -248,10 +248,9 @@ class MemoryLifecycle:
     async def start_new_session(self, session: Session) -> None:
         """Archive the transcript now (after any running consolidation), process it in the background."""
         async with self.lock_for(session.key):
-            archived = self.sessions.archive(session, self.memory.now())
+            archived = self.sessions.archive(session, self.memory.now(), pending=True)
         if archived is None:
             return
-        self.sessions.mark_pending(archived, session.key)
         self.track(self._process_archive(archived, session.key), f"archive:{session.key}")
 
     def archive_at_shutdown(self, session: Session) -> bool:
@@ -260,9 +259,7 @@ class MemoryLifecycle:
         consolidation of the session runs (it would write into the fresh session)."""
         if self.lock_for(session.key).locked():
             return False
-        archived = self.sessions.archive(session, self.memory.now())
-        if archived is not None:
-            self.sessions.mark_pending(archived, session.key)
+        self.sessions.archive(session, self.memory.now(), pending=True)
         return True
 
     async def _process_archive(self, archived: Path, session_key: str) -> None:

@@ -260,8 +260,10 @@ class SessionStore:
         self._last_fsync = time.monotonic()
 
     # ------------------------------------------------------------------ archive
-    def archive(self, session: Session, now: datetime) -> Path | None:
-        """Move the transcript into sessions/archive/ and start the key afresh. Returns the archive path."""
+    def archive(self, session: Session, now: datetime, *, pending: bool = False) -> Path | None:
+        """Move the transcript into sessions/archive/ and start the key afresh. Returns the archive
+        path. With `pending`, its `.pending` marker (memory work to do) is written before the move: a
+        crash between the two left an archive no start ever processed, and doctor said all was done."""
         self._close_handle(session.key)
         self._cache.pop(session.key, None)
         self._live.pop(session.key, None)
@@ -273,7 +275,13 @@ class SessionStore:
         ensure_private_dir(self.archive_dir)
         stamp = now.strftime("%Y%m%dT%H%M%S")
         target = unused_path(self.archive_dir, f"{session.path.stem}-{stamp}", ".jsonl")
-        os.replace(session.path, target)
+        if pending:
+            self.mark_pending(target, session.key)  # a marker without its transcript is dropped at start
+        try:
+            os.replace(session.path, target)
+        except OSError:
+            markers.marker_path(target).unlink(missing_ok=True)
+            raise
         return target
 
     def load_archived(self, path: Path) -> Session:
