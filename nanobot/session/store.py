@@ -20,7 +20,8 @@ processes, are not reconciled.
 
 Everyone else who needs these files goes through the store: the memory lifecycle's retry markers
 beside archived transcripts (`markers.py`), the memory index's listing and reading of transcripts
-and the gateway's look at recently archived ones (`transcripts.py`), the heartbeat's last private chat.
+and the gateway's look at recently archived ones (`transcripts.py`), whose chat a transcript is and the
+heartbeat's last private chat (`chats.py`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import IO, Any, Literal
 from loguru import logger
 
 from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR
-from nanobot.session import markers
+from nanobot.session import chats, markers
 from nanobot.session.loading import load_transcript
 from nanobot.session.markers import ArchiveMarker, ArchiveSummary
 from nanobot.session.message_log import COLD_MARGIN, Span
@@ -50,7 +51,6 @@ from nanobot.session.session import (
     Session,
     StorageError,
     append_all,
-    first_metadata,
 )
 from nanobot.session.transcripts import (
     TRANSCRIPT_SUFFIX,
@@ -287,50 +287,17 @@ class SessionStore:
     def load_archived(self, path: Path) -> Session:
         return self._load(path.stem, path)
 
-    # ------------------------------------------------------------------ chats
+    # ------------------------------------------------------------------ chats (chats.py)
     def key_of(self, path: Path) -> str:
-        """The session key a transcript (live or archived) belongs to: recorded in its metadata
-        when its first message was saved; for older files decoded from the file name, which cannot
-        tell a forum topic's `telegram:-100123:7` from a chat `-100123_7`."""
-        key = first_metadata(path, "session_key").get("session_key")
-        if isinstance(key, str) and ":" in key:
-            return key
-        channel, _, chat_id = (archived_stem(path) or path.stem).partition("_")
-        return f"{channel}:{chat_id}"
+        return chats.key_of(path)
 
     def chat_identity(self, path: Path) -> dict[str, Any]:
-        """Whose chat a live transcript is (the metadata its first message recorded: is_group,
-        sender_id, username, guest), {} when unknown. A session an earlier version's /new started
-        recorded none until its next message: its chat's newest archive says whose it was."""
-        first = first_metadata(path, "is_group")
-        if first or not self.archive_dir.is_dir():
-            return first
-        pattern = f"{path.stem}-*{TRANSCRIPT_SUFFIX}"
-        archives = [p for p in self.archive_dir.glob(pattern) if archived_stem(p) == path.stem]
-        for archived in sorted(archives, key=lambda p: p.name, reverse=True):  # names end in their stamp
-            if found := first_metadata(archived, "is_group"):
-                return found
-        return {}
+        return chats.chat_identity(path, self.archive_dir)
 
     def last_private_chat(
         self, skip_channels: tuple[str, ...], allowed: Callable[[str, str, str | None], bool] | None = None
     ) -> tuple[str, str] | None:
-        """(channel, chat id) of the most recently written private session on a channel not in
-        `skip_channels` whose user `allowed(channel, sender id, username)` still lists; a session
-        that does not say whether it is a group counts as one, a guest's is skipped."""
-        if not self.dir.is_dir():
-            return None
-        for path in sorted(self.dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
-            channel, _, chat_id = self.key_of(path).partition(":")
-            if channel in skip_channels or not chat_id:
-                continue
-            first = self.chat_identity(path)
-            if first.get("is_group", True) or first.get("guest"):
-                continue
-            user = str(first.get("sender_id") or chat_id)
-            if allowed is None or allowed(channel, user, first.get("username")):
-                return channel, chat_id
-        return None
+        return chats.last_private_chat(self.dir, self.archive_dir, skip_channels, allowed)
 
     # ------------------------------------------------------------------ retry markers
     def mark_pending(self, archived: Path, key: str) -> None:
