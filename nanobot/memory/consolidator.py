@@ -24,21 +24,15 @@ from nanobot.memory import small_profile
 from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.compaction import compact_transcript
 from nanobot.memory.forgetting import forget_requests
-from nanobot.memory.store import (
-    MAX_DROPPED_FACT_SHARE,
-    MIN_FACTS_FOR_PROTECTION,
-    MemoryStore,
-    normalise_fact,
-)
+from nanobot.memory.memory_merge import protect_memory, three_way_merge
+from nanobot.memory.store import MemoryStore, normalise_fact
 from nanobot.memory.transcript import render_transcript
 from nanobot.memory.validation import (
-    KEPT_FACTS_HEADING,
     EchoSources,
     Refusal,
     check_history_entry,
     check_memory_update,
     fact_lines,
-    restored_lines,
     schema_text,
     still_there,
     tool_arguments,
@@ -134,50 +128,6 @@ def normalise_save_memory_args(raw: Any) -> SaveMemoryArgs | None:
     if not isinstance(history, str) or not history.strip():
         return None
     return SaveMemoryArgs(history.strip(), memory if isinstance(memory, str) else None)
-
-
-def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[str]]:
-    """The MEMORY.md to write and the facts that protection put back.
-
-    Lines in `forgotten` (normalised) never survive, whatever the LLM wrote.
-    """
-    new_lines = [
-        line for line in new.splitlines() if normalise_fact(line) not in forgotten or not line.strip()
-    ]
-    if len(new_lines) < len(new.splitlines()):
-        logger.info(
-            "consolidation wrote back {} line(s) the user had asked to forget; left out",
-            len(new.splitlines()) - len(new_lines),
-        )
-    new = "\n".join(new_lines).strip()
-    old_facts = [f for f in fact_lines(old) if normalise_fact(f) not in forgotten]
-    if len(old_facts) < MIN_FACTS_FOR_PROTECTION:
-        return new, []
-    new_norm = {normalise_fact(f) for f in fact_lines(new)}
-    dropped = [f for f in old_facts if not still_there(f, new_norm)]
-    if len(dropped) / len(old_facts) <= MAX_DROPPED_FACT_SHARE:
-        return new, []
-    merged = (
-        new.rstrip()
-        + ("\n\n" if new.strip() else "")
-        + KEPT_FACTS_HEADING
-        + "\n"
-        + "\n".join(restored_lines(old, dropped))
-    )
-    return merged.strip(), dropped
-
-
-def three_way_merge(base: str, ours: str, theirs: str) -> str:
-    """Line-level merge for concurrent consolidations: `ours` plus the lines another writer added
-    since `base`, minus the lines another writer removed since `base`."""
-    base_set = {normalise_fact(x) for x in base.splitlines() if x.strip()}
-    theirs_set = {normalise_fact(x) for x in theirs.splitlines() if x.strip()}
-    ours_lines = [x for x in ours.splitlines()
-                  if not x.strip() or normalise_fact(x) in theirs_set or normalise_fact(x) not in base_set]
-    ours_set = {normalise_fact(x) for x in ours_lines if x.strip()}
-    added = [x for x in theirs.splitlines() if x.strip() and normalise_fact(x) not in base_set
-             and normalise_fact(x) not in ours_set]
-    return "\n".join([*ours_lines, *added]).strip()
 
 
 def chunk_time(messages: list[dict[str, Any]], tz: Any, default: datetime) -> tuple[datetime, datetime]:
