@@ -33,7 +33,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
-from nanobot.agent.commands import COMMANDS, starts_with_command
+from nanobot.agent.commands import COMMANDS
 from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
@@ -50,7 +50,7 @@ from nanobot.channels.telegram_media import (
     with_origin,
 )
 from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
-from nanobot.channels.telegram_updates import readable_updates
+from nanobot.channels.telegram_updates import addressed, for_another_bot, readable_updates
 
 REQUEST_TIMEOUT_S = 20.0
 CONNECT_TIMEOUT_S = 10.0
@@ -253,21 +253,6 @@ class TelegramChannel(Channel):
                 self._acks.release(part.update_id)
 
     # ------------------------------------------------------------------ inbound
-    def _addressed(self, message: Message, text: str) -> bool:
-        """In a group under groupPolicy "mention": is this message for the bot?"""
-        reply = message.reply_to_message
-        if reply is not None and reply.from_user is not None and reply.from_user.id == self._bot_id:
-            return True
-        if self._bot_username and re.search(rf"@{re.escape(self._bot_username)}\b", text, flags=re.I):
-            return True  # a word of its own: @nano_bot_fans is not @nano_bot
-        return starts_with_command(text)
-
-    def _for_another_bot(self, text: str) -> bool:
-        """`/new@other_bot`: a command meant for another bot in the same group."""
-        first = text.strip().split(maxsplit=1)[0] if text.strip() else ""
-        target = first.partition("@")[2] if first.startswith("/") else ""
-        return bool(target) and target.lower() != (self._bot_username or "").lower()
-
     async def _handle_update(self, updates: list[Update]) -> bool:
         """Publish the message of the update (or the one message of an album's updates); False when
         it is filtered out (nothing for the agent)."""
@@ -278,9 +263,11 @@ class TelegramChannel(Channel):
         parts = [u.message for u in updates if u.message is not None]
         text = "\n".join(t for t in (with_origin(m, m.text or m.caption or shared_as_text(m)) for m in parts) if t)
         is_group = chat.type in _GROUP_TYPES
-        if is_group and self._for_another_bot(text):
+        if is_group and for_another_bot(text, self._bot_username):
             return False  # another bot's /new must not archive this group's conversation
-        if is_group and self.config.group_policy == "mention" and not self._addressed(message, text):
+        if is_group and self.config.group_policy == "mention" and not addressed(
+            message, text, self._bot_id, self._bot_username
+        ):
             return False
         # Check the sender before downloading anything they sent.
         if not await self._admit(str(user.id), user.username, chat_id=str(chat.id), is_group=is_group):

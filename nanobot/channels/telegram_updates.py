@@ -1,19 +1,25 @@
-"""Reading a getUpdates batch the Telegram library cannot parse as a whole.
+"""Reading updates: a getUpdates batch the Telegram library cannot parse as a whole, and whom a
+group message is for.
 
 python-telegram-bot parses a batch at once: one update with a field missing that a newer Bot API
 requires (an older local Bot API server leaves it out, in a stranger's poll, say) failed every
 poll, the offset never moved past it, and the bot heard no one, restarts included. The batch is read
 again update by update; an unreadable one is logged, marked received and handled (so the offset
 moves past it), and the others are handled as usual.
+
+In a group under groupPolicy "mention" a message is for the bot when it replies to the bot, names
+it (`@bot` as a word of its own) or opens with a command; `/new@other_bot` is another bot's.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 
 from loguru import logger
-from telegram import Bot, Update
+from telegram import Bot, Message, Update
 
+from nanobot.agent.commands import starts_with_command
 from nanobot.channels.delivery import AckWindow
 
 
@@ -39,3 +45,20 @@ async def readable_updates(bot: Bot, offset: int | None, acks: AckWindow, error:
     if not readable and not raw:
         raise error
     return readable
+
+
+def addressed(message: Message, text: str, bot_id: int | None, bot_username: str | None) -> bool:
+    """In a group under groupPolicy "mention": is this message for the bot?"""
+    reply = message.reply_to_message
+    if reply is not None and reply.from_user is not None and reply.from_user.id == bot_id:
+        return True
+    if bot_username and re.search(rf"@{re.escape(bot_username)}\b", text, flags=re.I):
+        return True  # a word of its own: @nano_bot_fans is not @nano_bot
+    return starts_with_command(text)
+
+
+def for_another_bot(text: str, bot_username: str | None) -> bool:
+    """`/new@other_bot`: a command meant for another bot in the same group."""
+    first = text.strip().split(maxsplit=1)[0] if text.strip() else ""
+    target = first.partition("@")[2] if first.startswith("/") else ""
+    return bool(target) and target.lower() != (bot_username or "").lower()
