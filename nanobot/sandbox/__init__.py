@@ -9,9 +9,11 @@ The path-pattern guard in the exec tool is only a first filter; this is what saf
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -180,6 +182,7 @@ class Sandbox:
         if spec.shared:
             os.mkdir(shared_home(tmpdir), 0o700)  # its HOME (sandbox_env)
         rules = build_ruleset(spec, tmpdir, self._read_grants)
+        modes = self._private_modes()
         try:
             env = sandbox_env(spec, tmpdir)
             wrapper = prlimit_argv(self.limits, user_tasks())
@@ -191,17 +194,31 @@ class Sandbox:
         finally:
             rules.close()
             shutil.rmtree(tmpdir, ignore_errors=True)
-            self._restore_private()
+            self._restore_private(modes)
 
-    def _restore_private(self) -> int:
+    def _private_modes(self) -> dict[Path, int]:
+        """The permission bits of the folders and files kept from commands (the user's home, nanobot's
+        home and config, the workspace), before a command runs."""
+        modes = {}
+        for path in (*self.private_dirs, *self.private_files, self.workspace):
+            with contextlib.suppress(OSError):
+                modes[path] = stat.S_IMODE(os.stat(path).st_mode)
+        return modes
+
+    def _restore_private(self, modes: dict[Path, int]) -> int:
         """Landlock has no right for permissions: a command could open nanobot's home, its config
         (the API keys) or the transcripts to every user of the machine, though it cannot read them
-        itself. They are made private again after every command; the number changed."""
-        changed = sum(repair_private(folder, recursive=False) for folder in (*self.private_dirs, self.workspace))
-        changed += sum(repair_private(path) for path in self.private_files)
+        itself. After every command what it changed is put back as it was, and nanobot's own folders
+        in the workspace are private again; the number changed."""
+        changed = 0
+        for path, mode in modes.items():
+            with contextlib.suppress(OSError):
+                if stat.S_IMODE(os.stat(path).st_mode) != mode:
+                    os.chmod(path, mode)
+                    changed += 1
         changed += sum(repair_private(self.workspace / name) for name in PRIVATE_DIRS)
         if changed:
-            logger.warning("a command opened {} private file(s) of nanobot to other users; made private again", changed)
+            logger.warning("a command changed the permissions of {} of nanobot's private file(s); put back", changed)
         return changed
 
     def _path_roots(self) -> list[Path]:

@@ -348,3 +348,12 @@ async def test_nanobots_private_files_stay_private_after_a_chmod(nano_home: Path
     assert "done" in out
     modes = {p: stat.S_IMODE(p.stat().st_mode) for p in (*home_modes, ws / "sessions", transcript)}
     assert all(m & 0o077 == 0 for m in modes.values()), {str(p): oct(m) for p, m in modes.items()}
+    # the user's own home keeps the mode the user gave it (a first version made it 0700 after
+    # every command, whatever the command: ~/public_html stopped being served)
+    user_home = Path(os.environ["HOME"])
+    user_home.chmod(0o755)
+    assert "ok" in await run(make_exec(nano_home, mode), "echo ok")
+    assert stat.S_IMODE(user_home.stat().st_mode) == 0o755
+    opened = base64.b64encode(f"chmod 0777 {user_home}".encode()).decode()
+    await run(make_exec(nano_home, mode), f"echo {opened} | base64 -d | sh")
+    assert stat.S_IMODE(user_home.stat().st_mode) == 0o755
