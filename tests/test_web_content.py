@@ -83,6 +83,9 @@ MORE_PAGES: dict[str, tuple[dict[str, str], bytes]] = {
     # of CPU in a thread the deadline cannot stop), utf-7 turns "+AGEAYgBj-" into "abc"
     "/punycode-charset": ({"Content-Type": "text/plain; charset=punycode"}, b"-" + b"a" * 20_000),
     "/utf7-meta": ({"Content-Type": "text/html"}, b"<meta charset='utf-7'><p>price +AGEAYgBj-</p>"),
+    # labels the web reads as a superset: Turkish and Thai pages came out as Windows-1252
+    "/turkish": ({"Content-Type": "text/plain; charset=iso-8859-9"}, "Türkçe: ğ ş ı İ".encode("cp1254")),
+    "/thai": ({"Content-Type": "text/html"}, "<meta charset='tis-620'><p>ภาษาไทย</p>".encode("cp874")),
     "/photo.png": ({"Content-Type": "image/png"}, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4),
     "/undeclared-binary": ({}, b"PK\x03\x04" + b"\x00" * 100),
     "/huge.json": ({"Content-Type": "application/json"}, b'{"results": [' + b'{"title": "t"},' * 200_000 + b"{}]}"),
@@ -110,7 +113,15 @@ async def test_a_charset_that_is_no_text_encoding_falls_back(more_port: int, pat
     assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}{path}")).endswith("hello world")
 
 
-@pytest.mark.parametrize(("path", "shown"), [("/punycode-charset", "-" + "a" * 20_000), ("/utf7-meta", "+AGEAYgBj-")])
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        ("/punycode-charset", "-" + "a" * 20_000),
+        ("/utf7-meta", "+AGEAYgBj-"),
+        ("/turkish", "Türkçe: ğ ş ı İ"),
+        ("/thai", "ภาษาไทย"),
+    ],
+)
 async def test_a_charset_that_is_no_web_encoding_is_not_used(more_port: int, path: str, shown: str) -> None:
     tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{more_port}"]))
     assert (await tool.execute(CTX, url=f"http://127.0.0.1:{more_port}{path}")).endswith(shown)

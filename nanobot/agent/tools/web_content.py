@@ -142,8 +142,20 @@ _BOMS = (
     (b"\xfe\xff", "utf-16"),
 )
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
-#: what browsers read a page declared Latin-1 (or ASCII) as: its superset, with "€" and "–"
-_AS_WINDOWS_1252 = frozenset({"iso-8859-1", "iso8859-1", "latin-1", "latin1", "l1", "ascii", "us-ascii"})
+#: labels browsers read as another encoding than Python does: Latin-1 (or ASCII) as its superset
+#: Windows-1252, with "€" and "–"; Turkish Latin-5 as Windows-1254 and Thai TIS-620 as Windows-874
+#: (their supersets); and labels Python does not know
+_WEB_LABELS = {
+    **dict.fromkeys(("iso-8859-1", "iso8859-1", "latin-1", "latin1", "l1", "ascii", "us-ascii"), "cp1252"),
+    **dict.fromkeys(("iso-8859-9", "iso8859-9", "latin5", "l5"), "cp1254"),
+    **dict.fromkeys(("tis-620", "iso-8859-11", "iso8859-11", "windows-874"), "cp874"),
+    "x-sjis": "shift_jis",
+    "windows-31j": "cp932",
+    "gb_2312-80": "gbk",
+    "x-gbk": "gbk",
+    "x-mac-roman": "mac-roman",
+    "x-mac-cyrillic": "mac-cyrillic",
+}
 #: the encodings of the web (those browsers know), by Python's name for them. Python has more text
 #: codecs, and a page named them: `punycode` decodes in quadratic time (2 MB: about a minute of CPU
 #: in a thread the fetch deadline cannot stop; six of them starved the daemon's name lookups), and
@@ -172,7 +184,7 @@ def decode_body(body: bytes, header_charset: str | None) -> str:
         declared = meta.group(1).decode("ascii", errors="replace")
     if declared:
         name = declared.strip().lower()
-        name = "cp1252" if name in _AS_WINDOWS_1252 else name
+        name = _WEB_LABELS.get(name, name)
         try:
             # a web encoding only: "base64" or "rot13" failed the whole fetch, "punycode" stalled it
             if codecs.lookup(name).name in _WEB_ENCODINGS:
