@@ -255,6 +255,11 @@ def test_a_key_or_token_pasted_over_two_lines_is_refused_and_never_shown(home: P
     agent = run_cli("agent", "-m", "hi", home=home)
     assert agent.returncode == 2 and "providers.openai.apiKey" in agent.stderr, agent.stderr
     assert secret_tail not in agent.stdout + agent.stderr
+    # ... and so it is from the provider's usual variable
+    (home / "config.json").write_text(json.dumps({"agents": {"defaults": {"provider": "openai"}}}))
+    agent = run_cli("agent", "-m", "hi", home=home, env={"OPENAI_API_KEY": f"sk-a\n{secret_tail}"})
+    assert agent.returncode == 2 and "OPENAI_API_KEY" in agent.stderr and "one line" in agent.stderr, agent.stderr
+    assert secret_tail not in agent.stdout + agent.stderr
     # spaces around it are dropped, as onboard does
     (home / "config.json").write_text(json.dumps({"channels": {"telegram": {"token": f"  {TG_TOKEN}\n"}}}))
     from nanobot.config.loader import load_config
@@ -298,6 +303,7 @@ def test_an_emptied_config_is_an_error_and_onboard_makes_it_again(home: Path) ->
         assert result.returncode == 2 and "the file is empty" in result.stderr, (command, result.stderr)
     doctor = run_cli("doctor", home=home)
     assert doctor.returncode == 1 and "the file is empty" in doctor.stdout and "unhealthy: config" in doctor.stdout
+    (home / "config.json").write_text("\n")  # `echo > config.json`
     again = run_cli("onboard", "--provider", "openai", "--api-key", "sk-new", "--no-check", home=home)
     assert again.returncode == 0, again.stderr
     assert json.loads((home / "config.json").read_text())["providers"]["openai"]["apiKey"] == "sk-new"

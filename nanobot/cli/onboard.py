@@ -88,8 +88,9 @@ def onboard(
 
 
 def _empty(path: Path) -> bool:
+    """An emptied file (nothing, or only blank lines: `echo > config.json`)."""
     try:
-        return path.is_file() and path.stat().st_size == 0
+        return path.is_file() and path.stat().st_size < 4096 and not path.read_bytes().strip()
     except OSError:
         return False
 

@@ -106,7 +106,7 @@ def read_config_dict(path: Path) -> dict[str, Any]:
     """The raw JSON object of a config file; {} when the file does not exist."""
     try:
         text = path.read_text(encoding="utf-8")
-        if not text:
+        if not text.strip():
             # what a save on a full disk, or `> config.json`, leaves: read as "no config", the bots
             # went silent and the demo model answered while doctor said healthy
             raise ConfigError(f"{path}: the file is empty; restore it from a copy, or run `nanobot onboard`")

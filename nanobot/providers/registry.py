@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 
 from nanobot.config.schema import Config, ProviderConfig, ProvidersConfig
-from nanobot.config.sections.base import endpoint_url
+from nanobot.config.sections.base import credential, endpoint_url
 from nanobot.errors import ConfigError
 from nanobot.providers.base import LLMProvider
 
@@ -132,7 +132,12 @@ def _first_env(names: tuple[str, ...]) -> str:
 def credentials(name: str, cfg: ProviderConfig) -> tuple[str, str]:
     """(api key, api base) of a provider: the config's values, else its usual environment variables."""
     spec = SPECS.get(name)
-    key = cfg.api_key or (_first_env(spec.env_keys) if spec else "")
+    key = cfg.api_key
+    if not key and spec is not None and (variable := next((n for n in spec.env_keys if os.environ.get(n)), None)):
+        try:  # the config's key is checked when it is loaded; the environment's here
+            key = credential(os.environ[variable])
+        except ValueError as exc:
+            raise ProviderConfigError(f"{variable}: {exc}") from None
     base = cfg.api_base or (_first_env(OPENAI_BASE_ENV) if name == "openai" else "")
     if base and not cfg.api_base:
         try:  # the config's value is checked when it is loaded; the environment's here
