@@ -155,6 +155,10 @@ def test_connection_errors_are_told_from_tool_errors() -> None:
     assert not is_connection_lost(MCPError(-32602, "Invalid params"))
     assert not is_connection_lost(ValueError("bad"))
     assert not is_connection_lost(MCPError(-32000, "receipt printer offline"))  # a server's own error
+    assert is_connection_lost(MCPError(-32001, "Session not found"))  # a TypeScript server's
+    # a tool's own errors that speak of sessions: the server was restarted and the call made twice
+    assert not is_connection_lost(MCPError(-32603, "checkout session expired"))
+    assert not is_connection_lost(MCPError(-32602, "Session not found for customer 42"))
 
 
 @pytest.mark.parametrize("code", [-32000, -32001])

@@ -20,7 +20,8 @@ STDERR_TAIL_MAX_CHARS = 2000
 STDERR_DRAIN_WAIT_S = 0.5  # after a failed start: time for the reader thread to catch the last lines
 HTTP_TIMEOUT_S = 30.0  # connect/write; tool calls have their own timeout (toolTimeout)
 HTTP_READ_TIMEOUT_S = 300.0  # the server-to-client SSE stream may stay quiet for long
-_EXPIRED_WORDS = ("not found", "terminated", "expired")
+_EXPIRED_MESSAGES = frozenset({"session not found", "session terminated", "session expired"})
+SESSION_ERROR_CODES = frozenset({-32600, -32001})  # invalid request (Python SDK), TypeScript SDK's
 ERROR_TEXT_CHARS = 2000
 CLIENT_CLOSED_MESSAGE = "Connection closed"  # the MCP client library's error when the transport ended
 
@@ -42,9 +43,11 @@ def is_connection_lost(exc: BaseException) -> bool:
 
     if isinstance(exc, MCPError):
         # A restarted or idle-expired streamable-HTTP server answers 404: "Session not found" from the
-        # server's body, or "Session terminated" synthesised by the client when there is no body.
-        message = exc.message.lower()
-        expired = "session" in message and any(w in message for w in _EXPIRED_WORDS)
+        # server's body (-32600 from Python servers, -32001 from TypeScript ones), or "Session
+        # terminated" synthesised by the client when there is no body. Only those words, whole: a
+        # tool's own error ("checkout session expired") restarted the server and made the call twice.
+        message = exc.message.lower().strip().rstrip(".").removeprefix("bad request: ")
+        expired = exc.code in SESSION_ERROR_CODES and message in _EXPIRED_MESSAGES
         # -32000 is also JSON-RPC's generic "server error": a server's own (a tool that failed) was
         # taken for a lost connection, the server restarted and the call made twice. The client
         # library's own says "Connection closed".
