@@ -395,3 +395,21 @@ def test_a_full_disk_keeps_the_memory_index_and_says_so_in_one_line(tmp_path: Pa
     assert "the disk is full" in out, out
     checks = {c["part"]: c for c in json.loads((tmp_path / "out").read_text())["checks"]}  # doctor's, the last
     assert checks["memory index"]["status"] in ("fail", "warn"), checks["memory index"]
+
+
+def test_an_emptied_jobs_file_fails_the_check(home: Path, fake_llm: FakeLLMServer) -> None:
+    """A zero-byte cron/jobs.json (a full disk, `> jobs.json`) was read as "no jobs": every reminder
+    silently gone, `cron list` said "No scheduled jobs." and doctor said healthy."""
+    _setup(home, fake_llm.url)
+    assert run_cli("cron", "add", "--name", "pills", "--message", "take the pills", "--every", "3600",
+                   "--channel", "telegram", "--to", "555", home=home).returncode == 0
+    code, checks = _doctor(home)
+    assert checks["cron jobs"]["status"] == "ok" and checks["cron jobs"]["detail"].startswith("1 job(s)")
+    jobs = home / "workspace" / "cron" / "jobs.json"
+    jobs.write_bytes(b"")
+    code, checks = _doctor(home)
+    assert code == 1 and checks["cron jobs"]["status"] == "fail", checks["cron jobs"]
+    assert "empty" in checks["cron jobs"]["detail"]
+    listing = run_cli("cron", "list", home=home)
+    assert listing.returncode == 1 and "the jobs file is empty" in listing.stderr, listing.stderr
+    assert jobs.read_bytes() == b""  # left as it is for the user to restore

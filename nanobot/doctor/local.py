@@ -110,7 +110,19 @@ def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
         check_service(),
         check_index(cfg, fix=fix),
         check_archives(cfg),
+        check_jobs(cfg),
     ]
+
+
+def check_jobs(cfg: Config) -> Check:
+    """The scheduled jobs' file can be read (a damaged or emptied one runs no reminder at all)."""
+    from nanobot.scheduler.cron_store import CronStore, CronStoreError, jobs_path
+
+    try:
+        jobs = CronStore(jobs_path(cfg.workspace_path)).load()
+    except CronStoreError as exc:
+        return Check("cron jobs", "fail", str(exc))
+    return Check("cron jobs", "ok", f"{len(jobs)} job(s), {sum(j.enabled for j in jobs)} enabled")
 
 
 def check_archives(cfg: Config) -> Check:

@@ -198,8 +198,9 @@ class CronStore:
             raise CronStoreError(f"{self.path}: cannot read ({exc.strerror})") from None
         except UnicodeDecodeError as exc:
             raise CronStoreError(f"{self.path}: not a valid jobs file (not UTF-8: {exc}); fix or remove it") from None
-        if not raw.strip():
-            return []
+        if not raw.strip():  # nanobot never writes one: what a full disk or `> jobs.json` leaves
+            raise CronStoreError(f"{self.path}: the jobs file is empty (the reminders in it are gone); "
+                                 "restore it from a copy, or remove it to start with no jobs")
         try:
             data = json.loads(raw)
             items = data["jobs"] if isinstance(data, dict) else data
