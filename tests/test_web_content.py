@@ -143,9 +143,9 @@ async def test_a_search_answer_is_read_up_to_a_limit(more_port: int, monkeypatch
 
 
 def test_an_ipv6_address_is_named_in_the_form_allow_hosts_takes() -> None:
-    from nanobot.agent.tools.netguard import _host_entry
+    from nanobot.agent.tools.netguard import host_entry
 
-    assert _host_entry("::1", 8080) == "[::1]:8080" and _host_entry("10.0.0.2", 80) == "10.0.0.2:80"
+    assert host_entry("::1", 8080) == "[::1]:8080" and host_entry("10.0.0.2", 80) == "10.0.0.2:80"
 
 
 @pytest.mark.parametrize(("path", "kind"), [("/photo.png", "image/png"), ("/undeclared-binary", "unknown type")])

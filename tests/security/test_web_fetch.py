@@ -161,16 +161,22 @@ async def test_an_international_domain_name_is_sent_in_its_ascii_form(
     """`bücher.test` went into the Host header as is: every fetch of such a name failed with a
     UnicodeEncodeError (and a traceback in the log)."""
     real = asyncio.get_running_loop().getaddrinfo
+    lookups: list[str] = []
 
     async def resolver(host, port, *args, **kwargs):  # noqa: ANN001, ANN202
-        if host in ("bücher.test", "xn--bcher-kva.test"):
+        lookups.append(host)
+        if host in ("xn--bcher-kva.test", "xn--fa-hia.test"):
             return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
         return await real(host, port, *args, **kwargs)
 
     monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", resolver)
-    cfg = WebToolConfig(allow_hosts=[f"bücher.test:{server}", f"xn--bcher-kva.test:{server}"])
+    cfg = WebToolConfig(allow_hosts=[f"bücher.test:{server}", f"faß.test:{server}"])  # as the user writes them
     out = await fetch(cfg, f"http://bücher.test:{server}/host")
     assert out.endswith(f"xn--bcher-kva.test:{server}"), out
+    # `faß` was looked up as `fass` (another domain: the older IDNA rules) and sent as `xn--fa-hia`
+    out = await fetch(cfg, f"http://faß.test:{server}/host")
+    assert out.endswith(f"xn--fa-hia.test:{server}") and lookups == ["xn--bcher-kva.test", "xn--fa-hia.test"], (
+        out, lookups)
 
 
 async def test_allow_hosts_are_the_owners_only(server: int) -> None:
@@ -181,7 +187,7 @@ async def test_allow_hosts_are_the_owners_only(server: int) -> None:
     group = ToolContext(channel="telegram", chat_id="-100", session_key="telegram:-100", sender_id="7", is_group=True)
     guest = ToolContext(channel="telegram", chat_id="8", session_key="telegram:8", sender_id="8", guest=True)
     for shared in (group, guest):
-        with pytest.raises(ToolError, match="not a public address"):
+        with pytest.raises(ToolError, match="not a public address .only the owner's chats"):
             await WebFetchTool(cfg).execute(shared, url=url)
     assert "hello from the intranet" in await fetch(cfg, url)  # the owner's chats
 

@@ -86,8 +86,9 @@ def host_allowed(host: str, port: int, allow_hosts: list[str]) -> bool:
     return False
 
 
-async def resolve_checked(host: str, port: int, allow_hosts: list[str]) -> str:
-    """The one address to connect to for host:port, after the checks (raises AddressRefused)."""
+async def resolve_checked(host: str, port: int, allow_hosts: list[str], *, shared: bool = False) -> str:
+    """The one address to connect to for host:port, after the checks (raises AddressRefused);
+    `shared`: for a group or a guest, whom allowHosts does not open such addresses to."""
     allowed = host_allowed(host, port, allow_hosts)
     bare = host.strip("[]")
     try:
@@ -107,13 +108,17 @@ async def resolve_checked(host: str, port: int, allow_hosts: list[str]) -> str:
     if not allowed:
         for addr in addresses:
             if not is_public(addr):
+                how = (
+                    "only the owner's chats may reach such addresses"
+                    if shared
+                    else f"add '{host_entry(bare, port)}' to tools.web.allowHosts to allow it"
+                )
                 raise AddressRefused(
-                    f"refusing to fetch {bare}: it resolves to {addr}, which is not a public address "
-                    f"(add '{_host_entry(bare, port)}' to tools.web.allowHosts to allow it)"
+                    f"refusing to fetch {bare}: it resolves to {addr}, which is not a public address ({how})"
                 )
     return str(addresses[0])
 
 
-def _host_entry(host: str, port: int) -> str:
+def host_entry(host: str, port: int) -> str:
     """An allowHosts entry for `host:port`: an IPv6 address in brackets (`[::1]:8080`)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus, urljoin, urlparse, urlunparse
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
-from nanobot.agent.tools.netguard import AddressRefused, resolve_checked
+from nanobot.agent.tools.netguard import AddressRefused, host_allowed, host_entry, resolve_checked
 from nanobot.agent.tools.web_content import binary_body, decode_body, html_to_text, read_limited
 from nanobot.config.schema import WebSearchConfig, WebToolConfig
 from nanobot.secrets import mask_cut
@@ -34,18 +34,34 @@ _SEARCH_ENDPOINTS = {
 }
 
 
-async def check_url_allowed(url: str, allow_hosts: list[str]) -> str:
-    """The checked address to connect to for `url` (raises ToolError when the URL may not be fetched)."""
+async def check_url_allowed(url: str, allow_hosts: list[str], *, shared: bool = False) -> str:
+    """The checked address to connect to for `url` (raises ToolError when the URL may not be fetched).
+    The name looked up is the one the request will carry (`ascii_host`: `faß.de` was looked up as
+    `fass.de`, another domain, and sent as `xn--fa-hia.de`); `shared`: a group's or guest's fetch,
+    which allowHosts does not open."""
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ToolError(f"only http(s) URLs with a host are allowed: {url}")
     try:
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        return await resolve_checked(parsed.hostname, port, allow_hosts)
+        host = ascii_host(url)
+        if host != parsed.hostname and host_allowed(parsed.hostname, port, allow_hosts):
+            allow_hosts = [*allow_hosts, host_entry(host, port)]  # allowed by its written name
+        return await resolve_checked(host, port, allow_hosts, shared=shared)
     except ValueError:
         raise ToolError(f"invalid port in {url}") from None
     except AddressRefused as exc:
         raise ToolError(str(exc)) from None
+
+
+def ascii_host(url: str) -> str:
+    """The URL's host as it goes on the wire (IDNA 2008, as httpx writes it)."""
+    import httpx
+
+    try:
+        return httpx.URL(url).raw_host.decode("ascii")
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        raise ToolError(f"invalid URL {url}: {exc}") from None
 
 
 def pinned_request(url: str, address: str) -> tuple[str, dict[str, str], dict[str, str]]:
@@ -58,10 +74,10 @@ def pinned_request(url: str, address: str) -> tuple[str, dict[str, str], dict[st
     literal = f"[{address}]" if ":" in address else address
     netloc = f"{literal}:{parsed.port}" if parsed.port else literal
     try:
-        wire = httpx.URL(url)
-        host_header, host = wire.netloc.decode("ascii"), wire.raw_host.decode("ascii")
+        host_header = httpx.URL(url).netloc.decode("ascii")
     except (httpx.InvalidURL, UnicodeError) as exc:
         raise ToolError(f"invalid URL {url}: {exc}") from None
+    host = ascii_host(url)
     extensions = {"sni_hostname": host} if parsed.scheme == "https" else {}
     return urlunparse(parsed._replace(netloc=netloc)), {"Host": host_header}, extensions
 
@@ -84,11 +100,11 @@ class WebFetchTool(Tool):
         allow_hosts = [] if ctx.shared else self.cfg.allow_hosts
         try:
             async with asyncio.timeout(self.cfg.timeout_s):
-                return await self._fetch(url.strip(), allow_hosts)
+                return await self._fetch(url.strip(), allow_hosts, shared=ctx.shared)
         except TimeoutError:
             raise ToolError(f"fetch did not finish within {self.cfg.timeout_s:g} s: {url}") from None
 
-    async def _fetch(self, current: str, allow_hosts: list[str]) -> str:
+    async def _fetch(self, current: str, allow_hosts: list[str], *, shared: bool = False) -> str:
         import httpx
 
         async with httpx.AsyncClient(
@@ -98,7 +114,7 @@ class WebFetchTool(Tool):
             trust_env=False,
         ) as client:
             for _hop in range(self.cfg.max_redirects + 1):
-                address = await check_url_allowed(current, allow_hosts)
+                address = await check_url_allowed(current, allow_hosts, shared=shared)
                 target, headers, extensions = pinned_request(current, address)
                 try:
                     request = client.build_request("GET", target, headers=headers, extensions=extensions)
