@@ -25,6 +25,19 @@ def fake_telegram() -> Iterator[FakeTelegramServer]:
     server.stop()
 
 
+def onboard_on_a_terminal(home: Path, *args: str) -> Terminal:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO), TERM="dumb")
+    return Terminal([sys.executable, "-m", "nanobot", "onboard", *args], env, home)
+
+
+def answer(term: Terminal, *steps: tuple[str, str]) -> None:
+    """Type each answer once its question shows."""
+    for question, typed in steps:
+        term.expect(question)
+        term.send(typed)
+
+
 def test_onboard_on_a_terminal_asks_checks_and_saves(
     home: Path, fake_llm: FakeLLMServer, fake_telegram: FakeTelegramServer
 ) -> None:
@@ -107,24 +120,19 @@ def test_onboard_on_a_terminal_asks_after_the_quick_start_made_the_file_and_asks
     question, the typed key thrown away."""
     assert run_cli("onboard", home=home).returncode == 0
     assert json.loads((home / "config.json").read_text()) == {}  # only what differs from the defaults
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
-    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO), TERM="dumb")
-    term = Terminal([sys.executable, "-m", "nanobot", "onboard"], env, home)
+    term = onboard_on_a_terminal(home)
     term.expect("provider>")
     term.send("opneai")
     term.expect("unknown provider 'opneai'")
-    term.expect("provider>")
-    term.send("custom")
-    term.expect("base URL")
-    term.send(fake_llm.url)
-    term.expect("API key (not shown")
-    term.send("sk-typed")
-    term.expect("model (Enter")
-    term.send("fake-model")
-    term.expect("Telegram bot token")
-    term.send("")
-    term.expect("Discord bot token")
-    term.send("")
+    answer(
+        term,
+        ("provider>", "custom"),
+        ("base URL", fake_llm.url),
+        ("API key (not shown", "sk-typed"),
+        ("model (Enter", "fake-model"),
+        ("Telegram bot token", ""),
+        ("Discord bot token", ""),
+    )
     code, output = term.finish()
     assert code == 0, output
     data = json.loads((home / "config.json").read_text())
@@ -270,22 +278,16 @@ def test_a_key_or_token_pasted_over_two_lines_is_refused_and_never_shown(home: P
 def test_a_mistyped_ollama_url_is_asked_again(home: Path) -> None:
     """`localhost:11434` was taken, then refused after the file was written (naming a flag the user
     never typed), leaving an empty config and no workspace."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
-    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO), TERM="dumb")
-    term = Terminal([sys.executable, "-m", "nanobot", "onboard", "--no-check"], env, home)
-    term.expect("provider>")
-    term.send("ollama")
-    term.expect("Ollama URL")
-    term.send("localhost:11434")
+    term = onboard_on_a_terminal(home, "--no-check")
+    answer(term, ("provider>", "ollama"), ("Ollama URL", "localhost:11434"))
     term.expect("is not a http:// or https:// URL")
-    term.expect("Ollama URL")
-    term.send("http://127.0.0.1:9")
-    term.expect("model (Enter")
-    term.send("llama3")
-    term.expect("Telegram bot token")
-    term.send("")
-    term.expect("Discord bot token")
-    term.send("")
+    answer(
+        term,
+        ("Ollama URL", "http://127.0.0.1:9"),
+        ("model (Enter", "llama3"),
+        ("Telegram bot token", ""),
+        ("Discord bot token", ""),
+    )
     code, output = term.finish()
     assert code == 0, output
     data = json.loads((home / "config.json").read_text())
