@@ -19,7 +19,13 @@ from loguru import logger
 
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.message_context import MessageContext
-from nanobot.agent.prompt_fit import fit_history, run_within_window
+from nanobot.agent.prompt_fit import (
+    MESSAGE_ROOM_TOKENS,
+    fit_history,
+    fit_user_text,
+    run_within_window,
+    tools_within,
+)
 from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnResult, TurnRunner
 from nanobot.agent.session_records import SessionRecords
@@ -236,13 +242,24 @@ class Agent:
         runtime = self.context.runtime_block(
             ctx.reply_channel, ctx.reply_chat_id, ctx.sender_id, ctx.is_group, memory_context
         )
-        llm_text = truncate_middle(user_text, self.settings.max_user_message_chars)
-        user_msg = self.context.user_message(
-            llm_text, runtime, msg.media, vision=bool(msg.media) and self._vision()
-        )
+        vision = bool(msg.media) and self._vision()
+
+        def as_message(text: str) -> dict[str, Any]:
+            return self.context.user_message(text, runtime, msg.media, vision=vision)
+
         stored = self.records.stored(msg, ctx)
         system = self.context.system_prompt(ctx.memory_private)
-        tool_tokens = self.estimator.tool_tokens()
+        budget = self.lifecycle.budget_tokens
+        system_tokens = count_message({"role": "system", "content": system})
+        tool_names, tool_tokens = tools_within(
+            self.tools, self.estimator.tool_names, budget - system_tokens - MESSAGE_ROOM_TOKENS
+        )
+        llm_text = fit_user_text(
+            truncate_middle(user_text, self.settings.max_user_message_chars),
+            as_message,
+            budget - system_tokens - tool_tokens,
+        )
+        user_msg = as_message(llm_text)
         user_tokens = count_message(user_msg)
 
         def estimate() -> int:  # tokens only: the history itself is built once, below
@@ -285,7 +302,7 @@ class Agent:
             return await self.runner.run(
                 prompt,
                 ctx.tool_context(),
-                tool_names=self.estimator.tool_names,
+                tool_names=tool_names,
                 on_messages=persist,
                 on_progress=progress,
                 on_delta=on_delta,

@@ -48,7 +48,7 @@ from nanobot.config.paths import (
 from nanobot.config.schema import Config
 from nanobot.memory.backends.registry import build_long_term_memory
 from nanobot.memory.consolidator import Consolidator
-from nanobot.memory.flush import MemoryFlusher
+from nanobot.memory.flush import FLUSH_MAX_TOKENS, MemoryFlusher
 from nanobot.memory.lifecycle import LifecycleSettings, MemoryLifecycle
 from nanobot.memory.store import MemoryStore
 from nanobot.providers.base import LLMProvider
@@ -248,7 +248,13 @@ def build_runtime(
             memory_budget_chars=memory_file_chars,
             small_model=small or d.small_model,
         ),
-        MemoryFlusher(provider, memory, small_model=small or d.small_model),
+        MemoryFlusher(
+            provider,
+            memory,
+            max_tokens=min(FLUSH_MAX_TOKENS, max_tokens),
+            budget_tokens=settings.budget_tokens,
+            small_model=small or d.small_model,
+        ),
         settings,
         estimator=estimator,
     )

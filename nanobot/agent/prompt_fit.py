@@ -1,5 +1,10 @@
 """Fitting a turn's prompt into the model's window, when the estimate or the provider says it is over.
 
+- `tools_within` and `fit_user_text`: on a small window, the tool definitions that fit beside the
+  system prompt (all, else the core file tools, else none) and the new message cut in its middle to
+  what is left (a 20,000-character paste on a 4,096-token window failed every time, and the
+  advice to send /new could not help; on 2,048 tokens even "hello" failed, the tool definitions
+  alone over the budget). The whole message stays in the transcript.
 - `fit_history`: before the call, the history from the user message on that brings the estimated
   prompt within the budget (consolidation could not make room: a small model's failed attempts, a
   turn of many tool steps).
@@ -18,10 +23,49 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from nanobot.providers.base import LLMError
+from nanobot.providers.local import CORE_TOOLS
+from nanobot.providers.tokens import count_message, cut_to_tokens
+from nanobot.util.text import truncate_middle
 
 if TYPE_CHECKING:
     from nanobot.agent.runner import TurnResult
+    from nanobot.agent.tools.registry import ToolRegistry
     from nanobot.session.session import Session
+
+MESSAGE_ROOM_TOKENS = 512  # what the new message keeps at least beside the tool definitions
+_warned_small: set[tuple[int, int]] = set()
+
+
+def tools_within(
+    tools: ToolRegistry, names: set[str] | None, room_tokens: int
+) -> tuple[set[str] | None, int]:
+    """(tool names, their definitions' tokens): `names` when they fit in `room_tokens` (the budget
+    less the system prompt and MESSAGE_ROOM_TOKENS), else the core file tools among them, else none."""
+    tokens = tools.schema_tokens(names)
+    if tokens <= room_tokens:
+        return names, tokens
+    core = set(CORE_TOOLS) if names is None else set(CORE_TOOLS) & names
+    core_tokens = tools.schema_tokens(core)
+    chosen, chosen_tokens = (core, core_tokens) if core_tokens <= room_tokens else (set(), 0)
+    if (tokens, room_tokens) not in _warned_small:
+        _warned_small.add((tokens, room_tokens))
+        logger.warning(
+            "the tool definitions ({} tokens) do not fit the prompt budget beside the system prompt: turns "
+            "are offered {}; raise agents.defaults.contextWindowTokens",
+            tokens,
+            "the core file tools only" if chosen else "no tools",
+        )
+    return chosen, chosen_tokens
+
+
+def fit_user_text(text: str, message: Callable[[str], dict[str, Any]], room_tokens: int) -> str:
+    """`text` cut in its middle until `message(text)` (the user message it becomes, runtime block
+    included) takes at most `room_tokens`; as it is when it fits."""
+    total = count_message(message(text))
+    if total <= room_tokens:
+        return text
+    overhead = total - count_message({"role": "user", "content": text})
+    return cut_to_tokens(text, max(room_tokens - overhead, 1), truncate_middle)
 
 
 def halved_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:

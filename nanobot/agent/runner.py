@@ -25,7 +25,7 @@ from nanobot.agent.tools.base import ToolContext
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.logs import prompts_logged
 from nanobot.providers.base import LLMProvider, StreamCallback, ToolCall, Usage
-from nanobot.providers.tokens import count_message
+from nanobot.providers.tokens import count_message, count_text, cut_to_tokens
 from nanobot.util.text import truncate_head, truncate_middle
 
 MessagesCallback = Callable[[list[dict[str, Any]]], Awaitable[None] | None]
@@ -217,18 +217,20 @@ class TurnRunner:
                 ]
             cut_in_a_row = cut_in_a_row + 1 if cut else 0
             group = [assistant]
-            for call, output in zip(response.tool_calls, outputs, strict=True):
+            # what is left of the budget, shared by this step's results: on a small window a 16,000-
+            # character result was left out whole (the model saw nothing of the file); now its head
+            # and tail fit, with room kept for the answer
+            room = budget - used - count_message(assistant) - int(budget * ANSWER_ROOM_SHARE) if budget else None
+            for k, (call, output) in enumerate(zip(response.tool_calls, outputs, strict=True)):
                 result.tools_used.append(call.name)
                 if call.name == "message" and not output.startswith("Error") and _to_this_chat(call.arguments, ctx):
                     result.answered_in_chat = True
-                group.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call.id,
-                        "name": call.name,
-                        "content": truncate_middle(output, self.max_tool_result_chars),
-                    }
-                )
+                content = truncate_middle(output, self.max_tool_result_chars)
+                if room is not None:
+                    share = max(MIN_RESULT_TOKENS, room // (len(outputs) - k))
+                    content = cut_to_tokens(content, share, truncate_middle)
+                    room -= count_text(content)
+                group.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
             convo.extend(group)
             if budget is not None:
                 used += sum(count_message(m) for m in group)
@@ -253,6 +255,8 @@ class TurnRunner:
         return result
 
 
+ANSWER_ROOM_SHARE = 0.1  # of the prompt budget, kept for the answer when tool results are cut to fit
+MIN_RESULT_TOKENS = 300  # a tool result keeps at least this much of its head and tail
 CUT_OFF_NOTE = "\n\n[The answer was cut off here: it reached the model's output limit (agents.defaults.maxTokens).]"
 MAX_CUT_REPLIES = 3
 CUT_OFF_STOPPED = (

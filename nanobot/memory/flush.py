@@ -20,10 +20,13 @@ from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import render_transcript
 from nanobot.memory.validation import EchoSources, Refusal, check_note, schema_text
 from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
-from nanobot.util.text import truncate_middle
+from nanobot.providers.tokens import count_text, count_tools, cut_to_tokens
+from nanobot.util.text import truncate_middle, truncate_tail
 from nanobot.util.tool_args import first_string_arg
 
 NO_REPLY = "NO_REPLY"
+FLUSH_MAX_TOKENS = 1024  # the notes of one flush; never more than agents.defaults.maxTokens
+FLUSH_SLACK_TOKENS = 256  # messages' overhead and a refused first answer, beside the prompt
 MAX_DAILY_CONTEXT_CHARS = 4000
 MAX_MEMORY_CONTEXT_CHARS = 12_000  # of MEMORY.md, head and tail
 
@@ -57,12 +60,14 @@ class MemoryFlusher:
         provider: LLMProvider,
         memory: MemoryStore,
         *,
-        max_tokens: int = 1024,
+        max_tokens: int = FLUSH_MAX_TOKENS,
+        budget_tokens: int | None = None,
         small_model: bool = False,
     ) -> None:
         self.provider = provider
         self.memory = memory
         self.max_tokens = max_tokens
+        self.budget_tokens = budget_tokens  # the prompt budget: the request is cut to fit it
         self.small_model = small_model
 
     async def flush(self, messages: list[dict[str, Any]], *, private: bool) -> bool:
@@ -88,11 +93,21 @@ class MemoryFlusher:
         # read-only context against repeating a fact: its head and tail are enough, and the whole of a
         # MEMORY.md grown over months sent this prompt over the context window
         memory_md = truncate_middle(self.memory.read_memory(), MAX_MEMORY_CONTEXT_CHARS) if private else ""
-        user = (
+        context = (
             f"## MEMORY.md (read-only)\n\n{memory_md or '(empty)'}\n\n"
             f"## Today's note so far\n\n{today or '(empty)'}\n\n"
-            f"## Conversation\n\n{transcript}"
         )
+        if self.budget_tokens is not None:
+            # on a small window the whole tail of the conversation went out and was refused, flush
+            # after flush: the newest part is kept (the older is the first consolidation's)
+            fixed = count_text(FLUSH_SYSTEM) + count_tools([WRITE_DAILY_NOTE_TOOL]) + count_text(RETRY_NOTE)
+            context = cut_to_tokens(context, (self.budget_tokens - fixed) // 3, truncate_middle)
+            transcript = cut_to_tokens(
+                transcript,
+                self.budget_tokens - fixed - count_text(context) - FLUSH_SLACK_TOKENS - self.max_tokens // 2,
+                truncate_tail,
+            )
+        user = f"{context}## Conversation\n\n{transcript}"
         prompt = [{"role": "system", "content": FLUSH_SYSTEM}, {"role": "user", "content": user}]
         sources = EchoSources(schema_text(WRITE_DAILY_NOTE_TOOL), FLUSH_SYSTEM + RETRY_NOTE, transcript)
         return await ask_until_accepted(

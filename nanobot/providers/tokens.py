@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,14 @@ def count_tools(schemas: list[dict[str, Any]]) -> int:
     if not schemas:
         return 0
     return count_text(json.dumps(schemas, ensure_ascii=False, separators=(",", ":")))
+
+
+def cut_to_tokens(text: str, max_tokens: int, cut: Callable[[str, int], str], min_chars: int = 200) -> str:
+    """`text` cut (by `cut(text, max_chars)`, which says what it left out) until its estimate is at
+    most `max_tokens`; never below `min_chars`. The cut is proportional, so a few rounds do."""
+    for _ in range(6):
+        tokens = count_text(text)
+        if tokens <= max_tokens or len(text) <= min_chars:
+            return text
+        text = cut(text, max(min_chars, int(len(text) * max_tokens / tokens * 0.95)))
+    return text

@@ -1,0 +1,119 @@
+"""Turns on small context windows, against a model server that refuses every request over its window
+(as real providers do, HTTP 400 "context_length_exceeded"), counted with the product's own estimate.
+
+Before: a 20,000-character paste on a 4,096-token window failed every time (and the advice to send
+/new could not help); on 2,048 tokens even "hello" failed, the tool definitions alone over the
+budget; one big tool result was left out whole, so the model saw nothing of the file; the memory
+flush sent the whole unconsolidated tail and asked for more than maxTokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nanobot.agent.factory import build_runtime
+from nanobot.providers.tokens import count_messages, count_tools
+from tests.fakes.llm_server import FakeLLMServer, Reply
+
+PASTE = "".join(f"line {n}: the log says the disk is fine and the backup ran at {n % 24:02d}:00\n" for n in range(400))
+
+
+def request_tokens(body: dict[str, Any]) -> int:
+    return count_messages(body["messages"]) + count_tools(body.get("tools") or [])
+
+
+def strict_model(window: int, max_tokens: int, answer: Any) -> Any:
+    """A responder refusing what would not fit the window (the prompt and the reply it asks room for)."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        asked = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+        assert asked <= max_tokens, f"asked for {asked} reply tokens, more than maxTokens {max_tokens}"
+        if request_tokens(body) + asked > window:
+            return Reply(status=400, error_message="This model's maximum context length is exceeded "
+                         "(context_length_exceeded)")
+        return answer(body)
+
+    return respond
+
+
+def turns(server: FakeLLMServer) -> list[dict[str, Any]]:
+    """The requests of chat turns (not the memory's own: consolidation, flush)."""
+    memory_tools = {"save_memory", "write_daily_note", "save_session_note"}
+    return [r for r in server.requests if not {t["function"]["name"] for t in r.get("tools") or []} & memory_tools
+            and "memory consolidation" not in str(r["messages"][0].get("content", ""))]
+
+
+def small(make_config, window: int, max_tokens: int, **extra: Any):  # noqa: ANN001, ANN201
+    config, _ = make_config(
+        **{"agents.defaults.contextWindowTokens": window, "agents.defaults.maxTokens": max_tokens, **extra}
+    )
+    return config
+
+
+async def test_a_long_paste_on_a_small_window_is_answered_and_kept_whole(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    config = small(make_config, 4096, 512)
+    fake_llm.responder = strict_model(4096, 512, lambda body: Reply(content="The backups ran every hour."))
+    runtime = build_runtime(config)
+    try:
+        reply = await runtime.ask(PASTE + "\nWhat does this log say?", session_key="telegram:1")
+    finally:
+        await runtime.aclose()
+    assert reply == "The backups ran every hour."
+    sent = turns(fake_llm)[-1]["messages"][-1]["content"]
+    assert "What does this log say?" in sent and "line 0:" in sent and "characters omitted" in sent, sent[-300:]
+    saved = (config.workspace_path / "sessions" / "telegram_1.jsonl").read_text()
+    assert saved.count("the backup ran at") == 400  # the transcript keeps every line
+
+
+@pytest.mark.parametrize("window", [2048, 3072])
+async def test_hello_on_a_tiny_window_is_answered(make_config, fake_llm: FakeLLMServer, window: int) -> None:  # noqa: ANN001
+    config = small(make_config, window, 256)
+    fake_llm.responder = strict_model(window, 256, lambda body: Reply(content="Hello!"))
+    runtime = build_runtime(config)
+    try:
+        assert await runtime.ask("hello", session_key="telegram:1") == "Hello!"
+        assert await runtime.ask("how are you?", session_key="telegram:1") == "Hello!"
+    finally:
+        await runtime.aclose()
+    offered = {t["function"]["name"] for t in turns(fake_llm)[-1].get("tools") or []}
+    assert offered <= {"read_file", "write_file", "edit_file", "list_dir"}  # what fits, if anything
+
+
+async def test_a_big_tool_result_is_cut_to_fit_not_left_out(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    config = small(make_config, 4096, 512)
+    config.workspace_path.mkdir(parents=True, exist_ok=True)
+    (config.workspace_path / "big.txt").write_text("FIRST LINE of the report\n" + "filler text here\n" * 15_000)
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(content="read it")
+        return Reply(content=None, tool_calls=[{"name": "read_file", "arguments": {"path": "big.txt"}}])
+
+    fake_llm.responder = strict_model(4096, 512, answer)
+    runtime = build_runtime(config)
+    try:
+        assert await runtime.ask("read big.txt", session_key="telegram:1") == "read it"
+    finally:
+        await runtime.aclose()
+    result = turns(fake_llm)[-1]["messages"][-1]["content"]
+    assert result.startswith("FIRST LINE of the report") and "characters omitted" in result, result[:200]
+
+
+async def test_the_memory_flush_fits_the_window_and_maxtokens(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    config = small(make_config, 4096, 512)
+    fake_llm.responder = strict_model(4096, 512, lambda body: Reply(content="NO_REPLY"))
+    runtime = build_runtime(config)
+    tail = [
+        {"role": "user" if k % 2 == 0 else "assistant", "content": f"message {k}: " + "some words " * 300}
+        for k in range(12)
+    ]
+    try:
+        assert await runtime.agent.lifecycle.flusher.flush(tail, private=True)
+    finally:
+        await runtime.aclose()
+    sent = fake_llm.requests[-1]
+    assert "message 11:" in sent["messages"][-1]["content"]  # the newest part is kept
