@@ -309,3 +309,17 @@ def test_an_emptied_config_is_an_error_and_onboard_makes_it_again(home: Path) ->
     again = run_cli("onboard", "--provider", "openai", "--api-key", "sk-new", "--no-check", home=home)
     assert again.returncode == 0, again.stderr
     assert json.loads((home / "config.json").read_text())["providers"]["openai"]["apiKey"] == "sk-new"
+
+
+def test_without_systemctl_no_service_is_offered(home: Path, fake_telegram: FakeTelegramServer) -> None:
+    """In the Docker image (no systemd) onboard offered a user service, "installed" it and told the
+    user to run systemctl and loginctl there."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO), TERM="dumb", PATH=str(home),
+               NANOBOT_CHANNELS__TELEGRAM__BASE_URL=fake_telegram.base_url)
+    term = Terminal([sys.executable, "-m", "nanobot", "onboard"], env, home)
+    answer(term, ("provider>", ""), ("Telegram bot token", TG_TOKEN), ("Discord bot token", ""))
+    code, output = term.finish()
+    assert code == 0, output
+    assert "[y/N]" not in output and "docker compose up -d" in output, output
+    assert not (home / ".config" / "systemd").exists()

@@ -491,3 +491,32 @@ def test_the_environment_file_is_private_and_takes_no_smuggled_line(tmp_path: Pa
         with pytest.raises(ServiceError):
             write_environment_file(tmp_path / "other.env", {"OPENAI_API_KEY": bad})
         assert not (tmp_path / "other.env").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sudo runs the install as root")
+def test_sudo_install_uses_the_invoking_users_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_systemctl: tuple[str, Path]
+) -> None:
+    """`sudo nanobot service install` (HOME is root's) wrote a unit for root's missing config, run as
+    the invoking user, and handed a folder in root's home to that user."""
+    import pwd
+
+    root_home, user_home = tmp_path / "root", tmp_path / "alice"
+    root_home.mkdir(mode=0o700)
+    (user_home / ".nanobot").mkdir(parents=True)
+    (user_home / ".nanobot" / "config.json").write_text("{}\n")
+    nobody = pwd.getpwnam("nobody")
+    entry = pwd.struct_passwd(("nobody", "x", nobody.pw_uid, nobody.pw_gid, "", str(user_home), "/bin/sh"))
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: entry)
+    monkeypatch.setenv("NANOBOT_HOME", "")  # not given (and put back after the command set it)
+    monkeypatch.setenv("HOME", str(root_home))
+    monkeypatch.setenv("SUDO_USER", "nobody")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    units = tmp_path / "etc"
+    result = CliRunner().invoke(cli_app(), ["service", "install", "--unit-dir", str(units), "--no-systemctl"])
+    assert result.exit_code == 0, result.output
+    text = (units / "nanobot.service").read_text()
+    assert f'-c "{user_home / ".nanobot" / "config.json"}" gateway' in text and "User=nobody" in text, text
+    assert f'Environment="NANOBOT_HOME={user_home / ".nanobot"}"' in text
+    assert not (root_home / ".nanobot").exists()  # nothing made in root's home
+    assert "does not exist yet" not in result.stderr

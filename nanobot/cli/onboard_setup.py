@@ -164,9 +164,13 @@ def apply(path: Path, answers: Answers, *, check: bool) -> bool:
 
 def offer_service(config_path: Path) -> int:
     """Offer `nanobot service install --user` (only on a terminal); its exit code (0 when declined)."""
+    import shutil
     import subprocess
     import sys
 
+    if shutil.which("systemctl") is None:  # a container, a system without systemd: nothing to install
+        err("Next: run `nanobot gateway` (in Docker: `docker compose up -d`)")
+        return 0
     reply = input("Install the gateway as a systemd user service now? [y/N]> ").strip().lower()
     if reply not in ("y", "yes"):
         err("Later: nanobot service install --user  (or run nanobot gateway yourself)")

@@ -23,7 +23,7 @@ from nanobot.cli.common import (
     out,
     require_named_config,
 )
-from nanobot.config.paths import nanobot_home
+from nanobot.config.paths import HOME_ENV, NANOBOT_DIR, nanobot_home
 from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary
 from nanobot.service.systemd import (
     ServiceError,
@@ -71,6 +71,24 @@ def nanobot_executable() -> str:
     fail("Error: cannot find the nanobot executable (is nanobot installed in this environment?)")
 
 
+def _home_of_sudo_user() -> None:
+    """Under `sudo` (HOME is root's), the system unit runs as the invoking user with that user's
+    config: NANOBOT_HOME is set to theirs for this command, unless it was given. The unit pointed
+    at root's missing config, and the folder made for it in root's home was handed to the user."""
+    sudo_user = os.environ.get("SUDO_USER")
+    if os.geteuid() != 0 or not sudo_user or sudo_user == "root" or os.environ.get(HOME_ENV, "").strip():
+        return
+    import pwd
+
+    try:
+        user_home = Path(pwd.getpwnam(sudo_user).pw_dir)
+    except KeyError:
+        return
+    if Path.home() != user_home:
+        os.environ[HOME_ENV] = str(user_home / NANOBOT_DIR)
+        err(f"Using {sudo_user}'s nanobot home {user_home / NANOBOT_DIR} (run by sudo; -c names another config)")
+
+
 def _unit_path(user: bool, unit_dir: Path | None) -> Path:
     if unit_dir is not None and str(unit_dir).strip() in ("", "."):
         # `--unit-dir "$UNSET"` (read as ".") put the unit in the current folder, where systemd never looks
@@ -97,6 +115,8 @@ def install(
     no_systemctl: NoSystemctlOption = False,
 ) -> None:
     """Write the unit (Restart=on-failure, hardened) and enable it with systemctl."""
+    if not user and config is None:
+        _home_of_sudo_user()
     cfg = load_cli_config(config, missing_ok=True)  # it warns: onboard may come later
     interval_s = cfg.gateway.watchdog_interval_s
     if 0 < watchdog_sec < interval_s * 2:

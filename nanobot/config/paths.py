@@ -18,6 +18,7 @@ from loguru import logger
 from nanobot.util.fs import ensure_private_dir, repair_private
 
 HOME_ENV = "NANOBOT_HOME"
+NANOBOT_DIR = ".nanobot"  # the home folder's name in the user's home, when NANOBOT_HOME is not set
 CONFIG_FILE = "config.json"
 
 # Workspace layout. Folders: created at start, in this order.
@@ -53,7 +54,7 @@ OWNER_STEERING = (*BOOTSTRAP_FILES, HEARTBEAT_FILE, SKILLS_DIR)
 def nanobot_home() -> Path:
     """The home folder: $NANOBOT_HOME, default ~/.nanobot."""
     raw = os.environ.get(HOME_ENV, "").strip()
-    return Path(raw).expanduser() if raw else Path.home() / ".nanobot"
+    return Path(raw).expanduser() if raw else Path.home() / NANOBOT_DIR
 
 
 def default_config_path() -> Path:
