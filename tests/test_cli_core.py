@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, config_dict, run_cli
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.memory_llm import MemoryScript
@@ -150,3 +152,23 @@ def test_status_shows_config_workspace_model_provider(home: Path, fake_llm: Fake
     assert "Gateway: not running" in out and "Memory: backend file" in out
     custom = run_cli("status", "-c", str(home / "nope.json"), home=home)
     assert custom.returncode == 0 and "(missing: run nanobot onboard)" in custom.stdout
+
+
+@pytest.mark.parametrize("closed", ["2>&-", "<&-", ">&-"])
+def test_a_command_started_with_a_standard_stream_closed_still_works(home: Path, closed: str) -> None:
+    """`status 2>&-` printed nothing and exited 1 (the log had nowhere to go); `agent -m hi <&-`
+    and `>&-` ended in a traceback."""
+    import shlex
+
+    assert run_cli("onboard", home=home).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO))
+    status = subprocess.run(["sh", "-c", f"{shlex.quote(sys.executable)} -m nanobot status {closed}"],
+                            capture_output=True, text=True, timeout=120, env=env, cwd=home)
+    assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
+    if closed != ">&-":
+        assert "Workspace:" in status.stdout
+    else:  # the demo model's turn
+        agent = subprocess.run(["sh", "-c", f"{shlex.quote(sys.executable)} -m nanobot agent -m hi {closed}"],
+                               capture_output=True, text=True, timeout=300, env=env, cwd=home)
+        assert agent.returncode == 0 and "Traceback" not in agent.stderr, agent.stderr

@@ -105,3 +105,14 @@ def test_a_second_gateway_is_a_user_error(home: Path, fake_llm: FakeLLMServer) -
         result = run_cli("gateway", home=home, timeout=90)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert "Error:" in result.stderr
+
+
+def test_a_config_path_that_is_no_regular_file_is_a_config_error(home: Path) -> None:
+    """`-c /dev/zero` read until memory ran out, a FIFO blocked for ever, a folder was "cannot read
+    (owned by another user?)"."""
+    fifo = home / "config.fifo"
+    os.mkfifo(fifo)
+    for path, said in (("/dev/zero", "not a regular file"), (str(fifo), "not a regular file"),
+                       (str(home), "a folder, not a config file")):
+        result = run_cli("status", "-c", path, home=home, timeout=30)
+        assert result.returncode == 2 and said in result.stderr, (path, result.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import io
 import locale
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -100,7 +101,28 @@ def _text_in_any_locale() -> None:
             stream.reconfigure(errors="replace")
 
 
+def _standard_streams() -> None:
+    """A command started with stdin, stdout or stderr closed (`2>&-`, a supervisor that gives none)
+    gets /dev/null in its place: `status 2>&-` printed nothing (the log had nowhere to go) and `agent
+    -m hi <&-` ended in a traceback."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        mode = "r" if fd == 0 else "w"
+        try:
+            os.fstat(fd)
+        except OSError:  # closed: /dev/null takes its place (the lowest free descriptor is `fd`)
+            null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            if null == fd:
+                setattr(sys, name, open(fd, mode, encoding="utf-8", errors="replace"))  # noqa: SIM115
+                continue
+            os.close(null)
+        # something else holds the descriptor now: a stream of its own on /dev/null
+        setattr(sys, name, open(os.devnull, mode, encoding="utf-8", errors="replace"))  # noqa: SIM115
+
+
 def main() -> None:
+    _standard_streams()
     _text_in_any_locale()
     try:
         app(prog_name="nanobot")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -102,9 +103,19 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+MAX_CONFIG_BYTES = 10 * 1024 * 1024
+
+
 def read_config_dict(path: Path) -> dict[str, Any]:
     """The raw JSON object of a config file; {} when the file does not exist."""
     try:
+        mode = path.stat()
+        if stat.S_ISDIR(mode.st_mode):
+            raise ConfigError(f"{path}: a folder, not a config file")
+        if not stat.S_ISREG(mode.st_mode):  # /dev/zero was read until memory ran out; a FIFO blocked
+            raise ConfigError(f"{path}: not a regular file")
+        if mode.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: {mode.st_size} bytes, too large to be a config file")
         text = path.read_text(encoding="utf-8")
         if not text.strip():
             # what a save on a full disk, or `> config.json`, leaves: read as "no config", the bots
