@@ -605,3 +605,23 @@ def test_yesterday_is_the_users_yesterday() -> None:
                                      "memory": {"search": {"embeddingProvider": "none"}}})
         idx = build_index(cfg, Path("/nonexistent-workspace"))
         assert idx._today() == datetime.now(ZoneInfo(zone)).date(), zone
+
+
+async def test_only_the_start_of_a_very_long_query_is_embedded(ws: Path) -> None:
+    """A 100,000-character query went whole to the embedding model: over two minutes in the local
+    model (`memory search`, or a model's memory_search call)."""
+
+    class Recording(FakeEmbedder):
+        queries: list[str] = []
+
+        async def embed_query(self, text: str) -> np.ndarray:
+            self.queries.append(text)
+            return await super().embed_query(text)
+
+    embedder = Recording()
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="local", min_score=0.0), embedder=embedder)
+    await idx.sync()
+    response = await idx.search("PostgreSQL analytics " + "and more words " * 7000, max_results=2)
+    idx.close()
+    assert "memory/MEMORY.md" in [r.path for r in response.results]
+    assert embedder.queries and max(len(q) for q in embedder.queries) <= 2000

@@ -323,3 +323,13 @@ def test_without_systemctl_no_service_is_offered(home: Path, fake_telegram: Fake
     assert code == 0, output
     assert "[y/N]" not in output and "docker compose up -d" in output, output
     assert not (home / ".config" / "systemd").exists()
+
+
+def test_a_home_that_is_a_file_is_a_usage_error(home: Path) -> None:
+    """NANOBOT_HOME naming a file: "[Errno 20] Not a directory" and exit 1, where every other command
+    says "is not a folder" with exit 2."""
+    a_file = home / "not-a-folder"
+    a_file.write_text("x")
+    result = run_cli("onboard", home=home, env={"NANOBOT_HOME": str(a_file)})
+    assert result.returncode == 2 and "is not a folder" in result.stderr and "Errno" not in result.stderr, result.stderr
+    assert a_file.read_text() == "x"

@@ -520,3 +520,18 @@ def test_sudo_install_uses_the_invoking_users_config(
     assert f'Environment="NANOBOT_HOME={user_home / ".nanobot"}"' in text
     assert not (root_home / ".nanobot").exists()  # nothing made in root's home
     assert "does not exist yet" not in result.stderr
+
+
+def test_install_arguments_that_cannot_work_are_usage_errors(tmp_path: Path, cli_env: Path) -> None:
+    """`--watchdog-sec 99999999999999999999` wrote a WatchdogSec= systemd ignores (the watchdog silently
+    off), and a file given as --unit-dir gave "[Errno 17] File exists" with exit 1."""
+    cfg, _ = write_config(tmp_path)
+    units = tmp_path / "etc"
+    huge = CliRunner().invoke(cli_app(), ["service", "install", "--watchdog-sec", "99999999999999999999",
+                                          "--unit-dir", str(units), "--no-systemctl", "-c", str(cfg)])
+    assert huge.exit_code == 2 and not units.exists(), huge.output
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    result = CliRunner().invoke(cli_app(), ["service", "install", "--unit-dir", str(a_file), "--no-systemctl",
+                                            "-c", str(cfg)])
+    assert result.exit_code == 2 and "is not a folder" in result.stderr and "Errno" not in result.stderr, result.output

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from nanobot.cli.common import EXIT_USAGE, ConfigOption, config_path, err, fail, load_cli_config
-from nanobot.config.paths import secure_installation
+from nanobot.config.paths import secure_installation, workspace_problem
 from nanobot.config.schema import Config
 from nanobot.config.templates import copy_templates
 from nanobot.providers.registry import credentials_gap
@@ -47,6 +47,8 @@ def onboard(
             ensure_private_dir(path.parent)
         except (OSError, RuntimeError) as exc:
             fail(f"Error: {config_path(config)} is a link that leads nowhere usable ({exc})", EXIT_USAGE)
+    if problem := workspace_problem(path.parent):  # NANOBOT_HOME a file: "[Errno 20]", exit 1
+        fail(f"Error: the config's folder {path.parent}: {problem}", EXIT_USAGE)
     created_config = not path.exists() or _empty(path)  # an emptied file is made again
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not answers.any()
     # On a terminal the questions come whenever no provider is set up yet (the quick start's own

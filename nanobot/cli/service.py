@@ -23,7 +23,7 @@ from nanobot.cli.common import (
     out,
     require_named_config,
 )
-from nanobot.config.paths import HOME_ENV, NANOBOT_DIR, nanobot_home
+from nanobot.config.paths import HOME_ENV, NANOBOT_DIR, nanobot_home, workspace_problem
 from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary
 from nanobot.service.systemd import (
     ServiceError,
@@ -43,6 +43,7 @@ from nanobot.util.fs import ensure_private_dir, repair_private
 app = command_group(help="Run the gateway as a systemd service.")
 
 SERVICE_ENV_FILE = "service.env"  # in NANOBOT_HOME: the installing shell's settings for the service
+MAX_WATCHDOG_S = 24 * 3600  # a longer WatchdogSec= is not one systemd parses (the watchdog was silently off)
 
 UserOption = Annotated[
     bool, typer.Option("--user", help="A user unit (~/.config/systemd/user) instead of a system one.")
@@ -106,7 +107,8 @@ def install(
     user: UserOption = False,
     watchdog_sec: Annotated[
         int,
-        typer.Option("--watchdog-sec", help="systemd restarts a gateway silent this long (0: off).", min=0),
+        typer.Option("--watchdog-sec", help="systemd restarts a gateway silent this long (0: off).", min=0,
+                     max=MAX_WATCHDOG_S),
     ] = 0,
     no_sandbox: Annotated[
         bool, typer.Option("--no-sandbox", help="Leave out namespace sandboxing (no user namespaces).")
@@ -115,6 +117,9 @@ def install(
     no_systemctl: NoSystemctlOption = False,
 ) -> None:
     """Write the unit (Restart=on-failure, hardened) and enable it with systemctl."""
+    unit_path = _unit_path(user, unit_dir)
+    if problem := workspace_problem(unit_path.parent):  # a file there: "[Errno 17] File exists", exit 1
+        fail(f"Error: the unit's folder {unit_path.parent}: {problem}", EXIT_USAGE)
     if not user and config is None:
         _home_of_sudo_user()
     cfg = load_cli_config(config, missing_ok=True)  # it warns: onboard may come later
@@ -177,7 +182,7 @@ def install(
                 f"The service gets these settings of this shell from {env_file} (mode 0600): "
                 f"{', '.join(sorted(inherited))}"
             )
-        notes = install_unit(spec, _unit_path(user, unit_dir), _systemctl(user, no_systemctl))
+        notes = install_unit(spec, unit_path, _systemctl(user, no_systemctl))
     except ServiceError as exc:
         fail(f"Error: {exc}")
     for note in notes:
