@@ -106,6 +106,9 @@ class Sandbox:
         # Outside the workspace and never visible inside: $HOME, NANOBOT_HOME, config and log files.
         self.private_dirs = tuple(p.expanduser().resolve() for p in private_dirs)
         self.private_files = tuple(p.expanduser().resolve() for p in private_files)
+        # taken once, before any command ran: a snapshot per command took what another command,
+        # still running, had just opened (config.json 0644) and "restored" it when it ended
+        self._modes = self._private_modes()
         self._read_grants: list[str] | None = None  # Landlock's read-only folders, computed once
 
     def spec(self, shared: bool, own_media: str = "") -> SandboxSpec:
@@ -182,7 +185,6 @@ class Sandbox:
         if spec.shared:
             os.mkdir(shared_home(tmpdir), 0o700)  # its HOME (sandbox_env)
         rules = build_ruleset(spec, tmpdir, self._read_grants)
-        modes = self._private_modes()
         try:
             env = sandbox_env(spec, tmpdir)
             wrapper = prlimit_argv(self.limits, user_tasks())
@@ -194,22 +196,26 @@ class Sandbox:
         finally:
             rules.close()
             shutil.rmtree(tmpdir, ignore_errors=True)
-            self._restore_private(modes)
+            self._restore_private(self._modes)
 
     def _private_modes(self) -> dict[Path, int]:
         """The permission bits of the folders and files kept from commands (the user's home, nanobot's
-        home and config, the workspace), before a command runs."""
+        home and config, the workspace) as they are when the sandbox is made: nanobot's own are
+        private then (made so at every start)."""
         modes = {}
+        user_home = Path.home().resolve()
         for path in (*self.private_dirs, *self.private_files, self.workspace):
             with contextlib.suppress(OSError):
-                modes[path] = stat.S_IMODE(os.stat(path).st_mode)
+                mode = stat.S_IMODE(os.stat(path).st_mode)
+                # the user's home keeps the user's mode; nanobot's own are owner-only whatever they were
+                modes[path] = mode if path == user_home else mode & ~0o077
         return modes
 
     def _restore_private(self, modes: dict[Path, int]) -> int:
         """Landlock has no right for permissions: a command could open nanobot's home, its config
         (the API keys) or the transcripts to every user of the machine, though it cannot read them
-        itself. After every command what it changed is put back as it was, and nanobot's own folders
-        in the workspace are private again; the number changed."""
+        itself. After every command what it changed is put back as it was before any command ran,
+        and nanobot's own folders in the workspace are private again; the number changed."""
         changed = 0
         for path, mode in modes.items():
             with contextlib.suppress(OSError):

@@ -357,3 +357,22 @@ async def test_nanobots_private_files_stay_private_after_a_chmod(nano_home: Path
     opened = base64.b64encode(f"chmod 0777 {user_home}".encode()).decode()
     await run(make_exec(nano_home, mode), f"echo {opened} | base64 -d | sh")
     assert stat.S_IMODE(user_home.stat().st_mode) == 0o755
+
+
+async def test_an_overlapping_command_does_not_put_an_opened_permission_back(nano_home: Path, mode: str) -> None:
+    """Each command recorded the modes as it started: one started while another had opened
+    config.json (0644) "restored" 0644 when it ended, after the first had made it private again."""
+    require_sandbox(mode)
+    import asyncio
+
+    config = nano_home / "config.json"
+    config.chmod(0o600)
+    tool = make_exec(nano_home, mode)
+    opened = base64.b64encode(f"chmod 0644 {config} 2>/dev/null; sleep 1".encode()).decode()
+
+    async def innocent() -> str:
+        await asyncio.sleep(0.3)
+        return await run(tool, "sleep 2; echo ok")
+
+    await asyncio.gather(run(tool, f"echo {opened} | base64 -d | sh"), innocent())
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
