@@ -191,8 +191,9 @@ def test_onboard_where_nothing_can_be_written_says_so_in_one_line(tmp_path: Path
     blocker.write_text("x")
     result = run_cli("onboard", "--provider", "openai", "--api-key", "sk-x", "--no-check",
                      home=blocker / "home", cwd=tmp_path)
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "Error:" in result.stderr and "not-a-folder" in result.stderr
+    # a config error, as for every other command with such a home (exit 2; a full disk is exit 1)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "Error:" in result.stderr and "not-a-folder is not a folder" in result.stderr
 
 
 def test_a_relative_workspace_lies_in_the_home_and_a_linked_config_stays_linked(home: Path, tmp_path: Path) -> None:
