@@ -117,3 +117,23 @@ async def test_the_memory_flush_fits_the_window_and_maxtokens(make_config, fake_
         await runtime.aclose()
     sent = fake_llm.requests[-1]
     assert "message 11:" in sent["messages"][-1]["content"]  # the newest part is kept
+
+
+async def test_the_memory_prices_the_tools_the_turn_is_offered(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """The lifecycle priced every tool schema while the turn was offered the core tools only: every
+    turn counted as over the budget, and the history was consolidated away while the real prompt fit."""
+    config = small(make_config, 2048, 256)
+    fake_llm.responder = strict_model(2048, 256, lambda body: Reply(content="Noted."))
+    runtime = build_runtime(config)
+    try:
+        for n in range(6):
+            await runtime.ask(f"note number {n}: my locker is {n}", session_key="telegram:1")
+        status = runtime.agent.status_text("telegram:1")
+    finally:
+        await runtime.aclose()
+    memory_calls = [r for r in fake_llm.requests if r not in turns(fake_llm)]
+    assert memory_calls == [], [r["messages"][0]["content"][:80] for r in memory_calls]
+    assert "note number 0" in str(turns(fake_llm)[-1]["messages"])  # the history is still sent
+    context = status.split("Context: ~")[1].split(" prompt tokens")[0]  # "<used> of <budget>"
+    used, budget = (int(x.replace(",", "")) for x in context.split(" of "))
+    assert used <= budget, status

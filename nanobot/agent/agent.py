@@ -20,11 +20,9 @@ from loguru import logger
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.message_context import MessageContext
 from nanobot.agent.prompt_fit import (
-    MESSAGE_ROOM_TOKENS,
     fit_history,
     fit_user_text,
     run_within_window,
-    tools_within,
 )
 from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnResult, TurnRunner
@@ -251,9 +249,7 @@ class Agent:
         system = self.context.system_prompt(ctx.memory_private)
         budget = self.lifecycle.budget_tokens
         system_tokens = count_message({"role": "system", "content": system})
-        tool_names, tool_tokens = tools_within(
-            self.tools, self.estimator.tool_names, budget - system_tokens - MESSAGE_ROOM_TOKENS
-        )
+        tool_names, tool_tokens = self.estimator.offered(system)
         llm_text = fit_user_text(
             truncate_middle(user_text, self.settings.max_user_message_chars),
             as_message,

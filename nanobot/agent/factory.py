@@ -235,7 +235,7 @@ def build_runtime(
     # With an external backend (or a control condition) long-term memory reaches the prompt
     # only through that backend's runtime context, never also through MEMORY.md.
     context = context_with(budget, long_term.owns_memory_file)
-    estimator = PromptEstimator(context, tools, tool_names)
+    estimator = PromptEstimator(context, tools, tool_names, settings.budget_tokens)
     runner = runner_with(max_iterations)
     lifecycle = MemoryLifecycle(
         sessions,
