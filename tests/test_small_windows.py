@@ -101,6 +101,10 @@ async def test_a_big_tool_result_is_cut_to_fit_not_left_out(make_config, fake_ll
         await runtime.aclose()
     result = turns(fake_llm)[-1]["messages"][-1]["content"]
     assert result.startswith("FIRST LINE of the report") and "characters omitted" in result, result[:200]
+    # one cut of the whole result, so the size it names is the result's (cut twice, it named the
+    # 16,000 characters of maxToolResultChars)
+    total = int(result.split(" characters omitted")[0].rsplit(" of ", 1)[1])
+    assert total > 20_000, result[:300]
 
 
 async def test_the_memory_flush_fits_the_window_and_maxtokens(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001

@@ -39,7 +39,6 @@ from nanobot.providers.tokens import count_message
 from nanobot.session.history import build_history, history_indices
 from nanobot.session.store import Session, SessionStore
 from nanobot.timeutil import now as tz_now
-from nanobot.util.text import truncate_middle
 
 if TYPE_CHECKING:
     from nanobot.agent.tools.mcp import MCPManager
@@ -251,9 +250,7 @@ class Agent:
         system_tokens = count_message({"role": "system", "content": system})
         tool_names, tool_tokens = self.estimator.offered(system)
         llm_text = fit_user_text(
-            truncate_middle(user_text, self.settings.max_user_message_chars),
-            as_message,
-            budget - system_tokens - tool_tokens,
+            user_text, as_message, budget - system_tokens - tool_tokens, self.settings.max_user_message_chars
         )
         user_msg = as_message(llm_text)
         user_tokens = count_message(user_msg)

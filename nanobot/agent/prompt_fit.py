@@ -58,14 +58,15 @@ def tools_within(
     return chosen, chosen_tokens
 
 
-def fit_user_text(text: str, message: Callable[[str], dict[str, Any]], room_tokens: int) -> str:
-    """`text` cut in its middle until `message(text)` (the user message it becomes, runtime block
-    included) takes at most `room_tokens`; as it is when it fits."""
-    total = count_message(message(text))
+def fit_user_text(text: str, message: Callable[[str], dict[str, Any]], room_tokens: int, max_chars: int) -> str:
+    """`text` cut in its middle to `max_chars` and until `message(text)` (the user message it becomes,
+    runtime block included) takes at most `room_tokens`; as it is when it fits."""
+    shown = truncate_middle(text, max_chars)
+    total = count_message(message(shown))
     if total <= room_tokens:
-        return text
-    overhead = total - count_message({"role": "user", "content": text})
-    return cut_to_tokens(text, max(room_tokens - overhead, 1), truncate_middle)
+        return shown
+    overhead = total - count_message({"role": "user", "content": shown})
+    return cut_to_tokens(text, max(room_tokens - overhead, 1), truncate_middle, max_chars=max_chars)
 
 
 def halved_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:

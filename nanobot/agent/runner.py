@@ -225,10 +225,11 @@ class TurnRunner:
                 result.tools_used.append(call.name)
                 if call.name == "message" and not output.startswith("Error") and _to_this_chat(call.arguments, ctx):
                     result.answered_in_chat = True
-                content = truncate_middle(output, self.max_tool_result_chars)
-                if room is not None:
+                if room is None:
+                    content = truncate_middle(output, self.max_tool_result_chars)
+                else:
                     share = max(MIN_RESULT_TOKENS, room // (len(outputs) - k))
-                    content = cut_to_tokens(content, share, truncate_middle)
+                    content = cut_to_tokens(output, share, truncate_middle, max_chars=self.max_tool_result_chars)
                     room -= count_text(content)
                 group.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
             convo.extend(group)

@@ -174,12 +174,19 @@ def count_tools(schemas: list[dict[str, Any]]) -> int:
     return count_text(json.dumps(schemas, ensure_ascii=False, separators=(",", ":")))
 
 
-def cut_to_tokens(text: str, max_tokens: int, cut: Callable[[str, int], str], min_chars: int = 200) -> str:
-    """`text` cut (by `cut(text, max_chars)`, which says what it left out) until its estimate is at
-    most `max_tokens`; never below `min_chars`. The cut is proportional, so a few rounds do."""
+def cut_to_tokens(
+    text: str, max_tokens: int, cut: Callable[[str, int], str], *, max_chars: int | None = None, min_chars: int = 200
+) -> str:
+    """`text` cut (by `cut(text, chars)`, which says what it left out) to at most `max_chars` and until
+    its estimate is at most `max_tokens`; never below `min_chars`. Each round cuts the whole text
+    again, so what the cut says it left out is the truth (cut twice, a 100,000-character file was
+    said to be 16,000 long)."""
+    limit = len(text) if max_chars is None else min(len(text), max_chars)
+    shown = text if limit >= len(text) else cut(text, limit)
     for _ in range(6):
-        tokens = count_text(text)
-        if tokens <= max_tokens or len(text) <= min_chars:
-            return text
-        text = cut(text, max(min_chars, int(len(text) * max_tokens / tokens * 0.95)))
-    return text
+        tokens = count_text(shown)
+        if tokens <= max_tokens or limit <= min_chars:
+            return shown
+        limit = max(min_chars, int(limit * max_tokens / tokens * 0.95))
+        shown = cut(text, limit)
+    return shown
