@@ -520,6 +520,15 @@ def test_sudo_install_uses_the_invoking_users_config(
     assert f'Environment="NANOBOT_HOME={user_home / ".nanobot"}"' in text
     assert not (root_home / ".nanobot").exists()  # nothing made in root's home
     assert "does not exist yet" not in result.stderr
+    # naming the config (as the notice suggests for another one) keeps the user's home too
+    config = user_home / ".nanobot" / "config.json"
+    monkeypatch.setenv("NANOBOT_HOME", "")  # as at the start: the first install set it in this process
+    result = CliRunner().invoke(cli_app(), ["service", "install", "--unit-dir", str(units), "--no-systemctl",
+                                            "-c", str(config)])
+    assert result.exit_code == 0, result.output
+    text = (units / "nanobot.service").read_text()
+    assert f'Environment="NANOBOT_HOME={user_home / ".nanobot"}"' in text and str(root_home) not in text, text
+    assert not (root_home / ".nanobot").exists()
 
 
 def test_install_arguments_that_cannot_work_are_usage_errors(tmp_path: Path, cli_env: Path) -> None:

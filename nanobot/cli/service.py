@@ -74,8 +74,9 @@ def nanobot_executable() -> str:
 
 def _home_of_sudo_user() -> None:
     """Under `sudo` (HOME is root's), the system unit runs as the invoking user with that user's
-    config: NANOBOT_HOME is set to theirs for this command, unless it was given. The unit pointed
-    at root's missing config, and the folder made for it in root's home was handed to the user."""
+    nanobot home (and config, unless -c names another): NANOBOT_HOME is set to theirs for this
+    command, unless it was given. The unit pointed at root's missing config (with -c too: root's home
+    as NANOBOT_HOME), and the folder made for it in root's home was handed to the user."""
     sudo_user = os.environ.get("SUDO_USER")
     if os.geteuid() != 0 or not sudo_user or sudo_user == "root" or os.environ.get(HOME_ENV, "").strip():
         return
@@ -87,7 +88,7 @@ def _home_of_sudo_user() -> None:
         return
     if Path.home() != user_home:
         os.environ[HOME_ENV] = str(user_home / NANOBOT_DIR)
-        err(f"Using {sudo_user}'s nanobot home {user_home / NANOBOT_DIR} (run by sudo; -c names another config)")
+        err(f"Using {sudo_user}'s nanobot home {user_home / NANOBOT_DIR} (run by sudo)")
 
 
 def _unit_path(user: bool, unit_dir: Path | None) -> Path:
@@ -120,7 +121,7 @@ def install(
     unit_path = _unit_path(user, unit_dir)
     if problem := workspace_problem(unit_path.parent):  # a file there: "[Errno 17] File exists", exit 1
         fail(f"Error: the unit's folder {unit_path.parent}: {problem}", EXIT_USAGE)
-    if not user and config is None:
+    if not user:
         _home_of_sudo_user()
     cfg = load_cli_config(config, missing_ok=True)  # it warns: onboard may come later
     interval_s = cfg.gateway.watchdog_interval_s
