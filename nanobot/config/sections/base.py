@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import unicodedata
+from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 HTTP_SCHEMES = ("http", "https")
@@ -47,3 +48,7 @@ def credential(value: str) -> str:
         raise ValueError("has a space, a line break or a control character inside (pasted over two lines?): "
                          "paste it again on one line")
     return value
+
+
+#: an API key or bot token field: checked by `credential`
+Credential = Annotated[str, AfterValidator(credential)]

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from nanobot.config.sections.base import Section, credential, endpoint_url
+from nanobot.config.sections.base import Credential, Section, endpoint_url
 
 GroupPolicy = Literal["mention", "open"]
 DmPolicy = Literal["pairing", "allowlist", "open"]
@@ -21,7 +21,7 @@ _GROUP = "In groups: `mention` answers only when mentioned or replied to; `open`
 
 class TelegramConfig(Section):
     enabled: bool = Field(False, description="Run the Telegram bot in the gateway.")
-    token: str = Field("", description="Bot token from @BotFather (`123456:ABC…`).")
+    token: Credential = Field("", description="Bot token from @BotFather (`123456:ABC…`).")
     allow_from: list[str] = Field([], description=_ALLOW + "Entries: numeric user ids or usernames "
                                   "(with or without @; all-digit entries match ids only).")
     base_url: str = Field("https://api.telegram.org/bot", description="Bot API base the token is appended "
@@ -36,11 +36,6 @@ class TelegramConfig(Section):
                             "(needs `agents.defaults.stream`).")
     poll_timeout_s: int = Field(30, ge=0, description="Long-poll timeout of getUpdates, in seconds.")
 
-    @field_validator("token")
-    @classmethod
-    def _credential(cls, value: str) -> str:
-        return credential(value)
-
     @field_validator("base_url", "base_file_url")
     @classmethod
     def _endpoint(cls, value: str) -> str:
@@ -49,7 +44,7 @@ class TelegramConfig(Section):
 
 class DiscordConfig(Section):
     enabled: bool = Field(False, description="Run the Discord bot in the gateway.")
-    token: str = Field("", description="Bot token from the Discord developer portal (Bot → Reset Token).")
+    token: Credential = Field("", description="Bot token from the Discord developer portal (Bot → Reset Token).")
     allow_from: list[str] = Field([], description=_ALLOW + "Entries: Discord user ids.")
     api_base: str = Field("https://discord.com/api/v10", description="Discord REST API base (for "
                           "Discord-compatible servers and tests).")
@@ -57,11 +52,6 @@ class DiscordConfig(Section):
                              "Discord-compatible servers and tests).")
     dm_policy: DmPolicy = Field("pairing", description=_DM)
     group_policy: GroupPolicy = Field("mention", description=_GROUP)
-
-    @field_validator("token")
-    @classmethod
-    def _credential(cls, value: str) -> str:
-        return credential(value)
 
     @field_validator("api_base")
     @classmethod

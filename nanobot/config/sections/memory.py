@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nanobot.config.sections.base import Section, credential, endpoint_url
+from nanobot.config.sections.base import Credential, Section, endpoint_url
 
 # The names memory.backend, memory.condition and memory.search.embeddingProvider accept (any case):
 # checked with the config, so a typo fails `doctor` and every command, not the first turn.
@@ -41,7 +41,7 @@ class MemorySearchConfig(Section):
     embedding_model: str = Field("", description="Embedding model name (e.g. `text-embedding-3-small`).")
     embedding_api_base: str = Field("", description="Endpoint of the embedding model; empty: the "
                                     "provider's.")
-    embedding_api_key: str = Field("", description="API key of the embedding endpoint.")
+    embedding_api_key: Credential = Field("", description="API key of the embedding endpoint.")
     max_results: int = Field(6, ge=1, le=50, description="Results one search returns.")
     min_score: float = Field(0.35, ge=0.0, le=1.0, description="Results scoring below this (0–1) are "
                              "dropped; when none passes, the keyword matches are kept (a word that is in "
@@ -75,11 +75,6 @@ class MemorySearchConfig(Section):
     qmd: bool = Field(False, description="Search through the external `qmd` tool when it is installed "
                       "(falls back to the built-in index).")
     qmd_timeout_s: float = Field(5.0, gt=0, description="Seconds a qmd search may take.")
-
-    @field_validator("embedding_api_key")
-    @classmethod
-    def _credential(cls, value: str) -> str:
-        return credential(value)
 
     @field_validator("embedding_api_base")
     @classmethod

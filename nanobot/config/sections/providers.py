@@ -6,11 +6,11 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from nanobot.config.sections.base import Section, credential, endpoint_url
+from nanobot.config.sections.base import Credential, Section, endpoint_url
 
 
 class ProviderConfig(Section):
-    api_key: str = Field("", description="API key (kept out of logs and of the exec tool's environment); "
+    api_key: Credential = Field("", description="API key (kept out of logs and of the exec tool's environment); "
                          "empty: the provider's usual variable, e.g. OPENAI_API_KEY.")
     api_base: str = Field("", description="Endpoint base URL; empty: OPENAI_BASE_URL for openai, else the "
                           "provider's public API. Required "
@@ -21,11 +21,6 @@ class ProviderConfig(Section):
                                             "OpenAI-compatible APIs (openai, custom, openrouter, deepseek, "
                                             "groq, mistral, ollama) through nanobot's own HTTP client and the others "
                                             "through litellm; `litellm` always uses litellm (slower start).")
-
-    @field_validator("api_key")
-    @classmethod
-    def _credential(cls, value: str) -> str:
-        return credential(value)
 
     @field_validator("api_base")
     @classmethod

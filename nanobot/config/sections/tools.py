@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from nanobot.config.sections.base import Section, credential, endpoint_url
+from nanobot.config.sections.base import Credential, Section, endpoint_url
 
 SandboxMode = Literal["auto", "bwrap", "landlock", "off"]
 
@@ -46,15 +46,10 @@ class ExecToolConfig(Section):
 class WebSearchConfig(Section):
     provider: Literal["", "brave", "tavily", "searxng", "duckduckgo"] = Field(
         "", description="Search engine of the web_search tool; empty: the tool is not offered.")
-    api_key: str = Field("", description="API key of the search engine (brave, tavily).")
+    api_key: Credential = Field("", description="API key of the search engine (brave, tavily).")
     base_url: str = Field("", description="Endpoint of the search engine (a searxng instance, or a test "
                           "fake); empty: the engine's public API.")
     max_results: int = Field(5, ge=1, le=20, description="Results one search returns.")
-
-    @field_validator("api_key")
-    @classmethod
-    def _credential(cls, value: str) -> str:
-        return credential(value)
 
     @field_validator("base_url")
     @classmethod
