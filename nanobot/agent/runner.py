@@ -220,7 +220,9 @@ class TurnRunner:
             # what is left of the budget, shared by this step's results: on a small window a 16,000-
             # character result was left out whole (the model saw nothing of the file); now its head
             # and tail fit, with room kept for the answer
-            room = budget - used - count_message(assistant) - int(budget * ANSWER_ROOM_SHARE) if budget else None
+            room = None
+            if budget is not None:
+                room = budget - used - count_message(assistant) - int(budget * ANSWER_ROOM_SHARE)
             for k, (call, output) in enumerate(zip(response.tool_calls, outputs, strict=True)):
                 result.tools_used.append(call.name)
                 if call.name == "message" and not output.startswith("Error") and _to_this_chat(call.arguments, ctx):

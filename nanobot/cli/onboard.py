@@ -4,12 +4,12 @@ terminal (or with flags) also set up the provider and bot tokens (nanobot/cli/on
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from nanobot.cli.common import EXIT_USAGE, ConfigOption, config_path, err, fail, load_cli_config
+from nanobot.config.loader import emptied_config
 from nanobot.config.paths import secure_installation, workspace_problem
 from nanobot.config.schema import Config
 from nanobot.config.templates import copy_templates
@@ -49,7 +49,7 @@ def onboard(
             fail(f"Error: {config_path(config)} is a link that leads nowhere usable ({exc})", EXIT_USAGE)
     if problem := workspace_problem(path.parent):  # NANOBOT_HOME a file: "[Errno 20]", exit 1
         fail(f"Error: the config's folder {path.parent}: {problem}", EXIT_USAGE)
-    created_config = not path.exists() or _empty(path)  # an emptied file is made again
+    created_config = not path.exists() or emptied_config(path)  # an emptied file is made again
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not answers.any()
     # On a terminal the questions come whenever no provider is set up yet (the quick start's own
     # onboard, without a terminal, has made the file by then), and before anything is written: a
@@ -87,14 +87,6 @@ def onboard(
         code = onboard_setup.offer_service(path)
         if code:
             fail("The service was not installed (see above); the config and workspace are ready.", code)
-
-
-def _empty(path: Path) -> bool:
-    """An emptied file (nothing, or only blank lines: `echo > config.json`)."""
-    try:
-        return path.is_file() and path.stat().st_size < 4096 and not path.read_bytes().strip()
-    except OSError:
-        return False
 
 
 def _provider_configured(cfg: Config) -> bool:

@@ -106,6 +106,15 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
 MAX_CONFIG_BYTES = 10 * 1024 * 1024
 
 
+def emptied_config(path: Path) -> bool:
+    """A config file holding nothing, or only blank lines: what a save on a full disk, or `> config.json`
+    / `echo > config.json`, leaves (read_config_dict refuses it; onboard makes it again)."""
+    try:
+        return path.is_file() and path.stat().st_size < 4096 and not path.read_bytes().strip()
+    except OSError:
+        return False
+
+
 def read_config_dict(path: Path) -> dict[str, Any]:
     """The raw JSON object of a config file; {} when the file does not exist."""
     try:

@@ -196,7 +196,7 @@ class Sandbox:
         finally:
             rules.close()
             shutil.rmtree(tmpdir, ignore_errors=True)
-            self._restore_private(self._modes)
+            self._restore_private()
 
     def _private_modes(self) -> dict[Path, int]:
         """The permission bits of the folders and files kept from commands (the user's home, nanobot's
@@ -211,13 +211,13 @@ class Sandbox:
                 modes[path] = mode if path == user_home else mode & ~0o077
         return modes
 
-    def _restore_private(self, modes: dict[Path, int]) -> int:
+    def _restore_private(self) -> int:
         """Landlock has no right for permissions: a command could open nanobot's home, its config
         (the API keys) or the transcripts to every user of the machine, though it cannot read them
         itself. After every command what it changed is put back as it was before any command ran,
         and nanobot's own folders in the workspace are private again; the number changed."""
         changed = 0
-        for path, mode in modes.items():
+        for path, mode in self._modes.items():
             with contextlib.suppress(OSError):
                 if stat.S_IMODE(os.stat(path).st_mode) != mode:
                     os.chmod(path, mode)
