@@ -205,7 +205,7 @@ async def test_consolidation_does_not_repeat_when_the_message_alone_is_over_the_
     lifecycle = runtime.agent.lifecycle
     calls: list[int] = []
 
-    async def consolidate(messages: list, *, private: bool) -> bool:  # type: ignore[type-arg]
+    async def consolidate(messages: list, *, private: bool, origin: str = "") -> bool:  # type: ignore[type-arg]
         calls.append(len(messages))
         return True
 

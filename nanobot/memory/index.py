@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from datetime import date, datetime
+from datetime import date, datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class MemoryIndex:
         embedder: Embedder | None = _FROM_CONFIG,
         providers: Any = None,
         today: Callable[[], date] = date.today,
+        tz: tzinfo | None = None,
     ):
         self.workspace = Path(workspace)
         self.config = config
@@ -71,6 +72,7 @@ class MemoryIndex:
             self.selection = f"hybrid ({embedder.provider} {embedder.model})" if embedder else "keyword"
         self.path = index_path(self.workspace)
         self._today = today
+        self._tz = tz  # the user's zone, for the times shown (None: the machine's)
         self._db = IndexDB(self.path, use_sqlite_vec=config.vector_backend == "sqlite-vec")
         self._vectors: VectorSearcher | None = None
         self._qmd = QmdBackend(self.workspace, timeout_s=config.qmd_timeout_s) if config.qmd else None
@@ -345,7 +347,7 @@ class MemoryIndex:
                 stamp = float(self._db.get_meta("last_sync") or "")
         if stamp is None:
             return None
-        return datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="seconds")
+        return datetime.fromtimestamp(stamp, self._tz).astimezone(self._tz).isoformat(timespec="seconds")
 
     def _behind_files(self) -> bool:
         """For a process that has not synced: does any source differ from what the index holds
@@ -379,4 +381,5 @@ def build_index(
         embedder=embedder,
         providers=config.providers,
         today=lambda: now(tz).date(),
+        tz=tz,
     )

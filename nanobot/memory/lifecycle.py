@@ -24,7 +24,7 @@ from loguru import logger
 
 from nanobot.memory.consolidator import Consolidator
 from nanobot.memory.flush import MemoryFlusher
-from nanobot.memory.seam import memory_private
+from nanobot.memory.seam import memory_origin, memory_private
 from nanobot.memory.session_notes import write_session_note
 from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import boundary_after
@@ -146,7 +146,8 @@ class MemoryLifecycle:
         # work starts in the background now instead of blocking the next turn.
         estimate = self.estimator(session, private) + self._last_user_tokens(session)
         wants_flush = (
-            self.settings.flush_enabled
+            private
+            and self.settings.flush_enabled
             and estimate > self.flush_threshold_tokens
             and session.metadata.get("flushed_at") != session.last_consolidated
         )
@@ -178,7 +179,9 @@ class MemoryLifecycle:
 
     async def maybe_flush(self, session: Session, private: bool) -> None:
         """At most one flush per compaction cycle (the cycle is the consolidation pointer's value)."""
-        if not self.settings.flush_enabled or session.metadata.get("flushed_at") == session.last_consolidated:
+        if not private or not self.settings.flush_enabled:
+            return  # a group's or a guest's talk is no note of the owner's day
+        if session.metadata.get("flushed_at") == session.last_consolidated:
             return
         if self.estimator(session, private) + self._last_user_tokens(session) <= self.flush_threshold_tokens:
             return
@@ -225,13 +228,17 @@ class MemoryLifecycle:
 
     async def _consolidate_range(self, session: Session, start: int, end: int, private: bool) -> bool:
         chunk = session.messages[start:end]
-        if await self.consolidator.consolidate(chunk, private=private):
+        origin = _origin(session)
+        if origin is None:  # a guest: out of the prompt, into no memory file
+            self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
+            return True
+        if await self.consolidator.consolidate(chunk, private=private, origin=origin):
             self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
             logger.info("session {}: consolidated messages {}..{}", session.key, start, end - 1)
             return True
         failures = int(session.metadata.get("consolidation_failures", 0)) + 1
         if failures >= self.settings.max_failures:
-            self.consolidator.raw_archive(chunk, f"consolidation failed {failures} times")
+            self.consolidator.raw_archive(chunk, f"consolidation failed {failures} times", origin=origin)
             self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
             logger.warning(
                 "session {}: raw-archived messages {}..{} after {} failures",
@@ -274,27 +281,30 @@ class MemoryLifecycle:
         private = memory_private(
             bool(old.metadata.get("is_group", False)), self.settings.share_in_groups, bool(old.metadata.get("guest"))
         )
+        origin = _origin(old, session_key)
         start = old.last_consolidated
         rest = old.messages[start:]
-        if rest:
-            ok = await self.consolidator.consolidate(rest, private=private)
-            if not ok and not self._archive_failed(archived, session_key, rest):
+        if rest and origin is not None:
+            ok = await self.consolidator.consolidate(rest, private=private, origin=origin)
+            if not ok and not self._archive_failed(archived, session_key, rest, origin):
                 return
+        if rest:
             self.sessions.set_metadata(old, last_consolidated=len(old.messages))
-        if not old.metadata.get("note_written"):
+        if not old.metadata.get("note_written") and origin is not None:
             await write_session_note(
                 self.consolidator.provider,
                 self.memory,
                 old.messages,
                 session_key,
                 small_model=self.consolidator.small_model,
+                origin=origin,
             )
             self.sessions.set_metadata(old, note_written=True)
         self.sessions.release(old)
         self.sessions.clear_pending(archived)
         logger.info("archived session {} processed", session_key)
 
-    def _archive_failed(self, archived: Path, session_key: str, rest: list[dict[str, Any]]) -> bool:
+    def _archive_failed(self, archived: Path, session_key: str, rest: list[dict[str, Any]], origin: str) -> bool:
         """Count a failed attempt. True when that was the last one: the rest is raw-archived, go on."""
         record = self.sessions.record_archive_failure(
             archived, self.memory.now(), self.consolidator.last_failure or "unknown"
@@ -306,7 +316,9 @@ class MemoryLifecycle:
                 session_key, record.attempts, limit, record.last_error, archived.name,
             )
             return False
-        self.consolidator.raw_archive(rest, f"consolidation of the archived session failed {limit} times")
+        self.consolidator.raw_archive(
+            rest, f"consolidation of the archived session failed {limit} times", origin=origin
+        )
         self.sessions.give_up_archive(archived)
         logger.error(
             "archive of {} not consolidated after {} attempts ({}); raw-archived into HISTORY.md",
@@ -327,3 +339,9 @@ class MemoryLifecycle:
             self.track(self._process_archive(archived, record.key), f"archive-retry:{record.key}")
             started += 1
         return started
+
+
+def _origin(session: Session, key: str | None = None) -> str | None:
+    """memory_origin of a (live or archived) session, from its recorded metadata."""
+    meta = session.metadata
+    return memory_origin(key or session.key, bool(meta.get("is_group", False)), bool(meta.get("guest")))

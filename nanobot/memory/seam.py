@@ -28,6 +28,17 @@ def memory_private(is_group: bool, share_in_groups: bool, guest: bool = False) -
     return not guest and (not is_group or share_in_groups)
 
 
+def memory_origin(session_key: str, is_group: bool, guest: bool) -> str | None:
+    """Where a conversation came from, as the memory entries written from it say: "" for the
+    owner's own chats; "group chat <key>" for a group, whose HISTORY.md entries and session notes
+    name it, so a search later does not take what a member said for the owner's word; None for a
+    guest, whose conversations write nothing into the owner's memory/ (the transcript stays in
+    sessions/)."""
+    if guest:
+        return None
+    return f"group chat {session_key}" if is_group else ""
+
+
 @dataclass(frozen=True)
 class TurnRecord:
     session_key: str

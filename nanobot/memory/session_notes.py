@@ -22,7 +22,7 @@ from loguru import logger
 from nanobot.memory import small_profile
 from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.store import MemoryStore, slugify
-from nanobot.memory.transcript import render_tail
+from nanobot.memory.transcript import last_time, render_tail
 from nanobot.memory.validation import (
     EchoSources,
     Refusal,
@@ -76,25 +76,32 @@ async def write_session_note(
     session_key: str,
     *,
     small_model: bool = False,
+    origin: str = "",
 ) -> Path | None:
-    """Write the note (LLM summary, or a raw excerpt as fallback). None when the session was too short."""
+    """Write the note (LLM summary, or a raw excerpt as fallback). None when the session was too short.
+    `origin` (seam.memory_origin) is named in the header of a conversation not the owner's own."""
     users = islice((m for m in messages if m.get("role") == "user"), MIN_USER_MESSAGES)
     if sum(1 for _ in users) < MIN_USER_MESSAGES:
         return None
     transcript = render_tail(messages, MAX_TRANSCRIPT_CHARS)
     started = str(messages[0].get("timestamp", ""))[:16].replace("T", " ")
     header = f"Session: {session_key}\nStarted: {started or 'unknown'}\nMessages: {len(messages)}"
+    if origin:
+        header += f"\nFrom: {origin} (what its members said, not the owner's word)"
+    # named by the day the conversation ended, not the day it was summarised: a /new retried at the
+    # next start, or done at shutdown, is processed days later, and "today" would then find it
+    ended = last_time(messages, memory.tz, memory.now())
     try:
         note = await (_small(provider, messages, transcript) if small_model else _with_tool(provider, transcript))
         if not isinstance(note, Refusal):
             slug, title, summary = note
-            return memory.write_session_note(slug, f"# {title}\n\n{header}\n\n{summary}")
+            return memory.write_session_note(slug, f"# {title}\n\n{header}\n\n{summary}", ended)
         logger.warning("session note: no usable summary ({}); writing a raw excerpt", note.reason)
     except LLMError as exc:
         logger.warning("session note call failed ({}); writing a raw excerpt", exc)
     excerpt = transcript[-RAW_EXCERPT_CHARS:]
-    slug = memory.now().strftime("%H%M")
-    return memory.write_session_note(slug, f"# Session {slug}\n\n{header}\n\n## Excerpt\n\n{excerpt}")
+    slug = ended.strftime("%H%M")
+    return memory.write_session_note(slug, f"# Session {slug}\n\n{header}\n\n## Excerpt\n\n{excerpt}", ended)
 
 
 async def _with_tool(provider: LLMProvider, transcript: str) -> tuple[str, str, str] | Refusal:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
+from nanobot.timeutil import parse_iso_or_none
 from nanobot.util.text import truncate_middle
 
 MAX_TOOL_RESULT_IN_TRANSCRIPT = 1_500
@@ -64,3 +66,24 @@ def boundary_after(messages: Sequence[dict[str, Any]], start: int, min_end: int)
         if messages[i].get("role") == "assistant":  # the previous tool group (if any) is complete
             return i
     return n
+
+
+def chunk_time(messages: list[dict[str, Any]], tz: Any, default: datetime) -> tuple[datetime, datetime]:
+    """(first, last) message time of a chunk in the memory timezone; `default` when unknown."""
+    found = (parse_iso_or_none(m.get("timestamp"), tz) for m in messages)
+    stamps = [s.astimezone(tz) for s in found if s is not None]
+    return (stamps[0], stamps[-1]) if stamps else (default, default)
+
+
+def tool_text(messages: Sequence[dict[str, Any]]) -> str:
+    """The text of the tool results among `messages` (web pages, files, command output), one per line."""
+    return "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "tool")
+
+
+def last_time(messages: Sequence[dict[str, Any]], tz: Any, default: datetime) -> datetime:
+    """The time of the last message that has one, in the memory timezone (`default` when none
+    has): read from the end, so a long archive's older messages stay on disk."""
+    for message in reversed(messages):
+        if (stamp := parse_iso_or_none(message.get("timestamp"), tz)) is not None:
+            return stamp.astimezone(tz)
+    return default

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanobot.secrets import mask
 from nanobot.util.text import valid_unicode, valid_unicode_in
 
 StreamCallback = Callable[[str], Awaitable[None]]
@@ -104,6 +105,46 @@ class ChatRequest:
     on_delta: StreamCallback | None = None
 
 
+def masked_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as a model may see it: every registered secret and token shape in its text
+    replaced by *** (README, "Secrets never leave"). Tool results are masked when they are made;
+    what else reaches a prompt is masked here, in one place: files put into it (MEMORY.md and the
+    bootstrap files, where a command may have written a key from its environment), memory context,
+    the user's own words, earlier tool-call arguments. Messages without a secret are passed as they are."""
+    return [_masked(message) for message in messages]
+
+
+def _masked(message: dict[str, Any]) -> dict[str, Any]:
+    changed: dict[str, Any] = {}
+    content = message.get("content")
+    if isinstance(content, str):
+        if (hidden := mask(content)) != content:
+            changed["content"] = hidden
+    elif isinstance(content, list):  # parts: text is masked, images are left alone
+        parts = [
+            {**part, "text": mask(part["text"])}
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+            else part
+            for part in content
+        ]
+        if parts != content:
+            changed["content"] = parts
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        masked_calls = [_masked_call(call) for call in calls]
+        if masked_calls != calls:
+            changed["tool_calls"] = masked_calls
+    return {**message, **changed} if changed else message
+
+
+def _masked_call(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if not isinstance(arguments, str) or (hidden := mask(arguments)) == arguments:
+        return call
+    return {**call, "function": {**function, "arguments": hidden}}
+
+
 class LLMProvider(ABC):
     """What the agent needs from a model."""
 
@@ -133,7 +174,8 @@ class LLMProvider(ABC):
             async def stream(delta: str) -> None:
                 await sink(valid_unicode(delta))
 
-        return await self._chat(ChatRequest(messages, tools, max_tokens, temperature, tool_choice, stream))
+        request = ChatRequest(masked_messages(messages), tools, max_tokens, temperature, tool_choice, stream)
+        return await self._chat(request)
 
     async def _chat(self, call: ChatRequest) -> LLMResponse:
         """What a provider implements: the completion of `call`. (A test double may replace `chat`
