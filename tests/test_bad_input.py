@@ -6,6 +6,7 @@ goes through the agent and the real litellm to the fake LLM.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -322,6 +323,69 @@ async def test_invalid_tool_arguments_return_an_error_and_the_turn_goes_on(
     roles = [m["role"] for m in messages_of(session_path(config))]
     assert roles == ["user", "assistant", "tool", "tool", "tool", "tool", "tool", "assistant"]
     assert read_jsonl(session_path(config))  # every line still valid JSON
+
+
+async def test_hostile_argument_values_get_an_error_and_the_turn_goes_on(
+    make_config, fake_llm: FakeLLMServer
+) -> None:
+    """Values JSON allows that the schema check let through: `NaN` as exec's timeout disabled the
+    configured one (a sleeping command held the turn for ever), arguments nested 5,000 deep ended the
+    turn as "model call failed: RecursionError", a required argument sent as null ran the tool with
+    None (a sub-agent with the task "None", Python internals as errors), a NUL byte in a command
+    came back as "ValueError: embedded null byte"."""
+    config, _ = make_config(**{"tools.exec.timeoutS": 2})
+    rt = make_runtime(config)
+    deep = '{"path": ' + "[" * 5000 + "]" * 5000 + "}"
+    fake_llm.push(
+        Reply(
+            content=None,
+            tool_calls=[
+                {"id": "nan", "name": "exec", "arguments": '{"command": "sleep 30; echo finished", "timeout_s": NaN}'},
+                {"id": "deep", "name": "read_file", "arguments": deep},
+                {"id": "null_task", "name": "spawn", "arguments": {"task": None}},
+                {"id": "null_content", "name": "write_file", "arguments": {"path": "c.txt", "content": None}},
+                {"id": "nul", "name": "exec", "arguments": {"command": "echo a\u0000b"}},
+            ],
+        ),
+        Reply(content="recovered"),
+    )
+    try:
+        reply = await asyncio.wait_for(rt.ask("do things"), 25)
+    finally:
+        await rt.aclose()
+    assert reply == "recovered"
+    results = {
+        m["tool_call_id"]: m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"
+    }
+    assert results["nan"] == "Error: invalid arguments for exec: timeout_s: must be a finite number, got nan"
+    assert results["deep"] == "Error: invalid arguments for read_file: not usable: nested too deeply"
+    assert results["null_task"] == "Error: invalid arguments for spawn: task: expected string, got NoneType"
+    assert results["null_content"] == (
+        "Error: invalid arguments for write_file: content: expected string, got NoneType"
+    )
+    assert results["nul"] == "Error: command holds a NUL byte, which no shell command can"
+    assert not (config.workspace_path / "c.txt").exists()
+    assert read_jsonl(session_path(config))
+
+
+async def test_a_timeout_that_is_no_number_falls_back_to_the_configured_one(make_config) -> None:
+    """exec called directly (sub-agents, internal callers) with NaN, 0 or a negative timeout keeps
+    `tools.exec.timeoutS` rather than no deadline or none at all."""
+    import time
+
+    from nanobot.agent.tools.base import ToolContext, ToolError
+
+    config, _ = make_config(**{"tools.exec.timeoutS": 1})
+    rt = make_runtime(config)
+    try:
+        exec_tool = rt.agent.tools.get("exec")
+        for asked in (float("nan"), float("inf"), 0, -5):
+            started = time.monotonic()
+            with pytest.raises(ToolError, match="timed out after 1 s"):
+                await exec_tool.execute(ToolContext(), command="sleep 20; echo finished", timeout_s=asked)
+            assert time.monotonic() - started < 10, asked
+    finally:
+        await rt.aclose()
 
 
 async def test_undecodable_bytes_in_a_message_or_a_file_name_do_not_fail_the_turn(

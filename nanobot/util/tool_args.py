@@ -21,7 +21,7 @@ def from_provider(raw: Any) -> dict[str, Any] | str:
         return {}
     try:
         parsed = json.loads(raw)
-    except (TypeError, json.JSONDecodeError):
+    except (TypeError, json.JSONDecodeError, RecursionError):  # nested too deep for the parser
         return str(raw)
     return parsed if isinstance(parsed, dict) else str(raw)
 
@@ -37,6 +37,8 @@ def parse_arguments(arguments: Any) -> dict[str, Any] | str:
             parsed = json.loads(arguments)
         except json.JSONDecodeError as exc:
             return f"not valid JSON ({exc.msg} at position {exc.pos})"
+        except RecursionError:
+            return "not usable: nested too deeply"
         if isinstance(parsed, dict):
             return parsed
         return "expected a JSON object"
@@ -48,7 +50,7 @@ def decode_lenient(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
     return raw
 

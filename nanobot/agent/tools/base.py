@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -94,6 +95,8 @@ def validate_against_schema(value: Any, schema: dict[str, Any], path: str) -> li
             return [f"{where}: expected {expected}, got {type(value).__name__}"]
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{where}: must be one of {schema['enum']}")
+    if isinstance(value, float) and not math.isfinite(value):  # JSON from a model may say NaN
+        return [f"{where}: must be a finite number, got {value}"]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
             errors.append(f"{where}: must be >= {schema['minimum']}")
@@ -101,11 +104,14 @@ def validate_against_schema(value: Any, schema: dict[str, Any], path: str) -> li
             errors.append(f"{where}: must be <= {schema['maximum']}")
     if isinstance(value, dict):
         props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        for key in schema.get("required") or []:
+        required = schema.get("required") or []
+        for key in required:
             if key not in value:
                 errors.append(f"{path + '.' if path else ''}{key}: required")
         for key, sub in props.items():
-            if key in value and value[key] is not None:
+            # null stands for "not given" in an optional argument; a required one is checked (a
+            # schema that allows null says so in its type list, which is not checked here)
+            if key in value and (value[key] is not None or key in required):
                 errors.extend(validate_against_schema(value[key], sub, f"{path + '.' if path else ''}{key}"))
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(value):

@@ -12,6 +12,7 @@ the model a clear message; commands compute paths at run time, so it is never th
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from pathlib import Path
@@ -102,8 +103,11 @@ class ExecTool(Tool):
     async def execute(self, ctx: ToolContext, command: str, timeout_s: float | None = None, **_: Any) -> str:
         if not command.strip():
             raise ToolError("command is empty")
+        if "\0" in command:
+            raise ToolError("command holds a NUL byte, which no shell command can")
         self.check(command)
-        limit = min(timeout_s or self.cfg.timeout_s, self.cfg.timeout_s)  # shorter if asked, never longer
+        usable = isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0
+        limit = min(timeout_s if usable else self.cfg.timeout_s, self.cfg.timeout_s)  # shorter if asked, never longer
         try:
             result = await self.sandbox.run(
                 command,
