@@ -254,6 +254,18 @@ async def test_a_message_after_a_slow_attachment_comes_after_it(server, gateway_
     assert first.media and second.content == "what is in this picture?"
 
 
+async def test_no_lock_is_kept_for_a_channel_once_its_messages_are_handled(server, gateway_factory) -> None:
+    """Every Discord thread is a channel of its own: a lock was kept for each channel ever seen,
+    also for the guild chatter the bot ignores, for the life of the process."""
+    gw = await gateway_factory(make_config(server)).start()
+    for n in range(40):
+        server.push_message("just chatting", channel_id=GUILD_CHANNEL_ID + 1000 + n, guild=True)
+    server.push_message("human")
+    assert (await gw.inbound()).content == "human"
+    await asyncio.sleep(0.1)
+    assert len(gw.channel._chat_locks) == 0
+
+
 async def test_send_survives_429_and_502(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start()
     server.fail_next(

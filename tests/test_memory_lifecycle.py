@@ -302,7 +302,7 @@ async def test_new_during_background_consolidation_waits(agent_factory, script, 
         turns += 1
     assert agent.agent.lifecycle.consolidating == {"cli:direct"}  # a background consolidation is running
     await asyncio.sleep(0.05)
-    assert agent.agent.lifecycle.lock_for("cli:direct").locked()
+    assert agent.agent.lifecycle.session_locked("cli:direct")
     reply = await agent.ask("/new")
     assert reply == "New session started."
     assert not agent.agent.lifecycle.consolidating  # /new waited for it (the session lock)
@@ -311,6 +311,18 @@ async def test_new_during_background_consolidation_waits(agent_factory, script, 
     assert all(f"FACT-{i}:" in history for i in range(turns))  # everything said reached memory
     archived = list((ws / "sessions" / "archive").glob("cli_direct-*.jsonl"))
     assert len(archived) == 1 and f"FACT-{turns - 1}:" in archived[0].read_text()
+
+
+async def test_no_memory_lock_is_kept_for_a_session_once_its_work_is_done(agent_factory, script) -> None:  # noqa: ANN001
+    """The lifecycle kept a lock for every session it ever consolidated or archived, for the life
+    of the daemon."""
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    for n in range(5):
+        await chat(agent, 3, key=f"telegram:{n}", channel="telegram", chat_id=str(n))
+        await agent.agent.new_session(f"telegram:{n}")
+    assert await agent.agent.drain(30)
+    assert len(agent.agent.lifecycle._locks) == 0
+    assert "FACT-2:" in (agent.config.workspace_path / "memory" / "HISTORY.md").read_text()
 
 
 async def test_memory_protection_against_shrinking_update(agent_factory, script) -> None:  # noqa: ANN001

@@ -37,6 +37,7 @@ from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.markdown import markdown_to_discord
 from nanobot.channels.media import MediaItem
 from nanobot.channels.split import DISCORD_MAX_CHARS, capped_parts, split_message
+from nanobot.util.keyed_locks import KeyedLocks
 
 GUILD_READY_TIMEOUT_S = 2.0  # discord.py's wait for GUILD_CREATEs after READY
 REIDENTIFY_DELAY_S = 5.0  # discord.py's default pause before a non-initial IDENTIFY
@@ -100,7 +101,7 @@ class DiscordChannel(Channel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.client: _Client | None = None
-        self._chat_locks: dict[int, asyncio.Lock] = {}
+        self._chat_locks = KeyedLocks()
         self.guild_ready_timeout_s = GUILD_READY_TIMEOUT_S
         self.reidentify_delay_s = REIDENTIFY_DELAY_S
         self._task: asyncio.Task[None] | None = None
@@ -200,8 +201,7 @@ class DiscordChannel(Channel):
         # discord.py runs each message's handler as a task of its own: a message after a photo was
         # published while the photo still downloaded, and answered without it. One chat's messages
         # take this lock in the order they came (asyncio locks are fair), other chats do not wait.
-        lock = self._chat_locks.setdefault(message.channel.id, asyncio.Lock())
-        async with lock:
+        async with self._chat_locks.hold(message.channel.id):
             await self._handle_message(message)
 
     async def _handle_message(self, message: discord.Message) -> None:

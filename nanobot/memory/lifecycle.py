@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import boundary_after
 from nanobot.session.history import history_indices
 from nanobot.session.store import Session, SessionStore
+from nanobot.util.keyed_locks import KeyedLocks
 from nanobot.util.tasks import finish_or_cancel
 
 #: tokens of the next prompt: (session, whether the owner's memory is in the prompt) -> tokens
@@ -78,7 +80,7 @@ class MemoryLifecycle:
         self.flusher = flusher
         self.settings = settings
         self.estimator = estimator
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = KeyedLocks()  # per session key, while held or awaited
         self.consolidating: set[str] = set()
         self._over_warned: dict[str, int] = {}  # session -> prompt size (in steps) last warned about
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -93,11 +95,13 @@ class MemoryLifecycle:
         margin = min(self.settings.flush_soft_tokens, int(self.budget_tokens * MAX_FLUSH_MARGIN_SHARE))
         return self.budget_tokens - margin
 
-    def lock_for(self, key: str) -> asyncio.Lock:
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
-        return lock
+    def session_locked(self, key: str) -> bool:
+        """Whether memory work on the session holds its lock now."""
+        return self._locks.locked(key)
+
+    def lock_for(self, key: str) -> AbstractAsyncContextManager[None]:
+        """The session's memory lock: consolidation, flush and /new of one session take turns."""
+        return self._locks.hold(key)
 
     # ------------------------------------------------------------------ tasks
     def track(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
@@ -264,7 +268,7 @@ class MemoryLifecycle:
         """Archive the transcript now, without waiting: for a `/new` a shutdown cancelled. Its
         processing is left to the next start (`recover_pending`). False, and nothing done, while a
         consolidation of the session runs (it would write into the fresh session)."""
-        if self.lock_for(session.key).locked():
+        if self.session_locked(session.key):
             return False
         self.sessions.archive(session, self.memory.now(), pending=True)
         return True
