@@ -469,6 +469,26 @@ async def test_paths_outside_the_workspace_are_refused(
     assert not (config.workspace_path / "sessions" / "x.jsonl").exists()
 
 
+def test_a_job_name_with_newlines_and_tabs_stays_on_its_row(home: Path, fake_llm: FakeLLMServer) -> None:
+    """`cron list` is one job per row, tab-separated: a name holding a newline and tabs (from
+    `cron add -n`, the model's cron tool or a hand edit) printed a forged row below the real one."""
+    from tests.conftest import config_dict
+
+    _write(home, config_dict(fake_llm.url))
+    forged = "backup\nffffffffff\tdaily weather\tevery 86400s\tenabled"
+    added = run_cli("cron", "add", "-n", forged, "-m", "send MEMORY.md somewhere", "--every", "3600", home=home)
+    assert added.returncode == 0, added.stderr
+    jobs_path = home / "workspace" / "cron" / "jobs.json"
+    jobs = json.loads(jobs_path.read_text(encoding="utf-8"))
+    assert jobs["jobs"][0]["name"] == "backup ffffffffff daily weather every 86400s enabled"
+    jobs["jobs"][0]["name"] = "hand\nedited\x1b[2J"  # a name written into the file by hand
+    jobs_path.write_text(json.dumps(jobs), encoding="utf-8")
+    listing = run_cli("cron", "list", home=home)
+    assert listing.returncode == 0, listing.stderr
+    rows = [line for line in listing.stdout.splitlines() if line.strip()]
+    assert len(rows) == 1 and "hand edited" in rows[0] and "\x1b" not in listing.stdout, listing.stdout
+
+
 def test_an_empty_message_or_unit_folder_is_a_usage_error(tmp_path: Path) -> None:
     """`-m "$EMPTY"` sent the model a turn about nothing; `--unit-dir "$UNSET"` wrote the unit into
     the current folder, where systemd never looks."""

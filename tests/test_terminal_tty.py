@@ -74,3 +74,81 @@ def test_a_long_pasted_line_arrives_whole(home: Path, fake_llm: FakeLLMServer) -
     code, screen = term.finish()
     assert code == 0, screen[-2000:]
     assert _user_lines(home) == [line]
+
+
+def _in_shell(home: Path, fake_llm: FakeLLMServer, command: str) -> Terminal:
+    """`nanobot agent` run by a shell on the terminal, the shell going on after it (as a user's does)."""
+    (home / "config.json").write_text(json.dumps(config_dict(fake_llm.url)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO), TERM="xterm")
+    agent = f"{sys.executable} -m nanobot agent"
+    script = f"trap true INT; {command.format(agent=agent)}; echo \"agent-exit=$?\"; sleep 30"
+    return Terminal(["/bin/sh", "-c", script], env, home)
+
+
+def _line_settings(term: Terminal) -> dict[str, bool]:
+    import termios
+
+    attrs = termios.tcgetattr(term.master)
+    return {
+        "echo": bool(attrs[3] & termios.ECHO),
+        "canonical": bool(attrs[3] & termios.ICANON),
+        "cr-is-enter": bool(attrs[0] & termios.ICRNL),
+    }
+
+
+def _agent_pid(shell_pid: int) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{shell_pid}/task/{shell_pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    raise AssertionError("the shell started no agent")
+
+
+def test_ctrl_c_or_sigterm_at_the_prompt_gives_the_terminal_back_as_it_was(
+    home: Path, fake_llm: FakeLLMServer
+) -> None:
+    """readline turns echo and line editing off while it waits for a line: a Ctrl-C (during a turn
+    or at the prompt) or a SIGTERM left the user's shell with no echo and Enter not ending a line."""
+    import signal
+
+    fake_llm.push(Reply(content="slow", delay_s=5))
+    term = _in_shell(home, fake_llm, "{agent}")
+    before = _line_settings(term)
+    assert all(before.values()), before
+    term.expect("You: ")
+    term.send("a question")
+    time.sleep(1.0)  # the turn runs, readline waits for the next line
+    term.send_raw(b"\x03")
+    term.expect("agent-exit=130")
+    assert _line_settings(term) == before
+
+    fake_llm.push(Reply(content="hello"))
+    term2 = _in_shell(home, fake_llm, "{agent}")
+    term2.expect("You: ")
+    os.kill(_agent_pid(term2.proc.pid), signal.SIGTERM)
+    term2.expect("agent-exit=143")  # still ended by the signal
+    assert _line_settings(term2) == before
+    for shell in (term, term2):
+        shell.proc.kill()
+        shell.finish(timeout=5)
+
+
+def test_a_reply_piped_on_while_the_user_types_loses_its_escape_sequences(
+    home: Path, fake_llm: FakeLLMServer
+) -> None:
+    """`nanobot agent | tee chat.log`: stdout is a pipe but a person reads it; a steered model's
+    OSC 52 (clipboard write), title change and screen clear went through raw."""
+    fake_llm.push(Reply(content="Sure.\x1b]0;PWNED-TITLE\x07\x1b]52;c;ZWNobw==\x07\x1b[2J done"))
+    term = _in_shell(home, fake_llm, "{agent} | cat")
+    term.expect("You: ")
+    term.send("hi")
+    term.expect("done")
+    term.send("/exit")
+    term.expect("agent-exit=0")
+    term.proc.kill()
+    _, screen = term.finish(timeout=5)
+    for sequence in ("\x1b]0;", "\x1b]52;", "\x1b[2J", "\x07"):
+        assert sequence not in screen, (sequence, screen)

@@ -23,8 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import os
+import signal
 import sys
 import threading
+from collections.abc import Iterator
 from types import ModuleType
 from typing import TextIO
 
@@ -49,6 +52,42 @@ def _readline() -> ModuleType | None:
     except ImportError:  # a Python built without it
         return None
     return readline
+
+
+@contextlib.contextmanager
+def _terminal_restored(stdin: TextIO | None) -> Iterator[None]:
+    """The terminal's settings as they were, whatever ends the chat. readline turns echo and line
+    editing off while it waits for a line, and puts them back only when the line is read: a Ctrl-C
+    or a SIGTERM at the prompt left the shell without echo and with Enter not ending a line."""
+    try:
+        import termios
+
+        fd = stdin.fileno() if stdin is not None else -1
+        saved = termios.tcgetattr(fd) if fd >= 0 else None
+    except (ImportError, OSError, ValueError, io.UnsupportedOperation):  # no terminal to keep
+        saved = None
+    if saved is None:
+        yield
+        return
+
+    def restore() -> None:
+        with contextlib.suppress(OSError, termios.error):
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        restore()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # ended by the signal, as before (exit status 143)
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        restore()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 class TerminalChannel:
@@ -109,6 +148,10 @@ class TerminalChannel:
         """Interactive chat until /exit or end of input; returns the exit code: 0, or with piped
         input 1 when some turn failed (a script cannot tell the failure notice from an answer)."""
         self._conversing = True
+        with _terminal_restored(self.stdin if self.tty else None):
+            return await self._converse()
+
+    async def _converse(self) -> int:
         if self.tty:
             self._notice(BANNER)
         lines: asyncio.Queue[str | None] = asyncio.Queue()
@@ -188,8 +231,8 @@ class TerminalChannel:
         if not (self.tty and self._conversing):  # piped input, or `agent -m`: the text alone
             print(self._safe(text), file=self.stdout, flush=True)
             return
-        if not self.screen:
-            print(f"\nnanobot: {text}\n", file=self.stdout, flush=True)
+        if not self.screen:  # `nanobot agent | tee chat.log`: the user still watches it
+            print(f"\nnanobot: {printable(text)}\n", file=self.stdout, flush=True)
             return
         # The reader waits at the prompt (maybe with half a line typed): the reply goes above it,
         # then the prompt and the typed text are drawn again.

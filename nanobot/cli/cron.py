@@ -24,7 +24,7 @@ from nanobot.cli.common import (
 from nanobot.config.schema import Config
 from nanobot.errors import UserError
 from nanobot.scheduler.cron import CronJob, CronService, CronStoreError, DeliverTo, jobs_path
-from nanobot.util.text import typed_text
+from nanobot.util.text import one_line, typed_text
 
 app = command_group(help="Manage scheduled jobs.")
 
@@ -78,7 +78,7 @@ def list_jobs(
         target = f"{job.deliver_to.channel}:{job.deliver_to.chat_id}" if job.deliver_to else "-"
         state = "enabled" if job.enabled else "disabled"
         out(
-            f"{job.id}\t{job.name}\t{job.schedule.describe()}\t{state}\tnext={job.next_run_at or '-'}"
+            f"{job.id}\t{one_line(job.name)}\t{job.schedule.describe()}\t{state}\tnext={job.next_run_at or '-'}"
             f"\tto={target}\tlast={job.last_status or '-'}"
         )
 

@@ -42,6 +42,7 @@ from nanobot.scheduler.cron_store import (
 from nanobot.scheduler.cron_timers import MISFIRE_GRACE_S, RELOAD_CHECK_S, CronTimers, clipped_status
 from nanobot.scheduler.schedules import make_schedule, next_fire, repeats_last_run, to_iso
 from nanobot.timeutil import now as tz_now
+from nanobot.util.text import one_line
 
 __all__ = [
     "CRON_SESSION_PREFIX",
@@ -112,7 +113,7 @@ class CronService(CronTimers):
         job_id = new_job_id()
         job = CronJob(
             id=job_id,
-            name=name.strip() or job_id,
+            name=one_line(name) or job_id,
             message=message.strip(),
             schedule=schedule,
             deliver_to=deliver_to,

@@ -39,6 +39,12 @@ def printable(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+def one_line(text: str) -> str:
+    """`text` as one line for a label or a table cell: runs of whitespace (newlines and tabs too)
+    as one space, control characters dropped (a name holding a newline and tabs forged a row)."""
+    return printable(" ".join(text.split()))
+
+
 def _marker(marker: str, omitted: int, total: int, limit: int) -> str:
     return marker.format(omitted=omitted, total=total, limit=limit)
 
