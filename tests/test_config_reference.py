@@ -53,6 +53,12 @@ def test_config_schema_command_validates_the_example_and_catches_typos(home: Pat
     example["agents"]["defaults"]["maxTokenz"] = 5
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(example, schema)
+    # the closed lists the loader checks are closed in the schema too (an editor offers them)
+    memory = schema["$defs"]["MemoryConfig"]["properties"]
+    assert memory["backend"]["enum"] == ["file", "mem0", "graphiti", "honcho", "memos"]
+    assert "" in memory["condition"]["enum"] and "no_memory" in memory["condition"]["enum"]
+    embedding = schema["$defs"]["MemorySearchConfig"]["properties"]["embeddingProvider"]
+    assert embedding["enum"] == ["auto", "local", "litellm", "none"]
 
 
 def test_example_config_with_schema_hint_loads(home: Path) -> None:
@@ -71,6 +77,10 @@ def test_example_config_with_schema_hint_loads(home: Path) -> None:
         ({"gateway": {"fsync": "sometimes"}}, "gateway.fsync"),
         ({"agents": {"defaults": {"maxTokenz": 5}}}, "agents.defaults.maxTokenz: unknown key"),
         ({"channels": {"telegram": {"allowFrom": "123"}}}, "channels.telegram.allowFrom"),
+        # a proxy without a scheme broke doctor with a traceback and the Telegram channel at start
+        ({"channels": {"telegram": {"proxy": "127.0.0.1:3128"}}}, "channels.telegram.proxy"),
+        # an unknown provider left every voice message untranscribed, with a log warning only
+        ({"channels": {"transcription": {"provider": "whisper"}}}, "channels.transcription.provider"),
     ],
 )
 def test_bad_values_exit_2_with_the_key_path(home: Path, data: dict, key: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,15 +56,18 @@ def test_selection_rules(home: Path, fake_llm: FakeLLMServer) -> None:
         make_config(home, fake_llm.url, {"backend": "zep"})
     with pytest.raises(ConfigError, match="memory.condition: .*unknown condition 'oracle'"):
         make_config(home, fake_llm.url, {"condition": "oracle"})
-    cfg, _ = make_config(home, fake_llm.url, {"backend": "honcho", "backends": {"honcho": {}}})
+    # so is a bad block of the chosen backend (doctor and status said healthy of it before)
+    with pytest.raises(ConfigError, match=r"memory\.backends\.honcho\.baseUrl"):
+        make_config(home, fake_llm.url, {"backend": "honcho", "backends": {"honcho": {}}})
+    with pytest.raises(ConfigError, match=r"memory\.backends\.memos\.mode"):
+        make_config(
+            home,
+            fake_llm.url,
+            {"backend": "memos", "backends": {"memos": {"baseUrl": "http://127.0.0.1:1", "mode": "turbo"}}},
+        )
+    cfg, _ = make_config(home, fake_llm.url, {})
+    cfg.memory.backend = "honcho"  # a config built in code is checked where it is used
     with pytest.raises(BackendConfigError, match=r"memory\.backends\.honcho\.baseUrl"):
-        select(cfg)
-    cfg, _ = make_config(
-        home,
-        fake_llm.url,
-        {"backend": "memos", "backends": {"memos": {"baseUrl": "http://127.0.0.1:1", "mode": "turbo"}}},
-    )
-    with pytest.raises(BackendConfigError, match=r"memory\.backends\.memos\.mode"):
         select(cfg)
 
 
@@ -225,18 +229,26 @@ async def test_failing_backend_degrades_to_empty_context(home: Path, fake_llm: F
     ],
 )
 def test_cli_bad_backend_config_exits_2(home: Path, fake_llm: FakeLLMServer, block: dict, key: str) -> None:
-    make_config(home, fake_llm.url, block)
+    with pytest.raises(ConfigError, match=re.escape(key)):  # refused where the config is loaded
+        make_config(home, fake_llm.url, block)
     for args in (("agent", "-m", "hi"), ("memory", "backend", "check")):
         proc = run_cli(*args, home=home)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert key in proc.stderr, proc.stderr
+    # doctor and status said healthy of it, and the gateway then refused to start
+    doctor = run_cli("doctor", home=home)
+    assert doctor.returncode == 1 and "Traceback" not in doctor.stderr + doctor.stdout
+    assert any(line.startswith("FAIL  config") for line in doctor.stdout.splitlines()), doctor.stdout
+    assert key in doctor.stdout, doctor.stdout
+    status = run_cli("status", home=home)
+    assert status.returncode == 2 and key in status.stderr, status.stderr
 
 
 def test_backend_check_with_a_profile_outside_the_workspace_is_one_line(home: Path, fake_llm: FakeLLMServer) -> None:
     make_config(home, fake_llm.url, {"condition": "static_profile",
                                      "backends": {"static_profile": {"path": "../../config.json"}}})
     proc = run_cli("memory", "backend", "check", home=home)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr  # a config error
     assert "leaves the workspace" in proc.stderr
 
 

@@ -13,7 +13,15 @@ from typing import Annotated
 
 import typer
 
-from nanobot.cli.common import EXIT_FAILURE, ConfigOption, command_group, err, fail, load_cli_config
+from nanobot.cli.common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    ConfigOption,
+    command_group,
+    err,
+    fail,
+    load_cli_config,
+)
 
 app = command_group(help="Pluggable long-term memory backends.")
 
@@ -33,8 +41,8 @@ def check(
     config = load_cli_config(config_path)
     try:
         report = asyncio.run(run_check(config, ready_timeout_s=ready_timeout_s, progress=err))
-    except AdapterError as exc:  # a setting the backend refuses before any step (a path out of the workspace)
-        fail(f"Error: {exc}", EXIT_FAILURE)
+    except AdapterError as exc:  # a setting the backend refuses before any step (a path out of the
+        fail(f"Error: {exc}", EXIT_USAGE)  # workspace): a config error, exit 2 as the docs say
     if as_json:
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2, default=str))
     else:

@@ -157,11 +157,29 @@ def load_config(path: Path | None = None) -> Config:
     data = read_config_dict(path)
     data.pop(SCHEMA_KEY, None)
     try:
-        return Config(**to_field_names(Config, data))
+        config = Config(**to_field_names(Config, data))
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, str(path))) from None
     except SettingsError:
         raise ConfigError(_format_env_json_error()) from None
+    _check_memory_backend(config, path)
+    return config
+
+
+def _check_memory_backend(config: Config, path: Path) -> None:
+    """The chosen memory backend's block (`memory.backends.<name>`) is checked with the rest: doctor
+    and status said healthy of a config the gateway then refused (a honcho block without baseUrl).
+    The default file memory with no block imports nothing more."""
+    memory = config.memory
+    if not (memory.condition.strip() or memory.backend.strip().lower() not in ("", "file") or memory.backends):
+        return
+    from nanobot.memory.backends.contract import BackendConfigError
+    from nanobot.memory.backends.registry import select
+
+    try:
+        select(config)
+    except BackendConfigError as exc:
+        raise ConfigError(f"invalid configuration in {path}:\n  {exc}") from None
 
 
 def _structured(annotation: Any) -> bool:

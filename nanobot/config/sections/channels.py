@@ -7,7 +7,9 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from nanobot.config.sections.base import Credential, Section, endpoint_url
+from nanobot.config.sections.providers import ProvidersConfig
 
+PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
 GroupPolicy = Literal["mention", "open"]
 DmPolicy = Literal["pairing", "allowlist", "open"]
 
@@ -41,6 +43,13 @@ class TelegramConfig(Section):
     def _endpoint(cls, value: str) -> str:
         return endpoint_url(value)
 
+    @field_validator("proxy")
+    @classmethod
+    def _proxy(cls, value: str) -> str:
+        # `127.0.0.1:3128` without a scheme loaded, then broke doctor with a traceback and the
+        # Telegram channel at start, the gateway running on silent
+        return endpoint_url(value, PROXY_SCHEMES)
+
 
 class DiscordConfig(Section):
     enabled: bool = Field(False, description="Run the Discord bot in the gateway.")
@@ -68,6 +77,16 @@ class TranscriptionConfig(Section):
     provider: str = Field("", description="Voice messages are transcribed by this provider's Whisper "
                           "endpoint: `openai`, `groq` or `custom`; empty: off (the audio is only saved).")
     model: str = Field("whisper-1", description="Transcription model name.")
+
+    @field_validator("provider")
+    @classmethod
+    def _provider(cls, value: str) -> str:
+        # an unknown name ("OpenAI", "whisper") loaded, and every voice message then went
+        # untranscribed with a warning in the log only
+        name = value.strip().lower()
+        if name and name not in ProvidersConfig.model_fields:
+            raise ValueError(f"{value!r} is no provider; use one of {', '.join(ProvidersConfig.model_fields)}")
+        return name
 
 
 class ChannelsConfig(Section):

@@ -13,6 +13,11 @@ from nanobot.config.sections.base import Credential, Section, endpoint_url
 MEMORY_BACKENDS = ("file", "mem0", "graphiti", "honcho", "memos")
 MEMORY_CONDITIONS = ("no_memory", "rolling_summary", "full_history", "static_profile")
 EMBEDDING_PROVIDERS = ("auto", "local", "litellm", "none")
+
+
+def _ENUM(names: tuple[str, ...]) -> dict[str, list[str]]:  # noqa: N802 - reads as a constant
+    """The closed list an editor offers for a key the loader checks (any case, spaces trimmed)."""
+    return {"enum": list(names)}
 LOCAL_EMBEDDING_MODELS = ("multilingual-e5-small", "wordllama")  # what `local` can load offline
 
 
@@ -37,7 +42,8 @@ class MemorySearchConfig(Section):
                                     "installed, else the embedding endpoint of a configured provider that "
                                     "has one: OpenAI, Gemini, Mistral; else keyword search only), `local` "
                                     "(an offline model), `litellm` (a hosted embedding model) or `none` "
-                                    "(keyword search only). `nanobot memory status` shows which is used.")
+                                    "(keyword search only). `nanobot memory status` shows which is used.",
+                                    json_schema_extra=_ENUM(EMBEDDING_PROVIDERS))
     embedding_model: str = Field("", description="Embedding model name (e.g. `text-embedding-3-small`).")
     embedding_api_base: str = Field("", description="Endpoint of the embedding model; empty: the "
                                     "provider's.")
@@ -103,10 +109,11 @@ class MemoryConfig(Section):
     share_in_groups: bool = Field(False, description="Group chats may see and search the owner's long-term "
                                   "memory.")
     backend: str = Field("file", description="Long-term memory: `file` (Markdown files), `mem0`, "
-                         "`graphiti`, `honcho` or `memos` (see docs/memory-backends.md).")
+                         "`graphiti`, `honcho` or `memos` (see docs/memory-backends.md).",
+                         json_schema_extra=_ENUM(MEMORY_BACKENDS))
     condition: str = Field("", description="A control condition replacing `backend` for experiments: "
                            "`no_memory`, `rolling_summary`, `full_history` or `static_profile`; empty: "
-                           "none.")
+                           "none.", json_schema_extra=_ENUM(("", *MEMORY_CONDITIONS)))
     safety_buffer_tokens: int = Field(1024, ge=0, description="Tokens kept free below the context window "
                                       "when deciding to consolidate.")
     max_consolidation_rounds: int = Field(3, ge=1, description="Consolidation passes one turn may trigger.")
