@@ -37,10 +37,16 @@ _SHAPES = re.compile(
 )
 
 
+# A key a local server takes as anything ("ollama", "lm-studio", "not-needed"): ordinary words,
+# which masking every prompt would hide wherever the user writes them. Real keys and tokens mix
+# case or carry digits.
+_PLACEHOLDER = re.compile(r"[a-z]+(?:[-_][a-z]+)*")
+
+
 def register_secret(value: str | None) -> None:
     """Remember a secret so `mask` hides it wherever it appears."""
     global _pattern
-    if not value or len(value) < MIN_SECRET_CHARS:
+    if not value or len(value) < MIN_SECRET_CHARS or _PLACEHOLDER.fullmatch(value):
         return
     with _lock:
         if value in _secrets:

@@ -336,12 +336,15 @@ async def test_hostile_argument_values_get_an_error_and_the_turn_goes_on(
     config, _ = make_config(**{"tools.exec.timeoutS": 2})
     rt = make_runtime(config)
     deep = '{"path": ' + "[" * 5000 + "]" * 5000 + "}"
+    # parsed fine, then too deep for the recursive steps after it (a review catch)
+    medium = '{"path": ' + "[" * 600 + "]" * 600 + "}"
     fake_llm.push(
         Reply(
             content=None,
             tool_calls=[
                 {"id": "nan", "name": "exec", "arguments": '{"command": "sleep 30; echo finished", "timeout_s": NaN}'},
                 {"id": "deep", "name": "read_file", "arguments": deep},
+                {"id": "medium", "name": "read_file", "arguments": medium},
                 {"id": "null_task", "name": "spawn", "arguments": {"task": None}},
                 {"id": "null_content", "name": "write_file", "arguments": {"path": "c.txt", "content": None}},
                 {"id": "nul", "name": "exec", "arguments": {"command": "echo a\u0000b"}},
@@ -359,6 +362,7 @@ async def test_hostile_argument_values_get_an_error_and_the_turn_goes_on(
     }
     assert results["nan"] == "Error: invalid arguments for exec: timeout_s: must be a finite number, got nan"
     assert results["deep"] == "Error: invalid arguments for read_file: not usable: nested too deeply"
+    assert results["medium"] == results["deep"]
     assert results["null_task"] == "Error: invalid arguments for spawn: task: expected string, got NoneType"
     assert results["null_content"] == (
         "Error: invalid arguments for write_file: content: expected string, got NoneType"

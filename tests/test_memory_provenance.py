@@ -180,3 +180,53 @@ def test_last_sync_is_shown_in_the_users_zone(tmp_path: Path) -> None:
         assert index._last_sync_text() == "2025-11-28T10:46:40+13:00"
     finally:
         index.close()
+
+
+def test_a_fact_read_back_from_memory_may_be_corrected() -> None:
+    """The agent searched the owner's memory, the user corrected what it found: the corrected line
+    copies the search result's words, and was refused as a copy of a tool result (a review catch)."""
+    from nanobot.memory.transcript import tool_text
+
+    fact = "- Daughter Emma goes to Riverside Primary School in Year 3 and is allergic to peanuts"
+    read_call = {"id": "r1", "type": "function",
+                 "function": {"name": "read_file", "arguments": json.dumps({"path": "memory/MEMORY.md"})}}
+    messages = [
+        {"role": "user", "content": "What do you know about Emma? She is allergic to shellfish too."},
+        {"role": "assistant", "content": None, "tool_calls": [read_call]},
+        {"role": "tool", "tool_call_id": "r1", "name": "read_file", "content": fact},
+        {"role": "tool", "tool_call_id": "s1", "name": "memory_search", "content": fact},
+        {"role": "tool", "tool_call_id": "w1", "name": "web_fetch", "content": "a page about schools"},
+    ]
+    assert tool_text(messages) == "a page about schools"  # the owner's memory is no outside text
+    sources = echo_sources("USER: What do you know about Emma?", small_model=False, tool_output=fact)
+    corrected = check_memory_update(f"# Memory\n{fact} and shellfish", f"# Memory\n{fact}", sources,
+                                    budget_chars=12_000, user_texts=[messages[0]["content"]])
+    assert not isinstance(corrected, Refusal), corrected
+
+
+async def test_a_key_kept_in_memory_md_survives_a_masked_consolidation(runtime) -> None:  # noqa: ANN001
+    """The consolidation prompt is masked; a model giving MEMORY.md back with `***` for the key
+    replaced the real line, which protection then put back under "Kept from the previous version",
+    every consolidation (a review catch)."""
+    secret = "Xk9vQ2mPz7LwR4tY8nB1"
+    register_secret(secret)
+    rt = runtime
+    kept = f"- Home server token: {secret}"
+    rt.memory.write_memory(f"# Long-term memory\n{kept}\n- likes tea")
+    await _talk_then_new(rt)
+    memory_md = rt.memory.read_memory()
+    assert kept in memory_md and "***" not in memory_md and "Kept from the previous version" not in memory_md
+    assert "FACT-700" in memory_md
+
+
+def test_a_placeholder_key_is_no_secret() -> None:
+    """Local servers take any key ("ollama", "lm-studio"): masking every request hid those words
+    wherever the user wrote them (a review catch)."""
+    from nanobot.secrets import mask
+
+    for placeholder in ("lm-studio", "ollama", "not-needed", "sk-no-key-required"):
+        register_secret(placeholder)
+    said = "My lm-studio server is slow, should I switch to ollama? The key is not-needed."
+    assert mask(said) == said
+    register_secret("Kp3-lm-studio-key")  # a real key, even with words in it
+    assert mask("key Kp3-lm-studio-key") == "key ***"

@@ -39,6 +39,7 @@ from nanobot.memory.validation import (
 )
 from nanobot.providers.base import LLMError, LLMProvider, LLMResponse
 from nanobot.providers.tokens import count_text
+from nanobot.secrets import mask
 from nanobot.util.tool_args import decode_lenient
 
 #: share of existing MEMORY.md facts an update may drop before protection steps in
@@ -132,6 +133,16 @@ def normalise_save_memory_args(raw: Any) -> SaveMemoryArgs | None:
     if not isinstance(history, str) or not history.strip():
         return None
     return SaveMemoryArgs(history.strip(), memory if isinstance(memory, str) else None)
+
+
+def unmasked_lines(update: str, memory_now: str) -> str:
+    """The update with each line the model got masked (a key kept in MEMORY.md goes to the model as
+    `***`, as every request is masked) and gave back unchanged restored to the line on disk: the
+    masked copy replaced the key, and protection then put the real line back as "dropped"."""
+    masked = {mask(line): line for line in memory_now.splitlines() if mask(line) != line}
+    if not masked:
+        return update
+    return "\n".join(masked.get(line, line) for line in update.splitlines())
 
 
 def with_origin(entry: str, origin: str) -> str:
@@ -324,7 +335,7 @@ class Consolidator:
         if update is None:
             return entry, None
         checked = check_memory_update(
-            update,
+            unmasked_lines(update, memory_now),
             memory_now,
             sources,
             budget_chars=self.memory_budget_chars,

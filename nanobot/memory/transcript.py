@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -75,9 +76,35 @@ def chunk_time(messages: list[dict[str, Any]], tz: Any, default: datetime) -> tu
     return (stamps[0], stamps[-1]) if stamps else (default, default)
 
 
+#: tools whose results are the owner's own memory, not text from outside
+MEMORY_TOOLS = frozenset({"memory_search", "memory_get"})
+
+
 def tool_text(messages: Sequence[dict[str, Any]]) -> str:
-    """The text of the tool results among `messages` (web pages, files, command output), one per line."""
-    return "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "tool")
+    """The text of the tool results among `messages` that came from outside (web pages, files,
+    command output), one per line. What the agent read back from the owner's memory (memory_search,
+    memory_get, read_file under memory/) is left out: a fact it corrects is theirs."""
+    from_memory = set()
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {} if isinstance(call, dict) else {}
+            if function.get("name") == "read_file" and _reads_memory(function.get("arguments")):
+                from_memory.add(call.get("id"))
+    return "\n".join(
+        str(m.get("content") or "")
+        for m in messages
+        if m.get("role") == "tool" and m.get("name") not in MEMORY_TOOLS and m.get("tool_call_id") not in from_memory
+    )
+
+
+def _reads_memory(arguments: Any) -> bool:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return False
+    path = str(arguments.get("path") or "") if isinstance(arguments, dict) else ""
+    return path.lstrip("./").startswith("memory/") or path.endswith(("MEMORY.md", "HISTORY.md"))
 
 
 def last_time(messages: Sequence[dict[str, Any]], tz: Any, default: datetime) -> datetime:

@@ -355,6 +355,7 @@ def check_memory_update(
         return None, []  # nothing new: keep MEMORY.md as it is
     if not isinstance(text, str):
         return Refusal("broken", "memory_update", f"expected Markdown text, got {type(text).__name__}")
+    user_texts = list(user_texts)  # read twice: the copy check and the requests to forget
     old_norm = {normalise_fact(x) for x in previous.splitlines()}
     new_part = "\n".join(x for x in text.splitlines() if normalise_fact(x) not in old_norm)
     if new_part.strip():
@@ -362,7 +363,7 @@ def check_memory_update(
         if isinstance(checked, Refusal):
             return checked
         copied = _copies_the_conversation(new_part, sources.transcript) or _copies_tool_output(
-            new_part, sources.tool_output, "\n".join(user_texts)
+            new_part, sources.tool_output, "\n".join((*user_texts, previous))  # the user's or already kept
         )
         if copied is not None:
             return copied

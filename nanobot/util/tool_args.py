@@ -13,16 +13,40 @@ from __future__ import annotations
 import json
 from typing import Any
 
+#: no tool takes arguments nested deeper; every later step (unicode repair, the schema check, the
+#: session file) walks them recursively, and a few hundred levels ended the turn in RecursionError
+MAX_ARGUMENT_DEPTH = 64
+TOO_DEEP = "not usable: nested too deeply"
+
+
+def nesting_depth(value: Any, stop_at: int = MAX_ARGUMENT_DEPTH) -> int:
+    """How deep dicts and lists nest in `value` (a plain value: 0), counted without recursion up
+    to just past `stop_at`."""
+    deepest, level = 0, [value]
+    while level and deepest <= stop_at:
+        inner = [
+            child
+            for item in level
+            for child in (item.values() if isinstance(item, dict) else item if isinstance(item, list) else ())
+        ]
+        if not any(isinstance(item, (dict, list)) for item in level):
+            break
+        deepest += 1
+        level = inner
+    return deepest
+
 
 def from_provider(raw: Any) -> dict[str, Any] | str:
     if isinstance(raw, dict):
-        return raw
+        return raw if nesting_depth(raw) <= MAX_ARGUMENT_DEPTH else TOO_DEEP
     if not raw:
         return {}
     try:
         parsed = json.loads(raw)
     except (TypeError, json.JSONDecodeError, RecursionError):  # nested too deep for the parser
         return str(raw)
+    if isinstance(parsed, dict) and nesting_depth(parsed) > MAX_ARGUMENT_DEPTH:
+        return str(raw)  # the registry says why, from the text
     return parsed if isinstance(parsed, dict) else str(raw)
 
 
@@ -31,16 +55,18 @@ def parse_arguments(arguments: Any) -> dict[str, Any] | str:
     if arguments is None or arguments == "":
         return {}
     if isinstance(arguments, dict):
-        return arguments
+        return arguments if nesting_depth(arguments) <= MAX_ARGUMENT_DEPTH else TOO_DEEP
     if isinstance(arguments, str):
+        if arguments == TOO_DEEP:
+            return TOO_DEEP
         try:
             parsed = json.loads(arguments)
         except json.JSONDecodeError as exc:
             return f"not valid JSON ({exc.msg} at position {exc.pos})"
         except RecursionError:
-            return "not usable: nested too deeply"
+            return TOO_DEEP
         if isinstance(parsed, dict):
-            return parsed
+            return parsed if nesting_depth(parsed) <= MAX_ARGUMENT_DEPTH else TOO_DEEP
         return "expected a JSON object"
     return f"expected a JSON object, got {type(arguments).__name__}"
 
