@@ -448,7 +448,8 @@ class FakeWhisper(ThreadedAiohttpServer):
                 "auth": request.headers.get("Authorization"),
             },
         )
-        return web.json_response({"text": "buy milk tomorrow"})
+        scripted = getattr(self, "answers", None)
+        return web.json_response(scripted.pop(0) if scripted else {"text": "buy milk tomorrow"})
 
 
 async def test_media_downloaded_and_voice_transcribed(server, gateway_factory, tmp_path: Path) -> None:
@@ -482,6 +483,29 @@ async def test_media_downloaded_and_voice_transcribed(server, gateway_factory, t
         assert "[voice transcription] buy milk tomorrow" in third.content
         call = (await whisper.wait_for("transcribe"))[0].params
         assert call == {"model": "whisper-1", "bytes": 10, "auth": "Bearer sk-whisper-test-key"}
+    finally:
+        whisper.stop()
+
+
+async def test_a_transcription_answer_without_text_keeps_the_message(server, gateway_factory) -> None:
+    """A 200 answer that is JSON but no object with a text (a list, a bare string) raised out of the
+    update handler: the message and its caption were dropped unanswered; `{"text": null}` reached
+    the model as the transcript "None"."""
+    whisper = FakeWhisper().start()
+    whisper.answers = [["not", "an", "object"], "just a string", {"text": None}]
+    try:
+        config = make_config(server)
+        config.channels.transcription.provider = "custom"
+        config.providers.custom.api_base = f"http://127.0.0.1:{whisper.port}/v1"
+        gw = await gateway_factory(config).start(respond=False)
+        for n in range(3):
+            voice = server.add_file(f"w{n}", f"voice/file_w{n}.oga", b"OggS-voice")
+            server.push_message(None, voice={**voice, "duration": 2, "mime_type": "audio/ogg"},
+                                caption=f"CAPTION-{n} please remind me")
+        got = [await gw.inbound() for _ in range(3)]
+        for n, msg in enumerate(got):
+            assert f"CAPTION-{n}" in msg.content and "transcription failed" in msg.content, msg.content
+            assert "None" not in msg.content
     finally:
         whisper.stop()
 

@@ -225,3 +225,51 @@ async def test_only_real_images_go_to_a_vision_model_and_files_stay_known(make_c
     history = fake_llm.requests[-1]["messages"]
     earlier = [m for m in history[1:-1] if m["role"] == "user"]
     assert earlier and str(contract) in earlier[0]["content"], earlier
+
+
+def test_an_album_of_big_photos_stays_within_one_requests_size(make_config) -> None:  # noqa: ANN001
+    """Each photo was checked against the 5 MB cap on its own: a 10-photo album of 4.9 MB each
+    went out as one 65 MB request, which providers refuse (HTTP 413), and the turn failed."""
+    from nanobot.agent.context import IMAGES_MAX_TOTAL_BYTES
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    media = config.workspace_path / "media"
+    media.mkdir(parents=True, exist_ok=True)
+    photos = []
+    for n in range(10):
+        photo = media / f"telegram_5_{n}_photo.png"
+        photo.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes([n]) * 4_900_000)
+        photos.append(str(photo))
+    built = runtime.agent.context.user_message("look at these", "rt", photos, vision=True)
+    parts = built["content"]
+    shown = [p for p in parts if p["type"] == "image_url"]
+    sent_bytes = sum(len(p["image_url"]["url"]) for p in shown) * 3 // 4
+    assert len(shown) == 3 and sent_bytes <= IMAGES_MAX_TOTAL_BYTES * 1.01
+    text = parts[0]["text"]
+    assert all(f"[attached file: {p}" in text for p in photos[3:])  # the rest are named, not lost
+    assert text.count("not shown: this message's images are over 15 MB together") == 7
+
+
+async def test_a_command_with_a_file_says_the_file_was_not_read(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """A document captioned `/new` or `/help`: the command was done and the file kept in media/,
+    unread, without a word to the user."""
+    from nanobot.bus.events import InboundMessage
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    media = config.workspace_path / "media"
+    media.mkdir(parents=True, exist_ok=True)
+    scan = media / "telegram_5_9_scan.pdf"
+    scan.write_bytes(b"%PDF-1.4")
+    try:
+        runtime.loop.start()
+        for command, answer in (("/help", "/new"), ("/new", "New session started.")):
+            out = await runtime.bus.request(InboundMessage("telegram", "5", "5", command, media=[str(scan)]))
+            assert out is not None and answer in out.content
+            assert "Attached telegram_5_9_scan.pdf: kept in media/ but not read" in out.content, out.content
+        plain = await runtime.bus.request(InboundMessage("telegram", "5", "5", "/help"))
+        assert plain is not None and "Attached" not in plain.content
+    finally:
+        await runtime.aclose()
+    assert not fake_llm.requests  # commands, no model turn

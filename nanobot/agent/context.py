@@ -29,6 +29,9 @@ from nanobot.util.text import attachment_note, truncate_middle
 HEAD_SHARE = 0.7
 TAIL_SHARE = 0.2
 IMAGE_MAX_BYTES = 5_000_000
+#: the images of one message together (base64 adds a third): a 10-photo album of 4.9 MB each went out
+#: as one 65 MB request, which providers refuse (HTTP 413), and the whole turn failed
+IMAGES_MAX_TOTAL_BYTES = 15_000_000
 SKILLS_RECHECK_S = 2.0
 SKILLS_LIST_MIN_CHARS = 1_200  # the "Other skills" list keeps at least this much of the prompt
 COMPACT_IDENTITY = "You are nanobot, a helpful personal AI assistant. Answer briefly and truthfully."
@@ -277,6 +280,7 @@ not a request."""
         body = f"{runtime}\n\n{text}"
         notes: list[str] = []
         images: list[dict[str, Any]] = []
+        image_bytes = 0
         for raw in media or []:
             path = Path(raw)
             mime = mimetypes.guess_type(path.name)[0] or ""
@@ -284,7 +288,11 @@ not a request."""
             # by its bytes, not its name: an SVG, a TIFF or text named .png went as an image that
             # the endpoint refuses, and the model never learnt the file's path
             real = image_type(image) if image is not None else None
-            if image is not None and real is not None:
+            if image is not None and real is not None and image_bytes + len(image) > IMAGES_MAX_TOTAL_BYTES:
+                notes.append(f"{attachment_note(path, mime)} (not shown: this message's images are over "
+                             f"{IMAGES_MAX_TOTAL_BYTES // 1_000_000} MB together; ask for fewer at a time)")
+            elif image is not None and real is not None:
+                image_bytes += len(image)
                 data = base64.b64encode(image).decode()
                 images.append({"type": "image_url", "image_url": {"url": f"data:{real};base64,{data}"}})
             else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from loguru import logger
 
@@ -189,7 +190,7 @@ class AgentLoop:
         # Served again after a restart (Telegram), a /stop would cancel the turn the restart
         # resumed, and the user would get a "Stopped." they did not send: only confirmed.
         if not self.agent.records.command_served_again(msg, ctx):
-            await self._deliver(msg, ctx.reply(await self._immediate(ctx)))
+            await self._deliver(msg, ctx.reply(await self._immediate(ctx) + files_not_read(msg)))
         else:
             msg.resolve(None)
 
@@ -290,7 +291,7 @@ class AgentLoop:
         """A message in its session's order: `/new`, or a turn."""
         if ctx.command == "new":
             reply = await self.agent.new_session(ctx.session_key, msg.metadata.get("message_id"))
-            return ctx.reply(reply) if reply is not None else None
+            return ctx.reply(reply + files_not_read(msg)) if reply is not None else None
         return await self.agent.handle(msg, ctx)
 
     async def _deliver(self, msg: InboundMessage, out: OutboundMessage | None) -> None:
@@ -312,3 +313,12 @@ class AgentLoop:
         if running is None and not cancelled_sub:
             return NOTHING_RUNNING_REPLY
         return STOPPED_REPLY
+
+
+def files_not_read(msg: InboundMessage) -> str:
+    """What a command's reply adds when files came with it (a photo captioned `/new`): the command
+    is done, the files are kept in media/ but nobody read them, which the user was not told."""
+    if not msg.media:
+        return ""
+    names = ", ".join(Path(path).name for path in msg.media)
+    return f"\n\n(Attached {names}: kept in media/ but not read. Send it again without a command.)"

@@ -180,10 +180,13 @@ async def transcribe(path: Path, cfg: TranscriptionConfig, providers: ProvidersC
     if response.status_code != 200:
         raise TranscriptionError(f"HTTP {response.status_code}: {mask_then_cut(response.text, 200)}")
     try:
-        text = response.json().get("text", "")
-    except ValueError:
-        text = response.text
-    return str(text).strip()
+        answer = response.json()
+    except ValueError:  # a plain-text answer (response_format "text")
+        return response.text.strip()
+    text = answer.get("text") if isinstance(answer, dict) else None
+    if not isinstance(text, str):  # a list, a bare string, {"text": null}: no transcript in it
+        raise TranscriptionError(f"unexpected answer: {mask_then_cut(response.text, 200)}")
+    return text.strip()
 
 
 async def voice_note_text(path: Path, rel: str, cfg: TranscriptionConfig, providers: ProvidersConfig) -> str:
