@@ -151,6 +151,23 @@ async def test_guild_open_policy(server, gateway_factory) -> None:
     assert (await gw.inbound()).content == "just chatting"
 
 
+async def test_a_message_from_a_guild_not_in_the_cache_is_a_group_message(server, gateway_factory) -> None:
+    """discord.py gives a message of a guild it has not cached no guild: it was taken for a private
+    message, with the owner's trust, and a stranger there got a pairing code in the public channel."""
+    gw = await gateway_factory(make_config(server, dmPolicy="pairing")).start()
+    unknown = 919999999999999999
+    server.push_message("owner, no mention", channel_id=GUILD_CHANNEL_ID + 7, guild=True, guild_id=unknown)
+    server.push_message("stranger here", channel_id=GUILD_CHANNEL_ID + 7, guild=True, guild_id=unknown,
+                        author_id=4242, author_name="mallory")
+    server.push_message(f"<@{BOT_ID}> owner asks", channel_id=GUILD_CHANNEL_ID + 7, guild=True,
+                        guild_id=unknown, mention_bot=True)
+    msg = await gw.inbound()
+    assert msg.content == "owner asks" and msg.is_group
+    await asyncio.sleep(0.2)
+    assert gw.bus.inbound.empty()
+    assert not server.calls_to("send_message")  # no pairing code posted in a guild channel
+
+
 async def test_ignores_bots_and_itself(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start()
     server.push_message("beep", author_id=12345, author_name="otherbot", author_bot=True)

@@ -267,6 +267,26 @@ def test_status_and_health_while_running(a: Site) -> None:
     assert health.stderr.startswith(f"gateway pid {a.gw.proc.pid} healthy")
 
 
+def test_a_config_changed_under_the_running_gateway_is_named(a: Site) -> None:
+    """A token or key rotated in config.json is used only after a restart: onboard said "token ok",
+    status blamed the file's token, doctor said healthy, and nothing said to restart."""
+    assert a.gw.proc is not None
+    path = a.gw.home / "config.json"
+    original = path.read_bytes()
+    note = f"config.json changed since the gateway (pid {a.gw.proc.pid}) started: restart it"
+    assert note not in run_cli(a.gw.home, "status").stdout
+    try:
+        path.write_bytes(original.rstrip() + b"\n\n")  # any edit: a rotated key looks the same to us
+        status = run_cli(a.gw.home, "status")
+        assert status.returncode == 0 and note in status.stdout, status.stdout
+        doctor = run_cli(a.gw.home, "doctor", timeout=120)
+        gateway_line = next(line for line in doctor.stdout.splitlines() if "gateway" in line.split()[:2])
+        assert gateway_line.startswith("warn") and note in gateway_line, doctor.stdout
+    finally:
+        path.write_bytes(original)
+    assert note not in run_cli(a.gw.home, "status").stdout
+
+
 def test_second_gateway_on_the_same_workspace_is_refused(a: Site) -> None:
     assert a.gw.proc is not None
     second = run_cli(a.gw.home, "gateway", timeout=60)

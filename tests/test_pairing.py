@@ -189,6 +189,19 @@ async def test_a_failing_send_keeps_the_request(store: PairingStore, logs: list[
     assert any("could not send the pairing code" in line for line in logs)
 
 
+async def test_a_damaged_store_is_logged_once_not_per_message(store: PairingStore, logs: list[str]) -> None:
+    """While pairing.json was damaged every stranger's every message wrote an ERROR line: anyone
+    could flood the log."""
+    ch = channel(store, "pairing")
+    store.path.write_text("{not json")
+    for n in range(15):
+        assert not await ch._publish(dm(str(800 + n % 3), f"spam {n}"))
+    errors = [line for line in logs if "could not record a pairing request" in line]
+    assert len(errors) == 1, errors
+    assert ch.sent == [] and ch.bus.inbound.empty()
+    await ch.stop()
+
+
 def test_config_default_and_values() -> None:
     cfg = Config()
     assert cfg.channels.telegram.dm_policy == "pairing" and cfg.channels.discord.dm_policy == "pairing"

@@ -125,6 +125,26 @@ def test_a_lock_file_removed_while_running_is_taken_again(tmp_path: Path) -> Non
         lock.release()
 
 
+def test_a_workspace_moved_while_running_is_not_locked_anew(tmp_path: Path) -> None:
+    """The workspace moved (or renamed) under a running gateway: it took a new lock at the old path,
+    `status` of the moved one said "not running", and a second gateway started there beside it."""
+    from nanobot.service.state import WorkspaceMoved
+
+    ws, moved = tmp_path / "ws", tmp_path / "ws-new"
+    ws.mkdir()
+    lock = GatewayLock(ws)
+    lock.acquire()
+    try:
+        ws.rename(moved)
+        with pytest.raises(WorkspaceMoved, match="moved or renamed"):
+            lock.keep()
+        assert not ws.exists()  # nothing made again at the old path
+        with pytest.raises(GatewayAlreadyRunning):  # the moved workspace is still locked by it
+            GatewayLock(moved).acquire()
+    finally:
+        lock.release()
+
+
 def test_second_lock_in_same_process_is_refused_with_pid(tmp_path: Path) -> None:
     with GatewayLock(tmp_path) as first:
         assert first.held
@@ -351,11 +371,12 @@ def test_status_names_a_gateway_that_stopped_beating(tmp_path: Path, gateway_pro
     from nanobot.cli.status import _gateway_lines
 
     ws = tmp_path / "ws"
-    assert _gateway_lines(ws, watchdog_interval_s=10)[0].startswith("Gateway: running")
+    config_path = tmp_path / "config.json"
+    assert _gateway_lines(ws, watchdog_interval_s=10, config_path=config_path)[0].startswith("Gateway: running")
     state = json.loads((ws / STATE_FILE_NAME).read_text())
     state["watchdog_at"] -= 120  # its last beat two minutes ago
     (ws / STATE_FILE_NAME).write_text(json.dumps(state))
-    [line] = _gateway_lines(ws, watchdog_interval_s=10)
+    [line] = _gateway_lines(ws, watchdog_interval_s=10, config_path=config_path)
     assert line.startswith(f"Gateway: not responding (pid {gateway_proc.pid}, last beat 12"), line
 
 

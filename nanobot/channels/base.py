@@ -78,6 +78,7 @@ class Channel(Connection, ABC):
         self.last_error: str | None = None
         self.typing_max_s = TYPING_MAX_S
         self._denied_logged: set[str] = set()
+        self._pairing_error = ""  # the pairing store's last failure, logged once
         self._typing: dict[str, _Typing] = {}
         self._typing_tasks: set[asyncio.Task[None]] = set()  # including stopped ones still finishing
 
@@ -219,8 +220,14 @@ class Channel(Connection, ABC):
         try:
             outcome, code = self.pairing.request(self.name, sender_id, username, chat_id)
         except (OSError, PairingError) as exc:  # a full disk or a damaged store: the sender gets nothing
-            logger.error("{}: could not record a pairing request: {}", self.name, exc)
+            # said once while it lasts: every stranger's every message logged an ERROR line
+            if str(exc) != self._pairing_error:
+                self._pairing_error = str(exc)
+                logger.error(
+                    "{}: could not record a pairing request: {} (said once until it changes)", self.name, exc
+                )
             return
+        self._pairing_error = ""
         if outcome != "issued" or code is None:
             if sender_id not in self._denied_logged:
                 self._denied_logged.add(sender_id)

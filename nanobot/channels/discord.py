@@ -212,7 +212,9 @@ class DiscordChannel(Channel):
         if message.type not in _USER_MESSAGE_TYPES:
             logger.debug("discord: ignoring system message {} ({})", message.id, message.type.name)
             return
-        is_group = message.guild is not None
+        # a guild the client has not cached (its channel a PartialMessageable) is still a guild: the
+        # message was taken for a private one, with the owner's trust and a pairing reply in public
+        is_group = message.guild is not None or getattr(message.channel, "guild_id", None) is not None
         if is_group and self.config.group_policy == "mention" and not self._addressed(message, me_id):
             return
         content = re.sub(rf"<@!?{me_id}>", "", message.content)

@@ -153,6 +153,7 @@ def apply(path: Path, answers: Answers, *, check: bool) -> bool:
     # a config.json linked to a dotfiles copy stays a link: the copy is what gets the answers
     atomic_write(path.resolve(), json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     err(f"Saved {path}")
+    _say_if_a_gateway_runs(path)
     if not check:
         return True
     ok = True
@@ -160,6 +161,21 @@ def apply(path: Path, answers: Answers, *, check: bool) -> bool:
         err(f"  {c.part}: {c.status} — {c.detail}")
         ok = ok and c.status != "fail"
     return ok
+
+
+def _say_if_a_gateway_runs(path: Path) -> None:
+    """A running gateway keeps the settings it started with: a rotated token was saved, checked
+    "ok", and the bot stayed silent with no word of a restart."""
+    from nanobot.config.loader import load_config
+    from nanobot.errors import ConfigError
+    from nanobot.service.state import config_changed_note, gateway_summary
+
+    try:
+        summary = gateway_summary(load_config(path).workspace_path)
+    except (ConfigError, OSError):
+        return
+    if note := config_changed_note(summary, path):
+        err(f"Note: {note}")
 
 
 def offer_service(config_path: Path) -> int:

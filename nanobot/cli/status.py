@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from nanobot.cli.common import ConfigOption, config_path, load_cli_config, out
 from nanobot.config.paths import index_path, index_size_bytes
 
@@ -27,7 +29,7 @@ def status(config: ConfigOption = None) -> None:
             + (f", {allow}" if ch.enabled else "")
         )
     lines.append(f"Exec sandbox: {_sandbox_line(cfg)}")
-    lines.extend(_gateway_lines(ws, cfg.gateway.watchdog_interval_s))
+    lines.extend(_gateway_lines(ws, cfg.gateway.watchdog_interval_s, path))
     demo = not isinstance(provider, str) and provider.is_small_local
     lines.append(f"Memory: backend {cfg.memory.condition or cfg.memory.backend}; {_index_line(cfg, demo)}")
     lines.extend(_archive_lines(cfg))
@@ -50,8 +52,8 @@ def _sandbox_line(cfg) -> str:  # noqa: ANN001
     return detect(cfg.tools.exec.sandbox).describe()
 
 
-def _gateway_lines(ws, watchdog_interval_s: float) -> list[str]:  # noqa: ANN001
-    from nanobot.service.state import gateway_summary, stale_after_s
+def _gateway_lines(ws, watchdog_interval_s: float, config_path: Path) -> list[str]:  # noqa: ANN001
+    from nanobot.service.state import config_changed_note, gateway_summary, stale_after_s
 
     summary = gateway_summary(ws)
     if not summary["running"]:
@@ -68,6 +70,8 @@ def _gateway_lines(ws, watchdog_interval_s: float) -> list[str]:  # noqa: ANN001
     for name, info in sorted(summary["channels"].items()):
         err_text = f" — {info.get('error')}" if info.get("error") else ""
         lines.append(f"  channel {name}: {info.get('state', '?')}{err_text}")
+    if note := config_changed_note(summary, config_path):
+        lines.append(f"  {note}")
     return lines
 
 

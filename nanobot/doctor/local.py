@@ -106,7 +106,7 @@ def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
     return [
         *checks,
         check_disk(workspace),
-        check_gateway(cfg),
+        check_gateway(cfg, config_path),
         check_service(),
         check_index(cfg, fix=fix),
         check_archives(cfg),
@@ -243,17 +243,21 @@ def check_disk(workspace: Path) -> Check:
     return Check("disk", "warn" if free < DISK_WARN_BYTES else "ok", text)
 
 
-def check_gateway(cfg: Config) -> Check:
-    from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary, is_healthy
+def check_gateway(cfg: Config, config_path: Path) -> Check:
+    from nanobot.service.state import WATCHDOG_STALE_FACTOR, config_changed_note, gateway_summary, is_healthy
 
     workspace = cfg.workspace_path
-    if not gateway_summary(workspace)["running"]:
+    summary = gateway_summary(workspace)
+    if not summary["running"]:
         enabled = [n for n in ("telegram", "discord") if getattr(cfg.channels, n).enabled]
         note = (
             f" (channels {', '.join(enabled)} answer only while it runs: nanobot gateway)" if enabled else ""
         )
         return Check("gateway", "warn" if enabled else "ok", f"not running{note}")
     ok, reason = is_healthy(workspace, cfg.gateway.watchdog_interval_s * WATCHDOG_STALE_FACTOR)
+    note = config_changed_note(summary, config_path)
+    if note:  # the file's key or token is not the one in use: doctor checked the file's, said healthy
+        return Check("gateway", "fail" if not ok else "warn", f"{reason}; {note}")
     return Check("gateway", "ok" if ok else "fail", reason)
 
 

@@ -25,6 +25,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 from loguru import logger
@@ -36,7 +37,13 @@ from nanobot.config.schema import Config
 from nanobot.errors import UserError
 from nanobot.providers.base import LLMProvider
 from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY, HeartbeatService, resolve_heartbeat_target
-from nanobot.service.state import GatewayAlreadyRunning, GatewayLock, GatewayState, run_watchdog
+from nanobot.service.state import (
+    GatewayAlreadyRunning,
+    GatewayLock,
+    GatewayState,
+    WorkspaceMoved,
+    run_watchdog,
+)
 from nanobot.service.systemd import beat_interval_s, sd_notify
 
 EXIT_FORCED = 1
@@ -106,6 +113,7 @@ class Gateway:
             else None
         )
         self.state = GatewayState(self.workspace)
+        self.state.loaded_config(Path(config_path))
         self.force_exit = force_exit  # injectable so tests can observe a forced exit
         self.ready = asyncio.Event()  # set once the agent loop takes messages
         self._stop = asyncio.Event()
@@ -224,8 +232,8 @@ class Gateway:
         if self.lock is not None:
             try:
                 self.lock.keep()
-            except GatewayAlreadyRunning as exc:  # another gateway took the workspace meanwhile
-                logger.error("{}; stopping this one", exc)
+            except (GatewayAlreadyRunning, WorkspaceMoved) as exc:  # another gateway took it, or
+                logger.error("{}; stopping this one", exc)  # it is no longer where this one runs
                 self.request_stop(signal.SIGTERM)
             except (OSError, UserError) as exc:  # the path unusable now: the next beat tries again
                 logger.warning("gateway lock: {}", exc)

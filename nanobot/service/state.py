@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import time
@@ -75,6 +76,10 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+class WorkspaceMoved(UserError):
+    """The running gateway's workspace is no longer where it was started."""
+
+
 class GatewayLock:
     """An exclusive, non-blocking flock on `<workspace>/.gateway.lock` that records the holder's pid."""
 
@@ -123,13 +128,21 @@ class GatewayLock:
         this one, both polling the same bot. Raises GatewayAlreadyRunning when another took it."""
         if self._fd is None:
             return
+        ours = os.fstat(self._fd)
         try:
             on_disk = os.stat(self.path)
-            ours = os.fstat(self._fd)
             if (on_disk.st_dev, on_disk.st_ino) == (ours.st_dev, ours.st_ino):
                 return
         except FileNotFoundError:
             pass
+        if ours.st_nlink > 0:
+            # our lock file still exists, elsewhere: the workspace was moved or renamed. Taking a lock
+            # at the old path made `status` say "not running" of the new one, and a second gateway
+            # started there beside this one, both polling the same bot.
+            raise WorkspaceMoved(
+                f"the workspace {self.workspace} was moved or renamed while the gateway ran "
+                "(its lock file is no longer there); start the gateway again on its new path"
+            )
         logger.warning("gateway lock {} was removed while running; taking it again", self.path)
         fd, self._fd = self._fd, None
         try:
@@ -223,7 +236,32 @@ def gateway_summary(workspace: Path, now: float | None = None) -> dict[str, Any]
         "channels": dict(state.get("channels") or {}),
         "pending_tasks": int(state.get("pending_tasks") or 0),
         "watchdog_interval_s": _positive_or_none(state.get("watchdog_interval_s")),
+        "config": state.get("config") if isinstance(state.get("config"), dict) else {},
     }
+
+
+def config_digest(path: Path) -> str | None:
+    """sha256 of the config file's bytes (None when it cannot be read)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def config_changed_note(summary: dict[str, Any], config_path: Path) -> str | None:
+    """A sentence when the running gateway started with another version of `config_path` than the
+    file holds now: a key or token rotated in the file is used only after a restart, and until then
+    the chat said "check the API key in the config" of a key that was already right."""
+    started = summary.get("config") or {}
+    if not summary.get("running") or started.get("path") != str(Path(config_path).resolve()):
+        return None
+    if config_digest(config_path) == started.get("sha256"):
+        return None
+    return (
+        f"{Path(config_path).name} changed since the gateway (pid {summary.get('pid')}) started: restart it to "
+        "use the change (`systemctl --user restart nanobot` for the user service, or stop and start "
+        "`nanobot gateway`)"
+    )
 
 
 def _positive_or_none(value: Any) -> float | None:
@@ -274,6 +312,14 @@ class GatewayState:
         self.channels: dict[str, dict[str, str | None]] = {}
         self.pending_tasks = 0
         self.interval_s: float | None = None  # the watchdog's beat interval, set by run_watchdog
+        self.config_path: str | None = None  # the config.json it loaded, and that file's digest then
+        self.config_digest: str | None = None
+
+    def loaded_config(self, path: Path) -> None:
+        """Record the config file the gateway started with: status and doctor then say when the
+        file changed since (a rotated key or token is used only after a restart)."""
+        self.config_path = str(Path(path).resolve())
+        self.config_digest = config_digest(Path(path))
 
     def set_channel(self, name: str, state: str, error: str | None = None) -> None:
         """Record a channel's state (e.g. starting, running, stopped, failed) and its last error."""
@@ -293,6 +339,8 @@ class GatewayState:
         }
         if self.interval_s is not None:  # readers judge staleness by it, not by their own config
             data["watchdog_interval_s"] = self.interval_s
+        if self.config_digest is not None:
+            data["config"] = {"path": self.config_path, "sha256": self.config_digest}
         return data
 
     def write(self) -> None:

@@ -104,10 +104,12 @@ class FakeDiscordServer(ThreadedAiohttpServer):
         reply_to_bot: bool = False,
         attachments: list[dict[str, Any]] | None = None,
         message_type: int = 0,
+        guild_id: int = GUILD_ID,
     ) -> str:
         """Dispatch MESSAGE_CREATE to every connected client; returns the message id.
 
-        `message_type` is Discord's message type (0 default; 6 pin, 7 member join... are system ones).
+        `message_type` is Discord's message type (0 default; 6 pin, 7 member join... are system ones);
+        `guild_id` another than GUILD_ID names a guild the client never heard of.
         """
         message_id = str(next(_snowflakes))
         data: dict[str, Any] = {
@@ -127,7 +129,7 @@ class FakeDiscordServer(ThreadedAiohttpServer):
             "mentions": [_user(BOT_ID, "nanobot", True)] if mention_bot else [],
         }
         if guild:
-            data["guild_id"] = str(GUILD_ID)
+            data["guild_id"] = str(guild_id)
             data["member"] = {
                 "roles": [],
                 "joined_at": "2024-01-01T00:00:00+00:00",
