@@ -28,6 +28,7 @@ for _var in list(os.environ):
 
 from nanobot.config.schema import Config  # noqa: E402
 from tests.fakes.llm_server import FakeLLMServer  # noqa: E402
+from tests.fakes.memory_llm import MemoryScript  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -83,6 +84,14 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         pytest.skip(message)
     with LlamaServer(log_path=tmp_path_factory.mktemp("llama") / "server.log") as server:
         yield server
+
+
+@pytest.fixture
+def script(fake_llm: FakeLLMServer) -> MemoryScript:
+    """The fake model answering nanobot's memory calls (consolidation, flush, notes) by rule."""
+    s = MemoryScript()
+    fake_llm.responder = s.responder
+    return s
 
 
 @pytest.fixture

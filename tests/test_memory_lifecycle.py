@@ -30,13 +30,6 @@ def last_metadata(workspace: Path, key: str = "cli_direct") -> dict:
 
 
 @pytest.fixture
-def script(fake_llm: FakeLLMServer) -> MemoryScript:
-    s = MemoryScript()
-    fake_llm.responder = s.responder
-    return s
-
-
-@pytest.fixture
 def agent_factory(make_config, script: MemoryScript):  # noqa: ANN001
     agents = []
 

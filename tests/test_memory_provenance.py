@@ -19,15 +19,7 @@ from nanobot.memory.validation import Refusal, check_memory_update
 from nanobot.secrets import register_secret
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.memory_llm import MemoryScript
-
-SMALL_WINDOW = {"agents.defaults.contextWindowTokens": 4608, "agents.defaults.maxTokens": 512}
-
-
-@pytest.fixture
-def script(fake_llm: FakeLLMServer) -> MemoryScript:
-    s = MemoryScript()
-    fake_llm.responder = s.responder
-    return s
+from tests.test_memory_lifecycle import SMALL_WINDOW
 
 
 @pytest.fixture
