@@ -449,7 +449,10 @@ class FakeWhisper(ThreadedAiohttpServer):
             },
         )
         scripted = getattr(self, "answers", None)
-        return web.json_response(scripted.pop(0) if scripted else {"text": "buy milk tomorrow"})
+        answer = scripted.pop(0) if scripted else {"text": "buy milk tomorrow"}
+        if isinstance(answer, web.Response):  # an answer as the server sends it (e.g. plain text)
+            return answer
+        return web.json_response(answer)
 
 
 async def test_media_downloaded_and_voice_transcribed(server, gateway_factory, tmp_path: Path) -> None:
@@ -492,7 +495,8 @@ async def test_a_transcription_answer_without_text_keeps_the_message(server, gat
     update handler: the message and its caption were dropped unanswered; `{"text": null}` reached
     the model as the transcript "None"."""
     whisper = FakeWhisper().start()
-    whisper.answers = [["not", "an", "object"], "just a string", {"text": None}]
+    whisper.answers = [["not", "an", "object"], "just a string", {"text": None},
+                       web.Response(text="42", content_type="text/plain")]  # a spoken number
     try:
         config = make_config(server)
         config.channels.transcription.provider = "custom"
@@ -502,10 +506,13 @@ async def test_a_transcription_answer_without_text_keeps_the_message(server, gat
             voice = server.add_file(f"w{n}", f"voice/file_w{n}.oga", b"OggS-voice")
             server.push_message(None, voice={**voice, "duration": 2, "mime_type": "audio/ogg"},
                                 caption=f"CAPTION-{n} please remind me")
-        got = [await gw.inbound() for _ in range(3)]
-        for n, msg in enumerate(got):
+        voice = server.add_file("w3", "voice/file_w3.oga", b"OggS-voice")
+        server.push_message(None, voice={**voice, "duration": 1, "mime_type": "audio/ogg"})
+        got = [await gw.inbound() for _ in range(4)]
+        for n, msg in enumerate(got[:3]):
             assert f"CAPTION-{n}" in msg.content and "transcription failed" in msg.content, msg.content
             assert "None" not in msg.content
+        assert "[voice transcription] 42" in got[3].content  # plain text, though it reads as JSON
     finally:
         whisper.stop()
 

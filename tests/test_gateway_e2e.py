@@ -276,7 +276,11 @@ def test_a_config_changed_under_the_running_gateway_is_named(a: Site) -> None:
     note = f"config.json changed since the gateway (pid {a.gw.proc.pid}) started: restart it"
     assert note not in run_cli(a.gw.home, "status").stdout
     try:
-        path.write_bytes(original.rstrip() + b"\n\n")  # any edit: a rotated key looks the same to us
+        data = json.loads(original)
+        path.write_text(json.dumps(data, indent=4, sort_keys=True))  # the same settings, laid out anew
+        assert note not in run_cli(a.gw.home, "status").stdout  # (onboard run again said "changed")
+        data.setdefault("agents", {}).setdefault("defaults", {})["temperature"] = 0.3  # a real change
+        path.write_text(json.dumps(data))
         status = run_cli(a.gw.home, "status")
         assert status.returncode == 0 and note in status.stdout, status.stdout
         doctor = run_cli(a.gw.home, "doctor", timeout=120)

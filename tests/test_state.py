@@ -125,24 +125,30 @@ def test_a_lock_file_removed_while_running_is_taken_again(tmp_path: Path) -> Non
         lock.release()
 
 
-def test_a_workspace_moved_while_running_is_not_locked_anew(tmp_path: Path) -> None:
-    """The workspace moved (or renamed) under a running gateway: it took a new lock at the old path,
-    `status` of the moved one said "not running", and a second gateway started there beside it."""
-    from nanobot.service.state import WorkspaceMoved
-
+def test_a_workspace_moved_while_running_stays_locked(tmp_path: Path) -> None:
+    """The workspace moved (or renamed) under a running gateway: it took a new lock at the old path
+    and let the moved one go, so a second gateway started there beside it, both polling one bot.
+    Stopping the gateway instead (a first fix) also stopped it for a hard-linked copy of the lock or
+    a workspace moved aside and restored, exit 0, which systemd does not restart: a review catch."""
     ws, moved = tmp_path / "ws", tmp_path / "ws-new"
     ws.mkdir()
     lock = GatewayLock(ws)
     lock.acquire()
     try:
         ws.rename(moved)
-        with pytest.raises(WorkspaceMoved, match="moved or renamed"):
-            lock.keep()
-        assert not ws.exists()  # nothing made again at the old path
-        with pytest.raises(GatewayAlreadyRunning):  # the moved workspace is still locked by it
+        lock.keep()  # the old path is locked anew: status there says it runs, as it does
+        assert (ws / LOCK_FILE_NAME).read_text().strip() == str(os.getpid())
+        with pytest.raises(GatewayAlreadyRunning):  # and the moved workspace stays locked by it
             GatewayLock(moved).acquire()
+        # a copy made with hard links, then the lock file removed: taken again, nothing stops
+        os.link(ws / LOCK_FILE_NAME, tmp_path / "snapshot.lock")
+        (ws / LOCK_FILE_NAME).unlink()
+        lock.keep()
+        assert lock.held and (ws / LOCK_FILE_NAME).read_text().strip() == str(os.getpid())
     finally:
         lock.release()
+    with GatewayLock(moved):  # released with it
+        assert (moved / LOCK_FILE_NAME).read_text().strip() == str(os.getpid())
 
 
 def test_second_lock_in_same_process_is_refused_with_pid(tmp_path: Path) -> None:

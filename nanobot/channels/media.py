@@ -179,10 +179,12 @@ async def transcribe(path: Path, cfg: TranscriptionConfig, providers: ProvidersC
             )
     if response.status_code != 200:
         raise TranscriptionError(f"HTTP {response.status_code}: {mask_then_cut(response.text, 200)}")
+    if "json" not in response.headers.get("content-type", "").lower():
+        return response.text.strip()  # a plain-text answer (response_format "text"): "42" is a transcript
     try:
         answer = response.json()
-    except ValueError:  # a plain-text answer (response_format "text")
-        return response.text.strip()
+    except ValueError:
+        answer = None
     text = answer.get("text") if isinstance(answer, dict) else None
     if not isinstance(text, str):  # a list, a bare string, {"text": null}: no transcript in it
         raise TranscriptionError(f"unexpected answer: {mask_then_cut(response.text, 200)}")

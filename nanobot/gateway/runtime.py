@@ -41,7 +41,6 @@ from nanobot.service.state import (
     GatewayAlreadyRunning,
     GatewayLock,
     GatewayState,
-    WorkspaceMoved,
     run_watchdog,
 )
 from nanobot.service.systemd import beat_interval_s, sd_notify
@@ -232,8 +231,8 @@ class Gateway:
         if self.lock is not None:
             try:
                 self.lock.keep()
-            except (GatewayAlreadyRunning, WorkspaceMoved) as exc:  # another gateway took it, or
-                logger.error("{}; stopping this one", exc)  # it is no longer where this one runs
+            except GatewayAlreadyRunning as exc:  # another gateway took the workspace meanwhile
+                logger.error("{}; stopping this one", exc)
                 self.request_stop(signal.SIGTERM)
             except (OSError, UserError) as exc:  # the path unusable now: the next beat tries again
                 logger.warning("gateway lock: {}", exc)

@@ -34,6 +34,7 @@ WATCHDOG_STALE_FACTOR = 3.0
 # concludes that an unnamed holder is a real gateway.
 ACQUIRE_RETRY_S = 0.5
 ACQUIRE_RETRY_STEP_S = 0.02
+MAX_LOCKS_KEPT_ELSEWHERE = 8  # lock files moved away with their workspace, still held
 
 
 class GatewayAlreadyRunning(UserError):
@@ -76,10 +77,6 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-class WorkspaceMoved(UserError):
-    """The running gateway's workspace is no longer where it was started."""
-
-
 class GatewayLock:
     """An exclusive, non-blocking flock on `<workspace>/.gateway.lock` that records the holder's pid."""
 
@@ -87,6 +84,7 @@ class GatewayLock:
         self.workspace = Path(workspace)
         self.path = lock_path(self.workspace)
         self._fd: int | None = None
+        self._elsewhere: list[int] = []  # earlier lock files, moved away with their folder, still held
 
     @property
     def held(self) -> bool:
@@ -125,7 +123,8 @@ class GatewayLock:
     def keep(self) -> None:
         """Take the lock again when its file is gone or replaced (the workspace deleted and made
         anew while running): `health` then said no gateway ran, and a second one started beside
-        this one, both polling the same bot. Raises GatewayAlreadyRunning when another took it."""
+        this one, both polling the same bot. A lock file that still exists elsewhere (the workspace
+        moved) stays held too. Raises GatewayAlreadyRunning when another took it."""
         if self._fd is None:
             return
         ours = os.fstat(self._fd)
@@ -135,14 +134,6 @@ class GatewayLock:
                 return
         except FileNotFoundError:
             pass
-        if ours.st_nlink > 0:
-            # our lock file still exists, elsewhere: the workspace was moved or renamed. Taking a lock
-            # at the old path made `status` say "not running" of the new one, and a second gateway
-            # started there beside this one, both polling the same bot.
-            raise WorkspaceMoved(
-                f"the workspace {self.workspace} was moved or renamed while the gateway ran "
-                "(its lock file is no longer there); start the gateway again on its new path"
-            )
         logger.warning("gateway lock {} was removed while running; taking it again", self.path)
         fd, self._fd = self._fd, None
         try:
@@ -151,13 +142,30 @@ class GatewayLock:
         except BaseException:
             self._fd = fd  # still held on the old file: the next beat tries again
             raise
-        os.close(fd)
+        if ours.st_nlink > 0 and len(self._elsewhere) < MAX_LOCKS_KEPT_ELSEWHERE:
+            # the old lock file still exists, elsewhere: the workspace was moved or renamed (or
+            # copied with hard links). Its lock is kept too: released, a second gateway started on
+            # the moved workspace beside this one, both polling the same bot.
+            self._elsewhere.append(fd)
+            logger.warning(
+                "the gateway lock of {} still exists elsewhere (the workspace moved?); keeping it locked "
+                "as well: restart the gateway to run on the new place",
+                self.workspace,
+            )
+        else:
+            os.close(fd)
 
     def release(self) -> None:
         """Drop the lock (idempotent). The pid is cleared first so readers never see a stale one."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
+        for moved in self._elsewhere:
+            with contextlib.suppress(OSError):
+                os.ftruncate(moved, 0)
+            with contextlib.suppress(OSError):
+                os.close(moved)
+        self._elsewhere.clear()
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
         with contextlib.suppress(OSError):
@@ -241,11 +249,18 @@ def gateway_summary(workspace: Path, now: float | None = None) -> dict[str, Any]
 
 
 def config_digest(path: Path) -> str | None:
-    """sha256 of the config file's bytes (None when it cannot be read)."""
+    """sha256 of the config's settings (None when the file cannot be read): of its JSON in one
+    canonical form, so a file written again with the same settings (onboard re-run) is no change;
+    of its bytes when it is no JSON."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        raw = Path(path).read_bytes()
     except OSError:
         return None
+    try:
+        raw = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
+    except (ValueError, RecursionError):
+        pass
+    return hashlib.sha256(raw).hexdigest()
 
 
 def config_changed_note(summary: dict[str, Any], config_path: Path) -> str | None:
