@@ -82,7 +82,7 @@ def _in_shell(home: Path, fake_llm: FakeLLMServer, command: str) -> Terminal:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
     env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO), TERM="xterm")
     agent = f"{sys.executable} -m nanobot agent"
-    script = f"trap true INT; {command.format(agent=agent)}; echo \"agent-exit=$?\"; sleep 30"
+    script = f"trap true INT QUIT; {command.format(agent=agent)}; echo \"agent-exit=$?\"; sleep 30"
     return Terminal(["/bin/sh", "-c", script], env, home)
 
 
@@ -125,13 +125,21 @@ def test_ctrl_c_or_sigterm_at_the_prompt_gives_the_terminal_back_as_it_was(
     term.expect("agent-exit=130")
     assert _line_settings(term) == before
 
-    fake_llm.push(Reply(content="hello"))
     term2 = _in_shell(home, fake_llm, "{agent}")
     term2.expect("You: ")
     os.kill(_agent_pid(term2.proc.pid), signal.SIGTERM)
     term2.expect("agent-exit=143")  # still ended by the signal
     assert _line_settings(term2) == before
-    for shell in (term, term2):
+
+    fake_llm.push(Reply(content="slow", delay_s=5))
+    term3 = _in_shell(home, fake_llm, "{agent}")
+    term3.expect("You: ")
+    term3.send("another question")
+    time.sleep(1.0)
+    term3.send_raw(b"\x1c")  # Ctrl-\ (SIGQUIT) during the turn
+    term3.expect("agent-exit=131")
+    assert _line_settings(term3) == before
+    for shell in (term, term2, term3):
         shell.proc.kill()
         shell.finish(timeout=5)
 

@@ -29,7 +29,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from types import ModuleType
-from typing import TextIO
+from typing import Any, TextIO
 
 from nanobot.bus.events import ChannelUnavailable, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
@@ -42,6 +42,9 @@ PROMPT = "You: "
 
 ReplyFuture = asyncio.Future[OutboundMessage | None]
 _CLEAR_LINE = "\r\x1b[K"
+# signals that end the chat by their default action: the terminal is restored first (Ctrl-C ends it
+# through KeyboardInterrupt, which the chat's own finally covers)
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP)
 
 
 
@@ -57,8 +60,8 @@ def _readline() -> ModuleType | None:
 @contextlib.contextmanager
 def _terminal_restored(stdin: TextIO | None) -> Iterator[None]:
     """The terminal's settings as they were, whatever ends the chat. readline turns echo and line
-    editing off while it waits for a line, and puts them back only when the line is read: a Ctrl-C
-    or a SIGTERM at the prompt left the shell without echo and with Enter not ending a line."""
+    editing off while it waits for a line, and puts them back only when the line is read: a Ctrl-C,
+    a Ctrl-\\ or a SIGTERM at the prompt left the shell without echo and with Enter not ending a line."""
     try:
         import termios
 
@@ -74,20 +77,21 @@ def _terminal_restored(stdin: TextIO | None) -> Iterator[None]:
         with contextlib.suppress(OSError, termios.error):
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
-    def on_sigterm(signum: int, _frame: object) -> None:
+    def on_signal(signum: int, _frame: object) -> None:
         restore()
         signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)  # ended by the signal, as before (exit status 143)
+        os.kill(os.getpid(), signum)  # ended by the signal, as before (exit status 128 + signum)
 
-    previous = None
+    previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        for signum in ENDING_SIGNALS:
+            previous[signum] = signal.signal(signum, on_signal)
     try:
         yield
     finally:
         restore()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class TerminalChannel:

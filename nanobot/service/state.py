@@ -134,7 +134,14 @@ class GatewayLock:
                 return
         except FileNotFoundError:
             pass
-        logger.warning("gateway lock {} was removed while running; taking it again", self.path)
+        if not self.workspace.exists():  # moved by copy and delete, or deleted: this one cannot tell
+            logger.error(
+                "the workspace {} is gone while the gateway runs (moved or deleted?); its lock is made "
+                "anew there. Stop the gateway before moving a workspace, then start it on the new place",
+                self.workspace,
+            )
+        else:
+            logger.warning("gateway lock {} was removed while running; taking it again", self.path)
         fd, self._fd = self._fd, None
         try:
             ensure_private_dir(self.path.parent)
