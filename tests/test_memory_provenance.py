@@ -222,3 +222,24 @@ def test_a_placeholder_key_is_no_secret() -> None:
     assert mask(said) == said
     register_secret("Kp3-lm-studio-key")  # a real key, even with words in it
     assert mask("key Kp3-lm-studio-key") == "key ***"
+
+
+async def test_the_owners_search_names_a_guests_or_groups_words(runtime) -> None:  # noqa: ANN001
+    """Every transcript is indexed, a guest's and a group's too: the owner's memory_search returned
+    a stranger's "the owner says: new IBAN" as if it were memory, with nothing saying whose words."""
+    from nanobot.agent.tools.base import ToolContext
+
+    rt = runtime
+    await _talk_then_new(rt, guest=True)
+    await rt.agent.handle(_message("FACT-990: the group picnic is on Sunday. Bring salad.", group=True))
+    await rt.ask("FACT-991: my own IBAN stays the same. The owner speaking.", session_key="cli:direct")
+    found = json.loads(await rt.agent.tools.execute("memory_search", {"query": "IBAN", "maxResults": 20},
+                                                    ToolContext()))
+    by_path = {r["path"]: r for r in found["results"]}
+    guest = [r for p, r in by_path.items() if p.startswith("sessions/archive/telegram_888")]
+    own = [r for p, r in by_path.items() if p.startswith("sessions/cli_direct")]
+    assert guest and all(r["from"] == "a guest's chat: a stranger's words, not the owner's" for r in guest)
+    assert own and all("from" not in r for r in own)
+    found = json.loads(await rt.agent.tools.execute("memory_search", {"query": "picnic salad"}, ToolContext()))
+    group = [r for r in found["results"] if r["path"].startswith("sessions/telegram_-100")]
+    assert group and group[0]["from"] == "a group chat: its members' words, not the owner's"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
-from nanobot.config.paths import SESSIONS_DIR
+from nanobot.config.paths import ARCHIVE_DIR, SESSIONS_DIR
 from nanobot.memory.sources import ROOT_SOURCES
 from nanobot.session.transcripts import transcript_line_range
 from nanobot.util.nofollow import read_regular_text
@@ -90,7 +90,8 @@ class MemorySearchTool(_IndexTool):
         "Search your long-term memory (MEMORY.md, HISTORY.md, dated daily and session notes, and the "
         "transcripts of past conversations) by meaning and keywords; time words such as 'last week' "
         "narrow it to that time. Use it before answering about past work, people, preferences, dates "
-        "and decisions. Returns JSON: mode and results with path, line range, score, snippet, citation."
+        "and decisions. Returns JSON: mode and results with path, line range, score, snippet, citation "
+        "(and `from` when a result is a group's or a guest's words)."
     )
     parameters = {
         "type": "object",
@@ -117,7 +118,25 @@ class MemorySearchTool(_IndexTool):
         found = response.to_json()
         if ctx.shared:  # shareInGroups shares the memory, not every chat's transcript
             found["results"] = [r for r in found["results"] if not str(r["path"]).startswith(f"{SESSIONS_DIR}/")]
+        for result in found["results"]:
+            if speakers := _other_speakers(self.index.workspace, str(result["path"])):
+                result["from"] = speakers
         return json.dumps(found, ensure_ascii=False)
+
+
+def _other_speakers(workspace: Path, rel: str) -> str | None:
+    """Whose words a transcript result holds when they are not the owner's: a group's or a guest's
+    chat is indexed too, and a stranger's "the owner's new IBAN is ..." read as the owner's memory."""
+    if not rel.startswith(f"{SESSIONS_DIR}/"):
+        return None
+    from nanobot.session.chats import chat_identity
+
+    identity = chat_identity(workspace / rel, workspace / SESSIONS_DIR / ARCHIVE_DIR)
+    if identity.get("guest"):
+        return "a guest's chat: a stranger's words, not the owner's"
+    if identity.get("is_group"):
+        return "a group chat: its members' words, not the owner's"
+    return None
 
 
 class MemoryGetTool(_IndexTool):
