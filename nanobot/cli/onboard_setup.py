@@ -168,7 +168,8 @@ def _say_if_a_gateway_runs(path: Path) -> None:
     "ok", and the bot stayed silent with no word of a restart."""
     from nanobot.config.loader import load_config
     from nanobot.errors import ConfigError
-    from nanobot.service.state import config_changed_note, gateway_summary
+    from nanobot.service.config_watch import config_changed_note
+    from nanobot.service.state import gateway_summary
 
     try:
         summary = gateway_summary(load_config(path).workspace_path)

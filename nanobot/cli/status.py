@@ -53,7 +53,8 @@ def _sandbox_line(cfg) -> str:  # noqa: ANN001
 
 
 def _gateway_lines(ws, watchdog_interval_s: float, config_path: Path) -> list[str]:  # noqa: ANN001
-    from nanobot.service.state import config_changed_note, gateway_summary, stale_after_s
+    from nanobot.service.config_watch import config_changed_note
+    from nanobot.service.state import gateway_summary, stale_after_s
 
     summary = gateway_summary(ws)
     if not summary["running"]:

@@ -244,7 +244,8 @@ def check_disk(workspace: Path) -> Check:
 
 
 def check_gateway(cfg: Config, config_path: Path) -> Check:
-    from nanobot.service.state import WATCHDOG_STALE_FACTOR, config_changed_note, gateway_summary, is_healthy
+    from nanobot.service.config_watch import config_changed_note
+    from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary, is_healthy
 
     workspace = cfg.workspace_path
     summary = gateway_summary(workspace)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import time
@@ -23,6 +22,7 @@ from loguru import logger
 
 from nanobot.config.paths import GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE
 from nanobot.errors import UserError
+from nanobot.service.config_watch import config_digest
 from nanobot.util.fs import atomic_write, ensure_private_dir, open_private, try_flock
 
 LOCK_FILE_NAME = GATEWAY_LOCK_FILE
@@ -253,37 +253,6 @@ def gateway_summary(workspace: Path, now: float | None = None) -> dict[str, Any]
         "watchdog_interval_s": _positive_or_none(state.get("watchdog_interval_s")),
         "config": state.get("config") if isinstance(state.get("config"), dict) else {},
     }
-
-
-def config_digest(path: Path) -> str | None:
-    """sha256 of the config's settings (None when the file cannot be read): of its JSON in one
-    canonical form, so a file written again with the same settings (onboard re-run) is no change;
-    of its bytes when it is no JSON."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError:
-        return None
-    try:
-        raw = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
-    except (ValueError, RecursionError):
-        pass
-    return hashlib.sha256(raw).hexdigest()
-
-
-def config_changed_note(summary: dict[str, Any], config_path: Path) -> str | None:
-    """A sentence when the running gateway started with another version of `config_path` than the
-    file holds now: a key or token rotated in the file is used only after a restart, and until then
-    the chat said "check the API key in the config" of a key that was already right."""
-    started = summary.get("config") or {}
-    if not summary.get("running") or started.get("path") != str(Path(config_path).resolve()):
-        return None
-    if config_digest(config_path) == started.get("sha256"):
-        return None
-    return (
-        f"{Path(config_path).name} changed since the gateway (pid {summary.get('pid')}) started: restart it to "
-        "use the change (`systemctl --user restart nanobot` for the user service, or stop and start "
-        "`nanobot gateway`)"
-    )
 
 
 def _positive_or_none(value: Any) -> float | None:
