@@ -174,22 +174,30 @@ def test_last_sync_is_shown_in_the_users_zone(tmp_path: Path) -> None:
         index.close()
 
 
-def test_a_fact_read_back_from_memory_may_be_corrected() -> None:
+def test_a_fact_read_back_from_memory_may_be_corrected(tmp_path: Path) -> None:
     """The agent searched the owner's memory, the user corrected what it found: the corrected line
-    copies the search result's words, and was refused as a copy of a tool result (a review catch)."""
+    copies the search result's words, and was refused as a copy of a tool result (a review catch;
+    a note read by its absolute path, as the prompt shows the workspace, was still refused)."""
     from nanobot.memory.transcript import tool_text
 
     fact = "- Daughter Emma goes to Riverside Primary School in Year 3 and is allergic to peanuts"
-    read_call = {"id": "r1", "type": "function",
-                 "function": {"name": "read_file", "arguments": json.dumps({"path": "memory/MEMORY.md"})}}
+
+    def read(call_id: str, path: str) -> dict:
+        return {"id": call_id, "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": path})}}
+
+    calls = [read("r1", "memory/MEMORY.md"), read("r2", str(tmp_path / "memory" / "2026-11-26.md")),
+             read("r3", "./memory/../memory/notes.md"), read("r4", "notes/memory.md")]
     messages = [
         {"role": "user", "content": "What do you know about Emma? She is allergic to shellfish too."},
-        {"role": "assistant", "content": None, "tool_calls": [read_call]},
-        {"role": "tool", "tool_call_id": "r1", "name": "read_file", "content": fact},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": c["id"], "name": "read_file", "content": fact} for c in calls[:3]),
+        {"role": "tool", "tool_call_id": "r4", "name": "read_file", "content": "a file outside memory"},
         {"role": "tool", "tool_call_id": "s1", "name": "memory_search", "content": fact},
         {"role": "tool", "tool_call_id": "w1", "name": "web_fetch", "content": "a page about schools"},
     ]
-    assert tool_text(messages) == "a page about schools"  # the owner's memory is no outside text
+    # the owner's memory is no outside text
+    assert tool_text(messages, tmp_path) == "a file outside memory\na page about schools"
     sources = echo_sources("USER: What do you know about Emma?", small_model=False, tool_output=fact)
     corrected = check_memory_update(f"# Memory\n{fact} and shellfish", f"# Memory\n{fact}", sources,
                                     budget_chars=12_000, user_texts=[messages[0]["content"]])

@@ -222,7 +222,9 @@ class Consolidator:
         system = CONSOLIDATION_SYSTEM + ("" if private else "\n\n" + GROUP_NOTE)
         prompt = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         sources = echo_sources(
-            render_transcript(messages) + "\n" + transcript, small_model=False, tool_output=tool_text(messages)
+            render_transcript(messages) + "\n" + transcript,
+            small_model=False,
+            tool_output=tool_text(messages, self.memory.workspace),
         )
         try:
             verdict = await ask_until_accepted(
@@ -277,7 +279,9 @@ class Consolidator:
         """The small-model profile: a summary question, then (private chats) a facts question."""
         text = small_profile.quoted_user_text(messages)
         sources = echo_sources(
-            render_transcript(messages) + "\n" + text, small_model=True, tool_output=tool_text(messages)
+            render_transcript(messages) + "\n" + text,
+            small_model=True,
+            tool_output=tool_text(messages, self.memory.workspace),
         )
 
         def check_summary(reply: str) -> str | Refusal:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from nanobot.config.paths import MEMORY_DIR
 from nanobot.timeutil import parse_iso_or_none
 from nanobot.util.text import truncate_middle
 
@@ -80,15 +83,16 @@ def chunk_time(messages: list[dict[str, Any]], tz: Any, default: datetime) -> tu
 MEMORY_TOOLS = frozenset({"memory_search", "memory_get"})
 
 
-def tool_text(messages: Sequence[dict[str, Any]]) -> str:
+def tool_text(messages: Sequence[dict[str, Any]], workspace: Path) -> str:
     """The text of the tool results among `messages` that came from outside (web pages, files,
     command output), one per line. What the agent read back from the owner's memory (memory_search,
-    memory_get, read_file under memory/) is left out: a fact it corrects is theirs."""
+    memory_get, read_file under the workspace's memory/, by any spelling of the path) is left out:
+    a fact it corrects is theirs."""
     from_memory = set()
     for message in messages:
         for call in message.get("tool_calls") or ():
             function = call.get("function") or {} if isinstance(call, dict) else {}
-            if function.get("name") == "read_file" and _reads_memory(function.get("arguments")):
+            if function.get("name") == "read_file" and _reads_memory(function.get("arguments"), workspace):
                 from_memory.add(call.get("id"))
     return "\n".join(
         str(m.get("content") or "")
@@ -97,14 +101,21 @@ def tool_text(messages: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def _reads_memory(arguments: Any) -> bool:
+def _reads_memory(arguments: Any, workspace: Path) -> bool:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
         except (ValueError, RecursionError):
             return False
-    path = str(arguments.get("path") or "") if isinstance(arguments, dict) else ""
-    return path.lstrip("./").startswith("memory/") or path.endswith(("MEMORY.md", "HISTORY.md"))
+    raw = arguments.get("path") if isinstance(arguments, dict) else None
+    if not isinstance(raw, str) or not raw.strip() or "\0" in raw:
+        return False
+    path = Path(os.path.expanduser(raw.strip()))
+    try:
+        where = (path if path.is_absolute() else workspace / path).resolve()
+        return where.is_relative_to((workspace / MEMORY_DIR).resolve())
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def last_time(messages: Sequence[dict[str, Any]], tz: Any, default: datetime) -> datetime:
