@@ -116,6 +116,22 @@ class Agent:
         await self.long_term.on_new_session(session_key)
         return NEW_SESSION_REPLY
 
+    async def _new_trust(self, session: Session, ctx: MessageContext) -> Session:
+        """The chat's sender is a guest now (taken off allowFrom) or no longer one (approved): what
+        was said under the other trust is archived as a /new would, and consolidated (or not) by
+        the trust it was said under; this message starts a fresh session. The first message's
+        trust was the session's for good: a removed user's words went into the owner's MEMORY.md,
+        and an approved guest's never did."""
+        logger.info(
+            "{}: the sender is {} now; the conversation so far is archived under its former trust",
+            ctx.session_key, "a guest" if ctx.guest else "no guest",
+        )
+        answered = self.records.answered_ids(session)
+        await self.lifecycle.start_new_session(session)
+        self.records.carry_into_new(ctx.session_key, {}, answered, None)  # whose it is: this message says
+        await self.long_term.on_new_session(ctx.session_key)
+        return self.sessions.get(ctx.session_key)
+
     def keep_new(self, msg: InboundMessage, ctx: MessageContext) -> None:
         """A `/new` a shutdown cancelled before it ran, from a platform that will not send it again
         (Discord): done now, so what the user sent after it goes into the fresh session (it was
@@ -224,6 +240,8 @@ class Agent:
     async def _turn(self, msg: InboundMessage, ctx: MessageContext) -> tuple[str, bool]:
         await self._ensure_ready()
         session = self.sessions.get(ctx.session_key)
+        if self.records.trust_changed(session, ctx) and not msg.metadata.get(RESUME_KEY):
+            session = await self._new_trust(session, ctx)
         tz = self.context.tz
         user_text = msg.content
         memory_context = ""

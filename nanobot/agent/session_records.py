@@ -80,6 +80,12 @@ class SessionRecords:
                 first["username"] = str(msg.metadata["username"])
         return first
 
+    @staticmethod
+    def trust_changed(session: Session, ctx: MessageContext) -> bool:
+        """Whether the session was recorded as a guest's and this message is not, or the reverse."""
+        recorded = session.metadata
+        return "is_group" in recorded and bool(session.messages) and bool(recorded.get("guest")) != ctx.guest
+
     def record_identity(self, session: Session, ctx: MessageContext, msg: InboundMessage) -> None:
         """`_first_metadata` with a session's first message, unless the session has it already (one
         /new started carries its chat's identity over)."""
