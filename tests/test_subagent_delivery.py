@@ -241,6 +241,33 @@ async def test_sub_agents_are_bounded_counted_stoppable_and_cut_visibly(
     assert "sub-agents 200000 in" in status, status
 
 
+async def test_guests_and_groups_leave_sub_agent_slots_to_the_owner(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """Two strangers of an open dmPolicy started four sub-agents each and took every slot: the
+    owner's own spawn was refused until theirs ended."""
+    from nanobot.agent.tools.base import ToolContext
+    from tests.agent_helpers import make_runtime
+
+    config, _ = make_config(**{"agents.defaults.maxConcurrentTurns": 16})  # sub-agents: 8 in all
+    runtime = make_runtime(config)
+    manager = runtime.agent.subagents
+    assert manager is not None and manager.max_running == 8
+
+    def guest(n: int) -> ToolContext:
+        return ToolContext(channel="telegram", chat_id=str(n), session_key=f"telegram:{n}", sender_id=str(n),
+                           guest=True)
+
+    fake_llm.responder = lambda body: Reply(content="slow", delay_s=30)
+    try:
+        tools = runtime.agent.tools
+        answers = [await tools.execute("spawn", {"task": f"t{i}"}, guest(660 + i // 4)) for i in range(8)]
+        assert sum("started" in a for a in answers) == 4, answers  # half of the slots at most
+        assert "sub-agents of group and guest chats are running" in answers[-1]
+        owner = ToolContext(channel="telegram", chat_id="555", session_key="telegram:555", sender_id="555")
+        assert "started" in await tools.execute("spawn", {"task": "mine"}, owner)
+    finally:
+        await runtime.aclose()
+
+
 async def test_a_stopped_sub_agent_still_counts_what_it_spent(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
     """Only a sub-agent that finished was counted: one stopped after 150,000 tokens showed 0."""
     from nanobot.agent.tools.base import ToolContext

@@ -33,6 +33,9 @@ MAX_SUBAGENT_ITERATIONS = 15
 MAX_RESULT_CHARS = 8_000
 UNWIND_S = 0.5  # a cancelled sub-agent only saves a short note
 MAX_RUNNING_PER_SESSION = 4  # one chat (a group member, a page the model read) cannot fan out further
+#: group and guest chats together take at most this share of the slots: two strangers of an open
+#: dmPolicy took all eight, and the owner's own spawn was refused
+MAX_SHARED_SHARE = 0.5
 
 SUBAGENT_SYSTEM = """You are a sub-agent of nanobot, working on one task in the background.
 Complete the task with the tools you have, then answer with a concise report of the result
@@ -53,6 +56,7 @@ class SubagentManager:
         # task id -> (the session that spawned it, the chat it reports to, its task); a heartbeat's
         # or a job's sub-agent has the turn's own session but reports to a chat, whose /stop stops it
         self._tasks: dict[str, tuple[str, str, asyncio.Task[None]]] = {}
+        self._shared: set[str] = set()  # the task ids of those a group or a guest started
         self._keep: Callable[[InboundMessage], None] | None = None  # set at shutdown
 
     def hold_results(self, keep: Callable[[InboundMessage], None]) -> None:
@@ -70,11 +74,23 @@ class SubagentManager:
                 f"{self.max_running} sub-agents are running for all chats; wait for their results, "
                 "or do this task yourself"
             )
+        shared_slots = max(1, int(self.max_running * MAX_SHARED_SHARE))
+        if ctx.shared and len(self._shared) >= shared_slots:
+            raise ToolError(
+                f"{shared_slots} sub-agents of group and guest chats are running; wait for their "
+                "results, or do this task yourself"
+            )
         task_id = uuid.uuid4().hex[:8]
         job = asyncio.create_task(self._run(task_id, task, label, ctx), name=f"subagent:{task_id}")
         self._tasks[task_id] = (ctx.session_key, f"{ctx.channel}:{ctx.chat_id}", job)
-        job.add_done_callback(lambda _t: self._tasks.pop(task_id, None))
+        if ctx.shared:
+            self._shared.add(task_id)
+        job.add_done_callback(lambda _t: self._ended(task_id))
         return task_id
+
+    def _ended(self, task_id: str) -> None:
+        self._tasks.pop(task_id, None)
+        self._shared.discard(task_id)
 
     def running(self, session_key: str | None = None) -> int:
         return sum(1 for key, _, _ in self._tasks.values() if session_key is None or key == session_key)
