@@ -394,6 +394,16 @@ async def test_a_guest_may_not_write_the_owners_files(agent) -> None:  # noqa: A
     assert not (agent.context.workspace / "new_by_guest.txt").exists()
 
 
+async def test_a_shared_chat_does_not_see_the_names_of_dot_entries(agent) -> None:  # noqa: ANN001
+    """Reading `.git-credentials` was refused, but listing the workspace showed it with its size:
+    which credentials the owner keeps, to a guest or a group member."""
+    for ctx in (GUEST, GROUP):
+        listing = await agent.tools.execute("list_dir", {"path": "."}, ctx)
+        assert "notes.txt" in listing and ".git-credentials" not in listing and ".config" not in listing, listing
+    owner = await agent.tools.execute("list_dir", {"path": "."}, OWNER)
+    assert ".git-credentials" in owner and ".config/" in owner
+
+
 async def test_sharing_memory_with_groups_shares_no_transcript_or_job(make_config) -> None:  # noqa: ANN001
     """memory.shareInGroups lets groups see and search the owner's memory; the file and message tools
     also gave them every chat's transcript (the owner's DMs) and cron/jobs.json, which are not memory

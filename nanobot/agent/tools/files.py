@@ -258,6 +258,8 @@ class ListDirTool(_FileTool):
             entries = sorted(_entries(folder), key=lambda e: (not e[1], e[0]))
         finally:
             os.close(folder)
+        if ctx.shared:  # dot-entries are the owner's (credentials): not even their names and sizes
+            entries = [e for e in entries if not e[0].startswith(".")]
         lines = [f"{name}{suffix}" for name, _folder, suffix in entries[:MAX_LIST_ENTRIES]]
         if len(entries) > MAX_LIST_ENTRIES:
             lines.append(f"... and {len(entries) - MAX_LIST_ENTRIES} more")
