@@ -266,6 +266,16 @@ async def test_guests_and_groups_leave_sub_agent_slots_to_the_owner(make_config,
         assert "started" in await tools.execute("spawn", {"task": "mine"}, owner)
     finally:
         await runtime.aclose()
+    # with few slots one stays the owner's (maxConcurrentTurns 3: one sub-agent in all, a review catch)
+    config, _ = make_config(**{"agents.defaults.maxConcurrentTurns": 3})
+    runtime = make_runtime(config)
+    try:
+        assert runtime.agent.subagents.max_running == 1
+        refused = await runtime.agent.tools.execute("spawn", {"task": "t"}, guest(700))
+        assert refused.startswith("Error:") and "kept for the owner's chats" in refused, refused
+        assert "started" in await runtime.agent.tools.execute("spawn", {"task": "mine"}, owner)
+    finally:
+        await runtime.aclose()
 
 
 async def test_a_stopped_sub_agent_still_counts_what_it_spent(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001

@@ -63,6 +63,8 @@ class SessionRecords:
             stored["media"] = list(msg.media)
         if ctx.from_system:
             stored["name"] = "system"
+        if ctx.guest:  # a guest's words, wherever they end up: never consolidated as the owner's
+            stored["guest"] = True
         return stored
 
     @staticmethod

@@ -74,11 +74,14 @@ class SubagentManager:
                 f"{self.max_running} sub-agents are running for all chats; wait for their results, "
                 "or do this task yourself"
             )
-        shared_slots = max(1, int(self.max_running * MAX_SHARED_SHARE))
+        # at least one slot stays the owner's (with one slot in all, none is a group's or a guest's)
+        shared_slots = min(max(1, int(self.max_running * MAX_SHARED_SHARE)), self.max_running - 1)
         if ctx.shared and len(self._shared) >= shared_slots:
             raise ToolError(
                 f"{shared_slots} sub-agents of group and guest chats are running; wait for their "
                 "results, or do this task yourself"
+                if shared_slots
+                else "sub-agents are kept for the owner's chats here; do this task yourself"
             )
         task_id = uuid.uuid4().hex[:8]
         job = asyncio.create_task(self._run(task_id, task, label, ctx), name=f"subagent:{task_id}")

@@ -28,7 +28,7 @@ from nanobot.memory.flush import MemoryFlusher
 from nanobot.memory.seam import memory_origin, memory_private
 from nanobot.memory.session_notes import write_session_note
 from nanobot.memory.store import MemoryStore
-from nanobot.memory.transcript import boundary_after
+from nanobot.memory.transcript import boundary_after, owners_part
 from nanobot.session.history import history_indices
 from nanobot.session.store import Session, SessionStore
 from nanobot.util.keyed_locks import KeyedLocks
@@ -189,7 +189,7 @@ class MemoryLifecycle:
             return
         if self.estimator(session, private) + self._last_user_tokens(session) <= self.flush_threshold_tokens:
             return
-        tail = session.messages[session.last_consolidated :]
+        tail = owners_part(session.messages[session.last_consolidated :])
         if await self.flusher.flush(tail, private=private):
             self.sessions.set_metadata(session, flushed_at=session.last_consolidated)
 
@@ -231,11 +231,11 @@ class MemoryLifecycle:
             )
 
     async def _consolidate_range(self, session: Session, start: int, end: int, private: bool) -> bool:
-        chunk = session.messages[start:end]
         origin = _origin(session)
         if origin is None:  # a guest: out of the prompt, into no memory file
             self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
             return True
+        chunk = owners_part(session.messages[start:end])
         if await self.consolidator.consolidate(chunk, private=private, origin=origin):
             self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
             logger.info("session {}: consolidated messages {}..{}", session.key, start, end - 1)
@@ -287,18 +287,18 @@ class MemoryLifecycle:
         )
         origin = _origin(old, session_key)
         start = old.last_consolidated
-        rest = old.messages[start:]
+        rest = owners_part(old.messages[start:])
         if rest and origin is not None:
             ok = await self.consolidator.consolidate(rest, private=private, origin=origin)
             if not ok and not self._archive_failed(archived, session_key, rest, origin):
                 return
-        if rest:
+        if len(old.messages) > start:
             self.sessions.set_metadata(old, last_consolidated=len(old.messages))
         if not old.metadata.get("note_written") and origin is not None:
             await write_session_note(
                 self.consolidator.provider,
                 self.memory,
-                old.messages,
+                old.messages,  # the note reads its end, a guest's turns left out (render_tail)
                 session_key,
                 small_model=self.consolidator.small_model,
                 origin=origin,

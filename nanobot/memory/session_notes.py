@@ -80,7 +80,7 @@ async def write_session_note(
 ) -> Path | None:
     """Write the note (LLM summary, or a raw excerpt as fallback). None when the session was too short.
     `origin` (seam.memory_origin) is named in the header of a conversation not the owner's own."""
-    users = islice((m for m in messages if m.get("role") == "user"), MIN_USER_MESSAGES)
+    users = islice((m for m in messages if m.get("role") == "user" and not m.get("guest")), MIN_USER_MESSAGES)
     if sum(1 for _ in users) < MIN_USER_MESSAGES:
         return None
     transcript = render_tail(messages, MAX_TRANSCRIPT_CHARS)

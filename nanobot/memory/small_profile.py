@@ -69,7 +69,7 @@ def quoted_user_text(messages: Sequence[dict[str, Any]]) -> str:
     length = -1  # the separators: one fewer than the parts
     for index in range(len(messages) - 1, -1, -1):
         msg = messages[index]
-        if msg.get("role") != "user":
+        if msg.get("role") != "user" or msg.get("guest"):  # a guest's words are not the owner's
             continue
         content = msg.get("content")
         if isinstance(content, list):

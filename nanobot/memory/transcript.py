@@ -47,9 +47,19 @@ def render_tail(messages: Sequence[dict[str, Any]], max_chars: int) -> str:
     rendering only the messages that reach into them, from the last one back."""
     rendered: list[str] = []
     length = -1  # the separators: one fewer than the messages
+    turn: list[str] = []  # the messages after the last user message seen, not yet kept
     for index in range(len(messages) - 1, -1, -1):
-        rendered.append(render_message(messages[index]))
-        length += len(rendered[-1]) + 1
+        message = messages[index]
+        turn.append(render_message(message))
+        if message.get("role") != "user" and index > 0:
+            continue
+        if message.get("role") == "user" and message.get("guest"):  # as owners_part: left out
+            turn = []
+            continue
+        for text in turn:
+            rendered.append(text)
+            length += len(text) + 1
+        turn = []
         if length > max_chars:
             return "[...]\n" + "\n".join(reversed(rendered))[-max_chars:]
     return "\n".join(reversed(rendered))
@@ -125,3 +135,18 @@ def last_time(messages: Sequence[dict[str, Any]], tz: Any, default: datetime) ->
         if (stamp := parse_iso_or_none(message.get("timestamp"), tz)) is not None:
             return stamp.astimezone(tz)
     return default
+
+
+def owners_part(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` without the guests' turns: a user message marked `guest` and what followed it up
+    to the next user message. A session's trust is its first message's, and a new one starts when
+    it changes; a message saved without a turn (given up with /stop, kept at a shutdown) can still
+    land in the owner's session, and must not reach the owner's memory as the owner's words."""
+    kept: list[dict[str, Any]] = []
+    guests_turn = False
+    for message in messages:
+        if message.get("role") == "user":
+            guests_turn = bool(message.get("guest"))
+        if not guests_turn:
+            kept.append(message)
+    return kept
