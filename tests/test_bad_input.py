@@ -518,3 +518,36 @@ def test_service_uninstall_takes_c_after_the_subcommand_like_every_command(tmp_p
     command = [sys.executable, "-m", "nanobot", *args]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0 and "No such option" not in result.stderr, result.stderr
+
+
+async def test_a_full_disk_is_told_to_a_chat_without_the_owners_paths(
+    make_config, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message that could not be saved: every member of a group was shown the owner's home folder
+    and told to free disk space. The chat is told to send it again; the terminal (the owner) still
+    reads the path and the cause."""
+    import errno
+
+    from nanobot.agent.loop import STORAGE_FAILURE_NOTE
+    from nanobot.bus.events import InboundMessage
+    from nanobot.session.store import SessionStore, StorageError
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+
+    def full_disk(self, session, *messages):  # noqa: ANN001, ANN002, ANN202
+        raise StorageError(session.path, OSError(errno.ENOSPC, "No space left on device"))
+
+    monkeypatch.setattr(SessionStore, "append", full_disk)
+    fake_llm.push(Reply(content="never"), Reply(content="never"))
+    try:
+        runtime.loop.start()
+        group = await runtime.bus.request(
+            InboundMessage("telegram", "7", "-100", "hello all", is_group=True))
+        terminal = await runtime.bus.request(InboundMessage("cli", "user", "direct", "hello"))
+    finally:
+        await runtime.aclose()
+    assert group is not None and group.content == STORAGE_FAILURE_NOTE
+    assert str(config.workspace_path) not in group.content and "send it again" in group.content
+    assert terminal is not None and "No space left on device" in terminal.content
+    assert str(config.workspace_path) in terminal.content

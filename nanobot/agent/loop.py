@@ -32,7 +32,7 @@ from loguru import logger
 from nanobot.agent.agent import Agent
 from nanobot.agent.commands import COMMANDS, HELP_TEXT
 from nanobot.agent.message_context import SYSTEM_CHANNEL, MessageContext
-from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.events import TERMINAL_CHANNEL, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.session.store import StorageError
 from nanobot.util.tasks import finish_or_cancel
@@ -254,12 +254,7 @@ class AgentLoop:
                     else:
                         logger.opt(exception=exc).error("turn for {} failed", ctx.session_key)
                     # in-process publishers (cron) see the exception itself, the user a short note
-                    out = ctx.reply(
-                        str(exc)
-                        if isinstance(exc, StorageError)  # full disk, read-only workspace: say so
-                        else f"Sorry, something went wrong: {type(exc).__name__}.",
-                        metadata={"failed": True, "exception": exc},
-                    )
+                    out = ctx.reply(_failure_note(exc, ctx), metadata={"failed": True, "exception": exc})
                     if msg.saved and not isinstance(exc, StorageError):
                         # the message was answered (with this note): a restart must not answer it again
                         out.metadata.update(self.agent.records.record_failure_reply(ctx, out.content))
@@ -322,3 +317,18 @@ def files_not_read(msg: InboundMessage) -> str:
         return ""
     names = ", ".join(Path(path).name for path in msg.media)
     return f"\n\n(Attached {names}: kept in media/ but not read. Send it again without a command.)"
+
+
+STORAGE_FAILURE_NOTE = (
+    "I could not save your message: the assistant's disk is full or read-only right now, so it was "
+    "not processed. Please send it again later (the owner finds the cause in the log)."
+)
+
+
+def _failure_note(exc: Exception, ctx: MessageContext) -> str:
+    """What the chat is told of a turn that failed. A full disk or a read-only workspace is said as
+    such, with its path only in the terminal (the owner's): a group was shown the owner's home
+    folder and told to free disk space."""
+    if isinstance(exc, StorageError):
+        return str(exc) if ctx.channel == TERMINAL_CHANNEL else STORAGE_FAILURE_NOTE
+    return f"Sorry, something went wrong: {type(exc).__name__}."

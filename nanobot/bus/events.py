@@ -12,6 +12,7 @@ from nanobot.util.text import valid_unicode
 
 #: the internal channel on which sub-agent results come back into their session
 SYSTEM_CHANNEL = "system"
+TERMINAL_CHANNEL = "cli"  # `nanobot agent`: the owner at their terminal
 
 OutboundKind = Literal["message", "progress", "tool_hint", "typing", "stream_delta", "stream_end"]
 
