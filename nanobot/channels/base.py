@@ -103,6 +103,11 @@ class Channel(Connection, ABC):
     def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:
         """Seconds to wait before retrying after `exc`, or None when it must not be retried."""
 
+    def worth_sending_later(self, exc: BaseException) -> bool:
+        """Whether a send that failed with `exc` after its retries may succeed later (an outage:
+        the manager sends it again before the chat's next message), not a refusal."""
+        return self._retry_delay(exc, 0) is not None
+
     async def _send_stream_delta(self, msg: OutboundMessage) -> None:  # noqa: B027 (optional hook)
         """Show a partial reply. Channels without streaming ignore deltas."""
 

@@ -269,6 +269,12 @@ class DiscordChannel(Channel):
             return self._backoff(attempt)
         return None
 
+    def worth_sending_later(self, exc: BaseException) -> bool:
+        # a 5xx or 429 discord.py already retried is not retried now, but may pass later
+        if isinstance(exc, discord.HTTPException) and _library_retried(exc):
+            return True
+        return super().worth_sending_later(exc)
+
     def _target(self, chat_id: str) -> discord.PartialMessageable:
         if self.client is None:
             raise RuntimeError("discord channel is not started")

@@ -18,6 +18,7 @@ from loguru import logger
 from nanobot.bus.events import ChannelUnavailable, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.base import Channel
+from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.pairing import PairingStore
 from nanobot.config.schema import Config
 
@@ -31,6 +32,7 @@ STOP_TIMEOUT_S = 5.0  # per channel
 DEFAULT_DRAIN_TIMEOUT_S = 3.0
 
 
+MAX_UNDELIVERED_PER_CHAT = 5  # replies kept to send again before a chat's next message
 SEND_WORKER_IDLE_S = 60.0  # a chat's send worker ends after this long without anything to send
 
 
@@ -54,6 +56,7 @@ class ChannelManager:
         self._started: set[str] = set()
         self._queues: dict[tuple[str, str], asyncio.Queue[OutboundMessage]] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._undelivered: dict[tuple[str, str], list[OutboundMessage]] = {}  # see _keep_undelivered
         self._dispatcher: asyncio.Task[None] | None = None
         # Called after a reply is delivered (the gateway records it in the session; see gateway/missed.py).
         self.on_delivered: Callable[[OutboundMessage], None] | None = None
@@ -209,22 +212,61 @@ class ChannelManager:
                     return
                 continue
             try:
+                await self._send_undelivered(key, channel)
                 await channel.send(msg)
                 msg.settle()
-                if msg.kind == "message" and self.on_delivered is not None:
+                # while an earlier reply is kept undelivered, later ones are not marked delivered: a
+                # restart sends from the kept one on (at least once: a later one may come twice)
+                if msg.kind == "message" and self.on_delivered is not None and not self._undelivered.get(key):
                     self.on_delivered(msg)
             except asyncio.CancelledError:
                 msg.settle(ChannelUnavailable(f"channel {name!r} stopped before the message was sent"))
                 raise
             except Exception as exc:
                 msg.settle(exc)
+                kept = self._keep_undelivered(key, channel, msg, exc)
                 logger.error(
-                    "{}: could not deliver a {} to chat {}: {}: {}",
+                    "{}: could not deliver a {} to chat {}: {}: {}{}",
                     name,
                     msg.kind,
                     msg.chat_id,
                     type(exc).__name__,
                     exc,
+                    " (sent again before the chat's next message)" if kept else "",
                 )
             finally:
                 queue.task_done()
+
+    def _keep_undelivered(
+        self, key: tuple[str, str], channel: Channel, msg: OutboundMessage, exc: Exception
+    ) -> bool:
+        """Keep a reply whose send failed after its retries (a platform outage longer than them) to
+        send before the chat's next message: it was logged and dropped, and the next reply to that
+        chat marked it delivered too, so not even a restart sent it. Not kept: what retrying cannot
+        fix (a blocked bot, a file too large), and a message whose sender was told it failed (the
+        message tool reports it to the model)."""
+        if msg.kind != "message" or msg.sent is not None or isinstance(exc, PermanentChannelError):
+            return False
+        if not channel.worth_sending_later(exc):
+            return False
+        kept = self._undelivered.setdefault(key, [])
+        kept.append(msg)
+        del kept[:-MAX_UNDELIVERED_PER_CHAT]
+        return True
+
+    async def _send_undelivered(self, key: tuple[str, str], channel: Channel) -> None:
+        """Send the chat's kept replies, oldest first, before its next message; one that fails again
+        stays (up to MAX_UNDELIVERED_PER_CHAT per chat), and the next message goes on regardless."""
+        kept = self._undelivered.get(key)
+        while kept:
+            try:
+                await channel.send(kept[0])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - still failing: kept for the next message
+                logger.warning("{}: a kept reply to chat {} failed again: {}", key[0], key[1], exc)
+                return
+            delivered = kept.pop(0)
+            if self.on_delivered is not None:
+                self.on_delivered(delivered)
+        self._undelivered.pop(key, None)
