@@ -386,6 +386,27 @@ def test_status_names_a_gateway_that_stopped_beating(tmp_path: Path, gateway_pro
     assert line.startswith(f"Gateway: not responding (pid {gateway_proc.pid}, last beat 12"), line
 
 
+def test_a_gateway_that_cannot_write_its_state_is_said_to_be_on_a_full_or_read_only_disk(
+    tmp_path: Path, gateway_proc: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a full disk the gateway still answered but could not write its state file: status and
+    health said "not responding", and the owner looked for a hung process."""
+    import shutil as shutil_mod
+
+    from nanobot.cli.status import _gateway_lines
+
+    ws = tmp_path / "ws"
+    state = json.loads((ws / STATE_FILE_NAME).read_text())
+    state["watchdog_at"] -= 120
+    (ws / STATE_FILE_NAME).write_text(json.dumps(state))
+    usage = shutil_mod.disk_usage(ws)
+    monkeypatch.setattr(shutil_mod, "disk_usage", lambda _p: usage._replace(free=4096))
+    [line] = _gateway_lines(ws, watchdog_interval_s=10, config_path=tmp_path / "config.json")
+    assert line.startswith("Gateway: not responding") and line.endswith(f"the disk of {ws} is full"), line
+    healthy, reason = is_healthy(ws, max_age_s=30)
+    assert not healthy and reason.endswith(f"the disk of {ws} is full"), reason
+
+
 async def test_staleness_is_judged_by_the_running_gateways_own_interval(
     tmp_path: Path, gateway_proc: subprocess.Popen[str]
 ) -> None:

@@ -55,6 +55,7 @@ def _sandbox_line(cfg) -> str:  # noqa: ANN001
 def _gateway_lines(ws, watchdog_interval_s: float, config_path: Path) -> list[str]:  # noqa: ANN001
     from nanobot.service.config_watch import config_changed_note
     from nanobot.service.state import gateway_summary, stale_after_s
+    from nanobot.util.fs import unwritable_reason
 
     summary = gateway_summary(ws)
     if not summary["running"]:
@@ -62,7 +63,9 @@ def _gateway_lines(ws, watchdog_interval_s: float, config_path: Path) -> list[st
     age = summary["watchdog_age_s"]
     if age is not None and age > stale_after_s(summary, watchdog_interval_s):
         # alive but hung (or stopped with SIGSTOP): its channel states below are as old as its last beat
-        return [f"Gateway: not responding (pid {summary['pid']}, last beat {age:.0f} s ago)"]
+        why = unwritable_reason(ws)  # it may still answer: it cannot write its state file
+        return [f"Gateway: not responding (pid {summary['pid']}, last beat {age:.0f} s ago)"
+                + (f": {why}" if why else "")]
     uptime = int(summary["uptime_s"] or 0)
     lines = [
         f"Gateway: running (pid {summary['pid']}, up {uptime // 3600}h {uptime % 3600 // 60}m "

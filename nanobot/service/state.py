@@ -23,7 +23,7 @@ from loguru import logger
 from nanobot.config.paths import GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE
 from nanobot.errors import UserError
 from nanobot.service.config_watch import config_digest
-from nanobot.util.fs import atomic_write, ensure_private_dir, open_private, try_flock
+from nanobot.util.fs import atomic_write, ensure_private_dir, open_private, try_flock, unwritable_reason
 
 LOCK_FILE_NAME = GATEWAY_LOCK_FILE
 STATE_FILE_NAME = GATEWAY_STATE_FILE
@@ -279,7 +279,10 @@ def is_healthy(workspace: Path, max_age_s: float, now: float | None = None) -> t
     if age is None:
         return False, f"gateway pid {pid} has not written its state yet ({state_path(workspace).name})"
     if age > max_age_s:
-        return False, f"gateway pid {pid} watchdog stale: last beat {age:.0f}s ago (limit {max_age_s:.0f}s)"
+        why = unwritable_reason(workspace)
+        return False, f"gateway pid {pid} watchdog stale: last beat {age:.0f}s ago (limit {max_age_s:.0f}s)" + (
+            f"; {why}" if why else ""
+        )
     channels = summary["channels"]
     failing = sorted(name for name, ch in channels.items() if (ch or {}).get("error"))
     if channels and all((ch or {}).get("state") == "failed" for ch in channels.values()):

@@ -26,6 +26,7 @@ import errno
 import fcntl
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -281,3 +282,21 @@ def repair_private(root: Path, *, recursive: bool = True) -> int:
             except OSError:
                 continue
     return changed
+
+
+#: below this the gateway's state file (and every session append) may not fit
+MIN_FREE_BYTES = 1024 * 1024
+
+
+def unwritable_reason(folder: Path) -> str | None:
+    """Why nothing can be written in `folder` now (not writable, or its disk full), or None. The
+    gateway's status uses it: a gateway that could not write its state file on a full disk, and
+    still answered, was reported "not responding", sending the owner looking for a hung process."""
+    try:
+        if not os.access(folder, os.W_OK):
+            return f"the workspace {folder} is not writable (read-only?)"
+        if shutil.disk_usage(folder).free < MIN_FREE_BYTES:
+            return f"the disk of {folder} is full"
+    except OSError:
+        return None
+    return None
