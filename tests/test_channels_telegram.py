@@ -405,6 +405,38 @@ async def test_send_gives_up_after_max_retries_and_keeps_running(server, gateway
     assert gw.channel.state == "running"
 
 
+async def test_a_kept_reply_goes_on_where_it_stopped_and_is_given_up_in_the_end(server, gateway_factory) -> None:
+    """A kept reply whose second part failed was sent again whole (its first part shown twice); one
+    whose file kept failing went out again before every typing event and reply, for ever (a review
+    catch)."""
+    config = make_config(server)
+    config.channels.send_max_retries = 0
+    gw = await gateway_factory(config).start(respond=False)
+    long_reply = "a" * 4000 + "\n\n" + "b" * 100  # two parts
+    server.fail_next("sendMessage", 502, count=1, after=1)  # the first part goes through, the second fails
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content=long_reply))
+    await server.wait_for("sendMessage", count=2)
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="", kind="typing"))
+    await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="next"))
+    sends = await server.wait_for("sendMessage", count=4)
+    texts = [c.params["text"][:1] for c in sends]
+    assert texts == ["a", "b", "b", "n"], texts  # part one once, part two again, then the next reply
+    # a file that keeps failing: tried before the next three replies (not before typing), then given up
+    from nanobot.bus.events import OutboundFile
+
+    server.fail_next("sendDocument", 502, count=100)
+    report = OutboundMessage(channel="telegram", chat_id="555", content="report attached",
+                             files=[OutboundFile("r.pdf", b"%PDF")])
+    await gw.bus.publish_outbound(report)
+    for n in range(4):
+        await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="", kind="typing"))
+        await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content=f"answer {n}"))
+    sends = await server.wait_for("sendMessage", count=9)
+    texts = [c.params["text"] for c in sends[4:]]
+    assert texts == ["report attached", "answer 0", "answer 1", "answer 2", "answer 3"], texts
+    assert len(server.calls_to("sendDocument")) == 4  # its own try, then before answers 0, 1 and 2
+
+
 async def test_polling_survives_502_429_and_dropped_connections(server, gateway_factory, logs) -> None:
     server.fail_next("getUpdates", 502, count=2, description="Bad Gateway")
     server.drop_next("getUpdates")

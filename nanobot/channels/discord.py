@@ -36,7 +36,7 @@ from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.markdown import markdown_to_discord
 from nanobot.channels.media import MediaItem
-from nanobot.channels.split import DISCORD_MAX_CHARS, capped_parts, split_message
+from nanobot.channels.split import DISCORD_MAX_CHARS, SentSteps, capped_parts, split_message
 from nanobot.util.keyed_locks import KeyedLocks
 
 GUILD_READY_TIMEOUT_S = 2.0  # discord.py's wait for GUILD_CREATEs after READY
@@ -287,15 +287,20 @@ class DiscordChannel(Channel):
     async def _send_text(self, msg: OutboundMessage) -> None:
         target = self._target(msg.chat_id)
         parts = capped_parts(split_message(markdown_to_discord(msg.content), DISCORD_MAX_CHARS), str)
+        steps = SentSteps(msg)  # a reply sent again after an outage goes on where it stopped
         for index, part in enumerate(parts):
+            if steps.done():
+                continue
             reference = None
             if index == 0 and msg.reply_to:
                 reference = discord.MessageReference(
                     message_id=int(msg.reply_to), channel_id=int(msg.chat_id), fail_if_not_exists=False
                 )
             await self._with_retry("send", lambda p=part, r=reference: target.send(p, reference=r))  # type: ignore[misc]
-        if msg.files:
+            steps.sent()
+        if msg.files and not steps.done():
             await self._with_retry(
                 "send files",
                 lambda: target.send(files=[discord.File(io.BytesIO(f.data), filename=f.name) for f in msg.files]),
             )
+            steps.sent()

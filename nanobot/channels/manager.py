@@ -33,6 +33,8 @@ DEFAULT_DRAIN_TIMEOUT_S = 3.0
 
 
 MAX_UNDELIVERED_PER_CHAT = 5  # replies kept to send again before a chat's next message
+MAX_KEPT_TRIES = 3  # a kept reply is given up after failing before this many later messages
+KEPT_TRIES_KEY = "kept_tries"
 SEND_WORKER_IDLE_S = 60.0  # a chat's send worker ends after this long without anything to send
 
 
@@ -212,7 +214,8 @@ class ChannelManager:
                     return
                 continue
             try:
-                await self._send_undelivered(key, channel)
+                if msg.kind == "message":
+                    await self._send_undelivered(key, channel)
                 await channel.send(msg)
                 msg.settle()
                 # while an earlier reply is kept undelivered, later ones are not marked delivered: a
@@ -250,7 +253,11 @@ class ChannelManager:
         if not channel.worth_sending_later(exc):
             return False
         kept = self._undelivered.setdefault(key, [])
-        kept.append(msg)
+        if msg not in kept:  # (a kept one failing again is still there)
+            kept.append(msg)
+        for lost in kept[:-MAX_UNDELIVERED_PER_CHAT]:
+            logger.error("{}: a reply to chat {} is given up: more than {} wait to be sent ({:.60})",
+                         key[0], key[1], MAX_UNDELIVERED_PER_CHAT, lost.content)
         del kept[:-MAX_UNDELIVERED_PER_CHAT]
         return True
 
@@ -259,14 +266,21 @@ class ChannelManager:
         stays (up to MAX_UNDELIVERED_PER_CHAT per chat), and the next message goes on regardless."""
         kept = self._undelivered.get(key)
         while kept:
+            oldest = kept[0]
             try:
-                await channel.send(kept[0])
+                await channel.send(oldest)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - still failing: kept for the next message
-                logger.warning("{}: a kept reply to chat {} failed again: {}", key[0], key[1], exc)
-                return
-            delivered = kept.pop(0)
+            except Exception as exc:  # noqa: BLE001 - still failing: kept for the next message, a while
+                tries = oldest.metadata[KEPT_TRIES_KEY] = int(oldest.metadata.get(KEPT_TRIES_KEY, 0)) + 1
+                if tries < MAX_KEPT_TRIES:
+                    logger.warning("{}: a kept reply to chat {} failed again: {}", key[0], key[1], exc)
+                    return
+                logger.error("{}: a reply to chat {} is given up after {} more tries: {} ({:.60})",
+                             key[0], key[1], tries, exc, oldest.content)
+                kept.pop(0)
+                continue
+            kept.pop(0)
             if self.on_delivered is not None:
-                self.on_delivered(delivered)
+                self.on_delivered(oldest)
         self._undelivered.pop(key, None)

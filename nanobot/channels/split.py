@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 TELEGRAM_MAX_CHARS = 4096
 DISCORD_MAX_CHARS = 2000
@@ -169,3 +169,25 @@ def split_message(text: str, max_chars: int, measure: Measure = utf16_len) -> li
             parts.append(part)
         remaining = remaining[cut + skip :]
     return parts
+
+
+class SentSteps:
+    """How much of a message reached its chat, in steps (its parts, then its files), kept on the
+    message: a reply the channel manager sends again after an outage goes on from the first step
+    that did not go out (a part that had arrived was shown twice). `done()` for each step in
+    order: whether it went out already; `sent()` after one that went out now."""
+
+    KEY = "sent_steps"
+
+    def __init__(self, msg: Any) -> None:
+        self._msg = msg
+        self._sent = int(msg.metadata.get(self.KEY, 0) or 0)
+        self._step = -1
+
+    def done(self) -> bool:
+        self._step += 1
+        return self._step < self._sent
+
+    def sent(self) -> None:
+        self._sent = self._step + 1
+        self._msg.metadata[self.KEY] = self._sent

@@ -40,7 +40,7 @@ from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.delivery import AckWindow
 from nanobot.channels.markdown import telegram_parts
 from nanobot.channels.media import Received
-from nanobot.channels.split import TELEGRAM_MAX_CHARS, capped_parts
+from nanobot.channels.split import TELEGRAM_MAX_CHARS, SentSteps, capped_parts
 from nanobot.channels.telegram_media import (
     Albums,
     album_of,
@@ -315,14 +315,21 @@ class TelegramChannel(Channel):
             raise RuntimeError("telegram channel is not started")
         stream = await self.previews.take(str(msg.metadata.get("stream_id", "")))
         parts = capped_parts(telegram_parts(msg.content, TELEGRAM_MAX_CHARS), lambda note: (escape(note), note))
+        steps = SentSteps(msg)  # a reply sent again after an outage goes on where it stopped
         for index, (html, part) in enumerate(parts):
+            if steps.done():
+                continue
             if index == 0 and stream is not None and stream.message_id is not None:
                 await self._edit_part(msg.chat_id, stream.message_id, html, part)
             else:
                 reply_to = msg.reply_to if index == 0 else None
                 await self._send_part(msg.chat_id, html, part, reply_to)
+            steps.sent()
         for file in msg.files:
+            if steps.done():
+                continue
             await self._with_retry("sendDocument", lambda f=file: self._send_document(msg.chat_id, f))
+            steps.sent()
 
     async def _send_document(self, chat_id: str, file: OutboundFile) -> None:
         assert self.bot is not None

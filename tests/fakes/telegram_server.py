@@ -108,7 +108,7 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, content)
         self.pushed_at: dict[int, float] = {}  # update_id -> perf_counter when pushed
         self.sent_at: list[float] = []
-        self._failures: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self._failures: dict[str, list[tuple[int, dict[str, Any]] | None]] = {}  # None: answer normally
         self.delays: dict[str, float] = {}  # method -> seconds to wait before answering (a slow API)
         self.peer_ports: list[tuple[str, int]] = []  # (method, client port): shows reused connections
         self.confirmed_offset = 0  # updates below this id are confirmed and gone for good
@@ -134,12 +134,13 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         return app
 
     # ---------------------------------------------------------------- scripting
-    def fail_next(self, method: str, status: int, count: int = 1, **payload: Any) -> None:
-        """The next `count` calls of `method` answer `status` with `payload` (e.g. parameters=...)."""
+    def fail_next(self, method: str, status: int, count: int = 1, *, after: int = 0, **payload: Any) -> None:
+        """The next `count` calls of `method` (after `after` answered normally) answer `status` with
+        `payload` (e.g. parameters=...)."""
         body = {"ok": False, "error_code": status, "description": payload.pop("description", "scripted")}
         body.update(payload)
         with self._lock:
-            self._failures.setdefault(method, []).extend([(status, body)] * count)
+            self._failures.setdefault(method, []).extend([None] * after + [(status, body)] * count)
 
     def drop_next(self, method: str, count: int = 1) -> None:
         """The next `count` calls of `method` lose their connection without any answer."""
