@@ -35,6 +35,7 @@ DEFAULT_DRAIN_TIMEOUT_S = 3.0
 MAX_UNDELIVERED_PER_CHAT = 5  # replies kept to send again before a chat's next message
 MAX_KEPT_TRIES = 3  # a kept reply is given up after failing before this many later messages
 KEPT_TRIES_KEY = "kept_tries"
+MAX_KEPT_FILE_BYTES = 5 * 1024 * 1024  # a reply with more attachments is not held in memory to resend
 SEND_WORKER_IDLE_S = 60.0  # a chat's send worker ends after this long without anything to send
 
 
@@ -250,10 +251,10 @@ class ChannelManager:
         message tool reports it to the model)."""
         if msg.kind != "message" or msg.sent is not None or isinstance(exc, PermanentChannelError):
             return False
-        if not channel.worth_sending_later(exc):
+        if not channel.worth_sending_later(exc) or sum(len(f.data) for f in msg.files) > MAX_KEPT_FILE_BYTES:
             return False
         kept = self._undelivered.setdefault(key, [])
-        if msg not in kept:  # (a kept one failing again is still there)
+        if not any(earlier is msg for earlier in kept):  # (a kept one failing again is still there)
             kept.append(msg)
         for lost in kept[:-MAX_UNDELIVERED_PER_CHAT]:
             logger.error("{}: a reply to chat {} is given up: more than {} wait to be sent ({:.60})",
