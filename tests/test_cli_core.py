@@ -168,7 +168,8 @@ def test_a_command_started_with_a_standard_stream_closed_still_works(home: Path,
     assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
     if closed != ">&-":
         assert "Workspace:" in status.stdout
-    else:  # the demo model's turn
+    else:  # the reply would go nowhere: said, exit 1, no turn run (it exited 0 with the reply lost)
         agent = subprocess.run(["sh", "-c", f"{shlex.quote(sys.executable)} -m nanobot agent -m hi {closed}"],
                                capture_output=True, text=True, timeout=300, env=env, cwd=home)
-        assert agent.returncode == 0 and "Traceback" not in agent.stderr, agent.stderr
+        assert agent.returncode == 1 and "Traceback" not in agent.stderr, agent.stderr
+        assert "standard output is closed" in agent.stderr

@@ -34,6 +34,10 @@ def agent(
     if message is not None and not message.strip():  # `-m "$EMPTY_VAR"`: a turn about nothing
         fail("Error: the message given with -m is empty", EXIT_USAGE)
     message = typed_text(message) if message is not None else None
+    from nanobot.cli.app import CLOSED_AT_START
+
+    if "stdout" in CLOSED_AT_START:  # `agent -m hi >&-`: the reply would go nowhere, and exit 0
+        fail("Error: standard output is closed: the reply could not be shown", EXIT_FAILURE)
     cfg = load_cli_config(config)
     code = asyncio.run(_main(cfg, message, session, str(config_path(config))))
     raise typer.Exit(code)

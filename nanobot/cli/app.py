@@ -101,6 +101,10 @@ def _text_in_any_locale() -> None:
             stream.reconfigure(errors="replace")
 
 
+#: the standard streams the command was started without ("stdin", "stdout", "stderr")
+CLOSED_AT_START: set[str] = set()
+
+
 def _standard_streams() -> None:
     """A command started with stdin, stdout or stderr closed (`2>&-`, a supervisor that gives none)
     gets /dev/null in its place: `status 2>&-` printed nothing (the log had nowhere to go) and `agent
@@ -108,6 +112,7 @@ def _standard_streams() -> None:
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         if getattr(sys, name) is not None:
             continue
+        CLOSED_AT_START.add(name)
         mode = "r" if fd == 0 else "w"
         try:
             os.fstat(fd)
