@@ -76,6 +76,24 @@ def test_a_long_pasted_line_arrives_whole(home: Path, fake_llm: FakeLLMServer) -
     assert _user_lines(home) == [line]
 
 
+def test_a_pasted_block_is_one_message_with_its_indentation(home: Path, fake_llm: FakeLLMServer) -> None:
+    """A paste of several lines is one message (bracketed paste, turned on where readline has it
+    off), and keeps the indentation of its first line (it was stripped, a pasted block of code lost
+    its first indent)."""
+    fake_llm.push(Reply(content="reviewed"))
+    term = _agent(home, fake_llm)
+    term.expect("You: ")
+    pasted = "    if x:\n        return x / 0\n    return 1"
+    term.send_raw(b"\x1b[200~" + pasted.encode() + b"\x1b[201~")  # as a terminal sends a paste
+    term.send("")  # Enter
+    term.expect("nanobot: reviewed")
+    term.send("/exit")
+    code, screen = term.finish()
+    assert code == 0, screen[-2000:]
+    assert _user_lines(home) == [pasted]
+    assert len(fake_llm.requests) == 1
+
+
 def _in_shell(home: Path, fake_llm: FakeLLMServer, command: str) -> Terminal:
     """`nanobot agent` run by a shell on the terminal, the shell going on after it (as a user's does)."""
     (home / "config.json").write_text(json.dumps(config_dict(fake_llm.url)))

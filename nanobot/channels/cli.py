@@ -49,11 +49,15 @@ ENDING_SIGNALS = (signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP)
 
 
 def _readline() -> ModuleType | None:
-    """The readline module (line editing, no length limit), when this Python has it."""
+    """The readline module (line editing, no length limit), when this Python has it. With GNU
+    readline, a paste is one message: bracketed paste keeps its line breaks and indentation in the
+    line (a pasted function became one turn per line, each without its indentation)."""
     try:
         import readline
     except ImportError:  # a Python built without it
         return None
+    if "libedit" not in (readline.__doc__ or ""):  # libedit reads another syntax and has no such mode
+        readline.parse_and_bind("set enable-bracketed-paste on")
     return readline
 
 
@@ -169,7 +173,9 @@ class TerminalChannel:
                 if text.lower() in EXIT_WORDS:
                     break
                 if text:
-                    pending.put_nowait(await self._publish(text))
+                    # a paste of several lines keeps its first line's indentation (code)
+                    said = line.lstrip("\r\n").rstrip() if "\n" in line.strip() else text
+                    pending.put_nowait(await self._publish(said))
                 want_next.release()
             pending.put_nowait(None)
             failed = await printer  # every reply asked for so far is printed before the exit
