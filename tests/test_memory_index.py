@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class FakeEmbedder:
-    """Hashed bag-of-words vectors in process; counts the texts it embedded; can be held at a gate."""
+    """Hashed bag-of-words vectors in process; records the texts and queries it embedded; can be
+    held at a gate."""
 
     provider = "fake"
 
@@ -35,6 +36,7 @@ class FakeEmbedder:
         self.model = model
         self.dim = dim
         self.embedded: list[str] = []
+        self.queries: list[str] = []
         self.gate: asyncio.Event | None = None
         self.entered = asyncio.Event()
 
@@ -46,6 +48,7 @@ class FakeEmbedder:
         return normalise(np.array([hashed_embedding(t, self.dim) for t in texts]))
 
     async def embed_query(self, text: str) -> np.ndarray:
+        self.queries.append(text)
         return normalise(np.array(hashed_embedding(text, self.dim)))[0]
 
 
@@ -611,14 +614,7 @@ async def test_only_the_start_of_a_very_long_query_is_embedded(ws: Path) -> None
     """A 100,000-character query went whole to the embedding model: over two minutes in the local
     model (`memory search`, or a model's memory_search call)."""
 
-    class Recording(FakeEmbedder):
-        queries: list[str] = []
-
-        async def embed_query(self, text: str) -> np.ndarray:
-            self.queries.append(text)
-            return await super().embed_query(text)
-
-    embedder = Recording()
+    embedder = FakeEmbedder()
     idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="local", min_score=0.0), embedder=embedder)
     await idx.sync()
     response = await idx.search("PostgreSQL analytics " + "and more words " * 7000, max_results=2)

@@ -131,14 +131,7 @@ async def test_month_without_a_year_reaches_the_latest_year_with_notes(tmp_path:
 async def test_a_repeated_query_is_embedded_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write(tmp_path, "memory/MEMORY.md", "- The user's cat is called Miso.\n")
 
-    class Counting(FakeEmbedder):
-        queries: list[str] = []
-
-        async def embed_query(self, text: str) -> np.ndarray:
-            self.queries.append(text)
-            return await super().embed_query(text)
-
-    embedder = Counting()
+    embedder = FakeEmbedder()
     monkeypatch.setattr(index_mod, "QUERY_CACHE_SIZE", 2)
     idx = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="local"), embedder=embedder)
     await idx.sync()
