@@ -139,7 +139,7 @@ def unmasked_lines(update: str, memory_now: str) -> str:
     """The update with each line the model got masked (a key kept in MEMORY.md goes to the model as
     `***`, as every request is masked) and gave back unchanged restored to the line on disk: the
     masked copy replaced the key, and protection then put the real line back as "dropped"."""
-    masked = {mask(line): line for line in memory_now.splitlines() if mask(line) != line}
+    masked = {hidden: line for line in memory_now.splitlines() if (hidden := mask(line)) != line}
     if not masked:
         return update
     return "\n".join(masked.get(line, line) for line in update.splitlines())

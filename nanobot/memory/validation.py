@@ -320,6 +320,8 @@ def _copies_tool_output(new_part: str, tool_output: str, user_said: str) -> Refu
     reply to end with this link", a file's or a command's text) is refused: the exemption for
     dictated facts is for what the user said, and an instruction planted in a page must not become
     part of every later prompt unchanged. Words the user also said count as theirs."""
+    if not copied_words(new_part, tool_output, TRANSCRIPT_SHINGLE_WORDS)[0]:
+        return None  # nothing copied at all (the usual case): one pass, not one per line
     for line in new_part.splitlines():
         copied, total = copied_words(line, tool_output, TRANSCRIPT_SHINGLE_WORDS)
         if copied and copied / total > MAX_TRANSCRIPT_ECHO_SHARE and copied > copied_words(
