@@ -103,6 +103,31 @@ async def test_static_profile_reaches_runtime_block_system_prompt_stable(
         assert "night-shift nurse" in user
 
 
+async def test_with_a_backend_the_prompt_does_not_claim_memory_md_is_in_it(
+    home: Path, fake_llm: FakeLLMServer
+) -> None:
+    """After a switch from the file memory, MEMORY.md's facts left the prompt while the prompt and the
+    memory skill still said it was "kept in this prompt": the model had no reason to look there."""
+    cfg, _ = make_config(home, fake_llm.url, {})
+    agent = build_runtime(cfg)
+    (cfg.workspace_path / "memory" / "MEMORY.md").write_text("# Memory\n\n- The user's daughter is Mia.\n")
+    try:
+        await agent.ask("What is my daughter's name?")
+    finally:
+        await agent.aclose()
+    cfg, _ = make_config(home, fake_llm.url, {"condition": "static_profile"})
+    agent = build_runtime(cfg)
+    try:
+        await agent.ask("What is my daughter's name?")
+    finally:
+        await agent.aclose()
+    (on_file, _), (on_backend, _) = prompts(fake_llm)
+    assert "Mia" in on_file and "MEMORY.md (facts about the user and their world; kept in this prompt)" in on_file
+    assert "Mia" not in on_backend and "kept in this prompt" not in on_backend
+    assert "memory/MEMORY.md is not in this prompt" in on_backend and "read it when" in on_backend
+    assert "unless a memory backend is configured" in on_backend  # the memory skill says so too
+
+
 async def test_full_history_brings_prior_transcript_after_new(home: Path, fake_llm: FakeLLMServer) -> None:
     cfg, _ = make_config(home, fake_llm.url, {"condition": "full_history"})
     agent = build_runtime(cfg)

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from nanobot.memory.backends.contract import AdapterError, ContextBudget, MemoryScope, RetrieveRequest
 from nanobot.memory.backends.evaluation.check import run_check
+from nanobot.memory.backends.registry import select
 from tests.conftest import run_cli
 from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.memory_backend_cases import make_event
 from tests.test_memory_backends_contract import ENVS
 
 
@@ -110,3 +113,66 @@ def test_the_file_backend_check_consolidates_as_the_product_does_and_leaves_noth
         if path.is_dir():
             assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
     assert not list((backends / "rolling_summary").glob("*/")) if (backends / "rolling_summary").exists() else True
+
+
+@pytest.mark.parametrize(("name", "template"), [("memos", "cubeTemplate"), ("graphiti", "groupIdTemplate")])
+async def test_check_refuses_test_scopes_that_are_the_users_own_store(
+    name: str, template: str, tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    """A fixed scope template (`cubeTemplate: "alice_cube"`) maps the check's test scopes onto the
+    store the user's memory lives in; the check's cleanup reset it and deleted every memory there."""
+    env = ENVS[name](tmp_path, fake_llm)
+    env.start()
+    try:
+        config = env.config(**{template: "home"})
+        block = select(config).block
+        real = MemoryScope(run_id=block.run_id, persona_id="12345", agent_id=block.agent_id)
+        adapter = env.build(**{template: "home"})
+        await adapter.setup_scope(real)
+        await adapter.record_event(make_event(real, "Please remember FACT-1: my favourite tea is genmaicha."))
+        await env.settle(adapter, real)
+        await adapter.aclose()  # one opener at a time (an embedded graph store is locked by its opener)
+        report = await run_check(config, ready_timeout_s=10)
+        adapter = env.build(**{template: "home"})
+        request = RetrieveRequest("What is my favourite tea?", real, "cli:direct", budget=block.budget())
+        kept = adapter.format_context(await adapter.retrieve(request))
+        await adapter.aclose()
+    finally:
+        env.stop()
+    assert not report.ok and report.status == "failed"
+    assert [s.name for s in report.steps] == ["scope"], report.to_json()
+    assert "where the real memory is kept" in report.steps[0].detail and "home" in report.steps[0].detail
+    assert "genmaicha" in kept
+
+
+async def test_odd_shaped_memos_answers_keep_the_good_items_and_fail_the_check_step(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    env = ENVS["memos"](tmp_path, fake_llm)
+    env.start()
+    server = env.server  # type: ignore[attr-defined]
+    scope = MemoryScope(run_id="run-1", persona_id="alice")
+    try:
+        adapter = env.build()
+        await adapter.record_event(make_event(scope, "Please remember FACT-1: my favourite tea is genmaicha."))
+        await env.settle(adapter, scope)
+
+        def odd(data: dict) -> dict:
+            group = data["text_mem"][0]
+            group["memories"] += [{"id": "m2", "memory": "x", "metadata": "n/a"}, "not a memory", None]
+            return {**data, "pref_mem": "none", "tool_mem": [7], "pref_note": 5}
+
+        server.reshape_search = odd
+        request = RetrieveRequest("What is my favourite tea?", scope, "cli:direct", budget=ContextBudget())
+        result = await adapter.retrieve(request)
+        assert "genmaicha" in adapter.format_context(result) and len(result.items) == 2
+        server.reshape_search = lambda _data: ["not", "a", "dict"]
+        with pytest.raises(AdapterError, match="data is a list"):
+            await adapter.retrieve(request)
+        await adapter.aclose()
+        report = await run_check(env.config(), ready_timeout_s=10)
+    finally:
+        env.stop()
+    assert not report.ok and report.status == "failed"
+    failed = [s for s in report.steps if not s.ok]
+    assert failed[0].name == "isolation (read scope B)" and "data is a list" in failed[0].detail

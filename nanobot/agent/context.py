@@ -218,13 +218,18 @@ class ContextBuilder:
 
     def _identity(self) -> str:
         ws = self.workspace
+        where = (
+            "kept in this prompt"
+            if self.include_memory_file
+            else "not in this prompt: the memory backend's context is; read the file when it may hold the answer"
+        )
         return f"""# nanobot
 
 You are nanobot, a helpful personal AI assistant. You can read and write files, run shell commands,
 fetch web pages, schedule tasks, and remember things across conversations.
 
 Workspace: {ws}
-- Long-term memory: memory/MEMORY.md (facts about the user and their world; kept in this prompt)
+- Long-term memory: memory/MEMORY.md (facts about the user and their world; {where})
 - History log: memory/HISTORY.md (one timestamped paragraph per past conversation chunk)
 - Daily notes: memory/YYYY-MM-DD.md; session notes: memory/YYYY-MM-DD-<topic>.md
 - Skills: skills/<name>/SKILL.md
@@ -234,12 +239,16 @@ tool results. Each user message starts with a runtime block (time, channel, chat
 not a request."""
 
     def _memory_section(self, private: bool) -> str:
-        if not self.include_memory_file:
-            return ""
         if not private:
             return (
                 "# Memory\n\nThis is a group chat: the owner's long-term memory (MEMORY.md) is private "
                 "and not available here. Do not reveal personal facts about the owner."
+            )
+        if not self.include_memory_file:  # a memory backend brings long-term memory with each message
+            return (
+                "# Memory\n\nmemory/MEMORY.md is not in this prompt: long-term memory comes from the "
+                "memory backend, in the <memory-context> block of each message. Facts saved in MEMORY.md "
+                "before are still there: read it when a question may be answered by it."
             )
         text = self.memory.read_memory().strip()
         if not holds_facts(text):  # the template's headings and comment are no facts to show

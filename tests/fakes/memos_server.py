@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -42,6 +43,8 @@ class FakeMemosServer:
         self.memories: list[dict[str, Any]] = []  # each: id, cube, user_id, memory, metadata, info, bucket
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.fail_status: int | None = None
+        # a search answer's `data` as a server with other shapes would send it (None: as computed)
+        self.reshape_search: Callable[[dict[str, Any]], Any] | None = None
         self.errors: list[str] = []
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._running = 0
@@ -236,7 +239,10 @@ class FakeMemosServer:
                 ],
             }
         if path == "/product/search":
-            return self._search(body)
+            answer = self._search(body)
+            if self.reshape_search is not None:
+                answer["data"] = self.reshape_search(answer["data"])
+            return answer
         if path == "/product/scheduler/status":
             return {"message": "ok", "data": {"running_tasks": self.running()}}
         if path == "/product/scheduler/wait":

@@ -307,5 +307,10 @@ class MemoryAdapter(ABC):
         """How `scope` maps to native ids (for the swap-flow manifest)."""
         return {"run_id": scope.run_id, "persona_id": scope.persona_id}
 
+    def reset_target(self, scope: MemoryScope) -> str:
+        """What `reset_scope(scope)` deletes, by its native name: two scopes with one target share
+        their memory, so resetting one empties the other (the check refuses such a test scope)."""
+        return " ".join(f"{k}={v}" for k, v in sorted(self.scope_mapping(scope).items()))
+
     async def aclose(self) -> None:
         return None

@@ -69,6 +69,9 @@ class GraphitiAdapter(MemoryAdapter):
         raw = self.block.group_id_template.format(run_id=scope.run_id, persona_id=scope.persona_id)
         return safe_group_part(raw)
 
+    def reset_target(self, scope: MemoryScope) -> str:
+        return f"group {self.group_id(scope)}"  # a reset clears the group's whole partition
+
     def scope_mapping(self, scope: MemoryScope) -> dict[str, str]:
         return {
             "group_id": self.group_id(scope),

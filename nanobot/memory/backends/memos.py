@@ -10,6 +10,7 @@ writable and the readable cube. async_mode stays native (default async): writes 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -73,9 +74,19 @@ class MemosAdapter(MemoryAdapter):
     def cube_id(self, scope: MemoryScope) -> str:
         return self.block.cube_template.format(run_id=scope.run_id, persona_id=scope.persona_id)
 
+    def reset_target(self, scope: MemoryScope) -> str:
+        return f"MemCube {self.cube_id(scope)}"  # a reset deletes every memory of the cube, whoever's
+
     def scope_mapping(self, scope: MemoryScope) -> dict[str, str]:
         cube = self.cube_id(scope)
         return {"user_id": self.user_id(scope), "writable_cube_ids": cube, "readable_cube_ids": cube}
+
+    def _data(self, body: dict[str, Any], operation: str) -> dict[str, Any]:
+        """The answer's `data` object; any other shape is the backend's failure, not a crash here."""
+        data = body.get("data") or {}
+        if not isinstance(data, dict):
+            raise AdapterError(self.backend_name, operation, f"answer's data is a {type(data).__name__}", raw=body)
+        return data
 
     async def _call(self, operation: str, method: str, path: str, **kw: Any) -> dict[str, Any]:
         try:
@@ -152,38 +163,35 @@ class MemosAdapter(MemoryAdapter):
             **({"filter": request.filters} if request.filters else {}),
         }
         response = await self._call("retrieve", "POST", SEARCH_PATH, json=body)
-        data = response.get("data") or {}
+        data = self._data(response, "retrieve")
         items: list[MemoryItem] = []
-        for bucket in BUCKETS:
-            for group in data.get(bucket) or []:
-                memories = group.get("memories") if isinstance(group, dict) else None
-                for mem in memories or []:
-                    meta = mem.get("metadata") or {}
-                    native_type = meta.get("memory_type") or meta.get("preference_type") or ""
-                    score = meta.get("relativity", mem.get("relativity"))
-                    items.append(
-                        MemoryItem(
-                            text=str(mem.get("memory") or ""),
-                            native_id=str(mem.get("id") or meta.get("id") or "") or None,
-                            score=float(score) if isinstance(score, int | float) else None,
-                            timestamp=parse_iso_or_none(meta.get("updated_at") or meta.get("created_at")),
-                            group=f"{bucket} · {native_type}" if native_type else bucket,
-                            raw=mem,
-                        )
-                    )
+        for bucket, mem in _memories(data):
+            meta = mem.get("metadata") if isinstance(mem.get("metadata"), dict) else {}
+            native_type = meta.get("memory_type") or meta.get("preference_type") or ""
+            score = meta.get("relativity", mem.get("relativity"))
+            items.append(
+                MemoryItem(
+                    text=str(mem.get("memory") or ""),
+                    native_id=str(mem.get("id") or meta.get("id") or "") or None,
+                    score=float(score) if isinstance(score, int | float) else None,
+                    timestamp=parse_iso_or_none(meta.get("updated_at") or meta.get("created_at")),
+                    group=f"{bucket} · {native_type}" if native_type else bucket,
+                    raw=mem,
+                )
+            )
         trace = self.trace(request.scope, "product/search")
         trace.native_ids = [i.native_id for i in items if i.native_id]
         trace.filtering = "hard" if tags else "none"
         result = RetrieveResult(request, items, response, trace)
-        note = data.get("pref_note") or ""
-        if note.strip():
+        note = data.get("pref_note")
+        if isinstance(note, str) and note.strip():
             result.prose = f"[pref_note] {note.strip()}"
             result.trace.retrieved_count = len(items)
         return result
 
     async def readiness(self, scope: MemoryScope) -> Readiness:
         body = await self._call("readiness", "GET", STATUS_PATH, params={"user_name": self.cube_id(scope)})
-        running = int((body.get("data") or {}).get("running_tasks") or 0)
+        running = _count(self._data(body, "readiness").get("running_tasks"))
         return Readiness(ready=running == 0, pending=running, detail="scheduler")
 
     async def wait_until_ready(self, scope: MemoryScope, timeout_s: float) -> Readiness:
@@ -191,8 +199,8 @@ class MemosAdapter(MemoryAdapter):
         body = await self._call(
             "readiness", "POST", WAIT_PATH, params=params, timeout=timeout_s + self.block.timeout_s
         )
-        data = body.get("data") or {}
-        running = int(data.get("running_tasks") or 0)
+        data = self._data(body, "readiness")
+        running = _count(data.get("running_tasks"))
         return Readiness(
             ready=not data.get("timed_out") and running == 0,
             pending=running,
@@ -231,14 +239,7 @@ class MemosAdapter(MemoryAdapter):
                 "include_skill_memory": True,
             },
         )
-        data = listed.get("data") or {}
-        ids = [
-            str(m.get("id"))
-            for bucket in BUCKETS
-            for g in data.get(bucket) or []
-            for m in (g.get("memories") or [])
-            if m.get("id")
-        ]
+        ids = [str(m["id"]) for _bucket, m in _memories(self._data(listed, "reset_scope")) if m.get("id")]
         if ids:
             await self._call(
                 "reset_scope", "POST", DELETE_PATH, json={"writable_cube_ids": [cube], "memory_ids": ids}
@@ -254,3 +255,26 @@ class MemosAdapter(MemoryAdapter):
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def _memories(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(bucket, memory) of an answer's buckets in order; entries of another shape are skipped, so one
+    odd entry does not cost the others."""
+    for bucket in BUCKETS:
+        groups = data.get(bucket)
+        for group in groups if isinstance(groups, list) else []:
+            memories = group.get("memories") if isinstance(group, dict) else None
+            for mem in memories if isinstance(memories, list) else []:
+                if isinstance(mem, dict):
+                    yield bucket, mem
+
+
+def _count(value: Any) -> int:
+    """A count the scheduler reported; anything but a whole number counts as one task still running."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return 0 if value in (None, "") else 1

@@ -3,8 +3,10 @@
 health → setup scope → capability discovery → isolation smoke test (written under scope A, not
 retrievable under scope B) → write/read smoke test after the backend's readiness wait → manifest.
 The check writes only to two fresh synthetic scopes (`check-<id>` run) and resets them at the end,
-so the user's real memory is never touched. A readiness timeout is reported as `pending`, not as
-a pass.
+so the user's real memory is never touched: a scope template that names neither the run nor the
+persona (`cubeTemplate: "alice_cube"`) maps the test scopes onto the user's own store, and the
+check then refuses to run rather than write into it and reset it. A readiness timeout is reported
+as `pending`, not as a pass.
 """
 
 from __future__ import annotations
@@ -117,6 +119,12 @@ async def run_check(
         "context_budget": {"max_tokens": sel.block.context_tokens, "max_items": sel.block.max_items},
     }
     report = CheckReport(ok=False, status="failed", manifest=manifest)
+    real = MemoryScope(sel.block.run_id, "<sender id>", sel.block.agent_id)
+    shared = _shared_with_real(adapter, (scope_a, scope_b), real)
+    if stores and shared:
+        report.steps.append(Step("scope", False, 0.0, shared))
+        await adapter.aclose()
+        return report
 
     async def step(name: str, fn: Callable[[], Any]) -> Any:
         started = time.perf_counter()
@@ -126,6 +134,9 @@ async def run_check(
         except AdapterError as exc:
             report.steps.append(Step(name, False, elapsed_ms(started), f"{exc} (raw: {str(exc.raw)[:300]})"))
             raise
+        except Exception as exc:  # noqa: BLE001 - an answer the adapter did not expect is a failed step
+            report.steps.append(Step(name, False, elapsed_ms(started), f"{type(exc).__name__}: {exc}"))
+            raise AdapterError.native(adapter.backend_name, name, exc) from exc
         report.steps.append(Step(name, True, elapsed_ms(started)))
         return value
 
@@ -186,6 +197,19 @@ async def run_check(
             except Exception as exc:  # noqa: BLE001 - cleanup is best effort, and said so
                 report.steps.append(Step(f"cleanup {scope.persona_id}", False, 0.0, repr(exc)))
         await adapter.aclose()
+
+
+def _shared_with_real(adapter: MemoryAdapter, tests: tuple[MemoryScope, ...], real: MemoryScope) -> str:
+    """Why the test scopes cannot be used ("" when they can): one maps to the store a real user's
+    memory lives in, and resetting it at the end would delete that memory."""
+    target = adapter.reset_target(real)
+    if any(adapter.reset_target(scope) == target for scope in tests):
+        return (
+            f"the check's test scopes map to {target}, where the real memory is kept (the scope "
+            "template names neither {run_id} nor {persona_id}): not run, so nothing of yours is "
+            "written or deleted"
+        )
+    return ""
 
 
 async def _setup(adapter: MemoryAdapter, *scopes: MemoryScope) -> None:
