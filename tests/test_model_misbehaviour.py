@@ -152,6 +152,50 @@ async def test_half_an_emoji_from_the_model_is_kept_and_answered(make_config, fa
     assert (config.workspace_path / "note.txt").read_text(encoding="utf-8") == "tea \ufffd"
 
 
+async def test_bytes_not_utf8_and_a_bare_content_part_still_answer(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """Half an emoji as raw bytes (not valid UTF-8) made json.loads throw the whole answer away:
+    "The model call failed: UnicodeDecodeError", not retried. A content sent as one part without its
+    list reached the user as a Python repr."""
+    config, _ = make_config(**{"agents.defaults.llmMaxRetries": 0})
+    runtime = make_runtime(config)
+    completion = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Tea time @ at five"},
+                               "finish_reason": "stop"}]}
+    raw = json.dumps(completion).encode().replace(b"@", b"\xf0\x9f")
+    part = {"type": "text", "text": "Hello there"}
+    fake_llm.push(Reply(raw_body=raw), Reply(content=part))  # type: ignore[arg-type] - a dict, as some servers send
+    try:
+        first = await runtime.ask("when?", session_key="telegram:4")
+        second = await runtime.ask("hi", session_key="telegram:4")
+    finally:
+        await runtime.aclose()
+    assert first == "Tea time \ufffd at five"
+    assert second == "Hello there"
+
+
+async def test_repeated_tool_call_ids_are_made_unique(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """Two calls with one id in a reply, and "call_0" in every reply of servers that send none, went
+    back to the model as they came: its results could not be told apart, and a provider that refuses
+    repeated ids refused every later request of the session."""
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    listing = {"id": "dup", "name": "list_dir", "arguments": {"path": "."}}
+    fake_llm.push(
+        Reply(content=None, tool_calls=[listing, listing]),
+        Reply(content=None, tool_calls=[{"id": "dup", "name": "list_dir", "arguments": {"path": "."}}]),
+        Reply(content="done"),
+    )
+    try:
+        assert await runtime.ask("look around", session_key="telegram:5") == "done"
+    finally:
+        await runtime.aclose()
+    last = fake_llm.requests[-1]["messages"]
+    ids = [c["id"] for m in last if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    results = [m["tool_call_id"] for m in last if m["role"] == "tool"]
+    assert len(ids) == 3 and len(set(ids)) == 3 and sorted(results) == sorted(ids)
+    stored = [c["id"] for m in messages_of(session_path(config, "telegram:5")) for c in m.get("tool_calls") or []]
+    assert len(set(stored)) == 3
+
+
 async def test_an_answer_cut_at_the_output_limit_says_so(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
     """finish_reason "length" was ignored: the user got half a sentence as the whole answer, and a
     tool call cut off mid-arguments got only a JSON error, so the model sent it again, cut again."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -202,6 +203,7 @@ class TurnRunner:
                 await on_progress(
                     "tool_hint", ", ".join(tool_hint(c.name, c.arguments) for c in response.tool_calls)
                 )
+            _unique_call_ids(response.tool_calls, convo)
             assistant = {
                 "role": "assistant",
                 "content": clean_reply(response.content, echo_source),
@@ -315,6 +317,23 @@ def _without_arguments(message: dict[str, Any]) -> dict[str, Any] | None:
             call = {**call, "function": {**fn, "arguments": note}}
         shorter.append(call)
     return {**message, "tool_calls": shorter} if shorter != calls else None
+
+
+def _unique_call_ids(calls: list[ToolCall], convo: list[dict[str, Any]]) -> None:
+    """Give a call whose id is missing or already used in the conversation a fresh one. Servers send
+    duplicates ("call_0" in every reply, or one id twice): a result could not be told from another,
+    and a provider that refuses repeated ids refused every later request of the session."""
+    used = {
+        str(call.get("id"))
+        for message in convo
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or []
+        if isinstance(call, dict)
+    }
+    for call in calls:
+        if not call.id or call.id in used:
+            call.id = f"call_{uuid.uuid4().hex[:24]}"
+        used.add(call.id)
 
 
 def _last_user_text(convo: list[dict[str, Any]]) -> str:

@@ -68,7 +68,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def _is_malformed(chain: list[BaseException]) -> bool:
     for node in chain:
-        if isinstance(node, (MalformedResponseError, json.JSONDecodeError)):
+        if isinstance(node, (MalformedResponseError, json.JSONDecodeError, UnicodeDecodeError)):
             return True
         text = str(node)
         if type(node).__name__ == "APIResponseValidationError" or _NO_CHOICES_MARKER in text:

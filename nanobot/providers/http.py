@@ -327,7 +327,7 @@ async def post_json(url: str, body: dict[str, Any], *, headers: dict[str, str], 
     _finish(exchange, target)
     if not 200 <= response.status_code < 300:
         raise HTTPStatusError(response.status_code, _headers_of(response), raw)
-    return json.loads(raw)
+    return _json(raw)
 
 
 async def post_events(
@@ -353,6 +353,12 @@ async def post_events(
             exchange.conn.close()
 
 
+def _json(raw: bytes) -> Any:
+    """JSON from a server's bytes. Bytes that are not UTF-8 (half an emoji, a Latin-1 body) become
+    U+FFFD: the answer around them is kept, where json.loads(bytes) threw all of it away."""
+    return json.loads(raw.decode("utf-8", "replace"))
+
+
 async def _events(exchange: _Exchange) -> AsyncIterator[Any]:
     pending = b""
     data_lines: list[bytes] = []
@@ -374,7 +380,7 @@ async def _events(exchange: _Exchange) -> AsyncIterator[Any]:
                 if done or data.strip() == b"[DONE]":
                     done = True
                     continue
-                decoded = json.loads(data)
+                decoded = _json(data)
                 if isinstance(decoded, dict) and decoded.get("error") and not decoded.get("choices"):
                     raise HTTPStatusError(_stream_error_status(decoded["error"]), {}, data)
                 yield decoded

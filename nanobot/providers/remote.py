@@ -173,9 +173,13 @@ def _field(obj: Any, name: str) -> Any:
 def content_text(content: Any) -> str | None:
     """A message's content as text: some OpenAI-compatible APIs send a list of parts
     (`[{"type": "thinking", ...}, {"type": "text", "text": "..."}]`); their text parts joined, the
-    reasoning ones left out. None when there is no text."""
+    reasoning ones left out. None when there is no text. A single part sent without its list counts
+    as a list of one; content of another type is a malformed answer (asked again), not shown as a
+    Python repr."""
     if content is None or isinstance(content, str):
         return content
+    if isinstance(content, dict):
+        content = [content]
     if isinstance(content, list):
         texts: list[str] = []
         for part in content:
@@ -184,7 +188,7 @@ def content_text(content: Any) -> str | None:
             elif _field(part, "type") in (None, "text", "output_text"):
                 texts.append(str(_field(part, "text") or ""))
         return "".join(texts) or None
-    return str(content)
+    raise MalformedResponseError(f"the message content is a {type(content).__name__}")
 
 
 def _usage(raw: Any) -> Usage:

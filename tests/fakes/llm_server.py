@@ -36,7 +36,7 @@ class Reply:
     prompt_tokens: int = 10
     completion_tokens: int = 5
     headers: dict[str, str] = field(default_factory=dict)  # extra response headers, e.g. Retry-After
-    raw_body: str | None = None  # sent as is (with status 200, JSON content type) instead of a completion
+    raw_body: str | bytes | None = None  # sent as is (status 200, JSON content type) instead of a completion
     # a streamed reply written in pieces of this many bytes (events split mid-line), with these line ends
     stream_piece_bytes: int = 0
     stream_line_end: str = "\n"
@@ -117,9 +117,12 @@ class FakeLLMServer(ThreadedHTTPFake):
                 return json.loads(raw or b"{}")
 
             def _send_json(
-                self, status: int, payload: dict[str, Any] | str, headers: dict[str, str] | None = None
+                self, status: int, payload: dict[str, Any] | str | bytes, headers: dict[str, str] | None = None
             ) -> None:
-                data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+                if isinstance(payload, bytes):
+                    data = payload
+                else:
+                    data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
                 self.send_response(status)
                 if "Content-Type" not in (headers or {}):
                     self.send_header("Content-Type", "application/json")
