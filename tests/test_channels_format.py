@@ -138,6 +138,37 @@ def test_utf16_counting_for_emoji() -> None:
     assert all(utf16_len(p) <= DISCORD_MAX_CHARS for p in parts)
 
 
+FAMILY = "\U0001F468\u200d\U0001F469\u200d\U0001F467\u200d\U0001F466"
+
+
+@pytest.mark.parametrize(
+    ("text", "unit"),
+    [
+        ("x" + "🇯🇵" * 2500, "🇯🇵"),  # flags are pairs: a cut inside one re-paired every flag after it
+        ("x" + "👍🏽" * 2000, "👍🏽"),
+        (FAMILY * 1500, FAMILY),
+        ("x" + "e\u0301" * 5000, "e\u0301"),
+        ("\u1112\u1161\u11ab" * 3000, "\u1112\u1161\u11ab"),  # 한, decomposed
+    ],
+)
+@pytest.mark.parametrize("limit", [TELEGRAM_MAX_CHARS, DISCORD_MAX_CHARS])
+def test_a_hard_cut_never_falls_inside_a_shown_character(text: str, unit: str, limit: int) -> None:
+    parts = split_message(text, limit)
+    assert len(parts) > 1 and "".join(parts) == text
+    for part in parts:
+        assert utf16_len(part) <= limit
+        assert part.lstrip("x").replace(unit, "") == "", (part[:8], part[-8:])
+
+
+def test_text_without_spaces_is_cut_after_a_sentence_then_a_comma() -> None:
+    sentences = "这是一个很长的句子，里面有很多内容。" * 300
+    parts = split_message(sentences, DISCORD_MAX_CHARS)
+    assert "".join(parts) == sentences and all(p.endswith("。") for p in parts)
+    clauses = "日本語の文章は、" * 600
+    parts = split_message(clauses, DISCORD_MAX_CHARS)
+    assert "".join(parts) == clauses and all(p.endswith("、") for p in parts)
+
+
 def _valid(markdown: str) -> str:
     """Render and check the HTML the way the fake Bot API (like Telegram) parses it."""
     html = markdown_to_telegram_html(markdown)
@@ -149,6 +180,22 @@ def test_telegram_html_headings_and_emphasis() -> None:
     html = _valid("# Title\n\nSome **bold**, *italic*, ~~gone~~ and ***both***.")
     assert html == "<b>Title</b>\n\nSome <b>bold</b>, <i>italic</i>, <s>gone</s> and <i><b>both</b></i>."
     assert _valid("### Deep *one*") == "<b>Deep <i>one</i></b>"
+
+
+@pytest.mark.parametrize(
+    ("markdown", "html"),
+    [
+        ("**注意：**这个文件很重要。这是**“重要”**的事情。", "<b>注意：</b>这个文件很重要。这是<b>“重要”</b>的事情。"),
+        ("日本語の**「強調」**です", "日本語の<b>「強調」</b>です"),
+        ("중요：**“주의”**입니다", "중요：<b>“주의”</b>입니다"),
+        ("中文*斜体：*中文", "中文<i>斜体：</i>中文"),
+        ("**foo.**bar", "**foo.**bar"),  # other scripts: CommonMark as it is
+    ],
+)
+def test_emphasis_beside_cjk_punctuation_renders(markdown: str, html: str) -> None:
+    """Chinese and Japanese put no space around punctuation, so CommonMark left `**注意：**这个`
+    with its asterisks shown (or the wrong words bold): models write bold this way all the time."""
+    assert _valid(markdown) == html
 
 
 def test_telegram_html_escapes_special_characters_everywhere() -> None:

@@ -4,7 +4,7 @@ one line of a chunk that answers."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ from nanobot.memory.chunking import chunk_markdown
 from nanobot.memory.fts import non_latin_share
 from nanobot.memory.index import MemoryIndex
 from nanobot.memory.ranking import TIME_WEIGHT, VECTOR_FLOOR_SHARE
+from nanobot.memory.store import MemoryStore
 from nanobot.memory.temporal import parse_time_range
 from tests.test_memory_index import PlantedEmbedder, write
 
@@ -183,3 +184,15 @@ async def test_a_chunk_is_scored_by_its_best_line_not_only_by_its_average(tmp_pa
     # The mean of the seven lines alone is near 0.32; with the best line's 0.9 the note scores 0.72.
     assert results[0].score == pytest.approx(0.7 * (0.3 * 0.316 + 0.7 * 0.9), abs=0.01)
     idx.close()
+
+
+def test_session_notes_keep_a_topic_written_in_any_script(tmp_path: Path) -> None:
+    """Only a-z and 0-9 counted: 东京出差, 誕生日パーティー and رحلة القاهرة all became "…-session.md"."""
+    store = MemoryStore(tmp_path)
+    when = datetime(2026, 3, 2, 18, 0)
+    names = [store.write_session_note(slug, "note", when).name for slug in
+             ("东京出差", "誕生日パーティー", "رحلة القاهرة", "नमस्ते दुनिया", "Tokyo trip!", "Ｔｏｋｙｏ", "../..")]
+    assert names == [
+        "2026-03-02-东京出差.md", "2026-03-02-誕生日パーティー.md", "2026-03-02-رحلة-القاهرة.md",
+        "2026-03-02-नमस्ते-दुनिया.md", "2026-03-02-tokyo-trip.md", "2026-03-02-tokyo.md", "2026-03-02-session.md",
+    ]

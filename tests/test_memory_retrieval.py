@@ -62,6 +62,29 @@ async def test_cjk_two_character_word_inside_a_longer_run(tmp_path: Path) -> Non
     idx.close()
 
 
+async def test_a_word_typed_in_the_other_width_is_found(tmp_path: Path) -> None:
+    """Input methods write digits and Latin letters full-width and some katakana half-width; a
+    keyword search typed the other way found nothing ("a word that is in memory is always found")."""
+    write(tmp_path, "memory/2026-01-05.md", "# 2026-01-05\n\n- 用户的电话号码是１３８００１３８０００。\n")
+    write(tmp_path, "memory/2026-01-06.md", "# 2026-01-06\n\n- ユーザーの車はカローラです。\n")
+    write(tmp_path, "memory/2026-01-07.md", "# 2026-01-07\n\n- 部屋番号は404号室。ＷｉＦｉ password on the fridge.\n")
+    write(tmp_path, "memory/2026-01-08.md", "# 2026-01-08\n\n- 今日は雨でした。\n")
+    idx = MemoryIndex(tmp_path, KEYWORD)
+    for query, path in [
+        ("13800138000", "memory/2026-01-05.md"),
+        ("１３８００１３８０００", "memory/2026-01-05.md"),
+        ("ｶﾛｰﾗ", "memory/2026-01-06.md"),
+        ("カローラ", "memory/2026-01-06.md"),
+        ("４０４", "memory/2026-01-07.md"),
+        ("wifi", "memory/2026-01-07.md"),
+    ]:
+        results = (await idx.search(query)).results
+        assert results and results[0].path == path, query
+    snippet = (await idx.search("13800138000")).results[0].snippet
+    assert "１３８００１３８０００" in snippet  # the text is shown as written
+    idx.close()
+
+
 def test_time_expressions_become_date_ranges() -> None:
     today = date(2025, 6, 18)  # a Wednesday
     when, rest = parse_time_range("What did we decide last week about the budget?", today)

@@ -27,6 +27,7 @@ from functools import lru_cache
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
+from nanobot.channels.markdown_cjk import cjk_friendly
 from nanobot.channels.split import split_message, utf16_len
 
 _SAFE_URL = re.compile(r"^(https?|tg|ftp)://|^mailto:", re.I)
@@ -42,7 +43,7 @@ def escape_html(text: str) -> str:
 
 @lru_cache(maxsize=1)
 def _parser() -> MarkdownIt:
-    return MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
+    return cjk_friendly(MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"]))
 
 
 # ----------------------------------------------------------------------------------- inline

@@ -7,12 +7,15 @@ bare fence of its own character at least as long (```` around ``` keeps the inne
 ~~~ is closed by ~~~), and a cut one is closed with its own marker.
 A cut never leaves a part whose open code block holds only blank lines (a fence opener and its
 closer), nor a part of block syntax alone (`#`, `>`, a list marker): when every boundary would, the
-window is cut hard at its length instead.
+window is cut hard at its length instead. Text without spaces (Chinese, Japanese) is cut after a
+sentence's end or a comma when there is one, and a hard cut never falls inside what shows as one
+character: an emoji sequence (👨‍👩‍👧, 👍🏽, a flag), a letter and its accent, a Hangul syllable.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -38,6 +41,7 @@ def capped_parts(parts: list[T], note: Callable[[str], T]) -> list[T]:
 _FENCE_LINE = re.compile(r"^ {0,3}(```+|~~~+)(.*)$")
 _CLOSE_ROOM = 12  # room kept for a closing fence: a newline and the marker (longer ones are reset)
 _SEPARATORS = ("\n\n", "\n", " ")
+_SENTENCE_ENDS = ("。！？!?…", "，、；：,;")  # kept at the end of the part they close
 # A boundary is only preferred when the part it ends uses at least this share of the room.
 _MIN_FILL = 0.5
 # A part that would be nothing but block syntax (a heading's "#", a quote's ">", a list marker, a
@@ -69,7 +73,51 @@ def _fit(text: str, budget: int, measure: Measure) -> int:
 
 def cut_to(text: str, max_units: int, measure: Measure = utf16_len) -> str:
     """The longest start of `text` that `measure` counts at most `max_units` (a preview's cut)."""
-    return text[: _fit(text, max_units, measure)]
+    return text[: _character_start(text, _fit(text, max_units, measure))]
+
+
+_JOINER = "\u200d"
+
+
+def _joins_previous(char: str) -> bool:
+    """Whether `char` belongs to the character shown before it: a combining mark (an accent), a
+    variation selector, a skin tone, an emoji tag, a joiner, a Hangul vowel or final consonant."""
+    code = ord(char)
+    return (
+        unicodedata.category(char) in ("Mn", "Me", "Mc")
+        or char == _JOINER
+        or 0xFE00 <= code <= 0xFE0F
+        or 0x1F3FB <= code <= 0x1F3FF
+        or 0xE0020 <= code <= 0xE007F
+        or 0xE0100 <= code <= 0xE01EF
+        or 0x1160 <= code <= 0x11FF
+    )
+
+
+def _is_flag_letter(char: str) -> bool:
+    return 0x1F1E6 <= ord(char) <= 0x1F1FF
+
+
+def _character_start(text: str, cut: int) -> int:
+    """`cut` moved back to where a shown character starts (at most 64 code points; a longer run of
+    marks is cut where it was). Flags are pairs of letters: cutting inside one re-pairs every flag
+    after it into the wrong ones."""
+    least = max(1, cut - 64)
+    at = cut
+    while least <= at < len(text):
+        before, after = text[at - 1], text[at]
+        if _joins_previous(after) or before == _JOINER:
+            at -= 1
+            continue
+        if _is_flag_letter(before) and _is_flag_letter(after):
+            run = 0
+            while at - run - 1 >= 0 and _is_flag_letter(text[at - run - 1]):
+                run += 1
+            if run % 2:  # an odd number of flag letters before: `after` completes the last flag
+                at -= 1
+                continue
+        return at
+    return cut
 
 
 def _find_cut(window: str, open_fence: str | None) -> tuple[int, int]:
@@ -89,6 +137,10 @@ def _find_cut(window: str, open_fence: str | None) -> tuple[int, int]:
                 if empty_from is None:
                     return idx, len(sep)
                 idx = window.rfind(sep, 0, empty_from)
+        for ends in _SENTENCE_ENDS:  # prose without spaces: after a sentence's end, else a comma
+            idx = max(window.rfind(mark) for mark in ends) + 1
+            if idx >= min_cut and _fence_after(open_fence, window[:idx]) is None:  # not in code
+                return idx, 0
     return len(window), 0
 
 
@@ -154,6 +206,8 @@ def split_message(text: str, max_chars: int, measure: Measure = utf16_len) -> li
         # Reserve room for a closing fence; the fence opener is reused, so reserve its length too.
         window = remaining[: _fit(remaining, room - _CLOSE_ROOM, measure)]
         cut, skip = _find_cut(window, open_fence)
+        if not skip:
+            cut = _character_start(remaining, cut)
         chunk = remaining[:cut]
         open_fence = _fence_after(open_fence, chunk)
         if open_fence is not None and len(_marker(open_fence)) >= _CLOSE_ROOM:

@@ -3,15 +3,23 @@
 FTS5's unicode61 tokenizer keeps a whole run of Chinese/Japanese/Korean characters as one token
 and the trigram tokenizer cannot match two-character words, so CJK runs are rewritten as
 overlapping bigrams ("记忆检索" -> "记忆 忆检 检索") both when indexing and when querying.
+Text and queries are also folded to one width (NFKC) on both sides: an input method writes the
+phone number 13800138000 as `１３８００１３８０００` and katakana as `ｶﾛｰﾗ`, and a search typed the
+other way found neither.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 
-# Han (incl. extension A and compatibility), kana, Hangul syllables and jamo.
-_CJK_CLASS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+# Bump when the text stored for FTS changes: indexes built before are re-chunked (2: width folding).
+FTS_TEXT_VERSION = 2
+# Han (incl. extension A and compatibility), kana (half-width too), Hangul syllables and jamo.
+_CJK_CLASS = (
+    r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f\uff66-\uff9f"
+)
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 # Words of letters/digits that are not CJK; "_" is kept out so snake_case splits like FTS5 does.
 _WORD = re.compile(f"[^\\W_{_CJK_CLASS}]+|[{_CJK_CLASS}]+")
@@ -70,15 +78,30 @@ def cjk_bigrams(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)]
 
 
+def fold(text: str) -> str:
+    """One width for every character (NFKC): full-width digits and letters as ASCII, half-width
+    katakana as full-width, ligatures and circled numbers as what they stand for."""
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+
+
+def _fold_char(char: str) -> str:
+    folded = unicodedata.normalize("NFKC", char)
+    return folded if len(folded) == 1 else char
+
+
+# The width folding of the forms block one character for one: offsets into the text stay true.
+_SAME_LENGTH_FOLD = {code: _fold_char(chr(code)) for code in (0x3000, *range(0xFF01, 0xFFEF))}
+
+
 def to_fts_text(text: str) -> str:
-    """The text as stored in the FTS5 column: CJK runs replaced by space-separated bigrams."""
-    return _CJK_RUN.sub(lambda m: " " + " ".join(cjk_bigrams(m.group(0))) + " ", text)
+    """The text as stored in the FTS5 column: folded, CJK runs replaced by space-separated bigrams."""
+    return _CJK_RUN.sub(lambda m: " " + " ".join(cjk_bigrams(m.group(0))) + " ", fold(text))
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased search terms: words for alphabetic scripts, bigrams for CJK runs."""
+    """Lower-cased search terms of the folded text: words for alphabetic scripts, bigrams for CJK."""
     terms: list[str] = []
-    for match in _WORD.finditer(text.lower()):
+    for match in _WORD.finditer(fold(text).lower()):
         token = match.group(0)
         if _CJK_RUN.fullmatch(token):
             terms.extend(cjk_bigrams(token))
@@ -151,7 +174,8 @@ def hit_offsets(text: str, terms: list[str]) -> list[int]:
     """Where in `text` the keywords occur (character offsets, in order)."""
     if not terms:
         return []
-    return [m.start() for m in _stems_pattern(tuple(terms)).finditer(text.lower())]
+    same_length = text if text.isascii() else text.translate(_SAME_LENGTH_FOLD)
+    return [m.start() for m in _stems_pattern(tuple(terms)).finditer(same_length.lower())]
 
 
 def term_hits(line: str, terms: list[str], weights: dict[str, float] | None = None) -> float:
@@ -164,7 +188,7 @@ def lines_hits(lines: list[str], terms: list[str], weights: dict[str, float] | N
     if not terms:
         return [0.0] * len(lines)
     if weights is None:
-        return [float(sum(line.lower().count(t) for t in terms)) for line in lines]
+        return [float(sum(fold(line).lower().count(t) for t in terms)) for line in lines]
     by_stem = {match_stem(t) if t.isascii() else t: weights.get(t, 1.0) for t in terms}
     find = _stems_pattern(tuple(terms)).findall
-    return [sum(by_stem.get(m, 1.0) for m in find(line.lower())) for line in lines]
+    return [sum(by_stem.get(m, 1.0) for m in find(fold(line).lower())) for line in lines]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, tzinfo
@@ -49,7 +50,10 @@ def normalise_fact(line: str) -> str:
 
 
 def slugify(text: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    """A file-name part of letters and digits of any script joined by "-" ("东京出差" stays itself:
+    it became "session" when only a-z counted), at most MAX_SLUG_CHARS."""
+    kept = (c if unicodedata.category(c)[0] in "LNM" else " " for c in unicodedata.normalize("NFKC", text).lower())
+    slug = "-".join("".join(kept).split())
     return slug[:MAX_SLUG_CHARS].strip("-") or "session"
 
 

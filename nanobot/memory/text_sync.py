@@ -24,6 +24,7 @@ from nanobot.config.schema import MemorySearchConfig
 from nanobot.memory.backfill import SyncStats, cached_vectors
 from nanobot.memory.chunking import CHUNKER_VERSION, chunk_markdown, text_hash
 from nanobot.memory.embeddings import Embedder
+from nanobot.memory.fts import FTS_TEXT_VERSION
 from nanobot.memory.index_db import IndexDB
 from nanobot.memory.search import file_date
 from nanobot.memory.sources import SourceFile, discover
@@ -34,7 +35,8 @@ from nanobot.session.transcripts import archived_stem
 
 def _chunking_signature(config: MemorySearchConfig) -> str:
     sources = "memory+sessions" if config.include_sessions else "memory"
-    return f"v{CHUNKER_VERSION}/{config.chunk_tokens}/{config.chunk_overlap_tokens}/{sources}"
+    chunker = f"v{CHUNKER_VERSION}/fts{FTS_TEXT_VERSION}"  # either changing re-chunks the index
+    return f"{chunker}/{config.chunk_tokens}/{config.chunk_overlap_tokens}/{sources}"
 
 
 def _embedding_signature(embedder: Embedder | None) -> str:
