@@ -23,6 +23,7 @@ from loguru import logger
 from nanobot.memory import small_profile
 from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.compaction import compact_transcript
+from nanobot.memory.fact_words import replaced_by
 from nanobot.memory.forgetting import forget_requests
 from nanobot.memory.memory_merge import protect_memory, three_way_merge
 from nanobot.memory.store import MemoryStore, normalise_fact
@@ -230,7 +231,7 @@ class Consolidator:
             verdict = await ask_until_accepted(
                 self._ask,
                 prompt,
-                lambda response: self._check(response, memory_now, private, sources, users, start, end),
+                lambda response: self._check(response, memory_now, private, sources, users, start, end, not origin),
                 lambda p, refusal: [
                     *p, {"role": "user", "content": RETRY_NOTE.format(reason=refusal.reason, stamp=stamp)}
                 ],
@@ -246,7 +247,7 @@ class Consolidator:
         history, memory_update = verdict
         self.memory.append_history(with_origin(history, origin))
         if memory_update is not None and memory_update.strip() != memory_now.strip():
-            self.apply_memory_update(memory_now, memory_update, users)
+            self.apply_memory_update(memory_now, memory_update, users, owner_spoke=not origin)
         self.outcomes["accepted"] += 1
         return True
 
@@ -314,7 +315,7 @@ class Consolidator:
             return False
         self.memory.append_history(with_origin(entry, origin))
         if facts[0] is not None:
-            self.apply_memory_update(memory_now, facts[0], users)
+            self.apply_memory_update(memory_now, facts[0], users, owner_spoke=not origin)
         self.outcomes["accepted"] += 1
         return True
 
@@ -327,8 +328,10 @@ class Consolidator:
         users: list[str],
         start: datetime,
         end: datetime,
+        owner_spoke: bool,
     ) -> tuple[str, str | None] | Refusal:
-        """(stamped history entry, MEMORY.md to write or None) or the refusal."""
+        """(stamped history entry, MEMORY.md to write or None) or the refusal; `owner_spoke` is False
+        for a group's chunk (its members may add facts, never remove or change the owner's)."""
         args = tool_arguments(response, "save_memory", normalise_save_memory_args)
         if isinstance(args, Refusal):
             return args
@@ -345,6 +348,7 @@ class Consolidator:
             budget_chars=self.memory_budget_chars,
             user_texts=users,
             forgotten=self.memory.forgotten(),
+            owner_spoke=owner_spoke,
         )
         if isinstance(checked, Refusal):
             return checked
@@ -353,15 +357,19 @@ class Consolidator:
             logger.warning("consolidation dropped {} existing fact(s) from MEMORY.md; kept them", len(kept))
         return entry, new_memory
 
-    def apply_memory_update(self, base: str, new: str, user_texts: list[str] | None = None) -> None:
+    def apply_memory_update(
+        self, base: str, new: str, user_texts: list[str] | None = None, *, owner_spoke: bool = True
+    ) -> None:
         """Write the LLM's MEMORY.md, merged with whatever changed on disk since `base` was read.
 
-        With the chunk's `user_texts`: the facts removed on a request to forget become tombstones,
-        so a later consolidation does not bring them back from the history."""
+        With the owner's `user_texts` of the chunk: the facts removed on a request to forget become
+        tombstones, so a later consolidation does not bring them back from the history; a fact
+        rewritten with a new value is no request to forget (tombstoned, "I moved back to Lyon" could
+        never be remembered again). A group's members (`owner_spoke` False) make no tombstones."""
         if not new.strip() and base.strip():
             logger.warning("consolidation returned an empty MEMORY.md; keeping the existing one")
             return
-        users = user_texts or []
+        users = (user_texts or []) if owner_spoke else []
         with self.memory.locked():
             current = self.memory.read_memory()
             if current.strip() != base.strip():
@@ -372,7 +380,9 @@ class Consolidator:
             self.memory.write_memory(merged)
             if forget_requests(users):
                 still = {normalise_fact(f) for f in fact_lines(merged)}
-                removed = [f for f in fact_lines(current) if not still_there(f, still)]
+                before = {normalise_fact(f) for f in fact_lines(current)}
+                added = [f for f in fact_lines(merged) if normalise_fact(f) not in before]
+                removed = [f for f in fact_lines(current) if not still_there(f, still) and not replaced_by(f, added)]
                 if removed:
                     logger.info("consolidation: {} fact(s) forgotten as the user asked", len(removed))
                     self.memory.add_forgotten(removed)

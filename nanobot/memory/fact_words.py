@@ -57,3 +57,29 @@ def replaced_by(line: str, new_lines: Iterable[str]) -> bool:
     words = fact_words(line)
     return any(_shares(words, new) >= SAME_FACT_SHARE for new in new_lines)
 
+
+# Two-letter words that name something ("ex", "tv", "hr"), for a request to forget that names a
+# fact by one; the common function words of that length are no name.
+_SHORT_RE = re.compile(r"(?<![a-z])[a-z]{2}(?![a-z])")
+_SHORT_FUNCTION_WORDS = frozenset(
+    {
+        "am", "an", "as", "at", "be", "by", "do", "go", "he", "if", "in", "is", "it", "me",
+        "my", "no", "of", "on", "or", "so", "to", "up", "us", "we", "ok", "oh", "hi",
+    }
+)
+
+
+def short_words(text: str) -> set[str]:
+    """The two-letter words of `text` that may name something ("my ex" → {"ex"})."""
+    return set(_SHORT_RE.findall(text.lower())) - _SHORT_FUNCTION_WORDS
+
+
+def changed_as_said(line: str, new_lines: Iterable[str], said: set[str]) -> bool:
+    """Whether one of `new_lines` is the same fact with a value the user gave (`said`: the
+    fact_words of what they said): "- Lives in Lyon" → "- Lives in Berlin" after "I moved to Berlin"."""
+    words = fact_words(line)
+    for new in new_lines:
+        new_words = fact_words(new)
+        if _shares(words, new) >= SAME_FACT_SHARE and (new_words - words) & said:
+            return True
+    return False

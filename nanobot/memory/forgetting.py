@@ -1,9 +1,11 @@
-"""Requests to forget: which user messages of a chunk ask to forget or correct something, and which
-facts such a request lets a consolidation drop from MEMORY.md (validation.check_memory_update puts
-any other dropped fact back). "Forget" is matched in the languages users write in most, CJK
-included; a fact goes only when a request names one of its words, or most of them for a request
-that only removes something ("delete the draft email to Alice" is no reason to lose "Sister Alice
-is diabetic").
+"""Requests to forget or change: which user messages of a chunk ask to forget, correct or update
+something, and which facts such a request lets a consolidation drop from MEMORY.md
+(validation.check_memory_update puts any other dropped fact back). "Forget" is matched in the
+languages users write in most, CJK included; a fact goes only when a request names one of its
+words, or most of them for a request that only removes something ("delete the draft email to
+Alice" is no reason to lose "Sister Alice is diabetic"). A fact the model rewrote with a new value
+goes when a message that says something changed ("I moved to Berlin", "不对，我妹妹叫安娜") gave
+that value; "I'm also allergic to shellfish" changes no allergy.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from nanobot.memory.fact_words import fact_words
+from nanobot.memory.fact_words import fact_words, short_words
 
 # "forget" in the languages users write in most (the tool's instructions are English, the user's
 # request need not be); CJK words have no word boundaries
@@ -20,7 +22,7 @@ _FORGET_WORDS = (
 )
 _FORGET_CJK = r"忘记|忘掉|忘了|別記|别记|不要记|忘れて|忘れる|잊어"
 _FORGET_RE = re.compile(
-    r"\b(forget|remove|delete|erase|drop|no longer|not true|isn't true|is wrong|stop remembering|"
+    r"\b(forget|remove|delete|erase|drop|no longer|any ?more|not true|isn't true|is wrong|stop remembering|"
     + _FORGET_WORDS
     + r"|supprime|efface|lösche|borra|elimina|cancella|apaga)\b|"
     + _FORGET_CJK
@@ -36,6 +38,21 @@ _ABOUT_MEMORY_RE = re.compile(
 )
 
 
+#: a message saying something changed or was wrong (an update or correction, not an addition)
+_CHANGE_RE = re.compile(
+    r"\b(moved|move|moving|now|no longer|not|wrong|incorrect|actually|instead|changed?|switched|new|"
+    r"became|become|anymore|any more|correction|umgezogen|jetzt|nicht|falsch|neue[nrs]?|déménagé|"
+    r"maintenant|faux|plus|ahora|mudé|incorrecto|nuevo|nueva)\b|n't\b|"
+    r"不对|不對|错了|錯了|不是|搬|现在|現在|改|新|違う|引っ越|今は|아니|이사",
+    re.I,
+)
+
+
+def changes_said(user_texts: Iterable[str]) -> set[str]:
+    """The fact words of the user messages that say something changed or was wrong."""
+    return fact_words("\n".join(t for t in user_texts if _CHANGE_RE.search(t)))
+
+
 def forget_requests(user_texts: Iterable[str]) -> list[str]:
     """The user messages of the chunk that ask to forget or correct something."""
     return [t for t in user_texts if _FORGET_RE.search(t)]
@@ -48,9 +65,13 @@ def may_drop(fact: str, requests: list[str]) -> bool:
     the draft email to Alice") must name most of them, since a name it shares with a fact ("Sister
     Alice is diabetic") is no reason to lose the fact."""
     keys = fact_words(fact)
+    short = short_words(fact)  # "delete everything about my ex" names "- Ex-boyfriend: Tom"
     for request in requests:
         shared = keys & fact_words(request)
-        if shared and (_ABOUT_MEMORY_RE.search(request) or 2 * len(shared) >= len(keys)):
+        about_memory = _ABOUT_MEMORY_RE.search(request)
+        if shared and (about_memory or 2 * len(shared) >= len(keys)):
+            return True
+        if about_memory and short & short_words(request):
             return True
     return False
 

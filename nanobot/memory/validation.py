@@ -31,7 +31,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from nanobot.memory.forgetting import asks_to_forget_in_another_language, forget_requests, may_drop
+from nanobot.memory.fact_words import changed_as_said
+from nanobot.memory.forgetting import (
+    asks_to_forget_in_another_language,
+    changes_said,
+    forget_requests,
+    may_drop,
+)
 from nanobot.memory.store import normalise_fact
 from nanobot.providers.base import LLMResponse
 
@@ -347,11 +353,14 @@ def check_memory_update(
     budget_chars: int,
     user_texts: Iterable[str] = (),
     forgotten: set[str] | frozenset[str] = frozenset(),
+    owner_spoke: bool = True,
 ) -> tuple[str | None, list[str]] | Refusal:
     """(the MEMORY.md to write or None for "no change", facts put back) or why it was refused.
 
     Only the lines that are new relative to `previous` are checked for echoes: repeating the old
-    facts is exactly what the model was asked to do.
+    facts is exactly what the model was asked to do. A fact the update dropped is put back unless
+    the owner asked to forget it or gave its new value; in a group's chunk (`owner_spoke` False:
+    members speak, not the owner) every dropped fact is put back.
     """
     if text is None or (isinstance(text, str) and text.strip().lower() in _PLACEHOLDERS):
         return None, []  # nothing new: keep MEMORY.md as it is
@@ -379,11 +388,14 @@ def check_memory_update(
             "over_budget", "memory_update",
             f"it is {len(text.strip())} characters, over the {limit}-character budget; keep it concise",
         )
-    requests = forget_requests(user_texts)
+    requests = forget_requests(user_texts) if owner_spoke else []
+    said = changes_said(user_texts) if owner_spoke else set()
+    added = [x for x in fact_lines(text) if normalise_fact(x) not in old_norm]
     new_norm = {normalise_fact(x) for x in fact_lines(text)}
     dropped = [
         f for f in fact_lines(previous)
         if not still_there(f, new_norm) and normalise_fact(f) not in forgotten and not may_drop(f, requests)
+        and not changed_as_said(f, added, said)
     ]
     if dropped and len(dropped) <= MAX_UNNAMED_FORGETS and asks_to_forget_in_another_language(requests):
         # The user asked in another language ("oublie mon code secret" for "- Bank card PIN is
