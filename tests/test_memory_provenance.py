@@ -15,6 +15,7 @@ from nanobot.agent.factory import build_runtime
 from nanobot.bus.events import InboundMessage
 from nanobot.config.templates import copy_templates
 from nanobot.memory.consolidator import echo_sources
+from nanobot.memory.transcript import render_transcript
 from nanobot.memory.validation import Refusal, check_memory_update
 from nanobot.secrets import register_secret
 from tests.fakes.llm_server import FakeLLMServer
@@ -300,3 +301,28 @@ async def test_a_guests_message_saved_without_a_turn_stays_out_of_the_owners_mem
     assert "PLANTED" not in memory_md + history
     notes = [p.read_text() for p in (rt.config.workspace_path / "memory").glob("????-??-??-*.md")]
     assert notes and not any("PLANTED" in note for note in notes)
+
+
+async def test_in_a_group_each_earlier_message_names_who_wrote_it(runtime, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """The model got a group's earlier messages without their senders ("I will pick up the kids at 5"
+    read as the next member's promise), the consolidation chunk likewise ("USER: …"), and the
+    newest message's sender as a bare id."""
+
+    def said(sender: str, name: str, text: str) -> InboundMessage:
+        return InboundMessage(channel="telegram", sender_id=sender, chat_id="-100", content=text,
+                              is_group=True, metadata={"username": name})
+
+    await runtime.agent.handle(said("555", "alice", "I will pick up the kids at 5"))
+    fake_llm.requests.clear()
+    await runtime.agent.handle(said("777", "bob", "what did I promise to do today?"))
+    messages = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "user"]
+    assert messages[-2]["content"] == "[Sender: 555 (@alice)] I will pick up the kids at 5"
+    assert "Sender: 777 (@bob) | group chat" in messages[-1]["content"]
+    session = runtime.agent.sessions.get("telegram:-100")
+    rendered = render_transcript(session.messages)
+    assert "USER 555 (@alice): I will pick up the kids at 5" in rendered
+    assert "USER 777 (@bob): what did I promise" in rendered
+    # a private chat's messages are the owner's own: no label
+    await runtime.agent.handle(_message("hello"))
+    private = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "user"]
+    assert "Sender:" not in str(private[:-1])

@@ -255,7 +255,8 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - a failing memory backend never fails a turn
             logger.warning("memory backend {} failed to give context: {}", self.long_term.name, exc)
         runtime = self.context.runtime_block(
-            ctx.reply_channel, ctx.reply_chat_id, ctx.sender_id, ctx.is_group, memory_context
+            ctx.reply_channel, ctx.reply_chat_id, ctx.sender_id, ctx.is_group, memory_context,
+            sender_name=str(msg.metadata.get("username") or ""),
         )
         vision = bool(msg.media) and self._vision()
 

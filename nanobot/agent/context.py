@@ -266,6 +266,7 @@ not a request."""
         sender_id: str = "",
         is_group: bool = False,
         memory_context: str = "",
+        sender_name: str = "",
     ) -> str:
         now = tz_now(self.tz)
         offset = now.strftime("%z")
@@ -276,6 +277,7 @@ not a request."""
             f"(UTC{offset[:3]}:{offset[3:]})",
             f"Channel: {channel} | Chat: {chat_id}"
             + (f" | Sender: {sender_id}" if sender_id else "")
+            + (f" (@{sender_name})" if sender_id and sender_name else "")
             + (" | group chat" if is_group else ""),
         ]
         if memory_context.strip():

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.config.paths import MEMORY_DIR
+from nanobot.session.history import speaker
 from nanobot.timeutil import parse_iso_or_none
 from nanobot.util.text import truncate_middle
 
@@ -35,7 +36,8 @@ def render_message(msg: dict[str, Any]) -> str:
     if role == "assistant" and msg.get("tool_calls"):
         calls = ", ".join(c.get("function", {}).get("name", "?") for c in msg["tool_calls"])
         text = (text + " " if text else "") + f"[called tools: {calls}]"
-    return f"{_stamp(msg)}{role.upper()}: {truncate_middle(text, MAX_MESSAGE_IN_TRANSCRIPT)}"
+    who = f" {speaker(msg)}" if role == "user" and speaker(msg) else ""  # a group member: by name
+    return f"{_stamp(msg)}{role.upper()}{who}: {truncate_middle(text, MAX_MESSAGE_IN_TRANSCRIPT)}"
 
 
 def render_transcript(messages: list[dict[str, Any]]) -> str:

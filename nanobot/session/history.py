@@ -11,6 +11,14 @@ from nanobot.util.text import truncate_middle, with_attachment_notes
 _LLM_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 
+def speaker(message: dict[str, Any]) -> str:
+    """Who wrote a stored user message, when its session records it (a group member, a Discord DM):
+    "555 (@alice)", "555", or ""."""
+    sender = str(message.get("sender_id") or "")
+    name = str(message.get("username") or "")
+    return f"{sender} (@{name})" if sender and name else sender
+
+
 def _complete_indices(messages: Sequence[dict[str, Any]], start: int) -> list[int]:
     """Indices from `start` whose tool groups are whole: no orphan results, no unanswered calls."""
     indices: list[int] = []
@@ -70,7 +78,12 @@ def history_tokens(session: Session) -> int:
     return total
 
 
-def to_llm_message(msg: dict[str, Any], max_user_chars: int, max_tool_chars: int) -> dict[str, Any]:
+def to_llm_message(
+    msg: dict[str, Any], max_user_chars: int, max_tool_chars: int, *, speakers: bool = False
+) -> dict[str, Any]:
+    """A stored message as the model is sent it; with `speakers` (a group) a user message names
+    who wrote it, as the runtime block does for the newest one: without it, "I will pick up the
+    kids" of one member read as the next member's promise."""
     out = {k: msg[k] for k in _LLM_KEYS if k in msg and msg[k] is not None}
     if out.get("role") == "assistant" and "content" not in out:
         out["content"] = None
@@ -81,6 +94,8 @@ def to_llm_message(msg: dict[str, Any], max_user_chars: int, max_tool_chars: int
     if isinstance(content, str):
         if out["role"] == "user":
             out["content"] = truncate_middle(content, max_user_chars)
+            if speakers and speaker(msg):
+                out["content"] = f"[Sender: {speaker(msg)}] {out['content']}"
         elif out["role"] == "tool":
             out["content"] = truncate_middle(content, max_tool_chars)
     return out
@@ -89,4 +104,7 @@ def to_llm_message(msg: dict[str, Any], max_user_chars: int, max_tool_chars: int
 def build_history(
     session: Session, indices: list[int], max_user_chars: int, max_tool_chars: int
 ) -> list[dict[str, Any]]:
-    return [to_llm_message(session.messages[i], max_user_chars, max_tool_chars) for i in indices]
+    speakers = bool(session.metadata.get("is_group"))
+    return [
+        to_llm_message(session.messages[i], max_user_chars, max_tool_chars, speakers=speakers) for i in indices
+    ]
