@@ -158,6 +158,28 @@ async def test_unknown_private_sender_gets_one_code_and_nothing_reaches_the_bus(
     await ch.stop()
 
 
+async def test_an_approval_can_be_taken_back(store: PairingStore, tmp_path: Path) -> None:
+    """A partner let in by pairing could not be removed by any command (`deny` takes only a pending
+    code; taking them off allowFrom changes nothing for a paired sender)."""
+    ch = channel(store, "pairing")
+    assert not await ch._publish(dm("666", "hello"))
+    store.approve(store.pending()[0].code)
+    assert await ch._publish(dm("666", "allowed"))
+    await ch.bus.consume_inbound()
+    env = {**os.environ, "NANOBOT_HOME": str(tmp_path)}
+    (tmp_path / "config.json").write_text("{}\n")
+    run = [sys.executable, "-m", "nanobot", "pairing", "revoke"]
+    wrong = subprocess.run([*run, "fake", "999"], capture_output=True, text=True, env=env, timeout=120)
+    assert wrong.returncode == 1 and "no approved fake sender '999'" in wrong.stderr
+    done = subprocess.run([*run, "fake", "666"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "Revoked fake sender 666" in done.stderr
+    # the running channel refuses them from their next message on, with no new code
+    sent = len(ch.sent)
+    assert not await ch._publish(dm("666", "still there?"))
+    assert ch.bus.inbound.empty() and len(ch.sent) == sent and store.pending() == []
+    await ch.stop()
+
+
 async def test_groups_never_get_pairing_replies(store: PairingStore) -> None:
     ch = channel(store, "pairing")
     assert not await ch._publish(dm("666", "in a group", group=True))

@@ -263,6 +263,30 @@ class PairingStore:
         """Refuse the sender of a pending request: they get no further codes."""
         return self._resolve(code, "denied")
 
+    def revoke(self, channel: str, sender: str) -> PairedSender:
+        """Take back an approval (`sender`: the id, or @username): the sender is denied from their
+        next message on, and gets no further codes. Raises PairingError when none matches."""
+        wanted = sender.strip()
+
+        def matches(entry: dict[str, Any]) -> bool:
+            if entry.get("channel") != channel:
+                return False
+            if wanted.startswith("@"):
+                return str(entry.get("username") or "").lower() == wanted[1:].lower()
+            return str(entry.get("sender_id")) == wanted
+
+        def change(data: dict[str, Any]) -> PairedSender:
+            match = next((e for e in data["approved"] if matches(e)), None)
+            if match is None:
+                raise PairingError(f"no approved {channel} sender {wanted!r} (see `nanobot pairing list`)")
+            data["approved"] = [e for e in data["approved"] if e is not match]
+            username = str(match.get("username") or "")
+            revoked = PairedSender(channel, str(match.get("sender_id")), username, self._clock())
+            data["denied"].append(asdict(revoked))
+            return revoked
+
+        return self._update(change)
+
 
 def _new_code(taken: set[Any]) -> str:
     while True:

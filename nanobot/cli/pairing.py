@@ -1,4 +1,5 @@
-"""`nanobot pairing list|approve|deny`: admit (or refuse) unknown private-chat senders by their code.
+"""`nanobot pairing list|approve|deny|revoke`: admit (or refuse) unknown private-chat senders by their
+code, and take an approval back.
 
 The requests live in `pairing.json` beside the config file (see nanobot/channels/pairing.py); a
 running gateway picks up an approval at the sender's next message, without a restart.
@@ -80,3 +81,17 @@ def deny(
     except PairingError as exc:
         fail(f"Error: {exc}", EXIT_FAILURE)
     err(f"Denied {req.channel} sender {_who(req.username, req.sender_id)}: they get no further codes.")
+
+
+@app.command("revoke")
+def revoke(
+    channel: str = typer.Argument(..., help="The channel: telegram or discord."),
+    sender: str = typer.Argument(..., help="The approved sender's id, or @username (see `pairing list`)."),
+    config: ConfigOption = None,
+) -> None:
+    """Take back an approval: a running gateway refuses the sender from their next message on."""
+    try:
+        who = _store(config).revoke(channel, sender)
+    except PairingError as exc:
+        fail(f"Error: {exc}", EXIT_FAILURE)
+    err(f"Revoked {who.channel} sender {_who(who.username, who.sender_id)}: they are refused from now on.")
