@@ -35,6 +35,14 @@ async def ask_for_reply(runtime: AgentRuntime, text: str, session_key: str = "cl
     return out
 
 
+def status_of(runtime: AgentRuntime, key: str, *, group: bool = False) -> str:
+    """What /status answers in the chat `key` ("telegram:1"), private unless `group`."""
+    channel, chat = key.split(":", 1)
+    sender = "7" if group else chat
+    ctx = runtime.agent.context_of(InboundMessage(channel, sender, chat, "/status", is_group=group))
+    return runtime.agent.status_text(ctx)
+
+
 def session_path(config: Config, key: str = "cli:direct") -> Path:
     return config.workspace_path / "sessions" / (key.replace(":", "_") + ".jsonl")
 

@@ -210,6 +210,27 @@ async def test_status_is_answered_while_a_turn_runs(
     assert second.content == "slow answer"
 
 
+async def test_status_in_a_group_tells_its_own_tools_and_not_the_owners_use(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    """A group's /status said "Tools: 11" (the owner's count; the group is offered fewer) and every
+    chat's token use."""
+    loop, agent, bus = running
+    await bus.publish_inbound(inbound("/status"))
+    private = (await next_outbound(bus)).content
+    group = InboundMessage(channel="telegram", sender_id="u2", chat_id="-100", content="/status", is_group=True)
+    await bus.publish_inbound(group)
+    shared = (await next_outbound(bus)).content
+
+    def tools(text: str) -> int:
+        return int(text.split("Tools: ", 1)[1].split(";")[0].split(" ")[0])
+
+    offered = agent.tools.offered(None, agent.context_of(group).tool_context())
+    assert offered is not None and tools(shared) == len(offered) < tools(private) == len(agent.tools)
+    assert "Tokens used since start" in private and "in all chats" in private
+    assert "Tokens used" not in shared
+
+
 async def test_help_and_unknown_slash_text(
     running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
 ) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from nanobot.agent.factory import build_runtime
 from nanobot.providers.tokens import count_messages, count_tools
+from tests.agent_helpers import status_of
 from tests.fakes.llm_server import FakeLLMServer, Reply
 
 PASTE = "".join(f"line {n}: the log says the disk is fine and the backup ran at {n % 24:02d}:00\n" for n in range(400))
@@ -132,7 +133,7 @@ async def test_the_memory_prices_the_tools_the_turn_is_offered(make_config, fake
     try:
         for n in range(6):
             await runtime.ask(f"note number {n}: my locker is {n}", session_key="telegram:1")
-        status = runtime.agent.status_text("telegram:1")
+        status = status_of(runtime, "telegram:1")
     finally:
         await runtime.aclose()
     memory_calls = [r for r in fake_llm.requests if r not in turns(fake_llm)]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.providers.base import LLMProvider, LLMResponse, ToolCall
+from tests.agent_helpers import status_of
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.test_gateway_lifecycle import CHAT, Harness, kill_self
 
@@ -233,7 +234,7 @@ async def test_sub_agents_are_bounded_counted_stoppable_and_cut_visibly(
         fake_llm.responder = lambda body: Reply(content="x" * 9_000 + conclusion, prompt_tokens=200_000)
         assert "started" in await tools.execute("spawn", {"task": "scan"}, chat(4))
         report = await asyncio.wait_for(runtime.bus.consume_inbound(), 10)
-        status = runtime.agent.status_text("telegram:4")
+        status = status_of(runtime, "telegram:4")
     finally:
         await runtime.aclose()
     assert conclusion in report.content and "truncated" in report.content
@@ -303,7 +304,7 @@ async def test_a_stopped_sub_agent_still_counts_what_it_spent(make_config, fake_
                 await asyncio.sleep(0.01)
         assert runtime.agent.cancel_subagents("telegram:1") == 1
         await asyncio.sleep(0.1)
-        status = runtime.agent.status_text("telegram:1")
+        status = status_of(runtime, "telegram:1")
     finally:
         await runtime.aclose()
     assert "sub-agents 150000 in" in status, status

@@ -151,8 +151,11 @@ class Agent:
         self.records.carry_into_new(ctx.session_key, session.metadata, answered, message_id)
         logger.info("{}: a /new the shutdown left undone was done; its reply is not sent", ctx.session_key)
 
-    def status_text(self, session_key: str) -> str:
-        session = self.sessions.get(session_key)
+    def status_text(self, ctx: MessageContext) -> str:
+        """/status for the chat of `ctx`: a shared one is told the tools it is offered, not the
+        owner's, and nothing of the other chats' token use."""
+        session_key, session = ctx.session_key, self.sessions.get(ctx.session_key)
+        offered = self.tools.offered(None, ctx.tool_context())
         uptime = int(time.time() - self.stats.started_at)
         lines = [
             f"Model: {self.provider.default_model} ({self.provider.name})"
@@ -164,12 +167,12 @@ class Agent:
             f"Context: ~{self.estimator(session, self._owner_session(session))} of "
             f"{self.lifecycle.budget_tokens} prompt tokens",
             f"Tokens used since start: {self.stats.prompt_tokens} in / {self.stats.completion_tokens} out "
-            f"over {self.stats.turns} turns" + self._subagents_status(),
-            f"Tools: {len(self.tools)}{self._mcp_status()}; memory: {self.long_term.name}; "
-            f"background memory tasks: {self.lifecycle.pending()}",
+            f"over {self.stats.turns} turns in all chats" + self._subagents_status(),
+            f"Tools: {len(self.tools) if offered is None else len(offered)}{self._mcp_status()}; "
+            f"memory: {self.long_term.name}; background memory tasks: {self.lifecycle.pending()}",
             f"Uptime: {uptime // 3600}h {uptime % 3600 // 60}m",
         ]
-        return "\n".join(lines)
+        return "\n".join(line for line in lines if not (ctx.shared and line.startswith("Tokens used")))
 
     def _subagents_status(self) -> str:
         if self.subagents is None:

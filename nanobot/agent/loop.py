@@ -206,7 +206,7 @@ class AgentLoop:
         if ctx.command == "stop":
             return await self.stop_session(ctx.session_key)
         if ctx.command == "status":
-            return self.agent.status_text(ctx.session_key)
+            return self.agent.status_text(ctx)
         return HELP_TEXT
 
     def _done(self, key: str, task: asyncio.Task[None]) -> None:
