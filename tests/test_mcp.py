@@ -257,7 +257,7 @@ async def test_missing_sdk_is_a_clear_failure(monkeypatch: pytest.MonkeyPatch) -
     assert await manager.tools() == []
     assert time.monotonic() - started < 2.0
     row = manager.status()[0]
-    assert row["state"] == "failed" and "pip install 'nanobot[mcp]'" in row["error"]
+    assert row["state"] == "failed" and "requirements/runtime.lock" in row["error"]
     await manager.aclose()
 
 

