@@ -45,6 +45,7 @@ ENV_ALLOW = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")
 ENV_ALLOW_PREFIXES = ("LC_",)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 MB = 1024 * 1024
+MAX_SHOWN_MEDIA = 500  # of a chat's downloads in its group's commands, the newest
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,17 @@ class SandboxSpec:
         return folders + [p for p in self._root_dot_entries() if p.is_dir()]
 
     def shown_media(self) -> list[Path]:
-        """This chat's own downloads, shown in the hidden media/ (shared contexts only)."""
+        """This chat's own downloads, shown in the hidden media/ (shared contexts only): the newest
+        MAX_SHOWN_MEDIA of them. Each is a mount of its own (bubblewrap) or a rule (Landlock): a
+        family group's year of photos made every command take seconds to start, then bubblewrap
+        refused it (more than 9,000 arguments)."""
         media = self.workspace / MEDIA_DIR
         if not self.shared or not self.own_media or not is_plain_dir(media):
             return []
-        return sorted(p for p in media.iterdir() if p.name.startswith(self.own_media) and is_regular(p))
+        own = [p for p in media.iterdir() if p.name.startswith(self.own_media) and is_regular(p)]
+        if len(own) > MAX_SHOWN_MEDIA:
+            own = sorted(own, key=_mtime_ns, reverse=True)[:MAX_SHOWN_MEDIA]
+        return sorted(own)
 
     def hidden_files(self) -> list[Path]:
         """Files replaced by an empty one (shared contexts only): the legacy root memory files and the
@@ -202,3 +209,10 @@ def prlimit_argv(limits: Limits, nproc_base: int = 0) -> list[str] | None:
 def limits_hook(limits: Limits) -> Callable[[], None]:
     base = user_tasks()
     return lambda: apply_limits(limits, base)
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:  # removed meanwhile: the oldest
+        return 0

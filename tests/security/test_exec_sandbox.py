@@ -170,6 +170,27 @@ async def test_group_exec_sees_only_its_own_chats_downloads(nano_home: Path, mod
     assert "X1234567" in await run(tool, "cat media/telegram_555_42_passport.txt")  # the owner's own
 
 
+async def test_a_group_with_a_year_of_downloads_can_still_run_commands(nano_home: Path, mode: str) -> None:
+    """Each of the chat's downloads was a mount of its own in every command: at 3,000 a command took
+    seconds to start, past them bubblewrap refused it ("Exceeded maximum number of arguments")."""
+    import os
+
+    from nanobot.sandbox.spec import MAX_SHOWN_MEDIA
+
+    require_sandbox(mode)
+    media = nano_home / "workspace" / "media"
+    count = 3 * MAX_SHOWN_MEDIA + 500
+    for i in range(count):
+        path = media / f"telegram_-100123_{100000 + i}_photo.jpg"
+        path.write_bytes(b"x")
+        os.utime(path, ns=(i * 10**9, i * 10**9))  # the higher the number, the newer
+    (media / f"telegram_-100123_{100000 + count - 1}_photo.jpg").write_bytes(b"newest")
+    tool = make_exec(nano_home, mode, in_groups=True)
+    newest, cut = (f"media/telegram_-100123_{100000 + n}_photo.jpg" for n in (count - 1, count - MAX_SHOWN_MEDIA - 1))
+    out = await run(tool, f"cat {newest}; echo; cat {cut} 2>/dev/null || echo older-left-out; echo done", GROUP)
+    assert out.split()[:3] == ["newest", "older-left-out", "done"], out
+
+
 async def test_renaming_memory_does_not_free_the_backups_or_the_index(nano_home: Path, mode: str) -> None:
     """Only the leaves are read-only; their folder was renamable, which carried them out from under
     their read-only mounts (then deleted or replaced)."""
