@@ -9,6 +9,7 @@ from typing import Any
 from nanobot.bus.events import OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.gateway.missed import (
+    MAX_TOO_OLD_LOGGED,
     DELIVERY_KEY,
     RESUME_KEY,
     answer_missed,
@@ -103,6 +104,16 @@ async def test_young_messages_are_resumed_old_ones_logged(tmp_path: Path, logs: 
     assert msg.metadata[RESUME_KEY] is True and bus.inbound.empty()
     assert any("telegram:-100" in line and "too old to act on now" in line for line in logs)
     assert await answer_missed(store, MessageBus(), ["telegram"], within_s=0, now=NOW.timestamp()) == 0
+
+
+async def test_thousands_of_old_missed_messages_are_counted_not_each_logged(tmp_path: Path, logs: list[str]) -> None:
+    """A workspace copied without its file times (`cp -r`) made a start read every archive and log
+    11,151 "too old to act on" warnings, one per reply."""
+    store = store_with(tmp_path, {f"telegram:{n}": [user("stale", 900)] for n in range(40)})
+    assert await answer_missed(store, MessageBus(), ["telegram"], within_s=600, now=NOW.timestamp()) == 0
+    named = [line for line in logs if "too old to act on now" in line]
+    assert len(named) == MAX_TOO_OLD_LOGGED
+    assert any(f"{40 - MAX_TOO_OLD_LOGGED} more messages and replies" in line for line in logs)
 
 
 async def test_a_full_bus_is_never_waited_on(tmp_path: Path) -> None:

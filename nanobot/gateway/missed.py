@@ -42,6 +42,7 @@ RESUME_KEY = "resume"  # InboundMessage.metadata flag: the user message is alrea
 DELIVERY_KEY = "delivery"  # OutboundMessage.metadata: {"session": key, "through": message count}
 ARCHIVES_SEARCHED = 5  # a reply delivered after /new belongs to one of its chat's newest archives...
 ARCHIVE_DELIVERY_WINDOW_S = 86_400.0  # ...changed within this many seconds
+MAX_TOO_OLD_LOGGED = 10  # missed messages too old to act on, named one by one at a start; the rest counted
 
 
 Kind = Literal["turn", "reply"]
@@ -244,7 +245,7 @@ async def answer_missed(
     the usual way to remove someone) is not answered; with `listed`, a private-chat sender let in
     only by dmPolicy "open" is answered as the guest they are.
     """
-    resumed = 0
+    resumed = too_old = 0
     for missed in find_missed(sessions, channels, now, recent_s=within_s):
         age = "unknown" if missed.age_s is None else f"{missed.age_s:.0f} s"
         guest = not missed.is_group and listed is not None and not listed(missed.channel, *sender_of(missed))
@@ -261,6 +262,9 @@ async def answer_missed(
                 )
                 continue
         if within_s <= 0 or missed.age_s is None or missed.age_s > within_s:
+            too_old += 1
+            if too_old > MAX_TOO_OLD_LOGGED:  # a workspace copied without its times: thousands
+                continue
             logger.warning(
                 "{}: a {} saved {} ago was left unhandled when the gateway stopped; too old to act on now "
                 "(gateway.answerMissedWithinS is {:.0f} s)",
@@ -290,4 +294,9 @@ async def answer_missed(
         logger.info("{}: answering a message saved {} ago that was never answered", missed.session_key, age)
         await bus.publish_inbound(resume_message(missed, guest=guest))
         resumed += 1
+    if too_old > MAX_TOO_OLD_LOGGED:
+        logger.warning(
+            "{} more messages and replies left unhandled at a stop are too old to act on (not listed)",
+            too_old - MAX_TOO_OLD_LOGGED,
+        )
     return resumed
