@@ -9,8 +9,8 @@ from typing import Any
 from nanobot.bus.events import OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.gateway.missed import (
-    MAX_TOO_OLD_LOGGED,
     DELIVERY_KEY,
+    MAX_TOO_OLD_LOGGED,
     RESUME_KEY,
     answer_missed,
     delivery_of,
