@@ -48,9 +48,18 @@ _CHANGE_RE = re.compile(
 )
 
 
+#: a message that adds rather than changes ("I'm also allergic to shellfish"): never a change, so a
+#: model that rewrote the old fact with the new one has it put back (kept beats lost)
+_ADDITION_RE = re.compile(
+    r"\b(also|too|as well|another|additionally|besides|auch|aussi|también|anche|também)\b|还有|也|另外|も",
+    re.I,
+)
+
+
 def changes_said(user_texts: Iterable[str]) -> set[str]:
-    """The fact words of the user messages that say something changed or was wrong."""
-    return fact_words("\n".join(t for t in user_texts if _CHANGE_RE.search(t)))
+    """The fact words of the user messages that say something changed or was wrong (and add nothing)."""
+    said = [t for t in user_texts if _CHANGE_RE.search(t) and not _ADDITION_RE.search(t)]
+    return fact_words("\n".join(said))
 
 
 def forget_requests(user_texts: Iterable[str]) -> list[str]:
