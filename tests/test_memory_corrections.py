@@ -224,6 +224,20 @@ def test_an_update_said_in_any_words_replaces_the_old_value() -> None:
     for said in ("I'm allergic to shellfish too.", "Not sure it matters, but I'm also allergic to shellfish now."):
         result = update(PEOPLE.replace("peanuts", "shellfish"), PEOPLE, user_texts=[said])
         assert not isinstance(result, Refusal) and result[1] == ["- Allergic to peanuts"], said
+    # a word such as "new" or "now" changes a fact only with its old value named (a review catch:
+    # "a new kitten" replaced the cat Mimi, "my wife now works at Meta" the user's own job)
+    pets = "# Memory\n- Has a cat named Mimi\n- Works at Google\n"
+    for said, old, new in [
+        ("I got a new kitten today, she is called Luna!", "Mimi", "Luna"),
+        ("My wife now works at Meta.", "Google", "Meta"),
+    ]:
+        result = update(pets.replace(old, new), pets, user_texts=[said])
+        assert not isinstance(result, Refusal) and len(result[1]) == 1 and old in result[1][0], said
+    said = "My cat is called Luna now, not Mimi."
+    assert update(pets.replace("Mimi", "Luna"), pets, user_texts=[said]) == (pets.replace("Mimi", "Luna").strip(), [])
+    japanese = "# Memory\n- 大阪に住んでいる\n"
+    said = "東京に引っ越しました。もう大阪には住んでいません。とても楽しいです。"
+    assert update(japanese.replace("大阪", "東京"), japanese, user_texts=[said])[1] == []
 
 
 def test_moving_back_after_a_consolidated_move_is_remembered(tmp_path: Path) -> None:
@@ -286,3 +300,18 @@ def test_forgetting_by_a_two_letter_name() -> None:
     assert update(without, PEOPLE, user_texts=request) == (without.strip(), [])
     # "my" or "is" name nothing
     assert update(PEOPLE.replace("- Lives in Lyon\n", ""), PEOPLE, user_texts=request)[1] == ["- Lives in Lyon"]
+
+
+def test_a_placeholder_for_a_forgotten_fact_still_makes_a_tombstone(tmp_path: Path) -> None:
+    """The model left "- Bank card PIN: (forgotten at the user's request)" in place of the PIN: taken
+    for a changed fact, no tombstone was made and a later consolidation brought the PIN back."""
+    from nanobot.memory.consolidator import Consolidator
+
+    store = MemoryStore(tmp_path, "UTC")
+    store.write_memory("# Memory\n- Bank card PIN is 4821\n- Lives in Lyon\n")
+    consolidator = Consolidator(None, store)  # type: ignore[arg-type] - applying an update asks no model
+    placeholder = "# Memory\n- Bank card PIN: (forgotten at the user's request)\n- Lives in Lyon\n"
+    consolidator.apply_memory_update(store.read_memory(), placeholder, ["Please forget my bank card PIN."])
+    assert store.forgotten() == {"bank card pin is 4821"}
+    consolidator.apply_memory_update(store.read_memory(), store.read_memory() + "- Bank card PIN is 4821\n", ["hi"])
+    assert "4821" not in store.read_memory()

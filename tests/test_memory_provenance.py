@@ -326,3 +326,19 @@ async def test_in_a_group_each_earlier_message_names_who_wrote_it(runtime, fake_
     await runtime.agent.handle(_message("hello"))
     private = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "user"]
     assert "Sender:" not in str(private[:-1])
+
+
+def test_a_groups_history_is_counted_with_its_sender_labels() -> None:
+    """The budget counted the stored text while every group message went out with "[Sender: …]":
+    300 short messages were estimated at 2,700 tokens and sent as 7,500 (a review catch)."""
+    from pathlib import Path as P
+
+    from nanobot.providers.tokens import count_message
+    from nanobot.session.history import build_history
+    from nanobot.session.session import Session
+
+    said = [{"role": "user", "content": f"ok {i}", "sender_id": "5551234", "username": "alice"} for i in range(300)]
+    session = Session("telegram:-100", P("/x"), messages=said, metadata={"is_group": True})
+    sent = build_history(session, list(range(300)), 10_000, 10_000)
+    assert sent[0]["content"] == "[Sender: 5551234 (@alice)] ok 0"
+    assert sum(session.tokens_of(i) for i in range(300)) == sum(count_message(m) for m in sent)

@@ -82,6 +82,11 @@ async def test_a_word_typed_in_the_other_width_is_found(tmp_path: Path) -> None:
         assert results and results[0].path == path, query
     snippet = (await idx.search("13800138000")).results[0].snippet
     assert "１３８００１３８０００" in snippet  # the text is shown as written
+    # a half-width kana with its sound mark (ｶﾞ) is one folded character: the snippet still finds it
+    from nanobot.memory.fts import hit_offsets, tokenize
+
+    line = "あいうえお" * 50 + "ｶﾞｲﾄﾞブックを買った"
+    assert hit_offsets(line, tokenize("ガイド")) == [line.index("ｶﾞ")]
     idx.close()
 
 

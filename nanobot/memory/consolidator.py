@@ -23,8 +23,7 @@ from loguru import logger
 from nanobot.memory import small_profile
 from nanobot.memory.asking import ask_until_accepted
 from nanobot.memory.compaction import compact_transcript
-from nanobot.memory.fact_words import replaced_by
-from nanobot.memory.forgetting import forget_requests
+from nanobot.memory.forgetting import changed_by_user, forget_requests
 from nanobot.memory.memory_merge import protect_memory, three_way_merge
 from nanobot.memory.store import MemoryStore, normalise_fact
 from nanobot.memory.transcript import chunk_time, render_transcript, tool_text
@@ -382,7 +381,9 @@ class Consolidator:
                 still = {normalise_fact(f) for f in fact_lines(merged)}
                 before = {normalise_fact(f) for f in fact_lines(current)}
                 added = [f for f in fact_lines(merged) if normalise_fact(f) not in before]
-                removed = [f for f in fact_lines(current) if not still_there(f, still) and not replaced_by(f, added)]
+                removed = [
+                    f for f in fact_lines(current) if not still_there(f, still) and not changed_by_user(f, added, users)
+                ]
                 if removed:
                     logger.info("consolidation: {} fact(s) forgotten as the user asked", len(removed))
                     self.memory.add_forgotten(removed)

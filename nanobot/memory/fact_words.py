@@ -74,12 +74,11 @@ def short_words(text: str) -> set[str]:
     return set(_SHORT_RE.findall(text.lower())) - _SHORT_FUNCTION_WORDS
 
 
-def changed_as_said(line: str, new_lines: Iterable[str], said: set[str]) -> bool:
-    """Whether one of `new_lines` is the same fact with a value the user gave (`said`: the
-    fact_words of what they said): "- Lives in Lyon" → "- Lives in Berlin" after "I moved to Berlin"."""
+def changed_as_said(line: str, new_lines: Iterable[str], said: set[str]) -> list[str]:
+    """The `new_lines` that are `line`'s fact with a value the user gave (`said`: the fact_words of
+    what they said): "- Lives in Lyon" → "- Lives in Berlin" after "I moved to Berlin"."""
     words = fact_words(line)
-    for new in new_lines:
-        new_words = fact_words(new)
-        if _shares(words, new) >= SAME_FACT_SHARE and (new_words - words) & said:
-            return True
-    return False
+    return [
+        new for new in new_lines
+        if _shares(words, new) >= SAME_FACT_SHARE and (fact_words(new) - words) & said
+    ]

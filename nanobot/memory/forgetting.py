@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from nanobot.memory.fact_words import fact_words, short_words
+from nanobot.memory.fact_words import changed_as_said, fact_words, short_words
 
 # "forget" in the languages users write in most (the tool's instructions are English, the user's
 # request need not be); CJK words have no word boundaries
@@ -38,28 +38,43 @@ _ABOUT_MEMORY_RE = re.compile(
 )
 
 
-#: a message saying something changed or was wrong (an update or correction, not an addition)
+#: a message saying something changed or was wrong: a change on its own ("I moved to Berlin")...
 _CHANGE_RE = re.compile(
-    r"\b(moved|move|moving|now|no longer|not|wrong|incorrect|actually|instead|changed?|switched|new|"
-    r"became|become|anymore|any more|correction|umgezogen|jetzt|nicht|falsch|neue[nrs]?|déménagé|"
-    r"maintenant|faux|plus|ahora|mudé|incorrecto|nuevo|nueva)\b|n't\b|"
-    r"不对|不對|错了|錯了|不是|搬|现在|現在|改|新|違う|引っ越|今は|아니|이사",
+    r"\b(moved|move|moving|no longer|wrong|incorrect|actually|instead|changed?|switched|anymore|any more|"
+    r"correction|umgezogen|falsch|déménagé|faux|mudé|incorrecto)\b|"
+    r"不对|不對|错了|錯了|搬家|搬到|違う|間違|引っ越|이사",
     re.I,
 )
-
-
+#: ...or only when it also names the old value ("my sister is Ana, not Anna"; "I got a new kitten"
+#: replaces no cat, "my wife now works at Meta" no job of the user's)
+_WEAK_CHANGE_RE = re.compile(
+    r"\b(now|not|new|became|jetzt|nicht|neue[nrs]?|maintenant|plus|ahora|nuevo|nueva)\b|n't\b|"
+    r"现在|現在|不是|不叫|改|新|今は|아니",
+    re.I,
+)
 #: a message that adds rather than changes ("I'm also allergic to shellfish"): never a change, so a
 #: model that rewrote the old fact with the new one has it put back (kept beats lost)
 _ADDITION_RE = re.compile(
-    r"\b(also|too|as well|another|additionally|besides|auch|aussi|también|anche|também)\b|还有|也|另外|も",
+    r"\b(also|too|as well|another|additionally|besides|auch|aussi|también|anche|também)\b|还有|也|另外",
     re.I,
 )
 
 
-def changes_said(user_texts: Iterable[str]) -> set[str]:
-    """The fact words of the user messages that say something changed or was wrong (and add nothing)."""
-    said = [t for t in user_texts if _CHANGE_RE.search(t) and not _ADDITION_RE.search(t)]
-    return fact_words("\n".join(said))
+def changed_by_user(fact: str, new_lines: list[str], user_texts: Iterable[str]) -> bool:
+    """Whether the update rewrote `fact` as one of `new_lines` with a value the user gave in a
+    message saying it changed (see _CHANGE_RE and _WEAK_CHANGE_RE); kept beats lost otherwise."""
+    old = fact_words(fact)
+    for text in user_texts:
+        if _ADDITION_RE.search(text):
+            continue
+        strong, weak = _CHANGE_RE.search(text), _WEAK_CHANGE_RE.search(text)
+        if not (strong or weak):
+            continue
+        said = fact_words(text)
+        for new_line in changed_as_said(fact, new_lines, said):
+            if strong or (old - fact_words(new_line)) & said:
+                return True
+    return False
 
 
 def forget_requests(user_texts: Iterable[str]) -> list[str]:

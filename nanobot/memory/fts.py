@@ -174,8 +174,30 @@ def hit_offsets(text: str, terms: list[str]) -> list[int]:
     """Where in `text` the keywords occur (character offsets, in order)."""
     if not terms:
         return []
-    same_length = text if text.isascii() else text.translate(_SAME_LENGTH_FOLD)
-    return [m.start() for m in _stems_pattern(tuple(terms)).finditer(same_length.lower())]
+    if text.isascii():
+        return [m.start() for m in _stems_pattern(tuple(terms)).finditer(text.lower())]
+    folded, where = _folded_with_offsets(text)
+    return [where[m.start()] for m in _stems_pattern(tuple(terms)).finditer(folded.lower())]
+
+
+def _folded_with_offsets(text: str) -> tuple[str, list[int]]:
+    """The text folded as `fold` does for the forms block, and each folded character's offset in
+    `text`: a half-width kana and its sound mark (ｶﾞ) become one character (ガ)."""
+    out: list[str] = []
+    where: list[int] = []
+    i = 0
+    while i < len(text):
+        pair = text[i : i + 2]
+        if len(pair) == 2 and pair[1] in "\uff9e\uff9f" and len(joined := unicodedata.normalize("NFKC", pair)) == 1:
+            out.append(joined)
+            i_next = i + 2
+        else:
+            out.append(_SAME_LENGTH_FOLD.get(ord(text[i]), text[i]))
+            i_next = i + 1
+        where.append(i)
+        i = i_next
+    where.append(len(text))
+    return "".join(out), where
 
 
 def term_hits(line: str, terms: list[str], weights: dict[str, float] | None = None) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.config.paths import MEMORY_DIR
-from nanobot.session.history import speaker
+from nanobot.session.session import speaker
 from nanobot.timeutil import parse_iso_or_none
 from nanobot.util.text import truncate_middle
 

@@ -31,10 +31,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from nanobot.memory.fact_words import changed_as_said
 from nanobot.memory.forgetting import (
     asks_to_forget_in_another_language,
-    changes_said,
+    changed_by_user,
     forget_requests,
     may_drop,
 )
@@ -78,7 +77,13 @@ _TEMPLATE_TOKEN_RE = re.compile(
 _FIELD_NAMES_RE = re.compile(
     r"\b(history_entry|memory_update|save_memory|write_daily_note|save_session_note)\b"
 )
-_SPEAKER_RE = re.compile(r"^\s*(?:\[[^\]\n]{0,25}\]\s*)?(USER|ASSISTANT|User|Assistant|TOOL|SYSTEM)\s*:", re.M)
+# a group member's line names them by id ("USER 555 (@alice):"): a copy of it is a speaker line too
+# ("User allergies: peanuts" is a fact, not one)
+_SPEAKER_RE = re.compile(
+    r"^\s*(?:\[[^\]\n]{0,25}\]\s*)?(USER|ASSISTANT|User|Assistant|TOOL|SYSTEM)"
+    r"(?:\s+\d{1,30}(?:\s+\(@[^)\n]{1,40}\))?)?\s*:",
+    re.M,
+)
 _PLACEHOLDERS = {"", "(empty)", "empty", "none", "null", "n/a", "...", "no_reply", "-", "tbd"}
 _LETTERS_RE = re.compile(r"[^\W\d_]{2,}")
 _WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -389,13 +394,12 @@ def check_memory_update(
             f"it is {len(text.strip())} characters, over the {limit}-character budget; keep it concise",
         )
     requests = forget_requests(user_texts) if owner_spoke else []
-    said = changes_said(user_texts) if owner_spoke else set()
     added = [x for x in fact_lines(text) if normalise_fact(x) not in old_norm]
     new_norm = {normalise_fact(x) for x in fact_lines(text)}
     dropped = [
         f for f in fact_lines(previous)
         if not still_there(f, new_norm) and normalise_fact(f) not in forgotten and not may_drop(f, requests)
-        and not changed_as_said(f, added, said)
+        and not (owner_spoke and changed_by_user(f, added, user_texts))
     ]
     if dropped and len(dropped) <= MAX_UNNAMED_FORGETS and asks_to_forget_in_another_language(requests):
         # The user asked in another language ("oublie mon code secret" for "- Bank card PIN is

@@ -5,18 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nanobot.session.session import sender_label
 from nanobot.session.store import Session
 from nanobot.util.text import truncate_middle, with_attachment_notes
 
 _LLM_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
-
-
-def speaker(message: dict[str, Any]) -> str:
-    """Who wrote a stored user message, when its session records it (a group member, a Discord DM):
-    "555 (@alice)", "555", or ""."""
-    sender = str(message.get("sender_id") or "")
-    name = str(message.get("username") or "")
-    return f"{sender} (@{name})" if sender and name else sender
 
 
 def _complete_indices(messages: Sequence[dict[str, Any]], start: int) -> list[int]:
@@ -94,8 +87,8 @@ def to_llm_message(
     if isinstance(content, str):
         if out["role"] == "user":
             out["content"] = truncate_middle(content, max_user_chars)
-            if speakers and speaker(msg):
-                out["content"] = f"[Sender: {speaker(msg)}] {out['content']}"
+            if speakers:
+                out["content"] = sender_label(msg) + out["content"]
         elif out["role"] == "tool":
             out["content"] = truncate_middle(content, max_tool_chars)
     return out

@@ -72,12 +72,28 @@ class Session:
             if message.get("role") == "user" and message.get("media"):  # sent with its files' notes
                 text = str(message.get("content") or "")
                 message = {**message, "content": with_attachment_notes(text, [str(p) for p in message["media"]])}
+            if message.get("role") == "user" and self.metadata.get("is_group"):  # sent naming its sender
+                message = {**message, "content": sender_label(message) + str(message.get("content") or "")}
             cached = count_message(message)
             self._token_cache[index] = cached
         return cached
 
     def user_message_count(self, start: int = 0) -> int:
         return sum(1 for m in self.messages[start:] if m.get("role") == "user")
+
+
+def speaker(message: Mapping[str, Any]) -> str:
+    """Who wrote a stored user message, when its session records it (a group member, a Discord DM):
+    "555 (@alice)", "555", or ""."""
+    sender = str(message.get("sender_id") or "")
+    name = str(message.get("username") or "")
+    return f"{sender} (@{name})" if sender and name else sender
+
+
+def sender_label(message: Mapping[str, Any]) -> str:
+    """What a group's earlier user message is sent with: "[Sender: 555 (@alice)] ", or ""."""
+    who = speaker(message)
+    return f"[Sender: {who}] " if who else ""
 
 
 def first_metadata(path: Path, key: str) -> dict[str, Any]:
