@@ -167,6 +167,10 @@ def test_text_without_spaces_is_cut_after_a_sentence_then_a_comma() -> None:
     clauses = "日本語の文章は、" * 600
     parts = split_message(clauses, DISCORD_MAX_CHARS)
     assert "".join(parts) == clauses and all(p.endswith("、") for p in parts)
+    # a long link's "," or "?" is no sentence end: the cut stays at the line before it
+    link = "https://maps.example/place?q=" + ",".join(f"48.{i:04d}" for i in range(150))
+    text = "intro " * 150 + "\n" + link + "\nthe end"
+    assert any(part.strip() == link or part.strip().startswith(link) for part in split_message(text, DISCORD_MAX_CHARS))
 
 
 def _valid(markdown: str) -> str:
@@ -190,6 +194,8 @@ def test_telegram_html_headings_and_emphasis() -> None:
         ("중요：**“주의”**입니다", "중요：<b>“주의”</b>입니다"),
         ("中文*斜体：*中文", "中文<i>斜体：</i>中文"),
         ("**foo.**bar", "**foo.**bar"),  # other scripts: CommonMark as it is
+        ("**注意:**这个", "<b>注意:</b>这个"),
+        ("请删除*.log和*.tmp文件。", "请删除*.log和*.tmp文件。"),  # file patterns, not italics (a review catch)
     ],
 )
 def test_emphasis_beside_cjk_punctuation_renders(markdown: str, html: str) -> None:

@@ -162,14 +162,17 @@ async def test_bytes_not_utf8_and_a_bare_content_part_still_answer(make_config, 
                                "finish_reason": "stop"}]}
     raw = json.dumps(completion).encode().replace(b"@", b"\xf0\x9f")
     part = {"type": "text", "text": "Hello there"}
-    fake_llm.push(Reply(raw_body=raw), Reply(content=part))  # type: ignore[arg-type] - a dict, as some servers send
+    bom = b"\xef\xbb\xbf" + json.dumps(completion).replace("@", "again").encode()  # read before; a review catch
+    fake_llm.push(Reply(raw_body=raw), Reply(content=part), Reply(raw_body=bom))  # type: ignore[arg-type]
     try:
         first = await runtime.ask("when?", session_key="telegram:4")
         second = await runtime.ask("hi", session_key="telegram:4")
+        third = await runtime.ask("and?", session_key="telegram:4")
     finally:
         await runtime.aclose()
     assert first == "Tea time \ufffd at five"
     assert second == "Hello there"
+    assert third == "Tea time again at five"
 
 
 async def test_repeated_tool_call_ids_are_made_unique(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001

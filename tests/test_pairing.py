@@ -173,6 +173,11 @@ async def test_an_approval_can_be_taken_back(store: PairingStore, tmp_path: Path
     assert wrong.returncode == 1 and "no approved fake sender '999'" in wrong.stderr
     done = subprocess.run([*run, "fake", "666"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and "Revoked fake sender 666" in done.stderr
+    # said when the config still lets them in
+    (tmp_path / "config.json").write_text(json.dumps({"channels": {"telegram": {"allowFrom": ["777"]}}}))
+    store.approve(store.request("telegram", "777", "bob", "777")[1] or "")
+    listed = subprocess.run([*run, "telegram", "@bob"], capture_output=True, text=True, env=env, timeout=120)
+    assert listed.returncode == 0 and "channels.telegram.allowFrom still lets them in" in listed.stderr
     # the running channel refuses them from their next message on, with no new code
     sent = len(ch.sent)
     assert not await ch._publish(dm("666", "still there?"))

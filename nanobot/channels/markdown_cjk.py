@@ -39,6 +39,16 @@ def is_cjk(char: str) -> bool:
     return any(low <= code <= high for low, high in _CJK_RANGES)
 
 
+def _cjk_beside(cjk_side: str, punct: str, run: int) -> bool:
+    """Whether a CJK character beside the run stands in for the space beside `punct`: for CJK
+    punctuation (：「」“”), and for a colon or the like after bold (`**注意:**这个`) — not for a lone
+    `*` before ASCII punctuation (`删除*.log和*.tmp文件` is a file pattern, not italics)."""
+    return is_cjk(cjk_side) and (not punct.isascii() or (run >= 2 and punct in _BOLD_ASCII_PUNCT))
+
+
+_BOLD_ASCII_PUNCT = frozenset(":;,.!?)\"'")
+
+
 class _CjkFriendlyState(StateInline):
     def scanDelims(self, start: int, canSplitWord: bool) -> Scanned:  # noqa: N802, N803 - the library's names
         """CommonMark's flanking rules, with a CJK character beside the run standing in for a space
@@ -52,11 +62,12 @@ class _CjkFriendlyState(StateInline):
         last_punct = isMdAsciiPunct(ord(last)) or isPunctChar(last)
         next_punct = isMdAsciiPunct(ord(after)) or isPunctChar(after)
         last_space, next_space = isWhiteSpace(ord(last)), isWhiteSpace(ord(after))
-        left = not next_space and (not next_punct or last_space or last_punct or is_cjk(last))
-        right = not last_space and (not last_punct or next_space or next_punct or is_cjk(after))
+        run = pos - start
+        left = not next_space and (not next_punct or last_space or last_punct or _cjk_beside(last, after, run))
+        right = not last_space and (not last_punct or next_space or next_punct or _cjk_beside(after, last, run))
         can_open = left and (canSplitWord or not right or last_punct)
         can_close = right and (canSplitWord or not left or next_punct)
-        return Scanned(can_open, can_close, pos - start)
+        return Scanned(can_open, can_close, run)
 
 
 class _CjkFriendlyInline(ParserInline):

@@ -41,7 +41,8 @@ def capped_parts(parts: list[T], note: Callable[[str], T]) -> list[T]:
 _FENCE_LINE = re.compile(r"^ {0,3}(```+|~~~+)(.*)$")
 _CLOSE_ROOM = 12  # room kept for a closing fence: a newline and the marker (longer ones are reset)
 _SEPARATORS = ("\n\n", "\n", " ")
-_SENTENCE_ENDS = ("。！？!?…", "，、；：,;")  # kept at the end of the part they close
+# CJK marks only: "," or "?" inside a long link is no place to cut it
+_SENTENCE_ENDS = ("。！？…", "，、；：")  # kept at the end of the part they close
 # A boundary is only preferred when the part it ends uses at least this share of the room.
 _MIN_FILL = 0.5
 # A part that would be nothing but block syntax (a heading's "#", a quote's ">", a list marker, a

@@ -14,7 +14,17 @@ from dataclasses import asdict
 import typer
 
 from nanobot.channels.pairing import PairingError, PairingStore, pairing_path
-from nanobot.cli.common import EXIT_FAILURE, ConfigOption, config_path, err, fail, out, require_named_config
+from nanobot.cli.common import (
+    EXIT_FAILURE,
+    ConfigOption,
+    config_path,
+    err,
+    fail,
+    load_cli_config,
+    out,
+    require_named_config,
+)
+from nanobot.config.schema import Config
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -89,9 +99,28 @@ def revoke(
     sender: str = typer.Argument(..., help="The approved sender's id, or @username (see `pairing list`)."),
     config: ConfigOption = None,
 ) -> None:
-    """Take back an approval: a running gateway refuses the sender from their next message on."""
+    """Take back an approval: a running gateway refuses the sender from their next message on
+    (unless allowFrom lists them, or dmPolicy "open" lets them in as a guest: said)."""
     try:
         who = _store(config).revoke(channel, sender)
     except PairingError as exc:
         fail(f"Error: {exc}", EXIT_FAILURE)
-    err(f"Revoked {who.channel} sender {_who(who.username, who.sender_id)}: they are refused from now on.")
+    still = _still_let_in(load_cli_config(config, missing_ok=True), who.channel, who.sender_id, who.username)
+    name = _who(who.username, who.sender_id)
+    if still:
+        err(f"Revoked the pairing approval of {who.channel} sender {name}, but {still}.")
+        return
+    err(f"Revoked {who.channel} sender {name}: they are refused from now on.")
+
+
+def _still_let_in(cfg: Config, channel: str, sender_id: str, username: str) -> str:
+    """Why the sender still gets in after a revoke ("" when they do not)."""
+    settings = getattr(cfg.channels, channel, None)
+    if settings is None:
+        return ""
+    listed = [str(entry).lstrip("@").lower() for entry in settings.allow_from]
+    if "*" in listed or sender_id in listed or (username and username.lower() in listed):
+        return f"channels.{channel}.allowFrom still lets them in: remove them there too"
+    if settings.dm_policy == "open":
+        return f'channels.{channel}.dmPolicy "open" still lets them in, as a guest'
+    return ""

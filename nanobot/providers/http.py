@@ -354,9 +354,10 @@ async def post_events(
 
 
 def _json(raw: bytes) -> Any:
-    """JSON from a server's bytes. Bytes that are not UTF-8 (half an emoji, a Latin-1 body) become
-    U+FFFD: the answer around them is kept, where json.loads(bytes) threw all of it away."""
-    return json.loads(raw.decode("utf-8", "replace"))
+    """JSON from a server's bytes, in the encoding they are in (a BOM, UTF-16: as json.loads reads
+    bytes). Bytes that do not decode (half an emoji, a Latin-1 byte) become U+FFFD: the answer
+    around them is kept, where json.loads(bytes) threw all of it away."""
+    return json.loads(raw.decode(json.detect_encoding(raw), "replace"))
 
 
 async def _events(exchange: _Exchange) -> AsyncIterator[Any]:
