@@ -175,6 +175,31 @@ async def test_bytes_not_utf8_and_a_bare_content_part_still_answer(make_config, 
     assert third == "Tea time again at five"
 
 
+async def test_a_model_without_tool_support_answers_without_tools(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """Switched to a model without tool support (Ollama: "does not support tools"), every turn failed
+    with "rejected the request (HTTP 400)" and the reason only in the log."""
+    config, _ = make_config(**{"agents.defaults.llmMaxRetries": 0})
+    runtime = make_runtime(config)
+
+    def ollama(body: dict[str, Any]) -> Reply:
+        if body.get("tools"):
+            return Reply(status=400, error_message="registry.ollama.ai/library/gemma:2b does not support tools")
+        if "forbidden" in json.dumps(body["messages"]):
+            return Reply(status=400, error_message="max_tokens is too large: 8192\nsecond line")
+        return Reply(content="fine without tools")
+
+    fake_llm.responder = ollama
+    try:
+        first = await runtime.ask("hello", session_key="telegram:6")
+        second = await runtime.ask("and again", session_key="telegram:6")
+        refused = await runtime.ask("forbidden", session_key="telegram:6")
+    finally:
+        await runtime.aclose()
+    assert first == second == "fine without tools"
+    assert [bool(r.get("tools")) for r in fake_llm.requests] == [True, False, False, False]
+    assert refused.endswith("rejected the request (HTTP 400): max_tokens is too large: 8192 second line")
+
+
 async def test_repeated_tool_call_ids_are_made_unique(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
     """Two calls with one id in a reply, and "call_0" in every reply of servers that send none, went
     back to the model as they came: its results could not be told apart, and a provider that refuses

@@ -84,6 +84,23 @@ async def test_hello_on_a_tiny_window_is_answered(make_config, fake_llm: FakeLLM
     assert offered <= {"read_file", "write_file", "edit_file", "list_dir"}  # what fits, if anything
 
 
+@pytest.mark.parametrize("window", [4096, 8192])
+async def test_a_small_window_with_maxtokens_left_at_its_default_still_answers(
+    make_config, fake_llm: FakeLLMServer, window: int  # noqa: ANN001
+) -> None:
+    """Moving to an 8k model with contextWindowTokens set and maxTokens left at 8,192: every request
+    asked for 8,192 reply tokens and the server refused them all, the first of a fresh session too."""
+    config = small(make_config, window, 8192)
+    fake_llm.responder = strict_model(window, 8192, lambda body: Reply(content="fine"))
+    runtime = build_runtime(config)
+    try:
+        for n in range(3):
+            assert await runtime.ask(f"question {n}", session_key="telegram:1") == "fine"
+    finally:
+        await runtime.aclose()
+    assert {r["max_tokens"] for r in turns(fake_llm)} == {window // 4}
+
+
 async def test_a_big_tool_result_is_cut_to_fit_not_left_out(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
     config = small(make_config, 4096, 512)
     config.workspace_path.mkdir(parents=True, exist_ok=True)

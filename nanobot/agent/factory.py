@@ -22,6 +22,7 @@ from nanobot.agent.prompt_budget import (
     CHARS_PER_TOKEN,
     cut_bootstrap,
     cut_memory,
+    reply_tokens,
     system_room_tokens,
     warn_if_cramped,
 )
@@ -144,7 +145,7 @@ def build_runtime(
         closers.append(index.close)
 
     window = min(d.context_window_tokens, SMALL_LOCAL_WINDOW_TOKENS) if small else d.context_window_tokens
-    max_tokens = min(d.max_tokens, config.providers.local.max_tokens) if small else d.max_tokens
+    max_tokens = min(d.max_tokens, config.providers.local.max_tokens) if small else reply_tokens(d.max_tokens, window)
     if small:
         from nanobot.providers.local import CORE_TOOLS, LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_MAX_TOOL_ITERATIONS
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from nanobot.providers.base import LLMError
+from nanobot.secrets import mask_then_cut
 from nanobot.util.retry import parse_retry_after, retry_after_from_headers
+from nanobot.util.text import one_line
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _TIMEOUT_NAMES = frozenset(
@@ -150,6 +153,21 @@ def rejects_tool_choice(exc: BaseException) -> bool:
     return _status_of(exc) in (400, 422) or "BadRequest" in type(exc).__name__
 
 
+_NO_TOOLS = re.compile(
+    r"(does not|doesn't|not) support (tools|tool|function)|tools? (are |is )?not supported|"
+    r"tools param requires|tool choice requires|--enable-auto-tool-choice|function calling is not",
+    re.I,
+)
+
+
+def refuses_tools(exc: BaseException) -> bool:
+    """Whether the server refused the request because the model takes no tools (HTTP 400/422 naming
+    them: Ollama, vLLM without a tool parser, llama.cpp without --jinja)."""
+    return (_status_of(exc) in (400, 422) or "BadRequest" in type(exc).__name__) and bool(
+        _NO_TOOLS.search(str(exc))
+    )
+
+
 _MESSAGES = {
     "rate_limit": "The model provider is rate-limiting requests; please try again in a moment.",
     "auth": "The model provider rejected the credentials (check the API key in the config).",
@@ -159,7 +177,8 @@ _MESSAGES = {
     "malformed": "The model provider sent a malformed response; please try again.",
     "context_overflow": (
         "The conversation is too long for the model's context window. Send /new to start afresh "
-        "(what was said stays in memory), and set agents.defaults.contextWindowTokens to the model's window."
+        "(what was said stays in memory), and set agents.defaults.contextWindowTokens to the model's window "
+        "(and maxTokens, the answer's share of it, well below it)."
     ),
 }
 
@@ -173,7 +192,8 @@ def _duration(seconds: float) -> str:
 
 
 def to_llm_error(exc: BaseException, failure: Failure) -> LLMError:
-    """The user-facing error for a failure: never the provider's own text (it may echo secrets)."""
+    """The user-facing error for a failure: the provider's own text only for a refused request (HTTP
+    400: "does not support tools", "max_tokens too large"), masked and on one line."""
     message = _MESSAGES.get(failure.kind)
     if failure.kind == "rate_limit" and failure.retry_after_s:  # the wait it asked for was too long to hold
         message = (
@@ -184,8 +204,9 @@ def to_llm_error(exc: BaseException, failure: Failure) -> LLMError:
         message = "The model provider rejected the request as unprocessable (HTTP 422)."
     elif message is None and failure.kind == "server":
         message = f"The model provider is failing (HTTP {failure.status}); please try again later."
-    elif message is None and failure.kind == "bad_request":
-        message = f"The model provider rejected the request (HTTP {failure.status})."
+    elif message is None and failure.kind == "bad_request":  # its reason is what the user can act on
+        reason = mask_then_cut(one_line(str(exc)).removeprefix(f"HTTP {failure.status}: "), 200)
+        message = f"The model provider rejected the request (HTTP {failure.status}): {reason}"
     elif message is None:
         message = f"The model call failed: {type(exc).__name__}."
     return LLMError(message, kind=failure.kind, status=failure.status)

@@ -29,6 +29,7 @@ from nanobot.providers.errors import (
     MalformedResponseError,
     StreamCutError,
     classify,
+    refuses_tools,
     rejects_tool_choice,
     to_llm_error,
 )
@@ -64,6 +65,7 @@ class RemoteProvider(LLMProvider):
         self.max_retries = max_retries
         self.retry_base_delay_s = RETRY_BASE_DELAY_S
         self.name = provider_name
+        self.tools_refused = False  # the model said it takes no tools: requests go without them
 
     @property
     def default_model(self) -> str:
@@ -83,7 +85,7 @@ class RemoteProvider(LLMProvider):
             request["max_tokens"] = call.max_tokens
         if call.temperature is not None:
             request["temperature"] = call.temperature
-        if call.tools:
+        if call.tools and not self.tools_refused:
             request["tools"] = call.tools
             if call.tool_choice is not None:
                 request["tool_choice"] = call.tool_choice
@@ -115,6 +117,18 @@ class RemoteProvider(LLMProvider):
                 if request.get("tool_choice", "auto") != "auto" and rejects_tool_choice(exc):
                     logger.info("model rejected forced tool_choice; retrying with auto")
                     request["tool_choice"] = "auto"
+                    continue
+                if request.get("tools") and refuses_tools(exc):
+                    # a model switched to one without tool support (Ollama: "does not support tools"):
+                    # every turn failed with HTTP 400; it answers without tools instead
+                    logger.warning(
+                        "model {} refuses tools ({}): it is asked without them from now on",
+                        self._model,
+                        mask_then_cut(str(exc), 200),
+                    )
+                    self.tools_refused = True
+                    request.pop("tools", None)
+                    request.pop("tool_choice", None)
                     continue
                 failure = classify(exc)
                 after = failure.retry_after_s
