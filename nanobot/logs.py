@@ -33,6 +33,10 @@ from nanobot.util.text import printable
 _STORAGE_STATE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO})
 
 _STDERR_FORMAT = "<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> <cyan>{name}</cyan> {message}"
+# without journald (which stamps each line itself: JOURNAL_STREAM) the date and the offset too:
+# `docker compose logs` shows no time of its own, and a bare 19:57:54 names neither day nor zone
+_STDERR_DATED_FORMAT = _STDERR_FORMAT.replace("{time:HH:mm:ss}", "{time:YYYY-MM-DD HH:mm:ss ZZ}")
+CONTINUATION = "\n    "  # how a log entry's further lines begin
 _FILE_FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS ZZ} {level: <7} {name}:{line} {message}"
 _NOISY_LIBRARIES = (
     "httpx", "httpx2", "httpcore", "openai", "LiteLLM", "litellm", "telegram", "discord", "apscheduler", "mcp",
@@ -49,13 +53,15 @@ _state: dict[str, object] = {"level": "WARNING", "prompts": False}
 def _patch(record: dict) -> None:
     # printable: a server's error text (or a chat message) quoted in a log line may carry escape
     # sequences that clear the operator's terminal, set its title or write its clipboard
-    record["message"] = printable(mask(record["message"]))
+    # continuation lines are indented: a server's "…\n00:00:00 INFO nanobot FORGED" quoted in a
+    # message cannot pass for an entry of its own
+    record["message"] = printable(mask(record["message"])).replace("\n", CONTINUATION)
     exc = record["exception"]
     if exc is not None and exc.type is not None:
         # The traceback is formatted here and masked whole: an exception's text can carry a secret
         # where its args do not (pydantic builds it from the input; a chained cause, a note).
         text = "".join(traceback.format_exception(exc.type, exc.value, exc.traceback)).rstrip("\n")
-        record["message"] += "\n" + printable(mask(text))
+        record["message"] += CONTINUATION + printable(mask(text)).replace("\n", CONTINUATION)
         record["exception"] = None
 
 
@@ -130,7 +136,8 @@ def setup_logging(
     logger.remove()
     _THROTTLE.reset()
     logger.configure(patcher=_patch)
-    logger.add(sys.stderr, level=level, format=_STDERR_FORMAT, colorize=None, backtrace=False, diagnose=False)
+    stamp = _STDERR_FORMAT if os.environ.get("JOURNAL_STREAM") else _STDERR_DATED_FORMAT
+    logger.add(sys.stderr, level=level, format=stamp, colorize=None, backtrace=False, diagnose=False)
     if file:
         log_path = Path(file).expanduser().absolute()
         try:

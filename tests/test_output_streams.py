@@ -70,6 +70,23 @@ def test_a_servers_error_text_cannot_drive_the_operators_terminal(home: Path, fa
     assert not any(c in result.stderr for c in "\x1b\x07\x9b"), repr(result.stderr)
 
 
+def test_a_servers_error_text_cannot_forge_a_log_entry(home: Path, fake_llm) -> None:  # noqa: ANN001
+    """A newline in a provider's error body made the rest read as an entry of its own; stderr lines
+    carried neither a date nor a zone (`docker compose logs` adds none)."""
+    import re
+
+    from tests.fakes.llm_server import Reply
+
+    _setup(home, fake_llm.url, {"agents.defaults.llmMaxRetries": 0})
+    fake_llm.push(Reply(status=400, error_message="bad request\n00:00:00 INFO    nanobot.fake FORGED LINE"))
+    result = run_cli("agent", "-m", QUESTION, home=home, env={"JOURNAL_STREAM": ""})
+    lines = result.stderr.splitlines()
+    forged = [line for line in lines if "FORGED LINE" in line]
+    assert forged and all(line.startswith("    ") for line in forged), result.stderr
+    stamped = [line for line in lines if " WARNING " in line]
+    assert stamped and all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4} ", line) for line in stamped)
+
+
 def test_what_others_wrote_is_listed_without_terminal_controls(home: Path) -> None:
     """`memory search` printed a chat message's escape sequences raw: whoever's words reach a
     transcript (a group member, a model through save_memory) could write the owner's clipboard."""

@@ -36,6 +36,7 @@ from nanobot.config.schema import ChannelsConfig, ProvidersConfig
 from nanobot.secrets import register_secret
 from nanobot.util.fs import ensure_private_dir
 from nanobot.util.tasks import finish_or_cancel
+from nanobot.util.text import one_line
 
 ChannelState = Literal["created", "starting", "running", "retrying", "failed", "stopped"]
 
@@ -311,6 +312,7 @@ class Channel(Connection, ABC):
 
     # ------------------------------------------------------------------ state
     def _set_state(self, state: ChannelState, error: str | None = None) -> None:
+        error = None if error is None else one_line(error)  # a server's text: shown as one status line
         if state == self.state and error == self.last_error:
             return
         self.state = state

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from nanobot.cli.common import ConfigOption, config_path, load_cli_config, out
 from nanobot.config.paths import index_path, index_size_bytes
+from nanobot.util.text import one_line
 
 
 def status(config: ConfigOption = None) -> None:
@@ -72,7 +73,7 @@ def _gateway_lines(ws, watchdog_interval_s: float, config_path: Path) -> list[st
         f"{uptime % 60}s, {summary['pending_tasks']} pending task(s))"
     ]
     for name, info in sorted(summary["channels"].items()):
-        err_text = f" — {info.get('error')}" if info.get("error") else ""
+        err_text = f" — {one_line(str(info['error']))}" if info.get("error") else ""  # an older gateway's too
         lines.append(f"  channel {name}: {info.get('state', '?')}{err_text}")
     if note := config_changed_note(summary, config_path):
         lines.append(f"  {note}")

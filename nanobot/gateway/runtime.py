@@ -35,6 +35,7 @@ from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import Config
 from nanobot.errors import UserError
+from nanobot.logs import prompts_logged
 from nanobot.providers.base import LLMProvider
 from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY, HeartbeatService, resolve_heartbeat_target
 from nanobot.service.state import (
@@ -304,6 +305,11 @@ class Gateway:
             logger.info(
                 "gateway running: workspace {}, channels {}", self.workspace, list(self.channels.channels)
             )
+            if prompts_logged():  # a setting left on for months fills the log with every chat
+                logger.warning(
+                    "logging.prompts is on: every prompt, with the private conversations and memory in it, "
+                    "is written to the log"
+                )
             await self._stop.wait()
         sd_notify("STOPPING=1")
         await self._shutdown(watchdog)
