@@ -401,6 +401,9 @@ async def test_send_gives_up_after_max_retries_and_keeps_running(server, gateway
     await gw.bus.publish_outbound(OutboundMessage(channel="telegram", chat_id="555", content="next"))
     sends = await server.wait_for("sendMessage", count=4)
     assert [c.params["text"] for c in sends] == ["kept", "kept", "kept", "next"]
+    async with asyncio.timeout(5):  # the server saw the send; its answer reaches the gateway after
+        while len(delivered) < 2:
+            await asyncio.sleep(0.01)
     assert delivered == ["kept", "next"]
     assert gw.channel.state == "running"
 
