@@ -193,11 +193,23 @@ async def test_a_model_without_tool_support_answers_without_tools(make_config, f
         first = await runtime.ask("hello", session_key="telegram:6")
         second = await runtime.ask("and again", session_key="telegram:6")
         refused = await runtime.ask("forbidden", session_key="telegram:6")
+        turns = len(fake_llm.requests)
+        # the memory work asks such a model in plain text too (a forced save_session_note tool call
+        # would fail every time, the transcript only raw-archived)
+        fake_llm.responder = lambda body: (
+            Reply(status=400, error_message="model does not support tools") if body.get("tools")
+            else Reply(content="The user greeted the assistant and asked it the same thing twice.")
+        )
+        assert await runtime.agent.new_session("telegram:6")
+        assert await runtime.agent.drain(30)
     finally:
         await runtime.aclose()
     assert first == second == "fine without tools"
-    assert [bool(r.get("tools")) for r in fake_llm.requests] == [True, False, False, False]
+    assert [bool(r.get("tools")) for r in fake_llm.requests[:turns]] == [True, False, False, False]
     assert refused.endswith("rejected the request (HTTP 400): max_tokens is too large: 8192 second line")
+    assert not any(r.get("tools") for r in fake_llm.requests[turns:])
+    notes = [p for p in (config.workspace_path / "memory").glob("????-??-??-*.md")]
+    assert notes and "greeted the assistant" in notes[0].read_text()
 
 
 async def test_repeated_tool_call_ids_are_made_unique(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001

@@ -170,10 +170,15 @@ class Consolidator:
         self.context_window_tokens = context_window_tokens
         self.max_tokens = max_tokens
         self.memory_budget_chars = memory_budget_chars
-        self.small_model = small_model
+        self._small_model = small_model
         #: outcomes since start: "accepted", "retried", "failed", "refused:<rule>"
         self.outcomes: Counter[str] = Counter()
         self.last_failure = ""  # why the last failed consolidation failed (for logs and status)
+
+    @property
+    def small_model(self) -> bool:
+        """The small-model profile (plain-text questions): configured, or a model that refuses tools."""
+        return self._small_model or getattr(self.provider, "tools_refused", False)  # duck-typed fakes too
 
     async def consolidate(self, messages: list[dict[str, Any]], *, private: bool, origin: str = "") -> bool:
         """Summarise `messages` into memory. True on success; False leaves everything as it was.

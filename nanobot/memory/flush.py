@@ -68,7 +68,12 @@ class MemoryFlusher:
         self.memory = memory
         self.max_tokens = max_tokens
         self.budget_tokens = budget_tokens  # the prompt budget: the request is cut to fit it
-        self.small_model = small_model
+        self._small_model = small_model
+
+    @property
+    def small_model(self) -> bool:
+        """The small-model profile (plain-text questions): configured, or a model that refuses tools."""
+        return self._small_model or getattr(self.provider, "tools_refused", False)  # duck-typed fakes too
 
     async def flush(self, messages: list[dict[str, Any]], *, private: bool) -> bool:
         """Run the flush turn. True when it completed (with or without notes), False on failure."""

@@ -151,6 +151,8 @@ class LLMProvider(ABC):
     name: str = "base"
     #: core tools only / small prompt budgets for tiny local models
     is_small_local: bool = False
+    #: the model said it takes no tools: it is asked without them, memory work in plain text
+    tools_refused: bool = False
 
     @property
     @abstractmethod
