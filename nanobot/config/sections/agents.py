@@ -16,7 +16,12 @@ class AgentDefaults(Section):
                        "`anthropic/claude-sonnet-4-5`, `custom/my-model`); empty: the provider's default.")
     provider: str = Field("auto", description="`auto` picks the configured provider matching the model; or a "
                           "name under `providers` (`openai`, `custom`, `local`, …).")
-    max_tokens: int = Field(8192, ge=16, description="Most tokens the model may write in one reply.")
+    max_tokens: int = Field(
+        8192,
+        ge=16,
+        description="Most tokens the model may write in one reply (half of contextWindowTokens or more is "
+        "cut to a quarter of it, so the prompt still fits).",
+    )
     temperature: float = Field(0.1, ge=0.0, le=2.0, description="Sampling temperature sent to the model.")
     context_window_tokens: int = Field(65536, ge=1024, description="The model's context window; memory "
                                        "consolidation starts before a prompt would outgrow it.")
