@@ -108,6 +108,69 @@ async def test_an_album_is_one_message_with_all_its_photos(server, gateway_facto
     assert len(held) - len(server.held_ids()) == 3
 
 
+async def test_a_long_paste_the_app_split_is_one_turn(server, gateway_factory) -> None:
+    """A paste over 4,096 characters comes as several messages: each was a turn, the first answered
+    (tools and all) without the question that came in the last piece."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    first = "".join(f"log line {n:04d} ok\n" for n in range(260))[:4096]
+    server.push_message(first)
+    await asyncio.sleep(0.05)
+    server.push_message("log line 0231 ok\nWhy did line 12 fail?")
+    server.push_message("thanks", user_id=556, chat_id=555, username="bob")  # someone else: on its own
+    paste = await gw.inbound()
+    assert paste.content == first + "\nlog line 0231 ok\nWhy did line 12 fail?"
+    paste.ack()
+    other = await gw.inbound()
+    assert other.content == "thanks"
+    other.ack()
+    server.push_message("a short one")  # a short message opens no gathering
+    assert (await gw.inbound()).content == "a short one"
+
+
+async def test_a_dice_a_round_video_and_an_anonymous_admin_are_not_dropped(server, gateway_factory) -> None:
+    """A dice, a round video (video_note) and a group message from an anonymous admin were confirmed
+    to Telegram and dropped without a word: gone for good."""
+    gw = await gateway_factory(make_config(server, groupPolicy="open")).start(respond=False)
+    server.push_message(None, dice={"emoji": "🎲", "value": 4})
+    dice = await gw.inbound()
+    assert dice.content == "[dice 🎲 4]"
+    dice.ack()
+    server.add_file("v1", "videos/round.mp4", b"MP4")
+    server.push_message(None, video_note={"file_id": "v1", "file_unique_id": "u-v1", "length": 240, "duration": 3})
+    video = await gw.inbound()
+    assert [Path(p).read_bytes() for p in video.media] == [b"MP4"]
+    video.ack()
+    anonymous = {"id": 1087968824, "is_bot": True, "first_name": "Group", "username": "GroupAnonymousBot"}
+    server.push_message(
+        "meeting moved to 5", chat_id=-100123, chat_type="supergroup", **{"from": anonymous},
+        sender_chat={"id": -100123, "type": "supergroup", "title": "Family"},
+    )
+    said = await gw.inbound()
+    assert (said.content, said.sender_id, said.is_group) == ("meeting moved to 5", "-100123", True)
+
+
+async def test_a_reply_carries_what_it_answers(server, gateway_factory) -> None:
+    """"@bot translate this please" under a member's message reached the model without that message;
+    a reply to the bot's own message did not say which one."""
+    import time
+
+    gw = await gateway_factory(make_config(server, groupPolicy="open")).start(respond=False)
+    chat = {"id": -100123, "type": "supergroup", "title": "A group"}
+    bob = {"message_id": 7, "date": int(time.time()), "chat": chat, "text": "Ich komme morgen um fünf.",
+           "from": {"id": 777, "is_bot": False, "first_name": "Bob", "username": "bob"}}
+    server.push_message(f"@{BOT_USERNAME} translate this please", chat_id=-100123, chat_type="supergroup",
+                        reply_to_message=bob)
+    said = await gw.inbound()
+    assert said.content == '[in reply to @bob: "Ich komme morgen um fünf."]\ntranslate this please'
+    said.ack()
+    server.push_message("move it one hour later", reply_to_bot=True)
+    said = await gw.inbound()
+    assert said.content == '[in reply to your message: "earlier answer"]\nmove it one hour later'
+    said.ack()
+    server.push_message("/new", reply_to_bot=True)  # a command stays a command
+    assert (await gw.inbound()).content == "/new"
+
+
 async def test_a_topics_downloads_are_named_after_the_topic(server, gateway_factory) -> None:
     """Files sent in a topic were named after the bare group id: the topic was refused its own files
     (as another chat's) and the group's General chat could read them."""

@@ -46,8 +46,12 @@ from nanobot.channels.telegram_media import (
     album_of,
     chat_of,
     download_media,
+    inbound_metadata,
+    paste_of,
+    sender_of,
     shared_as_text,
     with_origin,
+    with_reply_context,
 )
 from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
 from nanobot.channels.telegram_updates import addressed, for_another_bot, readable_updates
@@ -215,7 +219,7 @@ class TelegramChannel(Channel):
         """Handle the update in a task of its own, after its chat's earlier ones: one chat's slow
         download or voice transcription holds no other chat back (and no poll), and a chat's
         messages still reach the agent in order."""
-        album = album_of(update)
+        album = album_of(update) or paste_of(update, self._albums)
         if album is not None and self._albums.join(album, update):
             return  # the album's first part gathers it
         chat = update.effective_chat.id if update.effective_chat is not None else 0
@@ -257,9 +261,10 @@ class TelegramChannel(Channel):
         """Publish the message of the update (or the one message of an album's updates); False when
         it is filtered out (nothing for the agent)."""
         message = updates[0].message
-        if message is None or message.from_user is None or message.from_user.is_bot:
+        user = sender_of(message) if message is not None else None
+        if message is None or user is None:
             return False
-        user, chat = message.from_user, message.chat
+        chat = message.chat
         parts = [u.message for u in updates if u.message is not None]
         text = "\n".join(t for t in (with_origin(m, m.text or m.caption or shared_as_text(m)) for m in parts) if t)
         is_group = chat.type in _GROUP_TYPES
@@ -274,22 +279,14 @@ class TelegramChannel(Channel):
             return False
         if self._bot_username:
             text = re.sub(rf"@{re.escape(self._bot_username)}\b", "", text, flags=re.I).strip()
+        text = with_reply_context(message, text, self._bot_id)
         got = Received()
         for part in parts:
             got.extend(await download_media(self, part))
         if not text and not got.paths and not got.notes:
             return False  # a bare @mention, a sticker without emoji, a poll: nothing to answer
-        metadata: dict[str, Any] = {
-            "message_id": message.message_id,
-            "username": user.username,
-            "first_name": user.first_name,
-            "chat_type": str(chat.type),
-        }
-        if message.reply_to_message is not None:
-            metadata["reply_to_message_id"] = message.reply_to_message.message_id
-        inbound = self._inbound(
-            str(user.id), chat_of(message), text, got, is_group=is_group, metadata=metadata
-        )
+        metadata = inbound_metadata(message, user)
+        inbound = self._inbound(str(user.id), chat_of(message), text, got, is_group=is_group, metadata=metadata)
         self._acks.track([u.update_id for u in updates], inbound)
         return await self._publish(inbound, user.username)
 

@@ -10,20 +10,22 @@ ALBUM_QUIET_S, so the channel publishes them as one message.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, BinaryIO
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from telegram import Message, Update
 from telegram.error import TelegramError
 
 from nanobot.channels.media import MediaItem, Received
+from nanobot.channels.split import utf16_len
 
 if TYPE_CHECKING:
     from nanobot.channels.telegram import TelegramChannel
 
 
 def shared_as_text(message: Message) -> str:
-    """What a message without text or caption shares, in words: a location, venue, contact or a
-    sticker's emoji ("" when none: such a message is not answered)."""
+    """What a message without text or caption shares, in words: a location, venue, contact, a
+    sticker's emoji or a dice throw ("" when none: such a message is not answered)."""
     if message.venue:
         venue = message.venue
         where = venue.location
@@ -36,7 +38,66 @@ def shared_as_text(message: Message) -> str:
         return f"[contact: {name}, {contact.phone_number}]"
     if message.sticker and message.sticker.emoji:
         return f"[sticker {message.sticker.emoji}]"
+    if message.dice:
+        return f"[dice {message.dice.emoji} {message.dice.value}]"
     return ""
+
+
+@dataclass(frozen=True)
+class Sender:
+    id: int
+    username: str | None
+    first_name: str | None
+
+
+def sender_of(message: Message) -> Sender | None:
+    """Who wrote a message: its user; in a group, the chat it was sent as (an anonymous admin, or a
+    channel posting there: the user is then a placeholder bot); None for another bot's."""
+    if message.sender_chat is not None and message.chat.type != "private":
+        chat = message.sender_chat
+        return Sender(chat.id, chat.username, chat.title)
+    user = message.from_user
+    if user is None or user.is_bot:
+        return None
+    return Sender(user.id, user.username, user.first_name)
+
+
+def inbound_metadata(message: Message, sender: Sender) -> dict[str, Any]:
+    """What the channel keeps with a message it publishes (see nanobot/bus/events.py)."""
+    metadata: dict[str, Any] = {
+        "message_id": message.message_id,
+        "username": sender.username,
+        "first_name": sender.first_name,
+        "chat_type": str(message.chat.type),
+    }
+    if message.reply_to_message is not None:
+        metadata["reply_to_message_id"] = message.reply_to_message.message_id
+    return metadata
+
+
+REPLY_QUOTE_CHARS = 300  # of the message a reply answers, shown with it
+
+
+def with_reply_context(message: Message, text: str, bot_id: int | None) -> str:
+    """`text` of a reply preceded by what it answers, labelled as a quote ("translate this" said
+    under a member's message reached the model without that message). Commands stay as typed."""
+    replied = message.reply_to_message
+    if replied is None or not text or text.startswith("/"):
+        return text
+    quoted = message.quote.text if message.quote is not None else replied.text or replied.caption or ""
+    if not quoted:
+        return text
+    author = replied.from_user
+    if author is not None and author.id == bot_id:
+        whose = "your message"
+    elif replied.sender_chat is not None:
+        whose = replied.sender_chat.title or "a chat"
+    else:
+        whose = (f"@{author.username}" if author.username else author.first_name) if author else "a message"
+    excerpt = " ".join(quoted.split())
+    if len(excerpt) > REPLY_QUOTE_CHARS:
+        excerpt = excerpt[: REPLY_QUOTE_CHARS - 1] + "…"
+    return f'[in reply to {whose}: "{excerpt}"]\n{text}'
 
 
 def with_origin(message: Message, text: str) -> str:
@@ -56,7 +117,7 @@ def with_origin(message: Message, text: str) -> str:
 
 
 def media_items(message: Message) -> list[MediaItem]:
-    """Photo (largest size), document, voice, audio and video of a message."""
+    """Photo (largest size), document, voice, audio, video and round video of a message."""
     items: list[MediaItem] = []
 
     def add(obj: object, filename: str, mime: str | None, voice: bool = False) -> None:
@@ -72,6 +133,8 @@ def media_items(message: Message) -> list[MediaItem]:
         add(message.audio, message.audio.file_name or "audio", message.audio.mime_type)
     if message.video:
         add(message.video, message.video.file_name or "video.mp4", message.video.mime_type)
+    if message.video_note:  # a round video: saved as a video is
+        add(message.video_note, "video_note.mp4", "video/mp4")
     return items
 
 
@@ -109,11 +172,31 @@ def album_of(update: Update) -> AlbumKey | None:
     return (message.chat.id, message.media_group_id)
 
 
+# The Telegram app sends a paste longer than 4,096 characters as several messages, cut at about that
+# length: a text this long opens a gathering of the sender's next messages, as an album's parts are.
+PASTE_PART_UNITS = 4000
+
+
+def paste_of(update: Update, albums: Albums) -> AlbumKey | None:
+    """The key gathering a long paste the app sent as several messages (one turn, not one per piece,
+    the first answered with the question still unsent), or None."""
+    message = update.message
+    if message is None or message.from_user is None or not message.text or message.media_group_id:
+        return None
+    key = (message.chat.id, f"paste:{message.from_user.id}")
+    if albums.is_open(key) or utf16_len(message.text) >= PASTE_PART_UNITS:
+        return key
+    return None
+
+
 class Albums:
-    """The albums whose parts are being gathered."""
+    """The albums (and long pastes) whose parts are being gathered."""
 
     def __init__(self) -> None:
         self._open: dict[AlbumKey, list[Update]] = {}
+
+    def is_open(self, key: AlbumKey) -> bool:
+        return key in self._open
 
     def join(self, key: AlbumKey, update: Update) -> bool:
         """Add a part to its album; False when the album is new (this part's handler gathers it)."""
