@@ -107,6 +107,8 @@ class TrustPolicy:
             raw = args.get("path")
             if not isinstance(raw, str) or self._under(raw, self._steering, dot_entries=True):
                 return f"{raw!r} is read-only {where}: it holds instructions or settings for the owner's own turns"
+            if self._outside(raw, [self.workspace]):  # the built-in skills are readable, never writable
+                return f"{raw!r} is outside the workspace: nothing there is writable {where}"
             if self._under(raw, self._private):  # MEMORY.md is the owner's own system prompt
                 return f"{raw!r} is read-only {where}: {PRIVATE_WRITES}"
         if name in PATH_TOOLS:
@@ -189,16 +191,17 @@ class TrustPolicy:
                 return False
         return True
 
-    def _outside(self, raw: str) -> bool:
-        """Whether `raw`, by its spelling or by where its symlinks lead, lies outside the workspace
-        and the other roots a shared context may read."""
+    def _outside(self, raw: str, roots: list[Path] | None = None) -> bool:
+        """Whether `raw`, by its spelling or by where its symlinks lead, lies outside `roots` (the
+        workspace and the other roots a shared context may read)."""
+        roots = self._readable_roots if roots is None else roots
         path = Path(raw).expanduser()
         path = path if path.is_absolute() else self.workspace / path
         try:
             candidates = [Path(os.path.normpath(path)), path.resolve()]
         except (OSError, RuntimeError, ValueError):
             return True  # a symlink loop or a NUL byte: refuse rather than guess
-        return any(not any(c.is_relative_to(r) for r in self._readable_roots) for c in candidates)
+        return any(not any(c.is_relative_to(r) for r in roots) for c in candidates)
 
     def is_private(self, raw: str) -> bool:
         """Whether `raw` (relative to the workspace or absolute) is one of the private paths (memory/,
