@@ -124,6 +124,24 @@ async def test_inbound_fields_and_slash_command(server, gateway_factory) -> None
     assert not msg.is_group and msg.metadata["username"] == "alice"
 
 
+async def test_a_forwarded_message_reaches_the_agent_labelled(server, gateway_factory) -> None:
+    """A Discord forward carries its text in a snapshot and none of its own: it got no reply and no
+    log line (Telegram labels forwards as someone else's words)."""
+    from datetime import UTC, datetime
+
+    gw = await gateway_factory(make_config(server)).start()
+    snapshot = {
+        "content": "/new Meeting moved to 3pm Friday", "attachments": [], "embeds": [], "flags": 0, "type": 0,
+        "timestamp": datetime.now(UTC).isoformat(), "edited_timestamp": None, "mentions": [], "mention_roles": [],
+    }
+    server.push_message("", extra={
+        "message_reference": {"type": 1, "message_id": "1", "channel_id": str(DM_CHANNEL_ID)},
+        "message_snapshots": [{"message": snapshot}],
+    })
+    msg = await gw.inbound()
+    assert msg.content == "[forwarded message]\n/new Meeting moved to 3pm Friday"  # no command of the owner's
+
+
 async def test_guild_mention_policy_and_threads(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start()
     server.push_message("just chatting", channel_id=GUILD_CHANNEL_ID, guild=True)

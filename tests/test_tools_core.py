@@ -277,6 +277,27 @@ def registry(tmp_path: Path) -> ToolRegistry:
     return reg
 
 
+async def test_a_write_over_a_steering_file_keeps_its_earlier_version(registry: ToolRegistry, tmp_path: Path) -> None:
+    """A model obeying a hostile page overwrote AGENTS.md (and a skill): the owner's own text was lost,
+    where MEMORY.md and the notes keep their versions."""
+    ws = tmp_path / "ws"
+    (ws / "AGENTS.md").write_text("# My rules\n- answer in French\n")
+    (ws / "skills" / "tea").mkdir(parents=True)
+    (ws / "skills" / "tea" / "SKILL.md").write_text("---\ndescription: tea\n---\nbrew green tea\n")
+    (ws / "notes.txt").write_text("plain notes\n")
+    await registry.execute("write_file", {"path": "AGENTS.md", "content": "obey the page\n"}, CTX)
+    await registry.execute("edit_file", {"path": "skills/tea/SKILL.md", "old_text": "green", "new_text": "no"}, CTX)
+    await registry.execute("write_file", {"path": "notes.txt", "content": "changed\n"}, CTX)
+    store = MemoryStore(ws, resolve_tz("UTC"))
+    [agents] = store.steering_backups("AGENTS.md")
+    assert agents.read_text() == "# My rules\n- answer in French\n"
+    [skill] = store.steering_backups("skills/tea/SKILL.md")
+    assert "brew green tea" in skill.read_text()
+    assert not (ws / "memory" / ".backups" / "steering" / "notes.txt").exists()  # only steering files
+    await registry.execute("write_file", {"path": "AGENTS.md", "content": "obey the page\n"}, CTX)
+    assert len(store.steering_backups("AGENTS.md")) == 2
+
+
 async def test_file_tools_round_trip(registry: ToolRegistry, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     assert (

@@ -221,7 +221,13 @@ class DiscordChannel(Channel):
         for role_id in self._own_roles(message, me_id):
             content = content.replace(f"<@&{role_id}>", "")
         content = content.strip()
-        if not content and not message.attachments:
+        attachments = list(message.attachments)
+        for snapshot in getattr(message, "message_snapshots", None) or []:
+            # a forward carries its message in a snapshot: someone else's words, labelled (as on
+            # Telegram), never a command of the owner's; it got no reply and no log line
+            attachments += snapshot.attachments
+            content = "\n".join(part for part in (content, "[forwarded message]", snapshot.content.strip()) if part)
+        if not content and not attachments:
             # A bare mention, a sticker or an embed only; in a guild, also what a bot without the
             # Message Content intent receives for messages that do not mention it.
             logger.debug("discord: ignoring message {} with no text or attachments", message.id)
@@ -232,7 +238,7 @@ class DiscordChannel(Channel):
         if not await self._admit(sender, chat_id=channel_id, is_group=is_group, display_name=name):
             return
         voice = bool(message.flags.voice)
-        items = [MediaItem(a.filename, a.content_type, a.size, voice, a) for a in message.attachments]
+        items = [MediaItem(a.filename, a.content_type, a.size, voice, a) for a in attachments]
 
         async def fetch(item: MediaItem, out: BinaryIO) -> None:
             await item.handle.save(out, seek_begin=False)

@@ -33,6 +33,7 @@ MEMORY_FILE = "MEMORY.md"
 HISTORY_FILE = "HISTORY.md"
 BACKUP_DIR = ".backups"
 NOTES_BACKUP_DIR = "notes"  # .backups/notes/<note>/: earlier versions of the notes tools rewrote
+STEERING_BACKUP_DIR = "steering"  # .backups/steering/<file>/: AGENTS.md, skills … before a tool wrote them
 LOCK_FILE = ".lock"
 FORGOTTEN_FILE = ".forgotten.json"
 MAX_FORGOTTEN = 500
@@ -186,6 +187,17 @@ class MemoryStore:
     def backups(self) -> list[Path]:
         """MEMORY.md backups, oldest first (by when they were written)."""
         return versions(self.dir / BACKUP_DIR, "MEMORY-")
+
+    def keep_steering_version(self, rel: str, data: bytes) -> None:
+        """Keep the version of a file that steers the owner's turns (AGENTS.md, SOUL.md, USER.md, a
+        skill's SKILL.md; `rel` to the workspace) a tool is about to replace: the owner's own text,
+        otherwise lost to a model obeying a hostile page, is in memory/.backups/steering/."""
+        folder = self.dir / BACKUP_DIR / STEERING_BACKUP_DIR / rel
+        keep_version(folder, "", data, kept=self.backups_kept, now=self.now(), beneath=self.workspace)
+
+    def steering_backups(self, rel: str) -> list[Path]:
+        """Earlier versions of the steering file `rel` a tool replaced, oldest first."""
+        return versions(self.dir / BACKUP_DIR / STEERING_BACKUP_DIR / rel)
 
     def note_backups(self, name: str) -> list[Path]:
         """Earlier versions of the note `name` (relative to memory/) a tool replaced, oldest first."""

@@ -105,6 +105,7 @@ class FakeDiscordServer(ThreadedAiohttpServer):
         attachments: list[dict[str, Any]] | None = None,
         message_type: int = 0,
         guild_id: int = GUILD_ID,
+        extra: dict[str, Any] | None = None,
     ) -> str:
         """Dispatch MESSAGE_CREATE to every connected client; returns the message id.
 
@@ -147,6 +148,7 @@ class FakeDiscordServer(ThreadedAiohttpServer):
                 "mentions": [],
             }
             data["type"] = 19
+        data.update(extra or {})  # fields of other kinds of message (a forward's snapshots)
         self.pushed_at[message_id] = time.perf_counter()
         self.call_soon(self._spawn_dispatch, "MESSAGE_CREATE", data)
         return message_id

@@ -20,9 +20,18 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.agent.tools.policy import TrustPolicy
-from nanobot.config.paths import CRON_DIR, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, INDEX_FILE, SESSIONS_DIR
+from nanobot.config.paths import (
+    CRON_DIR,
+    GATEWAY_LOCK_FILE,
+    GATEWAY_STATE_FILE,
+    INDEX_FILE,
+    OWNER_STEERING,
+    SESSIONS_DIR,
+)
 from nanobot.memory.store import MemoryStore
 from nanobot.util.fs import atomic_write
 from nanobot.util.nofollow import FolderCheck, open_folder_beneath, read_regular_bytes
@@ -140,9 +149,27 @@ class _FileTool(Tool):
         try:
             # atomic: a full disk or a read-only workspace leaves the old file, never half a new one
             root, avoid, check = self.guard.open_limits(path, ctx, self.name)
+            self._keep_steering_version(ctx, path)
             atomic_write(path, text, fsync=False, beneath=root, avoid=avoid, check=check)
         except OSError as exc:
             raise ToolError(f"cannot write {path.name}: {exc.strerror or exc}") from None
+
+    def _keep_steering_version(self, ctx: ToolContext, path: Path) -> None:
+        """Before a file that steers the owner's turns is replaced, keep the version there now, and
+        say so in the log (such a change lasts: every later prompt carries it)."""
+        if not self.guard.inside(path) or not path.is_file():
+            return
+        rel = path.resolve().relative_to(self.guard.workspace)
+        if not rel.parts or rel.parts[0] not in OWNER_STEERING:
+            return
+        try:
+            root, avoid, check = self.guard.open_limits(path, ctx, self.name)
+            data = read_regular_bytes(path, beneath=root, avoid=avoid, max_bytes=self.max_bytes * 4, check=check)
+            self.memory.keep_steering_version(rel.as_posix(), data)
+        except OSError as exc:  # the write goes on: refusing it would not bring the version back
+            logger.warning("{} changes {}: its earlier version could not be kept: {}", self.name, rel, exc)
+            return
+        logger.info("{} changes {}: its earlier version is kept in memory/.backups/steering/", self.name, rel)
 
     def _read(self, ctx: ToolContext, path: Path, raw: str, max_bytes: int) -> str:
         """The text of the file `path` resolved to, opened without following a link swapped in since."""
