@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from nanobot.memory.consolidator import echo_sources
 from nanobot.memory.store import MemoryStore
 from nanobot.memory.validation import KEPT_FACTS_HEADING, Refusal, check_memory_update
@@ -108,18 +110,26 @@ def test_a_latin1_memory_file_is_read_as_such_and_survives_a_rewrite(tmp_path: P
     assert "Crème Brûlée" in backup.read_bytes().decode("cp1252")  # the file as it was
 
 
-def test_a_fact_forgotten_in_a_consolidation_does_not_come_back_in_the_next(tmp_path: Path) -> None:
-    """The model removed the PIN as the user asked; nothing kept it from coming back when a later
-    consolidation read it again (HISTORY.md, a repeated mention): only edits made tombstones."""
+@pytest.mark.parametrize(
+    "without_pin",
+    [
+        "# Memory\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz",
+        # a review catch: taken for a changed fact, the placeholder made no tombstone
+        "# Memory\n- Bank card PIN: (forgotten at the user's request)\n- Lives in Lyon\n- Sister: Ann\n"
+        "- Dentist: Dr Ruiz",
+    ],
+)
+def test_a_fact_forgotten_in_a_consolidation_does_not_come_back_in_the_next(tmp_path: Path, without_pin: str) -> None:
+    """The model removed the PIN as the user asked (or left a placeholder in its place); nothing kept
+    it from coming back when a later consolidation read it again (HISTORY.md, a repeated mention)."""
     from nanobot.memory.consolidator import Consolidator
 
     store = MemoryStore(tmp_path, "UTC")
     store.write_memory("# Memory\n- Bank card PIN is 4821\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz\n")
     consolidator = Consolidator(None, store)  # type: ignore[arg-type] - applying an update asks no model
-    without_pin = "# Memory\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz"
-    consolidator.apply_memory_update(store.read_memory(), without_pin, ["Please forget my PIN."])
+    consolidator.apply_memory_update(store.read_memory(), without_pin, ["Please forget my bank card PIN."])
     assert store.forgotten() == {"bank card pin is 4821"}
-    consolidator.apply_memory_update(store.read_memory(), without_pin + "\n- Bank card PIN is 4821", ["hi"])
+    consolidator.apply_memory_update(store.read_memory(), store.read_memory() + "\n- Bank card PIN is 4821", ["hi"])
     assert "4821" not in store.read_memory()
 
 
@@ -301,17 +311,3 @@ def test_forgetting_by_a_two_letter_name() -> None:
     # "my" or "is" name nothing
     assert update(PEOPLE.replace("- Lives in Lyon\n", ""), PEOPLE, user_texts=request)[1] == ["- Lives in Lyon"]
 
-
-def test_a_placeholder_for_a_forgotten_fact_still_makes_a_tombstone(tmp_path: Path) -> None:
-    """The model left "- Bank card PIN: (forgotten at the user's request)" in place of the PIN: taken
-    for a changed fact, no tombstone was made and a later consolidation brought the PIN back."""
-    from nanobot.memory.consolidator import Consolidator
-
-    store = MemoryStore(tmp_path, "UTC")
-    store.write_memory("# Memory\n- Bank card PIN is 4821\n- Lives in Lyon\n")
-    consolidator = Consolidator(None, store)  # type: ignore[arg-type] - applying an update asks no model
-    placeholder = "# Memory\n- Bank card PIN: (forgotten at the user's request)\n- Lives in Lyon\n"
-    consolidator.apply_memory_update(store.read_memory(), placeholder, ["Please forget my bank card PIN."])
-    assert store.forgotten() == {"bank card pin is 4821"}
-    consolidator.apply_memory_update(store.read_memory(), store.read_memory() + "- Bank card PIN is 4821\n", ["hi"])
-    assert "4821" not in store.read_memory()
