@@ -66,7 +66,7 @@ def reply_tokens(max_tokens: int, window_tokens: int) -> int:
     """The answer's token limit sent with every request: `max_tokens`, or a quarter of the window
     when it asks for half of it or more (said at start-up). maxTokens left at 8,192 under an 8k
     window made every request, the first of a fresh session too, ask for more than the model holds."""
-    if max_tokens * 2 <= window_tokens:
+    if max_tokens * 2 < window_tokens:
         return max_tokens
     capped = max(256, window_tokens // 4)
     logger.warning(

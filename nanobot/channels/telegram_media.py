@@ -87,13 +87,18 @@ def with_reply_context(message: Message, text: str, bot_id: int | None) -> str:
     quoted = message.quote.text if message.quote is not None else replied.text or replied.caption or ""
     if not quoted:
         return text
+    # in a fixed form no name a user picks can imitate: a member named "your message" passed their
+    # words off as the assistant's own
     author = replied.from_user
-    if author is not None and author.id == bot_id:
-        whose = "your message"
-    elif replied.sender_chat is not None:
-        whose = replied.sender_chat.title or "a chat"
+    if replied.sender_chat is not None and replied.chat.type != "private":
+        posted_as = replied.sender_chat
+        whose = f'chat "{posted_as.title or posted_as.username or ""}" (id {posted_as.id})'
+    elif author is not None and author.id == bot_id:
+        whose = "your own earlier message"
+    elif author is not None:
+        whose = f'member "{author.username or author.first_name}" (id {author.id})'
     else:
-        whose = (f"@{author.username}" if author.username else author.first_name) if author else "a message"
+        whose = "a message"
     excerpt = " ".join(quoted.split())
     if len(excerpt) > REPLY_QUOTE_CHARS:
         excerpt = excerpt[: REPLY_QUOTE_CHARS - 1] + "…"
@@ -181,9 +186,13 @@ def paste_of(update: Update, albums: Albums) -> AlbumKey | None:
     """The key gathering a long paste the app sent as several messages (one turn, not one per piece,
     the first answered with the question still unsent), or None."""
     message = update.message
-    if message is None or message.from_user is None or not message.text or message.media_group_id:
+    sender = sender_of(message) if message is not None else None
+    if message is None or sender is None or not message.text or message.media_group_id:
         return None
-    key = (message.chat.id, f"paste:{message.from_user.id}")
+    if message.text.startswith("/"):  # a command (/stop) is never a paste's piece
+        return None
+    # per topic and per sender (channels posting in a group share one `from` user)
+    key = (message.chat.id, f"paste:{chat_of(message)}:{sender.id}")
     if albums.is_open(key) or utf16_len(message.text) >= PASTE_PART_UNITS:
         return key
     return None
