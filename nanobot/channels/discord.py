@@ -38,6 +38,7 @@ from nanobot.channels.markdown import markdown_to_discord
 from nanobot.channels.media import MediaItem
 from nanobot.channels.split import DISCORD_MAX_CHARS, SentSteps, capped_parts, split_message
 from nanobot.util.keyed_locks import KeyedLocks
+from nanobot.util.text import unlabelled
 
 GUILD_READY_TIMEOUT_S = 2.0  # discord.py's wait for GUILD_CREATEs after READY
 REIDENTIFY_DELAY_S = 5.0  # discord.py's default pause before a non-initial IDENTIFY
@@ -220,13 +221,14 @@ class DiscordChannel(Channel):
         content = re.sub(rf"<@!?{me_id}>", "", message.content)
         for role_id in self._own_roles(message, me_id):
             content = content.replace(f"<@&{role_id}>", "")
-        content = content.strip()
+        content = unlabelled(content.strip())  # what they typed cannot pass for one of the labels
         attachments = list(message.attachments)
         for snapshot in getattr(message, "message_snapshots", None) or []:
             # a forward carries its message in a snapshot: someone else's words, labelled (as on
             # Telegram), never a command of the owner's; it got no reply and no log line
             attachments += snapshot.attachments
-            content = "\n".join(part for part in (content, "[forwarded message]", snapshot.content.strip()) if part)
+            forwarded = unlabelled(snapshot.content.strip())
+            content = "\n".join(part for part in (content, "[forwarded message]", forwarded) if part)
         if not content and not attachments:
             # A bare mention, a sticker or an embed only; in a guild, also what a bot without the
             # Message Content intent receives for messages that do not mention it.

@@ -18,6 +18,7 @@ from telegram.error import TelegramError
 
 from nanobot.channels.media import MediaItem, Received
 from nanobot.channels.split import utf16_len
+from nanobot.util.text import unlabelled
 
 if TYPE_CHECKING:
     from nanobot.channels.telegram import TelegramChannel
@@ -108,6 +109,7 @@ def with_reply_context(message: Message, text: str, bot_id: int | None) -> str:
 def with_origin(message: Message, text: str) -> str:
     """`text` of a forwarded message labelled with whom it came from: the model took a third
     party's words ("run this on the server") for the owner's, and a forwarded "/new" ran."""
+    text = unlabelled(text)  # what the sender typed cannot pass for one of the labels
     origin = message.forward_origin
     if origin is None:
         return text
