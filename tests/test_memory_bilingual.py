@@ -196,3 +196,18 @@ def test_session_notes_keep_a_topic_written_in_any_script(tmp_path: Path) -> Non
         "2026-03-02-东京出差.md", "2026-03-02-誕生日パーティー.md", "2026-03-02-رحلة-القاهرة.md",
         "2026-03-02-नमस्ते-दुनिया.md", "2026-03-02-tokyo-trip.md", "2026-03-02-tokyo.md", "2026-03-02-session.md",
     ]
+
+
+def test_a_note_written_all_in_chinese_is_a_note() -> None:
+    """A session note or history entry with no Latin letters counted no words and was refused as too
+    short every time (the session note fell back to a raw excerpt)."""
+    from nanobot.memory.consolidator import echo_sources
+    from nanobot.memory.validation import Refusal, check_note, fact_lines
+
+    sources = echo_sources("[2026-03-02 10:00] USER: 我下周去东京出差，预算五千元。", small_model=False)
+    note = "用户下周去东京出差，讨论了预算和酒店安排。"
+    assert not isinstance(check_note(note, "summary", sources), Refusal)
+    assert isinstance(check_note("好的", "summary", sources), Refusal)  # still not a note
+    # the template's comment is no fact the guard puts back
+    template = "# Long-term Memory\n\n<!-- Durable facts about the user: preferences, people -->\n"
+    assert fact_lines(template) == []

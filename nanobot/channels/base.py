@@ -343,8 +343,9 @@ class Channel(Connection, ABC):
         voice and audio get their transcript (or a note why not)."""
         got = Received()
         for item in items:
+            shown = media_util.quoted_name(item.filename)  # in a note of the message text
             if item.size > media_util.MAX_MEDIA_BYTES:
-                got.notes.append(f"[{item.filename}: {item.size} bytes, too large to download]")
+                got.notes.append(f"[file {shown}: {item.size} bytes, too large to download]")
                 continue
             name = media_util.safe_filename(self.name, chat_id, message_id, item.filename, item.mime)
             try:
@@ -352,7 +353,7 @@ class Channel(Connection, ABC):
                 path, out = media_util.create_free(self.workspace, self.media_dir(), name)
             except OSError as exc:
                 logger.warning("{}: could not store {}: {}", self.name, item.filename, exc)
-                got.notes.append(f"[{item.filename}: download failed]")
+                got.notes.append(f"[file {shown}: download failed]")
                 continue
             try:
                 with out:
@@ -360,13 +361,13 @@ class Channel(Connection, ABC):
             except media_util.TooLarge:
                 path.unlink(missing_ok=True)
                 limit = media_util.MAX_MEDIA_BYTES
-                got.notes.append(f"[{item.filename}: more than {limit} bytes, too large to download]")
+                got.notes.append(f"[file {shown}: more than {limit} bytes, too large to download]")
                 continue
             except errors as exc:
                 # a download cut short (full disk, dropped connection) must not stay behind as a file
                 path.unlink(missing_ok=True)
                 logger.warning("{}: could not download {}: {}", self.name, item.filename, exc)
-                got.notes.append(f"[{item.filename}: download failed]")
+                got.notes.append(f"[file {shown}: download failed]")
                 continue
             kind = media_util.media_type(item.mime, item.filename, voice=item.voice)
             got.paths.append(str(path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import mimetypes
 import os
 import re
@@ -203,3 +204,9 @@ async def voice_note_text(path: Path, rel: str, cfg: TranscriptionConfig, provid
     return (
         f"[voice transcription] {text}" if text else f"[voice message saved as {rel}; no speech recognised]"
     )
+
+
+def quoted_name(filename: str) -> str:
+    """A file's name for a note in the message text: on one line, in quotes, its own quotes escaped
+    (a name such as 'Sender: 555 (@owner)] …' made a label line of its own)."""
+    return json.dumps(" ".join(filename.split()), ensure_ascii=False)

@@ -10,6 +10,7 @@ ALBUM_QUIET_S, so the channel publishes them as one message.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -18,7 +19,7 @@ from telegram.error import TelegramError
 
 from nanobot.channels.media import MediaItem, Received
 from nanobot.channels.split import utf16_len
-from nanobot.util.text import unlabelled
+from nanobot.util.text import one_line, unlabelled
 
 if TYPE_CHECKING:
     from nanobot.channels.telegram import TelegramChannel
@@ -93,17 +94,23 @@ def with_reply_context(message: Message, text: str, bot_id: int | None) -> str:
     author = replied.from_user
     if replied.sender_chat is not None and replied.chat.type != "private":
         posted_as = replied.sender_chat
-        whose = f'chat "{posted_as.title or posted_as.username or ""}" (id {posted_as.id})'
+        whose = f"chat {_quoted(posted_as.title or posted_as.username or '')} (id {posted_as.id})"
     elif author is not None and author.id == bot_id:
         whose = "your own earlier message"
     elif author is not None:
-        whose = f'member "{author.username or author.first_name}" (id {author.id})'
+        whose = f"member {_quoted(author.username or author.first_name)} (id {author.id})"
     else:
         whose = "a message"
     excerpt = " ".join(quoted.split())
     if len(excerpt) > REPLY_QUOTE_CHARS:
         excerpt = excerpt[: REPLY_QUOTE_CHARS - 1] + "…"
-    return f'[in reply to {whose}: "{excerpt}"]\n{text}'
+    return f"[in reply to {whose}: {_quoted(excerpt)}]\n{text}"
+
+
+def _quoted(text: str) -> str:
+    """`text` in double quotes with its own quotes escaped: a name or a message cannot close the
+    quote and write a label of its own after it."""
+    return json.dumps(one_line(text), ensure_ascii=False)
 
 
 def with_origin(message: Message, text: str) -> str:

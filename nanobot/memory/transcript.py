@@ -37,7 +37,10 @@ def render_message(msg: dict[str, Any]) -> str:
         calls = ", ".join(c.get("function", {}).get("name", "?") for c in msg["tool_calls"])
         text = (text + " " if text else "") + f"[called tools: {calls}]"
     who = f" {speaker(msg)}" if role == "user" and speaker(msg) else ""  # a group member: by name
-    return f"{_stamp(msg)}{role.upper()}{who}: {truncate_middle(text, MAX_MESSAGE_IN_TRANSCRIPT)}"
+    # a message's further lines are indented: a member's "[stamp] USER 555 (@owner): …" typed on a
+    # line of its own reads as part of their message, not as the owner's line
+    body = truncate_middle(text, MAX_MESSAGE_IN_TRANSCRIPT).replace("\n", "\n  ")
+    return f"{_stamp(msg)}{role.upper()}{who}: {body}"
 
 
 def render_transcript(messages: list[dict[str, Any]]) -> str:

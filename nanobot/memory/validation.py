@@ -81,7 +81,7 @@ _FIELD_NAMES_RE = re.compile(
 # ("User allergies: peanuts" is a fact, not one)
 _SPEAKER_RE = re.compile(
     r"^\s*(?:\[[^\]\n]{0,25}\]\s*)?(USER|ASSISTANT|User|Assistant|TOOL|SYSTEM)"
-    r"(?:\s+\d{1,30}(?:\s+\(@[^)\n]{1,40}\))?)?\s*:",
+    r"(?:\s+-?\d{1,30}(?:\s+\(@[^)\n]{1,40}\))?)?\s*:",
     re.M,
 )
 _PLACEHOLDERS = {"", "(empty)", "empty", "none", "null", "n/a", "...", "no_reply", "-", "tbd"}
@@ -147,6 +147,16 @@ def schema_text(tool: dict[str, Any]) -> str:
 
 def _words(text: str) -> list[str]:
     return _WORD_RE.findall(text.lower())
+
+
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+
+
+def _summary_words(text: str) -> int:
+    """How many words a summary holds, in any script: a run of Chinese or Japanese (no spaces between
+    words) counts a word per two characters; a note written all in Chinese counted none, and was
+    refused as too short every time."""
+    return sum(max(1, len(w) // 2) if _CJK_RE.match(w) else 1 for w in _LETTERS_RE.findall(text))
 
 
 def copied_words(text: str, reference: str, n: int) -> tuple[int, int]:
@@ -247,7 +257,7 @@ def check_history_entry(
             f"it is {len(checked)} characters; write 2-5 sentences (at most {MAX_HISTORY_ENTRY_CHARS})",
         )
     body = checked
-    if len(_LETTERS_RE.findall(body)) < MIN_SUMMARY_WORDS:
+    if _summary_words(body) < MIN_SUMMARY_WORDS:
         return Refusal("empty", "history_entry", "after the timestamp there is no real summary")
     end = chunk_end or chunk_start
     tz = chunk_start.tzinfo
@@ -276,11 +286,14 @@ def _split_stamp(text: str) -> tuple[datetime | None, str]:
 
 
 def fact_lines(text: str) -> list[str]:
-    """The fact lines of a MEMORY.md text (headings, blanks and our own kept-heading excluded)."""
+    """The fact lines of a MEMORY.md text (headings, blanks, comments such as the template's, and our
+    own kept-heading excluded)."""
     return [
         line.strip()
         for line in text.splitlines()
-        if line.strip() and not line.strip().startswith("#") and line.strip() != KEPT_FACTS_HEADING
+        if line.strip()
+        and not line.strip().startswith(("#", "<!--"))
+        and line.strip() != KEPT_FACTS_HEADING
     ]
 
 
@@ -420,6 +433,6 @@ def check_note(text: Any, field: str, sources: EchoSources) -> str | Refusal:
     checked = check_text(text, field, sources)
     if isinstance(checked, Refusal):
         return checked
-    if len(_words(checked)) < MIN_SUMMARY_WORDS - 1:
+    if _summary_words(checked) < MIN_SUMMARY_WORDS - 1:
         return Refusal("empty", field, "too few words to be a note")
     return checked

@@ -86,8 +86,10 @@ def speaker(message: Mapping[str, Any]) -> str:
     """Who wrote a stored user message, when its session records it (a group member, a Discord DM):
     "555 (@alice)", "555", or ""."""
     sender = str(message.get("sender_id") or "")
+    if not sender.lstrip("-").isdigit():  # a platform's id; the terminal's "user" is the owner
+        return ""
     name = str(message.get("username") or "")
-    return f"{sender} (@{name})" if sender and name else sender
+    return f"{sender} (@{name})" if name else sender
 
 
 def sender_label(message: Mapping[str, Any]) -> str:

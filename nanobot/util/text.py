@@ -204,7 +204,12 @@ def attachment_note(path: str | Path, mime: str = "") -> str:
 
 # The labels nanobot writes into a message at the start of a line: the runtime block's header, a
 # group member's name, a reply's quote, a forward's origin.
-_LABEL_LOOKALIKE = re.compile(r"(?im)^(\s*)\[(?=\s*(runtime context|sender\s*:|in reply to|forwarded))")
+# Invisible characters or an @mention (removed later, for the bot) before it do not hide one.
+_INVISIBLE = "\\s\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff"
+_LABEL_LOOKALIKE = re.compile(
+    rf"(?im)^([{_INVISIBLE}]*(?:@\w+[{_INVISIBLE}]*)*)\["
+    rf"(?=[{_INVISIBLE}]*(runtime context|sender\s*:|in reply to|forwarded))"
+)
 
 
 def unlabelled(text: str) -> str:
