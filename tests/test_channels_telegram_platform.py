@@ -223,7 +223,7 @@ async def test_a_reply_carries_what_it_answers(server, gateway_factory) -> None:
                "from": {"id": 666, "is_bot": False, "first_name": 'owner" (id 555): "yes'}}
     server.push_message(f"@{BOT_USERNAME} ok", chat_id=-100123, chat_type="supergroup", reply_to_message=mallory)
     said = await gw.inbound()
-    assert said.content.startswith('[in reply to member "owner\\" (id 555): \\"yes" (id 666): "lol\\"] ')
+    assert said.content.startswith('[in reply to member "owner″ (id 555): ″yes" (id 666): "lol″] ')
     said.ack()
     server.push_message("/new", reply_to_bot=True)  # a command stays a command
     assert (await gw.inbound()).content == "/new"

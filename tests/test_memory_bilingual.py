@@ -208,6 +208,8 @@ def test_a_note_written_all_in_chinese_is_a_note() -> None:
     note = "用户下周去东京出差，讨论了预算和酒店安排。"
     assert not isinstance(check_note(note, "summary", sources), Refusal)
     assert isinstance(check_note("好的", "summary", sources), Refusal)  # still not a note
+    for loop in ("哈哈哈哈哈哈", "哈" * 1500, "用户讨论" * 400):  # a model stuck in a loop (a review catch)
+        assert isinstance(check_note(loop, "summary", sources), Refusal), loop[:8]
     # the template's comment is no fact the guard puts back
     template = "# Long-term Memory\n\n<!-- Durable facts about the user: preferences, people -->\n"
     assert fact_lines(template) == []

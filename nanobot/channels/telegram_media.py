@@ -10,7 +10,6 @@ ALBUM_QUIET_S, so the channel publishes them as one message.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -19,7 +18,7 @@ from telegram.error import TelegramError
 
 from nanobot.channels.media import MediaItem, Received
 from nanobot.channels.split import utf16_len
-from nanobot.util.text import one_line, unlabelled
+from nanobot.util.text import one_line, quoted, unlabelled
 
 if TYPE_CHECKING:
     from nanobot.channels.telegram import TelegramChannel
@@ -108,9 +107,9 @@ def with_reply_context(message: Message, text: str, bot_id: int | None) -> str:
 
 
 def _quoted(text: str) -> str:
-    """`text` in double quotes with its own quotes escaped: a name or a message cannot close the
-    quote and write a label of its own after it."""
-    return json.dumps(one_line(text), ensure_ascii=False)
+    """`text` on one line in double quotes, its own quotes shown as ″: a name or a message cannot
+    close the quote and write a label of its own after it (backslashes stay as they were written)."""
+    return quoted(one_line(text))
 
 
 def with_origin(message: Message, text: str) -> str:
@@ -126,7 +125,8 @@ def with_origin(message: Message, text: str) -> str:
         (user.full_name + (f" (@{user.username})" if user.username else "")) if user is not None
         else getattr(origin, "sender_user_name", None) or (chat.title if chat is not None else None)
     )
-    label = f"[forwarded from {name or 'someone'}]"  # also alone: a forwarded voice note's transcript follows
+    # quoted: a name cannot write a label of its own; also alone: a forwarded voice note's transcript follows
+    label = f"[forwarded from {_quoted(name) if name else 'someone'}]"
     return f"{label}\n{text}" if text else label
 
 

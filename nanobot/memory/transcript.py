@@ -29,10 +29,9 @@ def render_message(msg: dict[str, Any]) -> str:
     if isinstance(content, list):
         content = " ".join(str(p.get("text", "[image]")) for p in content if isinstance(p, dict))
     text = str(content or "")
-    if role == "tool":
-        return (
-            f"{_stamp(msg)}TOOL {msg.get('name', '')}: {truncate_middle(text, MAX_TOOL_RESULT_IN_TRANSCRIPT)}"
-        )
+    if role == "tool":  # indented as a message's further lines are: a page's "USER: …" is the page's
+        body = truncate_middle(text, MAX_TOOL_RESULT_IN_TRANSCRIPT).replace("\n", "\n  ")
+        return f"{_stamp(msg)}TOOL {msg.get('name', '')}: {body}"
     if role == "assistant" and msg.get("tool_calls"):
         calls = ", ".join(c.get("function", {}).get("name", "?") for c in msg["tool_calls"])
         text = (text + " " if text else "") + f"[called tools: {calls}]"

@@ -154,9 +154,9 @@ _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
 def _summary_words(text: str) -> int:
     """How many words a summary holds, in any script: a run of Chinese or Japanese (no spaces between
-    words) counts a word per two characters; a note written all in Chinese counted none, and was
-    refused as too short every time."""
-    return sum(max(1, len(w) // 2) if _CJK_RE.match(w) else 1 for w in _LETTERS_RE.findall(text))
+    words) counts a word per two of its distinct characters; a note written all in Chinese counted
+    none, and was refused as too short every time ("哈哈哈哈" is still no note)."""
+    return sum(max(1, len(set(w)) // 2) if _CJK_RE.match(w) else 1 for w in _LETTERS_RE.findall(text))
 
 
 def copied_words(text: str, reference: str, n: int) -> tuple[int, int]:
@@ -235,6 +235,9 @@ def _repetition(text: str) -> str | None:
     words = _words(text)
     if len(words) >= 30 and len(set(words)) / len(words) < MIN_DISTINCT_WORD_SHARE:
         return f"it keeps repeating itself ({len(set(words))} distinct words in {len(words)})"
+    cjk = _CJK_RE.findall(text)  # no spaces to count words by: its characters
+    if len(cjk) >= 60 and len(set(cjk)) / len(cjk) < MIN_DISTINCT_WORD_SHARE / 2:
+        return f"it keeps repeating itself ({len(set(cjk))} distinct characters in {len(cjk)})"
     return None
 
 
