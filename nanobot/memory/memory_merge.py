@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from loguru import logger
 
+from nanobot.memory.fact_lines import KEPT_FACTS_HEADING, fact_lines, restored_lines, still_there
 from nanobot.memory.store import MAX_DROPPED_FACT_SHARE, MIN_FACTS_FOR_PROTECTION, normalise_fact
-from nanobot.memory.validation import KEPT_FACTS_HEADING, fact_lines, restored_lines, still_there
 
 
 def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[str]]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from nanobot.memory.fact_lines import KEPT_FACTS_HEADING, fact_lines, restored_lines, still_there
 from nanobot.memory.forgetting import (
     asks_to_forget_in_another_language,
     changed_by_user,
@@ -64,7 +65,6 @@ MAX_DICTATED_FACT_CHARS = 300
 MAX_STAMP_DRIFT = timedelta(days=1)
 MAX_LINE_REPEATS = 3
 MIN_DISTINCT_WORD_SHARE = 0.25
-KEPT_FACTS_HEADING = "## Kept from the previous version"
 
 STAMP_FORMAT = "%Y-%m-%d %H:%M"
 _STAMP_RE = re.compile(r"^\s*\[?\s*(\d{4}-\d{2}-\d{2})[ T](\d{1,2}:\d{2})(?:[:.]\d+)*\s*\]?[\s:,.-]*")
@@ -286,45 +286,6 @@ def _split_stamp(text: str) -> tuple[datetime | None, str]:
 
 
 # ----------------------------------------------------------------------------------- memory
-
-
-def fact_lines(text: str) -> list[str]:
-    """The fact lines of a MEMORY.md text (headings, blanks, comments such as the template's, and our
-    own kept-heading excluded)."""
-    return [
-        line.strip()
-        for line in text.splitlines()
-        if line.strip()
-        and not line.strip().startswith(("#", "<!--"))
-        and line.strip() != KEPT_FACTS_HEADING
-    ]
-
-
-def still_there(fact: str, new_norm: set[str]) -> bool:
-    """Whether a fact is among the new file's (normalised) facts, also as put back under its section
-    by `restored_lines` ("anna (sister): birthday: 3 march" holds "birthday: 3 march")."""
-    norm = normalise_fact(fact)
-    return norm in new_norm or any(line.endswith(": " + norm) for line in new_norm)
-
-
-def restored_lines(previous: str, dropped: list[str]) -> list[str]:
-    """The dropped facts of `previous` as lines to put back under KEPT_FACTS_HEADING, each naming
-    the section it came from ("- Anna (sister): Birthday: 3 March"): under the kept heading a bare
-    "- Birthday: 3 March" no longer says whose birthday it is."""
-    section: dict[str, str] = {}
-    heading = ""
-    for raw in previous.splitlines():
-        line = raw.strip()
-        if line.startswith("##"):  # a section; a top "# Memory" title names nothing
-            heading = "" if line == KEPT_FACTS_HEADING else line.lstrip("#").strip()
-        elif line and not line.startswith("#"):
-            section.setdefault(line, heading)
-    out = []
-    for fact in dropped:
-        body = fact.lstrip("-*• ").strip()
-        where = section.get(fact.strip(), "")
-        out.append(f"- {where}: {body}" if where and not body.lower().startswith(where.lower()) else f"- {body}")
-    return out
 
 
 def _copies_the_conversation(new_part: str, transcript: str) -> Refusal | None:
