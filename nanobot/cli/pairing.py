@@ -99,8 +99,8 @@ def revoke(
     sender: str = typer.Argument(..., help="The approved sender's id, or @username (see `pairing list`)."),
     config: ConfigOption = None,
 ) -> None:
-    """Take back an approval: a running gateway refuses the sender from their next message on
-    (unless allowFrom lists them, or dmPolicy "open" lets them in as a guest: said)."""
+    """Take back an approval: a running gateway refuses the sender from their next message on, for
+    good as after deny (unless allowFrom lists them, or dmPolicy "open" lets them in as a guest: said)."""
     try:
         who = _store(config).revoke(channel, sender)
     except PairingError as exc:
@@ -110,7 +110,7 @@ def revoke(
     if still:
         err(f"Revoked the pairing approval of {who.channel} sender {name}, but {still}.")
         return
-    err(f"Revoked {who.channel} sender {name}: they are refused from now on.")
+    err(f"Revoked {who.channel} sender {name}: they are refused from now on, for good (as after deny).")
 
 
 def _still_let_in(cfg: Config, channel: str, sender_id: str, username: str) -> str:
