@@ -166,13 +166,15 @@ class Agent:
             # this session's next prompt (the last turn's count was any chat's, and 0 after a start)
             f"Context: ~{self.estimator(session, self._owner_session(session))} of "
             f"{self.lifecycle.budget_tokens} prompt tokens",
-            f"Tokens used since start: {self.stats.prompt_tokens} in / {self.stats.completion_tokens} out "
-            f"over {self.stats.turns} turns in all chats" + self._subagents_status(),
+            *([] if ctx.shared else [
+                f"Tokens used since start: {self.stats.prompt_tokens} in / {self.stats.completion_tokens} out "
+                f"over {self.stats.turns} turns in all chats" + self._subagents_status()
+            ]),
             f"Tools: {len(self.tools) if offered is None else len(offered)}{self._mcp_status()}; "
             f"memory: {self.long_term.name}; background memory tasks: {self.lifecycle.pending()}",
             f"Uptime: {uptime // 3600}h {uptime % 3600 // 60}m",
         ]
-        return "\n".join(line for line in lines if not (ctx.shared and line.startswith("Tokens used")))
+        return "\n".join(lines)
 
     def _subagents_status(self) -> str:
         if self.subagents is None:

@@ -36,7 +36,7 @@ from nanobot.config.schema import ChannelsConfig, ProvidersConfig
 from nanobot.secrets import register_secret
 from nanobot.util.fs import ensure_private_dir
 from nanobot.util.tasks import finish_or_cancel
-from nanobot.util.text import one_line
+from nanobot.util.text import one_line, quoted
 
 ChannelState = Literal["created", "starting", "running", "retrying", "failed", "stopped"]
 
@@ -343,7 +343,7 @@ class Channel(Connection, ABC):
         voice and audio get their transcript (or a note why not)."""
         got = Received()
         for item in items:
-            shown = media_util.quoted_name(item.filename)  # in a note of the message text
+            shown = quoted(item.filename)  # in a note of the message text: a name cannot write a label
             if item.size > media_util.MAX_MEDIA_BYTES:
                 got.notes.append(f"[file {shown}: {item.size} bytes, too large to download]")
                 continue

@@ -19,7 +19,6 @@ from nanobot.config.schema import ProvidersConfig, TranscriptionConfig
 from nanobot.secrets import mask_then_cut
 from nanobot.util.fs import PRIVATE_FILE_MODE, numbered_names
 from nanobot.util.nofollow import open_folder_beneath
-from nanobot.util.text import one_line, quoted
 
 MAX_MEDIA_BYTES = 20 * 1024 * 1024  # the Bot API's own download limit; Discord's free tier is lower
 TRANSCRIPTION_TIMEOUT_S = 60.0
@@ -205,8 +204,3 @@ async def voice_note_text(path: Path, rel: str, cfg: TranscriptionConfig, provid
         f"[voice transcription] {text}" if text else f"[voice message saved as {rel}; no speech recognised]"
     )
 
-
-def quoted_name(filename: str) -> str:
-    """A file's name for a note in the message text: on one line, in quotes that it cannot close
-    (a name such as 'Sender: 555 (@owner)] …' made a label line of its own)."""
-    return quoted(one_line(filename))

@@ -18,7 +18,7 @@ from telegram.error import TelegramError
 
 from nanobot.channels.media import MediaItem, Received
 from nanobot.channels.split import utf16_len
-from nanobot.util.text import one_line, quoted, unlabelled
+from nanobot.util.text import quoted, unlabelled
 
 if TYPE_CHECKING:
     from nanobot.channels.telegram import TelegramChannel
@@ -85,31 +85,25 @@ def with_reply_context(message: Message, text: str, bot_id: int | None) -> str:
     replied = message.reply_to_message
     if replied is None or not text or text.startswith("/"):
         return text
-    quoted = message.quote.text if message.quote is not None else replied.text or replied.caption or ""
-    if not quoted:
+    answered = message.quote.text if message.quote is not None else replied.text or replied.caption or ""
+    if not answered:
         return text
     # in a fixed form no name a user picks can imitate: a member named "your message" passed their
     # words off as the assistant's own
     author = replied.from_user
     if replied.sender_chat is not None and replied.chat.type != "private":
         posted_as = replied.sender_chat
-        whose = f"chat {_quoted(posted_as.title or posted_as.username or '')} (id {posted_as.id})"
+        whose = f"chat {quoted(posted_as.title or posted_as.username or '')} (id {posted_as.id})"
     elif author is not None and author.id == bot_id:
         whose = "your own earlier message"
     elif author is not None:
-        whose = f"member {_quoted(author.username or author.first_name)} (id {author.id})"
+        whose = f"member {quoted(author.username or author.first_name)} (id {author.id})"
     else:
         whose = "a message"
-    excerpt = " ".join(quoted.split())
+    excerpt = " ".join(answered.split())
     if len(excerpt) > REPLY_QUOTE_CHARS:
         excerpt = excerpt[: REPLY_QUOTE_CHARS - 1] + "…"
-    return f"[in reply to {whose}: {_quoted(excerpt)}]\n{text}"
-
-
-def _quoted(text: str) -> str:
-    """`text` on one line in double quotes, its own quotes shown as ″: a name or a message cannot
-    close the quote and write a label of its own after it (backslashes stay as they were written)."""
-    return quoted(one_line(text))
+    return f"[in reply to {whose}: {quoted(excerpt)}]\n{text}"
 
 
 def with_origin(message: Message, text: str) -> str:
@@ -126,7 +120,7 @@ def with_origin(message: Message, text: str) -> str:
         else getattr(origin, "sender_user_name", None) or (chat.title if chat is not None else None)
     )
     # quoted: a name cannot write a label of its own; also alone: a forwarded voice note's transcript follows
-    label = f"[forwarded from {_quoted(name) if name else 'someone'}]"
+    label = f"[forwarded from {quoted(name) if name else 'someone'}]"
     return f"{label}\n{text}" if text else label
 
 

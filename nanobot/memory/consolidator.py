@@ -178,7 +178,7 @@ class Consolidator:
     @property
     def small_model(self) -> bool:
         """The small-model profile (plain-text questions): configured, or a model that refuses tools."""
-        return self._small_model or getattr(self.provider, "tools_refused", False)  # duck-typed fakes too
+        return small_profile.in_plain_text(self._small_model, self.provider)
 
     async def consolidate(self, messages: list[dict[str, Any]], *, private: bool, origin: str = "") -> bool:
         """Summarise `messages` into memory. True on success; False leaves everything as it was.

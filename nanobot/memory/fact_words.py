@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 
 _TOKEN_RE = re.compile(r"[a-z]{3,}|\d+|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+")
-_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+CJK_CHAR_RE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 _FUNCTION_WORDS = frozenset(
     {
         "the", "and", "for", "are", "was", "were", "has", "have", "had", "not", "but", "with", "from",
@@ -33,7 +33,7 @@ SAME_FACT_SHARE = 0.5
 def fact_words(text: str) -> set[str]:
     words: set[str] = set()
     for token in _TOKEN_RE.findall(text.lower()):
-        if _CJK_RE.match(token):
+        if CJK_CHAR_RE.match(token):
             words.update(token[i : i + 2] for i in range(max(1, len(token) - 1)))
         elif token.isdigit() or token not in _FUNCTION_WORDS:
             words.add(token if token.isdigit() else _stem(token))

@@ -73,7 +73,7 @@ class MemoryFlusher:
     @property
     def small_model(self) -> bool:
         """The small-model profile (plain-text questions): configured, or a model that refuses tools."""
-        return self._small_model or getattr(self.provider, "tools_refused", False)  # duck-typed fakes too
+        return small_profile.in_plain_text(self._small_model, self.provider)
 
     async def flush(self, messages: list[dict[str, Any]], *, private: bool) -> bool:
         """Run the flush turn. True when it completed (with or without notes), False on failure."""

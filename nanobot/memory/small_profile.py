@@ -135,3 +135,9 @@ async def ask_checked(
         what="small-model memory answer",
         outcomes=outcomes,
     )
+
+
+def in_plain_text(configured: bool, provider: object) -> bool:
+    """Whether memory work asks its questions in plain text (this profile): configured so, or the
+    model said it takes no tools (a forced tool call would fail every time)."""
+    return configured or bool(getattr(provider, "tools_refused", False))  # duck-typed fakes too

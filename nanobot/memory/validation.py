@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from nanobot.memory.fact_lines import KEPT_FACTS_HEADING, fact_lines, restored_lines, still_there
+from nanobot.memory.fact_words import CJK_CHAR_RE
 from nanobot.memory.forgetting import (
     asks_to_forget_in_another_language,
     changed_by_user,
@@ -149,14 +150,11 @@ def _words(text: str) -> list[str]:
     return _WORD_RE.findall(text.lower())
 
 
-_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
-
-
 def _summary_words(text: str) -> int:
     """How many words a summary holds, in any script: a run of Chinese or Japanese (no spaces between
     words) counts a word per two of its distinct characters; a note written all in Chinese counted
     none, and was refused as too short every time ("哈哈哈哈" is still no note)."""
-    return sum(max(1, len(set(w)) // 2) if _CJK_RE.match(w) else 1 for w in _LETTERS_RE.findall(text))
+    return sum(max(1, len(set(w)) // 2) if CJK_CHAR_RE.match(w) else 1 for w in _LETTERS_RE.findall(text))
 
 
 def copied_words(text: str, reference: str, n: int) -> tuple[int, int]:
@@ -235,7 +233,7 @@ def _repetition(text: str) -> str | None:
     words = _words(text)
     if len(words) >= 30 and len(set(words)) / len(words) < MIN_DISTINCT_WORD_SHARE:
         return f"it keeps repeating itself ({len(set(words))} distinct words in {len(words)})"
-    cjk = _CJK_RE.findall(text)  # no spaces to count words by: its characters
+    cjk = CJK_CHAR_RE.findall(text)  # no spaces to count words by: its characters
     if len(cjk) >= 60 and len(set(cjk)) / len(cjk) < MIN_DISTINCT_WORD_SHARE / 2:
         return f"it keeps repeating itself ({len(set(cjk))} distinct characters in {len(cjk)})"
     return None

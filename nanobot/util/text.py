@@ -244,6 +244,7 @@ def unlabelled(text: str) -> str:
 
 
 def quoted(text: str) -> str:
-    """`text` in double quotes, its own double quotes shown as ″ (no escape sequence: a backslash
-    the text ends with cannot undo one)."""
-    return '"' + text.replace('"', "″") + '"'
+    """`text` on one line in double quotes, its own double quotes shown as ″ (no escape sequence: a
+    backslash the text ends with cannot undo one): a name or a message quoted in a label cannot
+    close the quote and write a label of its own after it."""
+    return '"' + one_line(text).replace('"', "″") + '"'
