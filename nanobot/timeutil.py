@@ -1,4 +1,4 @@
-"""Time zones: `agents.defaults.timezone`, or the system's when unset."""
+"""Time zones (`agents.defaults.timezone`, or the system's when unset) and ages of saved times."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from datetime import datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from loguru import logger
+
+CLOCK_SLACK_S = 60.0  # a saved time at most this far ahead of the clock counts as "just now"
 
 
 def resolve_tz(name: str = "") -> tzinfo:
@@ -63,3 +65,11 @@ def parse_iso_or_none(value: object, tz: tzinfo | None = None) -> datetime | Non
         return parse_iso(str(value), tz)
     except ValueError:
         return None
+
+
+def seconds_since(saved_ts: float, now_ts: float) -> float | None:
+    """Seconds from a saved Unix time to `now_ts`; None (unknown) for one ahead of the clock by more
+    than CLOCK_SLACK_S — a box booted without a real-time clock runs behind until NTP sets it, and
+    something saved weeks ago must not pass for something just saved."""
+    age = now_ts - saved_ts
+    return None if age < -CLOCK_SLACK_S else max(0.0, age)

@@ -100,7 +100,7 @@ def test_system_unit_contract(tmp_path: Path) -> None:
         f'ReadWritePaths="{home}" "{tmp_path / "ws"}"',
         "PrivateTmp=yes",
         "KillMode=mixed",
-        "After=network-online.target",
+        "After=network-online.target time-sync.target",
         "WantedBy=multi-user.target",
     ):
         assert line in text.splitlines(), line

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
+from nanobot.timeutil import CLOCK_SLACK_S
 from nanobot.util.fs import atomic_write, file_lock
 
 PAIRING_FILE_NAME = "pairing.json"
@@ -73,6 +74,13 @@ class PairingError(Exception):
 
 def _empty() -> dict[str, Any]:
     return {"format": STORE_FORMAT, "pending": [], "approved": [], "denied": []}
+
+
+def _live(request: dict[str, Any], now: float) -> bool:
+    """A pending request still counts: its hour is not over, and the clock has not been stepped back
+    past its creation (a wrong clock corrected by NTP would otherwise stretch the hour by the step,
+    and three such codes keep everyone else from pairing as long)."""
+    return float(request.get("expires_at", 0)) > now and float(request.get("created_at") or 0) <= now + CLOCK_SLACK_S
 
 
 def _entry(key: str, raw: object) -> dict[str, Any]:
@@ -166,7 +174,7 @@ class PairingStore:
         with file_lock(self.lock_path):
             data = self._load(strict=True)
             now = self._clock()
-            data["pending"] = [p for p in data["pending"] if float(p.get("expires_at", 0)) > now]
+            data["pending"] = [p for p in data["pending"] if _live(p, now)]
             result = change(data)
             atomic_write(self.path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
             self._data, self._signature = data, self._stat()
@@ -187,7 +195,7 @@ class PairingStore:
         """Unexpired requests, oldest first."""
         self.refresh()
         now = self._clock()
-        out = [PairingRequest(**p) for p in self._data["pending"] if float(p.get("expires_at", 0)) > now]
+        out = [PairingRequest(**p) for p in self._data["pending"] if _live(p, now)]
         return sorted(out, key=lambda p: p.created_at)
 
     def approved(self) -> list[PairedSender]:
@@ -221,9 +229,7 @@ class PairingStore:
     def _refusal(self, data: dict[str, Any], channel: str, sender_id: str) -> Issue | None:
         """Why no new code may be issued to this sender now (None: one may)."""
         now = self._clock()
-        live = [
-            p for p in data["pending"] if float(p.get("expires_at", 0)) > now and p.get("channel") == channel
-        ]
+        live = [p for p in data["pending"] if _live(p, now) and p.get("channel") == channel]
         if any(str(e.get("sender_id")) == sender_id and e.get("channel") == channel for e in data["denied"]):
             return "denied"
         if any(str(p.get("sender_id")) == sender_id for p in live):

@@ -36,7 +36,7 @@ from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.paths import session_file_name
 from nanobot.session.store import Session, SessionStore
-from nanobot.timeutil import parse_iso_or_none
+from nanobot.timeutil import parse_iso_or_none, seconds_since
 
 RESUME_KEY = "resume"  # InboundMessage.metadata flag: the user message is already in the session
 DELIVERY_KEY = "delivery"  # OutboundMessage.metadata: {"session": key, "through": message count}
@@ -113,7 +113,7 @@ def find_missed(
         for index, kind in items:
             message = session.messages[index]
             stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
-            age = None if stamp is None else max(0.0, now - stamp.timestamp())
+            age = None if stamp is None else seconds_since(stamp.timestamp(), now)
             found.append(Missed(key, channel, chat_id, index, message, is_group, age, kind))
     found.extend(_archived_replies(sessions, channels, now, recent_s))
     return sorted(found, key=lambda m: (m.session_key, m.index))  # in order within each chat
@@ -136,7 +136,7 @@ def _archived_replies(
             for index in undelivered_replies(session):
                 message = session.messages[index]
                 stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
-                age = None if stamp is None else max(0.0, now - stamp.timestamp())
+                age = None if stamp is None else seconds_since(stamp.timestamp(), now)
                 key = f"{channel}:{chat_id}"
                 first = session.messages[0].get("timestamp") if session.messages else None
                 found.append(

@@ -181,6 +181,8 @@ class CronTimers(ABC):
         due = parse_iso(due_text, self.tz) if due_text else None
         trigger = build_trigger(job, self.tz)
         run_time = next_fire(job, self.tz, moment)
+        if run_time is not None:  # a clock stepped back while nothing ran: an interval keeps its pace
+            run_time = interval_run_after_step_back(job, run_time, moment, self.tz) or run_time
         if due is not None and due < moment and catch_up_allowed:
             late_s = (moment - due).total_seconds()
             if late_s <= self.misfire_grace_s:
@@ -277,10 +279,24 @@ class CronTimers(ABC):
                 logger.opt(exception=exc).error("cron: reload failed")
 
     def _on_missed(self, event: JobExecutionEvent) -> None:
-        """APScheduler skipped a run (e.g. the machine slept longer than the grace time)."""
+        """APScheduler skipped a run (the machine slept, or the clock stepped forward, past the grace
+        time): recorded as at a start — a one-shot job is disabled and its chat told at once, a
+        repeating one's `next_run_at` follows its timer."""
         when = to_iso(event.scheduled_run_time)
         logger.warning("cron: job {} missed its run at {}", event.job_id, when)
-        self._apply({event.job_id: {"last_status": f"missed: due {when}"}})
+        update: dict[str, Any] = {"last_status": clipped_status(f"missed: due {when}")}
+        try:
+            job = next((j for j in self.store.load() if j.id == event.job_id), None)
+        except CronStoreError as exc:
+            logger.error("cron: {}", exc)
+            return
+        if job is not None and job.schedule.kind == "at":
+            self._unschedule(job.id)
+            update.update(enabled=False, next_run_at=None)
+            self._tell_missed(job, event.scheduled_run_time)
+        else:
+            update["next_run_at"] = self._next_run_at(event.job_id)
+        self._apply({event.job_id: update})
 
     def _next_run_at(self, job_id: str) -> str | None:
         timer = self._scheduler.get_job(job_id) if self._scheduler is not None else None

@@ -98,7 +98,9 @@ def render_unit(spec: UnitSpec) -> str:
         "Description=nanobot gateway (personal AI assistant)",
     ]
     if system:
-        unit += ["Wants=network-online.target", "After=network-online.target"]
+        # time-sync: a box without a real-time clock boots with a stale time; started before NTP
+        # sets it, missed-message ages and reminders would be judged by that time
+        unit += ["Wants=network-online.target", "After=network-online.target time-sync.target"]
     unit += [f"StartLimitIntervalSec={START_LIMIT_INTERVAL_S}", f"StartLimitBurst={START_LIMIT_BURST}"]
 
     service = [

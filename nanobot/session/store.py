@@ -59,6 +59,7 @@ from nanobot.session.transcripts import (
     list_transcripts,
     transcript_path,
 )
+from nanobot.timeutil import seconds_since
 from nanobot.util.fs import ensure_private_dir, fd_lock, open_private, unused_path
 
 __all__ = ["Session", "SessionStore", "StorageError"]
@@ -351,7 +352,8 @@ class SessionStore:
         for path in sorted(self.archive_dir.glob(f"*{TRANSCRIPT_SUFFIX}")):
             stem = archived_stem(path)
             try:
-                young = time.time() - path.stat().st_mtime <= max_age_s
+                age_s = seconds_since(path.stat().st_mtime, time.time())
+                young = age_s is not None and age_s <= max_age_s
             except OSError:
                 continue
             if stem and young:
