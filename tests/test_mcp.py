@@ -569,3 +569,58 @@ async def test_doctor_warns_about_an_enabled_tools_entry_that_matches_nothing(
     )
     [check] = await check_mcp(cfg, timeout_s=10)
     assert check.status == "warn" and "mcp_web_ecko" in check.detail, check
+
+
+# A bare stdio server (no SDK: starts at once) that starts a helper in its process group, answers a
+# call and then exits, leaving the helper with its stdout.
+_DYING_SERVER = """
+import json, os, subprocess, sys
+helper = subprocess.Popen(["sleep", "600"])
+open(sys.argv[1], "a").write(f"{helper.pid}\\n")
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("id") is None:
+        continue
+    method, result = message.get("method"), {}
+    if method == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "dying", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "once", "description": "answers, then exits", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "done"}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+    if method == "tools/call":
+        os._exit(0)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def test_a_server_that_dies_leaving_a_helper_is_reconnected_and_the_helper_stopped(tmp_path: Path) -> None:
+    """A helper holding the dead server's stdout made it look alive: every later call waited out
+    toolTimeout and none reconnected, and the helper outlived nanobot."""
+    script, helpers = tmp_path / "dying_server.py", tmp_path / "helpers.txt"
+    script.write_text(_DYING_SERVER)
+    manager = MCPManager({"d": MCPServerConfig(command=sys.executable, args=[str(script), str(helpers)],
+                                                tool_timeout=5)})
+    try:
+        connection = manager.connections["d"]
+        assert await connection.ensure_ready()
+        for _ in range(3):
+            assert await connection.call("once", {}) == "done"  # the next call reconnects, not times out
+    finally:
+        await manager.aclose()
+    pids = [int(line) for line in helpers.read_text().split()]
+    assert len(pids) >= 3
+    for _ in range(100):
+        if not any(_running(pid) for pid in pids):
+            break
+        await asyncio.sleep(0.05)
+    assert not any(_running(pid) for pid in pids)

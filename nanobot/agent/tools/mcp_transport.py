@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import threading
 from collections import deque
 from contextlib import AsyncExitStack
@@ -113,6 +114,15 @@ class HttpErrorStatus:
                 self.last += ": check the server's credentials (its headers in tools.mcpServers)"
 
 
+def stdio_launch(command: str, args: list[str]) -> tuple[str, list[str]]:
+    """The command line that starts a stdio server, under a shell that kills the server's process
+    group (its own: the SDK starts it in a new session) once the server exits. A helper the server
+    started keeps its stdout open otherwise: the dead server then looks alive (every call waits
+    out toolTimeout, no reconnect), and the SDK, which kills the group only while the server itself
+    still runs, leaves the helper running after nanobot stops."""
+    return "/bin/sh", ["-c", '"$@"; kill -9 0', "mcp-server", command, *args]
+
+
 async def open_transport(
     stack: AsyncExitStack,
     kind: str,
@@ -123,12 +133,18 @@ async def open_transport(
     """Enter the transport for `kind` on `stack` and return its (read, write) streams."""
     if kind == "stdio":
         from mcp import StdioServerParameters, stdio_client
+        from mcp.client.stdio import get_default_environment
 
         if not cfg.command:
             raise ValueError("stdio server without a command")
         # The SDK passes only a safe default environment (PATH, HOME, ...) plus `env`: provider keys
         # and channel tokens of this process never reach the server.
-        params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=dict(cfg.env) or None)
+        env = dict(cfg.env) or None
+        path = (env or {}).get("PATH") or get_default_environment().get("PATH")
+        if shutil.which(cfg.command, path=path) is None:
+            raise FileNotFoundError(f"command not found: {cfg.command}")
+        command, args = stdio_launch(cfg.command, list(cfg.args))
+        params = StdioServerParameters(command=command, args=args, env=env)
         try:
             if stderr is None:
                 return await stack.enter_async_context(stdio_client(params))
