@@ -7,7 +7,14 @@ record N turns (default 200, each planting one fact), wait for readiness, then r
 per recorded turn as seen by the fake LLM (Honcho derives server-side: not visible here), and the
 installed size of each backend's extra (its packages beyond nanobot's own dependencies).
 
+The file backend's goal (>= 90% of the asked-for facts within its context budget) is judged two
+ways. "Selection" is what the table's recall shows for every backend: the fake model notes each
+planted fact word for word, so it measures only whether retrieval brings the relevant note into
+the budget. "End to end" runs the file backend again with a fake that, like a real model, notes a
+new fact without its detail with probability --p-drop, over --lossy-seeds; it prints min / median.
+
 Run: python benchmarks/backends.py [--turns 200] [--retrievals 50] [--only memos,mem0]
+         [--lossy-seeds 1,2,3,4,5] [--p-drop 0.2]
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import argparse
 import asyncio
 import os
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -112,10 +120,17 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def bench_one(name: str, turns: int, retrievals: int, llm: FakeLLMServer) -> dict[str, object]:
+async def bench_one(name: str, turns: int, retrievals: int, llm: FakeLLMServer,
+                    lossy: tuple[float, int] | None = None) -> dict[str, object]:
+    """One backend's row; `lossy` (p_drop, seed): the file backend with a fake that drops details."""
     with tempfile.TemporaryDirectory() as tmp:
         env = ENVS[name](Path(tmp), llm)
         env.start()
+        if lossy is not None:
+            from tests.fakes.memory_llm import MemoryScript
+
+            p_drop, seed = lossy
+            llm.responder = MemoryScript(p_drop=p_drop, seed=seed).responder
         if hasattr(env, "server") and hasattr(env.server, "derive_delay_s"):
             env.server.derive_delay_s = 0.0  # type: ignore[attr-defined]
         if hasattr(env, "server") and hasattr(env.server, "process_delay_s"):
@@ -173,6 +188,9 @@ async def main() -> None:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--retrievals", type=int, default=50)
     parser.add_argument("--only", default="", help="comma-separated backend names")
+    parser.add_argument("--lossy-seeds", default="1,2,3,4,5",
+                        help="seeds of the file backend's end-to-end run (empty: not run)")
+    parser.add_argument("--p-drop", type=float, default=0.2, help="chance a new fact is noted without its detail")
     args = parser.parse_args()
     logger.remove()
     logger.add(sys.stderr, level="ERROR")
@@ -181,10 +199,16 @@ async def main() -> None:
     logging.getLogger().setLevel(logging.ERROR)  # graphiti/mem0 log through the standard library
     names = [n for n in ENVS if not args.only or n in args.only.split(",")]
     rows = []
+    lossy_rates: list[float] = []
+    seeds = [int(x) for x in args.lossy_seeds.split(",") if x.strip()] if "file" in names else []
     with FakeLLMServer() as llm:
         for name in names:
             print(f"… {name}", file=sys.stderr, flush=True)
             rows.append(await bench_one(name, args.turns, args.retrievals, llm))
+        for seed in seeds:
+            print(f"… file, details dropped with p={args.p_drop}, seed {seed}", file=sys.stderr, flush=True)
+            row = await bench_one("file", args.turns, args.retrievals, llm, lossy=(args.p_drop, seed))
+            lossy_rates.append(float(row["hit_rate"]))  # type: ignore[arg-type]
     print(
         f"{args.turns} recorded turns, {args.retrievals} retrievals per backend; 0 ms fake LLM on 127.0.0.1\n"
     )
@@ -202,8 +226,14 @@ async def main() -> None:
     for r in rows:
         if r["backend"] == "file":
             verdict = "PASS" if r["hit_rate"] >= FILE_RECALL_GOAL else "FAIL"
-            print(f"\nfile backend recall within its budget: {r['hit_rate']:.0%} "
-                  f"(goal >= {FILE_RECALL_GOAL:.0%}) {verdict}")
+            print(f"\nfile backend, selection (notes written word for word by the fake): {r['hit_rate']:.0%} "
+                  f"within its budget (goal >= {FILE_RECALL_GOAL:.0%}) {verdict}")
+    if lossy_rates:
+        low, mid = min(lossy_rates), statistics.median(lossy_rates)
+        verdict = "PASS" if low >= FILE_RECALL_GOAL else "FAIL"
+        print(f"file backend, end to end (a new fact noted without its detail with p={args.p_drop}; "
+              f"{len(lossy_rates)} seeds): min {low:.0%} / median {mid:.0%} within its budget "
+              f"(goal >= {FILE_RECALL_GOAL:.0%} on every seed) {verdict}")
     print("\nmemos: extraction LLM calls are made by the (fake) MemOS server; embeddings are server-side.")
     print("honcho: derivation runs inside the Honcho server (not visible to the fake LLM).")
 

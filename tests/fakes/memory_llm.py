@@ -14,6 +14,7 @@ It works both as a FakeLLMServer responder (HTTP, through litellm) and as an in-
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 from collections import Counter
 from typing import Any
@@ -47,8 +48,13 @@ def prompt_section(text: str, heading: str) -> str:
 class MemoryScript:
     """Decides the reply for a chat-completion request body (OpenAI shape)."""
 
-    def __init__(self, reply_text: str = "ok") -> None:
+    def __init__(self, reply_text: str = "ok", *, p_drop: float = 0.0, seed: int = 0) -> None:
         self.reply_text = reply_text
+        # Like a real model, note a new fact without its detail (its last word) with probability
+        # p_drop: decided once per fact, so later consolidations do not bring the detail back.
+        self.p_drop = p_drop
+        self._rng = random.Random(seed)
+        self._noted: dict[str, str] = {}
         self.calls: Counter[str] = Counter()
         self.fail_consolidation = 0  # fail this many consolidation calls (no tool call)
         self.fail_flush = False
@@ -74,7 +80,7 @@ class MemoryScript:
                                                   if line.strip() and line.strip() != "(empty)"]
             existing = set(facts_in("\n".join(kept)))
             lines = kept or ["# Long-term memory"]
-            lines += [f"- {f}" for f in new if f not in existing]
+            lines += [f"- {self._note(f)}" for f in new if f not in existing and self._note(f) not in existing]
             return {"content": None, "tool_calls": [{"name": "save_memory", "arguments": {
                 "history_entry": entry, "memory_update": "\n".join(lines)}}]}
         if "write_daily_note" in tools:
@@ -100,6 +106,12 @@ class MemoryScript:
             return {"content": "\n".join(f"- {f}" for f in facts_in(text)) or "- nothing durable"}
         self.calls["chat"] += 1
         return {"content": self.reply_text}
+
+    def _note(self, fact: str) -> str:
+        if fact not in self._noted:
+            dropped = self.p_drop > 0 and self._rng.random() < self.p_drop
+            self._noted[fact] = fact.rsplit(" ", 1)[0] if dropped and " " in fact else fact
+        return self._noted[fact]
 
     def responder(self, body: dict[str, Any]) -> dict[str, Any]:
         """For FakeLLMServer.responder."""
