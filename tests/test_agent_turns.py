@@ -467,7 +467,7 @@ async def test_one_replys_tool_calls_run_a_few_at_a_time_and_not_without_end() -
                 return LLMResponse(content="finished")
             return LLMResponse(tool_calls=[ToolCall(f"c{i}", "slow", {}) for i in range(30)])
 
-    tools = ToolRegistry()
+    tools = ToolRegistry(None)
     tools.register(Slow())
     result = await TurnRunner(Flood(), tools).run([{"role": "user", "content": "go"}], ToolContext())
     assert result.content == "finished"

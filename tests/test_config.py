@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.config.loader import ConfigError, display_path, env_name, load_config, save_config
+from nanobot.config.loader import ConfigError, display_path, env_name, load_config, write_config_dict
 from nanobot.config.schema import Config
 
 
@@ -60,7 +60,7 @@ def test_a_saved_full_config_still_takes_env_overrides(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "config.json"
-    save_config(Config.model_construct(), path)  # every key, camelCase, as onboard writes it
+    write_config_dict(path, Config.model_construct().model_dump(by_alias=True, mode="json"))  # every key, camelCase
     monkeypatch.setenv("NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS", "1234")
     monkeypatch.setenv("NANOBOT_CHANNELS__TELEGRAM__ALLOW_FROM", '["42"]')
     cfg = load_config(path)
@@ -92,9 +92,9 @@ def test_display_path_and_env_name() -> None:
     assert env_name(("agents", "defaults", "maxTokens")) == "NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS"
 
 
-def test_save_config_is_private(tmp_path: Path) -> None:
+def test_the_config_writer_is_private(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "config.json"
-    save_config(Config.model_construct(), path)
+    write_config_dict(path, Config.model_construct().model_dump(by_alias=True, mode="json"))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     data = json.loads(path.read_text())
     assert data["agents"]["defaults"]["maxTokens"] == 8192

@@ -474,7 +474,7 @@ async def test_tool_rejects_bad_arguments(tool: CronTool, args: dict, needle: st
 
 
 async def test_tool_through_registry_validates_schema_and_blocks_jobs_from_jobs(tool: CronTool) -> None:
-    reg = ToolRegistry()
+    reg = ToolRegistry(None)
     reg.register(tool)
     out = await reg.execute("cron", {"action": "add", "message": "m", "every_seconds": 5}, TG)
     assert out.startswith("Error: invalid arguments") and ">= 60" in out
@@ -835,7 +835,7 @@ async def test_tool_refuses_a_far_future_job_in_a_running_service_and_saves_noth
     svc = service(tmp_path / "jobs.json", rec)
     await svc.start()
     try:
-        reg = ToolRegistry()
+        reg = ToolRegistry(None)
         reg.register(CronTool(svc))
         out = await reg.execute("cron", {"action": "add", "name": "far", "message": "x", "at": FAR_AT}, TG)
         assert out.startswith("Error:") and "out of range" in out

@@ -172,7 +172,7 @@ async def test_a_servers_own_error_is_reported_once_not_taken_for_a_lost_connect
     script = Path(fakes.__file__).with_name("mcp_raw_server.py")
     server = MCPServerConfig(command=sys.executable, args=[str(script), str(log), str(code)], tool_timeout=30.0)
     manager = MCPManager({"pay": server})
-    registry = ToolRegistry()
+    registry = ToolRegistry(None)
     try:
         assert "mcp_pay_charge" in await manager.register_into(registry)
         out = await registry.execute("mcp_pay_charge", {"amount": 40}, CTX)
@@ -270,7 +270,7 @@ async def test_stdio_calls_errors_timeout_crash_and_reconnect(
     """One test, three server processes: each start of the SDK server costs seconds of imports."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
     manager = MCPManager({"local": stdio_config(env={"GREETING": "hello"}, tool_timeout=1.0)})
-    registry = ToolRegistry()
+    registry = ToolRegistry(None)
     try:
         names = await manager.register_into(registry)
         assert "mcp_local_add" in names and "mcp_local_odd_name" in names

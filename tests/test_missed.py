@@ -6,19 +6,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from nanobot.bus.events import OutboundMessage
+from nanobot.bus.events import DELIVERY_KEY, RESUME_KEY, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.gateway.missed import (
-    DELIVERY_KEY,
     MAX_TOO_OLD_LOGGED,
-    RESUME_KEY,
     answer_missed,
-    delivery_of,
     find_missed,
     mark_delivered,
     unanswered_index,
     undelivered_replies,
 )
+from nanobot.session.session import delivery_of
 from nanobot.session.store import Session, SessionStore
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nanobot.agent.reply import NO_ANSWER_REPLY
+from nanobot.bus.events import NO_ANSWER_REPLY
 from nanobot.channels.manager import ChannelManager
 from tests.agent_helpers import make_runtime, messages_of, session_path
 from tests.fakes.llm_server import FakeLLMServer, Reply

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from nanobot.agent.context import RUNTIME_HEADER
-from nanobot.agent.reply import NO_ANSWER_REPLY, clean_reply
+from nanobot.agent.reply import clean_reply
+from nanobot.bus.events import NO_ANSWER_REPLY
 from nanobot.scheduler.heartbeat import is_heartbeat_ok
 from tests.conftest import run_cli
 

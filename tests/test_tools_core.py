@@ -271,7 +271,7 @@ async def test_the_model_cannot_stretch_the_configured_exec_timeout(tmp_path: Pa
 def registry(tmp_path: Path) -> ToolRegistry:
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
-    reg = ToolRegistry()
+    reg = ToolRegistry(None)
     for tool in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 2000):
         reg.register(tool)
     return reg

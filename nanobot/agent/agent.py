@@ -29,14 +29,14 @@ from nanobot.agent.runner import TurnResult, TurnRunner
 from nanobot.agent.session_records import SessionRecords
 from nanobot.agent.subagents import SubagentManager
 from nanobot.agent.tools.registry import ToolRegistry
-from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.events import DELIVERY_KEY, RESUME_KEY, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
-from nanobot.gateway.missed import DELIVERY_KEY, RESUME_KEY, delivery_of
 from nanobot.memory.lifecycle import MemoryLifecycle
 from nanobot.memory.seam import FileMemory, LongTermMemory, TurnRecord
 from nanobot.providers.base import LLMError, LLMProvider
 from nanobot.providers.tokens import count_message
 from nanobot.session.history import build_history, history_indices
+from nanobot.session.session import delivery_of
 from nanobot.session.store import Session, SessionStore
 from nanobot.timeutil import now as tz_now
 

@@ -97,19 +97,19 @@ def build_runtime(
         fsync=config.gateway.fsync,
         count_caps={"user": d.max_user_message_chars, "tool": d.max_tool_result_chars},
     )
-    tools = ToolRegistry()
     restrict = config.tools.restrict_to_workspace
     skills = _skills(workspace)
     roots = (skills.builtin_dir,) if skills is not None else ()
     private = () if config.memory.share_in_groups else tuple(workspace / d for d in PRIVATE_DIRS)
-    tools.policy = TrustPolicy(
+    policy = TrustPolicy(
         workspace,
         share_in_groups=config.memory.share_in_groups,
         exec_in_groups=config.tools.exec.in_groups,
         readable_roots=roots,
     )
+    tools = ToolRegistry(policy)
     for tool in file_tools(
-        workspace, memory, restrict, config.tools.max_file_bytes, roots, private, tools.policy
+        workspace, memory, restrict, config.tools.max_file_bytes, roots, private, policy
     ):
         tools.register(tool)
     tools.register(ExecTool(workspace, config.tools.exec, restrict, **_own_files(config, config_path)))
@@ -118,7 +118,7 @@ def build_runtime(
     tools.register(WebFetchTool(config.tools.web))
     if config.tools.web.search.provider:  # unconfigured, it could only fail: not offered
         tools.register(WebSearchTool(config.tools.web.search, config.tools.web.timeout_s))
-    tools.register(MessageTool(bus, workspace, tools.policy, restrict=restrict, **_own_files(config, config_path)))
+    tools.register(MessageTool(bus, workspace, policy, restrict=restrict, **_own_files(config, config_path)))
     cron = CronService(
         jobs_path(workspace),
         on_job=lambda job: run_cron_job(bus, job, sessions, listed),

@@ -22,8 +22,6 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 
-NO_ANSWER_REPLY = "(The model gave no answer. Please try again or rephrase.)"
-
 # Control tokens of the common chat templates: ChatML, Llama 2/3, Gemma, Mistral, Phi, Zephyr, GPT-2.
 _TEMPLATE_TOKEN = re.compile(
     r"<\|im_start\|>(?:system|user|assistant|tool)?\n?"

@@ -21,9 +21,10 @@ from typing import Any
 
 from loguru import logger
 
-from nanobot.agent.reply import NO_ANSWER_REPLY, clean_reply, previewed
+from nanobot.agent.reply import clean_reply, previewed
 from nanobot.agent.tools.base import ToolContext
 from nanobot.agent.tools.registry import ToolRegistry
+from nanobot.bus.events import NO_ANSWER_REPLY
 from nanobot.logs import prompts_logged
 from nanobot.providers.base import LLMProvider, StreamCallback, ToolCall, Usage
 from nanobot.providers.tokens import count_message, count_text, cut_to_tokens

@@ -25,9 +25,9 @@ from typing import Any
 from loguru import logger
 
 from nanobot.agent.message_context import MessageContext
-from nanobot.bus.events import InboundMessage
-from nanobot.gateway.missed import DELIVERY_KEY, RESUME_KEY, delivery_of
+from nanobot.bus.events import DELIVERY_KEY, RESUME_KEY, InboundMessage
 from nanobot.session.message_log import MessageLog
+from nanobot.session.session import delivery_of
 from nanobot.session.store import Session, SessionStore
 from nanobot.timeutil import now as tz_now
 

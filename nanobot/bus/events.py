@@ -14,6 +14,11 @@ from nanobot.util.text import valid_unicode
 SYSTEM_CHANNEL = "system"
 TERMINAL_CHANNEL = "cli"  # `nanobot agent`: the owner at their terminal
 
+RESUME_KEY = "resume"  # InboundMessage.metadata flag: the user message is already in the session
+DELIVERY_KEY = "delivery"  # OutboundMessage.metadata: {"session": key, "through": message count, "first"}
+#: the reply sent when the model gave none (the heartbeat takes it for "nothing to report")
+NO_ANSWER_REPLY = "(The model gave no answer. Please try again or rephrase.)"
+
 OutboundKind = Literal["message", "progress", "tool_hint", "typing", "stream_delta", "stream_end"]
 
 

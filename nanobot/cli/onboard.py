@@ -9,12 +9,12 @@ from typing import Annotated
 import typer
 
 from nanobot.cli.common import EXIT_USAGE, ConfigOption, config_path, err, fail, load_cli_config
-from nanobot.config.loader import emptied_config
+from nanobot.config.loader import emptied_config, write_config_dict
 from nanobot.config.paths import secure_installation, workspace_problem
 from nanobot.config.schema import Config
 from nanobot.config.templates import copy_templates
 from nanobot.providers.registry import credentials_gap
-from nanobot.util.fs import atomic_write, ensure_private_dir
+from nanobot.util.fs import ensure_private_dir
 
 
 def onboard(
@@ -60,7 +60,7 @@ def onboard(
     if created_config:
         # Only what differs from the defaults goes into the file: a file holding every default would
         # keep this release's values for good, and a later release's better ones would never apply.
-        atomic_write(path, "{}\n")
+        write_config_dict(path, {})
         err(f"Created config: {path}")
     else:
         what = "the given settings are merged in" if answers.any() else "left as it is"

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nanobot.cli.common import err
-from nanobot.config.loader import load_config, read_config_dict
+from nanobot.config.loader import load_config, read_config_dict, write_config_dict
 from nanobot.config.sections.base import credential, endpoint_url
 from nanobot.doctor import Check
-from nanobot.util.fs import atomic_write
 
 PROVIDERS = ("openai", "anthropic", "openrouter", "gemini", "groq", "deepseek", "mistral", "ollama", "custom")
 CHECK_TIMEOUT_S = 15.0
@@ -150,8 +148,7 @@ async def _checks(path: Path, answers: Answers) -> list[Check]:
 def apply(path: Path, answers: Answers, *, check: bool) -> bool:
     """Write the answers into config.json and check them live; False when a check failed."""
     data = merged(read_config_dict(path), answers)
-    # a config.json linked to a dotfiles copy stays a link: the copy is what gets the answers
-    atomic_write(path.resolve(), json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    write_config_dict(path, data)
     err(f"Saved {path}")
     _say_if_a_gateway_runs(path)
     if not check:

@@ -18,7 +18,7 @@ from nanobot.errors import ConfigError
 from nanobot.util.fs import atomic_write
 
 ENV_PREFIX = "NANOBOT_"
-__all__ = ["ConfigError", "load_config", "read_config_dict", "save_config"]
+__all__ = ["ConfigError", "load_config", "read_config_dict", "write_config_dict"]
 
 
 def env_name(loc: tuple[Any, ...]) -> str:
@@ -218,7 +218,8 @@ def _format_env_json_error() -> str:
     )
 
 
-def save_config(config: Config, path: Path) -> None:
-    """Write config.json atomically with mode 0600 (it holds secrets)."""
-    text = json.dumps(config.model_dump(by_alias=True, mode="json"), indent=2, ensure_ascii=False) + "\n"
-    atomic_write(path, text)
+def write_config_dict(path: Path, data: dict[str, Any]) -> None:
+    """The one writer of config.json: atomically, mode 0600 (it holds secrets). A config.json linked
+    to a dotfiles copy stays a link: the copy is what gets written. Callers write only what differs
+    from the defaults (a file holding every default would keep this release's values for good)."""
+    atomic_write(path.resolve(), json.dumps(data, indent=2, ensure_ascii=False) + "\n")

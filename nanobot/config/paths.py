@@ -34,8 +34,11 @@ BACKENDS_DIR = ".backends"  # inside memory/: one folder per external memory bac
 INDEX_FILE = ".index.sqlite"  # inside memory/ (plus SQLite's -wal and -shm beside it)
 GATEWAY_LOCK_FILE = ".gateway.lock"
 GATEWAY_STATE_FILE = ".gateway.json"
-# Folders and files of the workspace that only nanobot writes (tools treat them as read-only).
-NANOBOT_OWNED = (SESSIONS_DIR, CRON_DIR, INDEX_FILE, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE)
+# What of the workspace only nanobot writes: the file tools refuse to write it, and the sandboxes
+# mount it read-only (folders made before a command runs; the rest when present).
+OWNED_DIRS = (SESSIONS_DIR, CRON_DIR, f"{MEMORY_DIR}/{BACKUP_DIR}")
+OWNED_IF_PRESENT = (GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, f"{MEMORY_DIR}/{BACKENDS_DIR}")
+INDEX_PREFIX = ".index"  # in memory/: the search index and SQLite's journal files beside it
 # Folders a shared (group) context must not see: the owner's memory, every chat's transcript and the
 # owner's scheduled jobs (a reminder's text is as private as the chat it came from).
 PRIVATE_DIRS = (MEMORY_DIR, SESSIONS_DIR, CRON_DIR)
@@ -197,3 +200,13 @@ def secure_installation(workspace: Path, home: Path | None = None) -> int:
     if changed:
         logger.info("made {} file(s) and folder(s) private (owner-only permissions)", changed)
     return changed
+
+
+def is_nanobot_owned(rel: Path) -> bool:
+    """Whether a workspace-relative path lies in what only nanobot writes (OWNED_DIRS, OWNED_IF_PRESENT,
+    the index files in memory/); the gateway's and the index's file names anywhere count too."""
+    posix = rel.as_posix()
+    if any(posix == owned or posix.startswith(f"{owned}/") for owned in (*OWNED_DIRS, *OWNED_IF_PRESENT)):
+        return True
+    in_memory = len(rel.parts) == 2 and rel.parts[0] == MEMORY_DIR and rel.name.startswith(INDEX_PREFIX)
+    return in_memory or rel.name in (INDEX_FILE, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE)

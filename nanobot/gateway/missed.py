@@ -32,14 +32,13 @@ from typing import Any, Literal
 
 from loguru import logger
 
-from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.events import DELIVERY_KEY, RESUME_KEY, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.paths import session_file_name
+from nanobot.session.session import delivery_of
 from nanobot.session.store import Session, SessionStore
 from nanobot.timeutil import parse_iso_or_none, seconds_since
 
-RESUME_KEY = "resume"  # InboundMessage.metadata flag: the user message is already in the session
-DELIVERY_KEY = "delivery"  # OutboundMessage.metadata: {"session": key, "through": message count}
 ARCHIVES_SEARCHED = 5  # a reply delivered after /new belongs to one of its chat's newest archives...
 ARCHIVE_DELIVERY_WINDOW_S = 86_400.0  # ...changed within this many seconds
 MAX_TOO_OLD_LOGGED = 10  # missed messages too old to act on, named one by one at a start; the rest counted
@@ -166,15 +165,6 @@ def resume_message(missed: Missed, *, guest: bool = False) -> InboundMessage:
         guest=guest,
         metadata={RESUME_KEY: True},
     )
-
-
-def delivery_of(session: Session, through: int | None = None) -> dict[str, Any]:
-    """What a reply carries so its delivery can be recorded: the session, how many of its messages
-    the reply covers, and the session's first timestamp (a session restarted by /new meanwhile is
-    another session under the same key)."""
-    first = session.messages[0].get("timestamp") if session.messages else None
-    count = len(session.messages) if through is None else through
-    return {"session": session.key, "through": count, "first": first}
 
 
 def resend_message(missed: Missed, session: Session | None) -> OutboundMessage:

@@ -18,27 +18,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanobot.config.paths import (
-    BACKENDS_DIR,
-    BACKUP_DIR,
-    CRON_DIR,
-    GATEWAY_LOCK_FILE,
-    GATEWAY_STATE_FILE,
+    INDEX_PREFIX,
     LEGACY_MEMORY_FILES,
     MEDIA_DIR,
-    MEMORY_DIR,
+    OWNED_DIRS,
+    OWNED_IF_PRESENT,
     OWNER_STEERING,
     PRIVATE_DIRS,
     PRIVATE_PATHS,
-    SESSIONS_DIR,
 )
 from nanobot.util.nofollow import is_plain_dir, is_regular
 
 # Workspace folders nanobot owns: readable by commands in owner contexts, never writable.
-PROTECTED_DIRS = (SESSIONS_DIR, CRON_DIR, f"{MEMORY_DIR}/{BACKUP_DIR}")
+PROTECTED_DIRS = OWNED_DIRS
 # Also read-only when they exist: the gateway's lock and state files, external memory backends' data.
-PROTECTED_IF_PRESENT = (GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE, f"{MEMORY_DIR}/{BACKENDS_DIR}")
+PROTECTED_IF_PRESENT = OWNED_IF_PRESENT
 # Files in memory/ that belong to the index (SQLite with its journal files).
-PROTECTED_MEMORY_PREFIX = ".index"
+PROTECTED_MEMORY_PREFIX = INDEX_PREFIX
 
 # Environment variables passed through from the daemon (never credentials: names only on this list).
 ENV_ALLOW = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from nanobot.agent.reply import NO_ANSWER_REPLY
+from nanobot.bus.events import NO_ANSWER_REPLY
 from nanobot.config.paths import HEARTBEAT_FILE
 from nanobot.util.nofollow import read_regular_text
 

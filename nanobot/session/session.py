@@ -161,3 +161,12 @@ def valid_metadata(key: str, lineno: int, obj: dict[str, Any], previous: dict[st
         logger.warning("session {}: ignoring invalid is_group {!r} on line {}", key, meta["is_group"], lineno)
         meta.pop("is_group")
     return meta
+
+
+def delivery_of(session: Session, through: int | None = None) -> dict[str, Any]:
+    """What a reply carries so its delivery can be recorded: the session, how many of its messages
+    the reply covers, and the session's first timestamp (a session restarted by /new meanwhile is
+    another session under the same key)."""
+    first = session.messages[0].get("timestamp") if session.messages else None
+    count = len(session.messages) if through is None else through
+    return {"session": session.key, "through": count, "first": first}

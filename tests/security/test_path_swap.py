@@ -40,7 +40,7 @@ def setup(
     (outside / "id_ed25519").write_text(SECRET + "\n")
     (outside / "key.md").write_text(SECRET + "\n")
     memory = MemoryStore(ws, resolve_tz("UTC"))
-    reg = ToolRegistry()
+    reg = ToolRegistry(None)
     for tool in file_tools(ws, memory, True, 2000):
         reg.register(tool)
     armed: list[str] = []
@@ -150,7 +150,7 @@ async def test_a_group_cannot_swap_its_way_into_memory(
     (ws / "a").mkdir()
     (ws / "a" / "MEMORY.md").write_text("group notes\n")
     private = (ws / "memory", ws / "sessions")
-    reg = ToolRegistry()
+    reg = ToolRegistry(None)
     for tool in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 2000, (), private):
         reg.register(tool)
     group, owner = ToolContext(is_group=True), ToolContext()
@@ -218,8 +218,7 @@ async def test_a_group_cannot_swap_its_way_into_what_steers_the_owner(
         (ws / rel).write_text(text)
     (ws / "notes" / "d" / name).write_text("group notes: owner task\n")
     policy = TrustPolicy(ws)
-    reg = ToolRegistry()
-    reg.policy = policy
+    reg = ToolRegistry(policy)
     private = (ws / "memory", ws / "sessions")
     for each in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 2000, (), private, policy):
         reg.register(each)
@@ -259,8 +258,7 @@ async def test_a_nul_byte_in_a_groups_path_is_an_error_result_not_a_failed_turn(
     ws = tmp_path / "ws"
     ws.mkdir()
     policy = TrustPolicy(ws)
-    reg = ToolRegistry()
-    reg.policy = policy
+    reg = ToolRegistry(policy)
     for each in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 2000, (), (), policy):
         reg.register(each)
     group = ToolContext(channel="telegram", chat_id="-100", session_key="telegram:-100", is_group=True)

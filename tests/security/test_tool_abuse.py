@@ -198,7 +198,7 @@ async def test_an_mcp_server_cannot_flood_every_prompt_with_its_schemas() -> Non
 
     script = Path(__file__).resolve().parents[1] / "fakes" / "evil_mcp.py"
     manager = MCPManager({"evil": MCPServerConfig(command=sys.executable, args=[str(script)], connect_timeout_s=60)})
-    registry = ToolRegistry()
+    registry = ToolRegistry(None)
     try:
         names = await manager.register_into(registry)
     finally:

@@ -24,14 +24,7 @@ from loguru import logger
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.agent.tools.policy import TrustPolicy
-from nanobot.config.paths import (
-    CRON_DIR,
-    GATEWAY_LOCK_FILE,
-    GATEWAY_STATE_FILE,
-    INDEX_FILE,
-    OWNER_STEERING,
-    SESSIONS_DIR,
-)
+from nanobot.config.paths import OWNER_STEERING, is_nanobot_owned
 from nanobot.memory.store import MemoryStore
 from nanobot.util.fs import atomic_write
 from nanobot.util.nofollow import FolderCheck, open_folder_beneath, read_regular_bytes
@@ -39,8 +32,6 @@ from nanobot.util.text import decode_text
 
 MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 500
-_PROTECTED_DIRS = (SESSIONS_DIR, CRON_DIR)
-_PROTECTED_FILES = (INDEX_FILE, GATEWAY_LOCK_FILE, GATEWAY_STATE_FILE)
 
 
 class PathGuard:
@@ -122,7 +113,7 @@ class PathGuard:
         if not self.inside(path):
             return
         rel = path.relative_to(self.workspace)
-        if rel.parts and (rel.parts[0] in _PROTECTED_DIRS or rel.name in _PROTECTED_FILES):
+        if rel.parts and is_nanobot_owned(rel):
             raise ToolError(f"'{rel}' is managed by nanobot itself and cannot be written by tools")
 
 

@@ -1,7 +1,8 @@
 """ToolRegistry: the tools of one agent, their schemas, and safe execution.
 
-Every call passes the trust policy of its context first (when one is set: `policy`), and every
-result has known secret values redacted before it reaches the LLM, a session file or a chat.
+Every call passes the trust policy of its context first, and every result has known secret values
+redacted before it reaches the LLM, a session file or a chat. The policy is given at construction;
+None (only tests and tools run for the owner alone pass it) treats every caller as the owner.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from nanobot.util.tool_args import parse_arguments
 
 
 class ToolRegistry:
-    def __init__(self) -> None:
+    def __init__(self, policy: TrustPolicy | None) -> None:
         self._tools: dict[str, Tool] = {}
-        self.policy: TrustPolicy | None = None
+        self.policy = policy
         # Schemas and their token count are rebuilt only when the tool set changes (every turn
         # needs them; JSON-dumping and encoding ~10 KB of schemas costs milliseconds).
         self._version = 0
