@@ -498,3 +498,44 @@ async def test_a_memory_longer_than_max_tokens_is_still_consolidated(make_config
         await runtime.aclose()
     assert asked and max(asked) <= 1024
     assert "Rex" in memory_md.read_text() and "Cousin 69" in memory_md.read_text()
+
+
+async def test_a_memory_folder_that_cannot_be_written_loses_no_message(
+    agent_factory, script: MemoryScript, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """memory/ full (or read-only) while sessions/ had room: the turn that needed consolidation
+    failed with "something went wrong: OSError" before the user's message was saved, and the
+    platform had confirmed it; HISTORY.md also got the chunk's entry once per failed try."""
+    import errno
+
+    from nanobot.memory.store import MemoryStore
+
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    ws = agent.config.workspace_path
+    history_md = ws / "memory" / "HISTORY.md"
+    write_memory = MemoryStore.write_memory
+    refused: list[int] = []
+
+    def full_once(self, text: str) -> None:  # noqa: ANN001 - the first write finds the disk full
+        if not refused:
+            refused.append(len(script.calls))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write_memory(self, text)
+
+    monkeypatch.setattr(MemoryStore, "write_memory", full_once)  # HISTORY.md can still be appended to
+    i = 0
+    while not refused:
+        assert i < 30, "no consolidation was asked for"
+        reply = await agent.ask(f"turn {i} FACT-{i}: the user likes item {i}. {PAD}")
+        assert "went wrong" not in reply
+        i += 1
+    said = [x["content"] for x in session_lines(ws) if x.get("role") == "user"]
+    assert f"turn {i - 1} FACT-{i - 1}" in said[-1]  # the message of the turn that hit the full disk
+    assert last_metadata(ws).get("consolidation_failures", 0) == 0  # not counted as the model's
+
+    for j in range(i, i + 4):  # room again: the next turns consolidate, each entry once
+        await agent.ask(f"turn {j} FACT-{j}: the user likes item {j}. {PAD}")
+    await agent.agent.drain(30)
+    history = history_md.read_text()
+    assert "FACT-0" in (ws / "memory" / "MEMORY.md").read_text()
+    assert len([line for line in history.splitlines() if "FACT-0:" in line]) == 1

@@ -249,9 +249,11 @@ class Consolidator:
             self.last_failure = verdict.reason
             return False
         history, memory_update = verdict
-        self.memory.append_history(with_origin(history, origin))
+        # MEMORY.md first: a write that fails (a full disk) leaves HISTORY.md without the entry, so
+        # the retry of the same chunk does not append it a second time
         if memory_update is not None and memory_update.strip() != memory_now.strip():
             self.apply_memory_update(memory_now, memory_update, users, owner_spoke=not origin)
+        self.memory.append_history(with_origin(history, origin))
         self.outcomes["accepted"] += 1
         return True
 
@@ -317,9 +319,9 @@ class Consolidator:
             self.outcomes["failed"] += 1
             self.last_failure = refusal.reason if isinstance(refusal, Refusal) else "refused"
             return False
-        self.memory.append_history(with_origin(entry, origin))
-        if facts[0] is not None:
+        if facts[0] is not None:  # MEMORY.md first, as above
             self.apply_memory_update(memory_now, facts[0], users, owner_spoke=not origin)
+        self.memory.append_history(with_origin(entry, origin))
         self.outcomes["accepted"] += 1
         return True
 

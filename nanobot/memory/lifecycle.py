@@ -236,6 +236,20 @@ class MemoryLifecycle:
             self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
             return True
         chunk = owners_part(session.messages[start:end])
+        try:
+            return await self._consolidate_chunk(session, chunk, start, end, private, origin)
+        except OSError as exc:
+            # memory/ cannot be written (a full disk, a read-only mount): not the model's failure, and
+            # not the turn's — the chunk stays unconsolidated (the caller trims the prompt instead)
+            # and is tried again once there is room; the user's message is saved all the same
+            reason = exc.strerror or str(exc)
+            logger.error("session {}: cannot write memory/ ({}); consolidation waits", session.key, reason)
+            self.consolidator.last_failure = f"cannot write memory/: {reason}"
+            return False
+
+    async def _consolidate_chunk(
+        self, session: Session, chunk: list[dict[str, Any]], start: int, end: int, private: bool, origin: str
+    ) -> bool:
         if await self.consolidator.consolidate(chunk, private=private, origin=origin):
             self.sessions.set_metadata(session, last_consolidated=end, consolidation_failures=0)
             logger.info("session {}: consolidated messages {}..{}", session.key, start, end - 1)
