@@ -551,3 +551,34 @@ async def test_a_full_disk_is_told_to_a_chat_without_the_owners_paths(
     assert str(config.workspace_path) not in group.content and "send it again" in group.content
     assert terminal is not None and "No space left on device" in terminal.content
     assert str(config.workspace_path) in terminal.content
+
+
+async def test_a_new_session_on_a_full_disk_says_so(
+    make_config, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/new on a full disk answered "Sorry, something went wrong: OSError." (archiving writes a
+    marker beside the transcript); the chat hears the disk is full, the transcript is untouched."""
+    import errno
+
+    from nanobot.agent.loop import DISK_FAILURE_NOTE
+    from nanobot.bus.events import InboundMessage
+    from nanobot.session import markers
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    fake_llm.push(Reply(content="hi there"))
+
+    def full_disk(*_args, **_kwargs) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    try:
+        runtime.loop.start()
+        first = await runtime.bus.request(InboundMessage("telegram", "42", "42", "hello"))
+        assert first is not None and first.content == "hi there"
+        monkeypatch.setattr(markers, "atomic_write", full_disk)
+        new = await runtime.bus.request(InboundMessage("telegram", "42", "42", "/new"))
+    finally:
+        await runtime.aclose()
+    assert new is not None and new.content == DISK_FAILURE_NOTE
+    transcript = (config.workspace_path / "sessions" / "telegram_42.jsonl").read_text()
+    assert "hello" in transcript and "hi there" in transcript

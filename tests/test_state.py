@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -426,3 +427,39 @@ async def test_staleness_is_judged_by_the_running_gateways_own_interval(
     assert healthy, reason
     healthy, reason = is_healthy(ws, max_age_s=3, now=state["watchdog_at"] + 30)
     assert not healthy and "(limit 24s)" in reason
+
+
+async def test_a_full_disk_keeps_the_systemd_watchdog_fed_and_is_logged_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state file that could not be written stopped the WATCHDOG=1 pings, so systemd killed a
+    gateway that still answered (and its restart failed on the same full disk), and the failure
+    was logged every second."""
+    import errno
+
+    from loguru import logger
+
+    state = GatewayState(tmp_path)
+
+    def full(*_args, **_kwargs) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(GatewayState, "beat", full)
+    monkeypatch.setattr(GatewayState, "write", full)
+    monkeypatch.setattr("nanobot.service.state.CHANNEL_POLL_S", 0.01)
+    notes: list[str] = []
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(m.record["message"]), level="WARNING")
+    task = asyncio.create_task(run_watchdog(state, 0.02, notify=lambda m: notes.append(m) or True))
+    try:
+        for _ in range(300):
+            await asyncio.sleep(0.01)
+            if len(notes) >= 4:
+                break
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        logger.remove(sink)
+    assert len(notes) >= 4 and set(notes) == {"WATCHDOG=1"}
+    assert len([w for w in warnings if "watchdog beat failed" in w]) == 1

@@ -24,6 +24,7 @@ otherwise onto the outbound bus for the channels.
 from __future__ import annotations
 
 import asyncio
+import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -319,6 +320,11 @@ def files_not_read(msg: InboundMessage) -> str:
     return f"\n\n(Attached {names}: kept in media/ but not read. Send it again without a command.)"
 
 
+DISK_FAILURE_NOTE = (
+    "Sorry, that could not be done: the assistant's disk is full or read-only right now. Please try "
+    "again later (the owner finds the cause in the log)."
+)
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
 STORAGE_FAILURE_NOTE = (
     "I could not save your message: the assistant's disk is full or read-only right now, so it was "
     "not processed. Please send it again later (the owner finds the cause in the log)."
@@ -331,4 +337,8 @@ def _failure_note(exc: Exception, ctx: MessageContext) -> str:
     folder and told to free disk space."""
     if isinstance(exc, StorageError):
         return str(exc) if ctx.channel == TERMINAL_CHANNEL else STORAGE_FAILURE_NOTE
+    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:  # e.g. /new archiving on a full disk
+        if ctx.channel == TERMINAL_CHANNEL:
+            return f"Sorry, that could not be done: {exc}. Free disk space or make the workspace writable."
+        return DISK_FAILURE_NOTE
     return f"Sorry, something went wrong: {type(exc).__name__}."

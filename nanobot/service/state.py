@@ -368,28 +368,38 @@ async def run_watchdog(
     """Beat every `interval_s` until cancelled: refresh the state, write it, ping systemd.
 
     `refresh` fills in channels and pending tasks; `notify` defaults to sd_notify (a no-op
-    outside systemd). A failing refresh or write is logged and the loop goes on: a stuck disk must
-    show up as a stale watchdog, not kill the gateway.
+    outside systemd). A failing refresh or write is logged (once until it changes) and the loop
+    goes on: a stuck disk shows up as a stale state file to `nanobot health`, while systemd is
+    still pinged — the event loop runs and the gateway answers, and a restart onto the same full
+    disk would only stop it.
     """
     if notify is None:
         from nanobot.service.systemd import sd_notify as notify
     state.interval_s = interval_s
     written: Any = None  # the channels as last written
     next_beat = 0.0
+    failing = ""  # the beat failure last logged
     while True:
+        now = time.monotonic()
+        beat = now >= next_beat
+        if beat:
+            notify("WATCHDOG=1")
+            next_beat = now + interval_s
         try:
             if refresh is not None:
                 refresh(state)
-            now = time.monotonic()
-            if now >= next_beat:
+            if beat:
                 state.beat()
-                notify("WATCHDOG=1")
-                next_beat = now + interval_s
             elif state.channels != written:
                 # a channel failed (or came back) between beats: `health` reads it now, not up to
                 # a whole interval later ("healthy" for 10 s after the only channel failed)
                 state.write()
             written = {name: dict(info) for name, info in state.channels.items()}
+            if failing:
+                logger.info("gateway watchdog beat written again")
+                failing = ""
         except Exception as exc:  # the loop must survive any one bad beat
-            logger.warning("gateway watchdog beat failed: {}", exc)
+            if str(exc) != failing:
+                logger.warning("gateway watchdog beat failed: {}", exc)
+                failing = str(exc)
         await asyncio.sleep(min(CHANNEL_POLL_S, interval_s))
