@@ -311,3 +311,16 @@ def test_forgetting_by_a_two_letter_name() -> None:
     # "my" or "is" name nothing
     assert update(PEOPLE.replace("- Lives in Lyon\n", ""), PEOPLE, user_texts=request)[1] == ["- Lives in Lyon"]
 
+
+
+def test_forgetting_one_note_keeps_a_fact_that_only_shares_a_name_with_it() -> None:
+    """"Delete the note about the draft email to Alice" also let "Sister Alice is diabetic" go, for
+    good: "note" made it a request about memory, and one shared word was enough."""
+    previous = ("# Memory\n- Sister Alice is diabetic and carries insulin.\n"
+                "- A draft email to Alice about the party is in the notes.\n")
+    request = ["please delete the note about the draft email to Alice, I sent it"]
+    merged, kept = update("# Memory\n", previous, user_texts=request)  # the model dropped both
+    assert kept == ["- Sister Alice is diabetic and carries insulin."]
+    assert merged is not None and "draft email" not in merged
+    # asked for all of it, every fact naming her may go
+    assert update("# Memory\n", previous, user_texts=["forget everything about Alice"]) == ("# Memory", [])

@@ -242,7 +242,7 @@ def test_tool_arguments_names_what_is_missing_or_unusable() -> None:
     assert isinstance(missing, Refusal) and missing.rule == "no_tool_call"
     assert "did not call save_session_note" in missing.reason
     broken = tool_arguments(answer(ToolCall("1", "save_memory", "{not json")), "save_memory", as_dict)
-    assert isinstance(broken, Refusal) and broken.rule == "broken" and "{not json" in broken.detail
+    assert isinstance(broken, Refusal) and broken.rule == "broken" and "{not json" in broken.excerpt
     good = answer(ToolCall("1", "other", {}), ToolCall("2", "save_memory", '{"history_entry": "x"}'))
     assert tool_arguments(good, "save_memory", as_dict) == {"history_entry": "x"}
 
@@ -274,3 +274,33 @@ async def test_ask_until_accepted_retries_with_the_reason_and_counts() -> None:
     last = await ask_until_accepted(ask, start, check, retry, what="test", outcomes=outcomes)
     assert isinstance(last, Refusal) and last.rule == "empty"
     assert outcomes == Counter({"refused:empty": MAX_ATTEMPTS, "retried": MAX_ATTEMPTS - 1})
+
+
+async def test_a_refused_answer_reaches_the_model_again_but_not_the_log() -> None:
+    """A malformed save_memory call was logged with 120 characters of its arguments at WARNING (and
+    kept in the archive's marker): the user's PIN and diagnosis in the journal, although
+    `logging.prompts` was off. The model still reads what it wrote, to correct it."""
+    from loguru import logger
+
+    secret = '{"history_entry": "The user said their bank PIN is 8841-SECRETPIN and'
+    prompts: list[list[dict[str, str]]] = []
+
+    async def ask(prompt: list[dict[str, str]]) -> LLMResponse:
+        prompts.append(prompt)
+        return LLMResponse(content="sure", tool_calls=[ToolCall("1", "save_memory", secret)])
+
+    def retry(prompt: list[dict[str, str]], refusal: Refusal) -> list[dict[str, str]]:
+        return [*prompt, {"role": "user", "content": refusal.reason}]
+
+    logged: list[str] = []
+    sink = logger.add(lambda m: logged.append(m.record["message"]), level="DEBUG")
+    try:
+        last = await ask_until_accepted(
+            ask, [{"role": "user", "content": "consolidate"}],
+            lambda response: tool_arguments(response, "save_memory", as_dict), retry, what="consolidation",
+        )
+    finally:
+        logger.remove(sink)
+    assert isinstance(last, Refusal) and "SECRETPIN" not in last.logged_reason
+    assert logged and not any("SECRETPIN" in line for line in logged)
+    assert "SECRETPIN" in prompts[1][-1]["content"]

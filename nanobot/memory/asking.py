@@ -41,7 +41,7 @@ async def ask_until_accepted(
             return verdict
         if outcomes is not None:
             outcomes[f"refused:{verdict.rule}"] += 1
-        logger.warning("{} attempt {} refused: {}", what, attempt + 1, verdict.reason)
+        logger.warning("{} attempt {} refused: {}", what, attempt + 1, verdict.logged_reason)
         if attempt + 1 < MAX_ATTEMPTS:
             if outcomes is not None:
                 outcomes["retried"] += 1

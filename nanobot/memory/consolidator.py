@@ -246,7 +246,7 @@ class Consolidator:
             return self._call_failed(exc)
         if isinstance(verdict, Refusal):
             self.outcomes["failed"] += 1
-            self.last_failure = verdict.reason
+            self.last_failure = verdict.logged_reason
             return False
         history, memory_update = verdict
         # MEMORY.md first: a write that fails (a full disk) leaves HISTORY.md without the entry, so
@@ -317,7 +317,7 @@ class Consolidator:
         if isinstance(entry, Refusal) or isinstance(facts, Refusal):
             refusal = entry if isinstance(entry, Refusal) else facts
             self.outcomes["failed"] += 1
-            self.last_failure = refusal.reason if isinstance(refusal, Refusal) else "refused"
+            self.last_failure = refusal.logged_reason if isinstance(refusal, Refusal) else "refused"
             return False
         if facts[0] is not None:  # MEMORY.md first, as above
             self.apply_memory_update(memory_now, facts[0], users, owner_spoke=not origin)

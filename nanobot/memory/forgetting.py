@@ -11,7 +11,7 @@ that value; "I'm also allergic to shellfish" changes no allergy.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from nanobot.memory.fact_words import changed_as_said, fact_words, short_words
 
@@ -30,6 +30,11 @@ _FORGET_RE = re.compile(
     re.I,
 )
 _OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
+#: a request for all of something ("forget everything about Alice"): every fact naming it may go
+_ALL_OF_RE = re.compile(
+    r"\b(all|every|everything|anything|whatever|alles|tout|toutes?|todos?|todas?|tutto|tutti)\b|所有|全部|一切|すべて|全て|모든",
+    re.I,
+)
 #: a request about what is remembered (not a task such as "delete the draft email")
 _ABOUT_MEMORY_RE = re.compile(
     r"\b(forget|forgot|no longer|not true|isn't true|wrong|incorrect|anymore|any more|stop remembering"
@@ -82,22 +87,35 @@ def forget_requests(user_texts: Iterable[str]) -> list[str]:
     return [t for t in user_texts if _FORGET_RE.search(t)]
 
 
-def may_drop(fact: str, requests: list[str]) -> bool:
+def may_drop(fact: str, requests: list[str], rivals: Sequence[str] = ()) -> bool:
     """A fact may go when a request of the user to forget or correct something, or to remove
     something from memory, mentions one of its content words (short ones, numbers and CJK text
     included: "forget my PIN", "忘记我的银行卡密码"); a request that only removes something ("delete
     the draft email to Alice") must name most of them, since a name it shares with a fact ("Sister
-    Alice is diabetic") is no reason to lose the fact."""
+    Alice is diabetic") is no reason to lose the fact. Nor is it when another fact of `rivals` (the
+    file's facts) shares those words with the request and more ("delete the note about the draft
+    email to Alice": the draft's fact goes, the sister's stays), unless the request asks for all of
+    something ("forget everything about Alice")."""
     keys = fact_words(fact)
     short = short_words(fact)  # "delete everything about my ex" names "- Ex-boyfriend: Tom"
     for request in requests:
-        shared = keys & fact_words(request)
+        said = fact_words(request)
+        shared = keys & said
         about_memory = _ABOUT_MEMORY_RE.search(request)
-        if shared and (about_memory or 2 * len(shared) >= len(keys)):
+        if shared and 2 * len(shared) >= len(keys):
+            return True
+        if shared and about_memory and not _named_better(fact, shared, said, request, rivals):
             return True
         if about_memory and short & short_words(request):
             return True
     return False
+
+
+def _named_better(fact: str, shared: set[str], said: set[str], request: str, rivals: Sequence[str]) -> bool:
+    """Whether another fact shares the words `fact` shares with the request, and more of them."""
+    if _ALL_OF_RE.search(request):
+        return False
+    return any(rival != fact and shared < (fact_words(rival) & said) for rival in rivals)
 
 
 def asks_to_forget_in_another_language(requests: list[str]) -> bool:

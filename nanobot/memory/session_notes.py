@@ -96,7 +96,7 @@ async def write_session_note(
         if not isinstance(note, Refusal):
             slug, title, summary = note
             return memory.write_session_note(slug, f"# {title}\n\n{header}\n\n{summary}", ended)
-        logger.warning("session note: no usable summary ({}); writing a raw excerpt", note.reason)
+        logger.warning("session note: no usable summary ({}); writing a raw excerpt", note.logged_reason)
     except LLMError as exc:
         logger.warning("session note call failed ({}); writing a raw excerpt", exc)
     excerpt = transcript[-RAW_EXCERPT_CHARS:]
