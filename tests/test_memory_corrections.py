@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.memory.consolidator import echo_sources
-from nanobot.memory.store import MemoryStore
+from nanobot.memory.store import MemoryStore, tombstone
 from nanobot.memory.validation import KEPT_FACTS_HEADING, Refusal, check_memory_update
 
 TRANSCRIPT = (
@@ -37,7 +37,7 @@ def test_a_fact_changed_with_edit_file_is_not_forgotten(tmp_path: Path) -> None:
     assert store.forgotten() == set()
     # ...and asked to forget the PIN: the deleted line is a tombstone
     store.write_file("MEMORY.md", store.read_memory().replace("- Bank PIN is 4821\n", ""))
-    assert store.forgotten() == {"bank pin is 4821"}
+    assert store.forgotten() == {tombstone("bank pin is 4821")}
     # weeks later they move back: a consolidation writing the old line keeps it
     moved_back = store.read_memory().replace("- Lives in Paris", "- Lives in Lyon")
     result = update(moved_back, store.read_memory(), user_texts=["I moved back to Lyon"], forgotten=store.forgotten())
@@ -128,7 +128,7 @@ def test_a_fact_forgotten_in_a_consolidation_does_not_come_back_in_the_next(tmp_
     store.write_memory("# Memory\n- Bank card PIN is 4821\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz\n")
     consolidator = Consolidator(None, store)  # type: ignore[arg-type] - applying an update asks no model
     consolidator.apply_memory_update(store.read_memory(), without_pin, ["Please forget my bank card PIN."])
-    assert store.forgotten() == {"bank card pin is 4821"}
+    assert store.forgotten() == {tombstone("bank card pin is 4821")}
     consolidator.apply_memory_update(store.read_memory(), store.read_memory() + "\n- Bank card PIN is 4821", ["hi"])
     assert "4821" not in store.read_memory()
 
@@ -299,7 +299,7 @@ async def test_a_group_member_cannot_remove_or_change_the_owners_facts(tmp_path:
     assert store.forgotten() == set() and "- Sister: Anna" in text and "- Lives in Lyon" in text
     # the owner's own request in a private chat still works
     assert await consolidator.consolidate(chunk[:1], private=True, origin="")
-    assert "- Sister: Anna" not in store.read_memory() and store.forgotten() == {"sister: anna"}
+    assert "- Sister: Anna" not in store.read_memory() and store.forgotten() == {tombstone("sister: anna")}
 
 
 def test_forgetting_by_a_two_letter_name() -> None:
@@ -324,3 +324,22 @@ def test_forgetting_one_note_keeps_a_fact_that_only_shares_a_name_with_it() -> N
     assert merged is not None and "draft email" not in merged
     # asked for all of it, every fact naming her may go
     assert update("# Memory\n", previous, user_texts=["forget everything about Alice"]) == ("# Memory", [])
+
+
+def test_a_forgotten_fact_is_kept_as_a_hash_not_as_its_text(tmp_path: Path) -> None:
+    """.forgotten.json held the forgotten line itself ("bank pin is 8841-secretpin"), readable
+    with read_file: a forget wrote a new copy of what was to be forgotten. An earlier version's
+    file of plain lines still works."""
+    store = MemoryStore(tmp_path, "UTC")
+    store.write_memory("# Memory\n- Bank PIN is 8841-SECRETPIN\n- Lives in Lyon\n")
+    store.write_file("MEMORY.md", "# Memory\n- Lives in Lyon\n")  # the agent removed it, as asked
+    kept = (tmp_path / "memory" / ".forgotten.json").read_text()
+    assert "8841" not in kept and store.forgotten() == {tombstone("- Bank PIN is 8841-SECRETPIN")}
+    merged, _ = update("# Memory\n- Lives in Lyon\n- Bank PIN is 8841-SECRETPIN\n", store.read_memory(),
+                       forgotten=store.forgotten())
+    assert merged is not None and "8841" in merged  # the check itself only keeps what was dropped...
+    from nanobot.memory.memory_merge import protect_memory
+
+    assert "8841" not in protect_memory(store.read_memory(), merged, store.forgotten())[0]  # ...this drops it
+    (tmp_path / "memory" / ".forgotten.json").write_text('["sister: anna"]')  # an earlier version's
+    assert store.forgotten() == {tombstone("sister: anna")}

@@ -16,6 +16,7 @@ import pytest
 from nanobot.memory import small_profile
 from nanobot.memory.asking import MAX_ATTEMPTS, ask_until_accepted
 from nanobot.memory.consolidator import SAVE_MEMORY_TOOL, echo_sources, normalise_save_memory_args
+from nanobot.memory.store import tombstone
 from nanobot.memory.validation import (
     KEPT_FACTS_HEADING,
     Refusal,
@@ -143,8 +144,8 @@ def test_dropped_facts_come_back_even_in_a_small_file() -> None:
 def test_facts_the_user_asked_to_forget_may_go() -> None:
     users = ["Please forget that I work in Porto, I moved."]
     assert memory("# Memory\n- Lives elsewhere now", user_texts=users) == ("# Memory\n- Lives elsewhere now", [])
-    tombstone = {"works as a nurse in porto"}
-    assert memory("# Memory\n- Favourite colour: teal", forgotten=tombstone)[1] == []
+    forgotten = {tombstone("works as a nurse in porto")}
+    assert memory("# Memory\n- Favourite colour: teal", forgotten=forgotten)[1] == []
     # a forget request about something else does not license dropping this fact
     assert memory("# Memory", user_texts=["forget the colour"])[1] == ["- Works as a nurse in Porto"]
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 from loguru import logger
 
 from nanobot.memory.fact_lines import KEPT_FACTS_HEADING, fact_lines, restored_lines, still_there
-from nanobot.memory.store import MAX_DROPPED_FACT_SHARE, MIN_FACTS_FOR_PROTECTION, normalise_fact
+from nanobot.memory.store import MAX_DROPPED_FACT_SHARE, MIN_FACTS_FOR_PROTECTION, normalise_fact, tombstone
 
 
 def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[str]]:
     """The MEMORY.md to write and the facts that protection put back.
 
-    Lines in `forgotten` (normalised) never survive, whatever the LLM wrote.
+    Lines whose tombstone is in `forgotten` never survive, whatever the LLM wrote.
     """
     new_lines = [
-        line for line in new.splitlines() if normalise_fact(line) not in forgotten or not line.strip()
+        line for line in new.splitlines() if not line.strip() or tombstone(line) not in forgotten
     ]
     if len(new_lines) < len(new.splitlines()):
         logger.info(
@@ -27,7 +27,7 @@ def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[s
             len(new.splitlines()) - len(new_lines),
         )
     new = "\n".join(new_lines).strip()
-    old_facts = [f for f in fact_lines(old) if normalise_fact(f) not in forgotten]
+    old_facts = [f for f in fact_lines(old) if tombstone(f) not in forgotten]
     if len(old_facts) < MIN_FACTS_FOR_PROTECTION:
         return new, []
     new_norm = {normalise_fact(f) for f in fact_lines(new)}

@@ -9,6 +9,7 @@ processes, so a one-shot `nanobot agent` beside a gateway never interleaves line
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -37,6 +38,8 @@ STEERING_BACKUP_DIR = "steering"  # .backups/steering/<file>/: AGENTS.md, skills
 LOCK_FILE = ".lock"
 FORGOTTEN_FILE = ".forgotten.json"
 MAX_FORGOTTEN = 500
+TOMBSTONE_HEX_CHARS = 32  # 128 bits of SHA-256
+_TOMBSTONE_RE = re.compile(rf"[0-9a-f]{{{TOMBSTONE_HEX_CHARS}}}")
 DEFAULT_BACKUPS_KEPT = 5
 MAX_SLUG_CHARS = 48
 # The shrink guard (consolidation and whole-file tool writes alike): a new MEMORY.md may drop at most
@@ -48,6 +51,12 @@ _DAILY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 
 def normalise_fact(line: str) -> str:
     return re.sub(r"\s+", " ", line.lstrip("-*• ").strip().lower())
+
+
+def tombstone(line: str) -> str:
+    """What .forgotten.json keeps of a fact the user asked to forget: a hash of its normalised text,
+    enough to keep the line from coming back, not a copy of the PIN or diagnosis it held."""
+    return hashlib.sha256(normalise_fact(line).encode("utf-8")).hexdigest()[:TOMBSTONE_HEX_CHARS]
 
 
 def slugify(text: str) -> str:
@@ -297,7 +306,7 @@ class MemoryStore:
         old_lines = {normalise_fact(line) for line in old.splitlines()}
         added = [line for line in new.splitlines() if line.strip() and normalise_fact(line) not in old_lines]
         removed = [
-            normalise_fact(line)
+            tombstone(line)
             for line in old.splitlines()
             if line.strip()
             and not line.lstrip().startswith("#")
@@ -305,13 +314,14 @@ class MemoryStore:
             and not replaced_by(line, added)
         ]
         stored = self._read_forgotten()
-        if removed or new_lines.intersection(stored):
-            kept = [x for x in stored if x not in new_lines]
+        written_back = {tombstone(line) for line in new.splitlines() if line.strip()}
+        if removed or written_back.intersection(stored):
+            kept = [x for x in stored if x not in written_back]
             self._write_forgotten([*kept, *removed])
 
     def add_forgotten(self, lines: list[str]) -> None:
         with self.locked():
-            self._write_forgotten([*self._read_forgotten(), *(normalise_fact(x) for x in lines)])
+            self._write_forgotten([*self._read_forgotten(), *(tombstone(x) for x in lines)])
 
     def _write_forgotten(self, lines: list[str]) -> None:
         with self.locked():
@@ -324,15 +334,19 @@ class MemoryStore:
             data = json.loads(self.read(FORGOTTEN_FILE) or "[]")
         except json.JSONDecodeError:
             return []
-        return [str(x) for x in data] if isinstance(data, list) else []
+        if not isinstance(data, list):
+            return []
+        # a file written by an earlier version holds the forgotten lines themselves
+        return [x if _TOMBSTONE_RE.fullmatch(x) else tombstone(x) for x in map(str, data)]
 
     def forgotten(self) -> set[str]:
-        """Normalised MEMORY.md lines the user had removed, minus those back in MEMORY.md now (put
-        back by hand or by the agent: wanted again; a consolidation must not remove them)."""
+        """Tombstones (`tombstone`) of the MEMORY.md lines the user had removed, minus those back in
+        MEMORY.md now (put back by hand or by the agent: wanted again; a consolidation must not
+        remove them)."""
         stored = set(self._read_forgotten())
         if not stored:
             return stored
-        return stored - {normalise_fact(line) for line in self.read_memory().splitlines()}
+        return stored - {tombstone(line) for line in self.read_memory().splitlines() if line.strip()}
 
     @staticmethod
     def is_daily_note(path: Path) -> bool:

@@ -40,7 +40,7 @@ from nanobot.memory.forgetting import (
     forget_requests,
     may_drop,
 )
-from nanobot.memory.store import normalise_fact
+from nanobot.memory.store import normalise_fact, tombstone
 from nanobot.providers.base import LLMResponse
 
 T = TypeVar("T")
@@ -385,7 +385,7 @@ def check_memory_update(
     facts_before = fact_lines(previous)
     dropped = [
         f for f in facts_before
-        if not still_there(f, new_norm) and normalise_fact(f) not in forgotten
+        if not still_there(f, new_norm) and tombstone(f) not in forgotten
         and not may_drop(f, requests, facts_before)
         and not (owner_spoke and changed_by_user(f, added, user_texts))
     ]
