@@ -162,3 +162,11 @@ def test_settings_exported_in_the_installing_shell_reach_the_service(
                 proc.wait()
     assert any("hello service" in json.dumps(r["messages"]) for r in fake_llm.requests), log.read_text()
     assert "demo model" not in log.read_text()
+    # uninstalled, the copy of the shell's settings (API keys among them) goes with the unit
+    uninstall = subprocess.run(
+        [str(exe), "service", "uninstall", "--user", "--unit-dir", str(units), "--no-systemctl", "-c", str(config)],
+        env=shell, capture_output=True, text=True, timeout=120, cwd=config.parent,
+    )
+    assert uninstall.returncode == 0, uninstall.stderr
+    assert not (units / "nanobot.service").exists() and not (home / "service.env").exists()
+    assert "service.env" in uninstall.stderr

@@ -175,7 +175,10 @@ def install(
             "Re-run with --no-sandbox if it does."
         )
     try:
-        if env_file is not None:
+        if env_file is None:  # nothing to pass on now: an earlier install's copy must not linger
+            for note in _remove_environment_file(home / SERVICE_ENV_FILE):
+                err(note)
+        else:
             write_environment_file(env_file, inherited)
             if run_as and os.geteuid() == 0 and run_as != "root":
                 shutil.chown(env_file, user=run_as)
@@ -205,8 +208,21 @@ def uninstall(
         notes = uninstall_unit(_unit_path(user, unit_dir), _systemctl(user, no_systemctl))
     except ServiceError as exc:
         fail(f"Error: {exc}")
+    notes += _remove_environment_file(nanobot_home().absolute() / SERVICE_ENV_FILE)
     for note in notes:
         err(note)
+
+
+def _remove_environment_file(env_file: Path) -> list[str]:
+    """The shell settings `install` copied for the unit (API keys among them) go with it."""
+    try:
+        env_file.unlink()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        return [f"Warning: could not remove {env_file} ({exc.strerror}); it holds the settings (API keys) "
+                "install copied from its shell: delete it by hand"]
+    return [f"removed {env_file} (the settings install copied from its shell)"]
 
 
 @app.command("status")
