@@ -210,6 +210,3 @@ def route_library_logging() -> None:
             lib_level = logging.DEBUG
         logging.getLogger(name).setLevel(lib_level)
 
-
-def current_level() -> str:
-    return str(_state["level"])

@@ -44,10 +44,6 @@ def now(tz: tzinfo | None = None) -> datetime:
     return datetime.now(tz or resolve_tz())
 
 
-def iso_now(tz: tzinfo | None = None) -> str:
-    return now(tz).isoformat(timespec="seconds")
-
-
 def parse_iso(text: str, tz: tzinfo | None = None) -> datetime:
     """Parse ISO-8601 (a trailing `Z` included); a value without an offset is wall time in `tz`
     (the system's zone when None). ValueError when malformed."""

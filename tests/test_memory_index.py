@@ -17,7 +17,7 @@ import pytest
 
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.memory import index as index_mod
-from nanobot.memory.embeddings import LiteLLMEmbedder, LocalEmbedder, normalise
+from nanobot.memory.embeddings import HostedEmbedder, LocalEmbedder, normalise
 from nanobot.memory.fts import keywords, match_query
 from nanobot.memory.index import MemoryIndex
 from nanobot.memory.search import cosine_to_score, coverage, hybrid_score, text_score
@@ -98,7 +98,7 @@ def inputs(server: FakeLLMServer) -> list[str]:
 
 async def test_incremental_sync_through_litellm_and_fake_server(ws: Path) -> None:
     with FakeLLMServer() as server:
-        embedder = LiteLLMEmbedder("openai/fake-embed", api_base=server.url, api_key="sk-test")
+        embedder = HostedEmbedder("openai/fake-embed", api_base=server.url, api_key="sk-test")
         idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="litellm"), embedder=embedder)
         first = await idx.sync()
         assert first.files_indexed == 2 and first.chunks_embedded == first.chunks_indexed == 2
@@ -169,12 +169,12 @@ async def test_a_turn_appended_to_a_long_transcript_rewrites_only_its_new_chunks
 async def test_model_change_reembeds_everything_and_cache_serves_the_old_model(ws: Path) -> None:
     cfg = MemorySearchConfig(embedding_provider="litellm")
     with FakeLLMServer() as server:
-        idx = MemoryIndex(ws, cfg, embedder=LiteLLMEmbedder("openai/model-a", server.url, "k"))
+        idx = MemoryIndex(ws, cfg, embedder=HostedEmbedder("openai/model-a", server.url, "k"))
         await idx.sync()
         idx.close()
         assert len(inputs(server)) == 2
 
-        idx = MemoryIndex(ws, cfg, embedder=LiteLLMEmbedder("openai/model-b", server.url, "k"))
+        idx = MemoryIndex(ws, cfg, embedder=HostedEmbedder("openai/model-b", server.url, "k"))
         stats = await idx.sync()
         assert stats.full_reindex and stats.chunks_embedded == 2
         assert stats.chunks_indexed == 0  # the text did not change: no re-chunking
@@ -183,7 +183,7 @@ async def test_model_change_reembeds_everything_and_cache_serves_the_old_model(w
         idx.close()
 
         # Back to model A: every vector comes from the embedding cache.
-        idx = MemoryIndex(ws, cfg, embedder=LiteLLMEmbedder("openai/model-a", server.url, "k"))
+        idx = MemoryIndex(ws, cfg, embedder=HostedEmbedder("openai/model-a", server.url, "k"))
         back = await idx.sync()
         assert back.chunks_embedded == 0 and back.embedding_cache_hits == 2
         assert len(inputs(server)) == 4
@@ -563,7 +563,7 @@ def test_cli_search_beside_a_gateway_leaves_the_embedding_to_it(ws: Path, tmp_pa
         config_file = tmp_path / "config.json"
         config_file.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws)}},
                                            "memory": {"search": search_cfg}}))
-        embedder = LiteLLMEmbedder("openai/fake-embed", api_base=server.url, api_key="sk-test")
+        embedder = HostedEmbedder("openai/fake-embed", api_base=server.url, api_key="sk-test")
         gateway = MemoryIndex(ws, MemorySearchConfig(embedding_provider="litellm"), embedder=embedder)
         asyncio.run(gateway.sync_text())  # text in, vectors pending: a gateway in mid back-fill
         gateway.close()

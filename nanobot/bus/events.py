@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from nanobot.util.text import valid_unicode
@@ -37,7 +36,6 @@ class InboundMessage:
     #: a shared context like a group (no owner memory, the group's tools), never the owner's
     guest: bool = False
     session_key_override: str | None = None
-    received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     saved: bool = field(default=False, compare=False)  #: in its session file (set by the agent)
     #: called once the message is safely on disk (or fully handled): a channel may then confirm it
     #: to its platform (e.g. advance Telegram's update offset), so a crash never drops it unseen

@@ -31,7 +31,6 @@ class MessageBus:
         self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue(maxsize=max_queue)
         self.ahead: asyncio.Queue[InboundMessage] = asyncio.Queue(maxsize=MAX_AHEAD)
         self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue(maxsize=max_queue)
-        self.dropped_events = 0
 
     async def publish_inbound(self, msg: InboundMessage) -> None:
         # a sub-agent's report (the internal channel) is never a command, whatever its text
@@ -71,7 +70,6 @@ class MessageBus:
         try:
             self.outbound.put_nowait(msg)
         except asyncio.QueueFull:
-            self.dropped_events += 1
             logger.debug("outbound queue full: dropped a {} event", msg.kind)
 
     async def consume_outbound(self) -> OutboundMessage:

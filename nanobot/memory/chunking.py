@@ -152,11 +152,6 @@ def _chunks_of(units: list[Unit], spans: list[tuple[int, int]], title: str) -> l
     return chunks
 
 
-def chunk_lines(lines: list[tuple[int, str]], max_tokens: int = 400, overlap_tokens: int = 80) -> list[Chunk]:
-    """Chunk plain numbered lines (no structure)."""
-    return chunk_units(_units(lines, max_tokens), max_tokens, overlap_tokens)
-
-
 def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80, file_day: str = "") -> list[Chunk]:
     """Chunk a Markdown note section by section (a section starts at its heading line).
 

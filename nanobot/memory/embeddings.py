@@ -59,10 +59,12 @@ def normalise(matrix: np.ndarray) -> np.ndarray:
     return matrix / norms
 
 
-class LiteLLMEmbedder:
-    """Embeddings through litellm: "openai/text-embedding-3-small", "gemini/...", "ollama/..."."""
+class HostedEmbedder:
+    """A hosted embedding model (`embeddingProvider` "litellm", or `auto` with a configured provider's
+    endpoint): "openai/…" and bare OpenAI-compatible names go straight to the endpoint, others
+    ("gemini/…", "ollama/…") through litellm (providers/embeddings.py decides)."""
 
-    provider = "litellm"
+    provider = "litellm"  # the config value, and part of the index's embedding signature: not renamed
 
     def __init__(
         self, model: str, api_base: str = "", api_key: str = "", timeout_s: float = LITELLM_TIMEOUT_S
@@ -215,7 +217,7 @@ def local_model_installed(model: str = DEFAULT_LOCAL_MODEL) -> bool:
     return importlib.util.find_spec(package) is not None
 
 
-def _provider_endpoint(providers: Any) -> LiteLLMEmbedder | None:
+def _provider_endpoint(providers: Any) -> HostedEmbedder | None:
     """The embedding model of the first configured provider (config or its env vars) that has one."""
     if providers is None:
         return None
@@ -227,7 +229,7 @@ def _provider_endpoint(providers: Any) -> LiteLLMEmbedder | None:
             continue
         key, base = credentials(name, cfg)
         if key:
-            return LiteLLMEmbedder(model, base, key)
+            return HostedEmbedder(model, base, key)
     return None
 
 
@@ -243,7 +245,7 @@ def select_embedder(config: MemorySearchConfig, providers: Any = None) -> tuple[
         return None, "keyword (embeddingProvider none)"
     if provider == "litellm":
         return (
-            LiteLLMEmbedder(config.embedding_model, config.embedding_api_base, config.embedding_api_key),
+            HostedEmbedder(config.embedding_model, config.embedding_api_base, config.embedding_api_key),
             f"hybrid (litellm {config.embedding_model})",
         )
     if provider == "local":
@@ -258,8 +260,3 @@ def select_embedder(config: MemorySearchConfig, providers: Any = None) -> tuple[
         return None, "keyword (auto: no local embedding model installed, no provider embedding endpoint)"
     logger.warning("memory search: unknown embedding provider {!r}; using keyword search", provider)
     return None, f"keyword (unknown embeddingProvider {provider!r})"
-
-
-def build_embedder(config: MemorySearchConfig, providers: Any = None) -> Embedder | None:
-    """The configured embedder, or None for keyword-only search."""
-    return select_embedder(config, providers)[0]

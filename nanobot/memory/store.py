@@ -46,7 +46,6 @@ MAX_SLUG_CHARS = 48
 # this share of the facts of one that holds at least MIN_FACTS_FOR_PROTECTION.
 MAX_DROPPED_FACT_SHARE = 0.5
 MIN_FACTS_FOR_PROTECTION = 4
-_DAILY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 
 
 def normalise_fact(line: str) -> str:
@@ -170,12 +169,6 @@ class MemoryStore:
 
     def daily_path(self, when: datetime | None = None) -> Path:
         return self.dir / f"{(when or self.now()).strftime('%Y-%m-%d')}.md"
-
-    def note_files(self) -> list[Path]:
-        """Daily and session notes, oldest first (dot-files and folders excluded)."""
-        if not self.dir.exists():
-            return []
-        return sorted(p for p in self.dir.glob("*.md") if p.name not in (MEMORY_FILE, HISTORY_FILE))
 
     # ------------------------------------------------------------------ writing
     def write_memory(self, text: str) -> None:
@@ -347,7 +340,3 @@ class MemoryStore:
         if not stored:
             return stored
         return stored - {tombstone(line) for line in self.read_memory().splitlines() if line.strip()}
-
-    @staticmethod
-    def is_daily_note(path: Path) -> bool:
-        return bool(_DAILY_RE.match(path.name))

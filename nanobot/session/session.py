@@ -78,9 +78,6 @@ class Session:
             self._token_cache[index] = cached
         return cached
 
-    def user_message_count(self, start: int = 0) -> int:
-        return sum(1 for m in self.messages[start:] if m.get("role") == "user")
-
 
 def speaker(message: Mapping[str, Any]) -> str:
     """Who wrote a stored user message, when its session records it (a group member, a Discord DM):
@@ -136,8 +133,6 @@ def append_all(fd: int, data: bytes, end: int, path: Path) -> None:
         append_whole(fd, data, end)
     except OSError as exc:
         raise StorageError(path, exc) from exc
-
-
 
 
 def valid_pointer(value: Any) -> bool:
