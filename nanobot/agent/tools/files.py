@@ -28,7 +28,7 @@ from nanobot.config.paths import OWNER_STEERING, is_nanobot_owned
 from nanobot.memory.store import MemoryStore
 from nanobot.util.fs import atomic_write
 from nanobot.util.nofollow import FolderCheck, open_folder_beneath, read_regular_bytes
-from nanobot.util.text import decode_text
+from nanobot.util.text import decode_text, truncate_head
 
 MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 500
@@ -199,12 +199,8 @@ class ReadFileTool(_FileTool):
         if offset > 1 or limit:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[offset - 1 : offset - 1 + limit if limit else None])
-        if len(text) > MAX_READ_CHARS:
-            shown = text[:MAX_READ_CHARS]
-            return (
-                f"{shown}\n\n[... {len(text) - MAX_READ_CHARS} more characters; use offset/limit to read on]"
-            )
-        return text or "(empty file)"
+        marker = "\n\n[... {omitted} more characters; use offset/limit to read on]"
+        return truncate_head(text, MAX_READ_CHARS, marker) or "(empty file)"
 
 
 class WriteFileTool(_FileTool):
