@@ -363,3 +363,18 @@ def test_schema_memo_follows_registration(registry: ToolRegistry, tmp_path: Path
     listed = registry.schemas()
     listed.clear()  # callers get their own list
     assert len(registry.schemas()) == 4
+
+
+async def test_a_long_file_is_read_in_part_with_what_is_left_said(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    reg = ToolRegistry(None)
+    for tool in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 1_000_000):
+        reg.register(tool)
+    text = "".join(f"line {i:06d}\n" for i in range(15_000))  # 180,000 characters
+    (ws / "big.txt").write_text(text)
+    result = await reg.execute("read_file", {"path": "big.txt"}, CTX)
+    shown, _, note = result.partition("\n\n[... ")
+    assert len(result) <= 100_000 and text.startswith(shown)
+    assert note.endswith("more characters; use offset/limit to read on]")
+    assert len(shown) + int(note.split()[0]) == len(text)  # the count of what is left is exact
