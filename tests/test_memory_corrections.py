@@ -343,3 +343,18 @@ def test_a_forgotten_fact_is_kept_as_a_hash_not_as_its_text(tmp_path: Path) -> N
     assert "8841" not in protect_memory(store.read_memory(), merged, store.forgotten())[0]  # ...this drops it
     (tmp_path / "memory" / ".forgotten.json").write_text('["sister: anna"]')  # an earlier version's
     assert store.forgotten() == {tombstone("sister: anna")}
+
+
+def test_the_rival_rule_neither_keeps_what_forget_names_nor_yields_to_an_incidental_all() -> None:
+    """Review catches: "forget what you know about Tom and his mother Susan" put the Tom fact back
+    (the Susan fact named Tom and more), and "…, I sent it after all" let the sister's fact go."""
+    tom = ("# Memory\n- Former partner: Tom, the breakup in 2021 was painful\n"
+           "- Tom's mother Susan lives in Paris\n- Works as a nurse\n")
+    asked = ["Please forget what you know about Tom and his mother Susan."]
+    assert update("# Memory\n- Works as a nurse\n", tom, user_texts=asked) == ("# Memory\n- Works as a nurse", [])
+    alice = ("# Memory\n- Sister Alice is diabetic\n- Draft email to Alice about the party is in drafts/\n"
+             "- Works as a nurse\n")
+    request = ["Delete the note about the draft email to Alice, I sent it after all."]
+    merged, kept = update("# Memory\n- Works as a nurse\n", alice, user_texts=request)
+    assert kept == ["- Sister Alice is diabetic"]
+    assert update("# Memory\n- Works as a nurse\n", alice, user_texts=["delete all notes about Alice"])[1] == []

@@ -19,10 +19,12 @@ from nanobot.memory.consolidator import SAVE_MEMORY_TOOL, echo_sources, normalis
 from nanobot.memory.store import tombstone
 from nanobot.memory.validation import (
     KEPT_FACTS_HEADING,
+    EchoSources,
     Refusal,
     check_history_entry,
     check_memory_update,
     check_note,
+    check_text,
     tool_arguments,
 )
 from nanobot.providers.base import LLMResponse, ToolCall
@@ -305,3 +307,14 @@ async def test_a_refused_answer_reaches_the_model_again_but_not_the_log() -> Non
     assert isinstance(last, Refusal) and "SECRETPIN" not in last.logged_reason
     assert logged and not any("SECRETPIN" in line for line in logged)
     assert "SECRETPIN" in prompts[1][-1]["content"]
+
+
+def test_no_refusal_logs_the_text_it_refuses() -> None:
+    """A review catch: a repeated line ("bank card pin is 4821") and a copied speaker line
+    ("User 5551234 (@alice_w):") were still quoted in what is logged."""
+    sources = EchoSources(transcript="[2026-01-01 10:00] User 5551234 (@alice_w): hello there my friend")
+    repeated = check_text("- Bank card PIN is 4821\n" * 4, "memory_update", sources)
+    speaker = check_text("User 5551234 (@alice_w): said hello to everyone today.", "note", sources)
+    for refusal, secret in ((repeated, "4821"), (speaker, "alice_w")):
+        assert isinstance(refusal, Refusal)
+        assert secret in refusal.reason and secret not in refusal.logged_reason

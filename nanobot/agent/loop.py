@@ -24,7 +24,6 @@ otherwise onto the outbound bus for the channels.
 from __future__ import annotations
 
 import asyncio
-import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from nanobot.agent.message_context import SYSTEM_CHANNEL, MessageContext
 from nanobot.bus.events import TERMINAL_CHANNEL, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.session.store import StorageError
+from nanobot.util.fs import cannot_write
 from nanobot.util.tasks import finish_or_cancel
 
 STOPPED_REPLY = "Stopped."
@@ -324,7 +324,6 @@ DISK_FAILURE_NOTE = (
     "Sorry, that could not be done: the assistant's disk is full or read-only right now. Please try "
     "again later (the owner finds the cause in the log)."
 )
-_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
 STORAGE_FAILURE_NOTE = (
     "I could not save your message: the assistant's disk is full or read-only right now, so it was "
     "not processed. Please send it again later (the owner finds the cause in the log)."
@@ -337,7 +336,7 @@ def _failure_note(exc: Exception, ctx: MessageContext) -> str:
     folder and told to free disk space."""
     if isinstance(exc, StorageError):
         return str(exc) if ctx.channel == TERMINAL_CHANNEL else STORAGE_FAILURE_NOTE
-    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:  # e.g. /new archiving on a full disk
+    if cannot_write(exc):  # e.g. /new archiving on a full disk
         if ctx.channel == TERMINAL_CHANNEL:
             return f"Sorry, that could not be done: {exc}. Free disk space or make the workspace writable."
         return DISK_FAILURE_NOTE

@@ -30,11 +30,16 @@ _FORGET_RE = re.compile(
     re.I,
 )
 _OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
-#: a request for all of something ("forget everything about Alice"): every fact naming it may go
+#: a request for all of something ("delete all notes about Alice", "forget everything about her")
 _ALL_OF_RE = re.compile(
-    r"\b(all|every|everything|anything|whatever|alles|tout|toutes?|todos?|todas?|tutto|tutti)\b|所有|全部|一切|すべて|全て|모든",
+    r"\b(all|every|everything|anything|whatever)\b(?:\s+\S+){0,2}?\s+(about|of|on|regarding|concerning|mentioning)\b"
+    r"|\ball\s+(?:the\s+|my\s+|your\s+)?(notes|facts|memories|entries|lines)\b"
+    r"|\b(alles|tout|todo|tutto)\b(?:\s+\S+){0,2}?\s+(über|von|zu|sur|de|sobre|su|di)\b"
+    r"|所有|全部|一切|すべて|全て|모든",
     re.I,
 )
+#: a request that says "forget" itself: whatever it names goes ("forget Tom and his mother Susan")
+_FORGET_VERB_RE = re.compile(r"\b(forget|stop remembering|" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
 #: a request about what is remembered (not a task such as "delete the draft email")
 _ABOUT_MEMORY_RE = re.compile(
     r"\b(forget|forgot|no longer|not true|isn't true|wrong|incorrect|anymore|any more|stop remembering"
@@ -94,8 +99,8 @@ def may_drop(fact: str, requests: list[str], rivals: Sequence[str] = ()) -> bool
     the draft email to Alice") must name most of them, since a name it shares with a fact ("Sister
     Alice is diabetic") is no reason to lose the fact. Nor is it when another fact of `rivals` (the
     file's facts) shares those words with the request and more ("delete the note about the draft
-    email to Alice": the draft's fact goes, the sister's stays), unless the request asks for all of
-    something ("forget everything about Alice")."""
+    email to Alice": the draft's fact goes, the sister's stays), unless the request says "forget"
+    or asks for all of something ("delete all notes about Alice")."""
     keys = fact_words(fact)
     short = short_words(fact)  # "delete everything about my ex" names "- Ex-boyfriend: Tom"
     for request in requests:
@@ -112,8 +117,10 @@ def may_drop(fact: str, requests: list[str], rivals: Sequence[str] = ()) -> bool
 
 
 def _named_better(fact: str, shared: set[str], said: set[str], request: str, rivals: Sequence[str]) -> bool:
-    """Whether another fact shares the words `fact` shares with the request, and more of them."""
-    if _ALL_OF_RE.search(request):
+    """Whether another fact shares the words `fact` shares with the request, and more of them — for
+    a request that removes a note or an entry; one that says "forget", or asks for all of
+    something, means every fact it names."""
+    if _FORGET_VERB_RE.search(request) or _ALL_OF_RE.search(request):
         return False
     return any(rival != fact and shared < (fact_words(rival) & said) for rival in rivals)
 

@@ -31,6 +31,7 @@ from nanobot.memory.store import MemoryStore
 from nanobot.memory.transcript import boundary_after, owners_part
 from nanobot.session.history import history_indices
 from nanobot.session.store import Session, SessionStore
+from nanobot.util.fs import cannot_write
 from nanobot.util.keyed_locks import KeyedLocks
 from nanobot.util.tasks import finish_or_cancel
 
@@ -239,12 +240,15 @@ class MemoryLifecycle:
         try:
             return await self._consolidate_chunk(session, chunk, start, end, private, origin)
         except OSError as exc:
-            # memory/ cannot be written (a full disk, a read-only mount): not the model's failure, and
-            # not the turn's — the chunk stays unconsolidated (the caller trims the prompt instead)
-            # and is tried again once there is room; the user's message is saved all the same
-            reason = exc.strerror or str(exc)
-            logger.error("session {}: cannot write memory/ ({}); consolidation waits", session.key, reason)
-            self.consolidator.last_failure = f"cannot write memory/: {reason}"
+            if not cannot_write(exc):
+                raise
+            # memory/ (or the session file) cannot be written (a full disk, a read-only mount): not
+            # the model's failure, and not the turn's — the chunk stays unconsolidated (the caller
+            # trims the prompt instead) and is tried again once there is room; the user's message
+            # is saved all the same
+            reason = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror or str(exc)
+            logger.error("session {}: consolidation cannot write to disk ({}); it waits", session.key, reason)
+            self.consolidator.last_failure = f"cannot write to disk: {reason}"
             return False
 
     async def _consolidate_chunk(

@@ -199,9 +199,7 @@ def _echo(text: str, field: str, sources: EchoSources) -> Refusal | None:
         if total and copied >= floor and copied / total > max_share:
             return Refusal(rule, field, f"{why} ({copied} of {total} words copied)")
     if sources.transcript and (label := _SPEAKER_RE.search(text)):
-        return Refusal(
-            "transcript_echo", field, f"it copies the conversation's speaker lines ({label.group(0).strip()!r})"
-        )
+        return Refusal("transcript_echo", field, "it copies the conversation's speaker lines", label.group(0).strip())
     return None
 
 
@@ -220,8 +218,8 @@ def check_text(text: Any, field: str, sources: EchoSources) -> str | Refusal:
         return Refusal("broken", field, f"it names the tool field {name.group(1)!r} instead of giving content")
     if _looks_like_json(stripped):
         return Refusal("broken", field, "it is a JSON fragment, not Markdown text")
-    if detail := _repetition(stripped):
-        return Refusal("broken", field, detail)
+    if repeated := _repetition(stripped, field):
+        return repeated
     return _echo(stripped, field, sources) or stripped
 
 
@@ -235,18 +233,19 @@ def _looks_like_json(text: str) -> bool:
     return True  # a bare number, true/false, ...
 
 
-def _repetition(text: str) -> str | None:
+def _repetition(text: str, field: str) -> Refusal | None:
     lines = [normalise_fact(x) for x in text.splitlines() if normalise_fact(x)]
     if lines:
         line, count = Counter(lines).most_common(1)[0]
         if count > MAX_LINE_REPEATS:
-            return f"it repeats the line {line[:60]!r} {count} times"
+            return Refusal("broken", field, f"it repeats a line {count} times", line[:60])
     words = _words(text)
     if len(words) >= 30 and len(set(words)) / len(words) < MIN_DISTINCT_WORD_SHARE:
-        return f"it keeps repeating itself ({len(set(words))} distinct words in {len(words)})"
+        return Refusal("broken", field, f"it keeps repeating itself ({len(set(words))} distinct words in {len(words)})")
     cjk = CJK_CHAR_RE.findall(text)  # no spaces to count words by: its characters
     if len(cjk) >= 60 and len(set(cjk)) / len(cjk) < MIN_DISTINCT_WORD_SHARE / 2:
-        return f"it keeps repeating itself ({len(set(cjk))} distinct characters in {len(cjk)})"
+        distinct = f"{len(set(cjk))} distinct characters in {len(cjk)}"
+        return Refusal("broken", field, f"it keeps repeating itself ({distinct})")
     return None
 
 

@@ -15,6 +15,8 @@
 - `ensure_private_dir(path)`: create missing folders 0700 (umask cannot widen them).
 - `unused_path(folder, stem, suffix)`: `stem + suffix`, or with a -2, -3 ... suffix when taken
   (`numbered_names` gives the names tried, for callers that create the file themselves).
+- `cannot_write(exc)`: whether an OSError says the disk is full, read-only or not ours to write
+  (what a user can fix), rather than a bug.
 - `repair_private(root)`: tighten an existing file or tree (installations from before files were private):
   group/other bits are removed, symlinks are never followed.
 """
@@ -36,6 +38,12 @@ from nanobot.util.nofollow import FolderCheck, open_folder_beneath
 
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
+_WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO})
+
+
+def cannot_write(exc: BaseException) -> bool:
+    """A full disk or quota, a read-only mount, a folder not ours to write, a failing disk."""
+    return isinstance(exc, OSError) and exc.errno in _WRITE_FAILURES
 
 
 def ensure_private_dir(path: Path, mode: int = PRIVATE_DIR_MODE) -> Path:

@@ -119,8 +119,14 @@ def stdio_launch(command: str, args: list[str]) -> tuple[str, list[str]]:
     group (its own: the SDK starts it in a new session) once the server exits. A helper the server
     started keeps its stdout open otherwise: the dead server then looks alive (every call waits
     out toolTimeout, no reconnect), and the SDK, which kills the group only while the server itself
-    still runs, leaves the helper running after nanobot stops."""
-    return "/bin/sh", ["-c", '"$@"; kill -9 0', "mcp-server", command, *args]
+    still runs, leaves the helper running after nanobot stops. A command that starts the server in
+    the background and exits at once therefore cannot serve: the line the shell writes to stderr
+    (shown in the start failure) says what happened."""
+    script = (
+        '"$@"; echo "nanobot: the MCP server command exited with status $?; what it started in the '
+        'background is stopped with it (a stdio server must stay in the foreground)" >&2; kill -9 0'
+    )
+    return "/bin/sh", ["-c", script, "mcp-server", command, *args]
 
 
 async def open_transport(
