@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from nanobot.agent.agent import Agent
-from nanobot.agent.commands import HELP_TEXT, parse_command
 from nanobot.agent.loop import NOTHING_RUNNING_REPLY, STOPPED_REPLY, AgentLoop
+from nanobot.bus.commands import HELP_TEXT, parse_command
 from nanobot.bus.events import InboundMessage
 from nanobot.bus.queue import MessageBus
 from tests.agent_helpers import (

@@ -20,9 +20,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nanobot.agent.commands import parse_command, starts_with_command
 from nanobot.agent.factory import build_runtime
 from nanobot.agent.message_context import MessageContext
+from nanobot.bus.commands import parse_command, starts_with_command
 from nanobot.bus.events import InboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.cli import TerminalChannel

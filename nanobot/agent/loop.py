@@ -30,8 +30,8 @@ from pathlib import Path
 from loguru import logger
 
 from nanobot.agent.agent import Agent
-from nanobot.agent.commands import COMMANDS, HELP_TEXT
 from nanobot.agent.message_context import SYSTEM_CHANNEL, MessageContext
+from nanobot.bus.commands import COMMANDS, HELP_TEXT
 from nanobot.bus.events import TERMINAL_CHANNEL, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.session.store import StorageError

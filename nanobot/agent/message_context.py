@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nanobot.agent.commands import parse_command
 from nanobot.agent.tools.base import ToolContext
+from nanobot.bus.commands import parse_command
 from nanobot.bus.events import SYSTEM_CHANNEL, InboundMessage, OutboundMessage
 from nanobot.memory.seam import memory_private
 

@@ -18,7 +18,7 @@ import asyncio
 
 from loguru import logger
 
-from nanobot.agent.commands import answered_ahead
+from nanobot.bus.commands import answered_ahead
 from nanobot.bus.events import SYSTEM_CHANNEL, InboundMessage, OutboundMessage
 
 DEFAULT_MAX_QUEUE = 1000

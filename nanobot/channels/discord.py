@@ -30,7 +30,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from loguru import logger
 
-from nanobot.agent.commands import starts_with_command
+from nanobot.bus.commands import starts_with_command
 from nanobot.bus.events import OutboundMessage
 from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError

@@ -33,7 +33,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
-from nanobot.agent.commands import COMMANDS
+from nanobot.bus.commands import COMMANDS
 from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError

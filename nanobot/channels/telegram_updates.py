@@ -19,7 +19,7 @@ import warnings
 from loguru import logger
 from telegram import Bot, Message, Update
 
-from nanobot.agent.commands import starts_with_command
+from nanobot.bus.commands import starts_with_command
 from nanobot.channels.delivery import AckWindow
 
 
