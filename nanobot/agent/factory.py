@@ -144,25 +144,7 @@ def build_runtime(
         tools.register(MemoryGetTool(index, share_in_groups=share))
         closers.append(index.close)
 
-    window = min(d.context_window_tokens, SMALL_LOCAL_WINDOW_TOKENS) if small else d.context_window_tokens
-    max_tokens = min(d.max_tokens, config.providers.local.max_tokens) if small else reply_tokens(d.max_tokens, window)
-    if small:
-        from nanobot.providers.local import CORE_TOOLS, LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_MAX_TOOL_ITERATIONS
-
-        budget = Budget(LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_BOOTSTRAP_MAX_CHARS // 2)
-        tool_names: set[str] | None = set(CORE_TOOLS) if config.providers.local.enable_tools else set()
-        max_iterations = min(d.max_tool_iterations, LOCAL_MAX_TOOL_ITERATIONS)
-    else:
-        # Small windows get smaller prompt budgets (about 4 characters a token): the bootstrap files
-        # may take at most ~35% of the window and MEMORY.md ~25%; both are cut further below to
-        # what the tool schemas leave (agent/prompt_budget.py), so history always has room.
-        budget = Budget(
-            min(d.bootstrap_max_chars, window * 4 * 35 // 100),
-            min(d.bootstrap_total_max_chars, window * 4 * 35 // 100),
-            min(d.memory_max_chars, window * 4 * 25 // 100),
-        )
-        tool_names = None
-        max_iterations = d.max_tool_iterations
+    window, max_tokens, budget, tool_names, max_iterations = _turn_limits(config, small)
 
     settings = LifecycleSettings(
         context_window_tokens=window,
@@ -286,6 +268,32 @@ def build_runtime(
     return AgentRuntime(
         config=config, bus=bus, agent=agent, loop=loop, cron=cron, memory=memory, mcp=mcp, closers=closers
     )
+
+
+def _turn_limits(config: Config, small: bool) -> tuple[int, int, Budget, set[str] | None, int]:
+    """(context window, reply tokens, prompt budget, tools offered (None: all), tool steps) for the
+    provider: the embedded small model gets its own smaller limits and only the core tools."""
+    d = config.agents.defaults
+    window = min(d.context_window_tokens, SMALL_LOCAL_WINDOW_TOKENS) if small else d.context_window_tokens
+    max_tokens = min(d.max_tokens, config.providers.local.max_tokens) if small else reply_tokens(d.max_tokens, window)
+    if small:
+        from nanobot.providers.local import CORE_TOOLS, LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_MAX_TOOL_ITERATIONS
+
+        budget = Budget(LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_BOOTSTRAP_MAX_CHARS // 2)
+        tool_names: set[str] | None = set(CORE_TOOLS) if config.providers.local.enable_tools else set()
+        max_iterations = min(d.max_tool_iterations, LOCAL_MAX_TOOL_ITERATIONS)
+    else:
+        # Small windows get smaller prompt budgets (about 4 characters a token): the bootstrap files
+        # may take at most ~35% of the window and MEMORY.md ~25%; build_runtime cuts both further to
+        # what the tool schemas leave (agent/prompt_budget.py), so history always has room.
+        budget = Budget(
+            min(d.bootstrap_max_chars, window * 4 * 35 // 100),
+            min(d.bootstrap_total_max_chars, window * 4 * 35 // 100),
+            min(d.memory_max_chars, window * 4 * 25 // 100),
+        )
+        tool_names = None
+        max_iterations = d.max_tool_iterations
+    return window, max_tokens, budget, tool_names, max_iterations
 
 
 def _own_files(config: Config, config_path: str) -> dict[str, tuple[Path, ...]]:
