@@ -343,18 +343,39 @@ def test_a_forgotten_fact_is_kept_as_a_hash_not_as_its_text(tmp_path: Path) -> N
     assert "8841" not in protect_memory(store.read_memory(), merged, store.forgotten())[0]  # ...this drops it
     (tmp_path / "memory" / ".forgotten.json").write_text('["sister: anna"]')  # an earlier version's
     assert store.forgotten() == {tombstone("sister: anna")}
+    assert "anna" not in (tmp_path / "memory" / ".forgotten.json").read_text()  # rewritten as hashes
+    # the same fact rewritten by a model with other list marks, emphasis or a full stop stays out
+    rewritten = "# Memory\n- Lives in Lyon\n1. **Sister: Anna.**\n"
+    assert "Anna" not in protect_memory(store.read_memory(), rewritten, store.forgotten())[0]
 
 
-def test_the_rival_rule_neither_keeps_what_forget_names_nor_yields_to_an_incidental_all() -> None:
-    """Review catches: "forget what you know about Tom and his mother Susan" put the Tom fact back
-    (the Susan fact named Tom and more), and "…, I sent it after all" let the sister's fact go."""
+def test_what_a_request_names_goes_and_only_that() -> None:
+    """Review catches of a "better-named fact" rule, since dropped: "forget what you know about Tom
+    and his mother Susan" put the Tom fact back, "remove the notes about my gym and my dentist from
+    memory" put both back, "…, I sent it to all of them" or "…, and don't forget to call her" let
+    the sister's fact go; "supprime mon code PIN de ta mémoire" kept the PIN."""
+    def kept(previous: str, said: str, left: str = "# Memory\n- Works as a nurse\n") -> list[str]:
+        outcome = update(left, previous, user_texts=[said])
+        assert not isinstance(outcome, Refusal)
+        return outcome[1]
+
     tom = ("# Memory\n- Former partner: Tom, the breakup in 2021 was painful\n"
            "- Tom's mother Susan lives in Paris\n- Works as a nurse\n")
-    asked = ["Please forget what you know about Tom and his mother Susan."]
-    assert update("# Memory\n- Works as a nurse\n", tom, user_texts=asked) == ("# Memory\n- Works as a nurse", [])
+    assert kept(tom, "Please forget what you know about Tom and his mother Susan.") == []
+    gym = ("# Memory\n- Goes to the gym on Mondays at seven\n- Dentist appointment on June 3 at noon\n"
+           "- Works as a nurse\n")
+    assert kept(gym, "Remove the notes about my gym and my dentist from memory") == []
+    birthdays = "# Memory\n- Alice's birthday is May 3\n- Bob's birthday is October 12\n- Works as a nurse\n"
+    assert kept(birthdays, "Remove Alice and Bob from memory") == []
     alice = ("# Memory\n- Sister Alice is diabetic\n- Draft email to Alice about the party is in drafts/\n"
              "- Works as a nurse\n")
-    request = ["Delete the note about the draft email to Alice, I sent it after all."]
-    merged, kept = update("# Memory\n- Works as a nurse\n", alice, user_texts=request)
-    assert kept == ["- Sister Alice is diabetic"]
-    assert update("# Memory\n- Works as a nurse\n", alice, user_texts=["delete all notes about Alice"])[1] == []
+    for said in ("Delete the note about the draft email to Alice, I sent it to all of them.",
+                 "Delete the note about the draft email to Alice, and don't forget I still need to call her",
+                 "Delete the note about the draft email to Alice, I sent it after all."):
+        assert kept(alice, said) == ["- Sister Alice is diabetic"], said
+    assert kept(alice, "delete all notes about Alice") == []
+    pin = "# Memory\n- Bank card PIN is 4821\n- Works as a nurse\n"
+    for said in ("supprime mon code PIN de ta mémoire", "Lösche meine PIN aus dem Gedächtnis",
+                 "borra mi PIN de la memoria"):
+        assert kept(pin, said) == [], said
+    assert kept(pin, "Don't forget: my PIN is 4821") == ["- Bank card PIN is 4821"]  # a reminder

@@ -170,3 +170,27 @@ def test_settings_exported_in_the_installing_shell_reach_the_service(
     assert uninstall.returncode == 0, uninstall.stderr
     assert not (units / "nanobot.service").exists() and not (home / "service.env").exists()
     assert "service.env" in uninstall.stderr
+
+
+def test_uninstall_removes_only_the_settings_file_of_the_unit_it_removed(tmp_path: Path) -> None:
+    """A review catch: an uninstall aimed at a folder with no unit (the user forgot --user) deleted
+    service.env, which the installed unit still reads (systemd then refuses to start it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config = home / "config.json"
+    config.write_text("{}")
+    bin_dir = tmp_path / "bin"
+    exe = nanobot_on_path(bin_dir)
+    shell = {**base_env(bin_dir), "NANOBOT_HOME": str(home), "OPENAI_API_KEY": "sk-test-123456"}
+    installed, elsewhere = tmp_path / "user-units", tmp_path / "system-units"
+    assert _install(exe, installed, config, shell, user_unit=True).returncode == 0
+    assert (home / "service.env").exists()
+
+    def uninstall(units: Path) -> subprocess.CompletedProcess:
+        argv = [str(exe), "service", "uninstall", "--unit-dir", str(units), "--no-systemctl", "-c", str(config)]
+        return subprocess.run(argv, env=shell, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    assert uninstall(elsewhere).returncode == 0
+    assert (home / "service.env").exists()  # no unit there: nothing of the installed one touched
+    done = uninstall(installed)
+    assert done.returncode == 0 and not (home / "service.env").exists(), done.stderr

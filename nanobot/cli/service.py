@@ -30,6 +30,7 @@ from nanobot.service.systemd import (
     Systemctl,
     UnitSpec,
     default_unit_path,
+    environment_file_of,
     install_unit,
     linger_hint,
     stop_timeout_s,
@@ -175,10 +176,11 @@ def install(
             "Re-run with --no-sandbox if it does."
         )
     try:
-        if env_file is None:  # nothing to pass on now: an earlier install's copy must not linger
-            for note in _remove_environment_file(home / SERVICE_ENV_FILE):
+        stale = environment_file_of(unit_path)
+        if env_file is None and stale is not None:  # nothing to pass on now: the last copy must not linger
+            for note in _remove_environment_file(stale, unit_path):
                 err(note)
-        else:
+        if env_file is not None:
             write_environment_file(env_file, inherited)
             if run_as and os.geteuid() == 0 and run_as != "root":
                 shutil.chown(env_file, user=run_as)
@@ -204,17 +206,26 @@ def uninstall(
 ) -> None:
     """Stop and disable the service and remove its unit."""
     require_named_config(config)  # -c is taken after the subcommand as everywhere; the unit is the same
+    unit_path = _unit_path(user, unit_dir)
+    env_file = environment_file_of(unit_path)
     try:
-        notes = uninstall_unit(_unit_path(user, unit_dir), _systemctl(user, no_systemctl))
+        notes = uninstall_unit(unit_path, _systemctl(user, no_systemctl))
     except ServiceError as exc:
         fail(f"Error: {exc}")
-    notes += _remove_environment_file(nanobot_home().absolute() / SERVICE_ENV_FILE)
+    if env_file is not None:
+        notes += _remove_environment_file(env_file, unit_path)
     for note in notes:
         err(note)
 
 
-def _remove_environment_file(env_file: Path) -> list[str]:
-    """The shell settings `install` copied for the unit (API keys among them) go with it."""
+def _remove_environment_file(env_file: Path, unit_path: Path) -> list[str]:
+    """The shell settings `install` copied for a unit (API keys among them) go with it — unless
+    another installed nanobot unit (the other of user and system) still reads the same file."""
+    if env_file.name != SERVICE_ENV_FILE:  # not the file install writes (a unit edited by hand)
+        return []
+    others = {default_unit_path(True), default_unit_path(False)} - {unit_path}
+    if any(environment_file_of(other) == env_file for other in others):
+        return [f"kept {env_file}: another nanobot unit still reads it"]
     try:
         env_file.unlink()
     except FileNotFoundError:

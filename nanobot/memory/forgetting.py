@@ -11,7 +11,7 @@ that value; "I'm also allergic to shellfish" changes no allergy.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from nanobot.memory.fact_words import changed_as_said, fact_words, short_words
 
@@ -30,23 +30,30 @@ _FORGET_RE = re.compile(
     re.I,
 )
 _OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
-#: a request for all of something ("delete all notes about Alice", "forget everything about her")
-_ALL_OF_RE = re.compile(
-    r"\b(all|every|everything|anything|whatever)\b(?:\s+\S+){0,2}?\s+(about|of|on|regarding|concerning|mentioning)\b"
-    r"|\ball\s+(?:the\s+|my\s+|your\s+)?(notes|facts|memories|entries|lines)\b"
-    r"|\b(alles|tout|todo|tutto)\b(?:\s+\S+){0,2}?\s+(über|von|zu|sur|de|sobre|su|di)\b"
-    r"|所有|全部|一切|すべて|全て|모든",
+#: "don't forget", "never forget", "n'oublie pas", "vergiss nicht": a reminder, no request to forget
+_NEGATED_FORGET_RE = re.compile(
+    r"\b(?:don'?t|do not|never|must not|mustn'?t)\s+forget\b|\bn'oublie(?:z)?\s+pas\b|\bvergiss\s+nicht\b"
+    r"|\bno\s+olvides\b|\bnon\s+dimenticare\b|\bnão\s+esqueças?\b|别忘了|別忘了|不要忘记|忘れないで",
     re.I,
 )
-#: a request that says "forget" itself: whatever it names goes ("forget Tom and his mother Susan")
-_FORGET_VERB_RE = re.compile(r"\b(forget|stop remembering|" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
-#: a request about what is remembered (not a task such as "delete the draft email")
+#: a request about what is remembered (not a task such as "delete the note about the draft email"):
+#: its verbs, "memory" in the languages users write in, or all of something ("all … about Alice")
 _ABOUT_MEMORY_RE = re.compile(
     r"\b(forget|forgot|no longer|not true|isn't true|wrong|incorrect|anymore|any more|stop remembering"
-    r"|memory|memories|remember|notes?|" + _FORGET_WORDS + r")\b|" + _FORGET_CJK,
+    r"|memory|memories|remember|mémoire|souvenirs?|gedächtnis|erinnerung|speicher|memoria|memória|"
+    + _FORGET_WORDS
+    + r")\b|"
+    + _FORGET_CJK
+    + r"|记忆|記憶|记住的|記住的|メモリ|覚えて|기억"
+    r"|\b(?:all|every|everything|anything)\b(?:\s+\S+){0,2}?\s+(?:about|regarding|concerning|mentioning)\b"
+    r"|\ball\s+(?:the\s+|my\s+|your\s+)?(?:notes|facts|memories|entries)\b"
+    r"|\b(?:alles|tout|todo|tutto)\b(?:\s+\S+){0,2}?\s+(?:über|sur|sobre|su)\b|所有|全部|一切",
     re.I,
 )
 
+
+def _unnegated(text: str) -> str:
+    return _NEGATED_FORGET_RE.sub(" ", text)
 
 #: a message saying something changed or was wrong: a change on its own ("I moved to Berlin")...
 _CHANGE_RE = re.compile(
@@ -89,40 +96,25 @@ def changed_by_user(fact: str, new_lines: list[str], user_texts: Iterable[str]) 
 
 def forget_requests(user_texts: Iterable[str]) -> list[str]:
     """The user messages of the chunk that ask to forget or correct something."""
-    return [t for t in user_texts if _FORGET_RE.search(t)]
+    return [t for t in user_texts if _FORGET_RE.search(_unnegated(t))]
 
 
-def may_drop(fact: str, requests: list[str], rivals: Sequence[str] = ()) -> bool:
+def may_drop(fact: str, requests: list[str]) -> bool:
     """A fact may go when a request of the user to forget or correct something, or to remove
     something from memory, mentions one of its content words (short ones, numbers and CJK text
-    included: "forget my PIN", "忘记我的银行卡密码"); a request that only removes something ("delete
-    the draft email to Alice") must name most of them, since a name it shares with a fact ("Sister
-    Alice is diabetic") is no reason to lose the fact. Nor is it when another fact of `rivals` (the
-    file's facts) shares those words with the request and more ("delete the note about the draft
-    email to Alice": the draft's fact goes, the sister's stays), unless the request says "forget"
-    or asks for all of something ("delete all notes about Alice")."""
+    included: "forget my PIN", "忘记我的银行卡密码", "delete everything about my ex"); a request that
+    only removes something ("delete the note about the draft email to Alice") must name most of
+    them, since a name it shares with a fact ("Sister Alice is diabetic") is no reason to lose it."""
     keys = fact_words(fact)
     short = short_words(fact)  # "delete everything about my ex" names "- Ex-boyfriend: Tom"
     for request in requests:
-        said = fact_words(request)
-        shared = keys & said
-        about_memory = _ABOUT_MEMORY_RE.search(request)
-        if shared and 2 * len(shared) >= len(keys):
-            return True
-        if shared and about_memory and not _named_better(fact, shared, said, request, rivals):
+        shared = keys & fact_words(request)
+        about_memory = _ABOUT_MEMORY_RE.search(_unnegated(request))
+        if shared and (about_memory or 2 * len(shared) >= len(keys)):
             return True
         if about_memory and short & short_words(request):
             return True
     return False
-
-
-def _named_better(fact: str, shared: set[str], said: set[str], request: str, rivals: Sequence[str]) -> bool:
-    """Whether another fact shares the words `fact` shares with the request, and more of them — for
-    a request that removes a note or an entry; one that says "forget", or asks for all of
-    something, means every fact it names."""
-    if _FORGET_VERB_RE.search(request) or _ALL_OF_RE.search(request):
-        return False
-    return any(rival != fact and shared < (fact_words(rival) & said) for rival in rivals)
 
 
 def asks_to_forget_in_another_language(requests: list[str]) -> bool:

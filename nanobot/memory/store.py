@@ -9,6 +9,7 @@ processes, so a one-shot `nanobot agent` beside a gateway never interleaves line
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -48,8 +49,16 @@ MAX_DROPPED_FACT_SHARE = 0.5
 MIN_FACTS_FOR_PROTECTION = 4
 
 
+_LIST_MARK_RE = re.compile(r"^\s*(?:[-*•+]|\d{1,3}[.)])\s+")
+_EMPHASIS_RE = re.compile(r"\*\*|__|`")
+
+
 def normalise_fact(line: str) -> str:
-    return re.sub(r"\s+", " ", line.lstrip("-*• ").strip().lower())
+    """A fact line as compared: without its list mark (-, *, •, +, "1."), emphasis, case, spacing
+    and closing punctuation — a model rewriting "- Bank PIN is 4821" as "1. **Bank PIN is 4821.**"
+    has written the same fact (a forgotten one stays forgotten)."""
+    text = _EMPHASIS_RE.sub("", _LIST_MARK_RE.sub("", line.lstrip("-*• ")))
+    return re.sub(r"\s+", " ", text.strip().lower()).rstrip(" .;,!。")
 
 
 def tombstone(line: str) -> str:
@@ -329,8 +338,12 @@ class MemoryStore:
             return []
         if not isinstance(data, list):
             return []
-        # a file written by an earlier version holds the forgotten lines themselves
-        return [x if _TOMBSTONE_RE.fullmatch(x) else tombstone(x) for x in map(str, data)]
+        entries = [str(x) for x in data]
+        hashed = [x if _TOMBSTONE_RE.fullmatch(x) else tombstone(x) for x in entries]
+        if hashed != entries:  # an earlier version's file held the forgotten lines themselves
+            with contextlib.suppress(OSError):  # a full disk: hashed in memory, rewritten next time
+                self._write_forgotten(hashed)
+        return hashed
 
     def forgotten(self) -> set[str]:
         """Tombstones (`tombstone`) of the MEMORY.md lines the user had removed, minus those back in

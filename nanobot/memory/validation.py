@@ -381,11 +381,9 @@ def check_memory_update(
     requests = forget_requests(user_texts) if owner_spoke else []
     added = [x for x in fact_lines(text) if normalise_fact(x) not in old_norm]
     new_norm = {normalise_fact(x) for x in fact_lines(text)}
-    facts_before = fact_lines(previous)
     dropped = [
-        f for f in facts_before
-        if not still_there(f, new_norm) and tombstone(f) not in forgotten
-        and not may_drop(f, requests, facts_before)
+        f for f in fact_lines(previous)
+        if not still_there(f, new_norm) and tombstone(f) not in forgotten and not may_drop(f, requests)
         and not (owner_spoke and changed_by_user(f, added, user_texts))
     ]
     if dropped and len(dropped) <= MAX_UNNAMED_FORGETS and asks_to_forget_in_another_language(requests):

@@ -246,6 +246,18 @@ def install_unit(spec: UnitSpec, path: Path, systemctl: Systemctl | None) -> lis
     return notes
 
 
+def environment_file_of(unit: Path) -> Path | None:
+    """The `EnvironmentFile=` of a unit file nanobot wrote (None: no such file or setting)."""
+    try:
+        lines = unit.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in lines:
+        if line.startswith("EnvironmentFile="):
+            return Path(line.removeprefix("EnvironmentFile=").lstrip("-").replace("%%", "%"))
+    return None
+
+
 def uninstall_unit(path: Path, systemctl: Systemctl | None) -> list[str]:
     """Stop and disable the service, remove the unit, reload. Idempotent."""
     notes: list[str] = []
