@@ -379,3 +379,35 @@ def test_what_a_request_names_goes_and_only_that() -> None:
                  "borra mi PIN de la memoria"):
         assert kept(pin, said) == [], said
     assert kept(pin, "Don't forget: my PIN is 4821") == ["- Bank card PIN is 4821"]  # a reminder
+
+
+def test_tasks_reminders_and_other_languages_are_told_from_requests_to_forget() -> None:
+    """Review catches: "erase all my emails about the birthday party" let the birthday go (and
+    tombstoned it); reminders worded as "Vergiss … nicht", "no te olvides", 别忘记, "do NOT ever
+    forget" counted as requests to forget, and "Don't forget X, and delete Y" let X go; "Olvídate
+    de Marc" and "Entferne meine PIN aus deinem Speicher" were not understood."""
+    facts = ("# Memory\n- Anna's birthday is March 3\n- Former partner: Marc\n- Bank card PIN is 4821\n"
+             "- Works as a nurse\n")
+
+    def put_back(said: str, dropped: str) -> bool:
+        outcome = update(facts.replace(dropped + "\n", ""), facts, user_texts=[said])
+        assert not isinstance(outcome, Refusal)
+        return outcome[1] == [dropped]
+
+    birthday = "- Anna's birthday is March 3"
+    for said in ("Please erase all my emails about the birthday party", "Vergiss Annas Geburtstag nicht!",
+                 "No te olvides del cumpleaños de Anna", "别忘记安娜的生日", "Do NOT ever forget Anna's birthday",
+                 "Don't forget Anna's birthday is March 3, and delete the reminder about the dentist"):
+        assert put_back(said, birthday), said
+    assert not put_back("Olvídate de Marc, por favor", "- Former partner: Marc")
+    assert not put_back("Entferne meine PIN aus deinem Speicher", "- Bank card PIN is 4821")
+
+
+def test_numbers_and_exclamation_marks_that_are_content_keep_facts_apart() -> None:
+    """A review catch: "- 3. März: Geburtstag" and "- 17. März: Geburtstag" compared equal (the
+    day read as a list number), and "Tulip77!" as "Tulip77"."""
+    from nanobot.memory.store import normalise_fact
+
+    assert normalise_fact("- 3. März: Geburtstag") != normalise_fact("- 17. März: Geburtstag")
+    assert normalise_fact("- Wi-Fi password: Tulip77!") != normalise_fact("- Wi-Fi password: Tulip77")
+    assert normalise_fact("1. **Bank PIN is 4821.**") == normalise_fact("- Bank PIN is 4821")

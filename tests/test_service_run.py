@@ -194,3 +194,19 @@ def test_uninstall_removes_only_the_settings_file_of_the_unit_it_removed(tmp_pat
     assert (home / "service.env").exists()  # no unit there: nothing of the installed one touched
     done = uninstall(installed)
     assert done.returncode == 0 and not (home / "service.env").exists(), done.stderr
+
+
+def test_a_reinstall_for_another_home_removes_the_settings_file_of_the_first(tmp_path: Path) -> None:
+    """A review catch: the unit reinstalled for another NANOBOT_HOME left the first home's
+    service.env, with its API key, behind for good."""
+    bin_dir = tmp_path / "bin"
+    exe = nanobot_on_path(bin_dir)
+    units = tmp_path / "units"
+    homes = [tmp_path / "old-home", tmp_path / "new-home"]
+    for home in homes:
+        home.mkdir()
+        (home / "config.json").write_text("{}")
+        shell = {**base_env(bin_dir), "NANOBOT_HOME": str(home), "OPENAI_API_KEY": "sk-test-123456"}
+        done = _install(exe, units, home / "config.json", shell, user_unit=True)
+        assert done.returncode == 0, done.stderr
+    assert not (homes[0] / "service.env").exists() and (homes[1] / "service.env").exists()

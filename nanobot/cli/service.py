@@ -177,7 +177,7 @@ def install(
         )
     try:
         stale = environment_file_of(unit_path)
-        if env_file is None and stale is not None:  # nothing to pass on now: the last copy must not linger
+        if stale is not None and stale != env_file:  # the unit's last copy (another home, or nothing now)
             for note in _remove_environment_file(stale, unit_path):
                 err(note)
         if env_file is not None:
@@ -218,12 +218,28 @@ def uninstall(
         err(note)
 
 
+def _installed_unit_paths() -> list[Path]:
+    """Where nanobot's units are installed by default: the system one, this user's, and under sudo
+    the invoking user's (their user unit may read the same service.env)."""
+    paths = [default_unit_path(True), default_unit_path(False)]
+    sudo_user = os.environ.get("SUDO_USER")
+    if sudo_user and sudo_user != "root":
+        import pwd
+
+        try:
+            home = Path(pwd.getpwnam(sudo_user).pw_dir)
+        except KeyError:
+            return paths
+        paths.append(home / ".config" / "systemd" / "user" / default_unit_path(True).name)
+    return paths
+
+
 def _remove_environment_file(env_file: Path, unit_path: Path) -> list[str]:
     """The shell settings `install` copied for a unit (API keys among them) go with it — unless
     another installed nanobot unit (the other of user and system) still reads the same file."""
     if env_file.name != SERVICE_ENV_FILE:  # not the file install writes (a unit edited by hand)
         return []
-    others = {default_unit_path(True), default_unit_path(False)} - {unit_path}
+    others = {*_installed_unit_paths()} - {unit_path}
     if any(environment_file_of(other) == env_file for other in others):
         return [f"kept {env_file}: another nanobot unit still reads it"]
     try:

@@ -18,26 +18,32 @@ from nanobot.memory.fact_words import changed_as_said, fact_words, short_words
 # "forget" in the languages users write in most (the tool's instructions are English, the user's
 # request need not be); CJK words have no word boundaries
 _FORGET_WORDS = (
-    r"oublie|oubliez|oublier|vergiss|vergessen|olvida|olvides|olvidar|dimentica|esquece|esqueça"
+    r"oublie|oubliez|oublier|vergiss|vergessen|olvida|olvides|olvidar|olvídate|olvidate|dimentica|scordati"
+    r"|esquece|esqueça"
 )
 _FORGET_CJK = r"忘记|忘掉|忘了|別記|别记|不要记|忘れて|忘れる|잊어"
 _FORGET_RE = re.compile(
     r"\b(forget|remove|delete|erase|drop|no longer|any ?more|not true|isn't true|is wrong|stop remembering|"
     + _FORGET_WORDS
-    + r"|supprime|efface|lösche|borra|elimina|cancella|apaga)\b|"
+    + r"|supprime|efface|lösche|entferne|borra|quita|elimina|cancella|rimuovi|apaga|remova)\b|"
     + _FORGET_CJK
     + r"|删除|刪除|削除|삭제",
     re.I,
 )
 _OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
-#: "don't forget", "never forget", "n'oublie pas", "vergiss nicht": a reminder, no request to forget
+#: a reminder, not a request to forget, with the rest of its clause: "don't (you) forget X",
+#: "do not ever forget", "vergiss X nicht", "no te olvides", "não se esqueça", "ne l'oublie pas", 别忘了
 _NEGATED_FORGET_RE = re.compile(
-    r"\b(?:don'?t|do not|never|must not|mustn'?t)\s+forget\b|\bn'oublie(?:z)?\s+pas\b|\bvergiss\s+nicht\b"
-    r"|\bno\s+olvides\b|\bnon\s+dimenticare\b|\bnão\s+esqueças?\b|别忘了|別忘了|不要忘记|忘れないで",
+    r"(?:\b(?:don'?t|do\s+not|never|must\s+not|mustn'?t)\s+(?:\w+\s+){0,2}?forget\b"
+    r"|\bvergiss\b[^,.;!?\n]{0,80}?\bnicht\b|\bvergessen\s+sie\b[^,.;!?\n]{0,80}?\bnicht\b"
+    r"|\bno\s+(?:te\s+|se\s+)?olvid\w*|\bnão\s+(?:se\s+|te\s+)?esque\w*|\bnon\s+(?:ti\s+)?dimentic\w*"
+    r"|\bne\s+(?:l['’]\s*)?oubli\w*\s+pas\b|\bn['’]\s*oubli\w*\s+pas\b"
+    r"|别忘|別忘|不要忘|忘れるな|忘れないで)[^,.;!?\n。，；！？]*",
     re.I,
 )
-#: a request about what is remembered (not a task such as "delete the note about the draft email"):
-#: its verbs, "memory" in the languages users write in, or all of something ("all … about Alice")
+#: a request about what is remembered (not a task such as "delete the note about the draft email"
+#: or "delete all emails about Tom"): its verbs, "memory" in the languages users write in, or
+#: everything known about something ("everything you know about Tom", "all notes about Alice")
 _ABOUT_MEMORY_RE = re.compile(
     r"\b(forget|forgot|no longer|not true|isn't true|wrong|incorrect|anymore|any more|stop remembering"
     r"|memory|memories|remember|mémoire|souvenirs?|gedächtnis|erinnerung|speicher|memoria|memória|"
@@ -45,15 +51,19 @@ _ABOUT_MEMORY_RE = re.compile(
     + r")\b|"
     + _FORGET_CJK
     + r"|记忆|記憶|记住的|記住的|メモリ|覚えて|기억"
-    r"|\b(?:all|every|everything|anything)\b(?:\s+\S+){0,2}?\s+(?:about|regarding|concerning|mentioning)\b"
-    r"|\ball\s+(?:the\s+|my\s+|your\s+)?(?:notes|facts|memories|entries)\b"
-    r"|\b(?:alles|tout|todo|tutto)\b(?:\s+\S+){0,2}?\s+(?:über|sur|sobre|su)\b|所有|全部|一切",
+    r"|\b(?:everything|anything)\s+(?:(?:that\s+)?you\s+(?:know|remember|noted|saved|stored|have)\s+)?"
+    r"(?:about|regarding|concerning)\b"
+    r"|\ball\s+(?:(?:that\s+)?you\s+(?:know|remember)\s+)(?:about|regarding|concerning)\b"
+    r"|\ball\s+(?:the\s+|my\s+|your\s+)?(?:notes|facts|memories|entries)\s+(?:about|on|regarding|concerning)\b"
+    r"|\b(?:alles|tout|todo|tutto)\s+(?:über|sur|sobre|su)\b",
     re.I,
 )
 
 
 def _unnegated(text: str) -> str:
+    """The request without its reminders ("Don't forget Anna's birthday is March 3, and delete …")."""
     return _NEGATED_FORGET_RE.sub(" ", text)
+
 
 #: a message saying something changed or was wrong: a change on its own ("I moved to Berlin")...
 _CHANGE_RE = re.compile(
@@ -107,9 +117,9 @@ def may_drop(fact: str, requests: list[str]) -> bool:
     them, since a name it shares with a fact ("Sister Alice is diabetic") is no reason to lose it."""
     keys = fact_words(fact)
     short = short_words(fact)  # "delete everything about my ex" names "- Ex-boyfriend: Tom"
-    for request in requests:
+    for request in map(_unnegated, requests):
         shared = keys & fact_words(request)
-        about_memory = _ABOUT_MEMORY_RE.search(_unnegated(request))
+        about_memory = _ABOUT_MEMORY_RE.search(request)
         if shared and (about_memory or 2 * len(shared) >= len(keys)):
             return True
         if about_memory and short & short_words(request):
@@ -120,4 +130,4 @@ def may_drop(fact: str, requests: list[str]) -> bool:
 def asks_to_forget_in_another_language(requests: list[str]) -> bool:
     """Whether the chunk asks to forget in a language other than English ("oublie", "vergiss"):
     its words cannot be matched with the facts', which the model may keep in English."""
-    return any(_OTHER_LANGUAGE_FORGET_RE.search(request) for request in requests)
+    return any(_OTHER_LANGUAGE_FORGET_RE.search(_unnegated(request)) for request in requests)

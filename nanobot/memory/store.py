@@ -49,16 +49,18 @@ MAX_DROPPED_FACT_SHARE = 0.5
 MIN_FACTS_FOR_PROTECTION = 4
 
 
-_LIST_MARK_RE = re.compile(r"^\s*(?:[-*•+]|\d{1,3}[.)])\s+")
+_NUMBERED_RE = re.compile(r"^\s*\d{1,3}[.)]\s+")  # "1. " opening a line, as a list number
 _EMPHASIS_RE = re.compile(r"\*\*|__|`")
 
 
 def normalise_fact(line: str) -> str:
-    """A fact line as compared: without its list mark (-, *, •, +, "1."), emphasis, case, spacing
-    and closing punctuation — a model rewriting "- Bank PIN is 4821" as "1. **Bank PIN is 4821.**"
-    has written the same fact (a forgotten one stays forgotten)."""
-    text = _EMPHASIS_RE.sub("", _LIST_MARK_RE.sub("", line.lstrip("-*• ")))
-    return re.sub(r"\s+", " ", text.strip().lower()).rstrip(" .;,!。")
+    """A fact line as compared: without its list mark (-, *, •, +, or a number "1." opening the
+    line), emphasis, case, spacing and a closing full stop — a model rewriting "- Bank PIN is 4821"
+    as "1. **Bank PIN is 4821.**" has written the same fact (a forgotten one stays forgotten). A
+    number after a bullet is content ("- 3. März: Geburtstag"), and so is a closing "!"."""
+    text = _NUMBERED_RE.sub("", line, count=1) if not line.lstrip().startswith(("-", "*", "•", "+")) else line
+    text = _EMPHASIS_RE.sub("", text.lstrip().lstrip("-*•+ "))
+    return re.sub(r"\s+", " ", text.strip().lower()).rstrip(" .;。")
 
 
 def tombstone(line: str) -> str:
@@ -331,7 +333,7 @@ class MemoryStore:
             text = json.dumps(current[-MAX_FORGOTTEN:], ensure_ascii=False)
             atomic_write(self.dir / FORGOTTEN_FILE, text, beneath=self.workspace)
 
-    def _read_forgotten(self) -> list[str]:
+    def _read_forgotten(self, *, migrate: bool = True) -> list[str]:
         try:
             data = json.loads(self.read(FORGOTTEN_FILE) or "[]")
         except json.JSONDecodeError:
@@ -340,8 +342,9 @@ class MemoryStore:
             return []
         entries = [str(x) for x in data]
         hashed = [x if _TOMBSTONE_RE.fullmatch(x) else tombstone(x) for x in entries]
-        if hashed != entries:  # an earlier version's file held the forgotten lines themselves
-            with contextlib.suppress(OSError):  # a full disk: hashed in memory, rewritten next time
+        if hashed != entries and migrate:  # an earlier version's file held the forgotten lines themselves
+            with contextlib.suppress(OSError), self.locked():  # read again under the lock: no lost write
+                hashed = self._read_forgotten(migrate=False)
                 self._write_forgotten(hashed)
         return hashed
 
