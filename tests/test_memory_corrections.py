@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.memory.consolidator import echo_sources
+from nanobot.memory.forgetting import forget_requests
 from nanobot.memory.store import MemoryStore, tombstone
 from nanobot.memory.validation import KEPT_FACTS_HEADING, Refusal, check_memory_update
 
@@ -399,6 +400,8 @@ def test_tasks_reminders_and_other_languages_are_told_from_requests_to_forget() 
                  "No te olvides del cumpleaños de Anna", "别忘记安娜的生日", "Do NOT ever forget Anna's birthday",
                  "Don't forget Anna's birthday is March 3, and delete the reminder about the dentist"):
         assert put_back(said, birthday), said
+    assert not put_back("Never forget Anna's birthday. Actually, forget my PIN", "- Bank card PIN is 4821")
+    assert forget_requests(["don't forget to delete my PIN"])  # a task follows the reminder
     assert not put_back("Olvídate de Marc, por favor", "- Former partner: Marc")
     assert not put_back("Entferne meine PIN aus deinem Speicher", "- Bank card PIN is 4821")
 

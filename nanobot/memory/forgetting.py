@@ -33,8 +33,11 @@ _FORGET_RE = re.compile(
 _OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
 #: a reminder, not a request to forget, with the rest of its clause: "don't (you) forget X",
 #: "do not ever forget", "vergiss X nicht", "no te olvides", "não se esqueça", "ne l'oublie pas", 别忘了
+_NEGATION = r"\b(?:don'?t|do\s+not|never|must\s+not|mustn'?t)\s+(?:\w+\s+){0,2}?"
+#: "don't forget to delete my PIN": a task follows, which may be a request of its own
+_FORGET_TO_RE = re.compile(_NEGATION + r"forget\s+to\b", re.I)
 _NEGATED_FORGET_RE = re.compile(
-    r"(?:\b(?:don'?t|do\s+not|never|must\s+not|mustn'?t)\s+(?:\w+\s+){0,2}?forget\b"
+    r"(?:" + _NEGATION + r"forget\b"
     r"|\bvergiss\b[^,.;!?\n]{0,80}?\bnicht\b|\bvergessen\s+sie\b[^,.;!?\n]{0,80}?\bnicht\b"
     r"|\bno\s+(?:te\s+|se\s+)?olvid\w*|\bnão\s+(?:se\s+|te\s+)?esque\w*|\bnon\s+(?:ti\s+)?dimentic\w*"
     r"|\bne\s+(?:l['’]\s*)?oubli\w*\s+pas\b|\bn['’]\s*oubli\w*\s+pas\b"
@@ -62,7 +65,7 @@ _ABOUT_MEMORY_RE = re.compile(
 
 def _unnegated(text: str) -> str:
     """The request without its reminders ("Don't forget Anna's birthday is March 3, and delete …")."""
-    return _NEGATED_FORGET_RE.sub(" ", text)
+    return _NEGATED_FORGET_RE.sub(" ", _FORGET_TO_RE.sub(" ", text))
 
 
 #: a message saying something changed or was wrong: a change on its own ("I moved to Berlin")...
