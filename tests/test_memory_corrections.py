@@ -346,7 +346,7 @@ def test_a_forgotten_fact_is_kept_as_a_hash_not_as_its_text(tmp_path: Path) -> N
     assert store.forgotten() == {tombstone("sister: anna")}
     assert "anna" not in (tmp_path / "memory" / ".forgotten.json").read_text()  # rewritten as hashes
     # the same fact rewritten by a model with other list marks, emphasis or a full stop stays out
-    rewritten = "# Memory\n- Lives in Lyon\n1. **Sister: Anna.**\n"
+    rewritten = "# Memory\n- Lives in Lyon\n+ **Sister: Anna.**\n"
     assert "Anna" not in protect_memory(store.read_memory(), rewritten, store.forgotten())[0]
 
 
@@ -402,6 +402,12 @@ def test_tasks_reminders_and_other_languages_are_told_from_requests_to_forget() 
         assert put_back(said, birthday), said
     assert not put_back("Never forget Anna's birthday. Actually, forget my PIN", "- Bank card PIN is 4821")
     assert forget_requests(["don't forget to delete my PIN"])  # a task follows the reminder
+    for said in ("Don’t forget Anna's birthday is March 3", "I don't want you to forget Anna's birthday"):
+        assert put_back(said, birthday), said  # a curly apostrophe, more words before "forget"
+    for said in ("Don't forget my dentist appointment and forget my bank PIN",  # a joined request
+                 "Never forget Anna's birthday — and forget my PIN", "Why don't you forget my bank PIN",
+                 "Vergiss meine PIN, die brauche ich nicht mehr"):
+        assert not put_back(said, "- Bank card PIN is 4821"), said
     assert not put_back("Olvídate de Marc, por favor", "- Former partner: Marc")
     assert not put_back("Entferne meine PIN aus deinem Speicher", "- Bank card PIN is 4821")
 
@@ -413,4 +419,5 @@ def test_numbers_and_exclamation_marks_that_are_content_keep_facts_apart() -> No
 
     assert normalise_fact("- 3. März: Geburtstag") != normalise_fact("- 17. März: Geburtstag")
     assert normalise_fact("- Wi-Fi password: Tulip77!") != normalise_fact("- Wi-Fi password: Tulip77")
-    assert normalise_fact("1. **Bank PIN is 4821.**") == normalise_fact("- Bank PIN is 4821")
+    assert normalise_fact("3. März: Zahnarzt") != normalise_fact("17. März: Zahnarzt")
+    assert normalise_fact("* **Bank PIN is 4821.**") == normalise_fact("- Bank PIN is 4821")

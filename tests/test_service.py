@@ -544,3 +544,26 @@ def test_install_arguments_that_cannot_work_are_usage_errors(tmp_path: Path, cli
     result = CliRunner().invoke(cli_app(), ["service", "install", "--unit-dir", str(a_file), "--no-systemctl",
                                             "-c", str(cfg)])
     assert result.exit_code == 2 and "is not a folder" in result.stderr and "Errno" not in result.stderr, result.output
+
+
+def test_a_failed_reinstall_leaves_the_installed_units_settings_alone(
+    tmp_path: Path, cli_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review catch: a reinstall that could not write the unit (a folder not writable without
+    sudo) had already deleted the service.env the installed unit reads: systemd then refuses it."""
+    from nanobot.service.systemd import ServiceError
+
+    cfg, _ = write_config(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-123456")
+    assert CliRunner().invoke(cli_app(), ["service", "install", "--user", "-c", str(cfg)]).exit_code == 0
+    env_file = tmp_path / "home" / "service.env"
+    assert env_file.exists()
+    monkeypatch.delenv("OPENAI_API_KEY")
+
+    def refused(*_args, **_kwargs):  # noqa: ANN202
+        raise ServiceError("cannot write the unit: permission denied (use sudo)")
+
+    monkeypatch.setattr(service_cmd, "install_unit", refused)
+    result = CliRunner().invoke(cli_app(), ["service", "install", "--user", "-c", str(cfg)])
+    assert result.exit_code != 0
+    assert env_file.exists() and "sk-test-123456" in env_file.read_text()

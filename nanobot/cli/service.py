@@ -175,11 +175,8 @@ def install(
             "Warning: unprivileged user namespaces are off here; the sandboxed user unit may fail to start. "
             "Re-run with --no-sandbox if it does."
         )
+    stale = environment_file_of(unit_path)  # what the unit being replaced reads
     try:
-        stale = environment_file_of(unit_path)
-        if stale is not None and stale != env_file:  # the unit's last copy (another home, or nothing now)
-            for note in _remove_environment_file(stale, unit_path):
-                err(note)
         if env_file is not None:
             write_environment_file(env_file, inherited)
             if run_as and os.geteuid() == 0 and run_as != "root":
@@ -191,6 +188,8 @@ def install(
         notes = install_unit(spec, unit_path, _systemctl(user, no_systemctl))
     except ServiceError as exc:
         fail(f"Error: {exc}")
+    if stale is not None and stale != env_file:  # only once the new unit is in: the old one read it
+        notes += _remove_environment_file(stale, unit_path)
     for note in notes:
         err(note)
     if user:

@@ -31,17 +31,23 @@ _FORGET_RE = re.compile(
     re.I,
 )
 _OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
-#: a reminder, not a request to forget, with the rest of its clause: "don't (you) forget X",
-#: "do not ever forget", "vergiss X nicht", "no te olvides", "não se esqueça", "ne l'oublie pas", 别忘了
-_NEGATION = r"\b(?:don'?t|do\s+not|never|must\s+not|mustn'?t)\s+(?:\w+\s+){0,2}?"
+#: a reminder, not a request to forget, with what it names: "don't (you) forget X", "I don't want
+#: you to forget X", "vergiss X nicht", "no te olvides", "não se esqueça", "ne l'oublie pas", 别忘了
+#: ("why don't you forget …" is a request)
+_NEGATION = r"(?<!why )\b(?:don['’]?t|do\s+not|never|must\s+not|mustn['’]?t)\s+(?:\w+\s+){0,4}?"
 #: "don't forget to delete my PIN": a task follows, which may be a request of its own
 _FORGET_TO_RE = re.compile(_NEGATION + r"forget\s+to\b", re.I)
+#: what a reminder names runs to the end of its clause, or to a joined one ("… and forget my PIN")
+_REMINDED = (
+    r"(?:(?!\s(?:and|but|y|e|und|aber|et|mais|pero|ma|mas)\s|\s[—–-]\s|\s{2}|\s(?=\S*忘)"
+    r"|forget|olvid|vergiss|oubli|dimentic|esque|scord)[^,.;!?\n。，；！？])*"
+)
 _NEGATED_FORGET_RE = re.compile(
     r"(?:" + _NEGATION + r"forget\b"
-    r"|\bvergiss\b[^,.;!?\n]{0,80}?\bnicht\b|\bvergessen\s+sie\b[^,.;!?\n]{0,80}?\bnicht\b"
+    r"|\bvergiss\b[^,.;!?\n]{0,80}?\bnicht\b(?!\s+mehr)|\bvergessen\s+sie\b[^,.;!?\n]{0,80}?\bnicht\b(?!\s+mehr)"
     r"|\bno\s+(?:te\s+|se\s+)?olvid\w*|\bnão\s+(?:se\s+|te\s+)?esque\w*|\bnon\s+(?:ti\s+)?dimentic\w*"
     r"|\bne\s+(?:l['’]\s*)?oubli\w*\s+pas\b|\bn['’]\s*oubli\w*\s+pas\b"
-    r"|别忘|別忘|不要忘|忘れるな|忘れないで)[^,.;!?\n。，；！？]*",
+    r"|别忘了?|別忘了?|不要忘[记記了]?|忘れるな|忘れないで)" + _REMINDED,
     re.I,
 )
 #: a request about what is remembered (not a task such as "delete the note about the draft email"

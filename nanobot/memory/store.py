@@ -49,17 +49,15 @@ MAX_DROPPED_FACT_SHARE = 0.5
 MIN_FACTS_FOR_PROTECTION = 4
 
 
-_NUMBERED_RE = re.compile(r"^\s*\d{1,3}[.)]\s+")  # "1. " opening a line, as a list number
 _EMPHASIS_RE = re.compile(r"\*\*|__|`")
 
 
 def normalise_fact(line: str) -> str:
-    """A fact line as compared: without its list mark (-, *, •, +, or a number "1." opening the
-    line), emphasis, case, spacing and a closing full stop — a model rewriting "- Bank PIN is 4821"
-    as "1. **Bank PIN is 4821.**" has written the same fact (a forgotten one stays forgotten). A
-    number after a bullet is content ("- 3. März: Geburtstag"), and so is a closing "!"."""
-    text = _NUMBERED_RE.sub("", line, count=1) if not line.lstrip().startswith(("-", "*", "•", "+")) else line
-    text = _EMPHASIS_RE.sub("", text.lstrip().lstrip("-*•+ "))
+    """A fact line as compared: without its list mark (-, *, •, +), emphasis, case, spacing and a
+    closing full stop — a model rewriting "- Bank PIN is 4821" as "+ **Bank PIN is 4821.**" has
+    written the same fact (a forgotten one stays forgotten). Numbers are content ("3. März: …"),
+    and so is a closing "!"."""
+    text = _EMPHASIS_RE.sub("", line.lstrip().lstrip("-*•+ "))
     return re.sub(r"\s+", " ", text.strip().lower()).rstrip(" .;。")
 
 
