@@ -484,13 +484,18 @@ def test_the_environment_file_is_private_and_takes_no_smuggled_line(tmp_path: Pa
     """A value with a line break would add a setting of its own to the service (a second line), and
     a quote would end the value early: both are refused, and nothing is written."""
     path = tmp_path / "service.env"
-    write_environment_file(path, {"OPENAI_API_KEY": "sk-a b$c", "NANOBOT_AGENTS__DEFAULTS__MODEL": "m"})
+    unit = tmp_path / "nanobot.service"
+    write_environment_file(path, {"OPENAI_API_KEY": "sk-a b$c", "NANOBOT_AGENTS__DEFAULTS__MODEL": "m"}, [unit])
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert path.read_text().splitlines() == ["NANOBOT_AGENTS__DEFAULTS__MODEL='m'", "OPENAI_API_KEY='sk-a b$c'"]
+    assert path.read_text().splitlines() == [
+        f"# read by: {unit}", "NANOBOT_AGENTS__DEFAULTS__MODEL='m'", "OPENAI_API_KEY='sk-a b$c'"
+    ]
     for bad in ("sk\nNANOBOT_TOOLS__EXEC__IN_GROUPS=true", "it's"):
         with pytest.raises(ServiceError):
-            write_environment_file(tmp_path / "other.env", {"OPENAI_API_KEY": bad})
+            write_environment_file(tmp_path / "other.env", {"OPENAI_API_KEY": bad}, [unit])
         assert not (tmp_path / "other.env").exists()
+    with pytest.raises(ServiceError):  # a unit path smuggling a setting of its own
+        write_environment_file(tmp_path / "other.env", {"A": "b"}, [Path("/x\nNANOBOT_TOOLS__EXEC__IN_GROUPS=true")])
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="sudo runs the install as root")

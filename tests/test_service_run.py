@@ -99,9 +99,12 @@ def test_installed_unit_execstart_runs_a_healthy_gateway(
 
 
 def _environment_file(path: Path) -> dict[str, str]:
-    """KEY='value' lines, read as systemd reads single-quoted values (literally)."""
+    """KEY='value' lines, read as systemd reads single-quoted values (literally); systemd skips
+    comment lines (# or ;)."""
     values = {}
     for line in path.read_text().splitlines():
+        if line.startswith(("#", ";")):
+            continue
         name, _, quoted = line.partition("=")
         assert quoted.startswith("'") and quoted.endswith("'"), line
         values[name] = quoted[1:-1]
@@ -210,3 +213,27 @@ def test_a_reinstall_for_another_home_removes_the_settings_file_of_the_first(tmp
         done = _install(exe, units, home / "config.json", shell, user_unit=True)
         assert done.returncode == 0, done.stderr
     assert not (homes[0] / "service.env").exists() and (homes[1] / "service.env").exists()
+
+
+def test_service_env_stays_while_a_unit_in_any_folder_reads_it(tmp_path: Path) -> None:
+    """A review catch: uninstalling the user unit deleted the service.env a system unit installed
+    with --unit-dir still read (only the default places were looked at)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config = home / "config.json"
+    config.write_text("{}")
+    bin_dir = tmp_path / "bin"
+    exe = nanobot_on_path(bin_dir)
+    shell = {**base_env(bin_dir), "NANOBOT_HOME": str(home), "OPENAI_API_KEY": "sk-test-123456"}
+    first, second = tmp_path / "units-a", tmp_path / "units-b"
+    for units in (first, second):
+        assert _install(exe, units, config, shell, user_unit=True).returncode == 0
+
+    def uninstall(units: Path) -> subprocess.CompletedProcess:
+        argv = [str(exe), "service", "uninstall", "--unit-dir", str(units), "--no-systemctl", "-c", str(config)]
+        return subprocess.run(argv, env=shell, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    assert uninstall(first).returncode == 0
+    assert (home / "service.env").exists()  # the second unit still reads it
+    assert uninstall(second).returncode == 0
+    assert not (home / "service.env").exists()  # the last one gone: the keys go too

@@ -26,11 +26,13 @@ from nanobot.cli.common import (
 from nanobot.config.paths import HOME_ENV, NANOBOT_DIR, nanobot_home, workspace_problem
 from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary
 from nanobot.service.systemd import (
+    READ_BY,
     ServiceError,
     Systemctl,
     UnitSpec,
     default_unit_path,
     environment_file_of,
+    environment_file_readers,
     install_unit,
     linger_hint,
     stop_timeout_s,
@@ -39,7 +41,7 @@ from nanobot.service.systemd import (
     userns_available,
     write_environment_file,
 )
-from nanobot.util.fs import ensure_private_dir, repair_private
+from nanobot.util.fs import atomic_write, ensure_private_dir, repair_private
 
 app = command_group(help="Run the gateway as a systemd service.")
 
@@ -178,7 +180,7 @@ def install(
     stale = environment_file_of(unit_path)  # what the unit being replaced reads
     try:
         if env_file is not None:
-            write_environment_file(env_file, inherited)
+            write_environment_file(env_file, inherited, [*_other_readers(env_file, unit_path), unit_path])
             if run_as and os.geteuid() == 0 and run_as != "root":
                 shutil.chown(env_file, user=run_as)
             err(
@@ -187,6 +189,9 @@ def install(
             )
         notes = install_unit(spec, unit_path, _systemctl(user, no_systemctl))
     except ServiceError as exc:
+        if stale is not None and environment_file_of(unit_path) != stale:  # the unit was rewritten
+            for note in _remove_environment_file(stale, unit_path):
+                err(note)
         fail(f"Error: {exc}")
     if stale is not None and stale != env_file:  # only once the new unit is in: the old one read it
         notes += _remove_environment_file(stale, unit_path)
@@ -233,14 +238,26 @@ def _installed_unit_paths() -> list[Path]:
     return paths
 
 
+def _other_readers(env_file: Path, unit_path: Path) -> list[Path]:
+    """The units other than `unit_path` that still read `env_file`: those it records (any --unit-dir)
+    and, for a file written before it recorded them, the default places."""
+    candidates = [*environment_file_readers(env_file), *_installed_unit_paths()]
+    return [u for u in dict.fromkeys(candidates) if u != unit_path and environment_file_of(u) == env_file]
+
+
 def _remove_environment_file(env_file: Path, unit_path: Path) -> list[str]:
-    """The shell settings `install` copied for a unit (API keys among them) go with it — unless
-    another installed nanobot unit (the other of user and system) still reads the same file."""
+    """The shell settings `install` copied for a unit (API keys among them) go with the last unit
+    that reads them; while another still does, the file stays and forgets this one."""
     if env_file.name != SERVICE_ENV_FILE:  # not the file install writes (a unit edited by hand)
         return []
-    others = {*_installed_unit_paths()} - {unit_path}
-    if any(environment_file_of(other) == env_file for other in others):
-        return [f"kept {env_file}: another nanobot unit still reads it"]
+    if others := _other_readers(env_file, unit_path):
+        try:
+            text = env_file.read_text(encoding="utf-8")
+            kept = [line for line in text.splitlines() if not line.startswith(READ_BY)]
+            atomic_write(env_file, "\n".join([*(f"{READ_BY}{u}" for u in others), *kept]) + "\n")
+        except OSError:
+            pass  # the record is only a help: the units' own EnvironmentFile= lines decide
+        return [f"kept {env_file}: another nanobot unit still reads it ({others[0]})"]
     try:
         env_file.unlink()
     except FileNotFoundError:

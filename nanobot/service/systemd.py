@@ -77,9 +77,24 @@ def quote_setting(value: str) -> str:
     return f'"{value}"'
 
 
-def write_environment_file(path: Path, values: dict[str, str]) -> None:
-    """`values` as a systemd environment file (KEY='value' lines), mode 0600: API keys go in it."""
-    lines = []
+READ_BY = "# read by: "  # an environment file's record of the units that read it (systemd skips it)
+
+
+def environment_file_readers(path: Path) -> list[Path]:
+    """The units an environment file written by `write_environment_file` records as its readers."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [Path(line.removeprefix(READ_BY)) for line in lines if line.startswith(READ_BY)]
+
+
+def write_environment_file(path: Path, values: dict[str, str], readers: list[Path]) -> None:
+    """`values` as a systemd environment file (KEY='value' lines), mode 0600: API keys go in it.
+    `readers`, the units that read it, are recorded in comments: the file goes with the last one."""
+    if any(ch in str(reader) for reader in readers for ch in "\n\r\0"):
+        raise ServiceError("a unit path with a line break cannot be recorded in an environment file")
+    lines = [f"{READ_BY}{reader}" for reader in dict.fromkeys(readers)]
     for name, value in sorted(values.items()):
         if any(ch in value for ch in "'\n\r\0"):
             raise ServiceError(
