@@ -421,3 +421,27 @@ def test_numbers_and_exclamation_marks_that_are_content_keep_facts_apart() -> No
     assert normalise_fact("- Wi-Fi password: Tulip77!") != normalise_fact("- Wi-Fi password: Tulip77")
     assert normalise_fact("3. März: Zahnarzt") != normalise_fact("17. März: Zahnarzt")
     assert normalise_fact("* **Bank PIN is 4821.**") == normalise_fact("- Bank PIN is 4821")
+
+
+@pytest.mark.parametrize(
+    ("said", "lets_go"),
+    [
+        # review catches of a reminder rule that carved clauses by regex
+        ("Don't forget that Anna tends to forget her inhaler", []),
+        ("I don't need it anymore so forget my PIN", ["- Bank card PIN is 4821"]),
+        ("Don't worry about it just forget my PIN", ["- Bank card PIN is 4821"]),
+        ("Don't forget my dentist appointment then delete my bank card PIN", ["- Bank card PIN is 4821"]),
+        ("Never remove my bank card PIN from memory", []),
+        ("Don't delete my bank card PIN", []),
+        ("forget my PIN, my address and my sister", ["- Bank card PIN is 4821", "- Address: Rue Mercière 5",
+                                                     "- Sister Alice is diabetic"]),
+        ("forget Mr. Smith", []),
+        ("I no longer work as a nurse", []),  # a correction must share two words with a fact
+    ],
+)
+def test_requests_reminders_and_corrections_in_one_message(said: str, lets_go: list[str]) -> None:
+    facts = ["- Bank card PIN is 4821", "- Anna has asthma and needs her inhaler", "- Address: Rue Mercière 5",
+             "- Sister Alice is diabetic", "- Mr. Jones is the landlord", "- Brother Tom works at Siemens"]
+    outcome = update("# Memory\n", "# Memory\n" + "\n".join(facts) + "\n", user_texts=[said])
+    assert not isinstance(outcome, Refusal)
+    assert sorted(set(facts) - set(outcome[1])) == sorted(lets_go)

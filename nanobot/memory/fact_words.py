@@ -65,6 +65,7 @@ _SHORT_FUNCTION_WORDS = frozenset(
     {
         "am", "an", "as", "at", "be", "by", "do", "go", "he", "if", "in", "is", "it", "me",
         "my", "no", "of", "on", "or", "so", "to", "up", "us", "we", "ok", "oh", "hi",
+        "mr", "ms", "dr", "st",  # titles name nobody by themselves ("forget Mr. Smith", "Mr. Jones …")
     }
 )
 

@@ -31,30 +31,58 @@ _FORGET_RE = re.compile(
     re.I,
 )
 _OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
-#: a reminder, not a request to forget, with what it names: "don't (you) forget X", "I don't want
-#: you to forget X", "vergiss X nicht", "no te olvides", "não se esqueça", "ne l'oublie pas", 别忘了
-#: ("why don't you forget …" is a request)
-_NEGATION = r"(?<!why )\b(?:don['’]?t|do\s+not|never|must\s+not|mustn['’]?t)\s+(?:\w+\s+){0,4}?"
-#: "don't forget to delete my PIN": a task follows, which may be a request of its own
-_FORGET_TO_RE = re.compile(_NEGATION + r"forget\s+to\b", re.I)
-#: what a reminder names runs to the end of its clause, or to a joined one ("… and forget my PIN")
-_REMINDED = (
-    r"(?:(?!\s(?:and|but|y|e|und|aber|et|mais|pero|ma|mas)\s|\s[—–-]\s|\s{2}|\s(?=\S*忘)"
-    r"|forget|olvid|vergiss|oubli|dimentic|esque|scord)[^,.;!?\n。，；！？])*"
-)
-_NEGATED_FORGET_RE = re.compile(
-    r"(?:" + _NEGATION + r"forget\b"
+#: a reminder or a refusal, not a request: "don't (you) forget X", "I don't want you to forget X",
+#: "never remove X", "vergiss X nicht", "no te olvides", "não se esqueça", "ne l'oublie pas", 别忘了
+#: ("why don't you forget …" and "vergiss X, ich brauche es nicht mehr" are requests)
+_NEGATED_RE = re.compile(
+    r"(?<!why )\b(?:don['’]?t|do\s+not|never|must\s+not|mustn['’]?t)\s+"
+    r"(?:(?:you|ever|ever\s+again|want\s+(?:you\s+)?to|you\s+ever)\s+)?(?:forget|remove|delete|erase|drop)\b"
+    r"(?!\s+to\b)"
     r"|\bvergiss\b[^,.;!?\n]{0,80}?\bnicht\b(?!\s+mehr)|\bvergessen\s+sie\b[^,.;!?\n]{0,80}?\bnicht\b(?!\s+mehr)"
-    r"|\bno\s+(?:te\s+|se\s+)?olvid\w*|\bnão\s+(?:se\s+|te\s+)?esque\w*|\bnon\s+(?:ti\s+)?dimentic\w*"
-    r"|\bne\s+(?:l['’]\s*)?oubli\w*\s+pas\b|\bn['’]\s*oubli\w*\s+pas\b"
-    r"|别忘了?|別忘了?|不要忘[记記了]?|忘れるな|忘れないで)" + _REMINDED,
+    r"|\bno\s+(?:te\s+|se\s+)?(?:olvid|borr)\w*|\bnão\s+(?:se\s+|te\s+)?(?:esque|apag)\w*"
+    r"|\bnon\s+(?:ti\s+)?(?:dimentic|cancell)\w*|\bne\s+(?:l['’]\s*)?(?:oubli|supprim|effac)\w*\s+pas\b"
+    r"|\bn['’]\s*(?:oubli|effac)\w*\s+pas\b|别忘|別忘|不要忘|不要删|忘れるな|忘れないで|消さないで",
     re.I,
 )
+#: where a message's clauses part: punctuation, a dash, and joining words ("…, and delete my PIN",
+#: "… then forget my PIN", 然后); a full stop only before a capital, not after "Dr" or "Mr"
+_CLAUSE_SPLIT_RE = re.compile(
+    r"[,;!?\n。，；！？]|(?<!\bDr)(?<!\bMr)(?<!\bMs)(?<!\bSt)(?<!Mrs)(?<!rof)\.(?=\s+[A-Z])"
+    r"|\s[—–-]\s|\s&\s|\b(?:and|but|then|so|also|plus|und|aber|dann|et|mais|puis|y|pero|luego|e|ma|poi|mas)\b"
+    r"|然后|然後|还有|還有|另外|并且|並且|而且|然后再",
+    re.I,
+)
+
+
+#: "don't forget to delete my PIN": the words of a reminder about a task, which follows
+_FORGET_TO_RE = re.compile(r"\b(?:don['’]?t|do\s+not|never)\s+(?:you\s+)?forget\s+to\b", re.I)
+
+
+def _asked(text: str) -> list[str]:
+    """What a message asks to let go, one part per request: a clause with a forget or delete verb
+    starts one, a clause with a negated verb is a reminder, and a clause without either (the rest
+    of a list: "forget my PIN, my address") belongs to the one before it."""
+    parts: list[list[str]] = []
+    asking = False
+    for clause in _CLAUSE_SPLIT_RE.split(_FORGET_TO_RE.sub(" ", text)):
+        if _NEGATED_RE.search(clause):
+            asking = False
+        elif _FORGET_RE.search(clause):
+            asking = True
+            parts.append([])
+        if asking:
+            parts[-1].append(clause)
+    return [" , ".join(part) for part in parts]
+
+
 #: a request about what is remembered (not a task such as "delete the note about the draft email"
 #: or "delete all emails about Tom"): its verbs, "memory" in the languages users write in, or
 #: everything known about something ("everything you know about Tom", "all notes about Alice")
+#: a correction ("I no longer work as a nurse"): about what is remembered, but one shared word
+#: ("work") is no reason to let "Brother Tom works at Siemens" go: it must share two
+_CORRECTION_RE = re.compile(r"\b(no longer|not true|isn't true|wrong|incorrect|anymore|any more)\b", re.I)
 _ABOUT_MEMORY_RE = re.compile(
-    r"\b(forget|forgot|no longer|not true|isn't true|wrong|incorrect|anymore|any more|stop remembering"
+    r"\b(forget|forgot|stop remembering"
     r"|memory|memories|remember|mémoire|souvenirs?|gedächtnis|erinnerung|speicher|memoria|memória|"
     + _FORGET_WORDS
     + r")\b|"
@@ -67,11 +95,6 @@ _ABOUT_MEMORY_RE = re.compile(
     r"|\b(?:alles|tout|todo|tutto)\s+(?:über|sur|sobre|su)\b",
     re.I,
 )
-
-
-def _unnegated(text: str) -> str:
-    """The request without its reminders ("Don't forget Anna's birthday is March 3, and delete …")."""
-    return _NEGATED_FORGET_RE.sub(" ", _FORGET_TO_RE.sub(" ", text))
 
 
 #: a message saying something changed or was wrong: a change on its own ("I moved to Berlin")...
@@ -115,7 +138,7 @@ def changed_by_user(fact: str, new_lines: list[str], user_texts: Iterable[str]) 
 
 def forget_requests(user_texts: Iterable[str]) -> list[str]:
     """The user messages of the chunk that ask to forget or correct something."""
-    return [t for t in user_texts if _FORGET_RE.search(_unnegated(t))]
+    return [t for t in user_texts if _asked(t)]
 
 
 def may_drop(fact: str, requests: list[str]) -> bool:
@@ -126,10 +149,11 @@ def may_drop(fact: str, requests: list[str]) -> bool:
     them, since a name it shares with a fact ("Sister Alice is diabetic") is no reason to lose it."""
     keys = fact_words(fact)
     short = short_words(fact)  # "delete everything about my ex" names "- Ex-boyfriend: Tom"
-    for request in map(_unnegated, requests):
+    for request in (part for text in requests for part in _asked(text)):
         shared = keys & fact_words(request)
         about_memory = _ABOUT_MEMORY_RE.search(request)
-        if shared and (about_memory or 2 * len(shared) >= len(keys)):
+        corrected = len(shared) >= 2 and _CORRECTION_RE.search(request)
+        if shared and (about_memory or corrected or 2 * len(shared) >= len(keys)):
             return True
         if about_memory and short & short_words(request):
             return True
@@ -139,4 +163,4 @@ def may_drop(fact: str, requests: list[str]) -> bool:
 def asks_to_forget_in_another_language(requests: list[str]) -> bool:
     """Whether the chunk asks to forget in a language other than English ("oublie", "vergiss"):
     its words cannot be matched with the facts', which the model may keep in English."""
-    return any(_OTHER_LANGUAGE_FORGET_RE.search(_unnegated(request)) for request in requests)
+    return any(_OTHER_LANGUAGE_FORGET_RE.search(part) for request in requests for part in _asked(request))
