@@ -445,3 +445,28 @@ def test_requests_reminders_and_corrections_in_one_message(said: str, lets_go: l
     outcome = update("# Memory\n", "# Memory\n" + "\n".join(facts) + "\n", user_texts=[said])
     assert not isinstance(outcome, Refusal)
     assert sorted(set(facts) - set(outcome[1])) == sorted(lets_go)
+
+
+@pytest.mark.parametrize(
+    ("said", "lets_go"),
+    [
+        # review catches: reminders in more words and languages, requests that point back
+        ("Please don't just forget my sister Anna's birthday", []),
+        ("Don't you dare forget Anna's birthday", []),
+        ("I don't want you to ever forget that I'm allergic to penicillin", []),
+        ("Vergiss bitte Annas Geburtstag und Toms Firmenfeier nicht", []),
+        ("Vergiss Annas Geburtstag am 3. März nicht!", []),
+        ("N'oublie jamais mon allergie", []),
+        ("Nunca olvides mi alergia", []),
+        ("这个不能忘记", []),
+        ("My bank card PIN? Forget it.", ["- Bank card PIN is 4821"]),
+        ("Tom and I broke up, so forget everything about him", ["- Former partner: Tom"]),
+        ("The PIN I gave you: 4821 - delete it", ["- Bank card PIN is 4821"]),
+    ],
+)
+def test_reminders_and_requests_that_point_back(said: str, lets_go: list[str]) -> None:
+    facts = ["- Bank card PIN is 4821", "- Sister Anna's birthday is March 3", "- Allergic to penicillin",
+             "- Former partner: Tom", "- Works as a nurse"]
+    outcome = update("# Memory\n", "# Memory\n" + "\n".join(facts) + "\n", user_texts=[said])
+    assert not isinstance(outcome, Refusal)
+    assert sorted(set(facts) - set(outcome[1])) == sorted(lets_go)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 from nanobot.memory.fact_words import changed_as_said, fact_words, short_words
 
@@ -31,48 +32,62 @@ _FORGET_RE = re.compile(
     re.I,
 )
 _OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
-#: a reminder or a refusal, not a request: "don't (you) forget X", "I don't want you to forget X",
-#: "never remove X", "vergiss X nicht", "no te olvides", "não se esqueça", "ne l'oublie pas", 别忘了
-#: ("why don't you forget …" and "vergiss X, ich brauche es nicht mehr" are requests)
+#: a reminder or a refusal, not a request: "don't (you dare) forget X", "I don't want you to ever
+#: forget X", "never remove X", "no te olvides", "nunca esqueça", "n'oublie jamais", 别忘了, 不能忘记,
+#: 忘れてはいけない ("why don't you forget …" is a request; German "vergiss X nicht" is marked on the
+#: whole sentence first, as its "nicht" may come after a joined part)
 _NEGATED_RE = re.compile(
     r"(?<!why )\b(?:don['’]?t|do\s+not|never|must\s+not|mustn['’]?t)\s+"
-    r"(?:(?:you|ever|ever\s+again|want\s+(?:you\s+)?to|you\s+ever)\s+)?(?:forget|remove|delete|erase|drop)\b"
-    r"(?!\s+to\b)"
-    r"|\bvergiss\b[^,.;!?\n]{0,80}?\bnicht\b(?!\s+mehr)|\bvergessen\s+sie\b[^,.;!?\n]{0,80}?\bnicht\b(?!\s+mehr)"
-    r"|\bno\s+(?:te\s+|se\s+)?(?:olvid|borr)\w*|\bnão\s+(?:se\s+|te\s+)?(?:esque|apag)\w*"
-    r"|\bnon\s+(?:ti\s+)?(?:dimentic|cancell)\w*|\bne\s+(?:l['’]\s*)?(?:oubli|supprim|effac)\w*\s+pas\b"
-    r"|\bn['’]\s*(?:oubli|effac)\w*\s+pas\b|别忘|別忘|不要忘|不要删|忘れるな|忘れないで|消さないで",
+    r"(?:(?:you|u|ever|again|just|dare|want|to|please|really|even|simply)\s+){0,5}?"
+    r"(?:forget|remove|delete|erase|drop)\b(?!\s+to\b)"
+    r"|\bnicht_vergessen\b"
+    r"|\b(?:no|nunca|jamás)\s+(?:te\s+|se\s+)?(?:olvid|borr|esque|apag)\w*|\bnão\s+(?:se\s+|te\s+)?(?:esque|apag)\w*"
+    r"|\b(?:non|mai)\s+(?:ti\s+)?(?:dimentic|cancell)\w*"
+    r"|\bne\s+(?:l['’]\s*)?(?:oubli|supprim|effac)\w*\s+(?:pas|jamais)\b|\bn['’]\s*(?:oubli|effac)\w*\s+(?:pas|jamais)\b"
+    r"|别忘|別忘|不要忘|不能忘|不可以忘|不要删|忘れるな|忘れないで|忘れては|忘れちゃ(?:だめ|ダメ|いけない)|消さないで",
     re.I,
+)
+#: German puts "nicht" last: "Vergiss Annas Geburtstag am 3. März und Toms Feier nicht!"
+_GERMAN_REMINDER_RE = re.compile(
+    r"\b(?:vergiss|vergessen\s+sie)\b((?:[^.;!?\n]|(?<=\d)\.){0,120}?\bnicht\b(?!\s+mehr))", re.I
 )
 #: where a message's clauses part: punctuation, a dash, and joining words ("…, and delete my PIN",
-#: "… then forget my PIN", 然后); a full stop only before a capital, not after "Dr" or "Mr"
+#: "… then forget my PIN", 然后); a full stop only before a capital, not after "Dr", "Mr" or a day
 _CLAUSE_SPLIT_RE = re.compile(
-    r"[,;!?\n。，；！？]|(?<!\bDr)(?<!\bMr)(?<!\bMs)(?<!\bSt)(?<!Mrs)(?<!rof)\.(?=\s+[A-Z])"
+    r"[,;!?\n。，；！？]|(?<!\bDr)(?<!\bMr)(?<!\bMs)(?<!\bSt)(?<!Mrs)(?<!rof)(?<!\d)\.(?=\s+[A-Z])"
     r"|\s[—–-]\s|\s&\s|\b(?:and|but|then|so|also|plus|und|aber|dann|et|mais|puis|y|pero|luego|e|ma|poi|mas)\b"
-    r"|然后|然後|还有|還有|另外|并且|並且|而且|然后再",
+    r"|然后|然後|还有|還有|另外|并且|並且|而且",
     re.I,
 )
-
-
 #: "don't forget to delete my PIN": the words of a reminder about a task, which follows
 _FORGET_TO_RE = re.compile(r"\b(?:don['’]?t|do\s+not|never)\s+(?:you\s+)?forget\s+to\b", re.I)
+#: what names nothing by itself: a request of only these points back ("My PIN? Forget it.")
+_POINTERS = frozenset({"everyth", "anyth", "someth", "all"})
 
 
-def _asked(text: str) -> list[str]:
+@lru_cache(maxsize=256)
+def _asked(text: str) -> tuple[str, ...]:
     """What a message asks to let go, one part per request: a clause with a forget or delete verb
     starts one, a clause with a negated verb is a reminder, and a clause without either (the rest
-    of a list: "forget my PIN, my address") belongs to the one before it."""
+    of a list: "forget my PIN, my address") belongs to the one before it. A request that names
+    nothing ("please remove it", "forget everything about him") takes the clauses before it."""
+    text = _GERMAN_REMINDER_RE.sub(lambda m: "nicht_vergessen" + m.group(1), _FORGET_TO_RE.sub(" ", text))
     parts: list[list[str]] = []
+    before: list[str] = []  # clauses since the last request or reminder
     asking = False
-    for clause in _CLAUSE_SPLIT_RE.split(_FORGET_TO_RE.sub(" ", text)):
+    for clause in _CLAUSE_SPLIT_RE.split(text):
         if _NEGATED_RE.search(clause):
-            asking = False
-        elif _FORGET_RE.search(clause):
+            asking, before = False, []
+            continue
+        if _FORGET_RE.search(clause):
             asking = True
-            parts.append([])
-        if asking:
+            parts.append(before + [clause] if not fact_words(clause) - _POINTERS else [clause])
+            before = []
+        elif asking:
             parts[-1].append(clause)
-    return [" , ".join(part) for part in parts]
+        else:
+            before.append(clause)
+    return tuple(" , ".join(part) for part in parts)
 
 
 #: a request about what is remembered (not a task such as "delete the note about the draft email"
@@ -149,15 +164,25 @@ def may_drop(fact: str, requests: list[str]) -> bool:
     them, since a name it shares with a fact ("Sister Alice is diabetic") is no reason to lose it."""
     keys = fact_words(fact)
     short = short_words(fact)  # "delete everything about my ex" names "- Ex-boyfriend: Tom"
-    for request in (part for text in requests for part in _asked(text)):
-        shared = keys & fact_words(request)
-        about_memory = _ABOUT_MEMORY_RE.search(request)
-        corrected = len(shared) >= 2 and _CORRECTION_RE.search(request)
+    for words, short_said, about_memory, correction in (part for text in requests for part in _read(text)):
+        shared = keys & words
+        corrected = correction and len(shared) >= 2
         if shared and (about_memory or corrected or 2 * len(shared) >= len(keys)):
             return True
-        if about_memory and short & short_words(request):
+        if about_memory and short & short_said:
             return True
     return False
+
+
+@lru_cache(maxsize=256)
+def _read(text: str) -> tuple[tuple[frozenset[str], frozenset[str], bool, bool], ...]:
+    """Each request of a message as may_drop weighs it (read once, not once per fact): its words,
+    its two-letter words, whether it is about what is remembered, whether it corrects something."""
+    return tuple(
+        (frozenset(fact_words(part)), frozenset(short_words(part)), bool(_ABOUT_MEMORY_RE.search(part)),
+         bool(_CORRECTION_RE.search(part)))
+        for part in _asked(text)
+    )
 
 
 def asks_to_forget_in_another_language(requests: list[str]) -> bool:
