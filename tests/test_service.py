@@ -572,3 +572,38 @@ def test_a_failed_reinstall_leaves_the_installed_units_settings_alone(
     result = CliRunner().invoke(cli_app(), ["service", "install", "--user", "-c", str(cfg)])
     assert result.exit_code != 0
     assert env_file.exists() and "sk-test-123456" in env_file.read_text()
+
+
+def test_service_env_follows_units_through_failures_and_relative_folders(
+    tmp_path: Path, cli_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review catches: a relative --unit-dir was recorded as such, so an uninstall run from another
+    folder deleted a service.env that unit read; an uninstall whose reload failed after removing
+    the unit, and a first install that could not write its unit, left the keys behind for good."""
+    cfg, _ = write_config(tmp_path)
+    env_file = tmp_path / "home" / "service.env"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-123456")
+    runner = CliRunner()
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert runner.invoke(cli_app(), ["service", "install", "--unit-dir", "units", "-c", str(cfg)]).exit_code == 0
+    absolute = tmp_path / "abs-units"
+    assert runner.invoke(cli_app(), ["service", "install", "--unit-dir", str(absolute), "-c", str(cfg)]).exit_code == 0
+    monkeypatch.chdir(tmp_path)  # elsewhere
+    assert runner.invoke(cli_app(), ["service", "uninstall", "--unit-dir", str(absolute)]).exit_code == 0
+    assert env_file.exists()  # work/units still reads it
+
+    def reload_fails(self, *args):  # noqa: ANN001, ANN002, ANN202 - systemctl daemon-reload exits 1
+        from nanobot.service.systemd import ServiceError
+
+        raise ServiceError("systemctl daemon-reload exited 1")
+
+    monkeypatch.setattr(service_cmd.Systemctl, "must", reload_fails)
+    result = runner.invoke(cli_app(), ["service", "uninstall", "--unit-dir", str(tmp_path / "work" / "units")])
+    assert result.exit_code != 0
+    assert not (tmp_path / "work" / "units" / "nanobot.service").exists() and not env_file.exists()
+
+    blocked = tmp_path / "blocked"
+    (blocked / "nanobot.service").mkdir(parents=True)  # the unit cannot be written there
+    result = runner.invoke(cli_app(), ["service", "install", "--unit-dir", str(blocked), "-c", str(cfg)])
+    assert result.exit_code != 0 and not env_file.exists()

@@ -98,7 +98,8 @@ def _unit_path(user: bool, unit_dir: Path | None) -> Path:
     if unit_dir is not None and str(unit_dir).strip() in ("", "."):
         # `--unit-dir "$UNSET"` (read as ".") put the unit in the current folder, where systemd never looks
         fail("Error: --unit-dir is empty (or '.'); give the folder for nanobot.service", EXIT_USAGE)
-    return (unit_dir / "nanobot.service") if unit_dir is not None else default_unit_path(user)
+    # absolute: the path is recorded in service.env and compared from other folders later
+    return (unit_dir.absolute() / "nanobot.service") if unit_dir is not None else default_unit_path(user)
 
 
 def _systemctl(user: bool, no_systemctl: bool) -> Systemctl | None:
@@ -188,9 +189,10 @@ def install(
                 f"{', '.join(sorted(inherited))}"
             )
         notes = install_unit(spec, unit_path, _systemctl(user, no_systemctl))
-    except ServiceError as exc:
-        if stale is not None and environment_file_of(unit_path) != stale:  # the unit was rewritten
-            for note in _remove_environment_file(stale, unit_path):
+    except (ServiceError, OSError) as exc:  # OSError: the unit file itself could not be written
+        now_read = environment_file_of(unit_path)  # what the unit on disk reads after the failure
+        for unread in {stale, env_file} - {now_read, None}:  # a copy only the failed install names
+            for note in _remove_environment_file(unread, unit_path):
                 err(note)
         fail(f"Error: {exc}")
     if stale is not None and stale != env_file:  # only once the new unit is in: the old one read it
@@ -215,6 +217,9 @@ def uninstall(
     try:
         notes = uninstall_unit(unit_path, _systemctl(user, no_systemctl))
     except ServiceError as exc:
+        if env_file is not None and not unit_path.exists():  # the unit went; a reload failed after
+            for note in _remove_environment_file(env_file, unit_path):
+                err(note)
         fail(f"Error: {exc}")
     if env_file is not None:
         notes += _remove_environment_file(env_file, unit_path)
