@@ -175,27 +175,32 @@ def test_settings_exported_in_the_installing_shell_reach_the_service(
     assert "service.env" in uninstall.stderr
 
 
-def test_uninstall_removes_only_the_settings_file_of_the_unit_it_removed(tmp_path: Path) -> None:
-    """A review catch: an uninstall aimed at a folder with no unit (the user forgot --user) deleted
-    service.env, which the installed unit still reads (systemd then refuses to start it)."""
+def _keyed_home(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
+    """(home, config, nanobot executable, a shell exporting an API key) for service-install tests."""
     home = tmp_path / "home"
     home.mkdir()
     config = home / "config.json"
     config.write_text("{}")
     bin_dir = tmp_path / "bin"
     exe = nanobot_on_path(bin_dir)
-    shell = {**base_env(bin_dir), "NANOBOT_HOME": str(home), "OPENAI_API_KEY": "sk-test-123456"}
+    return home, config, exe, {**base_env(bin_dir), "NANOBOT_HOME": str(home), "OPENAI_API_KEY": "sk-test-123456"}
+
+
+def _uninstall(exe: Path, units: Path, config: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    argv = [str(exe), "service", "uninstall", "--unit-dir", str(units), "--no-systemctl", "-c", str(config)]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=config.parent)
+
+
+def test_uninstall_removes_only_the_settings_file_of_the_unit_it_removed(tmp_path: Path) -> None:
+    """A review catch: an uninstall aimed at a folder with no unit (the user forgot --user) deleted
+    service.env, which the installed unit still reads (systemd then refuses to start it)."""
+    home, config, exe, shell = _keyed_home(tmp_path)
     installed, elsewhere = tmp_path / "user-units", tmp_path / "system-units"
     assert _install(exe, installed, config, shell, user_unit=True).returncode == 0
     assert (home / "service.env").exists()
-
-    def uninstall(units: Path) -> subprocess.CompletedProcess:
-        argv = [str(exe), "service", "uninstall", "--unit-dir", str(units), "--no-systemctl", "-c", str(config)]
-        return subprocess.run(argv, env=shell, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-
-    assert uninstall(elsewhere).returncode == 0
+    assert _uninstall(exe, elsewhere, config, shell).returncode == 0
     assert (home / "service.env").exists()  # no unit there: nothing of the installed one touched
-    done = uninstall(installed)
+    done = _uninstall(exe, installed, config, shell)
     assert done.returncode == 0 and not (home / "service.env").exists(), done.stderr
 
 
@@ -218,22 +223,11 @@ def test_a_reinstall_for_another_home_removes_the_settings_file_of_the_first(tmp
 def test_service_env_stays_while_a_unit_in_any_folder_reads_it(tmp_path: Path) -> None:
     """A review catch: uninstalling the user unit deleted the service.env a system unit installed
     with --unit-dir still read (only the default places were looked at)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    config = home / "config.json"
-    config.write_text("{}")
-    bin_dir = tmp_path / "bin"
-    exe = nanobot_on_path(bin_dir)
-    shell = {**base_env(bin_dir), "NANOBOT_HOME": str(home), "OPENAI_API_KEY": "sk-test-123456"}
+    home, config, exe, shell = _keyed_home(tmp_path)
     first, second = tmp_path / "units-a", tmp_path / "units-b"
     for units in (first, second):
         assert _install(exe, units, config, shell, user_unit=True).returncode == 0
-
-    def uninstall(units: Path) -> subprocess.CompletedProcess:
-        argv = [str(exe), "service", "uninstall", "--unit-dir", str(units), "--no-systemctl", "-c", str(config)]
-        return subprocess.run(argv, env=shell, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-
-    assert uninstall(first).returncode == 0
+    assert _uninstall(exe, first, config, shell).returncode == 0
     assert (home / "service.env").exists()  # the second unit still reads it
-    assert uninstall(second).returncode == 0
+    assert _uninstall(exe, second, config, shell).returncode == 0
     assert not (home / "service.env").exists()  # the last one gone: the keys go too
