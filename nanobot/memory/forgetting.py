@@ -3,7 +3,10 @@ something, and which facts such a request lets a consolidation drop from MEMORY.
 (validation.check_memory_update puts any other dropped fact back). "Forget" is matched in the
 languages users write in most, CJK included; a fact goes only when a request names one of its
 words, or most of them for a request that only removes something ("delete the draft email to
-Alice" is no reason to lose "Sister Alice is diabetic"). A fact the model rewrote with a new value
+Alice" is no reason to lose "Sister Alice is diabetic"). A message is read clause by clause: a
+reminder ("don't forget X", "vergiss X nicht") asks nothing to go, even beside a request in the
+same message, and a request that names nothing ("forget it") names what came before it. A fact the
+model rewrote with a new value
 goes when a message that says something changed ("I moved to Berlin", "不对，我妹妹叫安娜") gave
 that value; "I'm also allergic to shellfish" changes no allergy.
 """
