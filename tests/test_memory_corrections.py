@@ -470,3 +470,23 @@ def test_reminders_and_requests_that_point_back(said: str, lets_go: list[str]) -
     outcome = update("# Memory\n", "# Memory\n" + "\n".join(facts) + "\n", user_texts=[said])
     assert not isinstance(outcome, Refusal)
     assert sorted(set(facts) - set(outcome[1])) == sorted(lets_go)
+
+
+@pytest.mark.parametrize(
+    ("said", "fact"),
+    [
+        # review catches: tasks that only looked like requests about memory
+        ("Lösche bitte die Erinnerung für das Treffen mit Thomas morgen.", "- Brother Thomas works at Siemens"),
+        ("Borra las fotos de Mallorca de la memoria del teléfono, está llena.", "- Photos of Mallorca are on the NAS"),
+        ("Lösche die alten Mallorca-Fotos aus dem Speicher vom Handy.", "- Photos of Mallorca are on the NAS"),
+        ("Delete all the old emails from Tanaka and remember tomorrow's meeting", "- Boss: Mr Tanaka, head of sales"),
+        ("田中さんからの古いメールを全部削除して、明日の会議のことも覚えておいて", "- 田中さんは上司（営業部長）"),
+        ("Shorten my CV to one page and remove anything about my time at Google.", "- Worked at Google in Zurich"),
+        ("Olvídate, ya lo he reservado yo.", "- Allergic to peanuts"),  # "never mind"
+    ],
+)
+def test_tasks_that_mention_memory_words_let_no_fact_go(said: str, fact: str) -> None:
+    previous = f"# Memory\n{fact}\n- Works as a nurse\n- Cat called Miso\n"
+    outcome = update("# Memory\n- Works as a nurse\n- Cat called Miso\n", previous, user_texts=[said])
+    assert not isinstance(outcome, Refusal)
+    assert outcome[1] == [fact]

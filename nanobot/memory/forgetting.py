@@ -57,7 +57,7 @@ _GERMAN_REMINDER_RE = re.compile(
 #: where a message's clauses part: punctuation, a dash, and joining words ("…, and delete my PIN",
 #: "… then forget my PIN", 然后); a full stop only before a capital, not after "Dr", "Mr" or a day
 _CLAUSE_SPLIT_RE = re.compile(
-    r"[,;!?\n。，；！？]|(?<!\bDr)(?<!\bMr)(?<!\bMs)(?<!\bSt)(?<!Mrs)(?<!rof)(?<!\d)\.(?=\s+[A-Z])"
+    r"[,;!?\n。，；！？、]|(?<!\bDr)(?<!\bMr)(?<!\bMs)(?<!\bSt)(?<!Mrs)(?<!rof)(?<!\d)\.(?=\s+[A-Z])"
     r"|\s[—–-]\s|\s&\s|\b(?:and|but|then|so|also|plus|und|aber|dann|et|mais|puis|y|pero|luego|e|ma|poi|mas)\b"
     r"|然后|然後|还有|還有|另外|并且|並且|而且",
     re.I,
@@ -68,14 +68,21 @@ _FORGET_TO_RE = re.compile(r"\b(?:don['’]?t|do\s+not|never)\s+(?:you\s+)?forge
 _POINTERS = frozenset({"everyth", "anyth", "someth", "all"})
 
 
+def _names_something(text: str) -> bool:
+    """Whether a request says what it is about, beside its verb ("forget it" does not)."""
+    return bool(fact_words(_FORGET_RE.sub(" ", text)) - _POINTERS)
+
+
 @lru_cache(maxsize=256)
-def _asked(text: str) -> tuple[str, ...]:
-    """What a message asks to let go, one part per request: a clause with a forget or delete verb
-    starts one, a clause with a negated verb is a reminder, and a clause without either (the rest
-    of a list: "forget my PIN, my address") belongs to the one before it. A request that names
-    nothing ("please remove it", "forget everything about him") takes the clauses before it."""
+def _asked(text: str) -> tuple[tuple[str, str], ...]:
+    """What a message asks to let go, one (part, head) per request: a clause with a forget or delete
+    verb starts one, a clause with a negated verb is a reminder, and a clause without either (the
+    rest of a list: "forget my PIN, my address") belongs to the one before it. A request that names
+    nothing ("please remove it", "forget everything about him") takes the clauses before it. The
+    head is the request without the clauses after its verb's ("Olvídate, ya lo he reservado yo":
+    a bare "never mind", whatever follows)."""
     text = _GERMAN_REMINDER_RE.sub(lambda m: "nicht_vergessen" + m.group(1), _FORGET_TO_RE.sub(" ", text))
-    parts: list[list[str]] = []
+    parts: list[tuple[list[str], str]] = []
     before: list[str] = []  # clauses since the last request or reminder
     asking = False
     for clause in _CLAUSE_SPLIT_RE.split(text):
@@ -84,35 +91,38 @@ def _asked(text: str) -> tuple[str, ...]:
             continue
         if _FORGET_RE.search(clause):
             asking = True
-            parts.append(before + [clause] if not fact_words(clause) - _POINTERS else [clause])
+            head = [clause] if _names_something(clause) else before + [clause]
+            parts.append((head, " , ".join(head)))
             before = []
+        elif _REMEMBER_RE.search(clause):
+            asking, before = False, []
         elif asking:
-            parts[-1].append(clause)
+            parts[-1][0].append(clause)
         else:
             before.append(clause)
-    return tuple(" , ".join(part) for part in parts)
+    return tuple((" , ".join(part), head) for part, head in parts)
 
 
-#: a request about what is remembered (not a task such as "delete the note about the draft email"
-#: or "delete all emails about Tom"): its verbs, "memory" in the languages users write in, or
-#: everything known about something ("everything you know about Tom", "all notes about Alice")
 #: a correction ("I no longer work as a nurse"): about what is remembered, but one shared word
 #: ("work") is no reason to let "Brother Tom works at Siemens" go: it must share two
 _CORRECTION_RE = re.compile(r"\b(no longer|not true|isn't true|wrong|incorrect|anymore|any more)\b", re.I)
+#: a request about what the assistant remembers (not a task such as "delete the note about the draft
+#: email", "remove anything about Google from my CV" or "delete the photos from the phone's memory"):
+#: its verbs, its memory ("from your memory", "de ta mémoire", "aus deinem Gedächtnis"), or what it
+#: knows ("everything you know about Tom", "all notes about Alice")
 _ABOUT_MEMORY_RE = re.compile(
-    r"\b(forget|forgot|stop remembering"
-    r"|memory|memories|remember|mémoire|souvenirs?|gedächtnis|erinnerung|speicher|memoria|memória|"
-    + _FORGET_WORDS
-    + r")\b|"
-    + _FORGET_CJK
-    + r"|记忆|記憶|记住的|記住的|メモリ|覚えて|기억"
-    r"|\b(?:everything|anything)\s+(?:(?:that\s+)?you\s+(?:know|remember|noted|saved|stored|have)\s+)?"
-    r"(?:about|regarding|concerning)\b"
-    r"|\ball\s+(?:(?:that\s+)?you\s+(?:know|remember)\s+)(?:about|regarding|concerning)\b"
-    r"|\ball\s+(?:the\s+|my\s+|your\s+)?(?:notes|facts|memories|entries)\s+(?:about|on|regarding|concerning)\b"
-    r"|\b(?:alles|tout|todo|tutto)\s+(?:über|sur|sobre|su)\b",
+    r"\b(forget|forgot|stop remembering|" + _FORGET_WORDS + r")\b|" + _FORGET_CJK
+    + r"|\b(?:your|my|from|in|out\s+of|the)\s+memor(?:y|ies)\b"
+    r"|\b(?:ta|votre|ton)\s+mémoire\b|\bla\s+mémoire\b(?!\s+(?:du|de|des)\b)"
+    r"|\b(?:tu|su|tua|sua|la)\s+memori[ao]\b(?!\s+(?:del?|do|da|dello|della)\b)|\bgedächtnis\b"
+    r"|\bdein(?:em|er|en)?\s+(?:speicher|erinnerung)\b|你的记忆|你的記憶|記憶から|기억에서"
+    r"|\b(?:everything|anything|all)\s+(?:that\s+)?you\s+(?:know|remember|noted|saved|stored|have)\s+"
+    r"(?:about|regarding|concerning|on)\b"
+    r"|\ball\s+(?:the\s+|my\s+|your\s+)?(?:notes|facts|memories|entries)\s+(?:about|on|regarding|concerning)\b",
     re.I,
 )
+#: a clause that asks to keep something ("… and remember tomorrow's meeting"): no part of a request
+_REMEMBER_RE = re.compile(r"\b(?:remember|note|keep|merke?|souviens|recuerda|ricorda|lembra)\b|覚えて|记住|記住", re.I)
 
 
 #: a message saying something changed or was wrong: a change on its own ("I moved to Berlin")...
@@ -184,11 +194,15 @@ def _read(text: str) -> tuple[tuple[frozenset[str], frozenset[str], bool, bool],
     return tuple(
         (frozenset(fact_words(part)), frozenset(short_words(part)), bool(_ABOUT_MEMORY_RE.search(part)),
          bool(_CORRECTION_RE.search(part)))
-        for part in _asked(text)
+        for part, _head in _asked(text)
     )
 
 
 def asks_to_forget_in_another_language(requests: list[str]) -> bool:
     """Whether the chunk asks to forget in a language other than English ("oublie", "vergiss"):
     its words cannot be matched with the facts', which the model may keep in English."""
-    return any(_OTHER_LANGUAGE_FORGET_RE.search(part) for request in requests for part in _asked(request))
+    return any(
+        _OTHER_LANGUAGE_FORGET_RE.search(head) and _names_something(head)  # a bare "olvídate": never mind
+        for request in requests
+        for _part, head in _asked(request)
+    )
