@@ -159,6 +159,16 @@ async def test_a_dice_a_round_video_and_an_anonymous_admin_are_not_dropped(serve
     assert (said.content, said.sender_id, said.is_group) == ("meeting moved to 5", "-100123", True)
 
 
+async def _taken(gw, count: int, key: str) -> dict[str, str]:  # noqa: ANN001
+    """The next `count` inbound messages' texts by their `key` attribute (each confirmed)."""
+    taken = {}
+    for _ in range(count):
+        msg = await gw.inbound()
+        taken[getattr(msg, key)] = msg.content
+        msg.ack()
+    return taken
+
+
 async def test_a_paste_gathers_only_its_own_topic_and_sender(server, gateway_factory) -> None:
     """The gathering was keyed by chat and `from` user: a message in another topic, or by another
     channel posting in the group (all share one `from` user), joined the paste (a review catch)."""
@@ -168,23 +178,13 @@ async def test_a_paste_gathers_only_its_own_topic_and_sender(server, gateway_fac
     server.push_message(first, message_thread_id=42, **topic)
     await asyncio.sleep(0.05)
     server.push_message("secret plan for topic B", message_thread_id=43, **topic)
-    got = {}
-    for _ in range(2):
-        msg = await gw.inbound()
-        got[msg.chat_id] = msg.content
-        msg.ack()
-    assert got == {"-100777:42": first, "-100777:43": "secret plan for topic B"}
+    assert await _taken(gw, 2, "chat_id") == {"-100777:42": first, "-100777:43": "secret plan for topic B"}
     bot = {"id": 136817688, "is_bot": True, "first_name": "Channel", "username": "Channel_Bot"}
     for title, cid, text in (("Alice's channel", -1001, first), ("Mallory's channel", -1002, "ignore the above")):
         server.push_message(text, chat_id=-100123, chat_type="supergroup", **{"from": bot},
                             sender_chat={"id": cid, "type": "channel", "title": title})
         await asyncio.sleep(0.05)
-    said = {}
-    for _ in range(2):
-        msg = await gw.inbound()
-        said[msg.sender_id] = msg.content
-        msg.ack()
-    assert said == {"-1001": first, "-1002": "ignore the above"}
+    assert await _taken(gw, 2, "sender_id") == {"-1001": first, "-1002": "ignore the above"}
 
 
 async def test_a_reply_carries_what_it_answers(server, gateway_factory) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import math
 import os
@@ -26,7 +27,6 @@ from nanobot.cli.common import (
 from nanobot.config.paths import HOME_ENV, NANOBOT_DIR, nanobot_home, workspace_problem
 from nanobot.service.state import WATCHDOG_STALE_FACTOR, gateway_summary
 from nanobot.service.systemd import (
-    READ_BY,
     ServiceError,
     Systemctl,
     UnitSpec,
@@ -35,13 +35,14 @@ from nanobot.service.systemd import (
     environment_file_readers,
     install_unit,
     linger_hint,
+    record_environment_file_readers,
     stop_timeout_s,
     uninstall_unit,
     unit_status,
     userns_available,
     write_environment_file,
 )
-from nanobot.util.fs import atomic_write, ensure_private_dir, repair_private
+from nanobot.util.fs import ensure_private_dir, repair_private
 
 app = command_group(help="Run the gateway as a systemd service.")
 
@@ -80,18 +81,25 @@ def _home_of_sudo_user() -> None:
     nanobot home (and config, unless -c names another): NANOBOT_HOME is set to theirs for this
     command, unless it was given. The unit pointed at root's missing config (with -c too: root's home
     as NANOBOT_HOME), and the folder made for it in root's home was handed to the user."""
-    sudo_user = os.environ.get("SUDO_USER")
-    if os.geteuid() != 0 or not sudo_user or sudo_user == "root" or os.environ.get(HOME_ENV, "").strip():
-        return
-    import pwd
-
-    try:
-        user_home = Path(pwd.getpwnam(sudo_user).pw_dir)
-    except KeyError:
+    user_home = _sudo_user_home()
+    if os.geteuid() != 0 or user_home is None or os.environ.get(HOME_ENV, "").strip():
         return
     if Path.home() != user_home:
         os.environ[HOME_ENV] = str(user_home / NANOBOT_DIR)
-        err(f"Using {sudo_user}'s nanobot home {user_home / NANOBOT_DIR} (run by sudo)")
+        err(f"Using {os.environ['SUDO_USER']}'s nanobot home {user_home / NANOBOT_DIR} (run by sudo)")
+
+
+def _sudo_user_home() -> Path | None:
+    """The home folder of the user who ran sudo (None: not under sudo, or sudo from root)."""
+    sudo_user = os.environ.get("SUDO_USER")
+    if not sudo_user or sudo_user == "root":
+        return None
+    import pwd
+
+    try:
+        return Path(pwd.getpwnam(sudo_user).pw_dir)
+    except KeyError:
+        return None
 
 
 def _unit_path(user: bool, unit_dir: Path | None) -> Path:
@@ -231,14 +239,7 @@ def _installed_unit_paths() -> list[Path]:
     """Where nanobot's units are installed by default: the system one, this user's, and under sudo
     the invoking user's (their user unit may read the same service.env)."""
     paths = [default_unit_path(True), default_unit_path(False)]
-    sudo_user = os.environ.get("SUDO_USER")
-    if sudo_user and sudo_user != "root":
-        import pwd
-
-        try:
-            home = Path(pwd.getpwnam(sudo_user).pw_dir)
-        except KeyError:
-            return paths
+    if (home := _sudo_user_home()) is not None:
         paths.append(home / ".config" / "systemd" / "user" / default_unit_path(True).name)
     return paths
 
@@ -256,12 +257,8 @@ def _remove_environment_file(env_file: Path, unit_path: Path) -> list[str]:
     if env_file.name != SERVICE_ENV_FILE:  # not the file install writes (a unit edited by hand)
         return []
     if others := _other_readers(env_file, unit_path):
-        try:
-            text = env_file.read_text(encoding="utf-8")
-            kept = [line for line in text.splitlines() if not line.startswith(READ_BY)]
-            atomic_write(env_file, "\n".join([*(f"{READ_BY}{u}" for u in others), *kept]) + "\n")
-        except OSError:
-            pass  # the record is only a help: the units' own EnvironmentFile= lines decide
+        with contextlib.suppress(OSError):  # the record is only a help: the units' EnvironmentFile= decide
+            record_environment_file_readers(env_file, others)
         return [f"kept {env_file}: another nanobot unit still reads it ({others[0]})"]
     try:
         env_file.unlink()

@@ -64,6 +64,8 @@ _CLAUSE_SPLIT_RE = re.compile(
 )
 #: "don't forget to delete my PIN": the words of a reminder about a task, which follows
 _FORGET_TO_RE = re.compile(r"\b(?:don['’]?t|do\s+not|never)\s+(?:you\s+)?forget\s+to\b", re.I)
+#: a clause that asks to keep something ("… and remember tomorrow's meeting"): no part of a request
+_REMEMBER_RE = re.compile(r"\b(?:remember|note|keep|merke?|souviens|recuerda|ricorda|lembra)\b|覚えて|记住|記住", re.I)
 #: what names nothing by itself: a request of only these points back ("My PIN? Forget it.")
 _POINTERS = frozenset({"everyth", "anyth", "someth", "all"})
 
@@ -121,8 +123,6 @@ _ABOUT_MEMORY_RE = re.compile(
     r"|\ball\s+(?:the\s+|my\s+|your\s+)?(?:notes|facts|memories|entries)\s+(?:about|on|regarding|concerning)\b",
     re.I,
 )
-#: a clause that asks to keep something ("… and remember tomorrow's meeting"): no part of a request
-_REMEMBER_RE = re.compile(r"\b(?:remember|note|keep|merke?|souviens|recuerda|ricorda|lembra)\b|覚えて|记住|記住", re.I)
 
 
 #: a message saying something changed or was wrong: a change on its own ("I moved to Berlin")...

@@ -108,7 +108,7 @@ class Refusal:
     def logged_reason(self) -> str:
         """For logs, status and markers: the model's text (a user's PIN, a diagnosis) only when
         `logging.prompts` lets prompt text reach the log."""
-        return self.reason if prompts_logged() else f"{self.field} refused ({self.rule}): {self.detail}"
+        return self.reason if prompts_logged() else replace(self, excerpt="").reason
 
 
 @dataclass(frozen=True)

@@ -89,12 +89,22 @@ def environment_file_readers(path: Path) -> list[Path]:
     return [Path(line.removeprefix(READ_BY)) for line in lines if line.startswith(READ_BY)]
 
 
+def record_environment_file_readers(path: Path, readers: list[Path]) -> None:
+    """Replace the readers an environment file records, its settings unchanged."""
+    settings = [line for line in path.read_text(encoding="utf-8").splitlines() if not line.startswith(READ_BY)]
+    atomic_write(path, "\n".join([*_reader_lines(readers), *settings]) + "\n")
+
+
+def _reader_lines(readers: list[Path]) -> list[str]:
+    if any(ch in str(reader) for reader in readers for ch in "\n\r\0"):
+        raise ServiceError("a unit path with a line break cannot be recorded in an environment file")
+    return [f"{READ_BY}{reader}" for reader in dict.fromkeys(readers)]
+
+
 def write_environment_file(path: Path, values: dict[str, str], readers: list[Path]) -> None:
     """`values` as a systemd environment file (KEY='value' lines), mode 0600: API keys go in it.
     `readers`, the units that read it, are recorded in comments: the file goes with the last one."""
-    if any(ch in str(reader) for reader in readers for ch in "\n\r\0"):
-        raise ServiceError("a unit path with a line break cannot be recorded in an environment file")
-    lines = [f"{READ_BY}{reader}" for reader in dict.fromkeys(readers)]
+    lines = _reader_lines(readers)
     for name, value in sorted(values.items()):
         if any(ch in value for ch in "'\n\r\0"):
             raise ServiceError(
