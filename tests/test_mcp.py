@@ -624,3 +624,20 @@ async def test_a_server_that_dies_leaving_a_helper_is_reconnected_and_the_helper
             break
         await asyncio.sleep(0.05)
     assert not any(_running(pid) for pid in pids)
+
+
+async def test_the_stdio_launcher_passes_arguments_as_they_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server runs under /bin/sh now: an argument (a config written by someone else, a path)
+    must reach the server as one word, never as shell code."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "dying_server.py"
+    script.write_text(_DYING_SERVER)
+    odd = tmp_path / "helpers $(touch pwned1) `touch pwned2`;touch pwned3 '\" *.txt"
+    manager = MCPManager({"d": MCPServerConfig(command=sys.executable, args=[str(script), str(odd)], tool_timeout=5)})
+    try:
+        assert await manager.connections["d"].ensure_ready()
+        assert await manager.connections["d"].call("once", {}) == "done"
+    finally:
+        await manager.aclose()
+    assert odd.exists()  # the server got the path as written
+    assert not list(tmp_path.glob("pwned*"))
