@@ -754,6 +754,24 @@ async def test_the_message_tool_reports_an_attachment_that_was_not_sent(
     assert len(server.calls_to("sendDocument")) == 2
 
 
+async def test_a_file_getfile_reports_past_the_cap_is_never_downloaded(
+    server, gateway_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library reads a download whole into memory before the cap sees a byte: a document whose
+    message understates its size (or leaves it out) but whose getFile tells the truth was pulled
+    into RAM whole (a 100 MB file took the gateway's peak RSS from 76 to 300 MB)."""
+    from nanobot.channels import media as media_util
+
+    monkeypatch.setattr(media_util, "MAX_MEDIA_BYTES", 1000)
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    info = server.add_file("big", "documents/big.bin", b"x" * 5000)
+    server.push_message("what is in it?", document={**info, "file_name": "big.bin", "file_size": 10})
+    got = await gw.inbound()
+    assert got.media == [] and '[file "big.bin": more than 1000 bytes, too large' in got.content, got.content
+    assert server.calls_to("getFile") and not server.calls_to("download")
+    assert not (tmp_path / "media").exists() or list((tmp_path / "media").iterdir()) == []
+
+
 async def test_a_download_past_the_cap_is_cut_off_whatever_size_was_announced(
     server, gateway_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -762,6 +780,7 @@ async def test_a_download_past_the_cap_is_cut_off_whatever_size_was_announced(
     from nanobot.channels import media as media_util
 
     monkeypatch.setattr(media_util, "MAX_MEDIA_BYTES", 1000)
+    server.get_file_reports_size = False  # nothing tells the size before the bytes do
     gw = await gateway_factory(make_config(server)).start(respond=False)
     info = server.add_file("p1", "photos/p1.jpg", b"\xff\xd8" + b"x" * 5000)
     info.pop("file_size", None)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from telegram import Message, Update
 from telegram.error import TelegramError
 
+from nanobot.channels import media as media_util
 from nanobot.channels.media import MediaItem, Received
 from nanobot.channels.split import utf16_len
 from nanobot.util.text import quoted, unlabelled
@@ -162,6 +163,10 @@ async def download_media(channel: TelegramChannel, message: Message) -> Received
         assert channel.bot is not None
         bot = channel.bot
         tg_file = await channel._with_retry("getFile", lambda: bot.get_file(item.handle.file_id))
+        # The library reads a download whole into memory before a byte reaches `out` (its cap
+        # guards the disk only): a size getFile reports past the cap is refused before the download.
+        if (tg_file.file_size or 0) > media_util.MAX_MEDIA_BYTES:
+            raise media_util.TooLarge(f"getFile reports {tg_file.file_size} bytes")
         await tg_file.download_to_memory(out)
 
     return await channel._download_media(

@@ -106,6 +106,7 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         self.rejected_tokens: set[str] = set()
         self.updates: list[dict[str, Any]] = []
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, content)
+        self.get_file_reports_size = True  # file_size is optional in getFile's answer too
         self.pushed_at: dict[int, float] = {}  # update_id -> perf_counter when pushed
         self.sent_at: list[float] = []
         self._failures: dict[str, list[tuple[int, dict[str, Any]] | None]] = {}  # None: answer normally
@@ -338,14 +339,10 @@ class FakeTelegramServer(ThreadedAiohttpServer):
         if file_id not in self.files:
             return self._bad_request("invalid file_id")
         path, content = self.files[file_id]
-        return self._ok(
-            {
-                "file_id": file_id,
-                "file_unique_id": f"u{file_id}",
-                "file_size": len(content),
-                "file_path": path,
-            }
-        )
+        found: dict[str, Any] = {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_path": path}
+        if self.get_file_reports_size:
+            found["file_size"] = len(content)
+        return self._ok(found)
 
     async def _download(self, request: web.Request) -> web.Response:
         token, path = request.match_info["token"], request.match_info["path"]
