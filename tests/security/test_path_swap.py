@@ -9,6 +9,7 @@ wrapped so the folder is replaced right after the check.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -317,3 +318,17 @@ async def test_a_swapped_folder_does_not_get_folders_created_where_it_leads(
     out = await reg.execute("write_file", {"path": "a/sub/planted/x.txt", "content": "x"}, CTX)
     assert out.startswith("Error:"), out
     assert sorted(p.name for p in outside.iterdir()) == ["id_ed25519", "key.md"]  # nothing planted
+
+
+async def test_a_planted_fifo_is_refused_not_read_as_an_empty_file(setup) -> None:
+    """A command in the sandbox can make a FIFO in the workspace (a mutation test found no test
+    noticed the open's regular-file check gone): it must be refused, not handed back as an empty
+    file, and the open must not hang."""
+    reg, ws, _, _ = setup
+    os.mkfifo(ws / "a" / "pipe.md")
+    os.mkfifo(ws / "memory" / "notes" / "pipe.md")
+    for path in ("a/pipe.md", "memory/notes/pipe.md"):
+        out = await reg.execute("read_file", {"path": path}, CTX)
+        assert out.startswith("Error:") and "not a regular file" in out, (path, out)
+        out = await reg.execute("edit_file", {"path": path, "old_text": "x", "new_text": "y"}, CTX)
+        assert out.startswith("Error:"), (path, out)
