@@ -93,6 +93,9 @@ def make(allow: list[str], **kw: Any) -> FakeChannel:
         (["alice"], "2", None, False),
         (["alice"], "alice", None, True),  # an id that happens to equal the entry
         (["bob"], "2", "alice", False),
+        (["@alice"], "666", "alice_x", False),  # a stranger picking a name that begins with one
+        (["@alice"], "667", "alicebot", False),
+        (["555"], "900", "555", False),  # nor a username equal to an allowed id
     ],
 )
 def test_allow_list_semantics(allow: list[str], sender: str, username: str | None, expected: bool) -> None:

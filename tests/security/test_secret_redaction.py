@@ -147,3 +147,61 @@ def test_a_secret_cut_in_two_is_masked_by_its_pieces() -> None:
     register_secret("postgres://app:s3cretpw@db:5432/app")
     assert mask_cut("/app/src/main.py:12: error", start=True) == "/app/src/main.py:12: error"
     assert mask_cut("connect to postgres://", end=True) == "connect to postgres://"
+
+
+def test_token_shapes_nobody_registered_are_masked_in_the_log(tmp_path: Path) -> None:
+    """A Telegram bot URL, an OpenAI-style key and a Bearer header logged by a library (httpx logs
+    every request URL) before or without any registration: their shape alone hides them."""
+    import logging
+
+    from loguru import logger
+
+    from nanobot.logs import route_library_logging, setup_logging
+
+    bot_token = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+    openai_key = "sk-LiveKey0123456789abcdefXYZ"
+    bearer = "abcdEFGH1234ijklMNOP5678"
+    log_file = tmp_path / "nanobot.log"
+    try:
+        setup_logging("INFO", file=str(log_file))
+        route_library_logging()
+        logging.getLogger("httpx").warning(f"HTTP Request: POST https://api.telegram.org/bot{bot_token}/getMe")
+        logging.getLogger("openai").warning(f"request with key {openai_key} failed")
+        logger.info(f"header Authorization: Bearer {bearer}")
+        logger.complete()
+    finally:
+        setup_logging("WARNING", prompts=False)
+    text = log_file.read_text(encoding="utf-8")
+    for value in (bot_token, openai_key, bearer):
+        assert value not in text, text
+    assert "api.telegram.org/bot***/getMe" in text and "Bearer ***" in text, text
+
+
+def test_a_secret_that_begins_another_leaves_no_tail_in_clear() -> None:
+    """A provider key and a longer credential that starts with it (an MCP URL or argument holding
+    the key and more): masked shortest first, the longer one's tail was shown."""
+    from nanobot.secrets import mask, register_secret
+
+    register_secret("Tok3nAbc12")
+    register_secret("Tok3nAbc12-Zq9Xw8Vu7-SECRETTAIL")
+    assert mask("auth=Tok3nAbc12-Zq9Xw8Vu7-SECRETTAIL end") == "auth=*** end"
+    assert mask("key Tok3nAbc12 only") == "key *** only"
+
+
+def test_every_credential_in_the_config_is_registered(make_config) -> None:  # noqa: ANN001
+    """The web search key, a provider's extra headers, the Telegram proxy's password and a memory
+    backend's key: an error page or a library log line echoing one of them showed it in clear."""
+    from nanobot.secrets import mask, register_config_secrets
+
+    config, _ = make_config(
+        **{
+            "tools.web.search.apiKey": "BSAsearchKEY0123456789xyz",
+            "providers.openrouter.extraHeaders": {"X-Api-Key": "hdrSECRET0123456789abc"},
+            "channels.telegram.proxy": "http://proxyuser:PrOxYpass0123456789@127.0.0.1:3128",
+            "memory.backends": {"mem0": {"apiKey": "m0-BACKENDKEY0123456789"}},
+        }
+    )
+    register_config_secrets(config)
+    for secret in ("BSAsearchKEY0123456789xyz", "hdrSECRET0123456789abc", "PrOxYpass0123456789",
+                   "m0-BACKENDKEY0123456789"):
+        assert mask(f"error: request with {secret} failed") == "error: request with *** failed", secret
