@@ -84,6 +84,38 @@ def test_append_locked_separates_paragraphs(tmp_path: Path) -> None:
     assert target.read_text() == "first\n\nsecond\n"
 
 
+def test_append_locked_cuts_a_short_write_back_on_a_full_disk(tmp_path: Path) -> None:
+    """A real short write (RLIMIT_FSIZE stops it part-way, as a nearly full disk does), then the
+    error on the rest: HISTORY.md keeps its entries whole, with no half entry for the next append
+    to run into."""
+    import subprocess
+    import sys
+    import textwrap
+
+    history = tmp_path / "HISTORY.md"
+    history.write_text("[2026-01-01] first entry\n")
+    script = textwrap.dedent(
+        f"""
+        import resource, signal
+        from pathlib import Path
+        from nanobot.util.fs import append_locked
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        path = Path({str(history)!r})
+        limit = path.stat().st_size + 10
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        try:
+            append_locked(path, "[2026-01-02] a second entry longer than ten bytes\\n")
+        except OSError as exc:
+            print("ERROR:", exc.strerror)
+        """
+    )
+    repo = str(Path(__file__).resolve().parent.parent)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": repo})
+    assert out.stdout.startswith("ERROR: File too large"), out.stderr
+    assert history.read_text() == "[2026-01-01] first entry\n"
+
+
 def test_file_lock_excludes_a_second_holder(tmp_path: Path) -> None:
     lock = tmp_path / ".lock"
     # flock locks belong to the open file description: a second open conflicts even in-process

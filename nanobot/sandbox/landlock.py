@@ -11,7 +11,8 @@ A Landlock domain cannot ptrace processes outside it, which keeps the daemon's /
 unreadable; from ABI 6 signals and abstract UNIX sockets are scoped too; from ABI 4 TCP bind/connect
 are refused when the network is off. From ABI 6 the bubblewrap sandbox runs inside a ruleset of the
 abstract-socket scope alone (`abstract_socket_scope`): with the network on it shares the host's
-network namespace, where abstract sockets live.
+network namespace, where abstract sockets live. Commands under Landlock also run under a seccomp
+filter that refuses new UNIX sockets (`seccomp.py`): Landlock cannot refuse one by its path.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nanobot.sandbox.seccomp import apply_filter, unix_socket_filter
 from nanobot.sandbox.spec import (
     PROTECTED_MEMORY_PREFIX,
     SandboxSpec,
@@ -179,6 +181,8 @@ class Ruleset:
         last_cap = _last_cap()
 
         drop_caps = self.filesystem  # bubblewrap (scope only) needs the capabilities of its namespaces
+        # bubblewrap hides /run and $HOME itself; Landlock cannot refuse a socket by its path
+        socket_filter = unix_socket_filter() if self.filesystem else None
 
         def hook() -> None:  # in the child between fork and exec, or in a spawning thread
             if then is not None:
@@ -191,6 +195,8 @@ class Ruleset:
                 raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
             if _syscall(_SYS_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
                 raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+            if socket_filter is not None:
+                apply_filter(socket_filter)
 
         return hook
 

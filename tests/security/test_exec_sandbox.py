@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from nanobot.agent.tools.base import ToolError
+from nanobot.agent.tools.shell import ExecTool
+from nanobot.config.schema import ExecToolConfig
 from tests.security.conftest import ENV_KEY, GROUP, OWNER, PROVIDER_KEY, SANDBOXES, make_exec, require_sandbox
 
 pytestmark = pytest.mark.parametrize("mode", SANDBOXES)
@@ -397,3 +399,70 @@ async def test_an_overlapping_command_does_not_put_an_opened_permission_back(nan
 
     await asyncio.gather(run(tool, f"echo {opened} | base64 -d | sh"), innocent())
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
+
+
+async def test_host_services_sockets_in_run_are_out_of_reach(nano_home: Path, mode: str) -> None:
+    """/run holds other services' sockets (D-Bus, docker.sock, a database's): connecting to a
+    socket works through a read-only mount, so bubblewrap's view of / must not show them."""
+    require_sandbox(mode)
+    run_dir = Path("/run")
+    if not os.access(run_dir, os.W_OK):
+        pytest.skip("cannot plant a service socket in /run on this machine")
+    path = run_dir / f"nanobot-test-service-{os.getpid()}-{mode}.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as service:
+        service.bind(str(path))
+        try:
+            service.listen()
+            hidden = base64.b64encode(str(path).encode()).decode()  # past the path filter
+            probe = (
+                f'P="$(echo {hidden} | base64 -d)" python3 -c "import os, socket; s = socket.socket(socket.AF_UNIX); '
+                "s.connect(os.environ['P']); print('CONNECTED')\" 2>&1 | tail -1"
+            )
+            out = await run(make_exec(nano_home, mode), probe)
+        finally:
+            path.unlink()
+    # bubblewrap: no such file (an empty /run); Landlock: no UNIX socket can be made at all
+    assert "CONNECTED" not in out and ("FileNotFoundError" in out or "PermissionError" in out), out
+
+
+async def test_a_programs_own_socket_pair_still_works(nano_home: Path, mode: str) -> None:
+    """What the UNIX socket refusal under Landlock leaves working: a pair of connected sockets
+    between a program's own processes, and network sockets."""
+    require_sandbox(mode)
+    probe = (
+        'python3 -c "import socket; a, b = socket.socketpair(); a.send(b\'pair-ok\'); print(b.recv(9).decode()); '
+        "socket.socket(socket.AF_INET).close(); print('inet-ok')\""
+    )
+    assert (await run(make_exec(nano_home, mode), probe)).split() == ["pair-ok", "inet-ok"]
+
+
+async def test_commands_hold_no_capabilities_and_cannot_uncover_a_hidden_config(mode: str) -> None:
+    """A daemon run as root (a container's default user) with its config kept outside NANOBOT_HOME
+    and outside /tmp (/etc/nanobot, /var/...): the config is covered inside the sandbox, and a
+    command keeping root's capabilities could unmount the cover and read the keys."""
+    require_sandbox(mode)
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(dir="/var/tmp"))  # not /tmp: bubblewrap mounts an empty /tmp anyway
+    try:
+        workspace = root / "home" / "workspace"
+        workspace.mkdir(parents=True)
+        config = root / "etc-nanobot" / "config.json"
+        config.parent.mkdir()
+        config.write_text(f'{{"apiKey": "{PROVIDER_KEY}"}}')
+        tool = ExecTool(
+            workspace,
+            ExecToolConfig(sandbox=mode, timeout_s=10, max_output_chars=4000),
+            restrict=True,
+            private_dirs=(root / "home",),
+            private_files=(config,),
+        )
+        (workspace / "probe.sh").write_text(  # a script: the paths never pass the command filter
+            f"grep CapEff /proc/self/status\ncat {config} 2>&1\numount {config} 2>&1\ncat {config} 2>&1\n"
+        )
+        out = await run(tool, "sh probe.sh")
+    finally:
+        shutil.rmtree(root)
+    assert "CapEff:\t0000000000000000" in out, out
+    assert PROVIDER_KEY not in out and "apiKey" not in out, out

@@ -106,3 +106,24 @@ def test_the_file_hidden_files_are_bound_to_is_removed_at_exit() -> None:
         name, size = out.stdout.split()
         assert size == "0" and Path(name).name.startswith("nanobot-empty-")
         assert not Path(name).exists(), exit_by
+
+
+async def test_landlock_refuses_io_uring_which_would_make_sockets_past_the_filter(nano_home: Path) -> None:
+    """Under Landlock a seccomp filter refuses socket(AF_UNIX); io_uring creates and connects
+    sockets without that system call, so its setup is refused too."""
+    from tests.security.conftest import make_exec, require_sandbox
+
+    require_sandbox("landlock")
+    (nano_home / "workspace" / "ring.py").write_text(
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nparams = ctypes.create_string_buffer(120)\n"
+        "print(libc.syscall(425, 8, params), ctypes.get_errno())\n"  # io_uring_setup(8 entries)
+    )
+    out = await make_exec(nano_home, "landlock").execute(ToolContext(), command="python3 ring.py")
+    assert out.split() == ["-1", "13"], out  # EACCES
+
+
+def test_the_socket_filter_is_built_for_the_known_architectures_only() -> None:
+    from nanobot.sandbox.seccomp import unix_socket_filter
+
+    assert unix_socket_filter("x86_64") is not None and unix_socket_filter("aarch64") is not None
+    assert unix_socket_filter("riscv64") is None  # other system call numbers: no filter, not a wrong one
