@@ -127,3 +127,34 @@ def test_the_socket_filter_is_built_for_the_known_architectures_only() -> None:
 
     assert unix_socket_filter("x86_64") is not None and unix_socket_filter("aarch64") is not None
     assert unix_socket_filter("riscv64") is None  # other system call numbers: no filter, not a wrong one
+
+
+I386_UNIX_SOCKET = """\
+import ctypes, mmap
+# push rbx; mov eax, 359 (i386 socket); mov ebx, 1 (AF_UNIX); mov ecx, 1 (SOCK_STREAM); xor edx, edx;
+# int 0x80; pop rbx; ret — the 32-bit system call table, which a filter checking numbers must refuse
+code = bytes([0x53, 0xB8, 0x67, 1, 0, 0, 0xBB, 1, 0, 0, 0, 0xB9, 1, 0, 0, 0, 0x31, 0xD2, 0xCD, 0x80, 0x5B, 0xC3])
+page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+print(ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))())
+"""
+
+
+async def test_landlock_refuses_a_unix_socket_made_through_the_32_bit_system_calls(nano_home: Path) -> None:
+    """The filter checks x86_64's number of socket(); a 64-bit program may still enter the kernel
+    through `int 0x80` with i386 numbers, which the filter must refuse as a whole."""
+    import platform
+    import subprocess
+
+    from tests.security.conftest import make_exec, require_sandbox
+
+    require_sandbox("landlock")
+    if platform.machine() != "x86_64":
+        pytest.skip("the i386 system calls exist on x86_64 only")
+    probe = nano_home / "workspace" / "i386.py"
+    probe.write_text(I386_UNIX_SOCKET)
+    unsandboxed = subprocess.run(["python3", str(probe)], capture_output=True, text=True, timeout=30)
+    if not unsandboxed.stdout.strip().isdigit():
+        pytest.skip(f"no 32-bit system calls on this kernel ({unsandboxed.stdout.strip()})")
+    out = await make_exec(nano_home, "landlock").execute(ToolContext(), command="python3 i386.py")
+    assert out.strip() == "-13", out  # -EACCES
