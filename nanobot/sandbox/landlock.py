@@ -12,7 +12,8 @@ unreadable; from ABI 6 signals and abstract UNIX sockets are scoped too; from AB
 are refused when the network is off. From ABI 6 the bubblewrap sandbox runs inside a ruleset of the
 abstract-socket scope alone (`abstract_socket_scope`): with the network on it shares the host's
 network namespace, where abstract sockets live. Commands under Landlock also run under a seccomp
-filter that refuses new UNIX sockets (`seccomp.py`): Landlock cannot refuse one by its path.
+filter (`seccomp.py`) that refuses new UNIX sockets, which Landlock cannot refuse by their path, and
+with the network off every new socket (UDP too).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nanobot.sandbox.seccomp import apply_filter, unix_socket_filter
+from nanobot.sandbox.seccomp import apply_filter, socket_filter
 from nanobot.sandbox.spec import (
     PROTECTED_MEMORY_PREFIX,
     SandboxSpec,
@@ -133,6 +134,7 @@ class Ruleset:
 
     def __init__(self, abi: int, network: bool, *, filesystem: bool = True) -> None:
         self.abi = abi
+        self.network = network
         self.filesystem = filesystem
         self.fs = handled_fs(abi) if filesystem else 0
         attr = _RulesetAttr(self.fs, 0, 0)
@@ -182,7 +184,7 @@ class Ruleset:
 
         drop_caps = self.filesystem  # bubblewrap (scope only) needs the capabilities of its namespaces
         # bubblewrap hides /run and $HOME itself; Landlock cannot refuse a socket by its path
-        socket_filter = unix_socket_filter() if self.filesystem else None
+        seccomp = socket_filter(self.network) if self.filesystem else None
 
         def hook() -> None:  # in the child between fork and exec, or in a spawning thread
             if then is not None:
@@ -195,8 +197,8 @@ class Ruleset:
                 raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
             if _syscall(_SYS_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
                 raise OSError(ctypes.get_errno(), "landlock_restrict_self")
-            if socket_filter is not None:
-                apply_filter(socket_filter)
+            if seccomp is not None:
+                apply_filter(seccomp)
 
         return hook
 

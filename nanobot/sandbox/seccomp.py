@@ -1,14 +1,15 @@
-"""A seccomp filter that refuses new UNIX sockets to commands run under Landlock.
+"""A seccomp filter that refuses new UNIX sockets (and, network off, every socket) under Landlock.
 
 Landlock grants file access by folder but has no right for connecting to a UNIX socket by its
 path: under it a command could reach every service listening on one — the user's D-Bus session
 bus (`systemd-run --user` starts a process outside the sandbox), ssh-agent, docker.sock, a
-database. This filter makes `socket(AF_UNIX, ...)` fail with EACCES. `socketpair` stays allowed
-(pipes between a program's own processes); io_uring, which creates and connects sockets without
-those system calls, is refused as well, and so are system calls of another ABI (32-bit, x32)
-that would bypass the numbers checked here.
+database. This filter makes `socket(AF_UNIX, ...)` fail with EACCES; with the network off, every
+`socket()` (Landlock refuses TCP only: UDP, to a DNS resolver for one, carried data out).
+`socketpair` stays allowed (pipes between a program's own processes); io_uring, which creates and
+connects sockets without those system calls, is refused as well, and so are system calls of
+another ABI (32-bit, x32) that would bypass the numbers checked here.
 
-Contract: `unix_socket_filter()` builds the program in the parent (None on architectures whose
+Contract: `socket_filter(network)` builds the program in the parent (None on architectures whose
 system call numbers are not known here); `apply_filter(program)` runs in the child after
 no_new_privs is set, and raises OSError when the kernel refuses the filter.
 """
@@ -48,7 +49,7 @@ class FilterProgram:
         self.prog = _SockFprog(len(instructions), self._array)
 
 
-def unix_socket_filter(machine: str | None = None) -> FilterProgram | None:
+def socket_filter(network: bool, machine: str | None = None) -> FilterProgram | None:
     """The filter for this machine's architecture, or None where it is not known."""
     arch = _ARCHES.get(machine or platform.machine())
     if arch is None:
@@ -61,7 +62,7 @@ def unix_socket_filter(machine: str | None = None) -> FilterProgram | None:
         (_LD_W_ABS, 0, 0, _OFFSET_NR),
         (_JGE_K, 5, 0, _X32_SYSCALL_BIT),
         (_JEQ_K, 4, 0, _IO_URING_SETUP),
-        (_JEQ_K, 0, 2, nr_socket),
+        (_JEQ_K, 0 if network else 3, 2, nr_socket),
         (_LD_W_ABS, 0, 0, _OFFSET_ARG0),  # the domain (the low half of the first argument)
         (_JEQ_K, 1, 0, socket.AF_UNIX),
         (_RET_K, 0, 0, _RET_ALLOW),

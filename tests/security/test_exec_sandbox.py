@@ -285,6 +285,25 @@ async def test_network_off_refuses_connections(nano_home: Path, mode: str) -> No
         assert "CONNECTED" not in await run(make_exec(nano_home, mode, network=False), probe)
 
 
+async def test_network_off_lets_no_datagram_out(nano_home: Path, mode: str) -> None:
+    """UDP carries data out as well as TCP (a DNS query to a resolver the attacker reads): Landlock
+    refuses TCP only, so with the network off its seccomp filter refuses every new socket."""
+    require_sandbox(mode)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:  # loopback only
+        listener.bind(("127.0.0.1", 0))
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        probe = (
+            'python3 -c "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); '
+            f"s.sendto(b'exfiltrated', ('127.0.0.1', {port})); print('SENT')\" 2>&1 | tail -1"
+        )
+        assert "SENT" in await run(make_exec(nano_home, mode), probe)
+        assert listener.recv(100) == b"exfiltrated"  # with the network on it arrives
+        await run(make_exec(nano_home, mode, network=False), probe)  # bubblewrap: sent in its own namespace
+        with pytest.raises(TimeoutError):
+            listener.recv(100)
+
+
 async def test_other_programs_shared_memory_is_out_of_reach_and_devices_still_work(
     nano_home: Path, mode: str
 ) -> None:

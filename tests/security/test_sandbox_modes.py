@@ -123,10 +123,10 @@ async def test_landlock_refuses_io_uring_which_would_make_sockets_past_the_filte
 
 
 def test_the_socket_filter_is_built_for_the_known_architectures_only() -> None:
-    from nanobot.sandbox.seccomp import unix_socket_filter
+    from nanobot.sandbox.seccomp import socket_filter
 
-    assert unix_socket_filter("x86_64") is not None and unix_socket_filter("aarch64") is not None
-    assert unix_socket_filter("riscv64") is None  # other system call numbers: no filter, not a wrong one
+    assert socket_filter(True, "x86_64") is not None and socket_filter(False, "aarch64") is not None
+    assert socket_filter(True, "riscv64") is None  # other system call numbers: no filter, not a wrong one
 
 
 I386_UNIX_SOCKET = """\

@@ -25,7 +25,7 @@ class ExecToolConfig(Section):
         "start). `nanobot status` shows the active one.",
     )
     network: bool = Field(True, description="Commands may use the network (false: bubblewrap gives them "
-                          "no network, Landlock refuses TCP).")
+                          "no network; under Landlock no socket can be made).")
     in_groups: bool = Field(False, description="Allow exec in group chats (sandboxed, without memory/ and "
                             "sessions/ mounted).")
     env: dict[str, str] = Field({}, description="Extra environment variables for commands; the rest is an "
