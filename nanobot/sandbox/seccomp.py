@@ -1,4 +1,4 @@
-"""A seccomp filter that refuses new UNIX sockets (and, network off, every socket) under Landlock.
+"""A seccomp filter for commands under Landlock: no new UNIX socket (network off: no socket), no IPC.
 
 Landlock grants file access by folder but has no right for connecting to a UNIX socket by its
 path: under it a command could reach every service listening on one — the user's D-Bus session
@@ -7,7 +7,9 @@ database. This filter makes `socket(AF_UNIX, ...)` fail with EACCES; with the ne
 `socket()` (Landlock refuses TCP only: UDP, to a DNS resolver for one, carried data out).
 `socketpair` stays allowed (pipes between a program's own processes); io_uring, which creates and
 connects sockets without those system calls, is refused as well, and so are system calls of
-another ABI (32-bit, x32) that would bypass the numbers checked here.
+another ABI (32-bit, x32) that would bypass the numbers checked here. SysV shared memory,
+semaphores and message queues and POSIX message queues are refused too: named by a number, not a
+path, they were open to a command (another program's segment attached and read).
 
 Contract: `socket_filter(network)` builds the program in the parent (None on architectures whose
 system call numbers are not known here); `apply_filter(program)` runs in the child after
@@ -19,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import platform
 import socket
+from dataclasses import dataclass
 
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
@@ -29,8 +32,22 @@ _OFFSET_NR, _OFFSET_ARCH, _OFFSET_ARG0 = 0, 4, 16
 _LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
 _X32_SYSCALL_BIT = 0x40000000
 _IO_URING_SETUP = 425  # the same number on every architecture (added after the tables were unified)
-# machine → (AUDIT_ARCH_*, the socket system call's number)
-_ARCHES = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
+
+
+@dataclass(frozen=True)
+class _Arch:
+    audit_arch: int  # AUDIT_ARCH_*: what seccomp_data.arch holds for this ABI
+    socket: int
+    # SysV shared memory, semaphores, message queues and POSIX message queues: named by a number,
+    # not a path, so Landlock leaves them open (another process's segment of the same user could
+    # be attached and read)
+    ipc: tuple[int, ...]
+
+
+_ARCHES = {
+    "x86_64": _Arch(0xC000003E, 41, (29, 30, 31, *range(64, 72), 220, *range(240, 246))),
+    "aarch64": _Arch(0xC00000B7, 198, tuple(range(180, 198))),
+}
 
 
 class _SockFilter(ctypes.Structure):
@@ -54,20 +71,25 @@ def socket_filter(network: bool, machine: str | None = None) -> FilterProgram | 
     arch = _ARCHES.get(machine or platform.machine())
     if arch is None:
         return None
-    audit_arch, nr_socket = arch
-    # (code, jump if true, jump if false, k); jumps count instructions after the current one
-    return FilterProgram([
-        (_LD_W_ABS, 0, 0, _OFFSET_ARCH),
-        (_JEQ_K, 0, 7, audit_arch),  # another ABI: refused
-        (_LD_W_ABS, 0, 0, _OFFSET_NR),
-        (_JGE_K, 5, 0, _X32_SYSCALL_BIT),
-        (_JEQ_K, 4, 0, _IO_URING_SETUP),
-        (_JEQ_K, 0 if network else 3, 2, nr_socket),
-        (_LD_W_ABS, 0, 0, _OFFSET_ARG0),  # the domain (the low half of the first argument)
-        (_JEQ_K, 1, 0, socket.AF_UNIX),
-        (_RET_K, 0, 0, _RET_ALLOW),
-        (_RET_K, 0, 0, _RET_EACCES),
-    ])
+    # (code, k, where to go when true, when false): None is the next instruction
+    steps: list[tuple[int, int, str | None, str | None]] = [
+        (_LD_W_ABS, _OFFSET_ARCH, None, None),
+        (_JEQ_K, arch.audit_arch, None, "refuse"),  # another ABI (i386's int 0x80)
+        (_LD_W_ABS, _OFFSET_NR, None, None),
+        (_JGE_K, _X32_SYSCALL_BIT, "refuse", None),
+        *((_JEQ_K, nr, "refuse", None) for nr in (_IO_URING_SETUP, *arch.ipc)),
+        (_JEQ_K, arch.socket, None if network else "refuse", "allow"),  # network off: any socket()
+        (_LD_W_ABS, _OFFSET_ARG0, None, None),  # the domain (the low half of the first argument)
+        (_JEQ_K, socket.AF_UNIX, "refuse", "allow"),
+    ]
+    labels = {"allow": len(steps), "refuse": len(steps) + 1}
+
+    def jump(index: int, target: str | None) -> int:
+        return 0 if target is None else labels[target] - index - 1
+
+    program = [(code, jump(i, yes), jump(i, no), k) for i, (code, k, yes, no) in enumerate(steps)]
+    program += [(_RET_K, 0, 0, _RET_ALLOW), (_RET_K, 0, 0, _RET_EACCES)]
+    return FilterProgram(program)
 
 
 _prctl = ctypes.CDLL(None, use_errno=True).prctl

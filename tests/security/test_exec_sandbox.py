@@ -328,6 +328,31 @@ async def test_other_programs_shared_memory_is_out_of_reach_and_devices_still_wo
         planted.unlink()
 
 
+async def test_other_programs_sysv_shared_memory_is_out_of_reach(nano_home: Path, mode: str) -> None:
+    """A SysV shared memory segment is named by a number, not a path: Landlock left them open, and
+    a command attached a segment of another program of the same user and read it."""
+    require_sandbox(mode)
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    segment = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    assert segment >= 0, ctypes.get_errno()
+    try:
+        address = libc.shmat(segment, None, 0)
+        ctypes.memmove(address, b"SHM-SECRET-BYTES", 16)
+        libc.shmdt(ctypes.c_void_p(address))
+        (nano_home / "workspace" / "shm.py").write_text(
+            "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+            f"address = libc.shmat({segment}, None, 0o10000)\n"  # SHM_RDONLY
+            "print(ctypes.string_at(address, 16) if address not in (None, 2**64 - 1) else ctypes.get_errno())\n"
+        )
+        out = await run(make_exec(nano_home, mode), "python3 shm.py")
+    finally:
+        libc.shmctl(segment, 0, None)  # IPC_RMID
+    assert "SHM-SECRET" not in out and out.strip() in ("13", "22"), out  # Landlock: EACCES; bubblewrap: EINVAL
+
+
 async def test_host_services_abstract_sockets_are_out_of_reach(nano_home: Path, mode: str) -> None:
     """A host service on an abstract UNIX socket (D-Bus, X11 do this): with the network on,
     bubblewrap shares the host's network namespace, where those sockets live; hiding /run and /tmp
