@@ -164,10 +164,12 @@ class Sandbox:
         network on, the command shares the host's network namespace and with it every abstract
         UNIX socket a host service listens on (they ignore the hidden /run and /tmp)."""
         from nanobot.sandbox.landlock import abstract_socket_scope
+        from nanobot.sandbox.seccomp import command_filter, filter_hook
 
         scope = abstract_socket_scope() if self.network else None
-        if scope is None:
-            return await run_process(argv, env=env, preexec=hook, **run)
+        if scope is None:  # the seccomp filter alone (the scope's hook installs it too)
+            preexec = filter_hook(command_filter(landlock=False, network=self.network), hook)
+            return await run_process(argv, env=env, preexec=preexec, **run)
         try:
             # Applied in the child, not by spawning from a restricted thread as Landlock mode does:
             # bwrap's --die-with-parent follows the thread that forked it, which ends right after.

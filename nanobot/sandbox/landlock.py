@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nanobot.sandbox.seccomp import apply_filter, socket_filter
+from nanobot.sandbox.seccomp import apply_filter, command_filter
 from nanobot.sandbox.spec import (
     PROTECTED_MEMORY_PREFIX,
     SandboxSpec,
@@ -183,8 +183,7 @@ class Ruleset:
         last_cap = _last_cap()
 
         drop_caps = self.filesystem  # bubblewrap (scope only) needs the capabilities of its namespaces
-        # bubblewrap hides /run and $HOME itself; Landlock cannot refuse a socket by its path
-        seccomp = socket_filter(self.network) if self.filesystem else None
+        seccomp = command_filter(landlock=self.filesystem, network=self.network)
 
         def hook() -> None:  # in the child between fork and exec, or in a spawning thread
             if then is not None:

@@ -1,29 +1,37 @@
-"""A seccomp filter for commands under Landlock: no new UNIX socket (network off: no socket), no IPC.
+"""The seccomp filter of sandboxed commands: what neither Landlock nor bubblewrap keeps out.
+
+Both sandboxes: the kernel keyring is refused (add_key, request_key, keyctl). It is the user's,
+shared by every process of the user (cached disk passphrases, Kerberos tickets), and bubblewrap
+run by root makes no user namespace that would give the command a keyring of its own.
 
 Landlock grants file access by folder but has no right for connecting to a UNIX socket by its
-path: under it a command could reach every service listening on one — the user's D-Bus session
-bus (`systemd-run --user` starts a process outside the sandbox), ssh-agent, docker.sock, a
-database. This filter makes `socket(AF_UNIX, ...)` fail with EACCES; with the network off, every
-`socket()` (Landlock refuses TCP only: UDP, to a DNS resolver for one, carried data out).
-`socketpair` stays allowed (pipes between a program's own processes); io_uring, which creates and
-connects sockets without those system calls, is refused as well, and so are system calls of
-another ABI (32-bit, x32) that would bypass the numbers checked here. SysV shared memory,
-semaphores and message queues and POSIX message queues are refused too: named by a number, not a
-path, they were open to a command (another program's segment attached and read).
+path: under it a command reached every service listening on one — the user's D-Bus session bus
+(`systemd-run --user` starts a process outside the sandbox), ssh-agent, docker.sock, a database.
+Under Landlock `socket(AF_UNIX, ...)` fails with EACCES, and with the network off every `socket()`
+(Landlock refuses TCP only: UDP, to a DNS resolver for one, carried data out); `socketpair` stays
+allowed (pipes between a program's own processes). io_uring, which creates and connects sockets
+without those system calls, is refused, and so are SysV shared memory, semaphores and message
+queues and POSIX message queues: named by a number, not a path, another program's segment could be
+attached and read. bubblewrap hides /run, $HOME and /tmp and has its own IPC namespace.
 
-Contract: `socket_filter(network)` builds the program in the parent (None on architectures whose
+System calls of another ABI (i386's `int 0x80`, x32), which would bypass the numbers checked
+here, are refused in both.
+
+Contract: `command_filter(...)` builds the program in the parent (None on architectures whose
 system call numbers are not known here); `apply_filter(program)` runs in the child after
-no_new_privs is set, and raises OSError when the kernel refuses the filter.
-"""
+no_new_privs is set (`filter_hook` does both for a pre-exec hook) and raises OSError when the kernel
+refuses the filter."""
 
 from __future__ import annotations
 
 import ctypes
 import platform
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _PR_SET_SECCOMP = 22
+_PR_SET_NO_NEW_PRIVS = 38
 _SECCOMP_MODE_FILTER = 2
 _RET_ALLOW = 0x7FFF0000
 _RET_EACCES = 0x00050000 | 13  # SECCOMP_RET_ERRNO | EACCES
@@ -42,11 +50,14 @@ class _Arch:
     # not a path, so Landlock leaves them open (another process's segment of the same user could
     # be attached and read)
     ipc: tuple[int, ...]
+    # add_key, request_key, keyctl: the user's kernel keyring (cached disk passphrases, Kerberos
+    # tickets) is shared by every process of the user, sandboxed or not
+    keyring: tuple[int, ...]
 
 
 _ARCHES = {
-    "x86_64": _Arch(0xC000003E, 41, (29, 30, 31, *range(64, 72), 220, *range(240, 246))),
-    "aarch64": _Arch(0xC00000B7, 198, tuple(range(180, 198))),
+    "x86_64": _Arch(0xC000003E, 41, (29, 30, 31, *range(64, 72), 220, *range(240, 246)), (248, 249, 250)),
+    "aarch64": _Arch(0xC00000B7, 198, tuple(range(180, 198)), (217, 218, 219)),
 }
 
 
@@ -66,22 +77,30 @@ class FilterProgram:
         self.prog = _SockFprog(len(instructions), self._array)
 
 
-def socket_filter(network: bool, machine: str | None = None) -> FilterProgram | None:
-    """The filter for this machine's architecture, or None where it is not known."""
+def command_filter(*, landlock: bool, network: bool, machine: str | None = None) -> FilterProgram | None:
+    """The filter for commands on this machine's architecture, or None where it is not known.
+
+    Always: no kernel keyring, no system call of another ABI. Under Landlock (`landlock`) also no
+    new UNIX socket (with `network` off no socket at all), no io_uring and no IPC; bubblewrap's
+    namespaces and hidden folders hold those."""
     arch = _ARCHES.get(machine or platform.machine())
     if arch is None:
         return None
+    denied = (*arch.keyring, *((_IO_URING_SETUP, *arch.ipc) if landlock else ()))
     # (code, k, where to go when true, when false): None is the next instruction
     steps: list[tuple[int, int, str | None, str | None]] = [
         (_LD_W_ABS, _OFFSET_ARCH, None, None),
         (_JEQ_K, arch.audit_arch, None, "refuse"),  # another ABI (i386's int 0x80)
         (_LD_W_ABS, _OFFSET_NR, None, None),
         (_JGE_K, _X32_SYSCALL_BIT, "refuse", None),
-        *((_JEQ_K, nr, "refuse", None) for nr in (_IO_URING_SETUP, *arch.ipc)),
-        (_JEQ_K, arch.socket, None if network else "refuse", "allow"),  # network off: any socket()
-        (_LD_W_ABS, _OFFSET_ARG0, None, None),  # the domain (the low half of the first argument)
-        (_JEQ_K, socket.AF_UNIX, "refuse", "allow"),
+        *((_JEQ_K, nr, "refuse", None) for nr in denied),
     ]
+    if landlock:
+        steps += [
+            (_JEQ_K, arch.socket, None if network else "refuse", "allow"),  # network off: any socket()
+            (_LD_W_ABS, _OFFSET_ARG0, None, None),  # the domain (the low half of the first argument)
+            (_JEQ_K, socket.AF_UNIX, "refuse", "allow"),
+        ]
     labels = {"allow": len(steps), "refuse": len(steps) + 1}
 
     def jump(index: int, target: str | None) -> int:
@@ -93,6 +112,22 @@ def socket_filter(network: bool, machine: str | None = None) -> FilterProgram | 
 
 
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def filter_hook(program: FilterProgram | None, then: Callable[[], None] | None) -> Callable[[], None] | None:
+    """A pre-exec hook running `then` and installing `program` (after no_new_privs, which seccomp
+    needs without CAP_SYS_ADMIN); `then` alone when there is no program."""
+    if program is None:
+        return then
+
+    def hook() -> None:
+        if then is not None:
+            then()
+        if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+        apply_filter(program)
+
+    return hook
 
 
 def apply_filter(program: FilterProgram) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import platform
 import socket
 import stat
 import time
@@ -351,6 +352,33 @@ async def test_other_programs_sysv_shared_memory_is_out_of_reach(nano_home: Path
     finally:
         libc.shmctl(segment, 0, None)  # IPC_RMID
     assert "SHM-SECRET" not in out and out.strip() in ("13", "22"), out  # Landlock: EACCES; bubblewrap: EINVAL
+
+
+async def test_the_users_kernel_keyring_is_out_of_reach(nano_home: Path, mode: str) -> None:
+    """The user's kernel keyring (cached disk passphrases, Kerberos tickets) is shared by every
+    process of the user: a command found a key there by its description and read it."""
+    require_sandbox(mode)
+    import ctypes
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the probe uses x86_64's system call numbers")
+    libc = ctypes.CDLL(None, use_errno=True)
+    description = f"nanobot-test-{os.getpid()}-{mode}".encode()
+    key = libc.syscall(248, b"user", description, b"KEYRING-SECRET", 14, -4)  # add_key to the user keyring
+    if key < 0:
+        pytest.skip(f"no kernel keyring here (errno {ctypes.get_errno()})")
+    try:
+        (nano_home / "workspace" / "key.py").write_text(
+            "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"key = libc.syscall(249, b'user', {description!r}, None, 0)\n"  # request_key
+            "buffer = ctypes.create_string_buffer(64)\n"
+            f"print(libc.syscall(250, 11, {key}, buffer, 64), buffer.value, ctypes.get_errno())\n"  # KEYCTL_READ
+        )
+        outs = [await run(make_exec(nano_home, mode, network=on), "python3 key.py") for on in (True, False)]
+    finally:
+        libc.syscall(250, 21, key)  # KEYCTL_INVALIDATE
+    for out in outs:  # bubblewrap with the network on runs inside Landlock's scope, off without it
+        assert "KEYRING-SECRET" not in out and out.split() == ["-1", "b''", "13"], out
 
 
 async def test_host_services_abstract_sockets_are_out_of_reach(nano_home: Path, mode: str) -> None:

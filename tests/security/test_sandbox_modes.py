@@ -123,10 +123,12 @@ async def test_landlock_refuses_io_uring_which_would_make_sockets_past_the_filte
 
 
 def test_the_socket_filter_is_built_for_the_known_architectures_only() -> None:
-    from nanobot.sandbox.seccomp import socket_filter
+    from nanobot.sandbox.seccomp import command_filter
 
-    assert socket_filter(True, "x86_64") is not None and socket_filter(False, "aarch64") is not None
-    assert socket_filter(True, "riscv64") is None  # other system call numbers: no filter, not a wrong one
+    assert command_filter(landlock=True, network=True, machine="x86_64") is not None
+    assert command_filter(landlock=False, network=False, machine="aarch64") is not None
+    # other system call numbers: no filter rather than a wrong one
+    assert command_filter(landlock=True, network=True, machine="riscv64") is None
 
 
 I386_UNIX_SOCKET = """\
