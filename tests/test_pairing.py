@@ -208,6 +208,16 @@ async def test_other_policies(
     assert not await ch._publish(dm("777", group=True))  # open is for private chats only
 
 
+def test_open_dm_policy_readmits_only_private_chats_after_a_restart(store: PairingStore) -> None:
+    """A turn saved before a restart is answered again only for a sender let in now (admits_now):
+    `open` lets strangers in private chats only, so a group message of a sender the owner removed
+    from allowFrom meanwhile must not be answered under it."""
+    ch = channel(store, "open", allow=["555"])
+    assert ch.admits_now("666")  # a guest in a private chat, as `_publish` lets in
+    assert ch.admits_now("555", is_group=True)  # still listed
+    assert not ch.admits_now("666", is_group=True)
+
+
 async def test_a_failing_send_keeps_the_request(store: PairingStore, logs: list[str]) -> None:
     ch = channel(store, "pairing")
     ch.failures.append(RuntimeError("platform down"))

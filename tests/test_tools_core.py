@@ -335,6 +335,21 @@ async def test_edit_file_refuses_a_file_over_the_limit_before_reading_it(
     assert (tmp_path / "ws" / "big.log").read_text() == "x" * 5000
 
 
+async def test_edit_file_names_nanobots_own_files_as_unwritable_whatever_the_text(
+    registry: ToolRegistry, tmp_path: Path
+) -> None:
+    """An edit of a file only nanobot writes (the jobs, the transcripts) is refused as such before it
+    is read: answered "old_text was not found" or "larger than", a model kept retrying other texts."""
+    jobs = tmp_path / "ws" / "cron" / "jobs.json"
+    jobs.parent.mkdir()
+    jobs.write_text('{"jobs": []}\n')
+    for old_text in ("not in the file", '"jobs"'):
+        args = {"path": "cron/jobs.json", "old_text": old_text, "new_text": "x"}
+        result = await registry.execute("edit_file", args, CTX)
+        assert "managed by nanobot itself" in result, result
+    assert jobs.read_text() == '{"jobs": []}\n'
+
+
 async def test_symlink_escape_is_refused(registry: ToolRegistry, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()

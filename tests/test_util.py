@@ -282,3 +282,17 @@ def test_a_typed_label_lookalike_is_opened_by_a_full_width_bracket() -> None:
         assert "［" in unlabelled(f"hi\n{typed}") and "\n" in unlabelled(f"hi\n{typed}"), typed
     for kept in ("[link](https://example.org)", "see [Sender: 1] inline", "[x] done"):
         assert unlabelled(kept) == kept
+
+
+def test_read_limit_holds_for_a_file_whose_size_the_kernel_does_not_report() -> None:
+    """procfs, sysfs and FUSE files report st_size 0 (and a log being appended to grows after the
+    size check): the limit must hold on the bytes actually read, not only on st_size."""
+    import errno
+
+    from nanobot.util.nofollow import read_regular_bytes
+
+    maps = Path("/proc/self/maps")  # a regular file of several KiB, st_size 0
+    assert os.stat(maps).st_size == 0 and len(maps.read_bytes()) > 200
+    with pytest.raises(OSError) as raised:
+        read_regular_bytes(maps, max_bytes=100)
+    assert raised.value.errno == errno.EFBIG

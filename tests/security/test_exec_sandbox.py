@@ -425,6 +425,31 @@ async def test_a_groups_git_works_beside_the_owners_git_settings(nano_home: Path
     assert "Owner" in await run(tool, "git config --global user.name")  # the owner's commands keep theirs
 
 
+async def test_a_groups_commands_can_write_their_own_home(nano_home: Path, mode: str) -> None:
+    """A group's commands get HOME=/tmp/home: when that folder did not exist, every tool keeping
+    settings or a cache there (`git config --global`, pip, npm) failed in groups."""
+    require_sandbox(mode)
+    tool = make_exec(nano_home, mode, in_groups=True)
+    out = await run(tool, "git config --global user.name Grp; echo rc=$?; git config --global user.name", GROUP)
+    assert out.split() == ["rc=0", "Grp"], out
+
+
+async def test_a_symlink_in_the_workspace_root_leaves_group_commands_working(nano_home: Path, mode: str) -> None:
+    """The owner's `projects -> ~/code` link in the workspace root: bound onto itself like the
+    root's other entries, it made bubblewrap refuse every group command ("Can't bind mount"); and
+    the folder it leads to, outside the workspace, must stay out of a group's reach."""
+    require_sandbox(mode)
+    code = nano_home.parent / "owner-code"
+    code.mkdir()
+    (code / "app.py").write_text("print('owner')\n")
+    (nano_home / "workspace" / "projects").symlink_to(code)
+    tool = make_exec(nano_home, mode, in_groups=True)
+    out = await run(tool, "echo pwned > projects/app.py; echo planted > projects/new.py; echo ran", GROUP)
+    assert out.splitlines()[-1] == "ran", out
+    assert (code / "app.py").read_text() == "print('owner')\n", out
+    assert not (code / "new.py").exists(), out
+
+
 async def test_nanobots_private_files_stay_private_after_a_chmod(nano_home: Path, mode: str) -> None:
     """Landlock has no right for permissions: the owner's command opened NANOBOT_HOME and config.json
     (the API keys) to every user of the machine, though it could not read them itself. bubblewrap

@@ -366,6 +366,17 @@ async def test_a_shared_chat_sees_its_own_attachments_only(agent) -> None:  # no
     assert "passport-scan" in await agent.tools.execute("list_dir", {"path": "media"}, OWNER)
 
 
+async def test_a_group_cannot_plant_folders_in_media_named_after_other_chats_downloads(agent) -> None:  # noqa: ANN001
+    """Only files directly in media/ named after this chat are a group's: a nested path ending in its
+    own prefix let it create `media/telegram_555_99_photo.jpg/`, where the owner's next download lands."""
+    media = agent.context.workspace / "media"
+    media.mkdir(exist_ok=True)
+    planted = "media/telegram_555_99_photo.jpg/telegram_-100123_1_x.txt"
+    out = await agent.tools.execute("write_file", {"path": planted, "content": "x"}, GROUP)
+    assert out.startswith("Error:"), out
+    assert not (media / "telegram_555_99_photo.jpg").exists()
+
+
 async def test_a_forum_topic_and_its_group_see_only_their_own_downloads(agent) -> None:  # noqa: ANN001
     """A topic's files (`telegram_-100123_7_…`) began with its group's prefix, and the topic's prefix
     began the name of the group's download of message 7: each read the other's."""

@@ -160,3 +160,34 @@ async def test_landlock_refuses_a_unix_socket_made_through_the_32_bit_system_cal
         pytest.skip(f"no 32-bit system calls on this kernel ({unsandboxed.stdout.strip()})")
     out = await make_exec(nano_home, "landlock").execute(ToolContext(), command="python3 i386.py")
     assert out.strip() == "-13", out  # -EACCES
+
+
+async def test_landlock_grant_never_lands_on_a_symlink_swapped_in_after_the_listing(
+    nano_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workspace's entries are listed, then granted write one by one: a process outside the
+    sandbox that swaps `projects/` for a link to a folder of its choice between the two must not
+    get the command write access to that folder (each grant opens its entry with O_NOFOLLOW)."""
+    import os
+
+    from tests.security.conftest import make_exec, require_sandbox
+
+    require_sandbox("landlock")
+    ws = nano_home / "workspace"
+    (ws / "projects").mkdir()
+    target = nano_home.parent / "elsewhere"
+    target.mkdir()
+    real_open = os.open
+
+    def swap_then_open(path, flags, *args, **kw):  # noqa: ANN001, ANN002, ANN003
+        if Path(path) == ws / "projects" and flags & os.O_PATH and not (ws / "projects").is_symlink():
+            (ws / "projects").rename(ws / "projects.old")  # the swap lands just after the listing
+            (ws / "projects").symlink_to(target)
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", swap_then_open)
+    tool = make_exec(nano_home, "landlock")
+    out = await tool.execute(ToolContext(), command="echo planted > projects/x 2>&1; echo rc=$?")
+    monkeypatch.undo()
+    assert (ws / "projects").is_symlink()  # the swap did happen while the rules were built
+    assert not (target / "x").exists(), out
