@@ -287,6 +287,56 @@ async def test_missed_run_beyond_grace_is_skipped_and_recorded(tmp_path: Path, k
         assert rec.delivered == []  # it simply runs at its next time
 
 
+async def test_a_schedule_changed_by_hand_starts_anew_instead_of_catching_up(tmp_path: Path) -> None:
+    """jobs.json edited while the gateway runs: the job's next_run_at still belongs to the old
+    schedule, and may lie in the past (runs that fell due while the file could not be read or
+    written). The new schedule starts from now: the old due time must not fire the job at once."""
+    path = tmp_path / "jobs.json"
+    rec = Recorder()
+    svc = service(path, rec, reload_interval_s=0.05)
+    await svc.start()
+    try:
+        job = svc.add("report", "send the weekly report", every_s=3600)
+
+        def edit(jobs: list[CronJob]) -> None:  # hourly -> every two hours; next_run_at left stale
+            now = datetime.now(UTC)
+            jobs[0].schedule = make_schedule(every_s=7200, default_tz=UTCZ, now=now)
+            jobs[0].next_run_at = to_iso(now - timedelta(seconds=30))
+
+        CronStore(path).mutate(edit)
+        await asyncio.sleep(0.4)  # the gateway reloads the file
+    finally:
+        await svc.stop()
+    assert rec.jobs == []
+    saved = svc.get(job.id)
+    assert saved is not None and datetime.fromisoformat(saved.next_run_at) > datetime.now(UTC) + timedelta(hours=1)
+
+
+async def test_runs_missed_while_the_gateway_stalled_are_made_up_once(tmp_path: Path) -> None:
+    """The machine slept (or the event loop stalled) through two runs of a job: on waking they are
+    coalesced into one run, not fired back to back (the same reminder twice at once)."""
+    import time
+
+    import apscheduler.schedulers.asyncio  # noqa: F401 - imported now, so start() below is quick
+
+    path = tmp_path / "jobs.json"
+    now = datetime.now(UTC)
+    created = now - timedelta(seconds=100) + timedelta(seconds=0.25)  # runs at now+0.25 s, now+2.25 s ...
+    sched = make_schedule(every_s=2, default_tz=UTCZ, now=now)
+    write_job(path, CronJob(id="tick", name="tick", message="tick", schedule=sched, created_at=created.isoformat()))
+    rec = Recorder()
+    svc = service(path, rec)
+    await svc.start()
+    try:
+        stall_s = (now + timedelta(seconds=2.4) - datetime.now(UTC)).total_seconds()
+        time.sleep(max(stall_s, 0.0))  # the loop is stuck past two run times
+        await rec.wait_calls(1)
+        await asyncio.sleep(0.15)  # a backlog would run now, back to back (the next run is at +4.25 s)
+    finally:
+        await svc.stop()
+    assert len(rec.jobs) == 1
+
+
 async def test_running_service_picks_up_jobs_added_and_removed_by_another_process(tmp_path: Path) -> None:
     path = tmp_path / "cron" / "jobs.json"
     rec = Recorder()

@@ -182,6 +182,41 @@ async def test_a_servers_own_error_is_reported_once_not_taken_for_a_lost_connect
     assert len(log.read_text().splitlines()) == 1  # made once
 
 
+async def test_a_call_stuck_behind_a_wedged_stdio_pipe_times_out_and_is_never_sent_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stdio server stops reading (busy or hung) while a large request fills its pipe: the next
+    call cannot even be written, so the SDK's read timeout never starts. The caller still gets its
+    timeout (the turn hung until the server read again), and the call it gave up on never reaches
+    the server later (a payment the model was told had timed out, made after all)."""
+    from nanobot.agent.tools import mcp_connection
+
+    monkeypatch.setattr(mcp_connection, "CALL_GRACE_S", 0.2)  # 5 s in use: the same path, sooner
+    log, listing = tmp_path / "calls.log", tmp_path / "tools.txt"
+    listing.write_text("pause,upload,pay")
+    script = Path(fakes.__file__).with_name("mcp_raw_server.py")
+    server = MCPServerConfig(
+        command=sys.executable, args=[str(script), str(log), "-32000", str(listing)], tool_timeout=0.2
+    )
+    manager = MCPManager({"shop": server})
+    registry = ToolRegistry(None)
+    timed_out = "Error: MCP tool '{}' on server 'shop' timed out after 0.2s"
+    try:
+        await manager.register_into(registry)
+        assert await registry.execute("mcp_shop_pause", {"seconds": 3.0}, CTX) == timed_out.format("pause")
+        # the server reads nothing now: this request fills the pipe and the transport's writer waits
+        assert await registry.execute("mcp_shop_upload", {"data": "x" * 300_000}, CTX) == timed_out.format("upload")
+        started = time.monotonic()
+        paid = await asyncio.wait_for(registry.execute("mcp_shop_pay", {"amount": 40}, CTX), 5.0)
+        assert (paid, time.monotonic() - started < 2.0) == (timed_out.format("pay"), True)
+        while "upload" not in (log.read_text() if log.exists() else ""):  # the server reads again
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+    finally:
+        await manager.aclose()
+    assert [json.loads(line)["name"] for line in log.read_text().splitlines()] == ["pause", "upload"]
+
+
 async def test_a_server_that_lists_other_tools_after_a_restart_gets_them_offered(
     tmp_path: Path, make_config, fake_llm  # noqa: ANN001
 ) -> None:

@@ -490,3 +490,63 @@ def test_tasks_that_mention_memory_words_let_no_fact_go(said: str, fact: str) ->
     outcome = update("# Memory\n- Works as a nurse\n- Cat called Miso\n", previous, user_texts=[said])
     assert not isinstance(outcome, Refusal)
     assert outcome[1] == [fact]
+
+
+def test_the_newest_request_to_forget_survives_a_full_forgotten_list(tmp_path: Path) -> None:
+    """.forgotten.json keeps the newest MAX_FORGOTTEN tombstones: on a long-used memory, the PIN the
+    user just asked to forget must not be the one cut (it came back at the next consolidation)."""
+    import json
+
+    from nanobot.memory.consolidator import Consolidator
+    from nanobot.memory.store import FORGOTTEN_FILE, MAX_FORGOTTEN
+
+    store = MemoryStore(tmp_path, "UTC")
+    store.write_memory("# Memory\n- Bank card PIN is 4821\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz\n")
+    older = [tombstone(f"- An old fact number {i}") for i in range(MAX_FORGOTTEN)]
+    (tmp_path / "memory" / FORGOTTEN_FILE).write_text(json.dumps(older))
+    store.write_file("MEMORY.md", store.read_memory().replace("- Bank card PIN is 4821\n", ""))
+    assert tombstone("bank card pin is 4821") in store.forgotten()
+    Consolidator(None, store).apply_memory_update(  # type: ignore[arg-type]
+        store.read_memory(), store.read_memory() + "\n- Bank card PIN is 4821", ["hi"]
+    )
+    assert "4821" not in store.read_memory()
+
+
+def test_a_damaged_forgotten_list_does_not_stop_memory_writes(tmp_path: Path) -> None:
+    """.forgotten.json hand-edited into bad JSON: the user's edit of MEMORY.md still goes through
+    and the line removed is forgotten, instead of every MEMORY.md write failing on a JSON error."""
+    store = MemoryStore(tmp_path, "UTC")
+    store.write_memory("# Memory\n- Bank card PIN is 4821\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz\n")
+    (tmp_path / "memory" / ".forgotten.json").write_text('["0123abcd", "unfinished')
+    store.write_file("MEMORY.md", store.read_memory().replace("- Bank card PIN is 4821\n", ""))
+    assert "4821" not in store.read_memory()
+    assert store.forgotten() == {tombstone("bank card pin is 4821")}
+
+
+def test_a_section_heading_removed_by_hand_is_no_request_to_forget(tmp_path: Path) -> None:
+    """Reorganising MEMORY.md removed the "## Work" title: it became a tombstone like a forgotten
+    fact, and every later consolidation that wrote the section again lost its heading."""
+    from nanobot.memory.consolidator import Consolidator
+
+    store = MemoryStore(tmp_path, "UTC")
+    sections = "# Memory\n## Work\n- Works at the harbour\n- Boss: Marc\n## Family\n- Sister: Ann\n- Dentist: Dr Ruiz\n"
+    store.write_memory(sections)
+    store.write_file("MEMORY.md", sections.replace("## Work\n", ""))
+    assert store.forgotten() == set()
+    Consolidator(None, store).apply_memory_update(store.read_memory(), sections, ["hi"])  # type: ignore[arg-type]
+    assert "## Work" in store.read_memory()
+
+
+def test_a_fact_saved_while_a_consolidation_ran_is_kept(tmp_path: Path) -> None:
+    """The agent saved a fact with edit_file while a consolidation waited for the model: the
+    consolidation's MEMORY.md, built from the text read before, replaced the file and the new fact
+    was lost (the shrink guard puts back only a mass drop, not one line)."""
+    from nanobot.memory.consolidator import Consolidator
+
+    store = MemoryStore(tmp_path, "UTC")
+    store.write_memory("# Memory\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz\n- Works at the harbour\n")
+    base = store.read_memory()  # what the consolidation sent to the model
+    store.write_file("MEMORY.md", base + "- Allergic to peanuts\n")  # meanwhile, from a turn
+    Consolidator(None, store).apply_memory_update(base, base + "- Likes green tea\n", [])  # type: ignore[arg-type]
+    text = store.read_memory()
+    assert "- Allergic to peanuts" in text and "- Likes green tea" in text, text

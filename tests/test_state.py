@@ -214,6 +214,26 @@ def test_acquire_waits_out_a_brief_probe(tmp_path: Path) -> None:
         timer.join()
 
 
+def test_a_lock_error_is_not_taken_for_another_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workspace on a file system without locks (NFS without lockd: flock fails with ENOLCK): the
+    gateway must say so, not refuse to start saying "another gateway is already running" (there is
+    none)."""
+    import errno
+
+    real_flock = fcntl.flock
+
+    def flock(fd: int, op: int) -> None:
+        if op & fcntl.LOCK_NB:
+            raise OSError(errno.ENOLCK, "No locks available")
+        real_flock(fd, op)
+
+    (tmp_path / LOCK_FILE_NAME).write_text("")
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with pytest.raises(OSError) as info:
+        GatewayLock(tmp_path).acquire()
+    assert info.value.errno == errno.ENOLCK  # not GatewayAlreadyRunning after waiting for a holder
+
+
 def test_pid_alive() -> None:
     assert pid_alive(os.getpid())
     assert not pid_alive(dead_pid())

@@ -116,6 +116,76 @@ def test_append_locked_cuts_a_short_write_back_on_a_full_disk(tmp_path: Path) ->
     assert history.read_text() == "[2026-01-01] first entry\n"
 
 
+def test_atomic_write_syncs_the_new_data_before_it_replaces_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A power cut right after the rename must not leave an empty MEMORY.md or jobs.json: the data
+    reaches the disk (fsync of the temp file) before os.replace makes it the file."""
+    target = tmp_path / "MEMORY.md"
+    target.write_text("old facts\n")
+    events: list[tuple[str, object]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.fstat(fd).st_size))
+        real_fsync(fd)
+
+    def replace(*args: object, **kwargs: object) -> None:
+        events.append(("replace", target.read_text()))
+        real_replace(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    fs.atomic_write(target, "new facts, longer\n")
+    assert events == [("fsync", len("new facts, longer\n")), ("replace", "old facts\n")]
+    assert target.read_text() == "new facts, longer\n"
+
+
+def test_atomic_write_gives_the_mode_asked_for_whatever_the_umask(tmp_path: Path) -> None:
+    """The systemd unit is written 0644 (systemctl run by the user reads it): a strict umask of the
+    installing shell must not leave it 0600."""
+    old = os.umask(0o077)
+    try:
+        fs.atomic_write(tmp_path / "nanobot.service", "[Unit]\n", mode=0o644)
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "nanobot.service") == 0o644
+
+
+def test_append_locked_waits_for_another_holder_of_the_files_lock(tmp_path: Path) -> None:
+    """append_locked takes the file's own flock: while another process holds it (an append of its
+    own, which may fail and cut the file back to where it began), nothing is written; a write
+    beside it would be cut away with the other append's half line, or land in the middle of it."""
+    import threading
+
+    target = tmp_path / "transcripts.jsonl"
+    target.write_text("first\n")
+    done = threading.Event()
+    with fs.file_lock(target):  # another open file description: flock treats it as another holder
+        writer = threading.Thread(target=lambda: (fs.append_locked(target, "second\n"), done.set()))
+        writer.start()
+        assert not done.wait(0.3)
+        assert target.read_text() == "first\n"
+    writer.join(5)
+    assert done.is_set() and target.read_text() == "first\nsecond\n"
+
+
+def test_append_to_a_planted_fifo_is_refused_and_sends_nothing_down_it(tmp_path: Path) -> None:
+    """A command run in the workspace replaces HISTORY.md with a FIFO and keeps a reader on it: an
+    append must fail as "not a regular file", not hand the conversation summary to that reader (nor
+    block the daemon once the pipe is full)."""
+    history = tmp_path / "memory" / "HISTORY.md"
+    history.parent.mkdir()
+    os.mkfifo(history)
+    reader = os.open(history, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(OSError, match="not a regular file"):
+            fs.append_locked(history, "[2026-01-02] the owner's bank PIN is 4821\n")
+        assert os.read(reader, 4096) == b""
+    finally:
+        os.close(reader)
+
+
 def test_file_lock_excludes_a_second_holder(tmp_path: Path) -> None:
     lock = tmp_path / ".lock"
     # flock locks belong to the open file description: a second open conflicts even in-process

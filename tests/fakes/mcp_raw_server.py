@@ -3,14 +3,17 @@
 Usage: python mcp_raw_server.py LOG_FILE ERROR_CODE [TOOLS_FILE]
 
 Every tool call is recorded in LOG_FILE. The tool `charge` answers with a JSON-RPC error of
-ERROR_CODE; any other tool answers "<name> ok". The tools listed are `charge`, or the names in
-TOOLS_FILE (comma-separated), read when the server starts: a server upgraded while the gateway runs.
+ERROR_CODE; the tool `pause` stops reading (and answering) for its `seconds` (a busy or hung
+server: what the client writes meanwhile fills the pipe); any other tool answers "<name> ok".
+The tools listed are `charge`, or the names in TOOLS_FILE (comma-separated), read when the server
+starts: a server upgraded while the gateway runs.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 
 def main(log_file: str, code: int, tools_file: str | None) -> None:
@@ -28,6 +31,8 @@ def main(log_file: str, code: int, tools_file: str | None) -> None:
             with open(log_file, "a", encoding="utf-8") as log:
                 log.write(json.dumps(message["params"]) + "\n")
             name = message["params"]["name"]
+            if name == "pause":
+                time.sleep(float(message["params"].get("arguments", {}).get("seconds", 1)))
             if name == "charge":
                 error = {"code": code, "message": "receipt printer offline"}
                 print(json.dumps({"jsonrpc": "2.0", "id": ident, "error": error}), flush=True)
