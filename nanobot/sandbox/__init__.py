@@ -63,6 +63,7 @@ def detect(requested: str) -> SandboxStatus:
     """Which sandbox `requested` amounts to on this machine (probed once per process)."""
     from nanobot.sandbox.bwrap import bwrap_problem
     from nanobot.sandbox.landlock import abi_version
+    from nanobot.sandbox.seccomp import filter_problem
 
     if requested in ("off", "none"):
         return SandboxStatus(requested, "off", "")
@@ -70,6 +71,9 @@ def detect(requested: str) -> SandboxStatus:
         return SandboxStatus(
             requested, "unavailable", "the exec sandbox needs Linux; set tools.exec.sandbox to off"
         )
+    problem = filter_problem()  # both sandboxes install it; without it neither is whole
+    if problem is not None:
+        return SandboxStatus(requested, "unavailable", f"{problem}; set tools.exec.sandbox to off to run commands")
     problems = []
     if requested in ("auto", "bwrap"):
         problem = bwrap_problem()

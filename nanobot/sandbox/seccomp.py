@@ -20,13 +20,16 @@ here, are refused in both.
 Contract: `command_filter(...)` builds the program in the parent (None on architectures whose
 system call numbers are not known here); `apply_filter(program)` runs in the child after
 no_new_privs is set (`filter_hook` does both for a pre-exec hook) and raises OSError when the kernel
-refuses the filter."""
+refuses the filter; `filter_problem()` says once per process why it would (None when it installs):
+a sandbox whose filter cannot be installed is not offered, rather than failing every command."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import platform
 import socket
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,3 +137,16 @@ def apply_filter(program: FilterProgram) -> None:
     """Install `program` on the calling thread (inherited by the processes it starts)."""
     if _prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program.prog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
+@functools.cache
+def filter_problem() -> str | None:
+    """None when the filter installs here (or there is none for this architecture), else why not."""
+    hook = filter_hook(command_filter(landlock=True, network=False), None)
+    if hook is None:
+        return None
+    try:
+        subprocess.run(["/bin/true"], preexec_fn=hook, check=True, timeout=10)  # noqa: PLW1509 - the point
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the seccomp filter cannot be installed here ({exc})"
+    return None

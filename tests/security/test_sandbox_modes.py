@@ -46,6 +46,28 @@ async def test_auto_without_any_sandbox_disables_exec_loudly(
     assert not (tmp_path / "ran.txt").exists()
 
 
+async def test_a_kernel_refusing_the_seccomp_filter_disables_exec_instead_of_every_command(
+    fresh_detect, monkeypatch, tmp_path: Path  # noqa: ANN001
+) -> None:
+    """Without its seccomp filter Landlock leaves UNIX sockets and IPC open: a kernel (or a
+    container's own filter) refusing it must not give a half sandbox, nor a command that fails to
+    start with an opaque error each time; `auto` says why exec is off."""
+    import nanobot.sandbox.seccomp as seccomp_mod
+
+    monkeypatch.setattr(seccomp_mod, "_prctl", lambda *args: -1)  # PR_SET_SECCOMP refused
+    seccomp_mod.filter_problem.cache_clear()
+    try:
+        for mode in ("auto", "bwrap", "landlock"):
+            status = detect(mode)
+            assert status.active == "unavailable" and "seccomp filter cannot be installed" in status.detail
+        tool = ExecTool(tmp_path, ExecToolConfig(sandbox="auto"), restrict=True)
+        with pytest.raises(ToolError, match="seccomp filter cannot be installed"):
+            await tool.execute(ToolContext(), command="echo should-not-run > ran.txt")
+        assert not (tmp_path / "ran.txt").exists()
+    finally:
+        seccomp_mod.filter_problem.cache_clear()
+
+
 def test_explicit_bwrap_never_falls_back(fresh_detect, monkeypatch) -> None:  # noqa: ANN001
     _no_bwrap(monkeypatch)
     status = detect("bwrap")
