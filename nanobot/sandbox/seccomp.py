@@ -9,7 +9,9 @@ path: under it a command reached every service listening on one — the user's D
 (`systemd-run --user` starts a process outside the sandbox), ssh-agent, docker.sock, a database.
 Under Landlock `socket(AF_UNIX, ...)` fails with EACCES, and with the network off every `socket()`
 (Landlock refuses TCP only: UDP, to a DNS resolver for one, carried data out); `socketpair` stays
-allowed (pipes between a program's own processes). io_uring, which creates and connects sockets
+allowed for its connected kinds (a program's own pipes; a datagram pair can send to any socket by
+its path). File watches (inotify, fanotify) are refused: Landlock does not check them, and a watch
+told a command the names of files in folders it cannot list. io_uring, which creates and connects sockets
 without those system calls, is refused, and so are SysV shared memory, semaphores and message
 queues and POSIX message queues: named by a number, not a path, another program's segment could be
 attached and read. bubblewrap hides /run, $HOME and /tmp and has its own IPC namespace.
@@ -39,8 +41,9 @@ _SECCOMP_MODE_FILTER = 2
 _RET_ALLOW = 0x7FFF0000
 _RET_EACCES = 0x00050000 | 13  # SECCOMP_RET_ERRNO | EACCES
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6]
-_OFFSET_NR, _OFFSET_ARCH, _OFFSET_ARG0 = 0, 4, 16
-_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_OFFSET_NR, _OFFSET_ARCH, _OFFSET_ARG0, _OFFSET_ARG1 = 0, 4, 16, 24
+_LD_W_ABS, _JEQ_K, _JGE_K, _AND_K, _RET_K = 0x20, 0x15, 0x35, 0x54, 0x06
+_SOCK_TYPE_MASK = 0xF  # the type without SOCK_NONBLOCK / SOCK_CLOEXEC
 _X32_SYSCALL_BIT = 0x40000000
 _IO_URING_SETUP = 425  # the same number on every architecture (added after the tables were unified)
 
@@ -49,6 +52,7 @@ _IO_URING_SETUP = 425  # the same number on every architecture (added after the 
 class _Arch:
     audit_arch: int  # AUDIT_ARCH_*: what seccomp_data.arch holds for this ABI
     socket: int
+    socketpair: int
     # SysV shared memory, semaphores, message queues and POSIX message queues: named by a number,
     # not a path, so Landlock leaves them open (another process's segment of the same user could
     # be attached and read)
@@ -56,11 +60,16 @@ class _Arch:
     # add_key, request_key, keyctl: the user's kernel keyring (cached disk passphrases, Kerberos
     # tickets) is shared by every process of the user, sandboxed or not
     keyring: tuple[int, ...]
+    # inotify_add_watch, fanotify_init, fanotify_mark: Landlock does not check a watch, which told a
+    # command the names of files in folders it can neither list nor read (the owner's downloads)
+    watches: tuple[int, ...]
 
 
 _ARCHES = {
-    "x86_64": _Arch(0xC000003E, 41, (29, 30, 31, *range(64, 72), 220, *range(240, 246)), (248, 249, 250)),
-    "aarch64": _Arch(0xC00000B7, 198, tuple(range(180, 198)), (217, 218, 219)),
+    "x86_64": _Arch(
+        0xC000003E, 41, 53, (29, 30, 31, *range(64, 72), 220, *range(240, 246)), (248, 249, 250), (254, 300, 301)
+    ),
+    "aarch64": _Arch(0xC00000B7, 198, 199, tuple(range(180, 198)), (217, 218, 219), (27, 262, 263)),
 }
 
 
@@ -89,9 +98,10 @@ def command_filter(*, landlock: bool, network: bool, machine: str | None = None)
     arch = _ARCHES.get(machine or platform.machine())
     if arch is None:
         return None
-    denied = (*arch.keyring, *((_IO_URING_SETUP, *arch.ipc) if landlock else ()))
-    # (code, k, where to go when true, when false): None is the next instruction
-    steps: list[tuple[int, int, str | None, str | None]] = [
+    denied = (*arch.keyring, *((_IO_URING_SETUP, *arch.ipc, *arch.watches) if landlock else ()))
+    # (code, k, where to go when true, when false), None being the next instruction; a string
+    # names the instruction after it
+    steps: list[tuple[int, int, str | None, str | None] | str] = [
         (_LD_W_ABS, _OFFSET_ARCH, None, None),
         (_JEQ_K, arch.audit_arch, None, "refuse"),  # another ABI (i386's int 0x80)
         (_LD_W_ABS, _OFFSET_NR, None, None),
@@ -100,16 +110,30 @@ def command_filter(*, landlock: bool, network: bool, machine: str | None = None)
     ]
     if landlock:
         steps += [
+            (_JEQ_K, arch.socketpair, None, "socket"),
+            # a datagram pair may still send to any socket by its path (sendto, connect): only
+            # connected kinds (a stream, a seqpacket) are a program's own pipe
+            (_LD_W_ABS, _OFFSET_ARG1, None, None),
+            (_AND_K, _SOCK_TYPE_MASK, None, None),
+            (_JEQ_K, socket.SOCK_STREAM, "allow", None),
+            (_JEQ_K, socket.SOCK_SEQPACKET, "allow", "refuse"),
+            "socket",
             (_JEQ_K, arch.socket, None if network else "refuse", "allow"),  # network off: any socket()
             (_LD_W_ABS, _OFFSET_ARG0, None, None),  # the domain (the low half of the first argument)
             (_JEQ_K, socket.AF_UNIX, "refuse", "allow"),
         ]
-    labels = {"allow": len(steps), "refuse": len(steps) + 1}
+    instructions, labels = [], {}
+    for step in steps:
+        if isinstance(step, str):
+            labels[step] = len(instructions)
+        else:
+            instructions.append(step)
+    labels |= {"allow": len(instructions), "refuse": len(instructions) + 1}
 
     def jump(index: int, target: str | None) -> int:
         return 0 if target is None else labels[target] - index - 1
 
-    program = [(code, jump(i, yes), jump(i, no), k) for i, (code, k, yes, no) in enumerate(steps)]
+    program = [(code, jump(i, yes), jump(i, no), k) for i, (code, k, yes, no) in enumerate(instructions)]
     program += [(_RET_K, 0, 0, _RET_ALLOW), (_RET_K, 0, 0, _RET_EACCES)]
     return FilterProgram(program)
 

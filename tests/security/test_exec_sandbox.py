@@ -381,6 +381,48 @@ async def test_the_users_kernel_keyring_is_out_of_reach(nano_home: Path, mode: s
         assert "KEYRING-SECRET" not in out and out.split() == ["-1", "b''", "13"], out
 
 
+async def test_a_datagram_socket_pair_reaches_no_host_service(nano_home: Path, mode: str) -> None:
+    """With socket(AF_UNIX) refused under Landlock, a datagram pair from socketpair() could still
+    sendto() any socket by its path: a forged line into the system log, data out past network off."""
+    require_sandbox(mode)
+    service_dir = nano_home.parent / "service"
+    service_dir.mkdir()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as service:
+        service.bind(str(service_dir / "log.sock"))
+        service.settimeout(0.3)
+        hidden = base64.b64encode(str(service_dir / "log.sock").encode()).decode()  # past the path filter
+        probe = (
+            f'P="$(echo {hidden} | base64 -d)" python3 -c "import os, socket; '
+            "a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM); "
+            "a.sendto(b'forged: Accepted password for root', os.environ['P']); print('SENT')\" 2>&1 | tail -1"
+        )
+        out = await run(make_exec(nano_home, mode, network=False), probe)
+        with pytest.raises(TimeoutError):
+            service.recv(100)
+    assert "SENT" not in out, out
+
+
+async def test_a_watch_tells_no_names_of_files_in_private_folders(nano_home: Path, mode: str) -> None:
+    """Landlock does not check inotify: a command watching NANOBOT_HOME (or a group watching
+    media/) learnt the names of files it can neither list nor read as the daemon wrote them."""
+    require_sandbox(mode)
+    import asyncio
+
+    (nano_home / "workspace" / "watch.py").write_text(
+        "import ctypes, os, select, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "fd = libc.inotify_init1(0)\nwd = libc.inotify_add_watch(fd, os.fsencode(sys.argv[1]), 0x100)\n"  # IN_CREATE
+        "if wd < 0:\n    print('refused', ctypes.get_errno()); sys.exit()\nprint('watching', flush=True)\n"
+        "if select.select([fd], [], [], 2)[0]:\n    print(os.read(fd, 4096))\n"
+    )
+    home = base64.b64encode(str(nano_home).encode()).decode()
+    command = run(make_exec(nano_home, mode), f'python3 watch.py "$(echo {home} | base64 -d)"')
+    watcher = asyncio.ensure_future(command)
+    await asyncio.sleep(0.8)
+    (nano_home / "pairing-of-alice-and-bob.json").write_text("{}")
+    out = await watcher
+    assert "alice-and-bob" not in out, out
+
+
 async def test_host_services_abstract_sockets_are_out_of_reach(nano_home: Path, mode: str) -> None:
     """A host service on an abstract UNIX socket (D-Bus, X11 do this): with the network on,
     bubblewrap shares the host's network namespace, where those sockets live; hiding /run and /tmp
