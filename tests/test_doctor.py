@@ -413,3 +413,19 @@ def test_an_emptied_jobs_file_fails_the_check(home: Path, fake_llm: FakeLLMServe
     listing = run_cli("cron", "list", home=home)
     assert listing.returncode == 1 and "the jobs file is empty" in listing.stderr, listing.stderr
     assert jobs.read_bytes() == b""  # left as it is for the user to restore
+
+
+@pytest.mark.parametrize("root", [True, False])
+def test_a_gateway_run_as_root_is_warned_that_its_commands_are_root_too(
+    root: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropping capabilities does not make uid 0 an ordinary user: root-owned files readable by
+    their owner alone (/etc/shadow, SSH host keys) stay readable inside either sandbox."""
+    import nanobot.sandbox as sandbox_mod
+    from nanobot.config.schema import Config
+    from nanobot.doctor.local import check_sandbox
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 1000)
+    check = check_sandbox(Config())
+    assert sandbox_mod.detect("auto").active in ("bwrap", "landlock")
+    assert (check.status, "runs as root" in check.detail) == (("warn", True) if root else ("ok", False)), check

@@ -363,7 +363,11 @@ def check_index(cfg: Config, *, fix: bool) -> Check:
 def check_sandbox(cfg: Config) -> Check:
     requested = cfg.tools.exec.sandbox
     try:
-        from nanobot.sandbox import detect  # the OS sandbox package, where installed
+        from nanobot.sandbox import (  # the OS sandbox package, where installed
+            ROOT_WARNING,
+            detect,
+            runs_as_root,
+        )
     except ImportError:
         found = shutil.which("bwrap")
         if requested == "none":
@@ -375,4 +379,6 @@ def check_sandbox(cfg: Config) -> Check:
     result = detect(requested)
     if result.active == "unavailable":
         return Check("sandbox", "warn", result.describe())
+    if result.active != "off" and runs_as_root():
+        return Check("sandbox", "warn", f"{result.describe()}; {ROOT_WARNING}")
     return Check("sandbox", "warn" if result.active == "off" else "ok", result.describe())

@@ -58,6 +58,17 @@ class SandboxStatus:
         return f"{self.active} (requested {self.requested}{suffix})"
 
 
+ROOT_WARNING = (
+    "the gateway runs as root: its commands run as root inside the sandbox too, where the system's "
+    "root-only files (/etc/shadow, SSH host keys) stay readable; run it as an ordinary user "
+    "(the Docker image and `nanobot service install` do)"
+)
+
+
+def runs_as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
 @functools.cache
 def detect(requested: str) -> SandboxStatus:
     """Which sandbox `requested` amounts to on this machine (probed once per process)."""

@@ -23,7 +23,7 @@ from loguru import logger
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
 from nanobot.config.paths import media_prefix
 from nanobot.config.schema import ExecToolConfig
-from nanobot.sandbox import Limits, Sandbox, SandboxUnavailable, detect
+from nanobot.sandbox import ROOT_WARNING, Limits, Sandbox, SandboxUnavailable, detect, runs_as_root
 
 BUILTIN_DENY_PATTERNS = (
     r"\brm\s+-[a-z]*r[a-z]*f?\s+(/|~|\$HOME)(\s|$)",  # rm -rf / or ~
@@ -82,6 +82,8 @@ class ExecTool(Tool):
             logger.warning("exec sandbox is off (tools.exec.sandbox): commands run with the daemon's rights")
         elif self.status.active == "unavailable":
             logger.warning("exec is disabled: no OS sandbox is available ({})", self.status.detail)
+        elif runs_as_root():
+            logger.warning(ROOT_WARNING)
 
     def check(self, command: str) -> None:
         for pattern in self._deny:
