@@ -132,9 +132,10 @@ class Ruleset:
     of abstract UNIX sockets: what bubblewrap's own namespaces leave open while the network is on
     (a host service listening on an abstract socket: D-Bus, X11)."""
 
-    def __init__(self, abi: int, network: bool, *, filesystem: bool = True) -> None:
+    def __init__(self, abi: int, network: bool, *, filesystem: bool = True, shared: bool = False) -> None:
         self.abi = abi
         self.network = network
+        self.shared = shared  # a group's command (the seccomp filter refuses it file watches)
         self.filesystem = filesystem
         self.fs = handled_fs(abi) if filesystem else 0
         attr = _RulesetAttr(self.fs, 0, 0)
@@ -183,7 +184,7 @@ class Ruleset:
         last_cap = _last_cap()
 
         drop_caps = self.filesystem  # bubblewrap (scope only) needs the capabilities of its namespaces
-        seccomp = command_filter(landlock=self.filesystem, network=self.network)
+        seccomp = command_filter(landlock=self.filesystem, network=self.network, shared=self.shared)
 
         def hook() -> None:  # in the child between fork and exec, or in a spawning thread
             if then is not None:
@@ -253,7 +254,7 @@ def read_grants(readable: list[Path], private: list[Path], workspace: Path) -> l
 def build_ruleset(spec: SandboxSpec, tmpdir: str, readable: list[str], abi: int | None = None) -> Ruleset:
     """The ruleset for `spec`: `readable` (from `read_grants`) read-only, `tmpdir` writable, the
     workspace split (see the module docstring)."""
-    rules = Ruleset(abi or abi_version(), spec.network)
+    rules = Ruleset(abi or abi_version(), spec.network, shared=spec.shared)
     write = rules.fs
     try:
         for path in readable:

@@ -10,8 +10,9 @@ path: under it a command reached every service listening on one — the user's D
 Under Landlock `socket(AF_UNIX, ...)` fails with EACCES, and with the network off every `socket()`
 (Landlock refuses TCP only: UDP, to a DNS resolver for one, carried data out); `socketpair` stays
 allowed for its connected kinds (a program's own pipes; a datagram pair can send to any socket by
-its path). File watches (inotify, fanotify) are refused: Landlock does not check them, and a watch
-told a command the names of files in folders it cannot list. io_uring, which creates and connects sockets
+its path). In a group's commands file watches (inotify, fanotify) are refused: Landlock does not
+check them, and a watch told the names of files in folders it cannot list (the owner's downloads).
+io_uring, which creates and connects sockets
 without those system calls, is refused, and so are SysV shared memory, semaphores and message
 queues and POSIX message queues: named by a number, not a path, another program's segment could be
 attached and read. bubblewrap hides /run, $HOME and /tmp and has its own IPC namespace.
@@ -61,7 +62,8 @@ class _Arch:
     # tickets) is shared by every process of the user, sandboxed or not
     keyring: tuple[int, ...]
     # inotify_add_watch, fanotify_init, fanotify_mark: Landlock does not check a watch, which told a
-    # command the names of files in folders it can neither list nor read (the owner's downloads)
+    # group's command the names of files in folders it can neither list nor read (the owner's
+    # downloads); the owner's commands keep them (`tail -f`, a watch mode: names are not secrets to them)
     watches: tuple[int, ...]
 
 
@@ -89,16 +91,19 @@ class FilterProgram:
         self.prog = _SockFprog(len(instructions), self._array)
 
 
-def command_filter(*, landlock: bool, network: bool, machine: str | None = None) -> FilterProgram | None:
+def command_filter(
+    *, landlock: bool, network: bool, shared: bool = False, machine: str | None = None
+) -> FilterProgram | None:
     """The filter for commands on this machine's architecture, or None where it is not known.
 
     Always: no kernel keyring, no system call of another ABI. Under Landlock (`landlock`) also no
-    new UNIX socket (with `network` off no socket at all), no io_uring and no IPC; bubblewrap's
-    namespaces and hidden folders hold those."""
+    new UNIX socket (with `network` off no socket at all), no io_uring and no IPC, and in a group
+    (`shared`) no file watch; bubblewrap's namespaces and hidden folders hold those."""
     arch = _ARCHES.get(machine or platform.machine())
     if arch is None:
         return None
-    denied = (*arch.keyring, *((_IO_URING_SETUP, *arch.ipc, *arch.watches) if landlock else ()))
+    denied = (*arch.keyring, *((_IO_URING_SETUP, *arch.ipc) if landlock else ()))
+    denied += arch.watches if landlock and shared else ()
     # (code, k, where to go when true, when false), None being the next instruction; a string
     # names the instruction after it
     steps: list[tuple[int, int, str | None, str | None] | str] = [
