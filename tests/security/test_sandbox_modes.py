@@ -54,7 +54,8 @@ async def test_a_kernel_refusing_the_seccomp_filter_disables_exec_instead_of_eve
     start with an opaque error each time; `auto` says why exec is off."""
     import nanobot.sandbox.seccomp as seccomp_mod
 
-    monkeypatch.setattr(seccomp_mod, "_prctl", lambda *args: -1)  # PR_SET_SECCOMP refused
+    real_prctl = seccomp_mod._prctl
+    monkeypatch.setattr(seccomp_mod, "_prctl", lambda option, *rest: -1 if option == 22 else real_prctl(option, *rest))
     seccomp_mod.filter_problem.cache_clear()
     try:
         for mode in ("auto", "bwrap", "landlock"):
@@ -66,6 +67,25 @@ async def test_a_kernel_refusing_the_seccomp_filter_disables_exec_instead_of_eve
         assert not (tmp_path / "ran.txt").exists()
     finally:
         seccomp_mod.filter_problem.cache_clear()
+
+
+def test_bubblewrap_is_probed_as_commands_run_it(fresh_detect, monkeypatch, tmp_path: Path) -> None:  # noqa: ANN001
+    """Commands start bubblewrap under no_new_privs (the seccomp filter needs it), which ignores a
+    setuid bit: a bwrap that works only by it passed a bare probe, so `auto` chose it and then every
+    command failed ("No permissions to create a new namespace") instead of falling back to Landlock."""
+    setuid_only = tmp_path / "bwrap"  # stands in for a setuid-root bwrap on a host refusing user namespaces
+    setuid_only.write_text(
+        "#!/bin/sh\ngrep -q 'NoNewPrivs:.1' /proc/self/status || exit 0\n"
+        "echo 'bwrap: No permissions to create a new namespace' >&2; exit 1\n"
+    )
+    setuid_only.chmod(0o755)
+    monkeypatch.setattr(bwrap_mod, "find_bwrap", lambda: str(setuid_only))
+    bwrap_mod.bwrap_problem.cache_clear()
+    try:
+        assert detect("auto").active == "landlock"
+        assert "No permissions" in detect("bwrap").detail
+    finally:
+        bwrap_mod.bwrap_problem.cache_clear()
 
 
 def test_explicit_bwrap_never_falls_back(fresh_detect, monkeypatch) -> None:  # noqa: ANN001
