@@ -12,8 +12,8 @@ unreadable; from ABI 6 signals and abstract UNIX sockets are scoped too; from AB
 are refused when the network is off. From ABI 6 the bubblewrap sandbox runs inside a ruleset of the
 abstract-socket scope alone (`abstract_socket_scope`): with the network on it shares the host's
 network namespace, where abstract sockets live. Commands under Landlock also run under a seccomp
-filter (`seccomp.py`) that refuses new UNIX sockets, which Landlock cannot refuse by their path, and
-with the network off every new socket (UDP too).
+filter (`seccomp.py`) for what Landlock cannot refuse by a path: new UNIX sockets, IPC, the kernel
+keyring, a group's file watches, and with the network off every new socket (UDP too).
 """
 
 from __future__ import annotations
