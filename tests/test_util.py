@@ -18,6 +18,7 @@ from nanobot.util.retry import backoff_s, parse_retry_after, retry_after_from_he
 from nanobot.util.tasks import finish_or_cancel
 from nanobot.util.text import pack, truncate_head, truncate_middle, truncate_tail, unlabelled
 from nanobot.util.tool_args import as_dict, first_string_arg, from_provider, parse_arguments
+from tests.conftest import REPO
 
 
 def _mode(path: Path) -> int:
@@ -109,9 +110,8 @@ def test_append_locked_cuts_a_short_write_back_on_a_full_disk(tmp_path: Path) ->
             print("ERROR:", exc.strerror)
         """
     )
-    repo = str(Path(__file__).resolve().parent.parent)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": repo})
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.stdout.startswith("ERROR: File too large"), out.stderr
     assert history.read_text() == "[2026-01-01] first entry\n"
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nanobot.sandbox.seccomp import apply_filter, command_filter
+from nanobot.sandbox.seccomp import apply_filter, command_filter, set_no_new_privs
 from nanobot.sandbox.spec import (
     PROTECTED_MEMORY_PREFIX,
     SandboxSpec,
@@ -39,7 +39,6 @@ T = TypeVar("T")
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
-_PR_SET_NO_NEW_PRIVS = 38
 _PR_CAPBSET_DROP = 24
 
 # Filesystem access rights (ABI 1 unless noted)
@@ -193,8 +192,7 @@ class Ruleset:
             # other processes' /proc/<pid>/environ: empty the bounding set, so exec leaves no caps.
             for cap in range(last_cap + 1 if drop_caps else 0):
                 _prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
-            if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-                raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+            set_no_new_privs()
             if _syscall(_SYS_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
                 raise OSError(ctypes.get_errno(), "landlock_restrict_self")
             if seccomp is not None:

@@ -91,6 +91,7 @@ class FilterProgram:
         self.prog = _SockFprog(len(instructions), self._array)
 
 
+@functools.cache  # built once per kind, not for every command
 def command_filter(
     *, landlock: bool, network: bool, shared: bool = False, machine: str | None = None
 ) -> FilterProgram | None:
@@ -155,11 +156,17 @@ def filter_hook(program: FilterProgram | None, then: Callable[[], None] | None) 
     def hook() -> None:
         if then is not None:
             then()
-        if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+        set_no_new_privs()
         apply_filter(program)
 
     return hook
+
+
+def set_no_new_privs() -> None:
+    """No privilege gained by exec from here on (setuid bits, file capabilities ignored): what
+    seccomp and Landlock need of a process without CAP_SYS_ADMIN."""
+    if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 def apply_filter(program: FilterProgram) -> None:
