@@ -303,6 +303,35 @@ async def test_no_lock_is_kept_for_a_channel_once_its_messages_are_handled(serve
     assert len(gw.channel._chat_locks) == 0
 
 
+async def test_a_command_for_another_bot_is_not_ours_in_a_guild(server, gateway_factory) -> None:
+    """`/new@OtherBot` in a guild reached the agent and archived the channel's conversation (the
+    `@...` was dropped when the command was read); the same command for this bot is still ours."""
+    gw = await gateway_factory(make_config(server)).start()
+    server.push_message("/new@OtherBot", channel_id=GUILD_CHANNEL_ID, guild=True)
+    server.push_message("/new@nanobot", channel_id=GUILD_CHANNEL_ID, guild=True)
+    server.push_message("/new@OtherBot")  # a private chat has no other bots: ours
+    assert [(await gw.inbound()).content for _ in range(2)] == ["/new@nanobot", "/new@OtherBot"]
+    await asyncio.sleep(0.1)
+    assert gw.bus.inbound.empty()
+
+
+async def test_a_reply_routed_while_discord_reconnects_is_sent_when_it_is_back(server, gateway_factory) -> None:
+    """Between a failed login and the next, replies went to the closed client: "Session is closed"
+    was taken for a refusal, so the reply (a cron job's, a turn's) was dropped for good."""
+    server.fail_next("get_me", 503, 100_000)  # Discord's API down at start-up
+    gw = gateway_factory(make_config(server))
+    gw.channel.reconnect_max_delay_s = 0.3
+    await gw.start(state="retrying")
+    await gw.bus.publish_outbound(OutboundMessage("discord", str(DM_CHANNEL_ID), "during the outage"))
+    await asyncio.sleep(0.3)
+    with server._lock:
+        server._failures.clear()  # the API is back
+    await wait_state(gw.channel, "running", timeout=10)
+    await gw.bus.publish_outbound(OutboundMessage("discord", str(DM_CHANNEL_ID), "after it"))
+    sends = await server.wait_for("send_message", count=2, timeout=10)
+    assert [c.params["content"] for c in sends] == ["during the outage", "after it"]
+
+
 async def test_send_survives_429_and_502(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start()
     server.fail_next(

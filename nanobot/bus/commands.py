@@ -46,6 +46,14 @@ def _command_word(text: str) -> tuple[str | None, bool]:
     return name, len(words) == 1
 
 
+def for_another_bot(text: str, bot_username: str | None) -> bool:
+    """`/new@other_bot`: a command meant for another bot in the same group (Telegram's form, which
+    people type on Discord too); a command without `@` is everyone's."""
+    first = text.strip().split(maxsplit=1)[0] if text.strip() else ""
+    target = first.partition("@")[2] if first.startswith("/") else ""
+    return bool(target) and target.lower() != (bot_username or "").lower()
+
+
 def parse_command(text: str) -> str | None:
     """The command name for `/new`, `/stop@mybot`, ` /help `; None for anything else."""
     name, alone = _command_word(text)

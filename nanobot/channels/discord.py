@@ -30,7 +30,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from loguru import logger
 
-from nanobot.bus.commands import starts_with_command
+from nanobot.bus.commands import for_another_bot, starts_with_command
 from nanobot.bus.events import OutboundMessage
 from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
@@ -216,6 +216,8 @@ class DiscordChannel(Channel):
         # a guild the client has not cached (its channel a PartialMessageable) is still a guild: the
         # message was taken for a private one, with the owner's trust and a pairing reply in public
         is_group = message.guild is not None or getattr(message.channel, "guild_id", None) is not None
+        if is_group and for_another_bot(message.content, self.client.user.name):
+            return  # `/new@OtherBot` must not archive this channel's conversation
         if is_group and self.config.group_policy == "mention" and not self._addressed(message, me_id):
             return
         content = re.sub(rf"<@!?{me_id}>", "", message.content)
@@ -286,6 +288,10 @@ class DiscordChannel(Channel):
     def _target(self, chat_id: str) -> discord.PartialMessageable:
         if self.client is None:
             raise RuntimeError("discord channel is not started")
+        if self.client.is_closed() or self.client.user is None:
+            # between a failed login and the next one: an outage, so the manager keeps the reply
+            # and sends it when the channel is back (the closed client's error was taken for a refusal)
+            raise ConnectionError("discord is reconnecting")
         return self.client.get_partial_messageable(int(chat_id))
 
     async def _send_typing(self, chat_id: str) -> None:

@@ -33,7 +33,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
-from nanobot.bus.commands import COMMANDS
+from nanobot.bus.commands import COMMANDS, for_another_bot
 from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
@@ -54,7 +54,7 @@ from nanobot.channels.telegram_media import (
     with_reply_context,
 )
 from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
-from nanobot.channels.telegram_updates import addressed, for_another_bot, readable_updates
+from nanobot.channels.telegram_updates import addressed, readable_updates
 
 REQUEST_TIMEOUT_S = 20.0
 CONNECT_TIMEOUT_S = 10.0

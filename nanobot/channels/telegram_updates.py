@@ -56,9 +56,3 @@ def addressed(message: Message, text: str, bot_id: int | None, bot_username: str
         return True  # a word of its own: @nano_bot_fans is not @nano_bot
     return starts_with_command(text)
 
-
-def for_another_bot(text: str, bot_username: str | None) -> bool:
-    """`/new@other_bot`: a command meant for another bot in the same group."""
-    first = text.strip().split(maxsplit=1)[0] if text.strip() else ""
-    target = first.partition("@")[2] if first.startswith("/") else ""
-    return bool(target) and target.lower() != (bot_username or "").lower()
