@@ -19,7 +19,7 @@ from nanobot.channels.telegram import TelegramChannel
 from nanobot.config.schema import Config
 from nanobot.secrets import mask
 from tests.fakes._aiohttp_thread import ThreadedAiohttpServer
-from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegramServer, parse_html, utf16_len
+from tests.fakes.telegram_server import BOT_ID, BOT_USERNAME, FakeTelegramServer, parse_html, utf16_len
 
 TOKEN = "123456789:AAFakeTokenForTests_abcdefghijklmnop"
 FAST_RETRY_S = 0.02
@@ -181,6 +181,27 @@ async def test_group_mention_policy(server, gateway_factory) -> None:
     assert [m.content for m in got] == ["what time is it?", reply, "/status"]
     assert all(m.is_group and m.chat_id == "-100123" for m in got)
     await asyncio.sleep(0.1)
+    assert gw.bus.waiting() == 0
+
+
+async def test_the_bots_name_inside_other_words_is_no_mention_and_stays(server, gateway_factory) -> None:
+    """`@bot` was cut from every message, private ones too and inside words (ops@bot.dev became
+    ops.dev), and in a group an address or a forwarded copy of the bot's own message (its label
+    names @bot) counted as a mention and started a turn."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    group = {"chat_id": -100123, "chat_type": "supergroup"}
+    origin = {"type": "user", "date": int(time.time()),
+              "sender_user": {"id": BOT_ID, "is_bot": True, "first_name": "Nano", "username": BOT_USERNAME}}
+    server.push_message("the weather is sunny", forward_origin=origin, **group)
+    server.push_message(f"write to bob@{BOT_USERNAME} or bob@{BOT_USERNAME}.example", **group)
+    server.push_message(f"@{BOT_USERNAME} mail ops@{BOT_USERNAME}.dev", **group)
+    private = f"Mail the logs to ops@{BOT_USERNAME}.dev and tell @{BOT_USERNAME} users"
+    server.push_message(private)
+    got = [await gw.inbound() for _ in range(2)]
+    for msg in got:
+        msg.ack()  # confirmed: not polled again
+    assert sorted(m.content for m in got) == [private, f"mail ops@{BOT_USERNAME}.dev"]  # two chats: either first
+    await asyncio.sleep(0.3)
     assert gw.bus.waiting() == 0
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from nanobot.bus.events import OutboundMessage
 from tests.fakes.telegram_server import BOT_USERNAME
 from tests.test_channels_telegram import gateway_factory, make_config, server  # noqa: F401 (fixtures)
@@ -106,6 +108,35 @@ async def test_an_album_is_one_message_with_all_its_photos(server, gateway_facto
             break
         await asyncio.sleep(0.02)
     assert len(held) - len(server.held_ids()) == 3
+
+
+@pytest.mark.parametrize("failure", ["429", "502"])
+async def test_an_album_stays_whole_when_a_poll_fails_between_its_parts(server, gateway_factory, failure) -> None:
+    """The parts were gathered for 1 s of quiet: a poll rate limited (retry after 2 s) or backing
+    off from 5xx right after the first part held the second part on the server past that second,
+    and the album became two turns, the second without its caption."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    gw.channel.retry_base_delay_s = 0.5  # the default backoff (tests shorten it)
+    photos = []
+    for n in range(2):
+        size = server.add_file(f"p{n}", f"photos/p{n}.jpg", f"JPEG{n}".encode())
+        photos.append([{**size, "width": 90, "height": 90}])
+    await asyncio.sleep(0.1)  # the channel's long poll is waiting: it brings the first part
+    if failure == "429":
+        server.fail_next("getUpdates", 429, description="Too Many Requests: retry after 2",
+                         parameters={"retry_after": 2})
+    else:
+        server.fail_next("getUpdates", 502, count=2, description="Bad Gateway")
+    server.push_message("what are these?", photo=photos[0], media_group_id="album-2")
+    async with asyncio.timeout(5):  # the poll after it fails
+        while not any("_failed" in c.params for c in server.calls_to("getUpdates")):
+            await asyncio.sleep(0.01)
+    server.push_message(None, photo=photos[1], media_group_id="album-2")
+    album = await gw.inbound(timeout=10)
+    assert album.content == "what are these?" and len(album.media) == 2
+    album.ack()
+    await asyncio.sleep(1.5)
+    assert gw.bus.waiting() == 0
 
 
 async def test_a_long_paste_the_app_split_is_one_turn(server, gateway_factory) -> None:

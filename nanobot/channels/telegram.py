@@ -54,7 +54,7 @@ from nanobot.channels.telegram_media import (
     with_reply_context,
 )
 from nanobot.channels.telegram_stream import StreamPreviews, retry_after_s
-from nanobot.channels.telegram_updates import addressed, readable_updates
+from nanobot.channels.telegram_updates import addressed, mention_pattern, readable_updates
 
 REQUEST_TIMEOUT_S = 20.0
 CONNECT_TIMEOUT_S = 10.0
@@ -204,10 +204,12 @@ class TelegramChannel(Channel):
         offset = self._acks.offset
         # Pending updates are re-served at once, so a long poll would not wait anyway.
         timeout = 0 if self._acks.pending else self.config.poll_timeout_s
+        poll = self._albums.poll_started()
         try:
             updates = await self.bot.get_updates(offset=offset, timeout=timeout, allowed_updates=["message"])
         except (TypeError, KeyError, ValueError) as exc:  # one update the library cannot read
             updates = await readable_updates(self.bot, offset, self._acks, exc)
+        self._albums.poll_done(poll)
         self._confirmed = offset
         for update in updates:
             if not self._acks.is_new(update.update_id):
@@ -266,19 +268,19 @@ class TelegramChannel(Channel):
             return False
         chat = message.chat
         parts = [u.message for u in updates if u.message is not None]
-        text = "\n".join(t for t in (with_origin(m, m.text or m.caption or shared_as_text(m)) for m in parts) if t)
         is_group = chat.type in _GROUP_TYPES
+        # the messages' own text: a forward's label naming the bot (a copy of its own message) is no mention
+        typed = "\n".join(m.text or m.caption or "" for m in parts)
+        text = "\n".join(t for t in (with_origin(m, self._without_mention(m, is_group)) for m in parts) if t)
         if is_group and for_another_bot(text, self._bot_username):
             return False  # another bot's /new must not archive this group's conversation
         if is_group and self.config.group_policy == "mention" and not addressed(
-            message, text, self._bot_id, self._bot_username
+            message, typed, text, self._bot_id, self._bot_username
         ):
             return False
         # Check the sender before downloading anything they sent.
         if not await self._admit(str(user.id), user.username, chat_id=str(chat.id), is_group=is_group):
             return False
-        if self._bot_username:
-            text = re.sub(rf"@{re.escape(self._bot_username)}\b", "", text, flags=re.I).strip()
         text = with_reply_context(message, text, self._bot_id)
         got = Received()
         for part in parts:
@@ -289,6 +291,16 @@ class TelegramChannel(Channel):
         inbound = self._inbound(str(user.id), chat_of(message), text, got, is_group=is_group, metadata=metadata)
         self._acks.track([u.update_id for u in updates], inbound)
         return await self._publish(inbound, user.username)
+
+    def _without_mention(self, message: Message, is_group: bool) -> str:
+        """A message's text without the `@bot` a group addresses the bot with; a private chat's
+        text and a forwarded one are the sender's words as they are (ops@bot.dev stays an address)."""
+        text = message.text or message.caption or shared_as_text(message)
+        if not self._bot_username or message.forward_origin is not None:
+            return text
+        bot = re.escape(self._bot_username)
+        text = re.sub(rf"^(\s*/\w+)@{bot}\b", r"\1", text, flags=re.I)  # /new@bot: our /new
+        return mention_pattern(self._bot_username).sub("", text).strip() if is_group else text
 
     # ------------------------------------------------------------------ outbound
     def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:

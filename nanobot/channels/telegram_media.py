@@ -175,6 +175,7 @@ async def download_media(channel: TelegramChannel, message: Message) -> Received
 
 
 ALBUM_QUIET_S = 1.0  # parts come a poll apart at most (0.5 s while updates are pending)
+ALBUM_MAX_WAIT_S = 60.0  # polls failing longer than this: the parts so far go on their own
 AlbumKey = tuple[int, str]  # (chat id, media_group_id)
 
 
@@ -211,12 +212,27 @@ class Albums:
 
     def __init__(self) -> None:
         self._open: dict[AlbumKey, list[Update]] = {}
+        # Polls are numbered as they start: an album is complete only after a poll that started
+        # after its last part came back without another part (a poll failing meanwhile - a 429, a
+        # 5xx backoff - split an album whose parts came a poll apart into two turns).
+        self._polls_started = 0
+        self._last_poll_done = 0
+        self._joined_at: dict[AlbumKey, int] = {}
+
+    def poll_started(self) -> int:
+        self._polls_started += 1
+        return self._polls_started
+
+    def poll_done(self, poll: int) -> None:
+        """Poll number `poll` (from poll_started) returned its updates."""
+        self._last_poll_done = max(self._last_poll_done, poll)
 
     def is_open(self, key: AlbumKey) -> bool:
         return key in self._open
 
     def join(self, key: AlbumKey, update: Update) -> bool:
         """Add a part to its album; False when the album is new (this part's handler gathers it)."""
+        self._joined_at[key] = self._polls_started
         parts = self._open.get(key)
         if parts is None:
             self._open[key] = [update]
@@ -225,13 +241,17 @@ class Albums:
         return True
 
     async def gather(self, key: AlbumKey) -> list[Update]:
-        """All parts of the album, in the order they were sent, once no new one came for a while."""
+        """All parts of the album, in the order they were sent, once no new one came for a while
+        and a later poll succeeded (or polls kept failing for ALBUM_MAX_WAIT_S)."""
         parts = self._open[key]
+        deadline = asyncio.get_running_loop().time() + ALBUM_MAX_WAIT_S
         try:
-            seen = 0
-            while seen != len(parts):
+            while True:
                 seen = len(parts)
                 await asyncio.sleep(ALBUM_QUIET_S)
+                polled = self._last_poll_done > self._joined_at[key]
+                if seen == len(parts) and (polled or asyncio.get_running_loop().time() >= deadline):
+                    break
         finally:
-            del self._open[key]
+            del self._open[key], self._joined_at[key]
         return sorted(parts, key=lambda u: u.update_id)

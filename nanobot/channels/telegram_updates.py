@@ -47,12 +47,21 @@ async def readable_updates(bot: Bot, offset: int | None, acks: AckWindow, error:
     return readable
 
 
-def addressed(message: Message, text: str, bot_id: int | None, bot_username: str | None) -> bool:
-    """In a group under groupPolicy "mention": is this message for the bot?"""
+def mention_pattern(bot_username: str) -> re.Pattern[str]:
+    """`@bot` as a word of its own: not @nano_bot_fans, not the middle of ops@nano_bot.dev."""
+    return re.compile(rf"(?<![\w.@])@{re.escape(bot_username)}\b(?![.@]\w)", re.I)
+
+
+def addressed(
+    message: Message, typed: str, text: str, bot_id: int | None, bot_username: str | None
+) -> bool:
+    """In a group under groupPolicy "mention": is this message for the bot? `typed` is what the
+    sender wrote (a forward's label naming the bot, as on a copy of its own message, is not a
+    mention); `text` is what reaches the agent (a forwarded "/new" is labelled, no command)."""
     reply = message.reply_to_message
     if reply is not None and reply.from_user is not None and reply.from_user.id == bot_id:
         return True
-    if bot_username and re.search(rf"@{re.escape(bot_username)}\b", text, flags=re.I):
-        return True  # a word of its own: @nano_bot_fans is not @nano_bot
+    if bot_username and mention_pattern(bot_username).search(typed):
+        return True
     return starts_with_command(text)
 
