@@ -306,6 +306,45 @@ async def test_new_during_background_consolidation_waits(agent_factory, script, 
     assert len(archived) == 1 and f"FACT-{turns - 1}:" in archived[0].read_text()
 
 
+@pytest.mark.parametrize("other_says", ["/new", "a question"])
+async def test_another_process_waits_for_a_consolidation_of_the_session(  # noqa: ANN001
+    agent_factory, script, fake_llm, other_says: str
+) -> None:
+    """The memory lock held in one process only: a one-shot `nanobot agent -m` beside a running
+    agent consolidated the same messages again (HISTORY.md twice), and its /new archived the file
+    under the consolidation, whose pointer then landed in the new conversation's file (what was said
+    after /new counted as consolidated: out of the prompt, never in memory)."""
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    other = build_runtime(agent.config)  # a second process on the same workspace
+    ws = agent.config.workspace_path
+
+    def slow_consolidation(body: dict) -> dict:
+        decided = script.decide(body)
+        names = {t["function"]["name"] for t in body.get("tools") or []}
+        return {**decided, "delay_s": 0.6} if "save_memory" in names else decided
+
+    fake_llm.responder = slow_consolidation
+    turns = 0
+    while not agent.agent.lifecycle.consolidating and turns < 30:
+        await chat(agent, 1, start=turns)
+        turns += 1
+    await asyncio.sleep(0.05)
+    assert agent.agent.lifecycle.session_locked("cli:direct")
+    try:
+        await other.ask(other_says if other_says == "/new" else f"{other_says} {PAD}")
+        await other.agent.drain(30)
+    finally:
+        other.agent.sessions.close()
+    await agent.agent.drain(30)
+    history = (ws / "memory" / "HISTORY.md").read_text()
+    assert all(history.count(f"FACT-{i}:") <= 1 for i in range(turns))
+    if other_says == "/new":
+        assert "last_consolidated" not in last_metadata(ws)  # the new conversation: nothing consolidated
+        await chat(agent, 1, start=100)
+        assert agent.agent.sessions.get("cli:direct").last_consolidated == 0
+        assert all(f"FACT-{i}:" in history for i in range(turns))  # the archive reached memory
+
+
 async def test_no_memory_lock_is_kept_for_a_session_once_its_work_is_done(agent_factory, script) -> None:  # noqa: ANN001
     """The lifecycle kept a lock for every session it ever consolidated or archived, for the life
     of the daemon."""

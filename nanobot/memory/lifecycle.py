@@ -15,8 +15,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,9 +100,14 @@ class MemoryLifecycle:
         """Whether memory work on the session holds its lock now."""
         return self._locks.locked(key)
 
-    def lock_for(self, key: str) -> AbstractAsyncContextManager[None]:
-        """The session's memory lock: consolidation, flush and /new of one session take turns."""
-        return self._locks.hold(key)
+    @asynccontextmanager
+    async def lock_for(self, session: Session) -> AsyncIterator[None]:
+        """The session's memory lock: consolidation, flush and /new of one session take turns, in
+        this process and with any other on the workspace (a one-shot `nanobot agent` beside the
+        gateway); the session is read again first if another process changed its file meanwhile."""
+        async with self._locks.hold(session.key), self.sessions.memory_lock(session.key):
+            self.sessions.refresh(session)
+            yield
 
     # ------------------------------------------------------------------ tasks
     def track(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
@@ -139,7 +144,7 @@ class MemoryLifecycle:
         """Before an LLM call: if the prompt would overflow, consolidate now (waiting for background work)."""
         if estimate() <= self.budget_tokens:
             return
-        async with self.lock_for(session.key):
+        async with self.lock_for(session):
             if not session.archived and estimate() > self.budget_tokens:
                 await self._consolidate_locked(session, private, estimate)
 
@@ -173,7 +178,7 @@ class MemoryLifecycle:
             return self.estimator(session, private) + self._last_user_tokens(session)
 
         try:
-            async with self.lock_for(session.key):
+            async with self.lock_for(session):
                 if session.archived:  # /new got here first and owns these messages now
                     return
                 await self.maybe_flush(session, private)
@@ -276,7 +281,7 @@ class MemoryLifecycle:
     # ------------------------------------------------------------------ /new
     async def start_new_session(self, session: Session) -> None:
         """Archive the transcript now (after any running consolidation), process it in the background."""
-        async with self.lock_for(session.key):
+        async with self.lock_for(session):
             archived = self.sessions.archive(session, self.memory.now(), pending=True)
         if archived is None:
             return

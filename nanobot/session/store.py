@@ -33,7 +33,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -60,13 +60,14 @@ from nanobot.session.transcripts import (
     transcript_path,
 )
 from nanobot.timeutil import seconds_since
-from nanobot.util.fs import ensure_private_dir, fd_lock, open_private, unused_path
+from nanobot.util.fs import ensure_private_dir, fd_lock, file_lock_waiting, open_private, unused_path
 
 __all__ = ["Session", "SessionStore", "StorageError"]
 
 DEFAULT_MAX_CACHED_SESSIONS = 128
 FsyncPolicy = Literal["always", "everysec", "never"]
 FSYNC_INTERVAL_S = 1.0
+LOCKS_DIR = ".locks"  # sessions/.locks/<transcript stem>.lock (see memory_lock)
 
 
 _UNSEEN = (-1, -1)  # a file state no file has
@@ -149,6 +150,20 @@ class SessionStore:
         if path == self.path_for(key):  # not an archived transcript
             self._seen[key] = loaded.state
         return loaded.session
+
+    def refresh(self, session: Session) -> None:
+        """Read the session again if another process wrote or archived its file since this one
+        last did (a pointer it moved, a /new it made): memory work must start from what is on disk."""
+        if not session.archived and self._seen.get(session.key, _UNSEEN) != _file_state(session.path):
+            logger.info("session {}: its file was changed by another process; reading it again", session.key)
+            self._reread(session)
+
+    def memory_lock(self, key: str) -> AbstractAsyncContextManager[None]:
+        """Memory work on the key's conversation (flush, consolidation, /new's archive) by one process
+        at a time: a one-shot `nanobot agent` beside the gateway consolidated the same messages again
+        (HISTORY.md twice), or archived the file under a consolidation whose pointer then landed in
+        the new conversation's file (what was said after /new counted as consolidated)."""
+        return file_lock_waiting(self.dir / LOCKS_DIR / f"{self.path_for(key).stem}.lock")
 
     def cached(self) -> list[Session]:
         return list(self._cache.values())

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -30,8 +31,8 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from nanobot.util.nofollow import FolderCheck, open_folder_beneath
@@ -222,6 +223,25 @@ def file_lock(
     try:
         with fd_lock(fd, shared=shared, blocking=blocking):
             yield fd
+    finally:
+        os.close(fd)
+
+
+FILE_LOCK_POLL_S = 0.05
+
+
+@asynccontextmanager
+async def file_lock_waiting(path: Path) -> AsyncIterator[None]:
+    """Hold an exclusive `flock` on the lock file `path` for the block, waiting for it without
+    blocking the event loop (another process may hold it for as long as a model call takes)."""
+    fd = open_private(path, os.O_RDWR)
+    try:
+        while not try_flock(fd):
+            await asyncio.sleep(FILE_LOCK_POLL_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
 
