@@ -169,8 +169,11 @@ async def test_an_approval_can_be_taken_back(store: PairingStore, tmp_path: Path
     env = {**os.environ, "NANOBOT_HOME": str(tmp_path)}
     (tmp_path / "config.json").write_text("{}\n")
     run = [sys.executable, "-m", "nanobot", "pairing", "revoke"]
-    wrong = subprocess.run([*run, "fake", "999"], capture_output=True, text=True, env=env, timeout=120)
-    assert wrong.returncode == 1 and "no approved fake sender '999'" in wrong.stderr
+    wrong = subprocess.run([*run, "telegram", "999"], capture_output=True, text=True, env=env, timeout=120)
+    assert wrong.returncode == 1 and "no approved telegram sender '999'" in wrong.stderr
+    # a mistyped channel is a usage error, not "nobody approved"
+    typo = subprocess.run([*run, "telegarm", "999"], capture_output=True, text=True, env=env, timeout=120)
+    assert typo.returncode == 2 and "unknown channel 'telegarm'" in typo.stderr
     done = subprocess.run([*run, "fake", "666"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and "Revoked fake sender 666" in done.stderr
     # said when the config still lets them in

@@ -187,6 +187,15 @@ async def test_exec_refuses_paths_outside_the_workspace(exec_tool: ExecTool, com
         await exec_tool.execute(CTX, command=command)
 
 
+async def test_the_home_folder_refusal_tells_the_model_what_home_is(exec_tool: ExecTool) -> None:
+    """The refusal of `ls $HOME/memory` said the home folder lies outside the workspace, while
+    commands get the workspace as HOME: the model was told something false about where it runs."""
+    with pytest.raises(ToolError, match="workspace as HOME") as refused:
+        await exec_tool.execute(CTX, command="ls $HOME/memory")
+    assert "outside" not in str(refused.value)
+    assert (await exec_tool.execute(CTX, command="printenv HOME")).strip() == str(exec_tool.workspace)
+
+
 @pytest.mark.parametrize(
     "command",
     [

@@ -16,6 +16,7 @@ import typer
 from nanobot.channels.pairing import PairingError, PairingStore, pairing_path
 from nanobot.cli.common import (
     EXIT_FAILURE,
+    EXIT_USAGE,
     ConfigOption,
     config_path,
     err,
@@ -104,6 +105,10 @@ def revoke(
     try:
         who = _store(config).revoke(channel, sender)
     except PairingError as exc:
+        from nanobot.channels.manager import CHANNEL_CLASSES
+
+        if channel not in CHANNEL_CLASSES:  # a typo was answered as "nobody approved"
+            fail(f"Error: unknown channel {channel!r} (one of: {', '.join(CHANNEL_CLASSES)})", EXIT_USAGE)
         fail(f"Error: {exc}", EXIT_FAILURE)
     still = _still_let_in(load_cli_config(config, missing_ok=True), who.channel, who.sender_id, who.username)
     name = _who(who.username, who.sender_id)

@@ -93,8 +93,12 @@ class ExecTool(Tool):
             if re.search(r"(^|[\s/'\"])\.\.(/|\s|$)", command):
                 raise ToolError("command refused: '..' path segments are not allowed (restrictToWorkspace)")
             if re.search(r"(^|[\s=:'\"])~|\$\{?HOME\b", command):
+                # HOME is the workspace inside the sandbox, so the old "outside the workspace" was
+                # false; the model means the user's home, which a command never reaches
                 raise ToolError(
-                    "command refused: the home folder is outside the workspace (restrictToWorkspace)"
+                    "command refused: ~ and $HOME are not the user's home folder here (commands get the "
+                    "workspace as HOME); use paths relative to the workspace, the current folder "
+                    "(restrictToWorkspace)"
                 )
             for raw in _ABS_PATH_RE.findall(command):
                 if raw.startswith(_ALLOWED_SYSTEM_PREFIXES):
