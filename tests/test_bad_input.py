@@ -109,6 +109,20 @@ def test_memory_search_with_bytes_of_another_encoding(home: Path) -> None:
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
 
 
+def test_a_session_key_in_another_encoding_does_not_fail_the_turn(home: Path, fake_llm: FakeLLMServer) -> None:
+    """`agent -s $'work\xff'` (the same byte in -m was cleaned) failed every turn at the model call
+    with UnicodeEncodeError; a blank -s made a session with an empty key."""
+    from tests.conftest import config_dict
+
+    _write(home, config_dict(fake_llm.url))
+    fake_llm.push(Reply(content="noted"))
+    result = run_cli("agent", "-s", "work\udcff", "-m", "hi", home=home)  # argv b"work\xff"
+    assert result.returncode == 0 and result.stdout.strip() == "noted", result.stderr
+    assert "work\ufffd" in json.dumps(fake_llm.requests[-1], ensure_ascii=False)  # the key, as sent
+    blank = run_cli("agent", "-s", " ", "-m", "hi", home=home)
+    assert blank.returncode == 2 and "session key given with -s is empty" in blank.stderr
+
+
 @pytest.mark.parametrize("piped", [False, True])
 def test_chinese_under_a_locale_that_is_not_utf8(home: Path, fake_llm: FakeLLMServer, piped: bool) -> None:
     """Python makes only C/POSIX locales UTF-8; under another (ISO-8859-1, or coercion off) the
@@ -259,6 +273,41 @@ def test_corrupt_session_lines_are_skipped_and_appends_start_fresh(
     assert json.loads(lines[-1])["content"] == "after the crash"
     reloaded = SessionStore(tmp_path).get("cli:direct")
     assert [m["content"] for m in reloaded.messages] == ["first", "reply", "after the crash"]
+
+
+@pytest.mark.parametrize(
+    "bad_line",
+    [
+        {"role": "assistant", "content": "x", "tool_calls": "bad"},
+        {"role": "assistant", "content": None, "tool_calls": [5]},
+        {"role": 3, "content": "x"},
+        {"role": "user", "content": {"text": "x"}},
+    ],
+)
+async def test_a_message_line_of_the_wrong_shape_is_skipped_and_the_chat_goes_on(
+    make_config, fake_llm: FakeLLMServer, bad_line: dict
+) -> None:
+    """A transcript line with `"tool_calls": "bad"` loaded as a message; every later turn of the chat
+    then failed with a traceback, and its messages were not saved."""
+    config, _ = make_config()
+    rt = make_runtime(config)
+    try:
+        await rt.ask("first")
+    finally:
+        await rt.aclose()
+    path = session_path(config)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(bad_line) + "\n")
+    rt = make_runtime(config)
+    try:
+        assert "went wrong" not in await rt.ask("second")
+    finally:
+        await rt.aclose()
+    assert [m["content"] for m in messages_of(path) if m.get("role") == "user"][-1] == "second"
+    assert json.dumps(bad_line) in path.read_text(encoding="utf-8")  # kept as it was, only skipped
+    sent = fake_llm.requests[-1]["messages"]
+    assert sent[-1]["content"].endswith("second") and all(m.get("role") != 3 for m in sent)
+    assert all(isinstance(m.get("content"), (str, list, type(None))) for m in sent)  # what an API takes
 
 
 # ------------------------------------------------------------------ agent turns

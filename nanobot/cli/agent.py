@@ -34,6 +34,9 @@ def agent(
     if message is not None and not message.strip():  # `-m "$EMPTY_VAR"`: a turn about nothing
         fail("Error: the message given with -m is empty", EXIT_USAGE)
     message = typed_text(message) if message is not None else None
+    session = typed_text(session)  # a byte of another encoding reached the model call and failed it
+    if not session.strip():
+        fail("Error: the session key given with -s is empty", EXIT_USAGE)
     from nanobot.cli.app import CLOSED_AT_START
 
     if "stdout" in CLOSED_AT_START:  # `agent -m hi >&-`: the reply would go nowhere, and exit 0

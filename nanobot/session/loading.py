@@ -27,7 +27,7 @@ from typing import IO, Any
 from loguru import logger
 
 from nanobot.session.message_log import COLD_MARGIN, MessageLog, parse_message_line
-from nanobot.session.session import Session, valid_metadata, valid_pointer
+from nanobot.session.session import Session, message_problem, valid_metadata, valid_pointer
 
 READ_BUFFER = 1 << 20
 
@@ -101,6 +101,11 @@ def load_transcript(key: str, path: Path, count_caps: Mapping[str, int]) -> Load
                     if obj.get("_type") == "metadata":
                         session.metadata = valid_metadata(key, lineno, obj, session.metadata)
                 elif "role" in obj:
+                    problem = message_problem(obj)
+                    if problem is not None:
+                        skipped += 1
+                        logger.warning("session {}: skipping line {}: {}", key, lineno, problem)
+                        continue
                     if len(offsets) >= cold_before:
                         hot.append(obj)
                     offsets.append(offset)

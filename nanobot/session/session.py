@@ -158,6 +158,32 @@ def valid_metadata(key: str, lineno: int, obj: dict[str, Any], previous: dict[st
     return meta
 
 
+_ROLES = frozenset({"user", "assistant", "tool", "system"})
+
+
+def message_problem(obj: dict[str, Any]) -> str | None:
+    """Why a transcript line with a role cannot be a message the model is sent (None when it can):
+    a line edited by hand or damaged (`"tool_calls": "bad"`) loaded, then failed every later turn
+    of the chat, whose messages were not saved."""
+    if obj.get("role") not in _ROLES:
+        return f"unknown role {obj.get('role')!r}"
+    if not isinstance(obj.get("content"), (str, list, type(None))):
+        return "content is neither text nor a list of parts"
+    calls = obj.get("tool_calls")
+    if calls is not None and not (
+        isinstance(calls, list)
+        and all(
+            isinstance(c, dict) and isinstance(c.get("id"), str)
+            and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+            for c in calls
+        )
+    ):
+        return "tool_calls is not a list of calls with an id and a function name"
+    if not isinstance(obj.get("tool_call_id", ""), str):
+        return "tool_call_id is not text"
+    return None
+
+
 def delivery_of(session: Session, through: int | None = None) -> dict[str, Any]:
     """What a reply carries so its delivery can be recorded: the session, how many of its messages
     the reply covers, and the session's first timestamp (a session restarted by /new meanwhile is
