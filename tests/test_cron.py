@@ -953,6 +953,24 @@ async def test_a_hand_written_unschedulable_job_is_disabled_and_the_others_still
     assert jobs["norm1"].enabled and jobs["norm1"].last_status == "ok"
 
 
+async def test_a_hand_written_interval_job_keeps_its_pace_across_restarts(tmp_path: Path) -> None:
+    """An `every` job written into jobs.json without created_at was counted afresh from every start:
+    a daily job on a box restarted daily never ran."""
+    path = tmp_path / "jobs.json"
+    job = {"id": "hand1", "name": "backup check", "message": "check", "schedule": {"kind": "every", "every_s": 3600}}
+    path.write_text(json.dumps({"version": 1, "jobs": [job]}), encoding="utf-8")
+    rec = Recorder()
+    due: list[str | None] = []
+    for _ in range(2):
+        svc = service(path, rec)
+        await svc.start()
+        await svc.stop()
+        (stored,) = svc.list()
+        due.append(stored.next_run_at)
+        await asyncio.sleep(1.1)  # the next start comes later: the job's time must not move with it
+    assert due[0] == due[1] and stored.created_at
+
+
 def test_a_system_zone_without_a_name_is_warned_about() -> None:
     """TZ written as a POSIX rule: nanobot took its current offset as fixed (cron an hour off all
     summer) without a word."""

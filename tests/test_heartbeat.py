@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import nanobot.scheduler.heartbeat as heartbeat_module
 from nanobot.scheduler.heartbeat import (
     HEARTBEAT_OK,
     HeartbeatService,
@@ -146,6 +147,32 @@ async def test_tasks_run_and_reply_goes_to_the_target(tmp_path: Path) -> None:
     assert len(calls.prompts) == 1 and "check the weather and tell me if it will rain" in calls.prompts[0]
     assert HEARTBEAT_OK in calls.prompts[0]
     assert calls.delivered == [("telegram", "42", "It will rain at 5 pm.")]
+
+
+async def test_a_task_after_a_long_comment_is_done_and_a_long_file_is_cut_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file was cut at 20,000 characters before its comments were taken out: a task after a long
+    comment was never done, silently; and the whole file was read on every beat (a 400 MB file that
+    a command kept appending to took 800 MB)."""
+    calls = Calls()
+    hb = make(tmp_path, "<!-- " + "notes " * 5_000 + "-->\n- remind me to stretch\n", calls)
+    assert await hb.tick() is not None
+    assert "remind me to stretch" in calls.prompts[0] and "notes" not in calls.prompts[0]
+    read: list[int] = []
+    real_read = heartbeat_module.read_regular_head
+
+    def spy(path: Path, max_bytes: int, **kw: object) -> tuple[str, bool]:
+        read.append(max_bytes)
+        return real_read(path, max_bytes, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(heartbeat_module, "read_regular_head", spy)
+    (tmp_path / "HEARTBEAT.md").write_text("- do this\n" + "x" * 100 + "\n" * 3_000_000, encoding="utf-8")
+    assert hb.read_tasks() is not None and read == [heartbeat_module.MAX_HEARTBEAT_READ_BYTES]
+    (tmp_path / "HEARTBEAT.md").write_text("- task line\n" * 5_000, encoding="utf-8")
+    tasks = hb.read_tasks()
+    assert tasks is not None and len(tasks) < heartbeat_module.MAX_HEARTBEAT_CHARS + 100
+    assert tasks.endswith("[HEARTBEAT.md goes on; the rest is not shown]")
 
 
 @pytest.mark.parametrize("reply", [HEARTBEAT_OK, "", None, " **HEARTBEAT_OK** "])

@@ -179,6 +179,10 @@ class CronTimers(ABC):
         update: dict[str, Any] = {}
         due_text = job.next_run_at or (job.schedule.at if job.schedule.kind == "at" else None)
         due = parse_iso(due_text, self.tz) if due_text else None
+        if job.schedule.kind == "every" and not job.created_at:
+            # a job written into jobs.json by hand: its interval counts from when it was first seen,
+            # kept, or every start would count it afresh (a daily job never ran on a box restarted daily)
+            job.created_at = update["created_at"] = to_iso(moment)
         trigger = build_trigger(job, self.tz)
         run_time = next_fire(job, self.tz, moment)
         if run_time is not None:  # a clock stepped back while nothing ran: an interval keeps its pace

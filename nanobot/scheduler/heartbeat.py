@@ -24,11 +24,14 @@ from loguru import logger
 
 from nanobot.bus.events import NO_ANSWER_REPLY
 from nanobot.config.paths import HEARTBEAT_FILE
-from nanobot.util.nofollow import read_regular_text
+from nanobot.util.nofollow import read_regular_head
 
 HEARTBEAT_OK = "HEARTBEAT_OK"
 HEARTBEAT_SESSION_KEY = "heartbeat:main"
 MAX_HEARTBEAT_CHARS = 20_000  # more than this is not a task list; the rest is cut off
+# what is read of the file: its comments are taken out before the cut, and a file a command keeps
+# appending to must not be read whole on every beat
+MAX_HEARTBEAT_READ_BYTES = 1 << 20
 
 HEARTBEAT_PROMPT = (
     "[Heartbeat] This is a periodic check of your task list in HEARTBEAT.md, shown below. "
@@ -132,17 +135,28 @@ class HeartbeatService:
                 logger.opt(exception=exc).error("heartbeat: tick failed")
 
     def read_tasks(self) -> str | None:
-        """HEARTBEAT.md's text when it is actionable, else None."""
+        """HEARTBEAT.md's text without its comments when it is actionable, else None. Past
+        MAX_HEARTBEAT_CHARS it is cut, said in the log and to the model (tasks after a long comment
+        were cut off with it, silently never done)."""
         try:
             # Only a regular file in the workspace: a symlink a command planted there would make
             # the heartbeat send whatever it points at (config.json) to the model.
-            text = read_regular_text(self.file, beneath=self.workspace)[:MAX_HEARTBEAT_CHARS]
+            text, more = read_regular_head(self.file, MAX_HEARTBEAT_READ_BYTES, beneath=self.workspace)
         except FileNotFoundError:
             return None
         except OSError as exc:
             logger.warning("heartbeat: cannot read {}: {}", self.file, exc.strerror or exc)
             return None
-        return text if is_actionable(text) else None
+        text = _COMMENT.sub("", text)
+        if not is_actionable(text):
+            return None
+        if more or len(text) > MAX_HEARTBEAT_CHARS:
+            logger.warning(
+                "heartbeat: {} is longer than {} characters without its comments; only its start is used",
+                self.file.name, MAX_HEARTBEAT_CHARS,
+            )
+            text = text[:MAX_HEARTBEAT_CHARS] + "\n[HEARTBEAT.md goes on; the rest is not shown]"
+        return text
 
     async def tick(self) -> str | None:
         """One beat; returns the text delivered, or None when it stayed silent."""

@@ -169,6 +169,22 @@ def read_regular_bytes(
         os.close(fd)
 
 
+def read_regular_head(path: Path, max_bytes: int, *, beneath: Path | None = None) -> tuple[str, bool]:
+    """The file's first `max_bytes` at most, cut after its last whole line when there is more (a
+    character is never split), decoded as read_regular_text does; and whether the file goes on."""
+    fd = open_regular(path, beneath=beneath)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    more = len(data) > max_bytes
+    if more:
+        data = data[:max_bytes]
+        data = data[: data.rfind(b"\n") + 1] or data
+    return decode_text(data), more
+
+
 def read_regular_text(path: Path, *, beneath: Path | None = None) -> str:
     """read_regular_bytes decoded as text (UTF-8, else Windows-1252: `decode_text`)."""
     return decode_text(read_regular_bytes(path, beneath=beneath))
