@@ -217,6 +217,38 @@ async def test_a_call_stuck_behind_a_wedged_stdio_pipe_times_out_and_is_never_se
     assert [json.loads(line)["name"] for line in log.read_text().splitlines()] == ["pause", "upload"]
 
 
+async def test_what_a_raw_server_sends_that_broke_it_or_its_tools(tmp_path: Path) -> None:
+    """One byte of another encoding on stdout wedged the server: every later call waited out
+    toolTimeout and it never reconnected. A remote argument named `ctx` could never be passed.
+    A token of the server's config in a tool description went to the model and `mcp list` as it
+    was. `"properties": null` was passed on (no schema validator takes it)."""
+    from nanobot.secrets import register_secret
+
+    token = "ghp_RawServerSecret0000111122223333"
+    register_secret(token)
+    listing = tmp_path / "tools.txt"
+    listing.write_text("legacy,echo_args,nullprops")
+    script = Path(fakes.__file__).with_name("mcp_raw_server.py")
+    server = MCPServerConfig(
+        command=sys.executable, args=[str(script), str(tmp_path / "calls.log"), "-32000", str(listing)],
+        env={"RAW_DESCRIPTION_NOTE": f" (token {token})", "PATH": os.environ["PATH"]}, tool_timeout=2.0,
+    )
+    manager = MCPManager({"s": server})
+    registry = ToolRegistry(None)
+    try:
+        await manager.register_into(registry)
+        assert await registry.execute("mcp_s_legacy", {}, CTX) == "caf\ufffd"
+        started = time.monotonic()
+        echoed = await registry.execute("mcp_s_echo_args", {"query": "TODO", "ctx": 2}, CTX)
+        assert json.loads(echoed) == {"query": "TODO", "ctx": 2} and time.monotonic() - started < 1.5
+        schemas = json.dumps(registry.schemas())
+    finally:
+        await manager.aclose()
+    assert token not in schemas and "(token ***)" in schemas
+    nullprops = next(s for s in registry.schemas() if s["function"]["name"] == "mcp_s_nullprops")
+    assert nullprops["function"]["parameters"]["properties"] == {}
+
+
 async def test_a_server_that_lists_other_tools_after_a_restart_gets_them_offered(
     tmp_path: Path, make_config, fake_llm  # noqa: ANN001
 ) -> None:

@@ -8,6 +8,7 @@ imported lazily, on first connect: importing it costs seconds.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
@@ -53,10 +54,13 @@ class MCPTool(Tool):
         self.server = conn.name
         self.remote_name = remote.name
         fallback = f"Tool '{remote.name}' of MCP server '{conn.name}'."
-        self.description = ((remote.description or "").strip() or fallback)[:MAX_DESCRIPTION_CHARS]
-        schema = dict(remote.input_schema or {})
+        # A server's text goes to the model with every request and is shown by `mcp list`: a token
+        # of its own config in a description (built from that config) was sent as it was
+        self.description = mask(((remote.description or "").strip() or fallback)[:MAX_DESCRIPTION_CHARS])
+        schema = json.loads(mask(json.dumps(dict(remote.input_schema or {}))))
         schema["type"] = "object"
-        schema.setdefault("properties", {})
+        if not isinstance(schema.get("properties"), dict):  # null or a list: no schema validator takes it
+            schema["properties"] = {}
         self.parameters = schema
         self._conn = conn
 
@@ -64,7 +68,8 @@ class MCPTool(Tool):
     def connection(self) -> MCPServerConnection:
         return self._conn
 
-    async def execute(self, ctx: ToolContext, **kwargs: Any) -> str:
+    async def execute(self, ctx: ToolContext, /, **kwargs: Any) -> str:
+        # positional-only: a remote tool's own argument named `ctx` (or `self`) is one of its arguments
         return await self._conn.call(self.remote_name, kwargs)
 
 

@@ -150,7 +150,9 @@ async def open_transport(
         if shutil.which(cfg.command, path=path) is None:
             raise FileNotFoundError(f"command not found: {cfg.command}")
         command, args = stdio_launch(cfg.command, list(cfg.args))
-        params = StdioServerParameters(command=command, args=args, env=env)
+        # "replace": one byte of another encoding on stdout (a legacy file in a result) killed the
+        # SDK's reader, and every later call of the server waited out toolTimeout, never reconnecting
+        params = StdioServerParameters(command=command, args=args, env=env, encoding_error_handler="replace")
         try:
             if stderr is None:
                 return await stack.enter_async_context(stdio_client(params))
