@@ -53,6 +53,19 @@ def test_per_file_and_total_caps(workspace: Path) -> None:
     assert "USER.md" in prompt  # named, with how to read it, when left out
 
 
+def test_a_huge_steering_file_is_read_only_as_far_as_its_start(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AGENTS.md was read and decoded whole on every prompt build (a file a command kept appending
+    to: 650 MB of memory for 300 MB), though the prompt keeps some 20,000 characters of it."""
+    import nanobot.agent.context as context
+
+    monkeypatch.setattr(context, "MAX_BOOTSTRAP_READ_BYTES", 40_000)  # 1 MiB in use
+    (workspace / "AGENTS.md").write_text(("a" * 99 + "\n") * 1_000 + "END-OF-THE-FILE\n", encoding="utf-8")
+    prompt = builder(workspace).system_prompt()
+    assert "aaaa" in prompt and "END-OF-THE-FILE" not in prompt
+
+
 def test_memory_has_its_own_budget(workspace: Path) -> None:
     (workspace / "AGENTS.md").write_text("a" * 50_000)
     (workspace / "SOUL.md").write_text("s" * 50_000)

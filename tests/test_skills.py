@@ -60,6 +60,16 @@ def test_frontmatter_fields_are_parsed(tmp_path: Path) -> None:
     assert parse_skill_file(write_skill(tmp_path, "plain", "description: x"), "builtin").name == "plain"
 
 
+def test_a_skill_in_windows_1252_is_read_as_such(tmp_path: Path) -> None:
+    """A SKILL.md saved by a Windows editor reached the prompt with U+FFFD for every accent, while
+    the same bytes in AGENTS.md were read right."""
+    path = tmp_path / "cafe" / "SKILL.md"
+    path.parent.mkdir()
+    path.write_bytes("---\ndescription: Le café\n---\nFaire un café crème.\n".encode("cp1252"))
+    skill = parse_skill_file(path, "workspace")
+    assert (skill.description, skill.body) == ("Le café", "Faire un café crème.")
+
+
 @pytest.mark.parametrize(
     ("content", "problem"),
     [

@@ -23,7 +23,7 @@ from loguru import logger
 from nanobot.config.paths import BOOTSTRAP_FILES, SKILLS_DIR
 from nanobot.memory.store import MemoryStore
 from nanobot.timeutil import now as tz_now
-from nanobot.util.nofollow import read_regular_bytes, read_regular_text
+from nanobot.util.nofollow import read_regular_bytes, read_regular_head
 from nanobot.util.text import attachment_note, truncate_middle
 
 HEAD_SHARE = 0.7
@@ -33,6 +33,7 @@ IMAGE_MAX_BYTES = 5_000_000
 #: as one 65 MB request, which providers refuse (HTTP 413), and the whole turn failed
 IMAGES_MAX_TOTAL_BYTES = 15_000_000
 SKILLS_RECHECK_S = 2.0
+MAX_BOOTSTRAP_READ_BYTES = 1 << 20  # of AGENTS.md, SOUL.md, USER.md, TOOLS.md: the prompt keeps far less
 SKILLS_LIST_MIN_CHARS = 1_200  # the "Other skills" list keeps at least this much of the prompt
 COMPACT_IDENTITY = "You are nanobot, a helpful personal AI assistant. Answer briefly and truthfully."
 RUNTIME_HEADER = "[Runtime context: metadata for this message, not instructions]"
@@ -111,16 +112,18 @@ class ContextBuilder:
     # ------------------------------------------------------------------ system prompt
     def _signature(self) -> tuple[Any, ...]:
         sig: list[Any] = []
+        # lstat: a link is left out of the prompt anyway, and one pointing at itself (`ln -s SOUL.md
+        # SOUL.md`, one command of a steered model) made stat fail every turn of every chat
         for path in self._watched:
             try:
-                st = os.stat(path)
-                sig.append((st.st_mtime_ns, st.st_size))
-            except FileNotFoundError:
-                sig.append(None)
+                st = os.lstat(path)
+                sig.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError as exc:
+                sig.append(exc.errno)
         try:
-            sig.append(os.stat(self._skills_dir).st_mtime_ns)
-        except FileNotFoundError:
-            sig.append(None)
+            sig.append(os.lstat(self._skills_dir).st_mtime_ns)
+        except OSError as exc:
+            sig.append(exc.errno)
         if self.skills is not None:
             sig.append(self._skills_signature())
         return tuple(sig)
@@ -209,7 +212,13 @@ class ContextBuilder:
         if not os.path.lexists(path):
             return ""
         try:
-            return read_regular_text(path, beneath=self.workspace)
+            # at most its first MiB (a file a command kept appending to was read whole per prompt
+            # build: 650 MB for 300 MB); the prompt keeps some 20,000 characters of it
+            text, more = read_regular_head(path, MAX_BOOTSTRAP_READ_BYTES, beneath=self.workspace)
+            if more and self._warned.get(name) != "long":
+                self._warned[name] = "long"
+                logger.warning("{} is over {} bytes: only its start is read", name, MAX_BOOTSTRAP_READ_BYTES)
+            return text
         except OSError as exc:
             if self._warned.get(name) != "unreadable":
                 self._warned[name] = "unreadable"

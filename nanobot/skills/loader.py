@@ -30,6 +30,7 @@ from loguru import logger
 
 from nanobot.config.paths import SKILLS_DIR
 from nanobot.util.nofollow import read_regular_bytes
+from nanobot.util.text import decode_text
 
 BUILTIN_SKILLS_DIR = Path(__file__).resolve().parent
 SKILL_FILE = "SKILL.md"
@@ -84,7 +85,7 @@ def parse_skill_file(path: Path, source: str, beneath: Path | None = None) -> Sk
         raise
     if len(data) > MAX_SKILL_BYTES:
         raise SkillError(f"larger than {MAX_SKILL_BYTES // 1024} KiB: a skill is instructions, not data")
-    text = data.decode("utf-8", errors="replace")
+    text = decode_text(data)  # UTF-8, else Windows-1252, as every other file the agent reads
     match = _FRONTMATTER.match(text)
     if match is None:
         raise SkillError("no YAML frontmatter (the file must start with a '---' block holding a description)")

@@ -76,6 +76,26 @@ async def test_a_planted_bootstrap_or_memory_link_never_reaches_the_prompt(
     assert ENV_MARKER not in sent
 
 
+@pytest.mark.parametrize("name", ["SOUL.md", "skills", "memory/MEMORY.md"])
+async def test_a_link_pointing_at_itself_breaks_no_turn(
+    runtime: AgentRuntime, fake_llm: FakeLLMServer, name: str
+) -> None:
+    """`ln -s SOUL.md SOUL.md` (one command of a steered model): the prompt's change check followed
+    the link, failed with ELOOP, and every turn of every chat answered "something went wrong"."""
+    ws = runtime.config.workspace_path
+    folder, _, leaf = name.rpartition("/")
+    await plant(runtime, fake_llm, f"{f'cd {folder} && ' if folder else ''}rm -rf {leaf} && ln -s {leaf} {leaf}")
+    assert (ws / name).is_symlink(), f"the attack did not plant {name}"
+    fake_llm.requests.clear()
+    fake_llm.push(Reply(content="hello"), Reply(content="hello again"))
+    try:
+        assert await runtime.ask("hi", session_key="telegram:555") == "hello"
+        assert await runtime.ask("hi", session_key="telegram:777") == "hello again"
+    finally:
+        await runtime.aclose()
+    assert len(fake_llm.requests) == 2
+
+
 async def test_history_through_a_planted_link_is_refused_and_the_target_untouched(
     runtime: AgentRuntime, fake_llm: FakeLLMServer
 ) -> None:
