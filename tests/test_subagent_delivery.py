@@ -308,3 +308,91 @@ async def test_a_stopped_sub_agent_still_counts_what_it_spent(make_config, fake_
     finally:
         await runtime.aclose()
     assert "sub-agents 150000 in" in status, status
+
+
+async def test_a_sub_agent_of_a_chat_whose_user_became_a_guest_is_stopped_and_its_report_dropped(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """A user taken off allowFrom (now a guest of an open dmPolicy) had a sub-agent running: its
+    report's turn ran with the owner's trust it was started under (MEMORY.md in the prompt, exec and
+    write_file offered) and answered the guest, archiving the guest's new session on the way."""
+    from nanobot.agent.tools.base import ToolContext
+    from nanobot.bus.events import InboundMessage
+    from tests.agent_helpers import make_runtime
+
+    config, _ = make_config()
+    runtime = make_runtime(config)
+    owner_ctx = ToolContext(channel="telegram", chat_id="42", session_key="telegram:42", sender_id="42")
+    def sub_agents_slow(body: dict[str, Any]) -> Reply:
+        sub = str(body["messages"][0].get("content") or "").startswith("You are a sub-agent")
+        return Reply(content="slow", delay_s=30) if sub else Reply(content="hi guest")
+
+    fake_llm.responder = sub_agents_slow
+    try:
+        await runtime.ask("hello", session_key="telegram:42", channel="telegram", chat_id="42")
+        assert "started" in await runtime.agent.tools.execute("spawn", {"task": "research"}, owner_ctx)
+        async with asyncio.timeout(5):  # its first model call is on its way
+            while not any("research" in json.dumps(r) for r in fake_llm.requests):
+                await asyncio.sleep(0.01)
+        guest = InboundMessage("telegram", "42", "42", "I am a guest now", guest=True)
+        assert (await runtime.agent.handle(guest)).content == "hi guest"
+        await asyncio.sleep(0.1)
+        assert runtime.agent.subagents.running("telegram:42") == 0  # stopped with the former trust
+        # a report already on its way when the trust changed
+        report = runtime.agent.subagents._message("abc", owner_ctx, "[Sub-agent 'research' finished]")
+        sent = len(fake_llm.requests)
+        assert await runtime.agent.handle(report) is None
+        assert len(fake_llm.requests) == sent
+        assert runtime.agent.sessions.get("telegram:42").metadata.get("guest") is True
+    finally:
+        await runtime.aclose()
+
+
+class SpawnFromEverything(LLMProvider):
+    """Every user message and every report: spawn again (as a page a sub-agent read could ask);
+    the sub-agent's first level answers at once, the next runs `second_s`. Spawn results are kept."""
+
+    name = "scripted"
+
+    def __init__(self, second_s: float) -> None:
+        self.second_s = second_s
+        self.spawned: list[str] = []
+        self.n = 0
+
+    @property
+    def default_model(self) -> str:
+        return "scripted-model"
+
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kw: Any):
+        if str(messages[0].get("content") or "").startswith("You are a sub-agent"):
+            await asyncio.sleep(self.second_s if "level 2" in str(messages[-1]["content"]) else 0.0)
+            return LLMResponse(content="RESULT")
+        if messages[-1].get("role") == "tool":
+            self.spawned.append(str(messages[-1]["content"]))
+            return LLMResponse(content="started")
+        self.n += 1
+        return LLMResponse(tool_calls=[ToolCall(f"s{self.n}", "spawn", {"task": f"level {self.n}", "label": "job"})])
+
+
+async def test_a_report_kept_at_a_stop_keeps_its_spawn_depth(tmp_path: Path) -> None:
+    """A report kept at a stop was answered at the next start as an ordinary message (depth 0): its
+    turn could spawn again, two more levels per restart for a model that spawns from every report."""
+    first = SpawnFromEverything(second_s=30.0)
+    h = await Harness(tmp_path, grace_s=0.5, drain_s=0.5, provider=first).start()
+    await h.say("go")
+    async with asyncio.timeout(10):  # the first report's turn started the second level
+        while len(first.spawned) < 2:
+            await asyncio.sleep(0.01)
+    assert all(s.startswith("Sub-agent") for s in first.spawned), first.spawned
+    kill_self()  # the second level is cut short: its note (2 deep) is kept
+    await h.stopped()
+    later = SpawnFromEverything(second_s=0.0)
+    again = Harness(tmp_path, provider=later)
+    again.channel.allow_from = ["u1"]
+    await again.start()
+    async with asyncio.timeout(10):
+        while not later.spawned:
+            await asyncio.sleep(0.01)
+    kill_self()
+    await again.stopped()
+    assert later.spawned[0].startswith("Error: sub-agents may start sub-agents only"), later.spawned

@@ -126,6 +126,8 @@ class Agent:
             "{}: the sender is {} now; the conversation so far is archived under its former trust",
             ctx.session_key, "a guest" if ctx.guest else "no guest",
         )
+        if cancelled := self.cancel_subagents(ctx.session_key):  # they work under the former trust
+            logger.info("{}: {} sub-agent(s) of the former trust stopped", ctx.session_key, cancelled)
         answered = self.records.answered_ids(session)
         await self.lifecycle.start_new_session(session)
         self.records.carry_into_new(ctx.session_key, {}, answered, None)  # whose it is: this message says
@@ -229,6 +231,11 @@ class Agent:
         model could not answer); None when there is nothing to say (the `message` tool answered)."""
         ctx = ctx or self.context_of(msg)
         if self.records.served_again(msg, ctx):
+            return None
+        if ctx.from_system and self.records.trust_changed(self.sessions.get(ctx.session_key), ctx):
+            # a sub-agent started under the chat's former trust: its report's turn ran with that
+            # trust (the owner's memory and tools, answering a user made a guest meanwhile)
+            logger.warning("{}: a sub-agent's report from before the chat's trust changed is dropped", ctx.session_key)
             return None
         reply, failed = await self._turn(msg, ctx)
         if not reply:

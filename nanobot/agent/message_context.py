@@ -51,7 +51,8 @@ class MessageContext:
             session_key=msg.session_key,
             is_group=msg.is_group,
             guest=msg.guest,
-            spawn_depth=int(msg.metadata.get(SPAWN_DEPTH_KEY, 1)) if msg.channel == SYSTEM_CHANNEL else 0,
+            # a report, also one answered again after a restart on its chat's channel
+            spawn_depth=int(msg.metadata.get(SPAWN_DEPTH_KEY, 1 if msg.channel == SYSTEM_CHANNEL else 0)),
             memory_private=memory_private(msg.is_group, share_memory_in_groups, msg.guest),
             reply_channel=reply_channel,
             reply_chat_id=reply_chat_id,

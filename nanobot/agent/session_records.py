@@ -24,7 +24,7 @@ from typing import Any
 
 from loguru import logger
 
-from nanobot.agent.message_context import MessageContext
+from nanobot.agent.message_context import SPAWN_DEPTH_KEY, MessageContext
 from nanobot.bus.events import DELIVERY_KEY, RESUME_KEY, InboundMessage
 from nanobot.session.message_log import MessageLog
 from nanobot.session.session import delivery_of
@@ -63,6 +63,9 @@ class SessionRecords:
             stored["media"] = list(msg.media)
         if ctx.from_system:
             stored["name"] = "system"
+            # a report answered again after a restart keeps its depth (it restarted at 0: each
+            # restart let a model that spawns from every report go two levels further)
+            stored[SPAWN_DEPTH_KEY] = ctx.spawn_depth
         if ctx.guest:  # a guest's words, wherever they end up: never consolidated as the owner's
             stored["guest"] = True
         return stored

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
+from nanobot.agent.message_context import SPAWN_DEPTH_KEY
 from nanobot.bus.events import DELIVERY_KEY, RESUME_KEY, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.paths import session_file_name
@@ -163,8 +164,16 @@ def resume_message(missed: Missed, *, guest: bool = False) -> InboundMessage:
         media=[str(p) for p in missed.message.get("media") or []],
         is_group=missed.is_group,
         guest=guest,
-        metadata={RESUME_KEY: True},
+        metadata={RESUME_KEY: True, **_spawn_depth(missed.message)},
     )
+
+
+def _spawn_depth(message: dict[str, Any]) -> dict[str, int]:
+    """A sub-agent's report keeps its depth when answered again (older files: a report is 1 deep)."""
+    if message.get("name") != "system":
+        return {}
+    depth = message.get(SPAWN_DEPTH_KEY, 1)
+    return {SPAWN_DEPTH_KEY: depth if isinstance(depth, int) and not isinstance(depth, bool) and depth > 0 else 1}
 
 
 def resend_message(missed: Missed, session: Session | None) -> OutboundMessage:
