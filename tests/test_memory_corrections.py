@@ -202,6 +202,20 @@ def test_yesterdays_memory_survives_a_day_of_rewrites_padded_with_filler(tmp_pat
     assert any(all(f in text for f in facts) for text in kept), [k[:40] for k in kept]
 
 
+def test_the_owners_steering_file_survives_a_day_of_tool_rewrites_with_filler(tmp_path: Path) -> None:
+    """A steered model wrote AGENTS.md seven times in one turn, each version fuller than the
+    owner's: the owner's text, backed up only today at the first write, was neither the fullest nor
+    of an earlier day, and was rotated out."""
+    store = MemoryStore(tmp_path, "UTC")
+    owner = b"# Owner rules\n- Never send money.\n- Ask before deleting files.\n"
+    store.keep_steering_version("AGENTS.md", owner)
+    for k in range(7):
+        filler = "# Agent\n" + "".join(f"- note {k}.{j}\n" for j in range(50))
+        store.keep_steering_version("AGENTS.md", filler.encode())
+    kept = [p.read_bytes() for p in store.steering_backups("AGENTS.md")]
+    assert owner in kept and len(kept) <= store.backups_kept + 1
+
+
 def test_a_memory_file_in_another_encoding_is_backed_up_as_it_was(tmp_path: Path) -> None:
     """MEMORY.md saved as Shift-JIS (a Japanese Windows editor) is read as Windows-1252; its backup
     held that reading, where five byte values had become U+FFFD: the original could not be restored."""

@@ -56,7 +56,7 @@ def keep_version(folder: Path, prefix: str, data: bytes, *, kept: int, now: date
             os.utime(path, ns=(newest + 1, newest + 1))
     every = versions(folder, prefix)
     protected = {max(reversed(every), key=lambda p: _fact_count(_read(p)))}  # the newest among equals
-    protected |= _last_of_each_day(every, now)
+    protected |= _last_of_each_day(every, now) | _first_of_each_day(every, now)
     for old in every[:-kept]:
         if old not in protected:
             old.unlink(missing_ok=True)
@@ -75,6 +75,23 @@ def _last_of_each_day(paths: list[Path], now: datetime) -> set[Path]:
         if 0 < (today - day).days <= DAILY_KEPT:
             newest[day] = path
     return set(newest.values())
+
+
+def _first_of_each_day(paths: list[Path], now: datetime) -> set[Path]:
+    """The oldest version of today and of each of the DAILY_KEPT days before: what the day's first
+    tool write replaced, the owner's own text (a model writing AGENTS.md seven times today with
+    filler, each version fuller than the owner's, rotated the owner's out: it was neither the
+    fullest nor of an earlier day)."""
+    today = now.date()
+    oldest: dict[object, Path] = {}
+    for path in paths:  # oldest first: the first of a day stays
+        try:
+            day = datetime.fromtimestamp(path.stat().st_mtime, now.tzinfo).date()
+        except OSError:
+            continue
+        if 0 <= (today - day).days <= DAILY_KEPT:
+            oldest.setdefault(day, path)
+    return set(oldest.values())
 
 
 def _read(path: Path) -> str:
