@@ -197,6 +197,18 @@ def test_always_on_content_shares_its_budget(dirs: tuple[Path, Path]) -> None:
     assert loader.always_on_content(3000) == text  # deterministic
 
 
+def test_with_many_workspace_skills_the_built_ins_keep_their_path(dirs: tuple[Path, Path]) -> None:
+    """With 400 workspace skills the built-ins were only named in the "More skills (read
+    skills/<name>/SKILL.md)" tail, a path that does not exist for them (list_dir does not show them)."""
+    workspace, builtin = dirs
+    for n in range(400):
+        write_skill(workspace / "skills", f"a{n:04d}", f"description: Workspace skill {n}.")
+    write_skill(builtin, "cron", "description: Schedule reminders.")
+    summary = SkillsLoader(workspace, builtin).summary(4_000)
+    assert f"- cron: Schedule reminders. ({(builtin / 'cron' / 'SKILL.md').as_posix()})" in summary
+    assert "a0399" in summary or "more" in summary.splitlines()[-1]
+
+
 def test_summary_is_byte_stable(dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     workspace, builtin = dirs
     for name in ("zeta", "alpha", "mid"):
@@ -205,7 +217,8 @@ def test_summary_is_byte_stable(dirs: tuple[Path, Path], monkeypatch: pytest.Mon
     first = SkillsLoader(workspace, builtin).summary()
     loader = SkillsLoader(workspace, builtin)
     assert [loader.summary() for _ in range(3)] == [first] * 3
-    assert [line.split(":")[0] for line in first.splitlines()] == ["- alpha", "- long", "- mid", "- zeta"]
+    # a built-in first (its path is not skills/<name>), then by name
+    assert [line.split(":")[0] for line in first.splitlines()] == ["- long", "- alpha", "- mid", "- zeta"]
     assert max(len(line) for line in first.splitlines()) < 300
     signature = loader.signature()
     assert loader.signature() == signature

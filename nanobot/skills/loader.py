@@ -272,9 +272,14 @@ class SkillsLoader:
         return "\n".join([*shown, tail])
 
     def _summary_lines(self) -> tuple[list[str], list[str]]:
-        """The summary's lines and the skills' names, in the same order."""
+        """The summary's lines and the skills' names, in the same order: first the skills not at
+        skills/<name>/SKILL.md (built-ins, a folder named otherwise), whose path a bare name in the
+        "More skills" tail would get wrong (with 400 workspace skills the built-ins were named
+        there, at a path that does not exist), then the rest by name."""
         lines, names = [], []
-        for s in self.list_skills():
+        standard = f"{SKILLS_DIR}/{{}}/{SKILL_FILE}"
+        skills = sorted(self.list_skills(), key=lambda s: self.display_path(s) == standard.format(s.name))
+        for s in skills:
             if s.always and s.available:
                 continue
             text = s.description
