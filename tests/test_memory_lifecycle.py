@@ -279,9 +279,8 @@ async def test_session_note_fallback_when_llm_fails(agent_factory, script) -> No
     assert "## Excerpt" in notes[0].read_text() and "FACT-2:" in notes[0].read_text()
 
 
-async def test_new_during_background_consolidation_waits(agent_factory, script, fake_llm) -> None:  # noqa: ANN001
-    agent = agent_factory(**{"memory.flush.enabled": False})
-    ws = agent.config.workspace_path
+async def chat_until_consolidating(agent, script: MemoryScript, fake_llm: FakeLLMServer) -> int:  # noqa: ANN001
+    """Chat until a background consolidation runs (its model call takes 0.6 s); the turns it took."""
 
     def slow_consolidation(body: dict) -> dict:
         decided = script.decide(body)
@@ -293,6 +292,14 @@ async def test_new_during_background_consolidation_waits(agent_factory, script, 
     while not agent.agent.lifecycle.consolidating and turns < 30:
         await chat(agent, 1, start=turns)
         turns += 1
+    return turns
+
+
+async def test_new_during_background_consolidation_waits(agent_factory, script, fake_llm) -> None:  # noqa: ANN001
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    ws = agent.config.workspace_path
+
+    turns = await chat_until_consolidating(agent, script, fake_llm)
     assert agent.agent.lifecycle.consolidating == {"cli:direct"}  # a background consolidation is running
     await asyncio.sleep(0.05)
     assert agent.agent.lifecycle.session_locked("cli:direct")
@@ -318,16 +325,7 @@ async def test_another_process_waits_for_a_consolidation_of_the_session(  # noqa
     other = build_runtime(agent.config)  # a second process on the same workspace
     ws = agent.config.workspace_path
 
-    def slow_consolidation(body: dict) -> dict:
-        decided = script.decide(body)
-        names = {t["function"]["name"] for t in body.get("tools") or []}
-        return {**decided, "delay_s": 0.6} if "save_memory" in names else decided
-
-    fake_llm.responder = slow_consolidation
-    turns = 0
-    while not agent.agent.lifecycle.consolidating and turns < 30:
-        await chat(agent, 1, start=turns)
-        turns += 1
+    turns = await chat_until_consolidating(agent, script, fake_llm)
     await asyncio.sleep(0.05)
     assert agent.agent.lifecycle.session_locked("cli:direct")
     try:
