@@ -130,9 +130,8 @@ class SessionStore:
         if session is None:
             session = self._load(key, self.path_for(key))
             self._live[key] = session
-        elif self._seen.get(key, _UNSEEN) != _file_state(session.path):
-            logger.info("session {}: its file was changed by another process; reading it again", key)
-            self._reread(session)
+        else:
+            self.refresh(session)
         self._cache[key] = session
         self._cache.move_to_end(key)
         while len(self._cache) > self.max_cached:
