@@ -1043,3 +1043,34 @@ async def test_a_job_run_by_hand_does_not_claim_it_reached_its_chat(tmp_path: Pa
     assert await cli.run_now(job.id) == "re: ping"
     status = cli.get(job.id).last_status
     assert status is not None and status.startswith("ok (run by hand") and "telegram:555" in status
+
+
+@pytest.mark.parametrize("change", ["remove", "switch off"])
+async def test_a_job_stopped_while_its_turn_runs_sends_no_result(tmp_path: Path, change: str) -> None:
+    """"Stop that reminder" said while the reminder's own turn ran: the job was gone, and its
+    result still reached the chat a moment later."""
+    release = asyncio.Event()
+    rec = Recorder(reply="time for your meds")
+    svc = service(tmp_path / "jobs.json", rec)
+    keep = svc.add("keep", "a job that stays", every_s=3600, deliver_to=DeliverTo("telegram", "42"))
+    job = svc.add("meds", "remind me of my meds", every_s=3600, deliver_to=DeliverTo("telegram", "42"))
+
+    async def slow_turn(running: CronJob) -> str | None:
+        await rec.on_job(running)
+        if running.id == job.id:
+            await release.wait()
+        return rec.reply
+
+    svc._on_job = slow_turn  # type: ignore[method-assign]
+    run = asyncio.create_task(svc._fire(job.id))
+    await rec.wait_calls(1)
+    if change == "remove":
+        assert svc.remove(job.id)
+    else:
+        svc.enable(job.id, False)
+    release.set()
+    await run
+    await svc._fire(keep.id)
+    assert rec.delivered == [("telegram", "42", "time for your meds")]  # only the job that stayed
+    after = svc.get(job.id)
+    assert after is None if change == "remove" else after.last_status.startswith("skipped: removed or switched off")

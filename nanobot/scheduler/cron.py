@@ -241,9 +241,18 @@ class CronService(CronTimers):
             if task is not None:
                 self._inflight.discard(task)
 
+    def _still_wanted(self, job_id: str, scheduled: bool) -> bool:
+        """Whether a run's result may still go out: not once its job was removed (or, for a run
+        the schedule started, switched off) while the turn ran. An unreadable jobs.json keeps it."""
+        try:
+            job = self.get(job_id)
+        except CronStoreError:
+            return True
+        return job is not None and (job.enabled or not scheduled)
+
     async def _execute(self, job: CronJob, scheduled: bool, raise_errors: bool = False) -> str | None:
         started = tz_now(self.tz)
-        outcome = await run_and_deliver(job, self._on_job, self._deliver)
+        outcome = await run_and_deliver(job, self._on_job, self._deliver, lambda: self._still_wanted(job.id, scheduled))
         update: dict[str, Any] = {"last_run_at": to_iso(started), "last_status": clipped_status(outcome.status)}
         if scheduled:
             if job.schedule.kind == "at":

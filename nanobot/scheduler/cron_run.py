@@ -1,8 +1,9 @@
 """Running one cron job: its turn, the verdict, the delivery of its result. No scheduling here.
 
-`run_and_deliver(job, on_job, deliver)` runs the job's turn and sends its result to the job's chat,
-returning `Outcome(result, status, error)`: status "ok", "skipped: …" (JobRefused: the sender who
-asked for it is no longer allowed), "error: …" (the turn failed; a failure notice of the model,
+`run_and_deliver(job, on_job, deliver, still_wanted)` runs the job's turn and sends its result to the
+job's chat, returning `Outcome(result, status, error)`: status "ok", "skipped: …" (JobRefused: the
+sender who asked for it is no longer allowed; or the job was removed or switched off while its turn
+ran, so its result is not sent), "error: …" (the turn failed; a failure notice of the model,
 JobFailed, is still delivered) or "error: delivery failed: …" (the chat never got it).
 `send_notice(job, deliver, text)` tells the job's chat something about the job (best effort).
 """
@@ -48,7 +49,9 @@ def shown_name(job: CronJob) -> str:
     return f" ({job.name})" if prompts_logged() else ""
 
 
-async def run_and_deliver(job: CronJob, on_job: OnJob, deliver: Deliver | None) -> Outcome:
+async def run_and_deliver(
+    job: CronJob, on_job: OnJob, deliver: Deliver | None, still_wanted: Callable[[], bool] = lambda: True
+) -> Outcome:
     logger.info("cron: running job {}{}", job.id, shown_name(job))
     result: str | None = None
     error: Exception | None = None
@@ -68,6 +71,9 @@ async def run_and_deliver(job: CronJob, on_job: OnJob, deliver: Deliver | None) 
         status = f"error: {type(exc).__name__}: {exc}"
         error = exc
     if result and result.strip() and (error is None or isinstance(error, JobFailed)):
+        if not still_wanted():  # "stop that reminder" said while it ran: its result must not follow
+            logger.info("cron: job {} was removed or switched off during its run; its result is not sent", job.id)
+            return Outcome(result, "skipped: removed or switched off during its run", error)
         delivered = await _deliver_result(job, deliver, result)
         status = delivered if error is None else status
     return Outcome(result, status, error)
