@@ -193,7 +193,8 @@ class MCPServerConnection:
             listing = await asyncio.wait_for(asyncio.shield(gen.ready), self.cfg.connect_timeout_s + CALL_GRACE_S)
         except Exception as exc:  # noqa: BLE001 - any start failure is reported, never raised
             await self._retire(gen)
-            tail = await gen.stderr.tail() if gen.stderr is not None else ""
+            # a server that did not answer in time was stopped by nanobot: its exit is not news
+            tail = await gen.stderr.tail(stopped_by_us=isinstance(exc, TimeoutError)) if gen.stderr else ""
             if isinstance(exc, TimeoutError) and not str(exc):
                 exc = TimeoutError(f"no answer within {self.cfg.connect_timeout_s:g}s (connectTimeoutS)")
             said = f" (stderr: {tail})" if tail else ""

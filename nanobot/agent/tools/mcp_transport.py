@@ -93,10 +93,13 @@ class StderrTail:
         if not self.writer.closed:
             self.writer.close()
 
-    async def tail(self) -> str:
+    async def tail(self, *, stopped_by_us: bool = False) -> str:
+        """The last lines; `stopped_by_us` leaves out the launch shell's exit line, which after
+        nanobot stopped a server that did not answer in time would blame the server's command."""
         self.close_writer()
         await asyncio.to_thread(self._thread.join, STDERR_DRAIN_WAIT_S)
-        return " | ".join(self._lines)[-STDERR_TAIL_MAX_CHARS:]
+        lines = [line for line in self._lines if not (stopped_by_us and line.startswith(EXIT_LINE_START))]
+        return " | ".join(lines)[-STDERR_TAIL_MAX_CHARS:]
 
 
 class HttpErrorStatus:
@@ -114,6 +117,9 @@ class HttpErrorStatus:
                 self.last += ": check the server's credentials (its headers in tools.mcpServers)"
 
 
+EXIT_LINE_START = "nanobot: the MCP server command exited"
+
+
 def stdio_launch(command: str, args: list[str]) -> tuple[str, list[str]]:
     """The command line that starts a stdio server, under a shell that kills the server's process
     group (its own: the SDK starts it in a new session) once the server exits. A helper the server
@@ -123,7 +129,7 @@ def stdio_launch(command: str, args: list[str]) -> tuple[str, list[str]]:
     the background and exits at once therefore cannot serve: the line the shell writes to stderr
     (shown in the start failure) says what happened."""
     script = (
-        '"$@"; echo "nanobot: the MCP server command exited with status $?; what it started in the '
+        f'"$@"; echo "{EXIT_LINE_START} with status $?; what it started in the '
         'background is stopped with it (a stdio server must stay in the foreground)" >&2; kill -9 0'
     )
     return "/bin/sh", ["-c", script, "mcp-server", command, *args]
