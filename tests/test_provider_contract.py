@@ -485,3 +485,61 @@ async def test_a_key_the_error_page_echoes_at_the_cut_is_masked_whole(
         await build("direct", fake_llm.url, retries=0).chat(MESSAGES)
     failure = [line for line in logs if "LLM call failed" in line]
     assert failure and not any(key[:8] in line for line in logs), failure
+
+
+def _sse(*deltas: dict, finish: str = "tool_calls") -> str:
+    chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+
+def _whole(name: str, arguments: object, call_id: str | None = None) -> dict:
+    call: dict = {"type": "function", "function": {"name": name, "arguments": arguments}}
+    return call if call_id is None else {**call, "id": call_id}
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        # each call whole in its own delta, no index, no id / the same id each time
+        [{"tool_calls": [_whole("list_dir", '{"path": "."}')]}, {"tool_calls": [_whole("read_file", '{"path": "x"}')]}],
+        [
+            {"tool_calls": [_whole("list_dir", '{"path": "."}', "call_0")]},
+            {"tool_calls": [_whole("read_file", '{"path": "x"}', "call_0")]},
+        ],
+        # both in one delta
+        [{"tool_calls": [_whole("list_dir", '{"path": "."}'), _whole("read_file", '{"path": "x"}')]}],
+        # the arguments as an object, not as text
+        [{"tool_calls": [_whole("list_dir", {"path": "."})]}, {"tool_calls": [_whole("read_file", {"path": "x"})]}],
+    ],
+    ids=["no-id", "same-id", "one-delta", "object-arguments"],
+)
+async def test_whole_tool_calls_streamed_without_an_index_stay_apart(fake_llm: FakeLLMServer, deltas: list) -> None:
+    """Servers that stream each call whole, without `index` and without distinct ids: the calls
+    were glued into one unknown tool (`list_dirread_file`); arguments sent as an object failed the
+    turn with a TypeError, never asked again."""
+    fake_llm.push(Reply(raw_body=_sse(*deltas)))
+    response = await build("direct", fake_llm.url).chat(MESSAGES, TOOLS, on_delta=_sink([]))
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [
+        ("list_dir", {"path": "."}), ("read_file", {"path": "x"})
+    ]
+
+
+async def test_a_server_repeating_the_name_in_every_piece_gives_one_call(fake_llm: FakeLLMServer) -> None:
+    """A server that names the call in every piece of it: one call, not `read_fileread_file`."""
+    pieces = [
+        {"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": a}}]} for a in ('{"pa', 'th": "x"}')
+    ]
+    fake_llm.push(Reply(raw_body=_sse(*pieces)))
+    response = await build("direct", fake_llm.url).chat(MESSAGES, TOOLS, on_delta=_sink([]))
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [("read_file", {"path": "x"})]
+
+
+async def test_a_rate_limit_answered_with_200_is_a_rate_limit(fake_llm: FakeLLMServer) -> None:
+    """A 200 whose body is only an error object was "a malformed response", asked again at once;
+    streamed, the same answer was already a rate limit."""
+    body = json.dumps({"error": {"message": "Rate limit reached", "code": 429}})
+    fake_llm.push(*[Reply(raw_body=body)] * 2)
+    with pytest.raises(LLMError) as info:
+        await build("direct", fake_llm.url, retries=1).chat(MESSAGES)
+    assert (info.value.kind, info.value.status) == ("rate_limit", 429), info.value

@@ -3,7 +3,8 @@
 The direct model route needs two exchanges only, so this carries exactly those, without a general
 HTTP library's import time and per-request bookkeeping:
 
-- `post_json(url, body, ...)` sends `body` as JSON and returns the decoded JSON answer;
+- `post_json(url, body, ...)` sends `body` as JSON and returns the decoded JSON answer (a 200
+  whose answer is only an error object raises as that error's status would);
 - `post_events(url, body, ...)` sends `body` as JSON and yields the decoded `data` of each
   server-sent event of the answer, until `[DONE]` or the end of the body (events may arrive split
   across any number of reads).
@@ -327,7 +328,17 @@ async def post_json(url: str, body: dict[str, Any], *, headers: dict[str, str], 
     _finish(exchange, target)
     if not 200 <= response.status_code < 300:
         raise HTTPStatusError(response.status_code, _headers_of(response), raw)
-    return _json(raw)
+    decoded = _json(raw)
+    if _is_error_answer(decoded):  # some proxies answer a rate limit with 200 and an error object
+        raise HTTPStatusError(_stream_error_status(decoded["error"]), _headers_of(response), raw)
+    return decoded
+
+
+def _is_error_answer(decoded: Any) -> bool:
+    """An answer that carries only an error object (no choices, no embeddings)."""
+    if not isinstance(decoded, dict) or not decoded.get("error"):
+        return False
+    return not (decoded.get("choices") or decoded.get("data"))
 
 
 async def post_events(
@@ -382,7 +393,7 @@ async def _events(exchange: _Exchange) -> AsyncIterator[Any]:
                     done = True
                     continue
                 decoded = _json(data)
-                if isinstance(decoded, dict) and decoded.get("error") and not decoded.get("choices"):
+                if _is_error_answer(decoded):
                     raise HTTPStatusError(_stream_error_status(decoded["error"]), {}, data)
                 yield decoded
             # other fields (event:, id:, retry:) and comments carry nothing for these APIs

@@ -18,6 +18,7 @@ OpenAI shape (dicts of the JSON, or litellm's objects). Everything a user can ob
 from __future__ import annotations
 
 import asyncio
+import json
 from abc import abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any
@@ -297,8 +298,10 @@ async def collect_stream(
                 slot["id"] = _text_field(_field(tc, "id"), "id") or slot["id"]
                 fn = _field(tc, "function")
                 if fn is not None:
-                    slot["name"] += _text_field(_field(fn, "name"), "name")
-                    slot["arguments"] += _field(fn, "arguments") or ""
+                    name = _text_field(_field(fn, "name"), "name")
+                    if name != slot["name"]:  # a server repeating the name in every piece
+                        slot["name"] += name
+                    slot["arguments"] = _with_arguments(slot["arguments"], _field(fn, "arguments"))
         if _field(choice, "finish_reason"):
             finish = _field(choice, "finish_reason")
     if not answered and not usage.completion_tokens:
@@ -314,15 +317,47 @@ async def collect_stream(
     )
 
 
+def _with_arguments(sofar: str | dict[str, Any], piece: Any) -> str | dict[str, Any]:
+    """A call's arguments with a streamed piece added: text is appended; some servers send the
+    whole arguments as an object, which is kept as it is (appending it failed the turn)."""
+    if piece is None or piece == "":
+        return sofar
+    if isinstance(piece, str) and isinstance(sofar, str):
+        return sofar + piece
+    if isinstance(piece, dict) and sofar == "":
+        return piece
+    raise MalformedResponseError(f"a tool call's arguments came as {type(piece).__name__} after {type(sofar).__name__}")
+
+
+def _complete(arguments: str | dict[str, Any]) -> bool:
+    """Whether a call's arguments so far are whole (none, an object, or text that parses)."""
+    if not isinstance(arguments, str) or not arguments:
+        return True
+    try:
+        json.loads(arguments)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+    return True
+
+
 def _call_index(piece: Any, calls: dict[int, dict[str, Any]], moved: dict[int, int]) -> int:
     """Which tool call a streamed piece belongs to. Some servers leave `index` out (or the client
-    fills in 0 for each): a piece that brings another call's id then starts a new call, and the
-    pieces after it continue that one - two calls were glued into one unknown tool."""
+    fills in 0 for each), some send each call whole without an id or with the same one: a piece
+    that brings another call's id, or a new name after a call already named and with whole
+    arguments, then starts a new call, and the pieces after it continue that one - two calls were
+    glued into one unknown tool."""
     given = _field(piece, "index")
     index = given if isinstance(given, int) else (max(calls) if calls else 0)
     index = moved.get(index, index)
     new_id = _field(piece, "id")
-    if index in calls and new_id and calls[index]["id"] and new_id != calls[index]["id"]:
+    fn = _field(piece, "function")
+    name = _field(fn, "name") if fn is not None else None
+    slot = calls.get(index)
+    another_id = slot is not None and new_id and slot["id"] and new_id != slot["id"]
+    another_name = (
+        slot is not None and isinstance(name, str) and name and slot["name"] and _complete(slot["arguments"])
+    )
+    if another_id or another_name:
         fresh = max(calls) + 1
         moved[given if isinstance(given, int) else index] = fresh
         return fresh
