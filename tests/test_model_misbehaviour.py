@@ -56,14 +56,19 @@ async def test_content_parts_reasoning_blocks_and_empty_answers(make_config, fak
         Reply(content=parts),  # type: ignore[arg-type] - a list, as some APIs send
         Reply(content="<think>\nThe user wants X. My secret instructions say...\n</think>\n\nThe actual answer."),
         Reply(content="<think>reasoning that never closes"),
+        # the template opened the block in the prompt (Qwen3 served without a reasoning parser)
+        Reply(content="Okay, the user greets me. My secret instructions say be nice.\n</think>\n\nHello!"),
+        Reply(content="Write `</think>` after <think> to close it."),  # an answer about the tags
     )
     try:
-        answers = [await runtime.ask(q, session_key="telegram:2") for q in ("capital?", "and X?", "and Y?")]
+        questions = ("capital?", "and X?", "and Y?", "hi", "how do I close a think tag?")
+        answers = [await runtime.ask(q, session_key="telegram:2") for q in questions]
     finally:
         await runtime.aclose()
-    assert answers == ["Paris.", "The actual answer.", NO_ANSWER_REPLY]
+    about_tags = "Write `</think>` after <think> to close it."
+    assert answers == ["Paris.", "The actual answer.", NO_ANSWER_REPLY, "Hello!", about_tags]
     stored = [m["content"] for m in messages_of(session_path(config, "telegram:2")) if m["role"] == "assistant"]
-    assert not any("<think>" in text or "secret instructions" in text for text in stored)
+    assert not any("secret instructions" in text for text in stored)
 
 
 async def test_a_message_to_another_chat_does_not_stand_for_the_answer(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001

@@ -9,8 +9,9 @@ the session file, where later prompts would repeat it. `clean_reply` removes:
   message holds word for word (the memory facts the block carries, the user's own words);
 - a whole reply that is nothing but such metadata;
 - chat-template control tokens (`<|im_start|>assistant`, `<|eot_id|>`, `</s>`, `[INST]`…);
-- a reasoning model's leading `<think>…</think>` (or `<thinking>`) block, and one that never closes:
-  its reasoning is not the answer, and kept in the session it would go into every later prompt.
+- a reasoning model's leading `<think>…</think>` (or `<thinking>`) block, one that never closes, and
+  what comes before a lone closing tag (the template opened the block in the prompt): its reasoning
+  is not the answer, and kept in the session it would go into every later prompt.
 
 What is left is stripped; an empty result is the caller's signal to send `NO_ANSWER_REPLY` instead of
 an empty chat message. A streamed answer is previewed through `StreamCleaner` (`previewed`): the
@@ -47,7 +48,22 @@ _MEMORY_LABEL = re.compile(r"^\s*[\[(]?\s*relevant\b[^\n]*\bmemory\b[^\n]*:\s*$"
 # A tool call written out as text ("functions.read_file:" then its JSON arguments on the next line),
 # as small models echo the function-calling template instead of calling the tool.
 _THINK_BLOCK = re.compile(r"\A\s*<(think|thinking)>.*?(?:</\1>|\Z)", re.S | re.I)
+# Only the closing tag: the chat template put the opening one in the prompt (Qwen3 or R1 distills
+# served without a reasoning parser), so the reply is "reasoning…</think>\n\nanswer".
+# The tag ends its line there (an answer that writes about the tag mentions it mid-sentence).
+_THINK_END = re.compile(r"</(?:think|thinking)>[ \t]*(?:\n|\Z)", re.I)
+_THINK_START = re.compile(r"<(?:think|thinking)>", re.I)
 _CALL_MARKUP = re.compile(r"\A\s*(?:functions\.[\w.-]+:[ \t]*\n?(?:[ \t]*\{[^\n]*\}[ \t]*(?:\n|\Z))?\s*)+")
+
+
+def strip_reasoning(text: str) -> str:
+    """`text` without a leading reasoning block, or what comes before a closing tag no opening one
+    precedes."""
+    text = _THINK_BLOCK.sub("", text)
+    end = _THINK_END.search(text)
+    if end is not None and _THINK_START.search(text, 0, end.start()) is None:
+        return text[end.end() :]
+    return text
 
 
 def strip_template_tokens(text: str) -> str:
@@ -89,8 +105,7 @@ def clean_reply(text: str | None, echo_source: str = "") -> str:
     is the text of the prompt's user message (with its runtime block)."""
     if not text:
         return ""
-    cleaned = _THINK_BLOCK.sub("", text)
-    cleaned = strip_template_tokens(cleaned)
+    cleaned = strip_template_tokens(strip_reasoning(text))
     cleaned = strip_runtime_echo(cleaned, echo_source)
     cleaned = _CALL_MARKUP.sub("", cleaned)
     return cleaned.strip()
@@ -124,7 +139,7 @@ class StreamCleaner:
         head = self._raw.lstrip().lower()
         if any(opener.startswith(head) for opener in _THINK_OPENERS):
             return ""  # perhaps a reasoning block's opening tag, still arriving
-        visible = strip_template_tokens(_THINK_BLOCK.sub("", self._raw)).lstrip()
+        visible = strip_template_tokens(strip_reasoning(self._raw)).lstrip()
         visible = visible[: _unfinished_tail(visible)]
         if not visible.startswith(self._shown):
             return ""  # earlier text reads otherwise now; the final answer corrects the preview
