@@ -22,6 +22,7 @@ from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.memory.store import MemoryStore
 from nanobot.timeutil import resolve_tz
+from nanobot.util import fs
 
 CTX = ToolContext()
 SECRET = "-----BEGIN OPENSSH PRIVATE KEY----- host key"
@@ -332,3 +333,33 @@ async def test_a_planted_fifo_is_refused_not_read_as_an_empty_file(setup) -> Non
         assert out.startswith("Error:") and "not a regular file" in out, (path, out)
         out = await reg.execute("edit_file", {"path": path, "old_text": "x", "new_text": "y"}, CTX)
         assert out.startswith("Error:"), (path, out)
+
+
+@pytest.mark.parametrize(("folder", "name"), [("sessions", "telegram_1.jsonl"), ("memory", "MEMORY.md")])
+async def test_an_owners_write_cannot_swap_its_way_into_nanobots_own_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: str, name: str
+) -> None:
+    """A steered owner's turn: one command swaps `logs` for a link to sessions/ (or memory/) while
+    write_file runs. The open checked only "still in the workspace": a forged transcript landed in
+    sessions/, and MEMORY.md was replaced past its mass-drop guard and without a backup."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "sessions").mkdir()
+    (ws / "logs").mkdir()
+    facts = "".join(f"- fact {i} about the user\n" for i in range(20))
+    (ws / "memory" / "MEMORY.md").write_text("# Memory\n" + facts)
+    reg = ToolRegistry(TrustPolicy(ws))
+    for tool in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 100_000, policy=TrustPolicy(ws)):
+        reg.register(tool)
+    real_dirs = fs.private_dirs_beneath
+
+    def dirs_then_swap(root: Path, parent: Path) -> None:  # after every check of the path's spelling
+        real_dirs(root, parent)
+        (ws / "logs").rename(ws / "logs.real")
+        (ws / "logs").symlink_to(ws / folder)
+
+    monkeypatch.setattr(fs, "private_dirs_beneath", dirs_then_swap)
+    out = await reg.execute("write_file", {"path": f"logs/{name}", "content": "# Memory\n"}, CTX)
+    assert out.startswith("Error:"), out
+    assert sorted(p.name for p in (ws / "sessions").iterdir()) == []
+    assert (ws / "memory" / "MEMORY.md").read_text() == "# Memory\n" + facts

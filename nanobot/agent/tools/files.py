@@ -141,9 +141,24 @@ class _FileTool(Tool):
             # atomic: a full disk or a read-only workspace leaves the old file, never half a new one
             root, avoid, check = self.guard.open_limits(path, ctx, self.name)
             self._keep_steering_version(ctx, path)
-            atomic_write(path, text, fsync=False, beneath=root, avoid=avoid, check=check)
+            landed = self._landing_check(path.name, check)
+            atomic_write(path, text, fsync=False, beneath=root, avoid=avoid, check=landed)
         except OSError as exc:
             raise ToolError(f"cannot write {path.name}: {exc.strerror or exc}") from None
+
+    def _landing_check(self, name: str, policy_check: FolderCheck | None) -> FolderCheck:
+        """The rules above asked again about the folder the write's open landed in: a folder a
+        command swaps for a link to sessions/ or memory/ right after the path was checked (an
+        owner's chat, too) must not let the write reach nanobot's own files or bypass memory's."""
+
+        def check(folder: Path) -> None:
+            self.guard.check_writable(folder / name)
+            if self.memory.is_memory_path(folder / name):
+                raise ToolError(f"'{name}': a link swapped in while writing leads into memory/; not written")
+            if policy_check is not None:
+                policy_check(folder)
+
+        return check
 
     def _keep_steering_version(self, ctx: ToolContext, path: Path) -> None:
         """Before a file that steers the owner's turns is replaced, keep the version there now, and
