@@ -402,3 +402,26 @@ async def test_a_long_file_is_read_in_part_with_what_is_left_said(tmp_path: Path
     assert len(result) <= 100_000 and text.startswith(shown)
     assert note.endswith("more characters; use offset/limit to read on]")
     assert len(shown) + int(note.split()[0]) == len(text)  # the count of what is left is exact
+
+
+async def test_edit_file_refuses_what_it_would_garble_and_edits_windows_1252(
+    registry: ToolRegistry, tmp_path: Path
+) -> None:
+    """One word fixed on an ASCII line rewrote every other line of a GBK, Shift-JIS or UTF-16 file
+    as UTF-8 mojibake (Shift-JIS bytes lost for good); read_file showed a UTF-16 file as 'ÿþh\\x00'."""
+    ws = tmp_path / "ws"
+    files = {
+        "gbk.txt": ("TODO: fix teh typo\n" + "会议记录：明天上午九点开会\n").encode("gbk"),
+        "sjis.txt": ("TODO: fix teh typo\n" + "会議は明日の午前九時です。\n").encode("shift_jis"),
+        "utf16.txt": "TODO: fix teh typo\r\nCafé\r\n".encode("utf-16"),
+    }
+    for name, data in files.items():
+        (ws / name).write_bytes(data)
+        out = await registry.execute("edit_file", {"path": name, "old_text": "teh", "new_text": "the"}, CTX)
+        assert out.startswith("Error:") and "not UTF-8" in out and "iconv" in out, (name, out)
+        assert (ws / name).read_bytes() == data  # untouched
+    assert await registry.execute("read_file", {"path": "utf16.txt"}, CTX) == "TODO: fix teh typo\r\nCafé\r\n"
+    (ws / "fr.txt").write_bytes("Réunion à Besançon: teh café\n".encode("cp1252"))
+    out = await registry.execute("edit_file", {"path": "fr.txt", "old_text": "teh", "new_text": "the"}, CTX)
+    assert not out.startswith("Error:"), out
+    assert (ws / "fr.txt").read_text(encoding="utf-8") == "Réunion à Besançon: the café\n"  # as README says

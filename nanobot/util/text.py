@@ -123,11 +123,51 @@ def decode_text(data: bytes) -> str:
     """A text file's bytes as text: UTF-8, and a line that is not UTF-8 as Windows-1252 (an
     editor's legacy encoding: Latin-1 and more) — not U+FFFD for every accent, which a write back (an
     edit) would make final; nor, for a Latin-1 line pasted into a UTF-8 file, the whole file read as
-    Windows-1252 (its Chinese turned to mojibake for good)."""
+    Windows-1252 (its Chinese turned to mojibake for good). A file that starts with a UTF-16 byte
+    order mark (Windows Notepad's "Unicode") is read as UTF-16."""
+    if data.startswith(_UTF16_BOMS) and not data.startswith(codecs.BOM_UTF32_LE):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            pass
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return "".join(_decode_line(line) for line in data.splitlines(keepends=True))
+
+
+_UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+def rewrite_problem(data: bytes) -> str | None:
+    """Why a file's text (`decode_text`) written back as UTF-8 would change what its untouched lines
+    say, or None when it would not (UTF-8, or lines in Windows-1252). Chinese in GBK or Japanese in
+    Shift-JIS reads as Windows-1252 mojibake: written back, it stays mojibake for good."""
+    if data.startswith(_UTF16_BOMS):
+        return "is UTF-16"
+    try:
+        data.decode("utf-8")
+        return None
+    except UnicodeDecodeError:
+        pass
+    high = paired = 0
+    for line in data.splitlines():
+        try:
+            line.decode("utf-8")
+            continue
+        except UnicodeDecodeError:
+            pass
+        try:
+            line.decode("cp1252")
+        except UnicodeDecodeError:
+            return "holds bytes that are no Windows-1252 characters (another encoding)"
+        for i, byte in enumerate(line):
+            if byte >= 0x80:
+                high += 1
+                paired += (i > 0 and line[i - 1] >= 0x80) or (i + 1 < len(line) and line[i + 1] >= 0x80)
+    if paired * 2 > high:  # accents stand alone; a double-byte encoding's characters come in pairs
+        return "looks like a double-byte encoding (Chinese, Japanese, Korean), not Windows-1252"
+    return None
 
 
 def _decode_line(line: bytes) -> str:

@@ -28,7 +28,7 @@ from nanobot.config.paths import OWNER_STEERING, is_nanobot_owned
 from nanobot.memory.store import MemoryStore
 from nanobot.util.fs import atomic_write
 from nanobot.util.nofollow import FolderCheck, open_folder_beneath, read_regular_bytes
-from nanobot.util.text import decode_text, truncate_head
+from nanobot.util.text import decode_text, rewrite_problem, truncate_head
 
 MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 500
@@ -179,6 +179,10 @@ class _FileTool(Tool):
 
     def _read(self, ctx: ToolContext, path: Path, raw: str, max_bytes: int) -> str:
         """The text of the file `path` resolved to, opened without following a link swapped in since."""
+        # a Windows-1252 MEMORY.md edited here kept U+FFFD for its accents
+        return decode_text(self._read_bytes(ctx, path, raw, max_bytes))
+
+    def _read_bytes(self, ctx: ToolContext, path: Path, raw: str, max_bytes: int) -> bytes:
         try:
             root, avoid, check = self.guard.open_limits(path, ctx, self.name)
             data = read_regular_bytes(path, beneath=root, avoid=avoid, max_bytes=max_bytes, check=check)
@@ -190,7 +194,7 @@ class _FileTool(Tool):
                     f"{exc.strerror}: too large for this tool; work on it in parts via exec"
                 ) from None
             raise ToolError(f"cannot read {raw}: {exc.strerror or exc}") from None
-        return decode_text(data)  # a Windows-1252 MEMORY.md edited here kept U+FFFD for its accents
+        return data
 
 
 class ReadFileTool(_FileTool):
@@ -253,9 +257,16 @@ class EditFileTool(_FileTool):
         target = self.guard.resolve(path)
         self.guard.check_writable(target)
         # the result must fit the write limit, so a larger file is refused before it is read
-        text = self._read(
+        data = self._read_bytes(
             ctx, target, path, self.max_bytes + max(0, len(old_text.encode()) - len(new_text.encode()))
         )
+        problem = rewrite_problem(data)
+        if problem:  # written back as UTF-8, every line it did not touch would be garbled for good
+            raise ToolError(
+                f"{path} is not UTF-8 and {problem}: an edit would garble its other lines; convert it "
+                "first (exec: iconv -f <encoding> -t UTF-8) or write it whole with write_file"
+            )
+        text = decode_text(data)
         count = text.count(old_text) if old_text else 0
         if count == 0:
             raise ToolError("old_text was not found in the file (it must match exactly, whitespace included)")
