@@ -425,3 +425,11 @@ async def test_edit_file_refuses_what_it_would_garble_and_edits_windows_1252(
     out = await registry.execute("edit_file", {"path": "fr.txt", "old_text": "teh", "new_text": "the"}, CTX)
     assert not out.startswith("Error:"), out
     assert (ws / "fr.txt").read_text(encoding="utf-8") == "Réunion à Besançon: the café\n"  # as README says
+
+
+async def test_read_file_past_the_last_line_does_not_say_empty(registry: ToolRegistry, tmp_path: Path) -> None:
+    """A 40-line file read from line 50 said "(empty file)": a model may then overwrite it."""
+    (tmp_path / "ws" / "log.txt").write_text("".join(f"line {i}\n" for i in range(1, 41)))
+    out = await registry.execute("read_file", {"path": "log.txt", "offset": 50}, CTX)
+    assert "empty" not in out and "40 lines" in out, out
+    assert await registry.execute("read_file", {"path": "log.txt", "offset": 40}, CTX) == "line 40\n"

@@ -272,6 +272,24 @@ async def test_a_nul_byte_in_a_groups_path_is_an_error_result_not_a_failed_turn(
         assert out.startswith("Error:") and "NUL byte" in out, (name, out)
 
 
+async def test_a_home_folder_of_nobody_is_an_error_result_not_a_failed_turn(tmp_path: Path, logs: list[str]) -> None:
+    """`~bob/notes.txt` in a group's read_file raised RuntimeError out of the trust policy: the
+    group got "Sorry, something went wrong"; the owner got the error with a traceback logged."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    policy = TrustPolicy(ws)
+    reg = ToolRegistry(policy)
+    for each in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 2000, (), (), policy):
+        reg.register(each)
+    group = ToolContext(channel="telegram", chat_id="-100", session_key="telegram:-100", is_group=True)
+    guest = ToolContext(channel="telegram", chat_id="55", session_key="telegram:55", guest=True)
+    for ctx in (group, guest, ToolContext()):
+        for name, args in [("read_file", {"path": "~nosuchuser0x/notes.txt"}), ("list_dir", {"path": "~nosuchuser0x"})]:
+            out = await reg.execute(name, args, ctx)
+            assert out.startswith("Error:"), (name, out)
+    assert not any("Traceback" in line or "RuntimeError" in line for line in logs), logs
+
+
 async def test_a_groups_attachment_is_what_the_policy_allowed_whatever_is_swapped_in(tmp_path: Path) -> None:
     """The trust policy checked an attachment's path when the tool was called; the channel opened the
     path again at upload, following links: a group command swapping `notes/x` for a link to

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from nanobot.memory.seam import memory_private
@@ -56,6 +57,15 @@ class ToolContext:
 
 class ToolError(Exception):
     """A failure to report to the LLM as the tool's result (the turn goes on)."""
+
+
+def expand_home(raw: str) -> Path:
+    """`raw` with a leading `~` or `~user` expanded; a user with no home folder here is a ToolError
+    (Path.expanduser's RuntimeError failed the whole turn of a group that asked for `~bob/x`)."""
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError:
+        raise ToolError(f"'{raw.split('/', 1)[0]}' names no home folder on this machine") from None
 
 
 class Tool(ABC):

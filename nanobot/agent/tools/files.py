@@ -22,7 +22,7 @@ from typing import Any
 
 from loguru import logger
 
-from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.agent.tools.base import Tool, ToolContext, ToolError, expand_home
 from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.config.paths import OWNER_STEERING, is_nanobot_owned
 from nanobot.memory.store import MemoryStore
@@ -66,7 +66,7 @@ class PathGuard:
         except ToolError:
             if not isinstance(raw, str) or not raw.strip() or "\x00" in raw:
                 raise
-            path = Path(raw).expanduser().resolve()
+            path = expand_home(raw).resolve()
             if any(path.is_relative_to(root) for root in self.read_only_roots):
                 return path
             raise
@@ -76,7 +76,7 @@ class PathGuard:
             raise ToolError("path must be a non-empty string")
         if "\x00" in raw:
             raise ToolError("path contains a NUL byte")
-        path = Path(raw).expanduser()
+        path = expand_home(raw)
         path = (path if path.is_absolute() else self.workspace / path).resolve()
         if self.restrict and not self.inside(path):
             raise ToolError(f"path '{raw}' is outside the workspace ({self.workspace}); access denied")
@@ -217,6 +217,8 @@ class ReadFileTool(_FileTool):
         text = self._read(ctx, target, path, self.max_bytes * 10)
         if offset > 1 or limit:
             lines = text.splitlines(keepends=True)
+            if lines and offset > len(lines):  # "(empty file)" here had a model overwrite the file
+                return f"(no lines from line {offset} on: the file has {len(lines)} lines)"
             text = "".join(lines[offset - 1 : offset - 1 + limit if limit else None])
         marker = "\n\n[... {omitted} more characters; use offset/limit to read on]"
         return truncate_head(text, MAX_READ_CHARS, marker) or "(empty file)"

@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nanobot.agent.tools.base import ToolContext
+from nanobot.agent.tools.base import ToolContext, ToolError, expand_home
 from nanobot.config.paths import (
     CRON_DIR,
     MEDIA_DIR,
@@ -179,7 +179,10 @@ class TrustPolicy:
         download of another chat than this one."""
         if not self._under(raw, [self._media]):
             return False
-        path = Path(raw).expanduser()
+        try:
+            path = expand_home(raw)
+        except ToolError:
+            return True  # refuse rather than guess
         path = path if path.is_absolute() else self.workspace / path
         own = media_prefix(ctx.channel, ctx.chat_id)
         try:
@@ -195,7 +198,10 @@ class TrustPolicy:
         """Whether `raw`, by its spelling or by where its symlinks lead, lies outside `roots` (the
         workspace and the other roots a shared context may read)."""
         roots = self._readable_roots if roots is None else roots
-        path = Path(raw).expanduser()
+        try:
+            path = expand_home(raw)
+        except ToolError:
+            return True  # refuse rather than guess
         path = path if path.is_absolute() else self.workspace / path
         try:
             candidates = [Path(os.path.normpath(path)), path.resolve()]
@@ -213,7 +219,10 @@ class TrustPolicy:
         """Whether `raw` is one of `folders` or lies under one, by its spelling or by where its
         symlinks lead; with `dot_entries`, also in a dot-entry of the workspace at any depth (the
         root's are every command's HOME: .gitconfig, .config/ ... configure the owner's commands)."""
-        path = Path(raw).expanduser()
+        try:
+            path = expand_home(raw)
+        except ToolError:
+            return True  # refuse rather than guess
         path = path if path.is_absolute() else self.workspace / path
         candidates = [Path(os.path.normpath(path))]
         try:
