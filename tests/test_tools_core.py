@@ -433,3 +433,15 @@ async def test_read_file_past_the_last_line_does_not_say_empty(registry: ToolReg
     out = await registry.execute("read_file", {"path": "log.txt", "offset": 50}, CTX)
     assert "empty" not in out and "40 lines" in out, out
     assert await registry.execute("read_file", {"path": "log.txt", "offset": 40}, CTX) == "line 40\n"
+
+
+async def test_an_edited_script_stays_executable(registry: ToolRegistry, tmp_path: Path) -> None:
+    """One edit_file on deploy.sh made it 0600: the user's script no longer ran."""
+    script = tmp_path / "ws" / "deploy.sh"
+    script.write_text("#!/bin/sh\necho old\n")
+    script.chmod(0o755)
+    await registry.execute("edit_file", {"path": "deploy.sh", "old_text": "old", "new_text": "new"}, CTX)
+    assert script.read_text() == "#!/bin/sh\necho new\n"
+    assert script.stat().st_mode & 0o777 == 0o700  # the owner's bits kept, never group or other ones
+    await registry.execute("write_file", {"path": "new.txt", "content": "x"}, CTX)
+    assert (tmp_path / "ws" / "new.txt").stat().st_mode & 0o777 == 0o600

@@ -26,7 +26,7 @@ from nanobot.agent.tools.base import Tool, ToolContext, ToolError, expand_home
 from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.config.paths import OWNER_STEERING, is_nanobot_owned
 from nanobot.memory.store import MemoryStore
-from nanobot.util.fs import atomic_write
+from nanobot.util.fs import PRIVATE_FILE_MODE, atomic_write
 from nanobot.util.nofollow import FolderCheck, open_folder_beneath, read_regular_bytes
 from nanobot.util.text import decode_text, rewrite_problem, truncate_head
 
@@ -142,7 +142,7 @@ class _FileTool(Tool):
             root, avoid, check = self.guard.open_limits(path, ctx, self.name)
             self._keep_steering_version(ctx, path)
             landed = self._landing_check(path.name, check)
-            atomic_write(path, text, fsync=False, beneath=root, avoid=avoid, check=landed)
+            atomic_write(path, text, _kept_mode(path), fsync=False, beneath=root, avoid=avoid, check=landed)
         except OSError as exc:
             raise ToolError(f"cannot write {path.name}: {exc.strerror or exc}") from None
 
@@ -195,6 +195,16 @@ class _FileTool(Tool):
                 ) from None
             raise ToolError(f"cannot read {raw}: {exc.strerror or exc}") from None
         return data
+
+
+def _kept_mode(path: Path) -> int:
+    """The mode a rewritten file keeps: its owner's bits (a script stays executable; an edit made
+    deploy.sh 0600), never group or other ones; a new file is private."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return PRIVATE_FILE_MODE
+    return (stat.S_IMODE(st.st_mode) & 0o700) | 0o600 if stat.S_ISREG(st.st_mode) else PRIVATE_FILE_MODE
 
 
 class ReadFileTool(_FileTool):
