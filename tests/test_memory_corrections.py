@@ -564,3 +564,34 @@ def test_a_fact_saved_while_a_consolidation_ran_is_kept(tmp_path: Path) -> None:
     Consolidator(None, store).apply_memory_update(base, base + "- Likes green tea\n", [])  # type: ignore[arg-type]
     text = store.read_memory()
     assert "- Allergic to peanuts" in text and "- Likes green tea" in text, text
+
+
+@pytest.mark.parametrize("how", ["consolidation", "edit_file"])
+async def test_a_forgotten_fact_leaves_the_notes_memory_search_reads(tmp_path: Path, how: str) -> None:
+    """"Forget my PIN": MEMORY.md lost the line, but the flush had written it into today's note,
+    and memory_search answered with the PIN from there."""
+    from nanobot.config.schema import MemorySearchConfig
+    from nanobot.memory.consolidator import Consolidator
+    from nanobot.memory.index import MemoryIndex
+
+    store = MemoryStore(tmp_path, "UTC")
+    store.write_memory("# Memory\n- Bank card PIN is 4821\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz\n")
+    note = store.append_daily("- User said their bank card PIN is 4821\n- Dentist appointment on Friday")
+    session_note = store.write_session_note("bank", "# Bank\n- Card PIN: 4821 (bank card)\n- Pays rent by card")
+    without_pin = "# Memory\n- Lives in Lyon\n- Sister: Ann\n- Dentist: Dr Ruiz\n"
+    if how == "consolidation":
+        Consolidator(None, store).apply_memory_update(  # type: ignore[arg-type] - asks no model
+            store.read_memory(), without_pin, ["Please forget my bank card PIN."]
+        )
+    else:
+        store.write_file("MEMORY.md", without_pin)
+    assert "4821" not in note.read_text() and "Dentist appointment on Friday" in note.read_text()
+    assert "4821" not in session_note.read_text() and "Pays rent by card" in session_note.read_text()
+    index = MemoryIndex(tmp_path, MemorySearchConfig(embedding_provider="none", include_sessions=False))
+    try:
+        hits = (await index.search("bank card PIN 4821", min_score=0)).results
+        assert hits and not [hit for hit in hits if "4821" in hit.snippet], hits
+    finally:
+        index.close()
+    backups = list((tmp_path / "memory" / ".backups" / "notes").rglob("*"))
+    assert any(p.is_file() for p in backups)  # the earlier versions, as for any rewrite of a note

@@ -24,7 +24,7 @@ from loguru import logger
 
 from nanobot.config.paths import BACKENDS_DIR, MEMORY_DIR
 from nanobot.memory.backups import keep_version, versions
-from nanobot.memory.fact_words import replaced_by
+from nanobot.memory.fact_words import fact_words, replaced_by
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import resolve_tz
 from nanobot.util.fs import append_locked, atomic_write, ensure_private_dir, file_lock, unused_path
@@ -50,6 +50,7 @@ MIN_FACTS_FOR_PROTECTION = 4
 
 
 _EMPHASIS_RE = re.compile(r"\*\*|__|`")
+_NOTE_NAME_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:-.+)?\.md")  # daily notes and session notes
 
 
 def normalise_fact(line: str) -> str:
@@ -308,7 +309,7 @@ class MemoryStore:
         old_lines = {normalise_fact(line) for line in old.splitlines()}
         added = [line for line in new.splitlines() if line.strip() and normalise_fact(line) not in old_lines]
         removed = [
-            tombstone(line)
+            line
             for line in old.splitlines()
             if line.strip()
             and not line.lstrip().startswith("#")
@@ -319,11 +320,40 @@ class MemoryStore:
         written_back = {tombstone(line) for line in new.splitlines() if line.strip()}
         if removed or written_back.intersection(stored):
             kept = [x for x in stored if x not in written_back]
-            self._write_forgotten([*kept, *removed])
+            self._write_forgotten([*kept, *(tombstone(line) for line in removed)])
+        self._forget_in_notes(removed)
 
     def add_forgotten(self, lines: list[str]) -> None:
         with self.locked():
             self._write_forgotten([*self._read_forgotten(), *(tombstone(x) for x in lines)])
+            self._forget_in_notes(lines)
+
+    def _forget_in_notes(self, facts: list[str]) -> None:
+        """A forgotten fact's bullets in the daily and session notes go with it: the flush had
+        written "- User said their bank card PIN is 4821" there, and memory_search answered with it
+        after the user asked to forget the PIN. A bullet goes when it holds every word of a fact of
+        at least two (the note's earlier version is kept in .backups/notes/, as for any rewrite)."""
+        wanted = [w for w in (fact_words(f) for f in facts) if len(w) >= 2]
+        if not wanted:
+            return
+        for path in sorted(self.dir.iterdir()):
+            if not _NOTE_NAME_RE.fullmatch(path.name):
+                continue
+            data = self.read_bytes(path.name)
+            lines = decode_text(data).splitlines(keepends=True)
+            kept = [
+                line
+                for line in lines
+                if not (line.lstrip().startswith(("-", "*", "•", "+")) and any(w <= fact_words(line) for w in wanted))
+            ]
+            if len(kept) == len(lines):
+                continue
+            keep_version(self.dir / BACKUP_DIR / NOTES_BACKUP_DIR / path.name, "", data,
+                         kept=self.backups_kept, now=self.now(), beneath=self.workspace)
+            atomic_write(path, "".join(kept), beneath=self.workspace)
+            logger.info("memory: {} line(s) of {} went with the facts the user asked to forget",
+                        len(lines) - len(kept), path.name)
+            self._changed(path)
 
     def _write_forgotten(self, lines: list[str]) -> None:
         with self.locked():
