@@ -621,3 +621,35 @@ async def test_only_the_start_of_a_very_long_query_is_embedded(ws: Path) -> None
     idx.close()
     assert "memory/MEMORY.md" in [r.path for r in response.results]
     assert embedder.queries and max(len(q) for q in embedder.queries) <= 2000
+
+
+async def test_a_search_during_reindex_finds_what_was_indexed_before(ws: Path) -> None:
+    """`nanobot memory reindex` emptied the index and committed that first: the gateway's searches
+    found nothing until every file was added again (7 s for a 16 MB note)."""
+    for day in range(1, 6):
+        write(ws, f"memory/2025-04-0{day}.md", f"## Day {day}\n- Walked {day} km by the river.\n")
+    cfg = MemorySearchConfig(embedding_provider="none")
+    idx = MemoryIndex(ws, cfg)
+    await idx.sync()
+    seen: list[tuple[int, int]] = []
+
+    def look(_phase: str, _done: int, _total: int) -> None:  # another process reading meanwhile
+        with sqlite3.connect(idx.path) as conn:
+            postgres = conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'postgresql'").fetchone()
+            files = conn.execute("SELECT count(DISTINCT path) FROM chunks").fetchone()
+        seen.append((postgres[0], files[0]))
+
+    idx.progress = look
+    stats = await idx.sync(force=True)
+    assert stats.full_reindex and stats.files_indexed == 7
+    assert seen and all(found >= 1 and files == 7 for found, files in seen), seen
+    response = await idx.search("PostgreSQL analytics")
+    assert response.results and response.results[0].path == "memory/MEMORY.md"
+    os.remove(ws / "memory" / "2025-04-01.md")  # a file gone by the next rebuild goes from the index
+    await idx.sync(force=True)
+    with sqlite3.connect(idx.path) as conn:
+        assert conn.execute("SELECT count(DISTINCT path) FROM chunks").fetchone()[0] == 6
+        assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0] == conn.execute(
+            "SELECT count(*) FROM chunks"
+        ).fetchone()[0]
+    idx.close()

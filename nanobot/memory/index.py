@@ -196,7 +196,7 @@ class MemoryIndex:
         return stats
 
     async def _reopen_if_changed_on_disk(self) -> None:
-        """An index file deleted, replaced or truncated by hand (or rebuilt by `memory reindex`) while
+        """An index file deleted, replaced or truncated by hand (or by another nanobot's reset) while
         open: open it again (rebuilt when truncated) instead of searching the old one for ever."""
         if not self._db.changed_on_disk():
             return

@@ -12,6 +12,7 @@ CACHE_SPARE_ROWS others (the newest: text that was edited away may come back).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,7 @@ class IndexDB(IndexFile):
         *,
         from_line: int = 1,
         resume: str = "",
+        anew: bool = False,
     ) -> int:
         """Replace a file's chunks (each with its chunk vector blob when the cache has it); returns
         how many rows were written. With `from_line`, only the chunks starting at that line or later
@@ -78,8 +80,12 @@ class IndexDB(IndexFile):
 
         Rows of chunks that did not change are kept: a transcript grows at its end, so after a turn
         only its last chunks are new, and rewriting thousands of rows (and their FTS entries) after
-        every turn cost seconds on a months-long session and bloated the index file."""
+        every turn cost seconds on a months-long session and bloated the index file. With `anew`
+        (a rebuild), every row of the file is written again, in the same transaction: a search
+        meanwhile sees the file's old rows or its new ones, never none."""
         with self.write() as conn:
+            if anew:
+                self._delete_chunks(conn, path)
             unchanged: dict[tuple[Any, ...], list[int]] = {}
             for row in conn.execute(
                 "SELECT id, start_line, end_line, hash, title, day FROM chunks WHERE path=? AND start_line>=?",
@@ -136,11 +142,13 @@ class IndexDB(IndexFile):
         conn.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE path=?)", (path,))
         conn.execute("DELETE FROM chunks WHERE path=?", (path,))
 
-    def clear_all(self) -> None:
+    def keep_only(self, paths: list[str]) -> None:
+        """Drop every row of a file not in `paths` (the end of a rebuild: what no file holds now)."""
         with self.write() as conn:
-            conn.execute("DELETE FROM chunks_fts")
-            conn.execute("DELETE FROM chunks")
-            conn.execute("DELETE FROM files")
+            listed = json.dumps(paths)
+            conn.execute("DELETE FROM files WHERE path NOT IN (SELECT value FROM json_each(?))", (listed,))
+            conn.execute("DELETE FROM chunks WHERE path NOT IN (SELECT value FROM json_each(?))", (listed,))
+            conn.execute("DELETE FROM chunks_fts WHERE rowid NOT IN (SELECT id FROM chunks)")
 
     # ------------------------------------------------------------------ vectors and the embedding cache
     def clear_embeddings(self, stale_model: tuple[str, str] | None = None) -> None:

@@ -55,10 +55,10 @@ async def sync_files(
     """Chunks and keyword index up to date with the files (db open); force=True re-chunks everything.
     `progress` (phase, done, total) hears after every file."""
     stats = SyncStats()
-    if force or db.get_meta("chunking") != _chunking_signature(config):
-        await asyncio.to_thread(db.clear_all)
-        await asyncio.to_thread(db.set_meta, {"chunking": _chunking_signature(config)})
-        stats.full_reindex = True
+    # A rebuild writes each file's rows again one file at a time, not after emptying the index: a
+    # gateway searching during `memory reindex` found nothing for as long as it ran
+    rebuild = force or db.get_meta("chunking") != _chunking_signature(config)
+    stats.full_reindex = rebuild
     if db.get_meta("embedding") != _embedding_signature(embedder):
         # Another model (or none before): vectors are re-made for every chunk, text stays.
         await asyncio.to_thread(db.clear_embeddings)
@@ -82,7 +82,7 @@ async def sync_files(
             progress("indexing files", stats.files_scanned, len(found))
         try:
             st = source.path.lstat()
-            known = existing.get(rel)
+            known = None if rebuild else existing.get(rel)
             signature[rel] = (st.st_mtime_ns, st.st_size)
             if known and (known.mtime_ns, known.size) == (st.st_mtime_ns, st.st_size):
                 stats.files_unchanged += 1
@@ -111,11 +111,15 @@ async def sync_files(
             rows,
             from_line=prepared.from_line,
             resume=prepared.resume,
+            anew=rebuild,
         )
         stats.files_indexed += 1
     for rel in set(existing) - set(signature):
         await asyncio.to_thread(db.delete_file, rel)
         stats.files_removed += 1
+    if rebuild:  # marked done only now: a rebuild cut short is done again at the next sync
+        await asyncio.to_thread(db.keep_only, list(signature))
+        await asyncio.to_thread(db.set_meta, {"chunking": _chunking_signature(config)})
     return stats, Snapshot(signature, folders)
 
 
