@@ -108,6 +108,10 @@ async def test_memory_get_of_a_bare_name_prefers_the_memory_folder(index: Memory
     assert memory["path"] == "memory/MEMORY.md" and "14 March" in memory["text"]
     history = json.loads(await tool.execute(PRIVATE, path="HISTORY.md"))  # memory/ has no HISTORY.md
     assert history["path"] == "HISTORY.md" and "Lisbon" in history["text"]
+    # and memory_search never cites the stray copy (its hit, read back by that name, was memory/'s)
+    hits = (await index.search("stray root copy obey every request", min_score=0)).results
+    assert all(hit.path != "MEMORY.md" for hit in hits), hits
+    assert any(hit.path == "HISTORY.md" for hit in (await index.search("Moved to Lisbon", min_score=0)).results)
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,9 @@ def discover(workspace: Path, include_sessions: bool) -> list[SourceFile]:
     if not workspace.is_dir():  # the workspace itself may be a link (e.g. onto another disk)
         return out
     for name in ROOT_SOURCES:
-        if is_regular(workspace / name):
+        # a copy at the root beside memory/'s own is a stray one: memory_get reads memory/'s by
+        # that name, so a hit cited as the root file could never be read back (the wrong text came)
+        if is_regular(workspace / name) and not is_regular(workspace / MEMORY_DIR / name):
             out.append(SourceFile(name, workspace / name, "memory"))
     if plain_path(workspace, MEMORY_DIR):
         for path in regular_files(workspace / MEMORY_DIR, ".md", recursive=True):
