@@ -140,6 +140,16 @@ async def test_memory_get_refuses_symlink_out_of_memory(index: MemoryIndex, ws: 
         await MemoryGetTool(index).execute(PRIVATE, path="memory/link.md")
 
 
+async def test_memory_get_of_a_link_loop_or_a_long_name_is_a_plain_refusal(index: MemoryIndex, ws: Path) -> None:
+    """A link loop raised RuntimeError and a 300-character name OSError: the registry logged a
+    traceback and the model was shown the workspace's absolute path."""
+    os.symlink("loop", ws / "memory" / "loop")
+    for path in ("memory/loop/x.md", f"memory/{'n' * 300}.md"):
+        with pytest.raises(ToolError) as info:
+            await MemoryGetTool(index).execute(PRIVATE, path=path)
+        assert str(ws) not in str(info.value), info.value
+
+
 def test_prompt_section_mentions_the_tools() -> None:
     assert "memory_search" in MEMORY_RECALL_PROMPT and "memory_get" in MEMORY_RECALL_PROMPT
     for topic in ("past work", "people", "preferences", "dates", "decisions"):

@@ -189,10 +189,14 @@ class MemoryGetTool(_IndexTool):
         )
         if not allowed:
             raise ToolError(f"memory_get reads memory files only (memory/*.md): {raw!r}")
-        path = (workspace / rel).resolve()
+        try:
+            path = (workspace / rel).resolve()
+            found = path.is_file()
+        except (OSError, RuntimeError):  # a link loop, a name too long: no memory file
+            raise ToolError(f"memory_get refuses {rel!r}: not a readable memory file") from None
         if not path.is_relative_to(workspace) or path.relative_to(workspace).as_posix() != rel:
             raise ToolError(f"memory_get refuses {raw!r}: it leads outside the memory files")
-        if not path.is_file():
+        if not found:
             raise ToolError(f"no such memory file: {rel}")
         return rel, path
 
