@@ -631,3 +631,42 @@ async def test_a_new_session_on_a_full_disk_says_so(
     assert new is not None and new.content == DISK_FAILURE_NOTE
     transcript = (config.workspace_path / "sessions" / "telegram_42.jsonl").read_text()
     assert "hello" in transcript and "hi there" in transcript
+
+
+def test_onboard_over_an_old_key_written_bare_does_not_print_it(home: Path) -> None:
+    """`"telegram": "123456:AAH…"` (the token written without its object): onboard's error repeated it."""
+    token = "123456:AAHoldTelegramTokenSecret0123456789"
+    _write(home, {"channels": {"telegram": token}})
+    result = run_cli("onboard", "--model", "x", "--no-check", "--telegram-token", "654321:AAHnew", home=home)
+    assert result.returncode == 2 and "channels.telegram in the config must be an object" in result.stderr
+    assert "AAHold" not in result.stderr + result.stdout, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "shown"),
+    [
+        ({"channels": {"telegram": {"proxy": "socks5://alice:ProxyPassw0rd@127.0.0.1:10800x"}}}, "127.0.0.1:10800x"),
+        ({"providers": {"custom": {"apiBase": "htps://bob:ApiBasePassw0rd@127.0.0.1:8000/v1"}}}, "127.0.0.1:8000"),
+        ({"providers": {"custom": {"apiBase": "ftp://127.0.0.1/v1?key=QueryPassw0rd"}}}, "ftp://127.0.0.1/v1"),
+    ],
+)
+def test_a_mistyped_url_with_a_password_is_named_without_it(home: Path, config: dict, shown: str) -> None:
+    """A typo in a proxy or endpoint URL that carries credentials: every command printed the whole
+    URL, password included, to stderr (journald, the container log)."""
+    _write(home, config)
+    for command in (["status"], ["cron", "list"]):
+        result = run_cli(*command, home=home)
+        assert result.returncode == 2 and shown in result.stderr, result.stderr
+        assert "Passw0rd" not in result.stderr + result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e999"])
+def test_a_float_setting_of_infinity_is_a_config_error(home: Path, value: str) -> None:
+    """`shutdownGraceS: inf` crashed `service install` with a traceback; `watchdogIntervalS: 1e999`
+    made `nanobot health` call a hung gateway healthy for ever."""
+    _write(home, {})
+    result = run_cli("status", home=home, env={"NANOBOT_GATEWAY__SHUTDOWN_GRACE_S": value})
+    assert result.returncode == 2 and "gateway.shutdownGraceS" in result.stderr, result.stderr
+    (home / "config.json").write_text('{"gateway": {"watchdogIntervalS": 1e999}}')
+    result = run_cli("status", home=home)
+    assert result.returncode == 2 and "gateway.watchdogIntervalS" in result.stderr, result.stderr

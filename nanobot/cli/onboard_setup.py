@@ -105,7 +105,8 @@ def merged(data: dict[str, Any], answers: Answers) -> dict[str, Any]:
         for depth, key in enumerate(keys, 1):
             cur = cur.setdefault(key, {})
             if not isinstance(cur, dict):
-                raise ValueError(f"{'.'.join(keys[:depth])} in the config must be an object, not {cur!r}")
+                # its type only: a bare string there is often the old key or token itself
+                raise ValueError(f"{'.'.join(keys[:depth])} in the config must be an object, not {type(cur).__name__}")
         return cur
 
     validate(answers)

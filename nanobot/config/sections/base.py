@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -15,7 +16,8 @@ HTTP_SCHEMES = ("http", "https")
 class Section(BaseModel):
     """Base of every config section: camelCase aliases, snake_case accepted, typos rejected."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    # infinity and NaN: `1e999` seconds crashed `service install` and made a hung gateway healthy
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", allow_inf_nan=False)
 
 
 def endpoint_url(value: str, schemes: tuple[str, ...] = HTTP_SCHEMES) -> str:
@@ -30,12 +32,19 @@ def endpoint_url(value: str, schemes: tuple[str, ...] = HTTP_SCHEMES) -> str:
         host = parts.hostname
         parts.port  # noqa: B018 - raises on a port that is not a number
     except ValueError as exc:
-        raise ValueError(f"{value!r} is not a URL ({exc})") from None
+        raise ValueError(f"{_shown(value)!r} is not a URL ({exc})") from None
     if parts.scheme.lower() not in schemes or not host:
         example = f"{schemes[0]}://127.0.0.1:8000/v1" if schemes[0] == "http" else f"{schemes[0]}://host"
-        raise ValueError(f"{value!r} is not a {' or '.join(s + '://' for s in schemes)} URL with a host "
+        raise ValueError(f"{_shown(value)!r} is not a {' or '.join(s + '://' for s in schemes)} URL with a host "
                          f"(e.g. {example})")
     return value
+
+
+def _shown(url: str) -> str:
+    """A URL as an error may quote it: without a user and password before its host or a query
+    (a proxy's password, a token parameter), which the config error printed to the log."""
+    without_user = re.sub(r"^([^/?#]*//)?[^/?#]*@", lambda m: f"{m.group(1) or ''}…@", url)
+    return re.sub(r"[?#].*", "?…", without_user, flags=re.S)
 
 
 def credential(value: str) -> str:
