@@ -184,3 +184,58 @@ async def test_a_search_asks_only_for_encodings_it_can_read() -> None:
         cfg = WebSearchConfig(provider="searxng", base_url=f"http://127.0.0.1:{served}")
         out = await WebSearchTool(cfg, timeout_s=10).execute(CTX, query="x")
     assert out.splitlines()[0] == "1. gzip, deflate", out
+
+
+def _ddg_result(k: int, snippet: bool) -> str:
+    link = f'<a rel="nofollow" class="result__a" href="https://example.org/{k}">Result {k}</a>'
+    return link + (f'<a class="result__snippet" href="#">About {k}</a>' if snippet else "")
+
+
+SEARCH_PAGES: dict[str, tuple[dict[str, str], bytes]] = {
+    "/ddg": ({"Content-Type": "text/html"}, "".join(_ddg_result(k, k != 2) for k in (1, 2, 3)).encode()),
+    # many links and no snippet: the lazy pattern spanning link to snippet ran for minutes
+    "/ddg-bare": ({"Content-Type": "text/html"}, "".join(_ddg_result(k, False) for k in range(400)).encode()),
+    "/deep.json": ({"Content-Type": "application/json"}, b"[" * 100_000 + b"]" * 100_000),
+    "/utf16-meta": ({"Content-Type": "text/html"}, b'<meta charset="utf-16"><p>Opening hours: 9 to 17</p>'),
+    "/closers": (
+        {"Content-Type": "text/html"},
+        b"<p>Intro</p><script>x()</script ><p>PRICE: 42 EUR</p><style>a{}</style\n><svg-icon>Cart</svg-icon>"
+        b"<p>Outro</p><script>y()</script>",
+    ),
+}
+
+
+@pytest.fixture
+def search_port() -> Iterator[int]:
+    with serve_pages(SEARCH_PAGES) as served:
+        yield served
+
+
+async def test_duckduckgo_results_keep_their_own_snippets(search_port: int) -> None:
+    """A result without a snippet took the next result's; a page of links without snippets froze
+    the whole daemon (the regex ran on the event loop, past timeoutS)."""
+    cfg = WebSearchConfig(provider="duckduckgo", base_url=f"http://127.0.0.1:{search_port}/ddg")
+    out = await WebSearchTool(cfg, timeout_s=10).execute(CTX, query="x")
+    assert "Result 1" in out and "About 1" in out and "Result 3" in out and "About 3" in out, out
+    assert "Result 2" not in out and out.count("About 3") == 1, out
+    cfg = WebSearchConfig(provider="duckduckgo", base_url=f"http://127.0.0.1:{search_port}/ddg-bare")
+    assert (await WebSearchTool(cfg, timeout_s=10).execute(CTX, query="x")).startswith("No results")
+    cfg = WebSearchConfig(provider="searxng", base_url=f"http://127.0.0.1:{search_port}/deep.json#")
+    with pytest.raises(ToolError, match="not JSON"):  # nested too deep: no traceback in the log
+        await WebSearchTool(cfg, timeout_s=10).execute(CTX, query="x")
+
+
+async def test_pages_are_cut_where_a_browser_cuts_them(search_port: int) -> None:
+    """`<meta charset="utf-16">` made an ASCII page CJK garbage (browsers read it as UTF-8);
+    `</script >` and `<svg-icon>` made everything up to the next exact closer vanish."""
+    tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{search_port}"]))
+    assert "Opening hours: 9 to 17" in await tool.execute(CTX, url=f"http://127.0.0.1:{search_port}/utf16-meta")
+    text = await tool.execute(CTX, url=f"http://127.0.0.1:{search_port}/closers")
+    assert "PRICE: 42 EUR" in text and "Cart" in text and "Outro" in text, text
+    assert "x()" not in text and "a{}" not in text and "y()" not in text, text
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "https://[::1%/", "http://[vfoo]/", f"http://{'a' * 300}.org/"])
+async def test_a_malformed_url_is_named_not_a_traceback(url: str) -> None:
+    with pytest.raises(ToolError, match="invalid URL|only http"):
+        await WebFetchTool(WebToolConfig()).execute(CTX, url=url)

@@ -39,17 +39,24 @@ async def check_url_allowed(url: str, allow_hosts: list[str], *, shared: bool = 
     The name looked up is the one the request will carry (`ascii_host`: `faß.de` was looked up as
     `fass.de`, another domain, and sent as `xn--fa-hia.de`); `shared`: a group's or guest's fetch,
     which allowHosts does not open."""
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+    try:
+        parsed = urlparse(url)
+        hostname = parsed.hostname
+    except ValueError as exc:  # "http://[::1": the model gets what is wrong, the log no traceback
+        raise ToolError(f"invalid URL {url}: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not hostname:
         raise ToolError(f"only http(s) URLs with a host are allowed: {url}")
     try:
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        raise ToolError(f"invalid port in {url}") from None
+    try:
         host = ascii_host(url)
         if host != parsed.hostname and host_allowed(parsed.hostname, port, allow_hosts):
             allow_hosts = [*allow_hosts, host_entry(host, port)]  # allowed by its written name
         return await resolve_checked(host, port, allow_hosts, shared=shared)
-    except ValueError:
-        raise ToolError(f"invalid port in {url}") from None
+    except ValueError as exc:  # a label too long to encode, say
+        raise ToolError(f"invalid URL {url}: {exc}") from None
     except AddressRefused as exc:
         raise ToolError(str(exc)) from None
 
@@ -231,7 +238,7 @@ class WebSearchTool(Tool):
     def _json(body: bytes) -> dict[str, Any]:
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested too deep to parse is no answer either
             raise ToolError("the search answer was not JSON") from None
         return data if isinstance(data, dict) else {}
 
@@ -264,13 +271,32 @@ class WebSearchTool(Tool):
         page = (await self._answer(client, "GET", f"{self._endpoint('duckduckgo')}?q={quote_plus(query)}")).decode(
             "utf-8", errors="replace"
         )
-        results = []
-        pattern = re.compile(
-            r'(?s)<a[^>]+class="result__a"[^>]+href="([^"]+)"[^>]*>(.*?)</a>.*?'
-            r'class="result__snippet"[^>]*>(.*?)</'
+        # parsing is CPU work on up to MAX_SEARCH_BYTES: off the event loop, as web_fetch's
+        return await asyncio.to_thread(_duckduckgo_hits, page)
+
+
+_DDG_LINK = re.compile(r'<a[^>]+class="result__a"[^>]+href="([^"]+)"[^>]*>')
+_DDG_SNIPPET = re.compile(r'class="result__snippet"[^>]*>')
+
+
+def _duckduckgo_hits(page: str) -> list[dict[str, str]]:
+    """Each result link of DuckDuckGo's HTML page with the snippet before the next link, in one
+    pass (a lazy regex spanning link to snippet took minutes on a page of links without snippets,
+    and the whole daemon waited: `timeoutS` cannot stop a regex)."""
+    links = list(_DDG_LINK.finditer(page))
+    results = []
+    for k, link in enumerate(links):
+        end = links[k + 1].start() if k + 1 < len(links) else len(page)
+        title_end = page.find("</a>", link.end(), end)
+        snippet = _DDG_SNIPPET.search(page, link.end(), end)
+        if title_end < 0 or snippet is None:
+            continue
+        text_end = page.find("</", snippet.end(), end)
+        results.append(
+            {
+                "url": html.unescape(link.group(1)),
+                "title": html_to_text(page[link.end() : title_end]),
+                "snippet": html_to_text(page[snippet.end() : text_end if text_end >= 0 else end]),
+            }
         )
-        for href, title, snippet in pattern.findall(page):
-            results.append(
-                {"url": html.unescape(href), "title": html_to_text(title), "snippet": html_to_text(snippet)}
-            )
-        return results
+    return results

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 _SKIPPED_TAGS = ("script", "style", "noscript", "svg", "head")
-_SKIPPED_BLOCK = re.compile(rf"(?i)<({'|'.join(_SKIPPED_TAGS)})\b")
-_CLOSER = {tag: re.compile(rf"(?i)</{tag}>") for tag in _SKIPPED_TAGS}
+# the tag name ends where a browser ends it: `<svg-icon>` is another element, `</script >` a closer
+_SKIPPED_BLOCK = re.compile(rf"(?i)<({'|'.join(_SKIPPED_TAGS)})(?=[\s/>])")
+_CLOSER = {tag: re.compile(rf"(?i)</{tag}(?=[\s/>])[^>]*>") for tag in _SKIPPED_TAGS}
 
 
 def _drop_blocks(markup: str) -> str:
@@ -180,11 +181,14 @@ def decode_body(body: bytes, header_charset: str | None) -> str:
         if body.startswith(bom):
             return body.decode(codec, errors="replace")
     declared = header_charset
+    from_meta = False
     if not declared and (meta := _META_CHARSET.search(body[:2048])):
-        declared = meta.group(1).decode("ascii", errors="replace")
+        declared, from_meta = meta.group(1).decode("ascii", errors="replace"), True
     if declared:
         name = declared.strip().lower()
         name = _WEB_LABELS.get(name, name)
+        if from_meta and name.replace("_", "-").startswith("utf-16"):
+            name = "utf-8"  # a page that can say so in ASCII is no UTF-16 page: browsers read UTF-8
         try:
             # a web encoding only: "base64" or "rot13" failed the whole fetch, "punycode" stalled it
             if codecs.lookup(name).name in _WEB_ENCODINGS:
