@@ -653,3 +653,27 @@ async def test_a_search_during_reindex_finds_what_was_indexed_before(ws: Path) -
             "SELECT count(*) FROM chunks"
         ).fetchone()[0]
     idx.close()
+
+
+async def test_a_search_that_could_not_sync_first_says_so(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process held the index's write lock: a search for a line added since answered
+    "nothing found" with only a log line; the model and the command's user were not told."""
+    from nanobot.memory import index_file
+
+    monkeypatch.setattr(index_file, "BUSY_TIMEOUT_MS", 200)
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
+    assert not (await idx.search("PostgreSQL")).stale
+    idx.close()
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="none"))
+    with open(ws / "memory" / "MEMORY.md", "a", encoding="utf-8") as fh:
+        fh.write("- Sister lives in Oslo.\n")
+    holder = sqlite3.connect(idx.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        response = await idx.search("Oslo")
+    finally:
+        holder.rollback()
+        holder.close()
+    assert response.stale and "recent changes may be missing" in response.to_json()["stale"], response
+    assert (await idx.search("Oslo")).results and not (await idx.search("Oslo")).stale
+    idx.close()

@@ -64,6 +64,8 @@ def search(
         index.close()
     if pending:
         err(f"({pending} chunk(s) still being embedded by the running gateway: found by their words for now)")
+    if response.stale:
+        err(f"Warning: {response.stale}")
     if as_json:
         typer.echo(json.dumps(response.to_json(), ensure_ascii=False))
         return

@@ -36,7 +36,7 @@ from nanobot.memory.sources import ROOT_SOURCES, SourceFile, discover
 from nanobot.memory.staleness import Snapshot, unchanged
 from nanobot.memory.text_sync import sync_files
 from nanobot.memory.vectors import VectorSearcher
-from nanobot.util.text import valid_unicode
+from nanobot.util.text import truncate_tail, valid_unicode
 
 __all__ = ["ROOT_SOURCES", "MemoryIndex", "SyncStats", "build_index"]
 
@@ -262,6 +262,7 @@ class MemoryIndex:
             response = await self._qmd.search(query, limit, threshold)
             if response is not None:
                 return response
+        stale = ""
         try:
             await self._sync_if_stale()
             if wait_for_vectors:
@@ -269,6 +270,9 @@ class MemoryIndex:
                 await self.backfill()
         except Exception as exc:  # searching what is indexed beats failing the turn
             logger.warning("memory index sync before search failed: {}", exc)
+            # said with the results: "nothing found" could be a note written since
+            why = truncate_tail(str(exc), 200)
+            stale = f"the index could not be brought up to date ({why}); recent changes may be missing"
         qvec: np.ndarray | None = None
         keyword: asyncio.Future[KeywordPass] | None = None
         try:
@@ -294,7 +298,7 @@ class MemoryIndex:
                 await asyncio.to_thread(self._reset_db)
                 await self._sync(True)
             results = self._rank(self._keyword_pass(query), qvec, limit, threshold)
-        return SearchResponse("hybrid" if qvec is not None else "keyword", results)
+        return SearchResponse("hybrid" if qvec is not None else "keyword", results, stale)
 
     async def _query_vector(self, query: str) -> np.ndarray:
         """The query's embedding; the last QUERY_CACHE_SIZE are kept (an agent often repeats a search).

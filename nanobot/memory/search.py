@@ -224,9 +224,11 @@ class SearchResult:
 class SearchResponse:
     mode: str  # hybrid | keyword | qmd
     results: list[SearchResult]
+    stale: str = ""  # why the index could not be brought up to date first ("" when it was)
 
     def to_json(self) -> dict[str, object]:
-        return {"mode": self.mode, "results": [r.to_json() for r in self.results]}
+        shown: dict[str, object] = {"mode": self.mode, "results": [r.to_json() for r in self.results]}
+        return {**shown, "stale": self.stale} if self.stale else shown
 
 
 def citation(path: str, start_line: int, end_line: int) -> str:
