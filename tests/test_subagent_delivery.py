@@ -97,6 +97,30 @@ async def test_a_sub_agent_the_stop_cuts_short_leaves_a_note_the_next_start_tell
     await again.stopped()
 
 
+async def test_a_sub_agent_a_kill_stranded_is_told_at_the_next_start_once(tmp_path: Path) -> None:
+    """kill -9 (or OOM, a power cut) while a sub-agent ran: no shutdown left its note, and the user,
+    told its result would come, never heard of it again."""
+    h = await Harness(tmp_path, grace_s=0.5, drain_s=0.5, provider=SpawningProvider(sub_delay_s=60.0)).start()
+    await h.say("spawn:long survey")
+    await h.wait_sent("started")
+    at_the_kill = h.session_path.read_bytes()  # what a kill -9 leaves on disk: no note
+    kill_self()
+    await h.stopped()
+    h.session_path.write_bytes(at_the_kill)
+
+    again = await Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0)).start()
+    assert await _sent(again, "relayed:") == "relayed: [Sub-agent 'job' stopped]"
+    kill_self()
+    await again.stopped()
+    notes = [m for m in again.messages() if m.get("name") == "system"]
+    assert len(notes) == 1 and "long survey" in notes[0]["content"]
+    third = await Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0)).start()
+    await asyncio.sleep(0.5)
+    kill_self()
+    await third.stopped()
+    assert len([m for m in third.messages() if m.get("name") == "system"]) == 1  # noted once
+
+
 async def test_a_heartbeat_sub_agent_reports_to_the_heartbeat_target(tmp_path: Path) -> None:
     h = Harness(tmp_path, provider=SpawningProvider(sub_delay_s=0.0), heartbeat_target=f"test:{CHAT}")
     (h.workspace).mkdir(parents=True, exist_ok=True)

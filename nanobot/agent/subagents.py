@@ -37,6 +37,12 @@ MAX_RUNNING_PER_SESSION = 4  # one chat (a group member, a page the model read) 
 #: dmPolicy took all eight, and the owner's own spawn was refused
 MAX_SHARED_SHARE = 0.5
 
+#: what a chat is told of a sub-agent a restart stopped (a shutdown's, or a kill's: gateway/stranded.py)
+STOPPED_NOTE = (
+    "[Sub-agent '{label}' stopped]\n\nTask: {task}\n\nThe assistant was restarted before this "
+    "background task finished, so it has no result. Tell the user briefly and offer to start it again."
+)
+
 SUBAGENT_SYSTEM = """You are a sub-agent of nanobot, working on one task in the background.
 Complete the task with the tools you have, then answer with a concise report of the result
 (what you did, what you found, file paths you wrote). You cannot talk to the user directly."""
@@ -138,15 +144,7 @@ class SubagentManager:
                 logger.warning(
                     "sub-agent {} ('{}') was stopped by the shutdown before it finished", task_id, label
                 )
-                self._keep(
-                    self._message(
-                        task_id,
-                        ctx,
-                        f"[Sub-agent '{label}' stopped]\n\nTask: {task}\n\nThe assistant was restarted "
-                        "before this background task finished, so it has no result. Tell the user "
-                        "briefly and offer to start it again.",
-                    )
-                )
+                self._keep(self._message(task_id, ctx, STOPPED_NOTE.format(label=label, task=task)))
             raise
         except Exception as exc:  # noqa: BLE001 - reported back to the chat instead
             logger.warning("sub-agent {} failed after {} prompt + {} completion tokens: {}", task_id,

@@ -12,6 +12,9 @@ stale question would surprise more than help.
 A sub-agent's report saved without its answer (the gateway stopped before the report's turn ran,
 or cut it short) is answered the same way: the user was told the result would come.
 
+A sub-agent that was running when the gateway was killed (kill -9, OOM, power cut) left no note:
+gateway/stranded.py saves the one a shutdown would have left, and it is answered here like one.
+
 A turn the user cancelled with /stop is not "missed": the loop records the position it stopped at
 (`stopped_through` in the session's metadata), and such a message is left alone.
 
@@ -26,7 +29,7 @@ archived its transcript is recorded in the archive, so it is not sent again at e
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -99,12 +102,9 @@ def find_missed(
     replies of transcripts archived within that many seconds."""
     now = time.time() if now is None else now
     found: list[Missed] = []
-    for stem in sessions.list_keys():
-        key = sessions.key_of(sessions.dir / f"{stem}.jsonl")
+    for session in live_sessions(sessions, channels):
+        key = session.key
         channel, _, chat_id = key.partition(":")
-        if channel not in channels or not chat_id or session_file_name(key) != f"{stem}.jsonl":
-            continue
-        session = sessions.get(key)
         is_group = bool(session.metadata.get("is_group", True))  # unknown: treated as shared (safe)
         items: list[tuple[int, Kind]] = [(i, "reply") for i in undelivered_replies(session)]
         turn = unanswered_index(session)
@@ -145,6 +145,15 @@ def _archived_replies(
         finally:
             sessions.release(session)  # after the reads: older messages come from its file
     return found
+
+
+def live_sessions(sessions: SessionStore, channels: Collection[str]) -> Iterator[Session]:
+    """The live session of every chat of `channels`."""
+    for stem in sessions.list_keys():
+        key = sessions.key_of(sessions.dir / f"{stem}.jsonl")
+        channel, _, chat_id = key.partition(":")
+        if channel in channels and chat_id and session_file_name(key) == f"{stem}.jsonl":
+            yield sessions.get(key)
 
 
 def sender_of(missed: Missed) -> tuple[str, str | None]:

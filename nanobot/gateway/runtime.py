@@ -336,13 +336,16 @@ class Gateway:
     async def _answer_missed(self) -> int:
         """Queue the user messages a crash left unanswered (see nanobot/gateway/missed.py)."""
         from nanobot.gateway.missed import answer_missed
+        from nanobot.gateway.stranded import note_stranded
 
         try:
+            channels, within_s = list(self.channels.channels), self.config.gateway.answer_missed_within_s
+            note_stranded(self.agent.sessions, channels, within_s, self.agent.records.keep_result)
             return await answer_missed(
                 self.agent.sessions,
                 self.bus,
-                list(self.channels.channels),
-                self.config.gateway.answer_missed_within_s,
+                channels,
+                within_s,
                 admits=self.channels.admits,
                 listed=self.channels.lists,
             )
