@@ -57,6 +57,27 @@ def test_forget_requests_are_honoured_with_short_words_numbers_and_other_languag
     assert len(update("# Memory", previous, user_texts=["Oublie tout ça."])[1]) == 4
 
 
+@pytest.mark.parametrize(
+    ("fact", "asked"),
+    [
+        ("- 銀行卡密碼是4821", "請忘記我的銀行卡密碼。"),  # Traditional Chinese
+        ("- 銀行の暗証番号は4821", "銀行の暗証番号を消してください"),
+        ("- 은행 비밀번호는 4821", "은행 비밀번호는 지워 줘"),
+        ("- รหัสบัตรธนาคารคือ 4821", "ช่วยลืมรหัสบัตรธนาคารของฉันด้วย"),
+        ("- बैंक पिन 4821 है", "मेरा बैंक पिन भूल जाओ"),
+        ("- رقم البطاقة البنكية 4821", "انسَ رقم البطاقة البنكية من فضلك"),
+        ("- קוד הכרטיס הוא 4821", "תשכח את קוד הכרטיס שלי"),
+    ],
+)
+def test_a_request_to_forget_is_honoured_in_more_scripts(fact: str, asked: str) -> None:
+    """The model dropped the PIN as asked; validation put it back: no forget word of these
+    languages was known, and no word of Thai, Hindi, Arabic or Hebrew could name a fact."""
+    kept = "# Memory\n- Lives in Lyon"
+    assert update(kept, f"# Memory\n{fact}\n- Lives in Lyon", user_texts=[asked]) == (kept, []), asked
+    # and a message in those scripts that asks nothing to go keeps it
+    assert update(kept, f"# Memory\n{fact}\n- Lives in Lyon", user_texts=["ok"])[1] == [fact]
+
+
 def test_a_file_just_under_its_budget_still_learns() -> None:
     previous = "# Memory\n" + "\n".join(f"- Item {i}: kept in box {i * 7} on shelf {i % 5}" for i in range(25))
     assert 900 < len(previous) < 1000

@@ -15,8 +15,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_TOKEN_RE = re.compile(r"[a-z]{3,}|\d+|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+")
-CJK_CHAR_RE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+# Latin words, digit runs, runs of scripts written without spaces (CJK, Thai, Lao: two-character
+# pieces), and words of Hebrew, Arabic and Devanagari (their vowel signs included)
+_TOKEN_RE = re.compile(
+    r"[a-z]{3,}|\d+|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\u0e00-\u0eff]+"
+    r"|[\u0590-\u05ff\u0600-\u06ff\u0900-\u097f]{2,}"
+)
+CJK_CHAR_RE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\u0e00-\u0eff]")
 _FUNCTION_WORDS = frozenset(
     {
         "the", "and", "for", "are", "was", "were", "has", "have", "had", "not", "but", "with", "from",
@@ -35,8 +40,10 @@ def fact_words(text: str) -> set[str]:
     for token in _TOKEN_RE.findall(text.lower()):
         if CJK_CHAR_RE.match(token):
             words.update(token[i : i + 2] for i in range(max(1, len(token) - 1)))
-        elif token.isdigit() or token not in _FUNCTION_WORDS:
-            words.add(token if token.isdigit() else _stem(token))
+        elif token.isdigit() or not token.isascii():
+            words.add(token)
+        elif token not in _FUNCTION_WORDS:
+            words.add(_stem(token))
     return words
 
 

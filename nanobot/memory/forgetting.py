@@ -25,13 +25,18 @@ _FORGET_WORDS = (
     r"oublie|oubliez|oublier|vergiss|vergessen|olvida|olvides|olvidar|olvídate|olvidate|dimentica|scordati"
     r"|esquece|esqueça"
 )
-_FORGET_CJK = r"忘记|忘掉|忘了|別記|别记|不要记|忘れて|忘れる|잊어"
+# and the scripts without word boundaries or where `\b` is unreliable: Traditional Chinese, Japanese
+# 消して, Korean 잊으세요/지워, Thai ลืม/ลบ, Hindi भूल/हटा, Arabic انس/احذف/امسح, Hebrew תשכח/תמחק/מחק
+_FORGET_CJK = (
+    r"忘记|忘掉|忘了|忘記|別記|别记|不要记|不要記|忘れて|忘れる|消して|잊어|잊으|지워"
+    r"|ลืม|ลบ|भूल|हटा|मिटा|انس|احذف|امسح|תשכח|שכח|תמחק|מחק"
+)
 _FORGET_RE = re.compile(
     r"\b(forget|remove|delete|erase|drop|no longer|any ?more|not true|isn't true|is wrong|stop remembering|"
     + _FORGET_WORDS
     + r"|supprime|efface|lösche|entferne|borra|quita|elimina|cancella|rimuovi|apaga|remova)\b|"
     + _FORGET_CJK
-    + r"|删除|刪除|削除|삭제",
+    + r"|删除|刪除|删掉|刪掉|削除|삭제",
     re.I,
 )
 _OTHER_LANGUAGE_FORGET_RE = re.compile(r"\b(" + _FORGET_WORDS + r")\b|" + _FORGET_CJK, re.I)
