@@ -46,6 +46,8 @@ _TWO_BYTE = 1.2  # Latin with diacritics, Greek, Cyrillic, Hebrew, Arabic
 _HAN = 1.8  # CJK ideographs: common ones are one token, many are two or three
 _THREE_BYTE = 1.3  # kana, Hangul, other BMP scripts
 _FOUR_BYTE = 3.0  # emoji and rare ideographs
+_WIDE = 2.2  # half- and full-width forms (Japanese receipts, full-width Latin typed with an IME)
+_COMBINING = 2.0  # combining marks (decomposed accents, zalgo): seldom merged with their letter
 #: the words of JSON tool schemas: long, but one token each, and sent with every request
 _SCHEMA_WORDS = frozenset(
     [
@@ -91,9 +93,13 @@ def _char_cost(ch: str) -> float:
     code = ord(ch)
     if code < 0x80:
         return _ASCII_IN_WORD
+    if 0x300 <= code < 0x370 or 0x1AB0 <= code < 0x1B00 or 0x20D0 <= code < 0x2100:
+        return _COMBINING
     if code < 0x800:
         return _TWO_BYTE
     if code < 0x10000:
+        if 0xFF00 <= code <= 0xFFEF:
+            return _WIDE
         return _HAN if 0x4E00 <= code <= 0x9FFF or 0x3400 <= code <= 0x4DBF else _THREE_BYTE
     return _FOUR_BYTE
 
