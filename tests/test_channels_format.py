@@ -160,6 +160,30 @@ def test_a_hard_cut_never_falls_inside_a_shown_character(text: str, unit: str, l
         assert part.lstrip("x").replace(unit, "") == "", (part[:8], part[-8:])
 
 
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "ฉันทำน้ำส้มให้แม่ดื่มทุกเช้า",  # Thai: น้ำ, ทำ (SARA AM is a letter drawn onto the one before)
+        "ຂ້ອຍຄຳນວນນ້ຳ",  # Lao
+        "हिन्दीक्षित्रस्त्री",  # Devanagari conjuncts: the consonant after a virama joins the one before
+    ],
+)
+@pytest.mark.parametrize("limit", [TELEGRAM_MAX_CHARS, DISCORD_MAX_CHARS])
+def test_scripts_without_spaces_are_never_cut_inside_a_shown_character(sentence: str, limit: int) -> None:
+    """A long Thai reply was cut between น้ and ำ: the next message began with a lone ำ (a dotted circle)."""
+    import regex
+
+    for pad in range(12):  # every offset of the sentence against the cut
+        text = "ก" * pad + sentence * (limit // len(sentence) + 5)
+        parts = split_message(text, limit)
+        assert "".join(parts) == text
+        starts = {m.start() for m in regex.finditer(r"\X", text)}
+        at = 0
+        for part in parts[:-1]:
+            at += len(part)
+            assert at in starts, (pad, part[-3:], text[at : at + 3])
+
+
 def test_text_without_spaces_is_cut_after_a_sentence_then_a_comma() -> None:
     sentences = "这是一个很长的句子，里面有很多内容。" * 300
     parts = split_message(sentences, DISCORD_MAX_CHARS)

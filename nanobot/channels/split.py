@@ -92,7 +92,14 @@ def _joins_previous(char: str) -> bool:
         or 0xE0020 <= code <= 0xE007F
         or 0xE0100 <= code <= 0xE01EF
         or 0x1160 <= code <= 0x11FF
+        or code in (0x0E33, 0x0EB3)  # Thai and Lao SARA AM: a letter that is drawn onto the one before
     )
+
+
+def _joins_next(char: str) -> bool:
+    """Whether the character after `char` is drawn with it: after a joiner, after a virama (हिन्दी:
+    the consonant after ् makes one conjunct with the one before), after a Hangul leading jamo."""
+    return char == _JOINER or unicodedata.combining(char) == 9 or 0x1100 <= ord(char) <= 0x115F
 
 
 def _is_flag_letter(char: str) -> bool:
@@ -107,7 +114,7 @@ def _character_start(text: str, cut: int) -> int:
     at = cut
     while least <= at < len(text):
         before, after = text[at - 1], text[at]
-        if _joins_previous(after) or before == _JOINER:
+        if _joins_previous(after) or _joins_next(before):
             at -= 1
             continue
         if _is_flag_letter(before) and _is_flag_letter(after):
