@@ -256,17 +256,25 @@ async def test_a_group_cannot_swap_its_way_into_what_steers_the_owner(
     assert not out.startswith("Error:"), out
 
 
-async def test_a_nul_byte_in_a_groups_path_is_an_error_result_not_a_failed_turn(tmp_path: Path) -> None:
+GROUP = ToolContext(channel="telegram", chat_id="-100", session_key="telegram:-100", is_group=True)
+
+
+def _guarded_registry(tmp_path: Path) -> ToolRegistry:
+    """The file tools behind the trust policy, on an empty workspace."""
     ws = tmp_path / "ws"
     ws.mkdir()
     policy = TrustPolicy(ws)
     reg = ToolRegistry(policy)
     for each in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 2000, (), (), policy):
         reg.register(each)
-    group = ToolContext(channel="telegram", chat_id="-100", session_key="telegram:-100", is_group=True)
+    return reg
+
+
+async def test_a_nul_byte_in_a_groups_path_is_an_error_result_not_a_failed_turn(tmp_path: Path) -> None:
+    reg = _guarded_registry(tmp_path)
     for name, args in [("read_file", {"path": "notes/a.txt\x00"}), ("write_file", {"path": "a\x00", "content": "x"}),
                        ("list_dir", {"path": "\x00"})]:
-        out = await reg.execute(name, args, group)
+        out = await reg.execute(name, args, GROUP)
         assert out.startswith("Error:") and "NUL byte" in out, (name, out)
         out = await reg.execute(name, args, ToolContext())  # the owner's too, without a traceback
         assert out.startswith("Error:") and "NUL byte" in out, (name, out)
@@ -275,15 +283,9 @@ async def test_a_nul_byte_in_a_groups_path_is_an_error_result_not_a_failed_turn(
 async def test_a_home_folder_of_nobody_is_an_error_result_not_a_failed_turn(tmp_path: Path, logs: list[str]) -> None:
     """`~bob/notes.txt` in a group's read_file raised RuntimeError out of the trust policy: the
     group got "Sorry, something went wrong"; the owner got the error with a traceback logged."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    policy = TrustPolicy(ws)
-    reg = ToolRegistry(policy)
-    for each in file_tools(ws, MemoryStore(ws, resolve_tz("UTC")), True, 2000, (), (), policy):
-        reg.register(each)
-    group = ToolContext(channel="telegram", chat_id="-100", session_key="telegram:-100", is_group=True)
+    reg = _guarded_registry(tmp_path)
     guest = ToolContext(channel="telegram", chat_id="55", session_key="telegram:55", guest=True)
-    for ctx in (group, guest, ToolContext()):
+    for ctx in (GROUP, guest, ToolContext()):
         for name, args in [("read_file", {"path": "~nosuchuser0x/notes.txt"}), ("list_dir", {"path": "~nosuchuser0x"})]:
             out = await reg.execute(name, args, ctx)
             assert out.startswith("Error:"), (name, out)
