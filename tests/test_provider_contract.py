@@ -528,7 +528,8 @@ async def test_whole_tool_calls_streamed_without_an_index_stay_apart(fake_llm: F
 async def test_a_server_repeating_the_name_in_every_piece_gives_one_call(fake_llm: FakeLLMServer) -> None:
     """A server that names the call in every piece of it: one call, not `read_fileread_file`."""
     pieces = [
-        {"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": a}}]} for a in ('{"pa', 'th": "x"}')
+        {"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": a}}]}
+        for a in ('{"pa', 'th": "x"}', "")  # the last piece: the name again, nothing more
     ]
     fake_llm.push(Reply(raw_body=_sse(*pieces)))
     response = await build("direct", fake_llm.url).chat(MESSAGES, TOOLS, on_delta=_sink([]))

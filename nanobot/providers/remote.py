@@ -354,8 +354,15 @@ def _call_index(piece: Any, calls: dict[int, dict[str, Any]], moved: dict[int, i
     name = _field(fn, "name") if fn is not None else None
     slot = calls.get(index)
     another_id = slot is not None and new_id and slot["id"] and new_id != slot["id"]
+    more = _field(fn, "arguments") if fn is not None else None
+    # a name repeated with nothing more (some servers close a call so) is no new call
     another_name = (
-        slot is not None and isinstance(name, str) and name and slot["name"] and _complete(slot["arguments"])
+        slot is not None
+        and isinstance(name, str)
+        and name
+        and slot["name"]
+        and _complete(slot["arguments"])
+        and (name != slot["name"] or bool(more))
     )
     if another_id or another_name:
         fresh = max(calls) + 1
