@@ -334,7 +334,7 @@ class MemoryStore:
         after the user asked to forget the PIN. A bullet goes when it holds every word of a fact of
         at least two (the note's earlier version is kept in .backups/notes/, as for any rewrite)."""
         wanted = [w for w in (fact_words(f) for f in facts) if len(w) >= 2]
-        if not wanted:
+        if not wanted or not self.dir.is_dir():
             return
         for path in sorted(self.dir.iterdir()):
             if not _NOTE_NAME_RE.fullmatch(path.name):
