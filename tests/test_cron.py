@@ -26,6 +26,7 @@ from nanobot.scheduler.cron import (
     CronStoreError,
     DeliverTo,
     JobFailed,
+    cron_session_key,
     job_prompt,
     jobs_path,
 )
@@ -1045,7 +1046,7 @@ async def test_a_job_run_by_hand_does_not_claim_it_reached_its_chat(tmp_path: Pa
     assert status is not None and status.startswith("ok (run by hand") and "telegram:555" in status
 
 
-@pytest.mark.parametrize("change", ["remove", "switch off"])
+@pytest.mark.parametrize("change", ["remove", "switch off", "remove itself"])
 async def test_a_job_stopped_while_its_turn_runs_sends_no_result(tmp_path: Path, change: str) -> None:
     """"Stop that reminder" said while the reminder's own turn ran: the job was gone, and its
     result still reached the chat a moment later."""
@@ -1066,11 +1067,15 @@ async def test_a_job_stopped_while_its_turn_runs_sends_no_result(tmp_path: Path,
     await rec.wait_calls(1)
     if change == "remove":
         assert svc.remove(job.id)
+    elif change == "remove itself":  # "tell me when it arrives, then stop": the job's own turn removes it
+        own_turn = ToolContext(channel="telegram", chat_id="42", session_key=cron_session_key(job.id))
+        assert "Removed job" in await CronTool(svc).execute(own_turn, action="remove", job_id=job.id)
     else:
         svc.enable(job.id, False)
     release.set()
     await run
     await svc._fire(keep.id)
-    assert rec.delivered == [("telegram", "42", "time for your meds")]  # only the job that stayed
+    expected = 2 if change == "remove itself" else 1  # its own last answer still goes out
+    assert rec.delivered == [("telegram", "42", "time for your meds")] * expected
     after = svc.get(job.id)
-    assert after is None if change == "remove" else after.last_status.startswith("skipped: removed or switched off")
+    assert after is None if change != "switch off" else after.last_status.startswith("skipped: removed or switched off")

@@ -85,6 +85,7 @@ class CronService(CronTimers):
         )
         self._on_job = on_job
         self._inflight: set[asyncio.Task[Any]] = set()
+        self._removed_by_own_run: set[str] = set()  # their running turn's answer still goes out
 
     # ------------------------------------------------------------------ management
     def list(self) -> builtins.list[CronJob]:
@@ -132,13 +133,15 @@ class CronService(CronTimers):
         self._resync()
         return job
 
-    def remove(self, job_id: str) -> bool:
+    def remove(self, job_id: str, *, by_its_own_run: bool = False) -> bool:
         def drop(jobs: builtins.list[CronJob]) -> bool:
             before = len(jobs)
             jobs[:] = [j for j in jobs if j.id != job_id]
             return len(jobs) != before
 
         removed = self.store.mutate(drop)
+        if removed and by_its_own_run:
+            self._removed_by_own_run.add(job_id)
         if removed:
             logger.info("cron: removed job {}", job_id)
             self._resync()
@@ -244,6 +247,9 @@ class CronService(CronTimers):
     def _still_wanted(self, job_id: str, scheduled: bool) -> bool:
         """Whether a run's result may still go out: not once its job was removed (or, for a run
         the schedule started, switched off) while the turn ran. An unreadable jobs.json keeps it."""
+        if job_id in self._removed_by_own_run:
+            self._removed_by_own_run.discard(job_id)
+            return True
         try:
             job = self.get(job_id)
         except CronStoreError:

@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
-from nanobot.scheduler.cron import CRON_SESSION_PREFIX, CronJob, CronService, CronStoreError, DeliverTo
+from nanobot.scheduler.cron import (
+    CRON_SESSION_PREFIX,
+    CronJob,
+    CronService,
+    CronStoreError,
+    DeliverTo,
+    cron_session_key,
+)
 
 MIN_TOOL_EVERY_S = 60  # the LLM may not schedule anything more often than once a minute
 MAX_NAME_CHARS = 80
@@ -113,5 +120,7 @@ class CronTool(Tool):
         job = self.service.get(job_id)
         if job is None or not self._own(ctx, job):
             raise ToolError(f"no job {job_id!r} in this chat (use action=list)")
-        self.service.remove(job_id)
+        # a job removing itself in its own turn ("tell me when it arrives, then stop") still sends
+        # that turn's answer; a removal from elsewhere while it runs stops it
+        self.service.remove(job_id, by_its_own_run=ctx.session_key == cron_session_key(job_id))
         return f"Removed job {job_id} ({job.name})."
