@@ -529,7 +529,7 @@ async def test_a_server_repeating_the_name_in_every_piece_gives_one_call(fake_ll
     """A server that names the call in every piece of it: one call, not `read_fileread_file`."""
     pieces = [
         {"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": a}}]}
-        for a in ('{"pa', 'th": "x"}', "")  # the last piece: the name again, nothing more
+        for a in ("", '{"pa', 'th": "x"}', "")  # as OpenAI opens a call, then the name again, nothing more
     ]
     fake_llm.push(Reply(raw_body=_sse(*pieces)))
     response = await build("direct", fake_llm.url).chat(MESSAGES, TOOLS, on_delta=_sink([]))
@@ -544,3 +544,15 @@ async def test_a_rate_limit_answered_with_200_is_a_rate_limit(fake_llm: FakeLLMS
     with pytest.raises(LLMError) as info:
         await build("direct", fake_llm.url, retries=1).chat(MESSAGES)
     assert (info.value.kind, info.value.status) == ("rate_limit", 429), info.value
+
+
+async def test_a_name_streamed_in_pieces_is_one_name(fake_llm: FakeLLMServer) -> None:
+    """Review catch: `read` then `_file` became two unknown tools once a new name started a call."""
+    pieces = [
+        {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "read", "arguments": ""}}]},
+        {"tool_calls": [{"index": 0, "function": {"name": "_file", "arguments": ""}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": '{"path": "x"}'}}]},
+    ]
+    fake_llm.push(Reply(raw_body=_sse(*pieces)))
+    response = await build("direct", fake_llm.url).chat(MESSAGES, TOOLS, on_delta=_sink([]))
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [("read_file", {"path": "x"})]

@@ -330,9 +330,12 @@ def _with_arguments(sofar: str | dict[str, Any], piece: Any) -> str | dict[str, 
 
 
 def _complete(arguments: str | dict[str, Any]) -> bool:
-    """Whether a call's arguments so far are whole (none, an object, or text that parses)."""
-    if not isinstance(arguments, str) or not arguments:
+    """Whether a call already has whole arguments (an object, or text that parses); none yet is not
+    whole: a name may still be arriving in pieces ("read", "_file")."""
+    if not isinstance(arguments, str):
         return True
+    if not arguments:
+        return False
     try:
         json.loads(arguments)
     except (json.JSONDecodeError, RecursionError):
