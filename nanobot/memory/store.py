@@ -47,6 +47,7 @@ MAX_SLUG_CHARS = 48
 # this share of the facts of one that holds at least MIN_FACTS_FOR_PROTECTION.
 MAX_DROPPED_FACT_SHARE = 0.5
 MIN_FACTS_FOR_PROTECTION = 4
+SAME_BULLET_SHARE = 0.6  # of a note's bullet's words a forgotten fact must hold to take it along
 
 
 _EMPHASIS_RE = re.compile(r"\*\*|__|`")
@@ -60,6 +61,14 @@ def normalise_fact(line: str) -> str:
     and so is a closing "!"."""
     text = _EMPHASIS_RE.sub("", line.lstrip().lstrip("-*•+ "))
     return re.sub(r"\s+", " ", text.strip().lower()).rstrip(" .;。")
+
+
+def _says_one_of(line: str, facts: list[set[str]]) -> bool:
+    """Whether a note's bullet says one of `facts` (word sets): all its words, most of the bullet's."""
+    if not line.lstrip().startswith(("-", "*", "•", "+")):
+        return False
+    words = fact_words(line)
+    return any(fact <= words and len(fact) >= SAME_BULLET_SHARE * len(words) for fact in facts)
 
 
 def tombstone(line: str) -> str:
@@ -332,7 +341,9 @@ class MemoryStore:
         """A forgotten fact's bullets in the daily and session notes go with it: the flush had
         written "- User said their bank card PIN is 4821" there, and memory_search answered with it
         after the user asked to forget the PIN. A bullet goes when it holds every word of a fact of
-        at least two (the note's earlier version is kept in .backups/notes/, as for any rewrite)."""
+        at least two, which are most of its own (the note's earlier version is kept in
+        .backups/notes/, as for any rewrite): "- Sister Ann also lives in Lyon now" is another fact
+        than "- Lives in Lyon"."""
         wanted = [w for w in (fact_words(f) for f in facts) if len(w) >= 2]
         if not wanted or not self.dir.is_dir():
             return
@@ -341,11 +352,7 @@ class MemoryStore:
                 continue
             data = self.read_bytes(path.name)
             lines = decode_text(data).splitlines(keepends=True)
-            kept = [
-                line
-                for line in lines
-                if not (line.lstrip().startswith(("-", "*", "•", "+")) and any(w <= fact_words(line) for w in wanted))
-            ]
+            kept = [line for line in lines if not _says_one_of(line, wanted)]
             if len(kept) == len(lines):
                 continue
             keep_version(self.dir / BACKUP_DIR / NOTES_BACKUP_DIR / path.name, "", data,
