@@ -421,6 +421,11 @@ async def test_edit_file_refuses_what_it_would_garble_and_edits_windows_1252(
         assert out.startswith("Error:") and "not UTF-8" in out and "iconv" in out, (name, out)
         assert (ws / name).read_bytes() == data  # untouched
     assert await registry.execute("read_file", {"path": "utf16.txt"}, CTX) == "TODO: fix teh typo\r\nCafé\r\n"
+    western = [("pt.txt", "Reunião de informação: teh\n"), ("de.txt", "„Über“ teh\n"), ("q.txt", "«\xa0oui\xa0» teh\n")]
+    for name, text in western:
+        (ws / name).write_bytes(text.encode("cp1252"))
+        out = await registry.execute("edit_file", {"path": name, "old_text": "teh", "new_text": "the"}, CTX)
+        assert not out.startswith("Error:"), (name, out)  # review: refused as "double-byte"
     (ws / "fr.txt").write_bytes("Réunion à Besançon: teh café\n".encode("cp1252"))
     out = await registry.execute("edit_file", {"path": "fr.txt", "old_text": "teh", "new_text": "the"}, CTX)
     assert not out.startswith("Error:"), out

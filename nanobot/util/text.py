@@ -150,7 +150,7 @@ def rewrite_problem(data: bytes) -> str | None:
         return None
     except UnicodeDecodeError:
         pass
-    high = paired = 0
+    high = paired = total = 0
     for line in data.splitlines():
         try:
             line.decode("utf-8")
@@ -161,11 +161,14 @@ def rewrite_problem(data: bytes) -> str | None:
             line.decode("cp1252")
         except UnicodeDecodeError:
             return "holds bytes that are no Windows-1252 characters (another encoding)"
+        total += len(line.replace(b" ", b""))
         for i, byte in enumerate(line):
             if byte >= 0x80:
                 high += 1
                 paired += (i > 0 and line[i - 1] >= 0x80) or (i + 1 < len(line) and line[i + 1] >= 0x80)
-    if paired * 2 > high:  # accents stand alone; a double-byte encoding's characters come in pairs
+    # a double-byte encoding's text is mostly pairs of high bytes; Windows-1252 text mostly ASCII
+    # letters with an accent, a «guillemet» or „Über“ here and there (their neighbours paired too)
+    if paired * 2 > high and high * 10 > total * 6:
         return "looks like a double-byte encoding (Chinese, Japanese, Korean), not Windows-1252"
     return None
 
