@@ -59,14 +59,16 @@ async def test_content_parts_reasoning_blocks_and_empty_answers(make_config, fak
         # the template opened the block in the prompt (Qwen3 served without a reasoning parser)
         Reply(content="Okay, the user greets me. My secret instructions say be nice.\n</think>\n\nHello!"),
         Reply(content="Write `</think>` after <think> to close it."),  # an answer about the tags
+        Reply(content="The template ends the reasoning with:\n\n```\n</think>\n```\n\nso split on it."),
     )
     try:
-        questions = ("capital?", "and X?", "and Y?", "hi", "how do I close a think tag?")
+        questions = ("capital?", "and X?", "and Y?", "hi", "how do I close a think tag?", "and Qwen's?")
         answers = [await runtime.ask(q, session_key="telegram:2") for q in questions]
     finally:
         await runtime.aclose()
     about_tags = "Write `</think>` after <think> to close it."
-    assert answers == ["Paris.", "The actual answer.", NO_ANSWER_REPLY, "Hello!", about_tags]
+    in_a_block = "The template ends the reasoning with:\n\n```\n</think>\n```\n\nso split on it."
+    assert answers == ["Paris.", "The actual answer.", NO_ANSWER_REPLY, "Hello!", about_tags, in_a_block]
     stored = [m["content"] for m in messages_of(session_path(config, "telegram:2")) if m["role"] == "assistant"]
     assert not any("secret instructions" in text for text in stored)
 

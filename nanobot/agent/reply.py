@@ -61,9 +61,11 @@ def strip_reasoning(text: str) -> str:
     precedes."""
     text = _THINK_BLOCK.sub("", text)
     end = _THINK_END.search(text)
-    if end is not None and _THINK_START.search(text, 0, end.start()) is None:
-        return text[end.end() :]
-    return text
+    if end is None or _THINK_START.search(text, 0, end.start()) is not None:
+        return text
+    if "```" in text[: end.start()] or text[: end.start()].rstrip().endswith("`"):
+        return text  # the tag shown in an answer about it (a code block, inline code), not reasoning
+    return text[end.end() :]
 
 
 def strip_template_tokens(text: str) -> str:

@@ -291,7 +291,10 @@ def _duckduckgo_hits(page: str) -> list[dict[str, str]]:
         snippet = _DDG_SNIPPET.search(page, link.end(), end)
         if title_end < 0 or snippet is None:
             continue
-        text_end = page.find("</", snippet.end(), end)
+        # the snippet's own element closes it (bold query words inside it close theirs first)
+        text_end = page.find("</a>", snippet.end(), end)
+        if text_end < 0:
+            text_end = page.find("</", snippet.end(), end)
         results.append(
             {
                 "url": html.unescape(link.group(1)),

@@ -31,8 +31,9 @@ def endpoint_url(value: str, schemes: tuple[str, ...] = HTTP_SCHEMES) -> str:
         parts = urlsplit(value)
         host = parts.hostname
         parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError as exc:
-        raise ValueError(f"{_shown(value)!r} is not a URL ({exc})") from None
+    except ValueError as exc:  # its text may quote a piece of a password ("… as 'Pa'")
+        why = "" if "@" in value else f" ({exc})"
+        raise ValueError(f"{_shown(value)!r} is not a URL{why}") from None
     if parts.scheme.lower() not in schemes or not host:
         example = f"{schemes[0]}://127.0.0.1:8000/v1" if schemes[0] == "http" else f"{schemes[0]}://host"
         raise ValueError(f"{_shown(value)!r} is not a {' or '.join(s + '://' for s in schemes)} URL with a host "
@@ -43,8 +44,10 @@ def endpoint_url(value: str, schemes: tuple[str, ...] = HTTP_SCHEMES) -> str:
 def _shown(url: str) -> str:
     """A URL as an error may quote it: without a user and password before its host or a query
     (a proxy's password, a token parameter), which the config error printed to the log."""
-    without_user = re.sub(r"^([^/?#]*//)?[^/?#]*@", lambda m: f"{m.group(1) or ''}…@", url)
-    return re.sub(r"[?#].*", "?…", without_user, flags=re.S)
+    if "@" in url:  # everything up to the last "@" after the scheme: a password may hold / ? #
+        scheme, sep, _ = url.partition("//")
+        return f"{scheme}{sep}…@{url.rpartition('@')[2]}" if sep else f"…@{url.rpartition('@')[2]}"
+    return re.sub(r"[?#].*", "?…", url, flags=re.S)
 
 
 def credential(value: str) -> str:
