@@ -18,6 +18,7 @@ from loguru import logger
 
 from nanobot.agent.message_context import SPAWN_DEPTH_KEY
 from nanobot.agent.subagents import STOPPED_NOTE
+from nanobot.agent.tools.spawn import STARTED_REPLY, label_of
 from nanobot.bus.events import InboundMessage
 from nanobot.gateway.missed import live_sessions
 from nanobot.session.store import Session, SessionStore
@@ -25,12 +26,11 @@ from nanobot.timeutil import parse_iso_or_none, seconds_since
 from nanobot.util.tool_args import decode_lenient
 
 STRANDED_LOOKBACK = 200  # messages: a sub-agent stranded by a kill is recent (answerMissedWithinS)
-STARTED_MARK = "Sub-agent "  # the spawn tool's answer: "Sub-agent <id> started; its result …"
+_STARTED_HEAD, _, _STARTED_TAIL = STARTED_REPLY.partition("{task_id}")
 
 
 @dataclass(frozen=True)
 class Stranded:
-    index: int  # of the spawn tool's answer
     task: str
     label: str
     sender_id: str  # who asked for it (the user message of that turn)
@@ -46,7 +46,7 @@ def stranded_spawns(session: Session, now: float | None = None) -> list[Stranded
     started: list[Stranded] = []
     sender = ""
     start = max(0, len(session.messages) - STRANDED_LOOKBACK)
-    for index, message in enumerate(session.messages.iter_from(start), start):
+    for message in session.messages.iter_from(start):
         role = message.get("role")
         if role == "user" and message.get("name") != "system":
             sender = str(message.get("sender_id") or "")
@@ -56,14 +56,15 @@ def stranded_spawns(session: Session, now: float | None = None) -> list[Stranded
                 if isinstance(function, dict) and function.get("name") == "spawn":
                     args = decode_lenient(function.get("arguments")) or {}
                     if isinstance(args, dict) and isinstance(args.get("task"), str):
-                        asked[str(call.get("id"))] = (args["task"], str(args.get("label") or "task"))
+                        label = args.get("label")
+                        asked[str(call.get("id"))] = (args["task"], label_of(args["task"], str(label or "")))
         elif role == "tool" and message.get("tool_call_id") in asked:
             content = str(message.get("content") or "")
-            if content.startswith(STARTED_MARK) and " started" in content:
+            if content.startswith(_STARTED_HEAD) and content.endswith(_STARTED_TAIL):
                 task, label = asked[message["tool_call_id"]]
                 stamp = parse_iso_or_none(str(message.get("timestamp") or ""))
                 age = None if stamp is None else seconds_since(stamp.timestamp(), now)
-                started.append(Stranded(index, task, label, sender, age))
+                started.append(Stranded(task, label, sender, age))
         elif role == "user" and started:
             content = str(message.get("content") or "")
             started = [s for s in started if f"Task: {s.task}" not in content]

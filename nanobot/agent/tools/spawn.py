@@ -12,6 +12,13 @@ if TYPE_CHECKING:
 
 #: a user's turn may start sub-agents, and so may the turn of their report; that one's may not
 MAX_SPAWN_DEPTH = 2
+#: the tool's answer; gateway/stranded.py reads a session's spawns back by it
+STARTED_REPLY = "Sub-agent {task_id} started; its result will be delivered to this chat when it finishes."
+
+
+def label_of(task: str, label: str | None) -> str:
+    """A sub-agent's label as its report names it: the one given, else the task's start."""
+    return label or task[:40]
 
 
 class SpawnTool(Tool):
@@ -43,5 +50,5 @@ class SpawnTool(Tool):
                 f"sub-agents may start sub-agents only {MAX_SPAWN_DEPTH - 1} level(s) deep; "
                 "finish this task yourself or tell the user what is left"
             )
-        task_id = self.manager.spawn(task, label or task[:40], ctx)
-        return f"Sub-agent {task_id} started; its result will be delivered to this chat when it finishes."
+        task_id = self.manager.spawn(task, label_of(task, label), ctx)
+        return STARTED_REPLY.format(task_id=task_id)
