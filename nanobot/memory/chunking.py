@@ -152,6 +152,27 @@ def _chunks_of(units: list[Unit], spans: list[tuple[int, int]], title: str) -> l
     return chunks
 
 
+@dataclass(frozen=True)
+class MarkdownState:
+    """Where chunk_markdown stands before a line of the last section: chunking the rest of the file
+    from that line with this state gives the same chunks from there on."""
+
+    path: tuple[tuple[int, str], ...]  # (level, heading) of the enclosing headings, own one last
+    heading_line: int  # of the section's heading (0: no heading above)
+    has_text: bool  # the section has a non-blank line besides its heading before this line
+    section_day: str
+    current_day: str  # the day of the entry above (a HISTORY.md stamp or a dated heading)
+
+
+@dataclass(frozen=True)
+class MarkdownChunks:
+    chunks: list[Chunk]
+    # The last chunk start of the last section past its heading (else that heading) and the state
+    # there: a file that only grew is chunked again from that line (0 and None: no such place).
+    resume_line: int
+    resume_state: MarkdownState | None
+
+
 def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80, file_day: str = "") -> list[Chunk]:
     """Chunk a Markdown note section by section (a section starts at its heading line).
 
@@ -159,38 +180,74 @@ def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80, f
     heading line (which it then shows), the full path (own heading included) when it continues a
     long section.
     """
+    return chunk_markdown_from(text, max_tokens, overlap_tokens, file_day).chunks
+
+
+def chunk_markdown_from(
+    text: str,
+    max_tokens: int,
+    overlap_tokens: int,
+    file_day: str = "",
+    first_line: int = 1,
+    state: MarkdownState | None = None,
+) -> MarkdownChunks:
+    """chunk_markdown of the part of a note from line `first_line` on (`text`), which must start at
+    the resume line of an earlier chunking of the same file, `state` being its resume state (or be
+    the whole file, with no state)."""
     chunks: list[Chunk] = []
-    path: list[tuple[int, str]] = []  # (level, heading) of the enclosing headings, own one last
+    path = list(state.path) if state else []
+    heading_line = state.heading_line if state else 0
+    opened_with_text = state.has_text if state else False  # before the section's first line here
+    section_day = state.section_day if state else file_day
+    current_day = day_before_section = state.current_day if state else file_day
     section: list[tuple[int, str]] = []
     line_days: list[str] = []
-    heading_line = 0
+    resume: tuple[int, MarkdownState | None] = (0, None)
+    before_heading: MarkdownState | None = None  # the state before the last heading line
 
-    def flush() -> None:
-        if section:
-            if heading_line and len(line_days) > 1:
-                line_days[0] = line_days[1]  # a heading goes with the first entry below it
-            full = " > ".join(h for _, h in path)
-            parents = " > ".join(h for _, h in path[:-1]) if heading_line else full
-            for chunk in chunk_units(_units(section, max_tokens, days=line_days), max_tokens, overlap_tokens, full):
-                if heading_line and chunk.start_line == heading_line:
-                    title = f"{parents} {chunk.day}".strip() if chunk.day not in parents else parents
-                    embed = f"{title}\n{chunk.text}" if title else chunk.text
-                    chunk = replace(chunk, title=title, hash=text_hash(embed))
-                chunks.append(chunk)
-        section.clear()
-        line_days.clear()
+    def has_text(lines: list[tuple[int, str]]) -> bool:
+        return opened_with_text or any(t.strip() for n, t in lines if n != heading_line)
 
-    section_day = current_day = file_day
-    for number, line in enumerate(text.splitlines(), start=1):
+    def flush(last: bool = False) -> None:
+        nonlocal resume
+        if not section:
+            return
+        days = list(line_days)
+        if heading_line == section[0][0] and len(days) > 1:
+            days[0] = days[1]  # a heading goes with the first entry below it
+        full = " > ".join(h for _, h in path)
+        parents = " > ".join(h for _, h in path[:-1]) if heading_line else full
+        units = _units(section, max_tokens, days=days)
+        spans = _spans(units, max_tokens, overlap_tokens)
+        for chunk in _chunks_of(units, spans, full):
+            if heading_line and chunk.start_line == heading_line:
+                title = f"{parents} {chunk.day}".strip() if chunk.day not in parents else parents
+                embed = f"{title}\n{chunk.text}" if title else chunk.text
+                chunk = replace(chunk, title=title, hash=text_hash(embed))
+            chunks.append(chunk)
+        starts = [units[s].line for s, _ in spans if units[s].starts_turn and units[s].line > heading_line]
+        if last and starts:
+            at = next(i for i, (number, _) in enumerate(section) if number == starts[-1])
+            before = line_days[at - 1] if at else day_before_section
+            here = MarkdownState(tuple(path), heading_line, has_text(section[:at]), section_day, before)
+            resume = (starts[-1], here)
+        elif last and heading_line == section[0][0]:  # a heading alone: from it, as the old state saw it
+            resume = (heading_line, before_heading)
+
+    for number, line in enumerate(text.splitlines(), start=first_line):
         heading = _HEADING.match(line)
         if heading:
             level = len(heading.group(1))
-            if heading_line and path and level > path[-1][0] and not any(t.strip() for _, t in section[1:]):
+            before_heading = MarkdownState(tuple(path), heading_line, has_text(section), section_day, current_day)
+            if heading_line and path and level > path[-1][0] and not has_text(section):
                 # A bare heading over a deeper one ("# 2026-04-14" then "## Work"): it titles the
                 # chunks below it and would only be a result without content on its own.
                 section.clear()
                 line_days.clear()
             flush()
+            section.clear()
+            line_days.clear()
+            opened_with_text, day_before_section = False, current_day
             path = [(lv, h) for lv, h in path if lv < level] + [(level, heading.group(2))]
             section_day = iso_day(heading.group(2)) or (section_day if level > 1 else file_day) or file_day
             current_day = section_day
@@ -200,8 +257,8 @@ def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80, f
             current_day = stamp.group(1)  # HISTORY.md: each entry starts with its own stamp
         section.append((number, line))
         line_days.append(current_day)
-    flush()
-    return chunks
+    flush(last=True)
+    return MarkdownChunks(chunks, *resume)
 
 
 @dataclass(frozen=True)

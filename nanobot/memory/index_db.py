@@ -31,7 +31,7 @@ class FileRow:
     hash: str
     mtime_ns: int
     size: int
-    resume: str  # where chunking of a grown transcript starts again ("" : from the start)
+    resume: str  # where chunking of a grown transcript or note starts again ("" : from the start)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 chunks up to date with the sources (sources.py) and returns what it did (SyncStats) and what it saw
 (a staleness.Snapshot, for the cheap "changed since?" test of the search path). It is incremental:
 a file whose mtime and size are unchanged is not read, one whose content hash is unchanged is not
-chunked again, and a transcript that only grew is chunked from its resume point (transcript_tail.py).
+chunked again, and a transcript or note that only grew is chunked from its resume point
+(transcript_tail.py, markdown_tail.py).
 A transcript /new archived takes over the live one's chunks, so none of them is embedded again. A
 change of chunking settings (or force) clears the index first; a change of embedding model clears
 the vectors and keeps the text. New chunks get the vectors the embedding cache already holds for
@@ -22,10 +23,11 @@ from loguru import logger
 
 from nanobot.config.schema import MemorySearchConfig
 from nanobot.memory.backfill import SyncStats, cached_vectors
-from nanobot.memory.chunking import CHUNKER_VERSION, chunk_markdown, text_hash
+from nanobot.memory.chunking import CHUNKER_VERSION
 from nanobot.memory.embeddings import Embedder
 from nanobot.memory.fts import FTS_TEXT_VERSION
 from nanobot.memory.index_db import IndexDB
+from nanobot.memory.markdown_tail import chunk_note_file
 from nanobot.memory.search import file_date
 from nanobot.memory.sources import SourceFile, discover
 from nanobot.memory.staleness import Snapshot, folder_times
@@ -124,14 +126,12 @@ async def sync_files(
 
 
 def _prepare(source: SourceFile, resume: str, config: MemorySearchConfig) -> Chunking:
-    """A file's hash and chunks; a transcript that only grew is chunked from its resume point."""
+    """A file's hash and chunks; a file that only grew is chunked from its resume point."""
     tokens, overlap = config.chunk_tokens, config.chunk_overlap_tokens
     if source.kind == "sessions":
         # An archived transcript is titled like the live one it was: /new changes no chunk, so
         # no vector has to be made again and the live file's chunks move with it.
         name = archived_stem(source.path) or source.path.stem
         return chunk_transcript_file(source.path, name, tokens, overlap, resume)
-    content = source.read_text()
     day = file_date(source.rel)
-    chunks = chunk_markdown(content, tokens, overlap, day.isoformat() if day else "")
-    return Chunking(text_hash(content), chunks, 1, "")
+    return chunk_note_file(source.path, tokens, overlap, day.isoformat() if day else "", resume)

@@ -148,12 +148,12 @@ def _unchanged_before(fd: int, resume: Resume) -> hashlib._Hash | None:
     """A hasher fed the file's bytes before the resume point when they are the ones it recorded
     (to go on hashing the rest), else None."""
     prefix = hashlib.sha256()
-    if _hash_prefix(fd, prefix, resume.offset) and prefix.hexdigest() == resume.prefix_sha256:
+    if hash_prefix(fd, prefix, resume.offset) and prefix.hexdigest() == resume.prefix_sha256:
         return prefix
     return None
 
 
-def _hash_prefix(fd: int, hasher: hashlib._Hash, end: int) -> bool:
+def hash_prefix(fd: int, hasher: hashlib._Hash, end: int) -> bool:
     """Feed the file's bytes [0, end) to `hasher`; False when the file is shorter than that."""
     done = 0
     while done < end:
