@@ -135,6 +135,17 @@ def test_snippet_is_capped_and_centred_on_matches() -> None:
     assert (short, s1, s2) == ("tiny", 5, 5)
 
 
+def test_a_snippet_of_one_long_line_keeps_whole_emoji_and_accents() -> None:
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # one shown character of five code points
+    for pad in range(6):
+        line = "x" * pad + family * 300 + " zeppelin tickets " + "e\u0301" * 600
+        for limit in (100, 101, 102, 103):
+            snippet, _, _ = make_snippet(line, 1, 1, ["zeppelin"], max_chars=limit)
+            assert "zeppelin" in snippet and len(snippet) <= limit
+            rest = snippet.replace(family, "").replace("e\u0301", "").replace(" zeppelin tickets ", "")
+            assert rest.strip("x") == "", (pad, limit, snippet)
+
+
 def test_snippet_shows_the_line_nearest_by_meaning() -> None:
     lines = [f"filler line {i} " + "z" * 60 for i in range(1, 41)]
     lines[37] = "- Cancel the gym trial before it auto-renews on the 30th."

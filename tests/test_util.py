@@ -251,6 +251,31 @@ def test_truncation() -> None:
     assert len(cut) == 50 and cut.endswith("[... truncated at 50 chars]")
 
 
+@pytest.mark.parametrize(
+    "shown",
+    [
+        "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+        "\U0001f44d\U0001f3fd",
+        "\U0001f1e9\U0001f1ea",
+        "e\u0301",
+        "\u1100\u1161",
+    ],
+)
+def test_truncation_never_cuts_inside_a_shown_character(shown: str) -> None:
+    """A family emoji, a skin tone, a flag, an accent, a Hangul syllable: no half of one is kept."""
+    text = "ab" + shown * 40 + "cd"
+
+    def whole(kept: str) -> bool:
+        return kept.replace(shown, "").strip("abcd") == ""
+
+    for limit in range(3, len(text)):
+        head, tail = truncate_head(text, limit), truncate_tail(text, limit)
+        middle = truncate_middle(text, limit, marker="|", marker_budget=1)
+        assert len(head) <= limit and len(tail) <= limit and len(middle) <= limit
+        assert whole(head[:-1]) and whole(tail[1:]), (limit, head, tail)
+        assert all(whole(part) for part in middle.split("|")), (limit, middle)
+
+
 def test_tool_args() -> None:
     assert parse_arguments('{"a": 1}') == {"a": 1}
     assert parse_arguments(None) == {}

@@ -15,9 +15,10 @@ character: an emoji sequence (👨‍👩‍👧, 👍🏽, a flag), a letter an
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from nanobot.util.text import character_start
 
 TELEGRAM_MAX_CHARS = 4096
 DISCORD_MAX_CHARS = 2000
@@ -74,58 +75,7 @@ def _fit(text: str, budget: int, measure: Measure) -> int:
 
 def cut_to(text: str, max_units: int, measure: Measure = utf16_len) -> str:
     """The longest start of `text` that `measure` counts at most `max_units` (a preview's cut)."""
-    return text[: _character_start(text, _fit(text, max_units, measure))]
-
-
-_JOINER = "\u200d"
-
-
-def _joins_previous(char: str) -> bool:
-    """Whether `char` belongs to the character shown before it: a combining mark (an accent), a
-    variation selector, a skin tone, an emoji tag, a joiner, a Hangul vowel or final consonant."""
-    code = ord(char)
-    return (
-        unicodedata.category(char) in ("Mn", "Me", "Mc")
-        or char == _JOINER
-        or 0xFE00 <= code <= 0xFE0F
-        or 0x1F3FB <= code <= 0x1F3FF
-        or 0xE0020 <= code <= 0xE007F
-        or 0xE0100 <= code <= 0xE01EF
-        or 0x1160 <= code <= 0x11FF
-        or code in (0x0E33, 0x0EB3)  # Thai and Lao SARA AM: a letter that is drawn onto the one before
-    )
-
-
-def _joins_next(char: str) -> bool:
-    """Whether the character after `char` is drawn with it: after a joiner, after a virama (हिन्दी:
-    the consonant after ् makes one conjunct with the one before), after a Hangul leading jamo."""
-    return char == _JOINER or unicodedata.combining(char) == 9 or 0x1100 <= ord(char) <= 0x115F
-
-
-def _is_flag_letter(char: str) -> bool:
-    return 0x1F1E6 <= ord(char) <= 0x1F1FF
-
-
-def _character_start(text: str, cut: int) -> int:
-    """`cut` moved back to where a shown character starts (at most 64 code points; a longer run of
-    marks is cut where it was). Flags are pairs of letters: cutting inside one re-pairs every flag
-    after it into the wrong ones."""
-    least = max(1, cut - 64)
-    at = cut
-    while least <= at < len(text):
-        before, after = text[at - 1], text[at]
-        if _joins_previous(after) or _joins_next(before):
-            at -= 1
-            continue
-        if _is_flag_letter(before) and _is_flag_letter(after):
-            run = 0
-            while at - run - 1 >= 0 and _is_flag_letter(text[at - run - 1]):
-                run += 1
-            if run % 2:  # an odd number of flag letters before: `after` completes the last flag
-                at -= 1
-                continue
-        return at
-    return cut
+    return text[: character_start(text, _fit(text, max_units, measure))]
 
 
 def _find_cut(window: str, open_fence: str | None) -> tuple[int, int]:
@@ -215,7 +165,7 @@ def split_message(text: str, max_chars: int, measure: Measure = utf16_len) -> li
         window = remaining[: _fit(remaining, room - _CLOSE_ROOM, measure)]
         cut, skip = _find_cut(window, open_fence)
         if not skip:
-            cut = _character_start(remaining, cut)
+            cut = character_start(remaining, cut)
         chunk = remaining[:cut]
         open_fence = _fence_after(open_fence, chunk)
         if open_fence is not None and len(_marker(open_fence)) >= _CLOSE_ROOM:

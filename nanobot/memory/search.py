@@ -20,6 +20,7 @@ from datetime import date
 import numpy as np
 
 from nanobot.memory.fts import hit_offsets, lines_hits, tokenize
+from nanobot.util.text import character_start, next_character_start
 
 SNIPPET_MAX_CHARS = 1000  # the default of memory.search.snippetChars
 COVERAGE_WEIGHT = 0.25
@@ -193,11 +194,11 @@ def _cut_around_hits(text: str, terms: list[str], max_chars: int) -> str:
         return text
     offsets = hit_offsets(text, terms)
     if not offsets:
-        return text[:max_chars]
+        return text[: character_start(text, max_chars)]
     reach = max_chars * 3 // 4  # the hits in the first three quarters, some context after them
     best = max(offsets, key=lambda o: bisect.bisect_right(offsets, o + reach) - bisect.bisect_left(offsets, o))
-    start = min(max(0, best - max_chars // 4), len(text) - max_chars)
-    return text[start : start + max_chars]
+    start = next_character_start(text, min(max(0, best - max_chars // 4), len(text) - max_chars))
+    return text[start : character_start(text, start + max_chars)]
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 `safe_id` turns any string into a file-system and API safe id; `valid_unicode` replaces lone
 surrogates (undecodable bytes from argv, stdin or a file name) by U+FFFD, so the text can be encoded.
 
-`truncate_head` keeps the start, `truncate_tail` the end, `truncate_middle` both ends around a marker;
+`truncate_head` keeps the start, `truncate_tail` the end, `truncate_middle` both ends around a marker,
+none cutting inside what shows as one character (`character_start`: an emoji sequence, a letter and
+its accent, a Hangul syllable, a flag);
 `pack` splits a sequence into consecutive groups within a size budget (chunks of a token budget).
 Markers are format strings that may use `{omitted}` (characters dropped), `{total}` (original length)
 and `{limit}` (the size asked for). Text within the limit is returned unchanged.
@@ -46,6 +48,65 @@ def one_line(text: str) -> str:
     return printable(" ".join(text.split()))
 
 
+_JOINER = "\u200d"
+
+
+def _joins_previous(char: str) -> bool:
+    """Whether `char` belongs to the character shown before it: a combining mark (an accent), a
+    variation selector, a skin tone, an emoji tag, a joiner, a Hangul vowel or final consonant."""
+    code = ord(char)
+    return (
+        unicodedata.category(char) in ("Mn", "Me", "Mc")
+        or char == _JOINER
+        or 0xFE00 <= code <= 0xFE0F
+        or 0x1F3FB <= code <= 0x1F3FF
+        or 0xE0020 <= code <= 0xE007F
+        or 0xE0100 <= code <= 0xE01EF
+        or 0x1160 <= code <= 0x11FF
+        or code in (0x0E33, 0x0EB3)  # Thai and Lao SARA AM: a letter that is drawn onto the one before
+    )
+
+
+def _joins_next(char: str) -> bool:
+    """Whether the character after `char` is drawn with it: after a joiner, after a virama (हिन्दी:
+    the consonant after ् makes one conjunct with the one before), after a Hangul leading jamo."""
+    return char == _JOINER or unicodedata.combining(char) == 9 or 0x1100 <= ord(char) <= 0x115F
+
+
+def _is_flag_letter(char: str) -> bool:
+    return 0x1F1E6 <= ord(char) <= 0x1F1FF
+
+
+def character_start(text: str, cut: int) -> int:
+    """`cut` moved back to where a shown character starts (at most 64 code points; a longer run of
+    marks is cut where it was). Flags are pairs of letters: cutting inside one re-pairs every flag
+    after it into the wrong ones."""
+    least = max(1, cut - 64)
+    at = cut
+    while least <= at < len(text):
+        before, after = text[at - 1], text[at]
+        if _joins_previous(after) or _joins_next(before):
+            at -= 1
+            continue
+        if _is_flag_letter(before) and _is_flag_letter(after):
+            run = 0
+            while at - run - 1 >= 0 and _is_flag_letter(text[at - run - 1]):
+                run += 1
+            if run % 2:  # an odd number of flag letters before: `after` completes the last flag
+                at -= 1
+                continue
+        return at
+    return cut
+
+
+def next_character_start(text: str, cut: int) -> int:
+    """`cut` moved forward to where a shown character starts (the start of a kept tail)."""
+    for at in range(cut, min(len(text), cut + 64)):
+        if character_start(text, at) == at:
+            return at
+    return cut
+
+
 def _marker(marker: str, omitted: int, total: int, limit: int) -> str:
     return marker.format(omitted=omitted, total=total, limit=limit)
 
@@ -59,7 +120,7 @@ def truncate_head(text: str, max_chars: int, marker: str = ELLIPSIS) -> str:
     """The first characters of `text` plus `marker`, at most `max_chars` long in all."""
     if len(text) <= max_chars:
         return text
-    keep = _room(text, max_chars, marker)
+    keep = character_start(text, _room(text, max_chars, marker))
     return text[:keep] + _marker(marker, len(text) - keep, len(text), max_chars)
 
 
@@ -67,7 +128,7 @@ def truncate_tail(text: str, max_chars: int, marker: str = ELLIPSIS) -> str:
     """`marker` plus the last characters of `text`, at most `max_chars` long in all."""
     if len(text) <= max_chars:
         return text
-    keep = _room(text, max_chars, marker)
+    keep = len(text) - next_character_start(text, len(text) - _room(text, max_chars, marker))
     return _marker(marker, len(text) - keep, len(text), max_chars) + (text[-keep:] if keep else "")
 
 
@@ -87,8 +148,9 @@ def truncate_middle(
     """
     if len(text) <= max_chars:
         return text
-    head = int(max_chars * head_share)
+    head = character_start(text, int(max_chars * head_share))
     tail = max(0, max_chars - head - marker_budget) if tail_share is None else int(max_chars * tail_share)
+    tail = len(text) - next_character_start(text, len(text) - tail) if tail else 0
     omitted = len(text) - head - tail
     return text[:head] + _marker(marker, omitted, len(text), max_chars) + (text[-tail:] if tail else "")
 
