@@ -17,13 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+from collections import deque
 from dataclasses import asdict, dataclass
+from itertools import islice
 from pathlib import Path
 
 from nanobot.memory.chunking import MarkdownChunks, MarkdownState, chunk_markdown_from, text_hash
 from nanobot.memory.transcript_tail import READ_BLOCK_BYTES, Chunking, hash_prefix
 from nanobot.util.nofollow import open_regular
 from nanobot.util.text import decode_text
+
+# Where str.splitlines ends a line (chunk_markdown's line numbers): found one at a time, not as a list
+_LINE_BREAK = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,13 @@ def chunk_note_file(path: Path, max_tokens: int, overlap_tokens: int, file_day: 
         os.close(fd)
     if grown is not None:
         return grown
+    size, raw_digest, ends_line = len(data), hashlib.sha256(data).hexdigest(), data.endswith(b"\n")
     text = decode_text(data)
+    del data  # a long HISTORY.md: not held twice while it is chunked
     found = chunk_markdown_from(text, max_tokens, overlap_tokens, file_day)
     digest = text_hash(text)
-    exact = digest == hashlib.sha256(data).hexdigest()  # UTF-8 throughout: offsets are computable
-    following = _following(found, text, 0, 1, len(data), digest) if exact and data.endswith(b"\n") else ""
+    exact = digest == raw_digest  # UTF-8 throughout: byte offsets are computable
+    following = _following(found, text, 1, size, digest) if exact and ends_line else ""
     return Chunking(digest, found.chunks, 1, following)
 
 
@@ -84,17 +92,18 @@ def _chunk_grown(fd: int, resume: NoteResume, max_tokens: int, overlap_tokens: i
     whole.update(tail[resume.size - resume.offset :])
     found = chunk_markdown_from(text, max_tokens, overlap_tokens, file_day, resume.line, resume.state)
     size, digest = resume.offset + len(tail), whole.hexdigest()
-    following = _following(found, text, resume.offset, resume.line, size, digest) if tail.endswith(b"\n") else ""
+    following = _following(found, text, resume.line, size, digest) if tail.endswith(b"\n") else ""
     return Chunking(digest, found.chunks, resume.line, following)
 
 
-def _following(found: MarkdownChunks, text: str, offset: int, first_line: int, size: int, sha256: str) -> str:
-    """The next resume point, encoded ("" when the chunking has none); `text` starts at byte
-    `offset`, line `first_line`, of a file of `size` bytes whose SHA-256 is `sha256`."""
+def _following(found: MarkdownChunks, text: str, first_line: int, size: int, sha256: str) -> str:
+    """The next resume point, encoded ("" when the chunking has none); `text` is the end of a file
+    of `size` bytes whose SHA-256 is `sha256`, from its line `first_line` on."""
     if not found.resume_line or found.resume_state is None:
         return ""
-    lines = text.splitlines(keepends=True)[: found.resume_line - first_line]
-    at = offset + sum(len(line.encode("utf-8")) for line in lines)
+    breaks = islice(_LINE_BREAK.finditer(text), found.resume_line - first_line)
+    end = deque((match.end() for match in breaks), maxlen=1)  # where the line after the last one starts
+    at = size - len(text[end[0] if end else 0 :].encode("utf-8"))  # the rest is short: counted from the end
     return NoteResume(size, sha256, found.resume_line, at, found.resume_state).encode()
 
 
