@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nanobot.agent.tools.base import ToolContext, ToolError
-from nanobot.agent.tools.cron import CronTool
+from nanobot.agent.tools.cron import MAX_NAME_CHARS, CronTool
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.cli import cron as cron_cli
 from nanobot.scheduler.cron import (
@@ -505,6 +505,14 @@ async def test_tool_add_list_remove_scoped_to_the_chat(tool: CronTool) -> None:
     assert "Removed job" in await tool.execute(TG, action="remove", job_id=job.id)
     assert await tool.execute(TG, action="list") == "No scheduled jobs for this chat."
     assert len(tool.service.list()) == 1
+
+
+async def test_a_job_named_after_its_message_keeps_whole_emoji(tool: CronTool) -> None:
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # one shown character, five code points
+    for pad in range(5):
+        await tool.execute(TG, action="add", message="x" * pad + family * 40, every_seconds=3600)
+    for job in tool.service.list():
+        assert job.name.strip("x").replace(family, "") == "" and len(job.name) <= MAX_NAME_CHARS, job.name
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from nanobot.cli.common import (
 from nanobot.config.schema import Config
 from nanobot.errors import UserError
 from nanobot.scheduler.cron import CronJob, CronService, CronStoreError, DeliverTo, jobs_path
-from nanobot.util.text import one_line, typed_text
+from nanobot.util.text import one_line, truncate_head, typed_text
 
 app = command_group(help="Manage scheduled jobs.")
 
@@ -109,7 +109,7 @@ def add(
     service = _service(config, cfg)
     try:
         job = service.add(
-            name or message[:80],
+            name or truncate_head(message, 80, marker=""),
             message,
             at=at,
             every_s=every,

@@ -25,6 +25,7 @@ from loguru import logger
 from nanobot.bus.events import NO_ANSWER_REPLY
 from nanobot.config.paths import HEARTBEAT_FILE
 from nanobot.util.nofollow import read_regular_head
+from nanobot.util.text import truncate_head
 
 HEARTBEAT_OK = "HEARTBEAT_OK"
 HEARTBEAT_SESSION_KEY = "heartbeat:main"
@@ -155,7 +156,8 @@ class HeartbeatService:
                 "heartbeat: {} is longer than {} characters without its comments; only its start is used",
                 self.file.name, MAX_HEARTBEAT_CHARS,
             )
-            text = text[:MAX_HEARTBEAT_CHARS] + "\n[HEARTBEAT.md goes on; the rest is not shown]"
+            text = truncate_head(text, MAX_HEARTBEAT_CHARS, marker="")
+            text += "\n[HEARTBEAT.md goes on; the rest is not shown]"
         return text
 
     async def tick(self) -> str | None:

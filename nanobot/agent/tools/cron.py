@@ -18,6 +18,7 @@ from nanobot.scheduler.cron import (
     DeliverTo,
     cron_session_key,
 )
+from nanobot.util.text import truncate_head
 
 MIN_TOOL_EVERY_S = 60  # the LLM may not schedule anything more often than once a minute
 MAX_NAME_CHARS = 80
@@ -92,7 +93,7 @@ class CronTool(Tool):
         every = args.get("every_seconds")
         if every is not None and (not isinstance(every, int) or every < MIN_TOOL_EVERY_S):
             raise ToolError(f"'every_seconds' must be an integer >= {MIN_TOOL_EVERY_S}")
-        name = str(args.get("name") or message)[:MAX_NAME_CHARS]
+        name = truncate_head(str(args.get("name") or message), MAX_NAME_CHARS, marker="")  # never half an emoji
         try:
             job = self.service.add(
                 name,
