@@ -150,6 +150,9 @@ def test_day_of_month_and_weekday_together_mean_either_as_in_crontab() -> None:
         ("mon-wed", "mon,tue,wed"),
         ("*/2", "sun,tue,thu,sat"),
         ("1-5/2", "mon,wed,fri"),
+        ("0-7", "sun,mon,tue,wed,thu,fri,sat"),  # every day, not Sunday only
+        ("0-7/2", "sun,tue,thu,sat"),
+        ("7-1", "sun,mon"),
     ],
 )
 def test_crontab_weekdays_keep_the_standard_meaning(weekday: str, expected: str) -> None:

@@ -175,6 +175,19 @@ async def test_a_task_after_a_long_comment_is_done_and_a_long_file_is_cut_and_sa
     assert tasks.endswith("[HEARTBEAT.md goes on; the rest is not shown]")
 
 
+def test_a_task_past_a_comment_longer_than_what_is_read_is_warned_about(tmp_path: Path) -> None:
+    from loguru import logger
+
+    hb = make(tmp_path, "<!-- " + "notes " * 200_000 + "-->\n- water the plants\n", Calls())
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(m.record["message"]), level="WARNING")
+    try:
+        assert hb.read_tasks() is None
+    finally:
+        logger.remove(sink)
+    assert any("hold no task" in w and "HEARTBEAT.md" in w for w in warnings), warnings
+
+
 @pytest.mark.parametrize("reply", [HEARTBEAT_OK, "", None, " **HEARTBEAT_OK** "])
 async def test_heartbeat_ok_reply_delivers_nothing(tmp_path: Path, reply: str | None) -> None:
     calls = Calls(reply=reply)

@@ -50,12 +50,7 @@ async def run_cron_job(
     asker_name = chat.username if chat.user == job.created_by else None
     if listed is not None and job.created_by and not listed(target.channel, job.created_by, asker_name):
         raise JobRefused(f"{job.created_by}, who asked for it, is no longer allowed on {target.channel}")
-    if listed is not None and not chat.is_group and chat.user:
-        # a private chat's trust is its user's now: a guest later put on allowFrom is the owner
-        # (the chat's first message recorded them as a guest for good), and the reverse
-        shared, guest = False, not listed(target.channel, chat.user, chat.username)
-    else:
-        shared, guest = chat.shared, False
+    shared, guest = chat_trust(chat, target.channel, listed)
     out = await bus.request(
         InboundMessage(
             channel=target.channel,
@@ -86,6 +81,17 @@ class JobChat:
     user: str = ""
     username: str | None = None
     is_group: bool = False
+
+
+def chat_trust(
+    chat: JobChat, channel: str, listed: Callable[[str, str, str | None], bool] | None
+) -> tuple[bool, bool]:
+    """(is_group, guest) for a turn nobody in `chat` asked for just now (a cron job, the heartbeat)."""
+    if listed is not None and not chat.is_group and chat.user:
+        # a private chat's trust is its user's now: a guest later put on allowFrom is the owner
+        # (the chat's first message recorded them as a guest for good), and the reverse
+        return False, not listed(channel, chat.user, chat.username)
+    return chat.shared, False
 
 
 def job_chat(sessions: SessionStore, target: DeliverTo) -> JobChat:

@@ -30,6 +30,7 @@ from types import FrameType
 
 from loguru import logger
 
+from nanobot.agent.cron_turn import chat_trust, job_chat
 from nanobot.agent.factory import build_runtime
 from nanobot.bus.events import InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
@@ -37,6 +38,7 @@ from nanobot.config.schema import Config
 from nanobot.errors import UserError
 from nanobot.logs import prompts_logged
 from nanobot.providers.base import LLMProvider
+from nanobot.scheduler.cron_store import DeliverTo
 from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY, HeartbeatService, resolve_heartbeat_target
 from nanobot.service.state import (
     GatewayAlreadyRunning,
@@ -157,8 +159,11 @@ class Gateway:
         """The heartbeat's prompt (its instructions and HEARTBEAT.md) as one inbound message in the
         heartbeat's own session, through the agent loop like any chat message. It answers in the
         target chat: a sub-agent it starts reports there (on an internal channel the report was
-        dropped), and so does the `message` tool. It runs as the owner, as a cron job does."""
+        dropped), and so does the `message` tool. It runs with the trust of that chat, as a cron
+        job does: a group (or a guest's chat) as target gets a group's tools and no MEMORY.md."""
         channel, chat_id = target
+        chat = job_chat(self.agent.sessions, DeliverTo(channel, chat_id))
+        shared, guest = chat_trust(chat, channel, self.channels.lists)
         out = await self.bus.request(
             InboundMessage(
                 channel=channel,
@@ -166,6 +171,8 @@ class Gateway:
                 chat_id=chat_id,
                 content=prompt,
                 session_key_override=HEARTBEAT_SESSION_KEY,
+                is_group=shared,
+                guest=guest,
             )
         )
         if out is not None and out.metadata.get("failed"):

@@ -150,6 +150,12 @@ class HeartbeatService:
             return None
         text = _COMMENT.sub("", text)
         if not is_actionable(text):
+            if more:  # a task past a comment longer than what is read would be skipped without a word
+                logger.warning(
+                    "heartbeat: the first {} bytes of {} hold no task and the rest is not read; "
+                    "shorten its comments",
+                    MAX_HEARTBEAT_READ_BYTES, self.file.name,
+                )
             return None
         if more or len(text) > MAX_HEARTBEAT_CHARS:
             logger.warning(

@@ -64,7 +64,7 @@ def _weekday_number(token: str) -> int:
     if token in _WEEKDAYS:
         return _WEEKDAYS.index(token)
     if token.isdigit() and int(token) <= 7:
-        return int(token) % 7  # 0 and 7 are both Sunday
+        return int(token)  # 0 and 7 are both Sunday: 7 kept, for a range ending there (`0-7`)
     raise ValueError(f"bad day of week {token!r}")
 
 
@@ -86,10 +86,10 @@ def _weekday_field(field: str) -> str:
             lo, hi = 0, 6
         elif "-" in base:
             first, last = base.split("-", 1)
-            lo, hi = _weekday_number(first), _weekday_number(last)
-            hi = 7 if hi == 0 and lo > 0 else hi  # `5-7` / `fri-sun` end on Sunday
+            lo, hi = _weekday_number(first) % 7, _weekday_number(last)
+            hi = 7 if hi == 0 and lo > 0 else hi  # `5-7` / `fri-sun` end on Sunday, `0-7` is every day
         else:
-            lo = _weekday_number(base)
+            lo = _weekday_number(base) % 7
             hi = 6 if step_text else lo
         if lo > hi:
             raise ValueError(f"bad day-of-week range {part!r}")

@@ -18,6 +18,7 @@ from nanobot.scheduler.cron import (
     DeliverTo,
     cron_session_key,
 )
+from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY
 from nanobot.util.text import truncate_head
 
 MIN_TOOL_EVERY_S = 60  # the LLM may not schedule anything more often than once a minute
@@ -103,7 +104,9 @@ class CronTool(Tool):
                 expr=args.get("cron_expr") or None,
                 tz=str(args.get("tz") or ""),
                 deliver_to=DeliverTo(ctx.channel, ctx.chat_id),
-                created_by=ctx.sender_id,
+                # the heartbeat's turn has no asker to re-check at run time ("user" is nobody's
+                # id): the job runs with the trust of its chat, like one from `nanobot cron add`
+                created_by="" if ctx.session_key == HEARTBEAT_SESSION_KEY else ctx.sender_id,
             )
         except ValueError as exc:
             raise ToolError(str(exc)) from None
