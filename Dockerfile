@@ -2,7 +2,10 @@
 #
 #   docker build -t nanobot .
 #   docker build -t nanobot:local --build-arg WITH_LOCAL_MODEL=1 .   # + the embedded local model
-#   docker run -d --name nanobot -v nanobot-home:/data nanobot        # see docker-compose.yml
+#   docker run -d --init --stop-timeout 20 --name nanobot -v nanobot-home:/data nanobot
+#     --init: a command the exec tool put in the background and that was killed leaves its children
+#     to PID 1, which must reap them (without it they stay zombies); --stop-timeout: the gateway
+#     takes up to 10 s to finish a turn on SIGTERM (docker-compose.yml sets both)
 #
 # Dependencies come from the hashed lock (requirements/runtime.lock) in their own stage and layer,
 # so editing the source never reinstalls them. WITH_LOCAL_MODEL=1 also installs
