@@ -21,7 +21,7 @@ from loguru import logger
 
 from nanobot.config.paths import LEGACY_MEMORY_FILES, MEMORY_DIR
 from nanobot.session.store import SessionStore
-from nanobot.util.nofollow import is_regular, plain_path, read_regular_text, regular_files
+from nanobot.util.nofollow import is_regular, plain_path, regular_files
 
 ROOT_SOURCES = LEGACY_MEMORY_FILES  # memory files at the workspace root, where early versions kept them
 
@@ -31,11 +31,6 @@ class SourceFile:
     rel: str  # workspace-relative, "/"-separated
     path: Path
     kind: Literal["memory", "sessions"]  # Markdown memory file | JSONL transcript
-
-    def read_text(self) -> str:
-        """A memory file's text (a regular file at open time, never a symlink); transcripts are read
-        a block at a time by transcript_tail.py."""
-        return read_regular_text(self.path)
 
 
 def discover(workspace: Path, include_sessions: bool) -> list[SourceFile]:
