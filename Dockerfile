@@ -3,9 +3,10 @@
 #   docker build -t nanobot .
 #   docker build -t nanobot:local --build-arg WITH_LOCAL_MODEL=1 .   # + the embedded local model
 #   docker run -d --init --stop-timeout 20 --name nanobot -v nanobot-home:/data nanobot
-#     --init: a command the exec tool put in the background and that was killed leaves its children
-#     to PID 1, which must reap them (without it they stay zombies); --stop-timeout: the gateway
-#     takes up to 10 s to finish a turn on SIGTERM (docker-compose.yml sets both)
+#     --init: a tiny init as PID 1 reaps the orphans of the exec tool's background commands and
+#     forwards signals (without one, as in a Kubernetes pod, nanobot finds itself PID 1 and keeps a
+#     small init of its own in front: nanobot/service/pid1.py); --stop-timeout: the gateway takes
+#     up to 10 s to finish a turn on SIGTERM (docker-compose.yml sets both)
 #
 # Dependencies come from the hashed lock (requirements/runtime.lock) in their own stage and layer,
 # so editing the source never reinstalls them. WITH_LOCAL_MODEL=1 also installs

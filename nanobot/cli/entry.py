@@ -1,0 +1,16 @@
+"""The `nanobot` command's entry point (the console script and `python -m nanobot`).
+
+Before anything else is imported: as a container's PID 1, a minimal init stays in front
+(nanobot/service/pid1.py); then the CLI of nanobot/cli/app.py runs.
+"""
+
+from __future__ import annotations
+
+
+def main() -> None:
+    from nanobot.service.pid1 import become_init_if_pid1
+
+    become_init_if_pid1()
+    from nanobot.cli.app import main as run_cli
+
+    run_cli()
