@@ -5,12 +5,15 @@ turns 0, READY=1 arrives, and SIGTERM stops it with exit 0 (Restart=on-failure w
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import can_mount_privately
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.telegram_server import FakeTelegramServer
 from tests.gateway_harness import gateway_config
@@ -231,3 +234,68 @@ def test_service_env_stays_while_a_unit_in_any_folder_reads_it(tmp_path: Path) -
     assert (home / "service.env").exists()  # the second unit still reads it
     assert _uninstall(exe, second, config, shell).returncode == 0
     assert not (home / "service.env").exists()  # the last one gone: the keys go too
+
+
+# A stdio MCP server of the smallest kind (newline-delimited JSON-RPC), as an npm package started
+# with `npx -y <folder>`: npx unpacks it into its cache as it would a package from the registry.
+_MCP_SERVER_JS = r"""#!/usr/bin/env node
+const rl = require("readline").createInterface({ input: process.stdin });
+const send = (id, result) => process.stdout.write(JSON.stringify({ jsonrpc: "2.0", id, result }) + "\n");
+rl.on("line", (line) => {
+  const msg = JSON.parse(line);
+  if (msg.id === undefined) return;
+  if (msg.method === "initialize")
+    send(msg.id, { protocolVersion: msg.params.protocolVersion, capabilities: { tools: {} },
+                   serverInfo: { name: "hello", version: "1.0.0" } });
+  else if (msg.method === "tools/list")
+    send(msg.id, { tools: [{ name: "say_hello", description: "Greets.",
+                             inputSchema: { type: "object", properties: {} } }] });
+  else send(msg.id, {});
+});
+"""
+
+
+@pytest.mark.skipif(shutil.which("npx") is None, reason="needs node's npx")
+@pytest.mark.skipif(not can_mount_privately(), reason="needs user and mount namespaces (unshare -rmn)")
+def test_an_npx_mcp_server_starts_under_the_units_read_only_home(tmp_path: Path) -> None:
+    """ProtectSystem=strict leaves the home folder read-only: npx could not create ~/.npm and every
+    MCP server started with `npx -y` failed under the service. The unit's Environment= points the
+    download caches into NANOBOT_HOME, and nanobot passes them on to the server."""
+    package = tmp_path / "hello-mcp"
+    (package / "bin").mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "hello-mcp", "version": "1.0.0", "bin": "bin/hello.js"}))
+    (package / "bin" / "hello.js").write_text(_MCP_SERVER_JS)
+    (package / "bin" / "hello.js").chmod(0o755)
+    user_home, home = tmp_path / "user", tmp_path / "nanobot-home"
+    user_home.mkdir()
+    home.mkdir()
+    config = home / "config.json"
+    server = {"command": "npx", "args": ["-y", str(package)], "connectTimeoutS": 60}
+    config.write_text(json.dumps({"tools": {"mcpServers": {"hello": server}}}))
+    bin_dir = tmp_path / "bin"
+    exe = nanobot_on_path(bin_dir)
+    shell = {**base_env(bin_dir), "NANOBOT_HOME": str(home), "HOME": str(user_home)}
+    units = tmp_path / "units"
+    assert _install(exe, units, config, shell, user_unit=True).returncode == 0
+    settings = unit_settings((units / "nanobot.service").read_text())
+    unit_env = dict(w.split("=", 1) for k, v in settings if k == "Environment" for w in systemd_words(v))
+
+    def mcp_list(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        read_only_home = f"mount --bind {shlex.quote(str(user_home))} {shlex.quote(str(user_home))}"
+        read_only_home += f" && mount -o remount,bind,ro {shlex.quote(str(user_home))}"
+        command = shlex.join([str(exe), "-c", str(config), "mcp", "list", "--json"])
+        return subprocess.run(
+            ["unshare", "-rmn", "sh", "-c", f"{read_only_home} && exec {command}"],
+            env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path,
+        )
+
+    def state(result: subprocess.CompletedProcess[str]) -> str:
+        return json.loads(result.stdout)["servers"][0]["state"]
+
+    without = mcp_list(shell)  # the defect: the shell's settings only, the home folder read-only
+    assert state(without) != "ready" and "ENOENT" in without.stdout, without.stdout
+    assert not (user_home / ".npm").exists()
+    result = mcp_list({**shell, **unit_env})
+    assert state(result) == "ready", result.stdout + result.stderr
+    assert "say_hello" in result.stdout
+    assert (home / "cache" / "npm").is_dir()

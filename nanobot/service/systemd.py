@@ -59,6 +59,13 @@ def stop_timeout_s(shutdown_grace_s: float, drain_timeout_s: float) -> int:
     return max(STOP_TIMEOUT_S, math.ceil(shutdown_grace_s + drain_timeout_s + STOP_TIMEOUT_MARGIN_S))
 
 
+#: where the programs that start MCP servers keep their downloads under ProtectSystem=strict, which
+#: leaves the home folder (~/.npm, ~/.cache) read-only: NANOBOT_HOME's own folder, writable. npm
+#: reads the second; uv, pip and most others the first. Stdio MCP servers get both (mcp_transport.py's
+#: PASSED_CACHE_VARIABLES).
+TOOL_CACHES = {"XDG_CACHE_HOME": "cache", "npm_config_cache": "cache/npm"}
+
+
 def _check(value: str) -> str:
     if any(ch in value for ch in "\n\r\0"):
         raise ServiceError(f"unit values cannot contain control characters: {value!r}")
@@ -159,9 +166,12 @@ def render_unit(spec: UnitSpec) -> str:
                 "# In a user unit these need unprivileged user namespaces (install --no-sandbox if not)."
             )
         rw = " ".join(quote_setting(str(p)) for p in (spec.home, *spec.extra_rw_paths))
+        caches = " ".join(quote_setting(f"{name}={spec.home / folder}") for name, folder in TOOL_CACHES.items())
         service += [
             "ProtectSystem=strict",
             f"ReadWritePaths={rw}",
+            "# the home folder is read-only: what MCP servers started with npx or uvx download goes here",
+            f"Environment={caches}",
             "PrivateTmp=yes",
             "ProtectKernelTunables=yes",
             "ProtectKernelModules=yes",
