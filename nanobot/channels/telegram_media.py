@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from telegram import Message, Update
 from telegram.error import TelegramError
@@ -155,6 +157,25 @@ def chat_of(message: Message) -> str:
     return str(message.chat.id)
 
 
+def download_url(base_file_url: str, file_path: str | None) -> str:
+    """The URL a file getFile described is downloaded from, its path percent-encoded.
+
+    The library's own download reads `file_path` from the local disk when it names an existing
+    file: Telegram's relative `documents/file_7.pdf` resolved against the working directory, where
+    a group member could have written a file of that name to stand in for the owner's next
+    document, or an absolute path a Bot API server answered (any file the daemon can read,
+    config.json with its keys, copied into media/ where the chat's tools read it). Here a path is
+    always one under the API's file URL; an absolute one, or one that climbs out, is refused."""
+    if file_path and file_path.startswith(base_file_url + "/"):
+        url = file_path  # the library put the file URL in front (no local file of that name)
+    elif file_path and not file_path.startswith("/") and ".." not in PurePosixPath(file_path).parts:
+        url = f"{base_file_url}/{file_path}"
+    else:
+        raise TelegramError(f"getFile gave a path nanobot does not download from: {file_path!r}")
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=quote(parts.path)))
+
+
 async def download_media(channel: TelegramChannel, message: Message) -> Received:
     """Download the message's media into workspace/media, named after the message's chat (a forum
     topic's own: by the bare group id its files were the group's, and not the topic's)."""
@@ -167,7 +188,7 @@ async def download_media(channel: TelegramChannel, message: Message) -> Received
         # guards the disk only): a size getFile reports past the cap is refused before the download.
         if (tg_file.file_size or 0) > media_util.MAX_MEDIA_BYTES:
             raise media_util.TooLarge(f"getFile reports {tg_file.file_size} bytes")
-        await tg_file.download_to_memory(out)
+        out.write(await bot.request.retrieve(download_url(bot.base_file_url, tg_file.file_path)))
 
     return await channel._download_media(
         chat_of(message), message.message_id, media_items(message), fetch, (TelegramError, OSError)

@@ -29,7 +29,9 @@ class TelegramConfig(Section):
     base_url: str = Field("https://api.telegram.org/bot", description="Bot API base the token is appended "
                           "to (a local Bot API server, or a test fake).")
     base_file_url: str = Field("https://api.telegram.org/file/bot", description="Bot API file download "
-                               "base the token is appended to.")
+                               "base the token is appended to. Attachments are always fetched from it, "
+                               "never read from disk: a local Bot API server's `--local` mode (getFile "
+                               "answers with paths on its disk) is not supported.")
     dm_policy: DmPolicy = Field("pairing", description=_DM)
     group_policy: GroupPolicy = Field("mention", description=_GROUP)
     proxy: str = Field("", description="Proxy URL for Bot API requests (`http://…` or `socks5://…`); "
