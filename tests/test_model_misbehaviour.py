@@ -318,6 +318,43 @@ async def test_only_real_images_go_to_a_vision_model_and_files_stay_known(make_c
     assert earlier and str(contract) in earlier[0]["content"], earlier
 
 
+async def test_a_model_that_refuses_images_answers_with_them_described(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """gemma3:4b is a vision model and its 1B sibling is not; a photo to a model the name took for a
+    vision model failed the whole turn (HTTP 400), the question never answered."""
+    from nanobot.bus.events import InboundMessage
+    from nanobot.providers.vision import model_supports_vision
+
+    assert model_supports_vision("gemma3:4b", "custom") and not model_supports_vision("gemma3:1b", "custom")
+    config, _ = make_config(**{"agents.defaults.model": "vision-looking-but-not", "agents.defaults.llmMaxRetries": 0})
+    runtime = make_runtime(config)
+    runtime.agent.provider.supports_vision = lambda: True  # what the name said
+    media = config.workspace_path / "media"
+    media.mkdir(parents=True, exist_ok=True)
+    png = media / "telegram_5_1_photo.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64)
+
+    def text_only(body: dict[str, Any]) -> Reply:
+        if any(isinstance(m.get("content"), list) for m in body["messages"]):
+            return Reply(status=400, error_message="this model does not support image input")
+        return Reply(content="an answer from the words")
+
+    fake_llm.responder = text_only
+    try:
+        runtime.loop.start()
+        first = await runtime.bus.request(InboundMessage("telegram", "5", "5", "what is this?", media=[str(png)]))
+        asked = len(fake_llm.requests)
+        second = await runtime.bus.request(InboundMessage("telegram", "5", "5", "and this?", media=[str(png)]))
+    finally:
+        await runtime.aclose()
+    assert first is not None and first.content == "an answer from the words"
+    assert "[an attached image: not shown" in json.dumps(fake_llm.requests[asked - 1]["messages"])
+    assert second is not None and second.content == "an answer from the words"
+    # from then on the photo goes as its note (with its path) at once: no refused request first
+    later = fake_llm.requests[asked:]
+    assert later and not any(isinstance(m.get("content"), list) for r in later for m in r["messages"])
+    assert str(png) in json.dumps(later[0]["messages"])
+
+
 def test_an_album_of_big_photos_stays_within_one_requests_size(make_config) -> None:  # noqa: ANN001
     """Each photo was checked against the 5 MB cap on its own: a 10-photo album of 4.9 MB each
     went out as one 65 MB request, which providers refuse (HTTP 413), and the turn failed."""

@@ -373,7 +373,7 @@ class Agent:
         self.lifecycle.track(self.long_term.record_turn(record), f"record:{ctx.session_key}")
 
     def _vision(self) -> bool:
-        if self.provider.is_small_local:
+        if self.provider.is_small_local or self.provider.images_refused:
             return False
         return self.provider.supports_vision()
 

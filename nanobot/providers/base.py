@@ -145,6 +145,31 @@ def _masked_call(call: Any) -> Any:
     return {**call, "function": {**function, "arguments": hidden}}
 
 
+IMAGE_LEFT_OUT = "[an attached image: not shown, this model does not take images]"
+
+
+def has_images(messages: list[dict[str, Any]]) -> bool:
+    return any(
+        isinstance(part, dict) and part.get("type") == "image_url"
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+    )
+
+
+def without_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with every image part replaced by a line saying an image was left out."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
+            texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+            left_out = sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image_url")
+            message = {**message, "content": "\n\n".join([*texts, *[IMAGE_LEFT_OUT] * left_out])}
+        out.append(message)
+    return out
+
+
 class LLMProvider(ABC):
     """What the agent needs from a model."""
 
@@ -153,6 +178,8 @@ class LLMProvider(ABC):
     is_small_local: bool = False
     #: the model said it takes no tools: it is asked without them, memory work in plain text
     tools_refused: bool = False
+    #: the model refused a request for its images: attachments are described in words instead
+    images_refused: bool = False
 
     @property
     @abstractmethod

@@ -168,6 +168,19 @@ def refuses_tools(exc: BaseException) -> bool:
     )
 
 
+_NO_IMAGES = re.compile(r"image|vision|multi-?modal|mmproj", re.I)
+
+
+def refuses_images(exc: BaseException) -> bool:
+    """Whether the server refused a request that carried images because of them: an error status
+    naming images (OpenAI's "image_url is only supported by certain models", llama.cpp's "image
+    input is not supported", vLLM's "not a multimodal model", DeepSeek's "unknown variant
+    `image_url`"). Checked only for requests that carried images."""
+    status = _status_of(exc)
+    refused = (status is not None and 400 <= status < 600) or "BadRequest" in type(exc).__name__
+    return refused and bool(_NO_IMAGES.search(str(exc)))
+
+
 _MESSAGES = {
     "rate_limit": "The model provider is rate-limiting requests; please try again in a moment.",
     "auth": "The model provider rejected the credentials (check the API key in the config).",

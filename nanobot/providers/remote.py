@@ -25,11 +25,21 @@ from typing import Any
 
 from loguru import logger
 
-from nanobot.providers.base import ChatRequest, LLMProvider, LLMResponse, StreamCallback, ToolCall, Usage
+from nanobot.providers.base import (
+    ChatRequest,
+    LLMProvider,
+    LLMResponse,
+    StreamCallback,
+    ToolCall,
+    Usage,
+    has_images,
+    without_images,
+)
 from nanobot.providers.errors import (
     MalformedResponseError,
     StreamCutError,
     classify,
+    refuses_images,
     refuses_tools,
     rejects_tool_choice,
     to_llm_error,
@@ -67,6 +77,7 @@ class RemoteProvider(LLMProvider):
         self.retry_base_delay_s = RETRY_BASE_DELAY_S
         self.name = provider_name
         self.tools_refused = False  # the model said it takes no tools: requests go without them
+        self.images_refused = False  # the model refused images: attachments go as words
 
     @property
     def default_model(self) -> str:
@@ -81,7 +92,8 @@ class RemoteProvider(LLMProvider):
         """Send `request` as a stream (usage included) and return the async iterator of chunks."""
 
     async def _chat(self, call: ChatRequest) -> LLMResponse:
-        request: dict[str, Any] = {"model": self._model, "messages": call.messages}
+        messages = without_images(call.messages) if self.images_refused else call.messages
+        request: dict[str, Any] = {"model": self._model, "messages": messages}
         if call.max_tokens:
             request["max_tokens"] = call.max_tokens
         if call.temperature is not None:
@@ -130,6 +142,17 @@ class RemoteProvider(LLMProvider):
                     self.tools_refused = True
                     request.pop("tools", None)
                     request.pop("tool_choice", None)
+                    continue
+                if not self.images_refused and has_images(request["messages"]) and refuses_images(exc):
+                    # a model taken for a vision model by its name (gemma3:1b) failed every turn
+                    # with a photo; it gets the words in place of the images instead
+                    logger.warning(
+                        "model {} refuses images ({}): attachments are described in words from now on",
+                        self._model,
+                        mask_then_cut(str(exc), 200),
+                    )
+                    self.images_refused = True
+                    request["messages"] = without_images(request["messages"])
                     continue
                 failure = classify(exc)
                 after = failure.retry_after_s

@@ -16,9 +16,9 @@ from pathlib import Path
 from loguru import logger
 
 MODEL_TABLE_FILE = "model_prices_and_context_window_backup.json"
-#: name fragments of open-weight and hosted vision model families
+#: name fragments of open-weight and hosted vision model families (Gemma 3's 1B and 270M take text only)
 _VISION_NAME = re.compile(
-    r"vision|[-_.]vl\b|[-_]vl[-_]|llava|pixtral|gemma-?3|gpt-4o|gpt-4\.1|gpt-5|claude-3|claude-(sonnet|opus|haiku)"
+    r"vision|[-_.]vl\b|[-_]vl[-_]|llava|pixtral|gemma-?3(?![-_:.]?(?:1b|270m)\b)|gpt-4o|gpt-4\.1|gpt-5|claude-3|claude-(sonnet|opus|haiku)"
     r"|gemini|minicpm-v|moondream|qwen2(\.5)?-?vl|internvl|llama-?4|llama3\.2-vision|mistral-small-3",
     re.IGNORECASE,
 )
