@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -83,28 +85,44 @@ def _start_gateway_as_pid1(tmp_path: Path) -> tuple[subprocess.Popen[str], int, 
         if pid1 is not None and _first_child(pid1) is not None:
             return proc, pid1, log
         time.sleep(0.002)
+    pid1 = _first_child(proc.pid)
+    if pid1 is not None:
+        os.kill(pid1, signal.SIGKILL)
     proc.kill()
+    proc.wait()
     raise AssertionError("PID 1 of the namespace never forked nanobot")
+
+
+@contextmanager
+def _gateway_as_pid1(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, Path]]:
+    proc, pid1, log = _start_gateway_as_pid1(tmp_path)
+    try:
+        yield proc, pid1, log
+    finally:
+        if proc.poll() is None:  # killing unshare alone would leave the namespace's PID 1 running
+            with suppress(ProcessLookupError):
+                os.kill(pid1, signal.SIGKILL)  # the kernel then ends the whole namespace
+            proc.kill()
+            proc.wait()
 
 
 def test_a_sigterm_while_nanobot_starts_stops_it(tmp_path: Path) -> None:
     """Before the gateway's handlers exist, PID 1 dropped SIGTERM: the container ran on until killed."""
-    proc, pid1, log = _start_gateway_as_pid1(tmp_path)
-    os.kill(pid1, signal.SIGTERM)
-    try:
-        code = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError("a SIGTERM at start was ignored") from None
-    assert code in (0, 128 + signal.SIGTERM), log.read_text()
+    with _gateway_as_pid1(tmp_path) as (proc, pid1, log):
+        os.kill(pid1, signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("a SIGTERM at start was ignored") from None
+        assert code in (0, 128 + signal.SIGTERM), log.read_text()
 
 
 def test_a_sigterm_to_a_running_gateway_is_a_clean_stop_with_exit_0(tmp_path: Path) -> None:
-    proc, pid1, log = _start_gateway_as_pid1(tmp_path)
-    deadline = time.monotonic() + 90
-    while "gateway running" not in log.read_text():
-        assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
-        time.sleep(0.05)
-    os.kill(pid1, signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0, log.read_text()
-    assert "SIGTERM received" in log.read_text() and "gateway stopped" in log.read_text()
+    with _gateway_as_pid1(tmp_path) as (proc, pid1, log):
+        deadline = time.monotonic() + 90
+        while "gateway running" not in log.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+        os.kill(pid1, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+        assert "SIGTERM received" in log.read_text() and "gateway stopped" in log.read_text()
