@@ -347,3 +347,21 @@ def test_a_template_may_index_its_fields() -> None:
 
     block = MemosBlock(base_url="http://127.0.0.1:9", cube_template="{run_id[0]}_{persona_id}")
     assert block.cube_template == "{run_id[0]}_{persona_id}"
+
+
+@pytest.mark.parametrize(("name", "module"), [("mem0", "mem0"), ("graphiti", "graphiti_core"), ("graphiti", "kuzu")])
+def test_a_backend_whose_library_is_missing_is_refused_at_start(
+    name: str, module: str, home: Path, fake_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mem0 and graphiti import their library at first use: without it the agent ran with every
+    turn's memory failing in the log (exit 0), where honcho and memos are refused with the hint."""
+    import importlib.util
+
+    from tests.fakes.memory_backend_cases import BACKEND_ENVS
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda mod, *a: None if mod == module else real(mod, *a))
+    config = BACKEND_ENVS[name](home, fake_llm).config()
+    refused = rf"memory\.backend {name}: its library is not installed \({module}\); install it"
+    with pytest.raises(BackendConfigError, match=refused):
+        build_long_term_memory(config, config.workspace_path, memory_store=None)

@@ -305,3 +305,18 @@ def test_a_broken_store_is_not_listed_as_empty_nor_rewritten_without_its_senders
         store.path.write_text(broken)
         listed = cli("pairing", "list", "--json")
         assert listed.returncode == 1 and listed.stdout == "" and "fix or remove it" in listed.stderr, listed
+
+
+def test_revoke_by_an_empty_or_shared_name_revokes_nobody(tmp_path: Path) -> None:
+    """`revoke telegram @` (an unset $NAME) took the first approved sender without a username and
+    denied them for good; a username two approved senders had at their approvals named the first."""
+    store = PairingStore(tmp_path / "pairing.json")
+    for sender, name in (("111", ""), ("222", "bob"), ("333", "Bob")):
+        _, code = store.request("telegram", sender, name, sender)
+        assert code is not None
+        store.approve(code)
+    for wanted in ("@", "", "  ", "@bob"):
+        with pytest.raises(PairingError):
+            store.revoke("telegram", wanted)
+    assert {s.sender_id for s in store.approved()} == {"111", "222", "333"}
+    assert store.revoke("telegram", "222").sender_id == "222"

@@ -273,6 +273,8 @@ class PairingStore:
         """Take back an approval (`sender`: the id, or @username): the sender is denied from their
         next message on, and gets no further codes. Raises PairingError when none matches."""
         wanted = sender.strip()
+        if wanted in ("", "@"):  # `@$NAME` with NAME unset matched every sender without a username
+            raise PairingError("name the sender: their id, or @username (see `nanobot pairing list`)")
 
         def matches(entry: dict[str, Any]) -> bool:
             if entry.get("channel") != channel:
@@ -282,9 +284,13 @@ class PairingStore:
             return str(entry.get("sender_id")) == wanted
 
         def change(data: dict[str, Any]) -> PairedSender:
-            match = next((e for e in data["approved"] if matches(e)), None)
-            if match is None:
+            found = [e for e in data["approved"] if matches(e)]
+            if not found:
                 raise PairingError(f"no approved {channel} sender {wanted!r} (see `nanobot pairing list`)")
+            if len(found) > 1:  # a username two of them held at their approvals: not a guess
+                ids = ", ".join(str(e.get("sender_id")) for e in found)
+                raise PairingError(f"{wanted!r} names {len(found)} approved {channel} senders ({ids}): give the id")
+            match = found[0]
             data["approved"] = [e for e in data["approved"] if e is not match]
             username = str(match.get("username") or "")
             revoked = PairedSender(channel, str(match.get("sender_id")), username, self._clock())

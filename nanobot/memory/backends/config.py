@@ -9,6 +9,7 @@ Every block shares the scope keys (`runId`, `agentId`) and the budget keys (`con
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
 import string
@@ -198,3 +199,12 @@ def resolve_embedder(config: Config, name: str, given: EmbedderEndpoint, llm: En
         model=given.model or search.embedding_model or DEFAULT_EMBEDDING_MODEL,
         dims=given.dims,
     )
+
+
+def require_libraries(*modules: str) -> None:
+    """Raise ImportError (naming the module) for the first of `modules` that is not installed: an
+    adapter that imports its library only at first use is refused at start, as a config error with
+    the install hint, instead of running with every turn's memory failing in the log."""
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            raise ImportError(f"No module named {module!r}", name=module)

@@ -25,6 +25,7 @@ from nanobot.memory.backends.config import (
     EmbedderEndpoint,
     Endpoint,
     GraphitiBlock,
+    require_libraries,
     resolve_embedder,
     resolve_llm,
 )
@@ -49,6 +50,8 @@ KUZU_DATABASE = "kuzu"  # any name: Graphiti 0.31.2 compares it with the group i
 
 def build_graphiti(config: Config, workspace: Path, block: Any) -> GraphitiAdapter:
     assert isinstance(block, GraphitiBlock)
+    # imported at first use: a missing one left every turn's memory failing in the log
+    require_libraries("graphiti_core", *(["kuzu"] if block.driver == "kuzu" else []))
     llm = resolve_llm(config, "graphiti", block.llm)
     embedder = resolve_embedder(config, "graphiti", block.embedder, llm)
     path = Path(block.path) if block.path else backend_dir(workspace, "graphiti") / "graph.kuzu"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.config.schema import Config
-from nanobot.memory.backends.config import Mem0Block, resolve_embedder, resolve_llm
+from nanobot.memory.backends.config import Mem0Block, require_libraries, resolve_embedder, resolve_llm
 from nanobot.memory.backends.contract import (
     AdapterError,
     HealthReport,
@@ -39,6 +39,7 @@ DEFAULT_THRESHOLD = 0.1  # mem0's own default for search
 
 def build_mem0(config: Config, workspace: Path, block: Any) -> Mem0Adapter:
     assert isinstance(block, Mem0Block)
+    require_libraries("mem0")  # imported at first use: a missing one left every turn's memory failing
     llm = resolve_llm(config, "mem0", block.llm)
     embedder = resolve_embedder(config, "mem0", block.embedder, llm)
     root = Path(block.path) if block.path else backend_dir(workspace, "mem0")
