@@ -677,3 +677,21 @@ async def test_a_search_that_could_not_sync_first_says_so(ws: Path, monkeypatch:
     assert response.stale and "recent changes may be missing" in response.to_json()["stale"], response
     assert (await idx.search("Oslo")).results and not (await idx.search("Oslo")).stale
     idx.close()
+
+
+async def test_a_search_waiting_for_vectors_answers_by_words_when_its_wait_is_over(ws: Path) -> None:
+    """`nanobot memory search` embedded the whole backlog before answering: on a months-old
+    workspace (30,000 chunks, the local model at ~2 a second) it printed nothing for hours."""
+    embedder = FakeEmbedder()
+    embedder.gate = asyncio.Event()  # never opened: an embedding that takes for ever
+    idx = MemoryIndex(ws, MemorySearchConfig(embedding_provider="local"), embedder=embedder)
+    try:
+        response = await asyncio.wait_for(
+            idx.search("PostgreSQL analytics", wait_for_vectors=True, vector_wait_s=0.3), 30
+        )
+        assert embedder.entered.is_set()
+        assert response.results and response.results[0].path == "memory/MEMORY.md"
+        counts = idx.status()
+        assert counts["embeddedChunks"] < counts["chunks"]  # what the CLI then reports as left
+    finally:
+        idx.close()

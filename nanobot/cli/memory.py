@@ -16,6 +16,10 @@ from nanobot.cli.common import ConfigOption, command_group, err, fail, load_cli_
 from nanobot.config.schema import Config
 from nanobot.util.text import typed_text
 
+#: how long `memory search` embeds not yet embedded chunks before it answers (a months-old
+#: workspace's backlog takes hours with the local model; what is left is found by its words)
+VECTOR_WAIT_S = 10.0
+
 if TYPE_CHECKING:  # the index (and numpy) load when a memory command runs, not with every command
     from nanobot.memory.index import MemoryIndex
 
@@ -54,16 +58,25 @@ def search(
     index.embeds_in_background = not embedding_elsewhere
     pending = 0
     try:
-        response = asyncio.run(index.search(query, max_results=max_results, wait_for_vectors=not embedding_elsewhere))
-        if embedding_elsewhere:
+        response = asyncio.run(
+            index.search(
+                query, max_results=max_results, wait_for_vectors=not embedding_elsewhere, vector_wait_s=VECTOR_WAIT_S
+            )
+        )
+        if index.embedder is not None:
             counts = index.status()
             pending = counts["chunks"] - counts["embeddedChunks"]
     except (EmbeddingError, IndexUnavailable) as exc:
         fail(f"Error: {exc}")
     finally:
         index.close()
-    if pending:
+    if pending and embedding_elsewhere:
         err(f"({pending} chunk(s) still being embedded by the running gateway: found by their words for now)")
+    elif pending:
+        err(
+            f"({pending} chunk(s) not embedded yet: found by their words for now; `nanobot memory reindex` "
+            "embeds them all with progress shown, as a running gateway does in the background)"
+        )
     if response.stale:
         err(f"Warning: {response.stale}")
     if as_json:

@@ -251,8 +251,10 @@ class MemoryIndex:
         min_score: float | None = None,
         *,
         wait_for_vectors: bool = False,
+        vector_wait_s: float | None = None,
     ) -> SearchResponse:
-        """Search memory. wait_for_vectors=True (one-shot CLI) embeds pending chunks first."""
+        """Search memory. wait_for_vectors=True (one-shot CLI) embeds pending chunks first, for at
+        most `vector_wait_s` (None: all of them); what is left is found by its words."""
         limit = max_results or self.config.max_results
         threshold = self.config.min_score if min_score is None else min_score
         query = valid_unicode(query).strip()  # a query typed in another encoding (bad bytes)
@@ -266,8 +268,12 @@ class MemoryIndex:
         try:
             await self._sync_if_stale()
             if wait_for_vectors:
-                await self.drain()
-                await self.backfill()
+                try:
+                    async with asyncio.timeout(vector_wait_s):
+                        await self.drain()
+                        await self.backfill()
+                except TimeoutError:  # a months-old backlog takes hours: the caller says what is left
+                    logger.info("search: stopped embedding after {} s; the rest is found by its words", vector_wait_s)
         except Exception as exc:  # searching what is indexed beats failing the turn
             logger.warning("memory index sync before search failed: {}", exc)
             # said with the results: "nothing found" could be a note written since
