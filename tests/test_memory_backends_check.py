@@ -80,6 +80,8 @@ def test_cli_check_fails_when_backend_is_down(home: Path, fake_llm: FakeLLMServe
     assert proc.returncode == 1
     report = json.loads(proc.stdout)
     assert report["status"] == "failed" and report["steps"][0]["name"] == "health"
+    # one failed health step: it read "health: ok" and then "health: FAILED"
+    assert [s["ok"] for s in report["steps"] if s["name"] == "health"] == [False], report["steps"]
     (home / "config.json").write_text(
         json.dumps({**config, "memory": {"backend": "graphiti-x"}}), encoding="utf-8"
     )

@@ -153,8 +153,12 @@ async def run_check(
             "native_ingest_modes": health.native_ingest_modes,
             "warnings": health.warnings,
         }
-        if health.status != "ok":
-            return fail("health", f"backend is {health.status}: {'; '.join(health.warnings)}")
+        if health.status != "ok":  # the step itself answered: it is that step that failed, not a second one
+            checked = report.steps.pop()
+            report.steps.append(
+                Step("health", False, checked.latency_ms, f"backend is {health.status}: {'; '.join(health.warnings)}")
+            )
+            return report
         await step("setup_scope", lambda: _setup(adapter, scope_a, scope_b))
         manifest["capabilities"] = capabilities(adapter)
         receipt = await step("write (scope A)", lambda: adapter.record_event(_event(scope_a, session, token)))
