@@ -181,6 +181,11 @@ async def test_an_approval_can_be_taken_back(store: PairingStore, tmp_path: Path
     store.approve(store.request("telegram", "777", "bob", "777")[1] or "")
     listed = subprocess.run([*run, "telegram", "@bob"], capture_output=True, text=True, env=env, timeout=120)
     assert listed.returncode == 0 and "channels.telegram.allowFrom still lets them in" in listed.stderr
+    # an entry pasted with spaces lets them in (the channel strips it): "refused for good" was wrong
+    (tmp_path / "config.json").write_text(json.dumps({"channels": {"telegram": {"allowFrom": [" 888 "]}}}))
+    store.approve(store.request("telegram", "888", "", "888")[1] or "")
+    spaced = subprocess.run([*run, "telegram", "888"], capture_output=True, text=True, env=env, timeout=120)
+    assert spaced.returncode == 0 and "channels.telegram.allowFrom still lets them in" in spaced.stderr
     # the running channel refuses them from their next message on, with no new code
     sent = len(ch.sent)
     assert not await ch._publish(dm("666", "still there?"))

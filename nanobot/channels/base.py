@@ -44,6 +44,21 @@ TYPING_MAX_S = 300.0  # a turn longer than this stops showing "typing…"
 TYPING_DRAIN_TIMEOUT_S = 2.0  # on shutdown, how long an in-flight typing request may take to finish
 
 
+def allow_list_admits(allow_from: list[str], sender_id: str, username: str | None, *, by_username: bool) -> bool:
+    """Whether an allowFrom list (its entries stripped) lets the sender in: "*", their id, or, where
+    the channel matches names (`by_username`), their @username. The one copy of these rules: the
+    channels and `nanobot pairing revoke`'s warning both ask here."""
+    if "*" in allow_from:
+        return True
+    sid = str(sender_id)
+    name = username.lstrip("@").lower() if username and by_username else ""
+    # An all-digit entry is an id, never a username: a user who renames themselves to an allowed
+    # id must not get in.
+    return any(
+        entry == sid or (name and not entry.isdigit() and entry.lstrip("@").lower() == name) for entry in allow_from
+    )
+
+
 @dataclass
 class _Typing:
     task: asyncio.Task[None]
@@ -144,18 +159,9 @@ class Channel(Connection, ABC):
     def is_allowed(self, sender_id: str, username: str | None = None) -> bool:
         """docs/contract.md, Access: ["*"] allows everyone, [] no one; entries match the id or the @username.
         Senders the owner approved with `nanobot pairing approve` count as listed."""
-        if "*" in self.allow_from:
+        if allow_list_admits(self.allow_from, sender_id, username, by_username=self.allows_by_username):
             return True
-        sid = str(sender_id)
-        name = username.lstrip("@").lower() if username and self.allows_by_username else ""
-        # An all-digit entry is an id, never a username: a user who renames themselves to an
-        # allowed id must not get in.
-        if any(
-            entry == sid or (name and not entry.isdigit() and entry.lstrip("@").lower() == name)
-            for entry in self.allow_from
-        ):
-            return True
-        return self.pairing is not None and self.pairing.is_approved(self.name, sid)
+        return self.pairing is not None and self.pairing.is_approved(self.name, str(sender_id))
 
     def admits_now(self, sender_id: str, username: str | None = None, *, is_group: bool = False) -> bool:
         """Whether a message of this sender would be let in now, for work saved earlier (a turn

@@ -123,9 +123,24 @@ def _still_let_in(cfg: Config, channel: str, sender_id: str, username: str) -> s
     settings = getattr(cfg.channels, channel, None)
     if settings is None:
         return ""
-    listed = [str(entry).lstrip("@").lower() for entry in settings.allow_from]
-    if "*" in listed or sender_id in listed or (username and username.lower() in listed):
+    from nanobot.channels.base import allow_list_admits
+
+    entries = [str(entry).strip() for entry in settings.allow_from]  # as the channel reads them
+    if allow_list_admits(entries, sender_id, username, by_username=_matches_usernames(channel)):
         return f"channels.{channel}.allowFrom still lets them in: remove them there too"
     if settings.dm_policy == "open":
         return f'channels.{channel}.dmPolicy "open" still lets them in, as a guest'
     return ""
+
+
+def _matches_usernames(channel: str) -> bool:
+    """Whether the channel lets an @username in through allowFrom (Discord: ids only)."""
+    import importlib
+
+    from nanobot.channels.manager import CHANNEL_CLASSES
+
+    module, cls, _ = CHANNEL_CLASSES[channel]
+    try:
+        return bool(getattr(importlib.import_module(module), cls).allows_by_username)
+    except ImportError:  # the channel's library is not installed: judge as the base channel does
+        return True
