@@ -20,6 +20,11 @@ from nanobot.util.fs import ensure_private_dir, repair_private
 HOME_ENV = "NANOBOT_HOME"
 NANOBOT_DIR = ".nanobot"  # the home folder's name in the user's home, when NANOBOT_HOME is not set
 CONFIG_FILE = "config.json"
+#: the download caches of the programs that start MCP servers (npm reads the second; uv, pip and
+#: most others the first), inside NANOBOT_HOME: the systemd unit sets them there because
+#: ProtectSystem=strict leaves the home folder (~/.npm, ~/.cache) read-only, and stdio MCP servers
+#: get them from nanobot's environment
+TOOL_CACHE_FOLDERS = {"XDG_CACHE_HOME": "cache", "npm_config_cache": "cache/npm"}
 
 # Workspace layout. Folders: created at start, in this order.
 MEMORY_DIR = "memory"  # MemoryStore (MEMORY.md, HISTORY.md, daily notes, .backups/, .backends/)

@@ -148,24 +148,24 @@ def _masked_call(call: Any) -> Any:
 IMAGE_LEFT_OUT = "[an attached image: not shown, this model does not take images]"
 
 
+def _is_image(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "image_url"
+
+
 def has_images(messages: list[dict[str, Any]]) -> bool:
-    return any(
-        isinstance(part, dict) and part.get("type") == "image_url"
-        for message in messages
-        if isinstance(message.get("content"), list)
-        for part in message["content"]
-    )
+    return any(isinstance(m.get("content"), list) and any(map(_is_image, m["content"])) for m in messages)
 
 
 def without_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`messages` with every image part replaced by a line saying an image was left out."""
+    if not has_images(messages):
+        return messages
     out = []
     for message in messages:
         content = message.get("content")
-        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
-            texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-            left_out = sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image_url")
-            message = {**message, "content": "\n\n".join([*texts, *[IMAGE_LEFT_OUT] * left_out])}
+        if isinstance(content, list) and any(map(_is_image, content)):
+            words = [IMAGE_LEFT_OUT if _is_image(p) else p.get("text") for p in content if isinstance(p, dict)]
+            message = {**message, "content": "\n\n".join(w for w in words if isinstance(w, str))}
         out.append(message)
     return out
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from loguru import logger
 
+from nanobot.config.paths import TOOL_CACHE_FOLDERS
 from nanobot.util.fs import atomic_write
 
 UNIT_NAME = "nanobot.service"
@@ -57,13 +58,6 @@ def stop_timeout_s(shutdown_grace_s: float, drain_timeout_s: float) -> int:
     """TimeoutStopSec for a gateway with this grace and drain: at least STOP_TIMEOUT_S, and always
     STOP_TIMEOUT_MARGIN_S more than the two (30 s of grace under 20 s was cut off by SIGKILL)."""
     return max(STOP_TIMEOUT_S, math.ceil(shutdown_grace_s + drain_timeout_s + STOP_TIMEOUT_MARGIN_S))
-
-
-#: where the programs that start MCP servers keep their downloads under ProtectSystem=strict, which
-#: leaves the home folder (~/.npm, ~/.cache) read-only: NANOBOT_HOME's own folder, writable. npm
-#: reads the second; uv, pip and most others the first. Stdio MCP servers get both (mcp_transport.py's
-#: PASSED_CACHE_VARIABLES).
-TOOL_CACHES = {"XDG_CACHE_HOME": "cache", "npm_config_cache": "cache/npm"}
 
 
 def _check(value: str) -> str:
@@ -166,7 +160,7 @@ def render_unit(spec: UnitSpec) -> str:
                 "# In a user unit these need unprivileged user namespaces (install --no-sandbox if not)."
             )
         rw = " ".join(quote_setting(str(p)) for p in (spec.home, *spec.extra_rw_paths))
-        caches = " ".join(quote_setting(f"{name}={spec.home / folder}") for name, folder in TOOL_CACHES.items())
+        caches = " ".join(quote_setting(f"{name}={spec.home / folder}") for name, folder in TOOL_CACHE_FOLDERS.items())
         service += [
             "ProtectSystem=strict",
             f"ReadWritePaths={rw}",

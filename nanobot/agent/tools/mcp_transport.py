@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from loguru import logger
 
+from nanobot.config.paths import TOOL_CACHE_FOLDERS
 from nanobot.config.schema import MCPServerConfig
 from nanobot.util.text import truncate_head
 
@@ -24,9 +25,6 @@ HTTP_READ_TIMEOUT_S = 300.0  # the server-to-client SSE stream may stay quiet fo
 _EXPIRED_MESSAGES = frozenset({"session not found", "session terminated", "session expired"})
 SESSION_ERROR_CODES = frozenset({-32600, -32001})  # invalid request (Python SDK), TypeScript SDK's
 ERROR_TEXT_CHARS = 2000
-#: download caches a stdio server gets from this process's environment when set (the systemd unit
-#: points them into NANOBOT_HOME: nanobot/service/systemd.py's TOOL_CACHES)
-PASSED_CACHE_VARIABLES = ("XDG_CACHE_HOME", "npm_config_cache")
 CLIENT_CLOSED_MESSAGE = "Connection closed"  # the MCP client library's error when the transport ended
 
 
@@ -155,7 +153,7 @@ async def open_transport(
         # The SDK passes only a safe default environment (PATH, HOME, ...) plus `env`: provider keys
         # and channel tokens of this process never reach the server. The download caches the
         # systemd unit sets do (npx and uvx cannot write the read-only home folder there).
-        caches = {name: os.environ[name] for name in PASSED_CACHE_VARIABLES if os.environ.get(name)}
+        caches = {name: os.environ[name] for name in TOOL_CACHE_FOLDERS if os.environ.get(name)}
         env = {**caches, **cfg.env} or None
         path = (env or {}).get("PATH") or get_default_environment().get("PATH")
         if shutil.which(cfg.command, path=path) is None:
