@@ -8,6 +8,7 @@ and the cron jobs they had asked for.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from nanobot.bus.events import InboundMessage
@@ -112,3 +113,45 @@ async def test_under_an_open_dm_policy_a_removed_users_job_stops_and_their_chat_
     job_prompts = h.provider.prompts[prompts_before:]
     assert job_prompts and not any("4242" in p for p in job_prompts)  # a guest's turn: no MEMORY.md
     assert any("4242" in p for p in h.provider.prompts[:prompts_before])  # the owner-trust turn before had it
+
+
+async def _publish(h: Harness, sender: str, text: str) -> None:
+    await h.gateway.bus.publish_inbound(InboundMessage("test", sender, sender, text))
+
+
+async def test_messages_waiting_behind_a_turn_are_not_answered_once_their_sender_is_removed(tmp_path: Path) -> None:
+    """Admitted when they came, the messages queued behind a long turn ran with the owner's trust
+    after `pairing revoke` (or an allowFrom edit) in a running gateway: each turn could use every tool."""
+    h = await Harness(tmp_path).start()
+    h.provider.turn_delay_s = 0.5
+    await _publish(h, REMOVED, "first")
+    await _publish(h, REMOVED, "run cat ~/secrets for me")
+    await asyncio.sleep(0.2)  # the first turn runs, the second waits behind it
+    h.channel.allow_from = [OWNER]  # revoked meanwhile
+    await h.wait_sent("reply: first")
+    await _publish(h, OWNER, "hello")
+    await h.wait_sent("reply: hello")
+    kill_self()
+    await h.stopped()
+    assert h.channel.sent == ["reply: first", "reply: hello"]
+    assert not [c for c in h.provider.calls if "secrets" in c]
+
+
+async def test_a_waiting_message_of_a_sender_now_only_a_guest_runs_as_a_guest(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    (h.workspace / "memory").mkdir(parents=True, exist_ok=True)
+    (h.workspace / "memory" / "MEMORY.md").write_text("# Memory\n- The PIN is 4242.\n")
+    await h.start()
+    h.provider.turn_delay_s = 0.5
+    await _publish(h, REMOVED, "first")
+    await _publish(h, REMOVED, "what is my PIN?")
+    await asyncio.sleep(0.2)
+    h.channel.dm_policy = "open"
+    h.channel.allow_from = [OWNER]  # 777 may still write, as a guest
+    await h.wait_sent("reply: what is my PIN?")
+    kill_self()
+    await h.stopped()
+    turns = [p for p in h.provider.prompts if "consolidation step" not in p]
+    assert "4242" in turns[0]  # admitted as the owner's chat
+    asked = [p for p in turns if "what is my PIN?" in p]
+    assert asked and not any("4242" in p for p in asked)  # a guest's turn: no MEMORY.md

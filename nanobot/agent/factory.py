@@ -38,6 +38,7 @@ from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.agent.tools.shell import ExecTool
 from nanobot.agent.tools.spawn import SpawnTool
 from nanobot.agent.tools.web import WebFetchTool, WebSearchTool
+from nanobot.bus.events import InboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.paths import (
     PRIVATE_DIRS,
@@ -72,13 +73,15 @@ def build_runtime(
     provider: LLMProvider | None = None,
     config_path: str | None = None,
     listed: Callable[[str, str, str | None], bool] | None = None,
+    admits_queued: Callable[[InboundMessage], bool] | None = None,
 ) -> AgentRuntime:
     """The whole agent for a config. Raises ProviderConfigError when no provider can be built.
 
     `config_path` is the file the config came from (default: $NANOBOT_HOME/config.json): exec
     commands must never see it, wherever it lies. `listed(channel, sender, username)`: whether a chat
     channel's allowFrom or pairing list names that sender now (the gateway's channels; a cron job of
-    a removed sender does not run, one for a chat whose user is only a guest now runs as a guest's)."""
+    a removed sender does not run, one for a chat whose user is only a guest now runs as a guest's);
+    `admits_queued(msg)`: whether a channel's message may still run when its turn starts (AgentLoop)."""
     config_path = config_path or str(default_config_path())
     d = config.agents.defaults
     provider = provider or resolve_provider(config, config_path)
@@ -261,7 +264,7 @@ def build_runtime(
         subagents=subagents,
         mcp=mcp,
     )
-    loop = AgentLoop(bus, agent, d.max_concurrent_turns)
+    loop = AgentLoop(bus, agent, d.max_concurrent_turns, admits_queued=admits_queued)
     logger.debug(
         "agent built: provider {}, model {}, {} tools", provider.name, provider.default_model, len(tools)
     )

@@ -24,6 +24,7 @@ otherwise onto the outbound bus for the channels.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,10 +59,18 @@ class _SessionSlot:
 
 class AgentLoop:
     def __init__(
-        self, bus: MessageBus, agent: Agent, max_concurrent: int = 8, max_pending: int | None = None
+        self,
+        bus: MessageBus,
+        agent: Agent,
+        max_concurrent: int = 8,
+        max_pending: int | None = None,
+        admits_queued: Callable[[InboundMessage], bool] | None = None,
     ) -> None:
+        """`admits_queued(msg)`: asked as a message's turn starts (the gateway's channels, see
+        ChannelManager.admits_queued): False drops a message whose sender was removed while it waited."""
         self.bus = bus
         self.agent = agent
+        self._admits_queued = admits_queued
         self.max_pending = max_pending or max_concurrent * PENDING_PER_CONCURRENT_TURN
         self._semaphore = asyncio.Semaphore(max_concurrent)
         self._room = asyncio.Semaphore(self.max_pending)  # one unit per message taken, not answered
@@ -230,6 +239,9 @@ class AgentLoop:
                 slot.running = asyncio.current_task()
                 try:
                     async with self._semaphore:
+                        if self._admits_queued is not None and not self._admitted_still(msg):
+                            return
+                        ctx = self.agent.context_of(msg)  # the trust may have changed meanwhile
                         if queued and msg.reply_future is None:
                             self.bus.offer_outbound(ctx.reply("", kind="typing"))  # working on it again
                         out = await self._execute(msg, ctx)
@@ -274,6 +286,18 @@ class AgentLoop:
             raise
         self._end_stream(msg, ctx, out)
         await self._deliver(msg, out)
+
+    def _admitted_still(self, msg: InboundMessage) -> bool:
+        """Whether the message may run now; one that may not is handled (acked) and never answered."""
+        assert self._admits_queued is not None
+        if self._admits_queued(msg):
+            return True
+        logger.warning(
+            "{}: a waiting message is not answered: its sender {} is no longer allowed", msg.session_key, msg.sender_id
+        )
+        msg.ack()
+        msg.resolve(None)
+        return False
 
     def _end_stream(self, msg: InboundMessage, ctx: MessageContext, out: OutboundMessage | None) -> None:
         """A streamed turn that ends without its final reply (stopped, failed, cancelled) tells the

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from nanobot.bus.events import ChannelUnavailable, OutboundMessage
+from nanobot.bus.events import RESUME_KEY, ChannelUnavailable, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.channels.base import Channel
 from nanobot.channels.connection import PermanentChannelError
@@ -138,6 +138,23 @@ class ChannelManager:
         """Whether `channel` would let this sender's message in now (see Channel.admits_now)."""
         found = self.channels.get(channel)
         return found is not None and found.admits_now(sender_id, username, is_group=is_group)
+
+    def admits_queued(self, msg: InboundMessage) -> bool:
+        """For a channel's message about to start its turn after waiting in the queue: False when its
+        sender is no longer let in (`pairing revoke`, or allowFrom edited meanwhile); a private-chat
+        sender let in now only by dmPolicy "open" goes on as a guest (`msg.guest` set). What was
+        admitted at arrival must not keep that trust while it waits behind a long turn. Messages of
+        other origins (terminal, cron, heartbeat, sub-agents, turns resumed after a restart, which
+        were checked then) pass unchanged."""
+        found = self.channels.get(msg.channel)
+        if found is None or msg.reply_future is not None or msg.metadata.get(RESUME_KEY):
+            return True
+        username = msg.metadata.get("username")
+        if not found.admits_now(msg.sender_id, username, is_group=msg.is_group):
+            return False
+        if not msg.is_group and not msg.guest and not found.is_allowed(msg.sender_id, username):
+            msg.guest = True
+        return True
 
     def lists(self, channel: str, sender_id: str, username: str | None = None) -> bool:
         """Whether this sender is on `channel`'s allowFrom or approved by pairing (open DMs aside)."""

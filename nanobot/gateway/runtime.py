@@ -90,6 +90,7 @@ class Gateway:
             config_path=config_path,
             # read when a job runs: the channels are made below (and tests may swap the manager)
             listed=lambda channel, sender, username: self.channels.lists(channel, sender, username),
+            admits_queued=lambda msg: self.channels.admits_queued(msg),
         )
         self.agent = self.runtime.agent
         self.loop = self.runtime.loop
