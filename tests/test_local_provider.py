@@ -202,3 +202,12 @@ def test_status_says_the_demo_model_answers_and_does_not_search_memory(home: Pat
     assert checks["memory index"]["status"] == "ok" and "demo model" in checks["memory index"]["detail"]
     chat = run_cli("agent", "-m", "/status", home=home)
     assert "the embedded demo model" in chat.stdout, chat.stdout
+
+
+def test_a_cut_off_answer_names_the_limit_that_cut_it(home: Path) -> None:
+    """The note named agents.defaults.maxTokens, which the user had not changed: the demo model's
+    answers are cut by providers.local.maxTokens, and raising the other key changed nothing."""
+    (home / "config.json").write_text(json.dumps({"providers": {"local": {"maxTokens": 16}}}))
+    result = run_cli("agent", "-m", "Write a long story about a cat who sails around the world.", home=home, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "output limit (providers.local.maxTokens)" in result.stdout, result.stdout

@@ -172,6 +172,7 @@ def build_runtime(
             temperature=d.temperature,
             max_tool_result_chars=d.max_tool_result_chars,
             prompt_budget_tokens=settings.budget_tokens,
+            max_tokens_key=_max_tokens_key(config, small),
         )
 
     subagents = None
@@ -297,6 +298,13 @@ def _turn_limits(config: Config, small: bool) -> tuple[int, int, Budget, set[str
         tool_names = None
         max_iterations = d.max_tool_iterations
     return window, max_tokens, budget, tool_names, max_iterations
+
+
+def _max_tokens_key(config: Config, small: bool) -> str:
+    """The config key whose value is the reply limit (_turn_limits): the embedded model's own when lower."""
+    if small and config.providers.local.max_tokens < config.agents.defaults.max_tokens:
+        return "providers.local.maxTokens"
+    return "agents.defaults.maxTokens"
 
 
 def _own_files(config: Config, config_path: str) -> dict[str, tuple[Path, ...]]:

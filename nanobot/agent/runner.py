@@ -83,11 +83,14 @@ class TurnRunner:
         temperature: float = 0.1,
         max_tool_result_chars: int = 16_000,
         prompt_budget_tokens: int | None = None,
+        max_tokens_key: str = "agents.defaults.maxTokens",
     ) -> None:
+        """`max_tokens_key`: the config key that sets `max_tokens` here, named when an answer is cut."""
         self.provider = provider
         self.tools = tools
         self.max_iterations = max_iterations
         self.max_tokens = max_tokens
+        self.max_tokens_key = max_tokens_key
         self.temperature = temperature
         self.max_tool_result_chars = max_tool_result_chars
         self.prompt_budget_tokens = prompt_budget_tokens  # None: no limit checked
@@ -193,7 +196,7 @@ class TurnRunner:
                 # one that only wrote to another chat leaves this chat's user waiting for an answer
                 result.content = _answer(response.content, echo_source, allow_empty=result.answered_in_chat)
                 if response.finish_reason == "length" and result.content:
-                    note = CUT_OFF_NOTE  # the user always hears what happened
+                    note = CUT_OFF_NOTE.format(key=self.max_tokens_key)  # the user always hears what happened
                 break
             if on_progress is not None:
                 if clean_reply(response.content, echo_source):
@@ -241,7 +244,7 @@ class TurnRunner:
             await _emit(on_messages, group)
             if cut_in_a_row >= MAX_CUT_REPLIES:  # the model does not split it: 40 requests got nowhere
                 logger.warning("turn stopped: {} replies in a row cut off at the output limit", cut_in_a_row)
-                result.content = CUT_OFF_STOPPED.format(count=cut_in_a_row, max_tokens=self.max_tokens)
+                result.content = CUT_OFF_STOPPED.format(count=cut_in_a_row, max_tokens=self.max_tokens, key=self.max_tokens_key)
                 break
         else:
             logger.warning("turn stopped at the tool-iteration limit ({})", self.max_iterations)
@@ -259,11 +262,11 @@ class TurnRunner:
 
 ANSWER_ROOM_SHARE = 0.1  # of the prompt budget, kept for the answer when tool results are cut to fit
 MIN_RESULT_TOKENS = 300  # a tool result keeps at least this much of its head and tail
-CUT_OFF_NOTE = "\n\n[The answer was cut off here: it reached the model's output limit (agents.defaults.maxTokens).]"
+CUT_OFF_NOTE = "\n\n[The answer was cut off here: it reached the model's output limit ({key}).]"
 MAX_CUT_REPLIES = 3
 CUT_OFF_STOPPED = (
     "I stopped: my last {count} replies were each cut off at the output limit ({max_tokens} tokens, "
-    "agents.defaults.maxTokens) before their tool call was complete. Ask for the work in smaller "
+    "{key}) before their tool call was complete. Ask for the work in smaller "
     "parts, or raise the limit."
 )
 CUT_OFF_ARGUMENTS = (
