@@ -208,6 +208,7 @@ def test_a_cut_off_answer_names_the_limit_that_cut_it(home: Path) -> None:
     """The note named agents.defaults.maxTokens, which the user had not changed: the demo model's
     answers are cut by providers.local.maxTokens, and raising the other key changed nothing."""
     (home / "config.json").write_text(json.dumps({"providers": {"local": {"maxTokens": 16}}}))
-    result = run_cli("agent", "-m", "Write a long story about a cat who sails around the world.", home=home, timeout=600)
+    story = "Write a long story about a cat who sails around the world."
+    result = run_cli("agent", "-m", story, home=home, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "output limit (providers.local.maxTokens)" in result.stdout, result.stdout

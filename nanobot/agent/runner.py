@@ -244,7 +244,9 @@ class TurnRunner:
             await _emit(on_messages, group)
             if cut_in_a_row >= MAX_CUT_REPLIES:  # the model does not split it: 40 requests got nowhere
                 logger.warning("turn stopped: {} replies in a row cut off at the output limit", cut_in_a_row)
-                result.content = CUT_OFF_STOPPED.format(count=cut_in_a_row, max_tokens=self.max_tokens, key=self.max_tokens_key)
+                result.content = CUT_OFF_STOPPED.format(
+                    count=cut_in_a_row, max_tokens=self.max_tokens, key=self.max_tokens_key
+                )
                 break
         else:
             logger.warning("turn stopped at the tool-iteration limit ({})", self.max_iterations)
