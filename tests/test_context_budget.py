@@ -288,3 +288,20 @@ def test_the_skills_list_names_what_its_budget_leaves_out(tmp_path: Path) -> Non
     assert named[0] == f"skill-{described:03d}"
     left = int(lines[-1].rsplit(" and ", 1)[1].split()[0])
     assert described + len(named) + left == 40
+
+
+async def test_status_counts_the_tools_a_turn_is_offered_in_a_small_window(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """/status said "Tools: 11" where the prompt budget left room for the core file tools only."""
+    fake_llm.responder = lambda body: Reply(content="ok")
+    config, _ = make_config(**{"agents.defaults.contextWindowTokens": 3584, "agents.defaults.maxTokens": 512})
+    runtime = build_runtime(config)
+    try:
+        assert await runtime.ask("hello", session_key="telegram:1") == "ok"
+        sent = len(fake_llm.requests[-1].get("tools") or [])
+        assert 0 < sent < len(runtime.agent.tools)  # the window cut the tool list
+        status = await runtime.ask("/status", session_key="telegram:1")
+        assert f"Tools: {sent};" in status, status
+    finally:
+        await runtime.aclose()

@@ -157,7 +157,9 @@ class Agent:
         """/status for the chat of `ctx`: a shared one is told the tools it is offered, not the
         owner's, and nothing of the other chats' token use."""
         session_key, session = ctx.session_key, self.sessions.get(ctx.session_key)
-        offered = self.tools.offered(None, ctx.tool_context())
+        # what this chat's next turn is offered: the tools that fit the prompt budget, then its trust
+        within_budget = self.estimator.offered(self.context.system_prompt(ctx.memory_private))[0]
+        offered = self.tools.offered(within_budget, ctx.tool_context())
         uptime = int(time.time() - self.stats.started_at)
         lines = [
             f"Model: {self.provider.default_model} ({self.provider.name})"
