@@ -4,6 +4,9 @@ unless `logging.prompts` is on (then masked). Real CLI subprocesses against the 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +175,32 @@ def test_log_file_settings_as_users_write_them(tmp_path: Path, monkeypatch: pyte
             setup_logging("INFO", file=str(tmp_path / "x.log"), rotation="ten megs")
     finally:
         setup_logging("WARNING", prompts=False)
+
+
+def test_a_reply_written_to_a_pipe_or_file_carries_no_terminal_controls(home: Path, fake_llm) -> None:  # noqa: ANN001
+    """`nanobot agent -m … | tee out.txt` passed a steered model's title change, screen clear and
+    clipboard write (OSC 52) on raw: tee shows them on the terminal, `cat out.txt` later too."""
+    from tests.fakes.llm_server import Reply
+
+    _setup(home, fake_llm.url, {})
+    fake_llm.push(Reply(content="Sure.\x1b]0;PWNED-TITLE\x07\x1b]52;c;ZWNobw==\x07\x1b[2J done\tok"))
+    result = run_cli("agent", "-m", QUESTION, home=home)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Sure.]0;PWNED-TITLE]52;c;ZWNobw==[2J done\tok\n", repr(result.stdout)
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(home: Path, fake_llm) -> None:  # noqa: ANN001
+    """`nanobot agent -m hi | head -c 10` printed "Error: [Errno 32] Broken pipe" and exited 1."""
+    from tests.conftest import REPO
+    from tests.fakes.llm_server import Reply
+
+    _setup(home, fake_llm.url, {})
+    fake_llm.push(Reply(content="x" * 200_000))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    env.update(NANOBOT_HOME=str(home), PYTHONPATH=str(REPO))
+    script = f'{sys.executable} -m nanobot agent -m hi | head -c 10 > /dev/null; echo "status=${{PIPESTATUS[0]}}"'
+    result = subprocess.run(
+        ["bash", "-c", script], env=env, cwd=home, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.strip() == "status=141", result.stdout + result.stderr
+    assert "Broken pipe" not in result.stderr and "Error" not in result.stderr, result.stderr

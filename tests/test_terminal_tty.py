@@ -178,3 +178,66 @@ def test_a_reply_piped_on_while_the_user_types_loses_its_escape_sequences(
     _, screen = term.finish(timeout=5)
     for sequence in ("\x1b]0;", "\x1b]52;", "\x1b[2J", "\x07"):
         assert sequence not in screen, (sequence, screen)
+
+
+def _paste_mode_left_on(screen: str) -> bool:
+    """Whether readline's last "bracketed paste on" (ESC[?2004h) was never followed by an "off"."""
+    return screen.rfind("\x1b[?2004h") > screen.rfind("\x1b[?2004l")
+
+
+def test_ctrl_c_or_sigterm_at_the_prompt_turn_bracketed_paste_off(home: Path, fake_llm: FakeLLMServer) -> None:
+    """readline turns bracketed paste on while it waits for a line: after a Ctrl-C or a SIGTERM at
+    the prompt a paste into the shell (or `cat`) came wrapped in ESC[200~ … ESC[201~."""
+    import signal
+
+    term = _in_shell(home, fake_llm, "{agent}")
+    term.expect("You: ")
+    term.send_raw(b"\x03")
+    term.expect("agent-exit=130")
+    term2 = _in_shell(home, fake_llm, "{agent}")
+    term2.expect("You: ")
+    os.kill(_agent_pid(term2.proc.pid), signal.SIGTERM)
+    term2.expect("agent-exit=143")
+    for shell in (term, term2):
+        shell.proc.kill()
+        _, screen = shell.finish(timeout=5)
+        assert "\x1b[?2004h" in screen and not _paste_mode_left_on(screen), repr(screen[-300:])
+        after_prompt = screen.split("You: ")[-1]
+        assert after_prompt.startswith("\x1b[?2004l\r"), repr(after_prompt)  # the shell's next line starts afresh
+
+
+def test_with_stdout_piped_a_typed_line_still_arrives_whole(home: Path, fake_llm: FakeLLMServer) -> None:
+    """`nanobot agent | tee chat.log`: input() used the terminal's line buffer (readline needs
+    descriptor 1 to be a terminal), which cut a line at 4,095 characters; the prompt went into the log."""
+    fake_llm.push(Reply(content="got it"))
+    log = home / "chat.log"
+    term = _in_shell(home, fake_llm, "{agent} | tee " + str(log))
+    term.expect("You: ")
+    line = " ".join(f"word{i}" for i in range(1_000))  # ~6,900 characters
+    term.send(line)
+    term.expect("nanobot: got it")
+    term.send("/exit")
+    term.expect("agent-exit=0")
+    term.proc.kill()
+    term.finish(timeout=5)
+    assert _user_lines(home) == [line]
+    assert "nanobot: got it" in log.read_text() and "You: " not in log.read_text()
+
+
+def test_ctrl_c_after_new_does_not_wait_for_a_slow_model(home: Path, fake_llm: FakeLLMServer) -> None:
+    """After /new the memory work runs in the background; Ctrl-C then waited for it, silently, for up
+    to two minutes while the model was slow. It is left for the next start."""
+    fake_llm.push(Reply(content="noted"))
+    term = _agent(home, fake_llm)
+    term.expect("You: ")
+    term.send("my cat is called Tom")
+    term.expect("nanobot: noted")
+    fake_llm.responder = lambda body: Reply(content="slow", delay_s=40)
+    term.send("/new")
+    term.expect("nanobot: ")
+    time.sleep(0.5)
+    started = time.monotonic()
+    term.send_raw(b"\x03")
+    code, screen = term.finish(timeout=30)
+    assert code == 130, screen[-1000:]
+    assert time.monotonic() - started < 15, screen[-1000:]

@@ -12,8 +12,9 @@ the banner goes to stderr and nothing is prompted when stdin is not a TTY. Input
 daemon thread one line at a time, and the next line only once the previous one is on the bus,
 so a long piped input waits in the pipe (bounded) and Ctrl-C at the prompt never hangs the exit.
 
-On a terminal, replies lose their control characters (a steered model's escape sequences could
-clear the screen, hide text or write the clipboard), a reply arriving while the user types is shown
+Replies lose their control characters wherever they go (a steered model's escape sequences could
+clear the screen, hide text or write the clipboard, also through `| tee` or a file later shown with
+`cat`); on a terminal a reply arriving while the user types is shown
 above the prompt, which is drawn again with what was typed, and lines are read through readline
 (the terminal's own line buffer cut a pasted line at 4,095 characters).
 """
@@ -42,6 +43,7 @@ PROMPT = "You: "
 
 ReplyFuture = asyncio.Future[OutboundMessage | None]
 _CLEAR_LINE = "\r\x1b[K"
+_PASTE_MODE_OFF = b"\x1b[?2004l"
 # signals that end the chat by their default action: the terminal is restored first (Ctrl-C ends it
 # through KeyboardInterrupt, which the chat's own finally covers)
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP)
@@ -61,11 +63,22 @@ def _readline() -> ModuleType | None:
     return readline
 
 
+def _write_to_terminal(data: bytes) -> None:
+    """`data` to the controlling terminal itself (stdout may be a pipe); nothing when there is none."""
+    with contextlib.suppress(OSError):
+        fd = os.open("/dev/tty", os.O_WRONLY | os.O_NOCTTY)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+
 @contextlib.contextmanager
 def _terminal_restored(stdin: TextIO | None) -> Iterator[None]:
     """The terminal's settings as they were, whatever ends the chat. readline turns echo and line
     editing off while it waits for a line, and puts them back only when the line is read: a Ctrl-C,
-    a Ctrl-\\ or a SIGTERM at the prompt left the shell without echo and with Enter not ending a line."""
+    a Ctrl-\\ or a SIGTERM at the prompt left the shell without echo and with Enter not ending a line,
+    and in bracketed-paste mode (a paste into the shell then came wrapped in ESC[200~ … ESC[201~)."""
     try:
         import termios
 
@@ -77,12 +90,14 @@ def _terminal_restored(stdin: TextIO | None) -> Iterator[None]:
         yield
         return
 
-    def restore() -> None:
+    def restore(*, at_prompt: bool = False) -> None:
         with contextlib.suppress(OSError, termios.error):
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        if at_prompt:  # readline left waiting: paste mode off, and the shell's prompt on a line of its own
+            _write_to_terminal(_PASTE_MODE_OFF + b"\r\n")
 
     def on_signal(signum: int, _frame: object) -> None:
-        restore()
+        restore(at_prompt=True)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)  # ended by the signal, as before (exit status 128 + signum)
 
@@ -90,10 +105,12 @@ def _terminal_restored(stdin: TextIO | None) -> Iterator[None]:
     if threading.current_thread() is threading.main_thread():
         for signum in ENDING_SIGNALS:
             previous[signum] = signal.signal(signum, on_signal)
+    cut_short = True
     try:
         yield
+        cut_short = False
     finally:
-        restore()
+        restore(at_prompt=cut_short)  # Ctrl-C (a cancellation) or an error, not /exit or end of input
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
@@ -149,15 +166,45 @@ class TerminalChannel:
         the `message` tool already said everything)."""
         out = await (await self._publish(text))
         if out is not None:
-            print(self._safe(out.content), file=self.stdout, flush=True)
+            print(printable(out.content), file=self.stdout, flush=True)
         return out
 
     async def converse(self) -> int:
         """Interactive chat until /exit or end of input; returns the exit code: 0, or with piped
         input 1 when some turn failed (a script cannot tell the failure notice from an answer)."""
         self._conversing = True
-        with _terminal_restored(self.stdin if self.tty else None):
+        with _terminal_restored(self.stdin if self.tty else None), self._terminal_as_fd1():
             return await self._converse()
+
+    @contextlib.contextmanager
+    def _terminal_as_fd1(self) -> Iterator[None]:
+        """`nanobot agent | tee chat.log`: CPython's input() uses readline only when file descriptor 1
+        is a terminal too; without it the terminal's line buffer cut a typed line at 4,095 characters
+        and a paste became one message per line. For the chat, descriptor 1 is the terminal (the
+        prompt goes there, not into the log) and the replies go on into the pipe through a copy."""
+        if not self.tty or self.screen or self._readline is None or self.stdout is not sys.stdout:
+            yield
+            return
+        try:
+            terminal = os.open("/dev/tty", os.O_WRONLY | os.O_NOCTTY)
+        except OSError:  # no controlling terminal: lines are read as before
+            yield
+            return
+        original = self.stdout
+        original.flush()
+        piped = os.dup(1)
+        os.dup2(terminal, 1)
+        os.close(terminal)
+        self.stdout = open(piped, "w", encoding=original.encoding, errors=original.errors)  # noqa: SIM115
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):  # the reader of the pipe is gone
+                self.stdout.flush()
+                sys.stdout.flush()  # the prompt, on the terminal
+            os.dup2(piped, 1)
+            self.stdout.close()
+            self.stdout = original
 
     async def _converse(self) -> int:
         if self.tty:
@@ -234,12 +281,9 @@ class TerminalChannel:
                 self._show("\n".join(shown))
                 out.settle()
 
-    def _safe(self, text: str) -> str:
-        return printable(text) if self.screen else text
-
     def _show(self, text: str) -> None:
         if not (self.tty and self._conversing):  # piped input, or `agent -m`: the text alone
-            print(self._safe(text), file=self.stdout, flush=True)
+            print(printable(text), file=self.stdout, flush=True)
             return
         if not self.screen:  # `nanobot agent | tee chat.log`: the user still watches it
             print(f"\nnanobot: {printable(text)}\n", file=self.stdout, flush=True)

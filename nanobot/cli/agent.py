@@ -70,6 +70,7 @@ async def _main(cfg: Config, message: str | None, session_key: str, config_path:
 
     subagents_s = EXIT_DRAIN_TIMEOUT_S  # at the exit a report still to come is kept in the session
     grace_s = CLOSE_GRACE_S
+    drain_s = ONE_SHOT_DRAIN_TIMEOUT_S
     try:
         if message is not None:
             out = await terminal.one_shot(message)
@@ -85,12 +86,15 @@ async def _main(cfg: Config, message: str | None, session_key: str, config_path:
         # Ctrl-C: the turn stops now, as /stop stops it. With a grace it went on for seconds,
         # running tools and saving a reply nobody saw.
         grace_s = 0.0
+        # ...and the memory work a /new started is left to the next start (recover_pending): the
+        # terminal hung silently for up to two minutes while a slow model summarised
+        drain_s = EXIT_DRAIN_TIMEOUT_S
         raise
     finally:
         printer.cancel()
-        await runtime.aclose(
-            drain_timeout_s=ONE_SHOT_DRAIN_TIMEOUT_S, grace_s=grace_s, subagents_timeout_s=subagents_s
-        )
+        if drain_s > EXIT_DRAIN_TIMEOUT_S and runtime.agent.lifecycle.pending():
+            err("finishing memory work before the exit (Ctrl-C leaves it for the next start)")
+        await runtime.aclose(drain_timeout_s=drain_s, grace_s=grace_s, subagents_timeout_s=subagents_s)
     return code
 
 

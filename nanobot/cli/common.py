@@ -7,6 +7,7 @@ not caught here: they propagate to the one handler in nanobot/cli/app.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from nanobot.util.text import printable
 
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "ConfigOption", "command_group",
            "config_path", "err", "fail", "load_cli_config", "log_level_override"]
 
@@ -127,6 +129,13 @@ class UserErrorGroup(TyperGroup):
         except UserError as exc:
             err(user_message(exc))
             raise typer.Exit(exc.exit_code) from None
+        except BrokenPipeError:
+            # `nanobot agent -m hi | head -c 10`: the reader left, which is no error to report; the
+            # exit status is a program's that SIGPIPE ended (a script with pipefail still sees it)
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not fail too
+            raise typer.Exit(EXIT_BROKEN_PIPE) from None
         except OSError as exc:  # a folder it cannot write, a full disk: the system's words, no traceback
             logger.opt(exception=exc).debug("command failed")
             err(f"Error: {exc}")
