@@ -332,6 +332,17 @@ async def test_a_reply_routed_while_discord_reconnects_is_sent_when_it_is_back(s
     assert [c.params["content"] for c in sends] == ["during the outage", "after it"]
 
 
+async def test_a_rate_limited_login_waits_as_long_as_discord_says(server, gateway_factory) -> None:
+    """Told to wait 120 s, the login was tried again after 0.5, 1, 2, 4 s: each try another 429."""
+    server.fail_next("get_me", 429, 100, retry_after=120, message="You are being rate limited.", **{"global": False})
+    gw = gateway_factory(make_config(server))
+    gw.channel.retry_base_delay_s = 0.5
+    await gw.start(state="retrying")
+    await asyncio.sleep(3)
+    assert len(server.calls_to("get_me")) == 1
+    assert "retry after 120s" in (gw.channel.last_error or ""), gw.channel.last_error
+
+
 async def test_send_survives_429_and_502(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start()
     server.fail_next(

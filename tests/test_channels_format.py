@@ -325,6 +325,13 @@ def test_discord_keeps_markdown_but_rewrites_deep_headings() -> None:
     assert "#### not a heading in code" in out
 
 
+def test_a_deep_headings_own_closing_hashes_go_not_the_last_character() -> None:
+    """"#### Learn C#" reached Discord as "**Learn C**": every trailing # was taken for a closing run."""
+    assert markdown_to_discord("#### Learn C#\nIt is fun.") == "**Learn C#**\nIt is fun."
+    assert markdown_to_discord("#### Learn C# ##") == "**Learn C#**"
+    assert markdown_to_discord("##### a # b #") == "**a # b**"
+
+
 def test_discord_leaves_tilde_and_nested_code_blocks_alone() -> None:
     """A `#### ` line in a ~~~ block (a shell script's comment) was rewritten to bold, and so was
     one after a ``` line inside a ```` block."""

@@ -33,7 +33,7 @@ from loguru import logger
 from nanobot.bus.commands import for_another_bot, starts_with_command
 from nanobot.bus.events import OutboundMessage
 from nanobot.channels.base import Channel
-from nanobot.channels.connection import PermanentChannelError
+from nanobot.channels.connection import RETRY_AFTER_MAX_S, PermanentChannelError
 from nanobot.channels.markdown import markdown_to_discord
 from nanobot.channels.media import MediaItem
 from nanobot.channels.split import DISCORD_MAX_CHARS, SentSteps, capped_parts, split_message
@@ -137,6 +137,14 @@ class DiscordChannel(Channel):
 
     async def _run(self) -> None:
         await self._keep_connected(self._session, stopping=lambda: self._stopping)
+
+    def _reconnect_delay(self, exc: BaseException, failures: int) -> tuple[float, str]:
+        """Discord's own wait when it rate-limits the login (the backoff tried again within seconds,
+        each early try earning another 429)."""
+        if isinstance(exc, discord.RateLimited):
+            delay = min(max(exc.retry_after, 0.0), RETRY_AFTER_MAX_S)
+            return delay, f"rate limited by Discord (retry after {delay:.0f}s)"
+        return super()._reconnect_delay(exc, failures)
 
     async def _session(self) -> None:
         """One client from login until discord.py gives up (it resumes dropped connections itself)."""

@@ -218,7 +218,8 @@ def telegram_parts(markdown: str, max_chars: int) -> list[tuple[str, str]]:
 
 # ---------------------------------------------------------------------------------- Discord
 
-_DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.+?)[ \t#]*$", re.M)
+#: a closing run of # counts only after a space: "#### Learn C#" is about C#
+_DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$", re.M)
 
 
 #: a fenced code block: ``` or ~~~ (three or more), closed by a fence of the same character at least
