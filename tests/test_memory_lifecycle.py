@@ -11,7 +11,7 @@ import pytest
 from nanobot.agent.factory import build_runtime
 from nanobot.config.templates import copy_templates
 from nanobot.memory.consolidator import normalise_save_memory_args
-from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.llm_server import FakeLLMServer, RawArguments
 from tests.fakes.memory_llm import MemoryScript
 
 PAD = " ".join(["lorem"] * 120)  # ~120 tokens of filler per user message
@@ -94,6 +94,20 @@ async def test_save_memory_arguments_as_json_string_over_http(agent_factory, fak
     assert "FACT-9: json string" in memory.read_memory()
     forced = fake_llm.requests[-1]["tool_choice"]
     assert forced == {"type": "function", "function": {"name": "save_memory"}}
+
+
+async def test_save_memory_arguments_as_a_json_list_over_http(agent_factory, fake_llm) -> None:  # noqa: ANN001
+    """A server that sends the arguments as a list of one object (contract A5: accepted) had them
+    refused: the list reached the decoder as its Python form, so no consolidation ever succeeded."""
+    agent = agent_factory(**{"memory.flush.enabled": False})
+    fake_llm.responder = None
+    entry = "[2026-02-03 04:05] Talked about the shopping list for the weekend market."
+    arguments = RawArguments([{"history_entry": entry, "memory_update": "# M\n- FACT-10: a list"}])
+    fake_llm.push({"content": None, "tool_calls": [{"name": "save_memory", "arguments": arguments}]})
+    ok = await agent.agent.lifecycle.consolidator.consolidate([{"role": "user", "content": "FACT-10: a list"}],
+                                                        private=True)
+    assert ok
+    assert "FACT-10: a list" in agent.memory.read_memory()
 
 
 async def test_no_tool_call_leaves_pointer_then_raw_archive_after_three_failures(agent_factory, script) -> None:  # noqa: ANN001

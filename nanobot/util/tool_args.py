@@ -41,6 +41,8 @@ def from_provider(raw: Any) -> dict[str, Any] | str:
         return raw if nesting_depth(raw) <= MAX_ARGUMENT_DEPTH else TOO_DEEP
     if not raw:
         return {}
+    if isinstance(raw, list):  # decoded already by a server: JSON text again (its str() is Python's form)
+        return json.dumps(raw) if nesting_depth(raw) <= MAX_ARGUMENT_DEPTH else TOO_DEEP
     try:
         parsed = json.loads(raw)
     except (TypeError, json.JSONDecodeError, RecursionError):  # nested too deep for the parser

@@ -266,7 +266,13 @@ class FakeLLMServer(ThreadedHTTPFake):
         return Handler
 
 
-def _args_text(arguments: Any) -> str:
+class RawArguments(list):
+    """Tool-call arguments sent as a JSON list, not as the JSON text of one (some servers do)."""
+
+
+def _args_text(arguments: Any) -> Any:
+    if isinstance(arguments, RawArguments):
+        return list(arguments)
     return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
