@@ -167,3 +167,19 @@ def test_demo_model_only_when_nothing_is_configured(monkeypatch: pytest.MonkeyPa
     assert resolve_provider(Config()).name == "openai"
     monkeypatch.setenv("MISTRAL_API_KEY", "k")
     assert resolve_provider(Config()).name == "openai"  # several configured: the first, never the demo
+
+
+def test_openai_base_url_alone_reaches_a_keyless_server(home: Path, fake_llm: FakeLLMServer) -> None:
+    """OPENAI_BASE_URL without a key counts as credentials (DESIGN A2): the demo model answered
+    instead of the user's own server, and with a model set the command exited 2 ("no credentials")."""
+    env = {"OPENAI_BASE_URL": fake_llm.url}
+    fake_llm.push(Reply(content="from my own server"))
+    result = run_cli("agent", "-m", "hi", home=home, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "from my own server"
+    assert "authorization" not in fake_llm.request_headers[-1]
+    assert "embedded demo model" not in result.stderr
+    fake_llm.push(Reply(content="with the model I chose"))
+    chosen = run_cli("agent", "-m", "hi", home=home, env={**env, "NANOBOT_AGENTS__DEFAULTS__MODEL": "my-model"})
+    assert chosen.returncode == 0, chosen.stderr[-3000:]
+    assert chosen.stdout.strip() == "with the model I chose" and fake_llm.requests[-1]["model"] == "my-model"

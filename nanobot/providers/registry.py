@@ -153,6 +153,10 @@ def has_credentials(name: str, cfg: ProviderConfig) -> bool:
     spec = SPECS.get(name)
     if spec is not None and not spec.needs_key:
         return bool(base or key)
+    if name == "openai" and base and base.rstrip("/") != spec.base_url:
+        # a server of one's own (vLLM, llama.cpp) named by OPENAI_BASE_URL often takes no key:
+        # the address alone counts (DESIGN A2); requests then carry no Authorization header
+        return True
     return bool(key)
 
 
