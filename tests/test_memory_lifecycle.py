@@ -551,6 +551,49 @@ async def test_a_memory_longer_than_max_tokens_is_still_consolidated(make_config
     assert "Rex" in memory_md.read_text() and "Cousin 69" in memory_md.read_text()
 
 
+async def test_a_fact_restated_in_later_conversations_is_kept_once(make_config, fake_llm: FakeLLMServer) -> None:
+    """Appended facts were never compared with the file: a user who said the same thing in three
+    conversations had it three times in MEMORY.md (and in every prompt). The same words under
+    another person's section are another fact and stay."""
+    from nanobot.memory import small_profile
+    from nanobot.memory.validation import EchoSources, check_memory_update
+    from tests.fakes.llm_server import Reply
+
+    def responder(body: dict) -> Reply:
+        question = str(body["messages"][-1]["content"])
+        if small_profile.SUMMARY_QUESTION in question:
+            return Reply(content="The user said that their dog is named Rex.")
+        if small_profile.FACTS_QUESTION in question:
+            return Reply(content="- Has a dog named Rex\n- Has a dog named Rex.")
+        tools = [t["function"]["name"] for t in body.get("tools") or []]
+        if "save_memory" not in tools:
+            return Reply(content="Noted.")
+        entry = "[2026-01-01 10:00] The user said their dog is named Rex."
+        arguments = json.dumps({"history_entry": entry, "memory_update": "x" * 9000})
+        # cut at the output limit: the long file cannot be rewritten, so facts are appended
+        return Reply(content=None, tool_calls=[{"name": "save_memory", "arguments": arguments}], finish_reason="length")
+
+    fake_llm.responder = responder
+    config, _ = make_config(**{"agents.defaults.maxTokens": 1024, "agents.defaults.contextWindowTokens": 16384,
+                               "memory.flush.enabled": False})
+    memory_md = config.workspace_path / "memory" / "MEMORY.md"
+    memory_md.parent.mkdir(parents=True, exist_ok=True)
+    facts = "".join(f"- Cousin {i} lives in town {i} and likes the colour number {i}.\n" for i in range(70))
+    memory_md.write_text("# Long-term memory\n\n## Family\n" + facts, encoding="utf-8")
+    runtime = build_runtime(config)
+    try:
+        for _ in range(3):
+            await runtime.ask("My dog is named Rex.")
+            await runtime.ask("/new")
+            await runtime.agent.drain(30)
+    finally:
+        await runtime.aclose()
+    assert memory_md.read_text().lower().count("has a dog named rex") == 1, memory_md.read_text()[-300:]
+    two_people = "# Memory\n## Anna\n- Birthday: 3 March\n## Bob\n- Birthday: 3 March"
+    kept = check_memory_update(two_people + "\n- birthday: 3 March.", "# Memory", EchoSources(""), budget_chars=4000)
+    assert not isinstance(kept, Exception) and kept[0] == two_people
+
+
 async def test_a_memory_folder_that_cannot_be_written_loses_no_message(
     agent_factory, script: MemoryScript, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,6 +21,26 @@ def fact_lines(text: str) -> list[str]:
     ]
 
 
+def without_repeated_facts(text: str) -> str:
+    """`text` with each fact bullet once within its section (the first kept): a model restating
+    what the file already holds had it appended again at every `/new`, the copies filling the
+    prompt. The same words under two sections ("## Anna", "## Bob": "- Birthday: 3 March") are
+    two facts and both stay."""
+    seen: set[tuple[str, str]] = set()
+    section, kept = "", []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#"):
+            section = line
+        elif line.startswith(("-", "*", "•", "+")):
+            key = (section, normalise_fact(line))
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(raw)
+    return "\n".join(kept)
+
+
 def still_there(fact: str, new_norm: set[str]) -> bool:
     """Whether a fact is among the new file's (normalised) facts, also as put back under its section
     by `restored_lines` ("anna (sister): birthday: 3 march" holds "birthday: 3 march")."""

@@ -32,7 +32,13 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from nanobot.logs import prompts_logged
-from nanobot.memory.fact_lines import KEPT_FACTS_HEADING, fact_lines, restored_lines, still_there
+from nanobot.memory.fact_lines import (
+    KEPT_FACTS_HEADING,
+    fact_lines,
+    restored_lines,
+    still_there,
+    without_repeated_facts,
+)
 from nanobot.memory.fact_words import CJK_CHAR_RE
 from nanobot.memory.forgetting import (
     asks_to_forget_in_another_language,
@@ -391,9 +397,11 @@ def check_memory_update(
         # 4821"): a model that removed a fact or two is doing what it was asked; a mass removal is
         # still put back. An English request must name the fact ("forget the colour" drops no job).
         dropped = []
-    merged = text.strip()
+    merged = without_repeated_facts(text.strip())
     if dropped:
         merged = (merged + "\n\n" + KEPT_FACTS_HEADING + "\n" + "\n".join(restored_lines(previous, dropped))).strip()
+    if merged == previous.strip():
+        return None, []  # only facts the file holds already: nothing to write
     return merged, dropped
 
 
