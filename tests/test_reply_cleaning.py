@@ -59,6 +59,26 @@ def test_clean_reply_rules(raw: str | None, expected: str) -> None:
     assert clean_reply(raw) == expected
 
 
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # the demo model's habit: the block's Time line alone, bracketed, whole or cut short
+        ("[Time: 2026-11-26 09:00 (Thursday), UTC (UTC+00:00)]\n\nThe chat was about a chatbot.",
+         "The chat was about a chatbot."),
+        ("[Time: 2026-11-26 09:00]\nTeal.", "Teal."),
+        # asked for the time, the line is the answer: kept when nothing follows it
+        ("Time: 2026-11-26 09:00 (Thursday), UTC (UTC+00:00)", "Time: 2026-11-26 09:00 (Thursday), UTC (UTC+00:00)"),
+        # a time of its own, or too short a start to be a copy, is the answer's
+        ("Time: 10:00\nRoom 4", "Time: 10:00\nRoom 4"),
+        ("Time: 2026\nhi", "Time: 2026\nhi"),
+    ],
+)
+def test_a_copied_time_line_of_the_prompt_is_an_echo(raw: str, expected: str) -> None:
+    """4 of the demo model's first 6 replies began with the prompt's Time line, which reached the
+    user and the session file (later prompts then repeated it)."""
+    assert clean_reply(raw, ECHO) == expected
+
+
 def test_no_answer_is_silence_for_the_heartbeat() -> None:
     assert is_heartbeat_ok(NO_ANSWER_REPLY)
     assert not is_heartbeat_ok("Your backup failed.")

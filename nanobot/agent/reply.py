@@ -77,6 +77,17 @@ def _echo_key(line: str) -> str:
     return re.sub(r"^[\s>*•-]+", "", line).strip().lower()
 
 
+_MIN_COPIED_CHARS = 16  # "time: 2026-11-29": a shorter start of a prompt line may be the answer's own
+
+
+def _copies_a_line(line: str, prompt_lines: set[str]) -> bool:
+    """Whether a metadata line repeats a line of the prompt, whole or its start, brackets aside."""
+    key = _echo_key(line).strip("[]() ")
+    return key in prompt_lines or (
+        len(key) >= _MIN_COPIED_CHARS and any(prompt.startswith(key) for prompt in prompt_lines)
+    )
+
+
 def strip_runtime_echo(text: str, echo_source: str = "") -> str:
     """`text` without a leading echo of the runtime block (header and/or its metadata lines, then
     lines of `echo_source`, the prompt's user message, repeated word for word)."""
@@ -92,11 +103,14 @@ def strip_runtime_echo(text: str, echo_source: str = "") -> str:
     while i < len(lines) and _METADATA.match(lines[i]):
         saw_channel = saw_channel or bool(_CHANNEL_LINE.match(lines[i]))
         i += 1
-    # Without the header, metadata lines are an echo only with the block's "Channel: … | Chat: …"
-    # line among them: a reply that starts "Date: Monday / Time: 10:00" is an answer.
-    if not (saw_header or saw_channel):
-        return text
     prompt_lines = {_echo_key(line) for line in echo_source.split("\n")} - {""}
+    # Without the header, metadata lines are an echo only with the block's "Channel: … | Chat: …"
+    # line among them, or when each copies a line of the block ("[Time: 2026-11-29 01:36]", the
+    # demo model's habit) and an answer follows: "Date: Monday / Time: 10:00" is an answer.
+    if not (saw_header or saw_channel):
+        copied = i > start and all(_copies_a_line(lines[n], prompt_lines) for n in range(start, i))
+        if not copied or not "\n".join(lines[i:]).strip():
+            return text
     while i < len(lines) and (_echo_key(lines[i]) in prompt_lines or _MEMORY_LABEL.match(lines[i])):
         i += 1
     return "\n".join(lines[i:])
