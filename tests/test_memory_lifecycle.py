@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.agent.factory import build_runtime
+from nanobot.config.schema import Config
 from nanobot.config.templates import copy_templates
 from nanobot.memory.consolidator import normalise_save_memory_args
 from tests.fakes.llm_server import FakeLLMServer, RawArguments
@@ -504,6 +505,17 @@ def _inbound(text: str, group: bool):  # noqa: ANN202
     return InboundMessage(channel="telegram", sender_id="7", chat_id="-100", content=text, is_group=group)
 
 
+def _with_a_long_memory(make_config) -> tuple[Config, Path]:  # noqa: ANN001
+    """A config with 1,024 reply tokens and a MEMORY.md of 70 facts, too long to rewrite within them."""
+    config, _ = make_config(**{"agents.defaults.maxTokens": 1024, "agents.defaults.contextWindowTokens": 16384,
+                               "memory.flush.enabled": False})
+    memory_md = config.workspace_path / "memory" / "MEMORY.md"
+    memory_md.parent.mkdir(parents=True, exist_ok=True)
+    facts = "".join(f"- Cousin {i} lives in town {i} and likes the colour number {i}.\n" for i in range(70))
+    memory_md.write_text("# Long-term memory\n\n## Family\n" + facts, encoding="utf-8")
+    return config, memory_md
+
+
 async def test_a_memory_longer_than_max_tokens_is_still_consolidated(make_config, fake_llm: FakeLLMServer) -> None:
     """save_memory rewrites all of MEMORY.md within maxTokens: with a MEMORY.md longer than that,
     every answer stopped inside its arguments (refused as "broken") and no fact of the chat ever
@@ -533,12 +545,7 @@ async def test_a_memory_longer_than_max_tokens_is_still_consolidated(make_config
                      finish_reason="length" if len(fits) < len(arguments) else None)
 
     fake_llm.responder = responder
-    config, _ = make_config(**{"agents.defaults.maxTokens": 1024, "agents.defaults.contextWindowTokens": 16384,
-                               "memory.flush.enabled": False})
-    memory_md = config.workspace_path / "memory" / "MEMORY.md"
-    memory_md.parent.mkdir(parents=True, exist_ok=True)
-    facts = "".join(f"- Cousin {i} lives in town {i} and likes the colour number {i}.\n" for i in range(70))
-    memory_md.write_text("# Long-term memory\n\n## Family\n" + facts, encoding="utf-8")
+    config, memory_md = _with_a_long_memory(make_config)
     assert len(memory_md.read_text()) > 1024 * 4
     runtime = build_runtime(config)
     try:
@@ -574,12 +581,7 @@ async def test_a_fact_restated_in_later_conversations_is_kept_once(make_config, 
         return Reply(content=None, tool_calls=[{"name": "save_memory", "arguments": arguments}], finish_reason="length")
 
     fake_llm.responder = responder
-    config, _ = make_config(**{"agents.defaults.maxTokens": 1024, "agents.defaults.contextWindowTokens": 16384,
-                               "memory.flush.enabled": False})
-    memory_md = config.workspace_path / "memory" / "MEMORY.md"
-    memory_md.parent.mkdir(parents=True, exist_ok=True)
-    facts = "".join(f"- Cousin {i} lives in town {i} and likes the colour number {i}.\n" for i in range(70))
-    memory_md.write_text("# Long-term memory\n\n## Family\n" + facts, encoding="utf-8")
+    config, memory_md = _with_a_long_memory(make_config)
     runtime = build_runtime(config)
     try:
         for _ in range(3):
