@@ -229,6 +229,35 @@ async def test_streaming_turn_with_tool_calls(make_config, fake_llm: FakeLLMServ
     assert tool_msg["tool_call_id"] == "l" and "memory/" in tool_msg["content"]
 
 
+async def test_each_model_call_of_a_streamed_turn_streams_into_its_own_message(
+    make_config, fake_llm: FakeLLMServer
+) -> None:
+    """One stream id per turn: the text before a tool call and the answer went into the same
+    preview, the answer ended in the first message, above the interim notes sent after it."""
+    config, _ = make_config(**{"agents.defaults.stream": True, "channels.sendProgress": False})
+    rt = make_runtime(config)
+    fake_llm.push(
+        Reply(content="Let me look first. ", tool_calls=[{"id": "l", "name": "list_dir", "arguments": {}}]),
+        Reply(content="FINAL answer"),
+    )
+    try:
+        out = await rt.agent.handle(
+            InboundMessage(channel="telegram", sender_id="1", chat_id="42", content="what is there?")
+        )
+        events = drain_outbound(rt.bus)
+    finally:
+        await rt.aclose()
+    streams: dict[str, str] = {}
+    for e in events:
+        if e.kind == "stream_delta":
+            streams[e.metadata["stream_id"]] = streams.get(e.metadata["stream_id"], "") + e.content
+    assert list(streams.values()) == ["Let me look first. ", "FINAL answer"], streams
+    first, last = list(streams)
+    interim = [e for e in events if e.kind == "progress"]  # sent to finish the first preview
+    assert [(e.content, e.metadata["stream_id"]) for e in interim] == [("Let me look first.", first)]
+    assert out is not None and out.content == "FINAL answer" and out.metadata["stream_id"] == last
+
+
 async def test_429_then_success(make_config, fake_llm: FakeLLMServer) -> None:
     config, _ = make_config()
     rt = make_runtime(config)

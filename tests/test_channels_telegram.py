@@ -726,6 +726,70 @@ async def test_a_streamed_answer_whose_preview_is_gone_is_sent_anew(server, gate
     assert sends[-1].params["text"] == "FULL-ANSWER THE-END"
 
 
+async def test_a_preview_being_sent_when_the_answer_comes_is_the_one_replaced(server, gateway_factory) -> None:
+    """After a flood-limit pause the preview's first send ran late; the final reply cancelled it in
+    flight, Telegram still made the message, and the answer came anew below a half-written copy."""
+    gw = await gateway_factory(make_config(server, streaming=True)).start(respond=False)
+    meta = {"stream_id": "s-flood"}
+    server.fail_next("sendMessage", 429, description="Too Many Requests: retry after 1", parameters={"retry_after": 1})
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "ANSWER ", kind="stream_delta", metadata=meta))
+    await asyncio.sleep(0.3)  # refused: previews pause for a second
+    server.delays["sendMessage"] = 1.0  # the late send takes a while
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "w0 w1 ", kind="stream_delta", metadata=meta))
+    await asyncio.sleep(1.3)  # the delayed send is under way
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "ANSWER w0 w1 w2", metadata=meta))
+    await server.wait_for("editMessageText")
+    await asyncio.sleep(1.5)
+    sends = [c.params["text"] for c in server.calls_to("sendMessage")]
+    assert sends == ["ANSWER ", "ANSWER w0 w1 "], sends  # the refused one, the late one; no third
+    assert server.calls_to("editMessageText")[-1].params["text"] == "ANSWER w0 w1 w2"
+
+
+async def test_a_preview_of_an_answer_never_finished_says_so(server, gateway_factory) -> None:
+    """/stop, a failed turn or a gateway stop during the stream left half an answer in the chat that
+    looked like the whole of it."""
+    gw = await gateway_factory(make_config(server, streaming=True)).start(respond=False)
+    meta = {"stream_id": "s-stop"}
+    await gw.bus.publish_outbound(
+        OutboundMessage("telegram", "555", "PARTIAL w0 w1", kind="stream_delta", metadata=meta)
+    )
+    await server.wait_for("sendMessage")
+    end = OutboundMessage("telegram", "555", "", kind="stream_end", metadata={**meta, "interrupted": True})
+    await gw.bus.publish_outbound(end)
+    edit = (await server.wait_for("editMessageText"))[-1]
+    assert edit.params["text"].startswith("PARTIAL w0 w1 …") and "[interrupted" in edit.params["text"]
+    meta = {"stream_id": "s-at-stop"}
+    await gw.bus.publish_outbound(
+        OutboundMessage("telegram", "555", "CUT BY THE STOP", kind="stream_delta", metadata=meta)
+    )
+    await server.wait_for("sendMessage", count=2)
+    await gw.stop()
+    assert "[interrupted" in server.calls_to("editMessageText")[-1].params["text"]
+    assert server.calls_to("editMessageText")[-1].params["text"].startswith("CUT BY THE STOP")
+
+
+async def test_a_streamed_turns_interim_text_and_answer_are_two_messages_in_order(server, gateway_factory) -> None:
+    """With sendProgress off the interim text the user had watched stream was overwritten by the
+    answer; with it on, the answer went into the first message, above the interim note."""
+    config = make_config(server, streaming=True)
+    config.channels.send_progress = False
+    gw = await gateway_factory(config).start(respond=False)
+    for stream_id, text in (("t.0", "Let me look first. "), ("t.1", "FINAL answer")):
+        await gw.bus.publish_outbound(
+            OutboundMessage("telegram", "555", text, kind="stream_delta", metadata={"stream_id": stream_id})
+        )
+        await server.wait_for("sendMessage", count=int(stream_id[-1]) + 1)
+        kind = "progress" if stream_id == "t.0" else "message"
+        await gw.bus.publish_outbound(
+            OutboundMessage("telegram", "555", text.strip(), kind=kind, metadata={"stream_id": stream_id})
+        )
+    edits = await server.wait_for("editMessageText", count=2)
+    sends = server.calls_to("sendMessage")
+    assert [c.params["text"] for c in sends] == ["Let me look first. ", "FINAL answer"]
+    assert [c.params["text"] for c in edits] == ["Let me look first.", "FINAL answer"]
+    assert edits[0].params["message_id"] != edits[1].params["message_id"]
+
+
 async def test_deltas_ignored_without_streaming(server, gateway_factory) -> None:
     gw = await gateway_factory(make_config(server)).start(respond=False)
     await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "partial", kind="stream_delta"))

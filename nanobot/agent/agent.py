@@ -307,19 +307,37 @@ class Agent:
             self.sessions.append(session, *({**m, "timestamp": stamp} for m in new))
             stepped.append(len(new))
 
-        async def progress(kind: str, text: str) -> None:
-            await self.bus.publish_outbound(ctx.reply(text, kind=kind))
-
-        on_delta = None
         # Only a reply the channels deliver is streamed: one an in-process publisher takes (a cron job
         # sends it itself, the heartbeat drops HEARTBEAT_OK) would show in the chat twice, or at all.
-        if self.settings.stream and msg.reply_future is None:
-            stream_id = f"{ctx.session_key}:{time.monotonic_ns()}"
-            msg.metadata["stream_id"] = stream_id
+        # Each model call streams into a message of its own (msg.metadata["stream_id"] names the
+        # current one): a call's text before its tool calls becomes that message, the answer comes
+        # below it (it was written into the first message, above the interim notes).
+        streamed = self.settings.stream and msg.reply_future is None
+        stream_base = f"{ctx.session_key}:{time.monotonic_ns()}"
+        rounds = [0]
+        if streamed:
+            msg.metadata["stream_id"] = stream_base
+
+        async def progress(kind: str, text: str) -> None:
+            if not streamed:
+                await self.bus.publish_outbound(ctx.reply(text, kind=kind))
+                return
+            stream_id = msg.metadata["stream_id"]
+            if kind == "progress":  # the call's text: its streamed preview becomes this message
+                await self.bus.publish_outbound(ctx.reply(text, kind=kind, metadata={"stream_id": stream_id}))
+                return
+            await self.bus.publish_outbound(ctx.reply(text, kind=kind))
+            if kind == "tool_hint":  # the call ended in tool calls: the next one streams anew
+                await self.bus.publish_outbound(ctx.reply("", kind="stream_end", metadata={"stream_id": stream_id}))
+                rounds[0] += 1
+                msg.metadata["stream_id"] = f"{stream_base}.{rounds[0]}"
+
+        on_delta = None
+        if streamed:
 
             async def on_delta(delta: str) -> None:
                 await self.bus.publish_outbound(
-                    ctx.reply(delta, kind="stream_delta", metadata={"stream_id": stream_id})
+                    ctx.reply(delta, kind="stream_delta", metadata={"stream_id": msg.metadata["stream_id"]})
                 )
 
         self.stats.last_prompt_tokens = prompt_tokens

@@ -305,7 +305,9 @@ class AgentLoop:
         stream_id = msg.metadata.get("stream_id")
         if not stream_id or (out is not None and out.metadata.get("stream_id") == stream_id):
             return
-        self.bus.offer_outbound(ctx.reply("", kind="stream_end", metadata={"stream_id": stream_id}))
+        self.bus.offer_outbound(
+            ctx.reply("", kind="stream_end", metadata={"stream_id": stream_id, "interrupted": True})
+        )
 
     async def _execute(self, msg: InboundMessage, ctx: MessageContext) -> OutboundMessage | None:
         """A message in its session's order: `/new`, or a turn."""

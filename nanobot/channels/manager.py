@@ -175,7 +175,9 @@ class ChannelManager:
         """Config filter on kinds: progress and tool hints are opt-in/out; deltas need streaming."""
         cfg = self.config.channels
         if msg.kind == "progress":
-            return cfg.send_progress
+            # a streaming chat saw this text arrive in a preview: the message finishes it, whatever
+            # sendProgress says (left out, the preview stayed half-written for good)
+            return cfg.send_progress or (channel.streaming and bool(msg.metadata.get("stream_id")))
         if msg.kind == "tool_hint":
             return cfg.send_tool_hints
         if msg.kind == "stream_delta":

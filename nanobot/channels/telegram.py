@@ -60,6 +60,7 @@ REQUEST_TIMEOUT_S = 20.0
 CONNECT_TIMEOUT_S = 10.0
 POLL_READ_SLACK_S = 10.0  # added to the long-poll timeout before the read times out
 STOP_CONFIRM_TIMEOUT_S = 2.0
+PREVIEW_MARK_TIMEOUT_S = 2.0  # at the stop, for marking the previews of replies left unfinished
 PENDING_POLL_INTERVAL_S = 0.5  # new updates wait at most this long while older ones are unsaved
 RECONNECT_MAX_DELAY_S = 30.0
 CONNECTION_POOL_SIZE = 16
@@ -140,7 +141,7 @@ class TelegramChannel(Channel):
             handler.cancel()  # its update stays unconfirmed: Telegram serves it again
         await asyncio.gather(*self._handlers, return_exceptions=True)
         await self._stop_all_typing()
-        self.previews.close()
+        await self.previews.interrupt_all(PREVIEW_MARK_TIMEOUT_S)
         if self.bot is not None:
             offset = self._acks.offset
             if offset is not None and offset != self._confirmed and self.state != "failed":
@@ -411,4 +412,8 @@ class TelegramChannel(Channel):
         await self.previews.add(str(msg.metadata.get("stream_id", msg.chat_id)), chat, topic, msg.content)
 
     async def _end_stream(self, msg: OutboundMessage) -> None:
-        self.previews.end(str(msg.metadata.get("stream_id", "")))
+        key = str(msg.metadata.get("stream_id", ""))
+        if msg.metadata.get("interrupted"):
+            await self.previews.interrupt(key)
+        else:  # one model call of a turn ended in tool calls without text to show
+            self.previews.end(key)

@@ -21,6 +21,7 @@ from telegram.error import RetryAfter, TelegramError
 from nanobot.channels.split import TELEGRAM_MAX_CHARS, cut_to
 from nanobot.util.retry import parse_retry_after
 
+INTERRUPTED_MARK = " …\n\n[interrupted: this answer was not finished]"
 STREAM_EDIT_INTERVAL_S = 0.5  # at most two edits a second per streamed reply (Telegram flood limits)
 
 
@@ -38,6 +39,7 @@ class Preview:
     shown: str = ""
     last_edit: float = 0.0
     flush: asyncio.Task[None] | None = None
+    sending: bool = False  # a send or edit is under way: cancelled, its message may still appear
 
 
 class StreamPreviews:
@@ -64,24 +66,53 @@ class StreamPreviews:
         """The preview of a reply that is complete now (its pending flush cancelled), if any."""
         preview = self.streams.pop(key, None)
         if preview is not None and preview.flush is not None:
-            preview.flush.cancel()  # only edits run late; the final reply supersedes them
+            if not preview.sending:  # still waiting: the final reply supersedes it
+                preview.flush.cancel()
+            # A send under way is waited for: cancelled, Telegram still made the message, which
+            # then stayed half-written above the answer sent anew (after a flood-limit pause).
             await asyncio.gather(preview.flush, return_exceptions=True)
         return preview
+
+    async def interrupt(self, key: str) -> None:
+        """A reply that will not be completed (stopped, failed, the gateway stopping): its preview,
+        if one was shown, says so instead of passing for the whole answer."""
+        preview = await self.take(key)
+        bot = self._bot()
+        if preview is None or preview.message_id is None or bot is None:
+            return
+        text = cut_to(preview.shown.rstrip() + INTERRUPTED_MARK, TELEGRAM_MAX_CHARS)
+        try:
+            await bot.edit_message_text(text, chat_id=preview.chat_id, message_id=preview.message_id)
+        except TelegramError as exc:
+            logger.debug("telegram: could not mark a stopped preview: {}", exc)
+
+    async def interrupt_all(self, within_s: float) -> None:
+        """At the channel's stop: every preview still open is marked, for at most `within_s`."""
+        keys = list(self.streams)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(self.interrupt(k) for k in keys)), within_s)
+        except TimeoutError:
+            logger.debug("telegram: stopped previews not all marked within {:.0f}s", within_s)
+        for key in list(self.streams):
+            self.end(key)
 
     def end(self, key: str) -> None:
         preview = self.streams.pop(key, None)
         if preview is not None and preview.flush is not None:
             preview.flush.cancel()
 
-    def close(self) -> None:
-        for key in list(self.streams):
-            self.end(key)
-
     async def _flush_later(self, preview: Preview, wait_s: float) -> None:
         await asyncio.sleep(wait_s)
         await self._flush(preview)
 
     async def _flush(self, preview: Preview) -> None:
+        preview.sending = True
+        try:
+            await self._show(preview)
+        finally:
+            preview.sending = False
+
+    async def _show(self, preview: Preview) -> None:
         """Show the accumulated text (plain, cut to the limit) by sending or editing one message."""
         bot = self._bot()
         text = cut_to(preview.text, TELEGRAM_MAX_CHARS)  # counted as Telegram counts: UTF-16 units
