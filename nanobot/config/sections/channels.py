@@ -93,7 +93,7 @@ class TranscriptionConfig(Section):
 
 class ChannelsConfig(Section):
     send_progress: bool = Field(True, description="Send the model's interim text while a turn still runs "
-                                "tools.")
+                                "tools (a channel that streams keeps it anyway: the user watched it arrive).")
     send_tool_hints: bool = Field(False, description="Send a short note naming each tool call "
                                   "(`exec(\"ls\")`).")
     send_max_retries: int = Field(4, ge=0, description="Retries of a failed send (network error, rate "
