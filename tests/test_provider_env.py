@@ -183,3 +183,22 @@ def test_openai_base_url_alone_reaches_a_keyless_server(home: Path, fake_llm: Fa
     chosen = run_cli("agent", "-m", "hi", home=home, env={**env, "NANOBOT_AGENTS__DEFAULTS__MODEL": "my-model"})
     assert chosen.returncode == 0, chosen.stderr[-3000:]
     assert chosen.stdout.strip() == "with the model I chose" and fake_llm.requests[-1]["model"] == "my-model"
+
+
+def test_an_exported_openai_base_url_does_not_take_over_another_configured_provider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counted as credentials whatever else was set, OPENAI_BASE_URL (often exported for other tools)
+    made an ollama config with an unprefixed model exit 2 and took an anthropic config's turns; OpenAI's
+    own address without a key counted too."""
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1")
+    ollama = Config(
+        agents={"defaults": {"model": "llama3.2"}}, providers={"ollama": {"apiBase": "http://127.0.0.1:11434"}}
+    )
+    assert resolve_provider(ollama).name == "ollama"
+    anthropic = Config(providers={"anthropic": {"apiKey": "sk-ant-x"}})
+    assert resolve_provider(anthropic).name == "anthropic"
+    assert resolve_provider(Config()).api_base == "http://127.0.0.1:8000/v1"  # type: ignore[attr-defined]
+    for openais_own in ("https://api.openai.com", "https://API.openai.com/v1/"):
+        monkeypatch.setenv("OPENAI_BASE_URL", openais_own)
+        assert resolve_provider(Config()).name == "local"  # no key for OpenAI itself: not configured

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from nanobot.config.schema import Config, ProviderConfig, ProvidersConfig
 from nanobot.config.sections.base import credential, endpoint_url
@@ -96,6 +97,7 @@ SPECS: dict[str, ProviderSpec] = {
     )
 }
 OPENAI_BASE_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
+OPENAI_HOST = "api.openai.com"
 
 HOW_TO_CONFIGURE = """nanobot: no LLM provider is configured.
 Set a provider's usual environment variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, OPENROUTER_API_KEY,
@@ -149,15 +151,30 @@ def credentials(name: str, cfg: ProviderConfig) -> tuple[str, str]:
 
 
 def has_credentials(name: str, cfg: ProviderConfig) -> bool:
+    """Whether `name` can answer: its key (an address for the providers that need none), or, for
+    openai, the address of a server of one's own (`own_openai_server`)."""
     key, base = credentials(name, cfg)
     spec = SPECS.get(name)
     if spec is not None and not spec.needs_key:
         return bool(base or key)
-    if name == "openai" and base and base.rstrip("/") != spec.base_url:
-        # a server of one's own (vLLM, llama.cpp) named by OPENAI_BASE_URL often takes no key:
-        # the address alone counts (DESIGN A2); requests then carry no Authorization header
-        return True
-    return bool(key)
+    return bool(key) or (name == "openai" and own_openai_server(base))
+
+
+def own_openai_server(base: str) -> bool:
+    """An OpenAI-compatible address that is not OpenAI's (a vLLM or llama.cpp server named by
+    OPENAI_BASE_URL often takes no key: the address counts, DESIGN A2; no Authorization is sent)."""
+    return bool(base) and (urlsplit(base).hostname or "").lower() != OPENAI_HOST
+
+
+def configured_providers(providers: ProvidersConfig) -> list[str]:
+    """The providers `auto` chooses among. openai with an address but no key is one only when no
+    other provider has credentials: an OPENAI_BASE_URL exported for other tools must not take turns
+    from the provider config.json names."""
+    keyed = [n for n in SPECS if n != "openai" or credentials(n, providers.openai)[0]]
+    found = [n for n in keyed if has_credentials(n, getattr(providers, n))]
+    if not found and has_credentials("openai", providers.openai):
+        return ["openai"]
+    return found
 
 
 def missing_credentials_hint(name: str) -> str:
@@ -268,7 +285,7 @@ def _matches(name: str, model: str) -> bool:
 
 
 def _resolve_auto(config: Config, model: str, config_path: str) -> LLMProvider:
-    configured = [n for n in SPECS if has_credentials(n, getattr(config.providers, n))]
+    configured = configured_providers(config.providers)
     custom_set = bool(config.providers.custom.api_base)
     if not model:
         if configured:
@@ -352,7 +369,7 @@ def openai_endpoint(config: Config) -> tuple[str, str, str] | None:
         key, base = credentials("custom", config.providers.custom)
         return (base, key or "no-key", model.removeprefix("custom/")) if base else None
     if name == "auto":
-        configured = [n for n in SPECS if has_credentials(n, getattr(config.providers, n))]
+        configured = configured_providers(config.providers)
         name = next((n for n in configured if not model or _matches(n, model)), "")
     spec, pcfg = SPECS.get(name), getattr(config.providers, name, None)
     if spec is None or pcfg is None or not spec.base_url or pcfg.via == "litellm":
