@@ -330,6 +330,7 @@ def test_a_deep_headings_own_closing_hashes_go_not_the_last_character() -> None:
     assert markdown_to_discord("#### Learn C#\nIt is fun.") == "**Learn C#**\nIt is fun."
     assert markdown_to_discord("#### Learn C# ##") == "**Learn C#**"
     assert markdown_to_discord("##### a # b #") == "**a # b**"
+    assert markdown_to_discord("#### spaced  " + " " * 5_000 + "#") == "**spaced**"
 
 
 def test_discord_leaves_tilde_and_nested_code_blocks_alone() -> None:

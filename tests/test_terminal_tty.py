@@ -241,3 +241,18 @@ def test_ctrl_c_after_new_does_not_wait_for_a_slow_model(home: Path, fake_llm: F
     code, screen = term.finish(timeout=30)
     assert code == 130, screen[-1000:]
     assert time.monotonic() - started < 15, screen[-1000:]
+
+
+def test_when_the_reader_of_the_replies_leaves_the_chat_ends(home: Path, fake_llm: FakeLLMServer) -> None:
+    """`nanobot agent | head`: once head left, every line typed still ran a turn nobody saw, and the
+    chat never ended (the prompt went to the terminal, so nothing else failed)."""
+    fake_llm.responder = lambda body: Reply(content="x" * 100_000)
+    term = _in_shell(home, fake_llm, "{agent} | head -c 20 > /dev/null")
+    term.expect("You: ")
+    term.send("hi")
+    term.expect("agent-exit=")  # the pipeline ended: head's status
+    term.send("again")
+    time.sleep(1.0)
+    term.proc.kill()
+    term.finish(timeout=5)
+    assert len(fake_llm.requests) == 1

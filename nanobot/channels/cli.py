@@ -215,7 +215,7 @@ class TerminalChannel:
         pending: asyncio.Queue[ReplyFuture | None] = asyncio.Queue()
         printer = asyncio.create_task(self._print_in_order(pending), name="terminal-replies")
         try:
-            while (line := await lines.get()) is not None:
+            while (line := await self._next_line(lines, printer)) is not None:
                 text = line.strip()
                 if text.lower() in EXIT_WORDS:
                     break
@@ -229,6 +229,21 @@ class TerminalChannel:
         finally:
             printer.cancel()
         return EXIT_FAILURE if failed and not self.tty else 0
+
+    @staticmethod
+    async def _next_line(lines: asyncio.Queue[str | None], printer: asyncio.Task[bool]) -> str | None:
+        """The next line typed, unless printing the replies failed first (`| head` left: its error
+        ends the chat; with the prompt on the terminal nothing else would, and each line typed
+        still ran a turn nobody saw)."""
+        getter = asyncio.ensure_future(lines.get())
+        try:
+            await asyncio.wait({getter, printer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        if printer.done():
+            printer.result()  # the printer's error (a BrokenPipeError: exit 141)
+        return getter.result() if getter.done() and not getter.cancelled() else None
 
     def _start_reader(self, lines: asyncio.Queue[str | None], want_next: threading.Semaphore) -> None:
         loop = asyncio.get_running_loop()

@@ -218,8 +218,18 @@ def telegram_parts(markdown: str, max_chars: int) -> list[tuple[str, str]]:
 
 # ---------------------------------------------------------------------------------- Discord
 
-#: a closing run of # counts only after a space: "#### Learn C#" is about C#
-_DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$", re.M)
+_DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.*)$", re.M)
+
+
+def _bold_heading(match: re.Match[str]) -> str:
+    """A deep heading as bold text, without its closing run of # (which counts only after a space:
+    "#### Learn C#" is about C#). Trimmed by hand: a pattern for the closing run backtracked over a
+    long run of spaces, seconds of the event loop for one crafted line."""
+    text = match.group(1).rstrip(" \t")
+    unclosed = text.rstrip("#")
+    if unclosed != text and (not unclosed or unclosed[-1] in " \t"):
+        text = unclosed.rstrip(" \t")
+    return f"**{text}**" if text else match.group(0)
 
 
 #: a fenced code block: ``` or ~~~ (three or more), closed by a fence of the same character at least
@@ -232,7 +242,7 @@ def markdown_to_discord(markdown: str) -> str:
     outside code blocks (a `#### ` line of a shell script in a ~~~ block stays as it is)."""
     out, done = [], 0
     for block in _FENCED.finditer(markdown):
-        out += [_DEEP_HEADING.sub(r"**\1**", markdown[done : block.start()]), block.group(0)]
+        out += [_DEEP_HEADING.sub(_bold_heading, markdown[done : block.start()]), block.group(0)]
         done = block.end()
-    out.append(_DEEP_HEADING.sub(r"**\1**", markdown[done:]))
+    out.append(_DEEP_HEADING.sub(_bold_heading, markdown[done:]))
     return "".join(out)
