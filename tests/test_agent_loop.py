@@ -153,6 +153,33 @@ async def test_stop_cancels_the_running_turn_ahead_of_the_queue(
     assert [m["content"] for m in messages_of(path)][-2:] == ["next question", "fresh answer"]
 
 
+async def test_stop_during_a_streamed_answer_keeps_what_the_chat_was_shown(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """The chat kept the part of the answer streamed before /stop; the session kept nothing of it,
+    so the model did not know what the user had read ("go on" started over)."""
+    config, _ = make_config(**{"agents.defaults.stream": True})
+    bus = MessageBus()
+    runtime = make_runtime(config, bus)
+    runtime.loop.start()
+    fake_llm.push(Reply(content="PARTIAL " + " ".join(f"w{i}" for i in range(60)), stream_piece_bytes=1))
+    shown: list[str] = []
+    try:
+        await bus.publish_inbound(inbound("tell me a story"))
+        while "w3" not in "".join(shown):
+            shown.append((await next_outbound(bus, kind="stream_delta", timeout_s=30)).content)
+        await bus.publish_inbound(inbound("/stop"))
+        assert (await next_outbound(bus, timeout_s=30)).content == STOPPED_REPLY
+        await wait_for(lambda: not runtime.loop.in_flight())
+    finally:
+        await runtime.loop.stop_accepting()
+        await runtime.aclose()
+    saved = messages_of(runtime.agent.sessions.path_for("telegram:c1"))
+    assert [m["role"] for m in saved] == ["user", "assistant"], saved
+    assert saved[1]["content"].startswith("PARTIAL w0 w1 w2 w3") and "stopped by the user" in saved[1]["content"]
+    assert "w59" not in saved[1]["content"]
+
+
 async def test_stop_gives_up_only_the_stopped_turn(
     running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
 ) -> None:

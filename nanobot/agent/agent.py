@@ -26,7 +26,7 @@ from nanobot.agent.prompt_fit import (
 )
 from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnResult, TurnRunner
-from nanobot.agent.session_records import SessionRecords
+from nanobot.agent.session_records import STREAMED_KEY, SessionRecords
 from nanobot.agent.subagents import SubagentManager
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.bus.events import DELIVERY_KEY, RESUME_KEY, InboundMessage, OutboundMessage
@@ -331,11 +331,14 @@ class Agent:
                 await self.bus.publish_outbound(ctx.reply("", kind="stream_end", metadata={"stream_id": stream_id}))
                 rounds[0] += 1
                 msg.metadata["stream_id"] = f"{stream_base}.{rounds[0]}"
+                msg.metadata[STREAMED_KEY] = ""
 
         on_delta = None
         if streamed:
 
             async def on_delta(delta: str) -> None:
+                # what the chat is shown of the answer so far: kept if the user stops it (SessionRecords)
+                msg.metadata[STREAMED_KEY] = msg.metadata.get(STREAMED_KEY, "") + delta
                 await self.bus.publish_outbound(
                     ctx.reply(delta, kind="stream_delta", metadata={"stream_id": msg.metadata["stream_id"]})
                 )

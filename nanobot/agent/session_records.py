@@ -34,6 +34,9 @@ from nanobot.timeutil import now as tz_now
 SERVED_AGAIN_WINDOW = 500  # newest messages of a session searched for a platform message served again
 ANSWERED_BEFORE_NEW_KEPT = 50  # platform ids of the messages before a /new, kept in the new session
 IDENTITY_KEYS = ("is_group", "session_key", "guest", "sender_id", "username")  # see _first_metadata
+#: InboundMessage.metadata: the text of the answer streamed so far (the current model call's)
+STREAMED_KEY = "streamed_text"
+STOPPED_MARK = " … [stopped by the user here]"
 COMMANDS_REMEMBERED = 20  # ids of the last immediate commands handled per session (served again?)
 
 
@@ -151,9 +154,18 @@ class SessionRecords:
 
     def save_given_up(self, msg: InboundMessage, ctx: MessageContext) -> None:
         """Save a message /stop gave up before its turn saved it: the user's words stay in the
-        transcript (for memory and search), unanswered."""
+        transcript (for memory and search), unanswered. When /stop cut a streamed answer, the part
+        the chat was shown is saved as the answer, marked: the model then knows what the user read
+        (the chat kept it, the session did not)."""
         if not msg.saved and not ctx.command:
             self._save_message(msg, ctx)
+        shown = str(msg.metadata.get(STREAMED_KEY) or "").strip()
+        if shown and msg.saved:
+            session = self.sessions.get(ctx.session_key)
+            stamp = tz_now(self.tz).isoformat()
+            self.sessions.append(
+                session, {"role": "assistant", "content": shown + STOPPED_MARK, "timestamp": stamp}
+            )
 
     def _save_message(self, msg: InboundMessage, ctx: MessageContext) -> None:
         session = self.sessions.get(ctx.session_key)
