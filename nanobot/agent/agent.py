@@ -11,6 +11,7 @@ again, messages kept without a turn, what `/new` carries over) is its `records` 
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -314,23 +315,18 @@ class Agent:
         # below it (it was written into the first message, above the interim notes).
         streamed = self.settings.stream and msg.reply_future is None
         stream_base = f"{ctx.session_key}:{time.monotonic_ns()}"
-        rounds = [0]
+        later_calls = itertools.count(1)
         if streamed:
             msg.metadata["stream_id"] = stream_base
 
         async def progress(kind: str, text: str) -> None:
-            if not streamed:
-                await self.bus.publish_outbound(ctx.reply(text, kind=kind))
-                return
-            stream_id = msg.metadata["stream_id"]
-            if kind == "progress":  # the call's text: its streamed preview becomes this message
-                await self.bus.publish_outbound(ctx.reply(text, kind=kind, metadata={"stream_id": stream_id}))
-                return
-            await self.bus.publish_outbound(ctx.reply(text, kind=kind))
-            if kind == "tool_hint":  # the call ended in tool calls: the next one streams anew
+            stream_id = msg.metadata.get("stream_id") if streamed else None
+            # the call's text: its streamed preview becomes this message
+            ids = {"stream_id": stream_id} if stream_id and kind == "progress" else {}
+            await self.bus.publish_outbound(ctx.reply(text, kind=kind, metadata=ids))
+            if stream_id and kind == "tool_hint":  # the call ended in tool calls: the next one streams anew
                 await self.bus.publish_outbound(ctx.reply("", kind="stream_end", metadata={"stream_id": stream_id}))
-                rounds[0] += 1
-                msg.metadata["stream_id"] = f"{stream_base}.{rounds[0]}"
+                msg.metadata["stream_id"] = f"{stream_base}.{next(later_calls)}"
                 msg.metadata[STREAMED_KEY] = ""
 
         on_delta = None

@@ -239,7 +239,7 @@ class AgentLoop:
                 slot.running = asyncio.current_task()
                 try:
                     async with self._semaphore:
-                        if self._admits_queued is not None and not self._admitted_still(msg):
+                        if not self._admitted_still(msg):
                             return
                         ctx = self.agent.context_of(msg)  # the trust may have changed meanwhile
                         if queued and msg.reply_future is None:
@@ -289,8 +289,7 @@ class AgentLoop:
 
     def _admitted_still(self, msg: InboundMessage) -> bool:
         """Whether the message may run now; one that may not is handled (acked) and never answered."""
-        assert self._admits_queued is not None
-        if self._admits_queued(msg):
+        if self._admits_queued is None or self._admits_queued(msg):
             return True
         logger.warning(
             "{}: a waiting message is not answered: its sender {} is no longer allowed", msg.session_key, msg.sender_id

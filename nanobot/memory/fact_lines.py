@@ -4,7 +4,7 @@ update (also as put back), and how a dropped one is put back under its section's
 
 from __future__ import annotations
 
-from nanobot.memory.store import normalise_fact
+from nanobot.memory.store import BULLET_MARKS, normalise_fact
 
 KEPT_FACTS_HEADING = "## Kept from the previous version"
 
@@ -32,7 +32,7 @@ def without_repeated_facts(text: str) -> str:
         line = raw.strip()
         if line.startswith("#"):
             section = line
-        elif line.startswith(("-", "*", "•", "+")):
+        elif line.startswith(BULLET_MARKS):
             key = (section, normalise_fact(line))
             if key in seen:
                 continue

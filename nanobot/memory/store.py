@@ -54,6 +54,10 @@ _EMPHASIS_RE = re.compile(r"\*\*|__|`")
 _NOTE_NAME_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:-.+)?\.md")  # daily notes and session notes
 
 
+#: the list marks a fact bullet starts with ("- ", "* ", "• ", "+ ")
+BULLET_MARKS = ("-", "*", "•", "+")
+
+
 def normalise_fact(line: str) -> str:
     """A fact line as compared: without its list mark (-, *, •, +), emphasis, case, spacing and a
     closing full stop — a model rewriting "- Bank PIN is 4821" as "+ **Bank PIN is 4821.**" has
@@ -65,7 +69,7 @@ def normalise_fact(line: str) -> str:
 
 def _says_one_of(line: str, facts: list[set[str]]) -> bool:
     """Whether a note's bullet says one of `facts` (word sets): all its words, most of the bullet's."""
-    if not line.lstrip().startswith(("-", "*", "•", "+")):
+    if not line.lstrip().startswith(BULLET_MARKS):
         return False
     words = fact_words(line)
     return any(fact <= words and len(fact) >= SAME_BULLET_SHARE * len(words) for fact in facts)

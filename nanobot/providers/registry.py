@@ -170,10 +170,9 @@ def configured_providers(providers: ProvidersConfig) -> list[str]:
     """The providers `auto` chooses among. openai with an address but no key is one only when no
     other provider has credentials: an OPENAI_BASE_URL exported for other tools must not take turns
     from the provider config.json names."""
-    keyed = [n for n in SPECS if n != "openai" or credentials(n, providers.openai)[0]]
-    found = [n for n in keyed if has_credentials(n, getattr(providers, n))]
-    if not found and has_credentials("openai", providers.openai):
-        return ["openai"]
+    found = [n for n in SPECS if has_credentials(n, getattr(providers, n))]
+    if len(found) > 1 and "openai" in found and not credentials("openai", providers.openai)[0]:
+        found.remove("openai")
     return found
 
 
