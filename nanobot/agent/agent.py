@@ -1,4 +1,4 @@
-"""Agent: runs one turn, or `/new`, for one session, and says its `/status`; built complete by the factory.
+"""Agent: runs one turn, or `/new`, for one session, and says its `/status` (status.py); built complete by the factory.
 
 The AgentLoop is its only caller: it decides each message's context once (`context_of`),
 dispatches slash commands, and guarantees that calls for the same session never overlap while
@@ -28,6 +28,7 @@ from nanobot.agent.prompt_fit import (
 from nanobot.agent.prompt_tokens import PromptEstimator
 from nanobot.agent.runner import TurnResult, TurnRunner
 from nanobot.agent.session_records import STREAMED_KEY, SessionRecords
+from nanobot.agent.status import status_report
 from nanobot.agent.subagents import SubagentManager
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.bus.events import DELIVERY_KEY, RESUME_KEY, InboundMessage, OutboundMessage
@@ -155,45 +156,8 @@ class Agent:
         logger.info("{}: a /new the shutdown left undone was done; its reply is not sent", ctx.session_key)
 
     def status_text(self, ctx: MessageContext) -> str:
-        """/status for the chat of `ctx`: a shared one is told the tools it is offered, not the
-        owner's, and nothing of the other chats' token use."""
-        session_key, session = ctx.session_key, self.sessions.get(ctx.session_key)
-        # what this chat's next turn is offered: the tools that fit the prompt budget, then its trust
-        within_budget = self.estimator.offered(self.context.system_prompt(ctx.memory_private))[0]
-        offered = self.tools.offered(within_budget, ctx.tool_context())
-        uptime = int(time.time() - self.stats.started_at)
-        lines = [
-            f"Model: {self.provider.default_model} ({self.provider.name})"
-            + (" — the embedded demo model, tiny and often wrong: configure a provider for real use"
-               if self.provider.is_small_local else ""),
-            f"Session: {session_key} — {len(session.messages)} messages, "
-            f"{len(session.messages) - session.last_consolidated} not yet consolidated",
-            # this session's next prompt (the last turn's count was any chat's, and 0 after a start)
-            f"Context: ~{self.estimator(session, self._owner_session(session))} of "
-            f"{self.lifecycle.budget_tokens} prompt tokens",
-            *([] if ctx.shared else [
-                f"Tokens used since start: {self.stats.prompt_tokens} in / {self.stats.completion_tokens} out "
-                f"over {self.stats.turns} turns in all chats" + self._subagents_status()
-            ]),
-            f"Tools: {len(self.tools) if offered is None else len(offered)}{self._mcp_status()}; "
-            f"memory: {self.long_term.name}; background memory tasks: {self.lifecycle.pending()}",
-            f"Uptime: {uptime // 3600}h {uptime % 3600 // 60}m",
-        ]
-        return "\n".join(lines)
-
-    def _subagents_status(self) -> str:
-        if self.subagents is None:
-            return ""
-        used = self.subagents.usage
-        return (
-            f"; sub-agents {used.prompt_tokens} in / {used.completion_tokens} out, "
-            f"{self.subagents.running()} running"
-        )
-
-    @staticmethod
-    def _owner_session(session: Session) -> bool:
-        """Whether a session is an owner's chat by what it recorded (its prompt carries MEMORY.md)."""
-        return session.metadata.get("is_group") is False and not session.metadata.get("guest")
+        """/status for the chat of `ctx` (nanobot/agent/status.py)."""
+        return status_report(self, ctx)
 
     # ------------------------------------------------------------------ turns
     def _prompt_messages(
@@ -395,14 +359,6 @@ class Agent:
         if self.provider.is_small_local or self.provider.images_refused:
             return False
         return self.provider.supports_vision()
-
-    def _mcp_status(self) -> str:
-        if self.mcp is None:
-            return ""
-        servers = self.mcp.status()
-        ready = sum(1 for s in servers if s.get("state") == "ready")
-        tools = sum(len(s.get("tools") or []) for s in servers)
-        return f" (MCP: {ready}/{len(servers)} servers ready, {tools} tools)"
 
     def cancel_subagents(self, session_key: str) -> int:
         return self.subagents.cancel_for(session_key) if self.subagents else 0
