@@ -256,3 +256,20 @@ def test_when_the_reader_of_the_replies_leaves_the_chat_ends(home: Path, fake_ll
     term.proc.kill()
     term.finish(timeout=5)
     assert len(fake_llm.requests) == 1
+
+
+def test_ctrl_d_during_a_turn_prints_the_reply_and_no_prompt_after_it(home: Path, fake_llm: FakeLLMServer) -> None:
+    """Ctrl-D while the model was answering ended the input, then the reply came with the prompt
+    drawn again under it: the user's shell then started after a stray "You: " nobody could answer."""
+    fake_llm.push(Reply(content="the late answer", delay_s=1.5))
+    term = _in_shell(home, fake_llm, "{agent}")
+    term.expect("You: ")
+    term.send("a question")
+    time.sleep(0.5)  # the turn runs, readline waits for the next line
+    term.send_raw(b"\x04")
+    term.expect("agent-exit=0")
+    term.proc.kill()
+    _, screen = term.finish(timeout=5)
+    assert "nanobot: the late answer" in screen, repr(screen[-500:])
+    after_reply = screen.split("nanobot: the late answer")[-1]
+    assert "You: " not in after_reply, repr(after_reply)

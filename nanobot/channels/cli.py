@@ -144,6 +144,7 @@ class TerminalChannel:
         self.screen = self.stdout.isatty()  # a terminal shows what we print: no control characters
         self._readline = _readline() if tty else None
         self._conversing = False  # an interactive chat shows a prompt (not `agent -m`)
+        self._input_ended = False  # Ctrl-D or /exit read: no prompt is drawn again
 
     # ------------------------------------------------------------------ inbound
     def _inbound(self, text: str, reply: ReplyFuture) -> InboundMessage:
@@ -256,8 +257,10 @@ class TerminalChannel:
             while True:
                 want_next.acquire()
                 line = self._read_line()
+                ended = line is None or line.strip().lower() in EXIT_WORDS
+                self._input_ended = ended  # before the line is handed over: a reply may follow at once
                 put(line)
-                if line is None or line.strip().lower() in EXIT_WORDS:
+                if ended:
                     return
 
         # A daemon thread, not to_thread: a blocked read must not hold up the interpreter's exit.
@@ -304,9 +307,11 @@ class TerminalChannel:
             print(f"\nnanobot: {printable(text)}\n", file=self.stdout, flush=True)
             return
         # The reader waits at the prompt (maybe with half a line typed): the reply goes above it,
-        # then the prompt and the typed text are drawn again.
+        # then the prompt and the typed text are drawn again, unless the input has ended (Ctrl-D
+        # during a turn: a prompt drawn then would be left for the shell to write after).
         typed = self._readline.get_line_buffer() if self._readline is not None else ""
-        self.stdout.write(f"{_CLEAR_LINE}nanobot: {printable(text)}\n\n{PROMPT}{typed}")
+        prompt = "" if self._input_ended else f"{PROMPT}{typed}"
+        self.stdout.write(f"{_CLEAR_LINE}nanobot: {printable(text)}\n\n{prompt}")
         self.stdout.flush()
 
     def _notice(self, text: str) -> None:
