@@ -159,3 +159,43 @@ async def test_the_memory_prices_the_tools_the_turn_is_offered(make_config, fake
     context = status.split("Context: ~")[1].split(" prompt tokens")[0]  # "<used> of <budget>"
     used, budget = (int(x.replace(",", "")) for x in context.split(" of "))
     assert used <= budget, status
+
+
+async def test_a_resumed_turn_refused_as_too_long_keeps_its_message_and_saved_steps(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """A turn run again after a restart (its message and tool steps saved) that the provider refused
+    as over its window was sent again as [system, <its last tool result>]: the user's message left
+    out and a tool result without its call, which real providers refuse. The older history goes."""
+    from nanobot.bus.events import RESUME_KEY, InboundMessage
+    from nanobot.timeutil import now
+
+    config = small(make_config, 65536, 1024)
+    runtime = build_runtime(config)
+    sessions = runtime.agent.sessions
+    session = sessions.get("telegram:5")
+    stamp = now().isoformat()
+    for n in range(1):
+        sessions.append(session, {"role": "user", "content": f"older question {n}", "timestamp": stamp},
+                        {"role": "assistant", "content": f"older answer {n}", "timestamp": stamp})
+    asked = "check the two log files and tell me which one has errors"
+    sessions.append(session, {"role": "user", "content": asked, "timestamp": stamp, "sender_id": "5"})
+    for n in range(2):  # the steps saved before the restart
+        call = {"id": f"call_{n}", "type": "function",
+                "function": {"name": "read_file", "arguments": f'{{"path": "log{n}.txt"}}'}}
+        sessions.append(session, {"role": "assistant", "content": "", "timestamp": stamp, "tool_calls": [call]},
+                        {"role": "tool", "tool_call_id": f"call_{n}", "name": "read_file",
+                         "content": f"log{n}: all fine", "timestamp": stamp})
+    fake_llm.push(Reply(status=400, error_message="maximum context length exceeded (context_length_exceeded)"))
+    fake_llm.responder = lambda body: Reply(content="Neither has errors.")
+    runtime.loop.start()
+    try:
+        out = await runtime.bus.request(InboundMessage("telegram", "5", "5", asked, metadata={RESUME_KEY: True}))
+    finally:
+        await runtime.aclose()
+    assert out is not None and out.content == "Neither has errors."
+    retried = turns(fake_llm)[1]["messages"]
+    roles = [m["role"] for m in retried]
+    assert roles[0] == "system" and roles[-4:] == ["assistant", "tool", "assistant", "tool"], roles
+    assert asked in str(retried[-5]["content"]) and retried[-5]["role"] == "user"
+    assert "older question 0" not in str(retried)  # the older half is what was left out

@@ -70,14 +70,18 @@ def fit_user_text(text: str, message: Callable[[str], dict[str, Any]], room_toke
 
 
 def halved_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """`messages` (system, history, the new user message) with the older half of the history left
-    out, cut at a user message so no tool group is split; None when there is no history to cut."""
-    history = messages[1:-1]
+    """`messages` (system, history, the turn's user message and, for a resumed turn, the tool steps
+    it saved) with the older half of the history before that message left out, cut at a user
+    message so no tool group is split; None when there is no history to cut."""
+    current = max(k for k, m in enumerate(messages) if k == 0 or m.get("role") == "user")
+    if current == 0:  # no user message at all: nothing that could be kept whole
+        return None
+    history = messages[1:current]
     if not history:
         return None
     starts = [k for k, m in enumerate(history) if m.get("role") == "user" and k >= len(history) // 2]
     keep = history[starts[0] :] if starts else []
-    return [messages[0], *keep, messages[-1]]
+    return [messages[0], *keep, *messages[current:]]
 
 
 def fit_history(
@@ -137,9 +141,9 @@ async def run_within_window(
                 raise
             logger.warning(
                 "{}: the provider refused the prompt as longer than the model's window; trying with {} "
-                "of {} history messages. Set agents.defaults.contextWindowTokens to the model's window",
+                "of its {} messages. Set agents.defaults.contextWindowTokens to the model's window",
                 session_key,
-                len(shorter) - 2,
-                len(messages) - 2,
+                len(shorter),
+                len(messages),
             )
             prompt, tokens = shorter, None
