@@ -199,3 +199,29 @@ async def test_a_resumed_turn_refused_as_too_long_keeps_its_message_and_saved_st
     assert roles[0] == "system" and roles[-4:] == ["assistant", "tool", "assistant", "tool"], roles
     assert asked in str(retried[-5]["content"]) and retried[-5]["role"] == "user"
     assert "older question 0" not in str(retried)  # the older half is what was left out
+
+
+async def test_the_answer_at_the_tool_step_limit_fits_the_window(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """At the tool-step limit the last call (answer now, without tools) went out with every result
+    whole: each result keeps at least a few hundred tokens, so many of them went over the window, the
+    call was refused and the user got the canned "I stopped after N tool steps" for work that was done."""
+    config = small(make_config, 16384, 1024, **{"agents.defaults.maxToolIterations": 3})
+    config.workspace_path.mkdir(parents=True, exist_ok=True)
+    for n in range(16):
+        (config.workspace_path / f"part{n}.txt").write_text(f"part {n} of the report\n" + "filler words here\n" * 1_700)
+    reads = [{"name": "read_file", "arguments": {"path": f"part{n}.txt"}} for n in range(16)]
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if not body.get("tools"):
+            return Reply(content="All sixteen parts read: the report is complete.")
+        if body["messages"][-1]["role"] != "tool":  # a small first step, then two rounds of reads
+            return Reply(content=None, tool_calls=[{"name": "list_dir", "arguments": {"path": "."}}])
+        return Reply(content=None, tool_calls=reads)
+
+    fake_llm.responder = strict_model(16384, 1024, answer)
+    runtime = build_runtime(config)
+    try:
+        reply = await runtime.ask("read every part of the report", session_key="telegram:1")
+    finally:
+        await runtime.aclose()
+    assert reply == "All sixteen parts read: the report is complete.", reply

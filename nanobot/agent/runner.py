@@ -250,7 +250,9 @@ class TurnRunner:
                 break
         else:
             logger.warning("turn stopped at the tool-iteration limit ({})", self.max_iterations)
-            result.content = await self._final_answer(convo, result, echo_source) or (
+            # the last step's results may take the prompt over the budget (each keeps a minimum)
+            last = _fitted(convo, used - budget) if budget is not None and used > budget else convo
+            result.content = await self._final_answer(last, result, echo_source) or (
                 f"I stopped after {self.max_iterations} tool steps without finishing. "
                 "Tell me to continue, or narrow the task."
             )
