@@ -90,3 +90,21 @@ def test_wide_forms_and_combining_marks_are_not_under_counted(text: str, cl100k)
     if "Tôi" in text:
         text = unicodedata.normalize("NFD", text)
     assert estimate_tokens(text) >= len(cl100k.encode(text, disallowed_special=()))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        " \t   \n" * 2_600,  # blank lines indented with spaces and tabs (a paste, a file read)
+        " \t" * 8_000,
+        "\r\n" * 8_000,
+        "\n" * 5_000,
+        "\t" * 5_000,
+        "x\n\n\t\t" * 2_000,
+    ],
+)
+def test_runs_of_whitespace_are_not_under_counted(text: str, cl100k) -> None:  # noqa: ANN001
+    """Any run of whitespace counted as at most 2 tokens: 15,600 characters of indented blank lines
+    are ~5,200 real tokens, so such a paste or file passed every budget check and the request went
+    over the window (the user told to send /new, which could not help)."""
+    assert estimate_tokens(text) >= len(cl100k.encode(text, disallowed_special=()))
