@@ -592,3 +592,33 @@ async def test_an_open_disk_is_the_owners_not_the_groups(make_config, tmp_path: 
     finally:
         await runtime.aclose()
     assert "sent" in sent or "queued" in sent, sent
+
+
+async def test_an_open_disk_does_not_attach_the_daemons_environment_or_its_keys(
+    make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    """With tools.restrictToWorkspace false a steered model attached /proc/self/environ (the
+    provider key and bot tokens in clear) to a message; a file of the user holding nanobot's key
+    went out with it, where read_file masks it."""
+    from nanobot.secrets import register_secret
+
+    key = "sk-live-environ-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    register_secret(key)
+    dotenv = tmp_path / "project" / ".env"
+    dotenv.parent.mkdir()
+    dotenv.write_text(f"OPENAI_API_KEY={key}\nDEBUG=1\n", encoding="utf-8")
+    config, _ = make_config(**{"tools.restrictToWorkspace": False})
+    runtime = make_runtime(config)
+    tools = runtime.agent.tools
+    tools.get("message").confirm_timeout_s = 0.1  # type: ignore[union-attr]  # no channel runs here
+    try:
+        for path in ("/proc/self/environ", f"/proc/{os.getpid()}/environ", "/proc/self/cmdline"):
+            refused = await tools.execute("message", {"content": "env", "media": [path]}, OWNER)
+            assert refused.startswith("Error:") and key not in refused, (path, refused)
+        await tools.execute("message", {"content": "the file", "media": [str(dotenv)]}, OWNER)
+        sent = await asyncio.wait_for(runtime.bus.consume_outbound(), 5)
+    finally:
+        await runtime.aclose()
+    [attached] = sent.files
+    assert key.encode() not in attached.data and b"DEBUG=1" in attached.data, attached.data

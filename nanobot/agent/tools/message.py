@@ -12,6 +12,7 @@ from nanobot.agent.tools.files import PathGuard
 from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.secrets import mask
 from nanobot.util.nofollow import read_regular_bytes
 
 MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024  # the most any channel takes (Telegram: 50 MB)
@@ -77,6 +78,9 @@ class MessageTool(Tool):
                 raise ToolError(f"cannot attach {item!r}: a folder")
             if self._nanobots_own(path):
                 raise ToolError(f"cannot attach {item!r}: nanobot's own files (config, keys, logs) are never sent")
+            if path.is_relative_to("/proc") or path.is_relative_to("/sys"):
+                # a process's environment and command line hold the daemon's keys in clear
+                raise ToolError(f"cannot attach {item!r}: files of the kernel's /proc and /sys are never sent")
             try:
                 # the folder actually opened is asked about again, the file opened without following
                 # a link: what is sent is what the policy allowed, whatever was swapped in since
@@ -88,7 +92,7 @@ class MessageTool(Tool):
                 if exc.errno == errno.EFBIG:
                     raise ToolError(f"cannot attach {item!r}: larger than {MAX_ATTACHMENT_BYTES // 2**20} MB") from None
                 raise ToolError(f"cannot attach {item!r}: {exc.strerror or exc}") from None
-            files.append(OutboundFile(path.name, data))
+            files.append(OutboundFile(path.name, _masked(data)))
         return files
 
     def _nanobots_own(self, path: Path) -> bool:
@@ -144,3 +148,14 @@ def _copy_of(name: str, own: str) -> bool:
     if name == own or name.startswith(own + "."):
         return True
     return bool(dot) and name.startswith(stem + ".") and f".{suffix}" in name[len(stem):]
+
+
+def _masked(data: bytes) -> bytes:
+    """A text attachment with the known secrets masked, as read_file shows it (a project's .env
+    holding nanobot's provider key); other bytes as they are."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+    masked = mask(text)
+    return data if masked == text else masked.encode("utf-8")
