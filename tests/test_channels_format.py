@@ -340,3 +340,14 @@ def test_discord_leaves_tilde_and_nested_code_blocks_alone() -> None:
     assert markdown_to_discord(tilde) == "Here:\n\n~~~bash\n#### Setup\necho hi\n~~~\n**After**"
     nested = "````md\n```\n#### inner\n```\n````\n#### out"
     assert markdown_to_discord(nested) == "````md\n```\n#### inner\n```\n````\n**out**"
+
+
+def test_blank_lines_at_the_end_of_a_long_text_make_no_part_of_their_own() -> None:
+    """A `message` text just over the limit with blank lines at its end gave a last part of newlines
+    only: Telegram refused it ("message text is empty") and the file sent with it never left."""
+    text = "Here is the report you asked for.\n\n" + ("Summary line. " * 290)[:4030] + "\n" * 40
+    parts = split_message(text, 4096)
+    assert parts and all(part.strip() for part in parts), [len(p) for p in parts]
+    assert "".join(parts).strip() == text.strip()
+    fenced = "```\n" + "code line\n" * 500 + "\n" * 30
+    assert all(part.strip() not in ("", "```") for part in split_message(fenced, 4096))

@@ -159,7 +159,8 @@ def split_message(text: str, max_chars: int, measure: Measure = utf16_len) -> li
         prefix = f"{open_fence}\n" if open_fence else ""
         room = max_chars - measure(prefix)
         if measure(remaining) <= room:
-            parts.append(prefix + remaining)
+            if remaining.strip():  # the blank lines a text ended with are no part of their own
+                parts.append(prefix + remaining)
             break
         # Reserve room for a closing fence; the fence opener is reused, so reserve its length too.
         window = remaining[: _fit(remaining, room - _CLOSE_ROOM, measure)]
