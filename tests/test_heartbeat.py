@@ -320,3 +320,39 @@ async def test_a_beat_the_model_could_not_answer_tells_the_user_nothing(tmp_path
         assert await gateway.heartbeat.tick() == "Time to water the plants!"
     finally:
         await gateway.runtime.aclose()
+
+
+async def test_a_silent_heartbeat_posts_nothing_not_even_its_interim_text(make_config, fake_llm) -> None:  # noqa: ANN001
+    """HEARTBEAT_OK is not delivered, yet the text the beat's model wrote before a tool call went
+    to the target chat at every beat (sendProgress is on by default)."""
+    from nanobot.gateway.runtime import Gateway
+    from tests.agent_helpers import wait_for
+    from tests.fakes.discord_server import DM_CHANNEL_ID, FakeDiscordServer
+    from tests.fakes.llm_server import Reply
+    from tests.test_channels_discord import TOKEN, fast
+
+    server = FakeDiscordServer().start()
+    config, path = make_config(**{
+        "gateway.heartbeat": {"enabled": True, "target": f"discord:{DM_CHANNEL_ID}"},
+        "channels.discord": {"enabled": True, "token": TOKEN, "allowFrom": ["*"],
+                             "apiBase": server.api_base, "gatewayUrl": server.gateway_url},
+    })
+    gateway = Gateway(config, str(path), force_exit=lambda code: None)
+    (config.workspace_path / "HEARTBEAT.md").write_text("- Check that the backup folder exists; say nothing if it does.\n")
+    fast(gateway.channels.channels["discord"])
+    await gateway.channels.start_all()
+    gateway.loop.start()
+    fake_llm.push(Reply(content="Let me look at the workspace first.",
+                        tool_calls=[{"name": "list_dir", "arguments": {"path": "."}}]),
+                  Reply(content="HEARTBEAT_OK"))
+    try:
+        await wait_for(lambda: gateway.channels.channels["discord"].state == "running")
+        result = await gateway.heartbeat.tick()
+        await asyncio.sleep(0.5)  # what the manager was given meanwhile is sent
+    finally:
+        await gateway.loop.stop_accepting()
+        await gateway.runtime.aclose()
+        await gateway.channels.stop_all()
+        server.stop()
+    assert len(fake_llm.requests) == 2  # the beat ran its tool step
+    assert result is None and server.calls_to("send_message") == []

@@ -311,7 +311,9 @@ class Agent:
                 ctx.tool_context(),
                 tool_names=tool_names,
                 on_messages=persist,
-                on_progress=progress,
+                # interim notes only where the reply goes too (the heartbeat posted them before
+                # a HEARTBEAT_OK that is never delivered)
+                on_progress=progress if msg.reply_future is None else None,
                 on_delta=on_delta,
                 prompt_tokens=tokens,
             )
