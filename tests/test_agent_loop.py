@@ -158,7 +158,7 @@ async def test_stop_during_a_streamed_answer_keeps_what_the_chat_was_shown(
 ) -> None:
     """The chat kept the part of the answer streamed before /stop; the session kept nothing of it,
     so the model did not know what the user had read ("go on" started over)."""
-    config, _ = make_config(**{"agents.defaults.stream": True})
+    config, _ = make_config(**{"agents.defaults.stream": True, "channels.telegram.streaming": True})
     bus = MessageBus()
     runtime = make_runtime(config, bus)
     runtime.loop.start()
@@ -178,6 +178,36 @@ async def test_stop_during_a_streamed_answer_keeps_what_the_chat_was_shown(
     assert [m["role"] for m in saved] == ["user", "assistant"], saved
     assert saved[1]["content"].startswith("PARTIAL w0 w1 w2 w3") and "stopped by the user" in saved[1]["content"]
     assert "w59" not in saved[1]["content"]
+
+
+async def test_stop_on_a_channel_that_does_not_stream_saves_nothing_as_shown(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """With agents.defaults.stream on, a Discord chat (no streaming there) was shown nothing before
+    /stop, yet the session saved the streamed text as the answer the user had read."""
+    config, _ = make_config(**{"agents.defaults.stream": True})  # Telegram's streaming stays off
+    bus = MessageBus()
+    runtime = make_runtime(config, bus)
+    runtime.loop.start()
+    story = "PARTIAL " + " ".join(f"w{i}" for i in range(400))
+    # slow either way: streamed a byte a millisecond, or whole after 3 s
+    fake_llm.responder = lambda body: Reply(content=story, stream_piece_bytes=1) if body.get("stream") else Reply(
+        content=story, delay_s=3.0
+    )
+    try:
+        for channel in ("discord", "telegram"):
+            await bus.publish_inbound(inbound("tell me a story", channel=channel))
+            await wait_for(lambda: fake_llm.requests)
+            await asyncio.sleep(0.5)  # the answer is streaming from the model
+            await bus.publish_inbound(inbound("/stop", channel=channel))
+            assert (await next_outbound(bus, timeout_s=30)).content == STOPPED_REPLY
+            await wait_for(lambda: not runtime.loop.in_flight())
+    finally:
+        await runtime.loop.stop_accepting()
+        await runtime.aclose()
+    for key in ("discord:c1", "telegram:c1"):
+        saved = messages_of(runtime.agent.sessions.path_for(key))
+        assert "PARTIAL" not in str(saved), (key, saved)
 
 
 async def test_stop_gives_up_only_the_stopped_turn(

@@ -134,11 +134,13 @@ async def test_real_tools_results_reach_the_llm(make_config, fake_llm: FakeLLMSe
         Reply(content="all done"),
     )
     bus: MessageBus = rt.bus
-    try:
-        reply = await rt.ask("write and run")
+    try:  # a chat's message (a reply the channels deliver: they are also given the interim notes)
+        out = await rt.agent.handle(
+            InboundMessage(channel="telegram", sender_id="1", chat_id="42", content="write and run")
+        )
     finally:
         await rt.aclose()
-    assert reply == "all done"
+    assert out is not None and out.content == "all done"
     assert (config.workspace_path / "notes" / "a.txt").read_text() == "alpha"
     second = {
         m["tool_call_id"]: m["content"] for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"
@@ -155,7 +157,7 @@ async def test_real_tools_results_reach_the_llm(make_config, fake_llm: FakeLLMSe
 
 
 async def test_streaming_publishes_deltas_on_the_bus(make_config, fake_llm: FakeLLMServer) -> None:
-    config, _ = make_config(**{"agents.defaults.stream": True})
+    config, _ = make_config(**{"agents.defaults.stream": True, "channels.telegram.streaming": True})
     rt = make_runtime(config)
     fake_llm.push(Reply(content="streamed words arrive one by one"))
     try:
@@ -177,7 +179,7 @@ async def test_streaming_publishes_deltas_on_the_bus(make_config, fake_llm: Fake
 async def test_a_streamed_preview_never_shows_reasoning_or_control_tokens(make_config, fake_llm: FakeLLMServer) -> None:
     """The final reply dropped a reasoning model's <think> block, but the streamed preview showed it
     (for seconds, and as the push notification), in every response of the turn."""
-    config, _ = make_config(**{"agents.defaults.stream": True})
+    config, _ = make_config(**{"agents.defaults.stream": True, "channels.telegram.streaming": True})
     rt = make_runtime(config)
     fake_llm.push(
         Reply(content="<think>the user is Bob, hint rosebud</think>Let me look.",
@@ -199,7 +201,7 @@ async def test_a_streamed_preview_never_shows_reasoning_or_control_tokens(make_c
 async def test_a_reply_its_publisher_delivers_is_not_streamed(make_config, fake_llm: FakeLLMServer) -> None:
     """A cron job's turn (or the heartbeat's) streamed a preview into the chat, then the job sent its
     result as a new message: the reply showed twice (and a heartbeat's HEARTBEAT_OK showed at all)."""
-    config, _ = make_config(**{"agents.defaults.stream": True})
+    config, _ = make_config(**{"agents.defaults.stream": True, "channels.telegram.streaming": True})
     rt = make_runtime(config)
     fake_llm.push(Reply(content="Time to take your pills!"))
     rt.loop.start()
@@ -214,7 +216,7 @@ async def test_a_reply_its_publisher_delivers_is_not_streamed(make_config, fake_
 
 
 async def test_streaming_turn_with_tool_calls(make_config, fake_llm: FakeLLMServer) -> None:
-    config, _ = make_config(**{"agents.defaults.stream": True})
+    config, _ = make_config(**{"agents.defaults.stream": True, "channels.telegram.streaming": True})
     rt = make_runtime(config)
     fake_llm.push(
         Reply(content="", tool_calls=[{"id": "l", "name": "list_dir", "arguments": {"path": "."}}]),
@@ -234,7 +236,8 @@ async def test_each_model_call_of_a_streamed_turn_streams_into_its_own_message(
 ) -> None:
     """One stream id per turn: the text before a tool call and the answer went into the same
     preview, the answer ended in the first message, above the interim notes sent after it."""
-    config, _ = make_config(**{"agents.defaults.stream": True, "channels.sendProgress": False})
+    config, _ = make_config(**{"agents.defaults.stream": True, "channels.telegram.streaming": True,
+                               "channels.sendProgress": False})
     rt = make_runtime(config)
     fake_llm.push(
         Reply(content="Let me look first. ", tool_calls=[{"id": "l", "name": "list_dir", "arguments": {}}]),

@@ -338,7 +338,7 @@ async def test_a_silent_heartbeat_posts_nothing_not_even_its_interim_text(make_c
                              "apiBase": server.api_base, "gatewayUrl": server.gateway_url},
     })
     gateway = Gateway(config, str(path), force_exit=lambda code: None)
-    (config.workspace_path / "HEARTBEAT.md").write_text("- Check that the backup folder exists; say nothing if it does.\n")
+    (config.workspace_path / "HEARTBEAT.md").write_text("- Check that the backup folder exists; quiet if it does.\n")
     fast(gateway.channels.channels["discord"])
     await gateway.channels.start_all()
     gateway.loop.start()

@@ -53,6 +53,7 @@ class AgentSettings:
     max_user_message_chars: int = 32_000
     max_tool_result_chars: int = 16_000
     stream: bool = False
+    streaming_channels: frozenset[str] = frozenset()  # channels that show a streamed reply as it grows
     tool_names: set[str] | None = None  # None: all registered tools
     share_memory_in_groups: bool = False  # memory.shareInGroups
 
@@ -277,7 +278,11 @@ class Agent:
         # Each model call streams into a message of its own (msg.metadata["stream_id"] names the
         # current one): a call's text before its tool calls becomes that message, the answer comes
         # below it (it was written into the first message, above the interim notes).
-        streamed = self.settings.stream and msg.reply_future is None
+        # A channel that shows no stream (Discord, Telegram without `streaming`) is sent the answer
+        # whole: what /stop saves as shown must be what the chat was shown.
+        streamed = (
+            self.settings.stream and msg.reply_future is None and ctx.reply_channel in self.settings.streaming_channels
+        )
         stream_base = f"{ctx.session_key}:{time.monotonic_ns()}"
         later_calls = itertools.count(1)
         if streamed:

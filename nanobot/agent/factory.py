@@ -259,6 +259,10 @@ def build_runtime(
             max_user_message_chars=d.max_user_message_chars,
             max_tool_result_chars=d.max_tool_result_chars,
             stream=d.stream,
+            streaming_channels=frozenset(
+                name for name in type(config.channels).model_fields
+                if getattr(getattr(config.channels, name), "streaming", False) is True
+            ),
             tool_names=tool_names,
             share_memory_in_groups=config.memory.share_in_groups,
         ),
