@@ -506,3 +506,26 @@ async def test_one_replys_tool_calls_run_a_few_at_a_time_and_not_without_end() -
     assert Slow.runs == MAX_TOOL_CALLS_PER_REPLY and Slow.peak == MAX_PARALLEL_TOOL_CALLS
     outputs = [m["content"] for m in result.messages if m.get("role") == "tool"]
     assert len(outputs) == 30 and outputs[-1].startswith("Error: not run: one reply may call at most")
+
+
+async def test_a_group_sharing_memory_gets_the_relevant_facts_of_a_long_memory_file(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """With memory.shareInGroups on, a group's prompt carried the head and tail of a long MEMORY.md
+    but never the relevant facts of its middle, which private chats get: the model said it did not know."""
+    config, _ = make_config(**{"memory.shareInGroups": True})
+    rt = make_runtime(config)
+    facts = [f"- Fact {n}: the {n}th thing worth remembering about the garden shed and its shelves" for n in range(600)]
+    facts[300] = "- Our dentist is Dr. Zamboni on Elm Street."
+    (config.workspace_path / "memory" / "MEMORY.md").write_text("# Memory\n" + "\n".join(facts) + "\n")
+    fake_llm.push(Reply(content="Dr. Zamboni"), Reply(content="Dr. Zamboni"))
+    try:
+        for chat_id, is_group in (("-100", True), ("42", False)):
+            await rt.agent.handle(InboundMessage(
+                channel="telegram", sender_id="42", chat_id=chat_id, content="who is our dentist?", is_group=is_group
+            ))
+    finally:
+        await rt.aclose()
+    group, private = (json.dumps(request["messages"]) for request in fake_llm.requests[-2:])
+    assert "Fact 599" in group and "Fact 300" not in group  # the long file's tail is there, its middle not
+    assert "Zamboni" in private and "Zamboni" in group

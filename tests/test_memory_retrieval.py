@@ -280,7 +280,9 @@ async def test_file_memory_brings_relevant_facts_of_a_long_memory_file(tmp_path:
     memory = FileMemory(store, prompt_chars=2_000)  # far smaller than the file: the middle is cut
     context = await memory.context_for("what's the door code of the storage unit?", "cli:direct", "u", False)
     assert "QX-7731" in context and len(context) < 2_000
-    assert await memory.context_for("storage unit door code", "telegram:-1", "u", True) == ""  # groups: never
+    assert await memory.context_for("storage unit door code", "telegram:-1", "u", True) == ""  # groups: not by default
+    shared = FileMemory(store, prompt_chars=2_000, share_in_groups=True)  # memory.shareInGroups
+    assert "QX-7731" in await shared.context_for("storage unit door code", "telegram:-1", "u", True)
     assert await FileMemory(store, prompt_chars=100_000).context_for("storage unit", "cli:direct", "u", False) == ""
 
 

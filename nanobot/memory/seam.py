@@ -79,12 +79,15 @@ class FileMemory:
     name = "file"
     owns_memory_file = True
 
-    def __init__(self, store: MemoryStore | None = None, prompt_chars: int = 0):
+    def __init__(self, store: MemoryStore | None = None, prompt_chars: int = 0, share_in_groups: bool = False):
         self.store = store
         self.prompt_chars = prompt_chars  # MEMORY.md's budget in the system prompt (0: unknown)
+        # memory.shareInGroups: a group's prompt carries MEMORY.md, so its omitted middle's relevant
+        # facts come too (they did not: the model said it did not know)
+        self.share_in_groups = share_in_groups
 
     async def context_for(self, query: str, session_key: str, sender_id: str, is_group: bool) -> str:
-        if self.store is None or is_group or not self.prompt_chars:
+        if self.store is None or (is_group and not self.share_in_groups) or not self.prompt_chars:
             return ""
         text = self.store.read_memory().strip()
         if len(text) <= self.prompt_chars:

@@ -93,7 +93,7 @@ def build_long_term_memory(
     (MEMORY.md in the system prompt, written by consolidation); anything else goes through an adapter."""
     sel = select(config)
     if sel.name in ("file", "rolling_summary"):
-        return FileMemory(memory_store, memory_prompt_chars)
+        return FileMemory(memory_store, memory_prompt_chars, share_in_groups=config.memory.share_in_groups)
     from nanobot.memory.backends.bridge import AdapterMemory
 
     adapter = build_adapter(config, workspace, selection=sel)
