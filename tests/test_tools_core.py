@@ -180,11 +180,47 @@ async def test_exec_runs_in_the_workspace(exec_tool: ExecTool) -> None:
         "cat ~/.ssh/id_rsa",
         "echo $HOME/x",
         "touch /tmp/outside.txt",
+        'cat "/etc/passwd"',
+        "ls /",
+        "cd / && ls",
+        "cat '/'etc/passwd",
+        "find / -name '*.key'",
+        "cp notes.txt /etc/new-file",
+        "echo $((6 / 3)) > /tmp/x",
+        "cat /e*/passwd",
+        "cat /{etc,x}/passwd",
+        "cat /\\etc/passwd",
     ],
 )
 async def test_exec_refuses_paths_outside_the_workspace(exec_tool: ExecTool, command: str) -> None:
     with pytest.raises(ToolError, match="refused"):
         await exec_tool.execute(CTX, command=command)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls -d */",
+        "du -sh */",
+        "awk '/error/ {print}' app.log",
+        "sed '/^#/d' conf.ini",
+        "find . -path '*/tests/*'",
+        "echo $((6 / 3))",
+        "cut -d'/' -f1 paths.txt",
+        "tr '/' '_' < paths.txt",
+        "python3 -c 'print(6 /2)'",
+        "grep -c '/api/v2/' access.log",
+    ],
+)
+async def test_exec_runs_commands_whose_slashes_name_no_outside_path(exec_tool: ExecTool, command: str) -> None:
+    """A slash after a glob, a quote or a space counted as an absolute path: listing the folders,
+    an awk or sed address, a find pattern and shell arithmetic were refused as "'/' lies outside
+    the workspace"; the model gave up on ordinary tasks."""
+    for name in ("app.log", "conf.ini", "paths.txt", "access.log"):
+        (exec_tool.workspace / name).write_text("# a\nerror here\n/api/v2/x\n")
+    (exec_tool.workspace / "tests").mkdir(exist_ok=True)
+    out = await exec_tool.execute(CTX, command=command)
+    assert "refused" not in out, out
 
 
 async def test_the_home_folder_refusal_tells_the_model_what_home_is(exec_tool: ExecTool) -> None:

@@ -12,7 +12,9 @@ the model a clear message; commands compute paths at run time, so it is never th
 
 from __future__ import annotations
 
+import glob
 import math
+import os
 import re
 import shlex
 from pathlib import Path
@@ -34,7 +36,11 @@ BUILTIN_DENY_PATTERNS = (
     r">\s*/dev/sd[a-z]",
     r"\bchmod\s+-R\s+[0-7]{3,4}\s+/(\s|$)",
 )
-_ABS_PATH_RE = re.compile(r"(?<![\w.~:/-])(/[^\s'\";|&<>()]*)")
+# A slash that starts a word (not one after a glob: `ls -d */` lists the workspace's folders).
+_ABS_PATH_RE = re.compile(r"(?<![\w.~:/*?\]-])(/[^\s'\";|&<>()]*)")
+_ARITHMETIC = re.compile(r"\$\(\([^()]*\)\)")  # $((6 / 3)) divides
+# A first path part the shell may still expand into a folder's name: such a path is checked as given.
+_EXPANDS = re.compile(r"[{$`\\]")
 # Programs and devices a command may name although they are outside the workspace.
 _ALLOWED_SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib", "/dev/null", "/dev/stdout", "/dev/stderr")
 
@@ -100,7 +106,7 @@ class ExecTool(Tool):
                     "workspace as HOME); use paths relative to the workspace, the current folder "
                     "(restrictToWorkspace)"
                 )
-            for raw in _ABS_PATH_RE.findall(command):
+            for raw in _outside_candidates(command):
                 if raw.startswith(_ALLOWED_SYSTEM_PREFIXES):
                     continue
                 if not Path(raw).resolve().is_relative_to(self.workspace):
@@ -137,3 +143,32 @@ class ExecTool(Tool):
             raise ToolError(killed + (f"\nOutput so far:\n{text}" if text else ""))
         text = text or "(no output)"
         return f"{text}\n[exit code {result.returncode}]" if result.returncode else text
+
+
+def _outside_candidates(command: str) -> list[str]:
+    """The words of `command` that may name an absolute path. Left out: a slash quoted alone (a
+    delimiter: `cut -d'/'`, `tr '/' _`), and a path whose first part names nothing at the root of
+    this machine (an awk or sed address `/error/`, a URL path `/api/v2/`, `print(6 /2)`): it can
+    reach nothing outside. A first part with a glob counts when the glob matches something."""
+    text = _ARITHMETIC.sub(" ", command)
+    found = []
+    for match in _ABS_PATH_RE.finditer(text):
+        raw, start = match.group(1), match.start(1)
+        if raw == "/" and _quoted_alone(text, start):
+            continue
+        first = raw[1:].split("/", 1)[0]
+        if first and not _EXPANDS.search(first):
+            exists = bool(glob.glob("/" + first)) if glob.has_magic(first) else os.path.lexists("/" + first)
+            if not exists:
+                continue
+        found.append(raw)
+    return found
+
+
+def _quoted_alone(text: str, at: int) -> bool:
+    """Whether the slash at `at` is a quoted word of its own ('/' or "/" ended by a quote)."""
+    quote = text[at - 1] if at else ""
+    if quote not in ("'", '"') or text[at + 1 : at + 2] != quote:
+        return False
+    after = text[at + 2 : at + 3]
+    return not after or after.isspace() or after in ";|&)"
