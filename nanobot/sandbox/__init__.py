@@ -26,6 +26,7 @@ from nanobot.config.paths import PRIVATE_DIRS
 from nanobot.sandbox.process import ProcessResult, run_process
 from nanobot.sandbox.spec import (
     PROTECTED_DIRS,
+    SHELL,
     Limits,
     SandboxSpec,
     limits_hook,
@@ -139,7 +140,8 @@ class Sandbox:
         keep_bytes: int,
         own_media: str = "",
     ) -> ProcessResult:
-        """Run `/bin/sh -c command` in the workspace; raises SandboxUnavailable when exec is disabled.
+        """Run `SHELL -c command` (bash, else sh) in the workspace; raises SandboxUnavailable when exec
+        is disabled.
         `own_media`: in a shared context, how this chat's downloads begin (the only media/ shown)."""
         active = self.status.active
         if active == "unavailable":
@@ -169,7 +171,7 @@ class Sandbox:
             return await self._run_landlock(spec, command, run)
         wrapper = prlimit_argv(self.limits, user_tasks())
         hook = None if wrapper is not None else limits_hook(self.limits)
-        argv = [*(wrapper or []), "/bin/sh", "-c", command]
+        argv = [*(wrapper or []), SHELL, "-c", command]
         return await run_process(argv, env=sandbox_env(spec), preexec=hook, **run)
 
     async def _run_bwrap(
@@ -206,10 +208,10 @@ class Sandbox:
             env = sandbox_env(spec, tmpdir)
             wrapper = prlimit_argv(self.limits, user_tasks())
             if wrapper is not None:
-                argv = [*wrapper, "/bin/sh", "-c", command]
+                argv = [*wrapper, SHELL, "-c", command]
                 return await run_process(argv, env=env, spawner=rules.spawn_restricted, **run)
             hook = rules.restrict_hook(limits_hook(self.limits))
-            return await run_process(["/bin/sh", "-c", command], env=env, preexec=hook, **run)
+            return await run_process([SHELL, "-c", command], env=env, preexec=hook, **run)
         finally:
             rules.close()
             shutil.rmtree(tmpdir, ignore_errors=True)

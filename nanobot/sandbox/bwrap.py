@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from nanobot.sandbox.seccomp import command_filter, filter_hook
-from nanobot.sandbox.spec import SandboxSpec, shared_home
+from nanobot.sandbox.spec import SHELL, SandboxSpec, shared_home
 
 SHARED_HOME = shared_home("/tmp")
 
@@ -82,7 +82,7 @@ def bwrap_argv(
     hidden_files: list[Path],
     wrapper: list[str] | None = None,
 ) -> list[str]:
-    """The bwrap command line running `[*wrapper] /bin/sh -c command` under `spec`.
+    """The bwrap command line running `[*wrapper] SHELL -c command` under `spec`.
 
     `hidden` are folders replaced by an empty tmpfs ($HOME, NANOBOT_HOME); `hidden_files` are files
     replaced by /dev/null (the config file and the log file when they live elsewhere).
@@ -125,7 +125,7 @@ def bwrap_argv(
         argv += ["--bind-try", str(path), str(path)]
     if spec.shared:  # its own empty HOME (sandbox_env): the owner's dot-files are not its settings
         argv += ["--dir", SHARED_HOME]
-    argv += ["--chdir", str(ws), "--", *(wrapper or []), "/bin/sh", "-c", command]
+    argv += ["--chdir", str(ws), "--", *(wrapper or []), SHELL, "-c", command]
     return argv
 
 

@@ -41,6 +41,8 @@ ENV_ALLOW = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")
 ENV_ALLOW_PREFIXES = ("LC_",)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 MB = 1024 * 1024
+# Models write bash (`source`, `[[ ]]`, `{1..3}`, `set -o pipefail`): dash failed each of them.
+SHELL = "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
 MAX_SHOWN_MEDIA = 500  # of a chat's downloads in its group's commands, the newest
 
 

@@ -614,3 +614,4 @@ async def test_commands_hold_no_capabilities_and_cannot_uncover_a_hidden_config(
         shutil.rmtree(root)
     assert "CapEff:\t0000000000000000" in out, out
     assert PROVIDER_KEY not in out and "apiKey" not in out, out
+

@@ -16,6 +16,7 @@ from nanobot.agent.tools.shell import ExecTool
 from nanobot.config.schema import ExecToolConfig
 from nanobot.sandbox import detect
 from tests.conftest import run_cli
+from tests.security.conftest import OWNER, SANDBOXES, make_exec, require_sandbox
 
 
 @pytest.fixture
@@ -233,3 +234,35 @@ async def test_landlock_grant_never_lands_on_a_symlink_swapped_in_after_the_list
     monkeypatch.undo()
     assert (ws / "projects").is_symlink()  # the swap did happen while the rules were built
     assert not (target / "x").exists(), out
+
+
+@pytest.mark.parametrize("mode", ["off", *SANDBOXES])
+async def test_commands_run_in_bash_as_models_write_them(nano_home: Path, mode: str) -> None:
+    """Commands ran under dash: `source`, `[[ ]]`, `{1..3}` and `set -o pipefail` each failed."""
+    if mode != "off":
+        require_sandbox(mode)
+    tool = make_exec(nano_home, mode)
+    command = "set -o pipefail; [[ -d media ]] && echo {1..3}; source /dev/null && echo sourced"
+    out = await tool.execute(OWNER, command=command)
+    assert out.split() == ["1", "2", "3", "sourced"], out
+
+
+@pytest.mark.parametrize("mode", ["off", *SANDBOXES])
+async def test_a_command_longer_than_a_command_line_holds_says_what_to_do(nano_home: Path, mode: str) -> None:
+    """A 140,000-character heredoc failed with a bare "Argument list too long"."""
+    if mode != "off":
+        require_sandbox(mode)
+    tool = make_exec(nano_home, mode)
+    with pytest.raises(ToolError, match="write_file"):
+        await tool.execute(OWNER, command="cat > media/big.txt <<'EOF'\n" + "x" * 140_000 + "\nEOF")
+
+
+async def test_under_landlock_the_model_learns_why_the_top_folder_refuses_new_files(nano_home: Path) -> None:
+    """Landlock cannot let a command create entries in the workspace's top folder (only grant per
+    folder): the model's first `echo > notes.txt` or `git init` failed with a bare "Permission denied"."""
+    require_sandbox("landlock")
+    tool = make_exec(nano_home, "landlock")
+    assert "top folder" in tool.description
+    out = await tool.execute(OWNER, command="echo hi > notes.txt")
+    assert "Permission denied" in out and "write_file" in out and "[exit code" in out, out
+    assert (await tool.execute(OWNER, command="echo hi > media/notes.txt && cat media/notes.txt")) == "hi\n"

@@ -36,6 +36,13 @@ BUILTIN_DENY_PATTERNS = (
     r">\s*/dev/sd[a-z]",
     r"\bchmod\s+-R\s+[0-7]{3,4}\s+/(\s|$)",
 )
+# Linux's limit on one argument (MAX_ARG_STRLEN): a longer command failed with "Argument list too long".
+MAX_COMMAND_BYTES = 128 * 1024
+LANDLOCK_TOP_FOLDER = (
+    "Under this sandbox (Landlock) commands cannot create files or folders directly in the workspace's "
+    "top folder or in memory/: work inside a sub-folder (write_file makes one: write a file into it), and "
+    "note that HOME is that top folder"
+)
 # A slash that starts a word (not one after a glob: `ls -d */` lists the workspace's folders).
 _ABS_PATH_RE = re.compile(r"(?<![\w.~:/*?\]-])(/[^\s'\";|&<>()]*)")
 _ARITHMETIC = re.compile(r"\$\(\([^()]*\)\)")  # $((6 / 3)) divides
@@ -48,7 +55,7 @@ _ALLOWED_SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib", "/dev/null", "/d
 class ExecTool(Tool):
     name = "exec"
     description = (
-        "Run a shell command in the workspace folder and return its output (stdout and stderr). "
+        "Run a bash command in the workspace folder and return its output (stdout and stderr). "
         "Long output is shortened; commands time out."
     )
     parameters = {
@@ -84,6 +91,8 @@ class ExecTool(Tool):
             private_dirs=(Path.home(), *private_dirs),
             private_files=private_files,
         )
+        if self.status.active == "landlock":
+            self.description = f"{ExecTool.description} {LANDLOCK_TOP_FOLDER}"
         if self.status.active == "off":
             logger.warning("exec sandbox is off (tools.exec.sandbox): commands run with the daemon's rights")
         elif self.status.active == "unavailable":
@@ -117,6 +126,12 @@ class ExecTool(Tool):
             raise ToolError("command is empty")
         if "\0" in command:
             raise ToolError("command holds a NUL byte, which no shell command can")
+        if len(command.encode("utf-8", "surrogatepass")) >= MAX_COMMAND_BYTES:
+            raise ToolError(
+                f"the command is {len(command.encode('utf-8', 'surrogatepass')):,} bytes: one command line "
+                f"holds less than {MAX_COMMAND_BYTES // 1024} KiB. Write the script into a file with "
+                "write_file, then run that file"
+            )
         self.check(command)
         usable = isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0
         limit = min(timeout_s if usable else self.cfg.timeout_s, self.cfg.timeout_s)  # shorter if asked, never longer
@@ -142,7 +157,11 @@ class ExecTool(Tool):
         if killed:
             raise ToolError(killed + (f"\nOutput so far:\n{text}" if text else ""))
         text = text or "(no output)"
-        return f"{text}\n[exit code {result.returncode}]" if result.returncode else text
+        if not result.returncode:
+            return text
+        if self.status.active == "landlock" and ("Permission denied" in text or "Read-only file system" in text):
+            text += f"\n[{LANDLOCK_TOP_FOLDER}]"  # the model's first file at the top failed with no reason
+        return f"{text}\n[exit code {result.returncode}]"
 
 
 def _outside_candidates(command: str) -> list[str]:
