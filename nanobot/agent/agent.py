@@ -240,14 +240,16 @@ class Agent:
         )
         vision = bool(msg.media) and self._vision()
 
-        def as_message(text: str) -> dict[str, Any]:
-            return self.context.user_message(text, runtime, msg.media, vision=vision)
-
         stored = self.records.stored(msg, ctx)
         system = self.context.system_prompt(ctx.memory_private)
         budget = self.lifecycle.budget_tokens
         system_tokens = count_message({"role": "system", "content": system})
         tool_names, tool_tokens = self.estimator.offered(system)
+        image_room = (budget - system_tokens - tool_tokens) // 2  # the rest for the text and the history
+
+        def as_message(text: str) -> dict[str, Any]:
+            return self.context.user_message(text, runtime, msg.media, vision=vision, image_room_tokens=image_room)
+
         llm_text = fit_user_text(
             user_text, as_message, budget - system_tokens - tool_tokens, self.settings.max_user_message_chars
         )

@@ -22,6 +22,7 @@ from loguru import logger
 
 from nanobot.config.paths import BOOTSTRAP_FILES, SKILLS_DIR
 from nanobot.memory.store import MemoryStore
+from nanobot.providers.image_tokens import image_tokens, pixel_size
 from nanobot.timeutil import now as tz_now
 from nanobot.util.nofollow import read_regular_bytes, read_regular_head
 from nanobot.util.text import attachment_note, truncate_middle
@@ -294,13 +295,19 @@ not a request."""
         return "\n".join(lines)
 
     def user_message(
-        self, text: str, runtime: str, media: list[str] | None = None, vision: bool = False
+        self,
+        text: str,
+        runtime: str,
+        media: list[str] | None = None,
+        vision: bool = False,
+        image_room_tokens: int | None = None,
     ) -> dict[str, Any]:
-        """The user message for the LLM: runtime block + text, images as content parts when supported."""
+        """The user message for the LLM: runtime block + text, images as content parts when supported
+        (as many as `image_room_tokens` holds, priced by their size; the others named in a note)."""
         body = f"{runtime}\n\n{text}"
         notes: list[str] = []
         images: list[dict[str, Any]] = []
-        image_bytes = 0
+        image_bytes = image_cost = 0
         for raw in media or []:
             path = Path(raw)
             mime = mimetypes.guess_type(path.name)[0] or ""
@@ -311,8 +318,14 @@ not a request."""
             if image is not None and real is not None and image_bytes + len(image) > IMAGES_MAX_TOTAL_BYTES:
                 notes.append(f"{attachment_note(path, mime)} (not shown: this message's images are over "
                              f"{IMAGES_MAX_TOTAL_BYTES // 1_000_000} MB together; ask for fewer at a time)")
+            elif image is not None and real is not None and image_room_tokens is not None and (
+                image_cost + image_tokens(*(pixel_size(image) or (0, 0))) > image_room_tokens
+            ):
+                notes.append(f"{attachment_note(path, mime)} (not shown: this message's images take more "
+                             "of the model's context window than it has room for; ask for fewer at a time)")
             elif image is not None and real is not None:
                 image_bytes += len(image)
+                image_cost += image_tokens(*(pixel_size(image) or (0, 0)))
                 data = base64.b64encode(image).decode()
                 images.append({"type": "image_url", "image_url": {"url": f"data:{real};base64,{data}"}})
             else:

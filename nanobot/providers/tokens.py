@@ -28,9 +28,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from nanobot.providers.image_tokens import image_part_tokens
+
 SAFETY_MARGIN = 1.05
 MESSAGE_OVERHEAD_TOKENS = 4  # role, separators
-IMAGE_PART_TOKENS = 85  # an image part at low detail
 _TEXT_CACHE_MAX_CHARS = 2_000  # short strings share a big memo; long ones a small one
 _LONG_CACHE_ENTRIES = 64  # system prompts (private/group) and tool lists, with room for edits
 
@@ -184,7 +185,7 @@ def count_message(message: dict[str, Any]) -> int:
             if isinstance(part, dict) and part.get("type") == "text":
                 total += count_text(str(part.get("text", "")))
             else:
-                total += IMAGE_PART_TOKENS
+                total += image_part_tokens(part)
     for call in message.get("tool_calls") or []:
         fn = call.get("function", {})
         total += count_text(str(fn.get("name", ""))) + count_text(str(fn.get("arguments", ""))) + 3
