@@ -190,6 +190,8 @@ async def test_exec_runs_in_the_workspace(exec_tool: ExecTool) -> None:
         "cat /e*/passwd",
         "cat /{etc,x}/passwd",
         "cat /\\etc/passwd",
+        "cat /e'tc'/passwd",
+        'cat /e"tc/pass"wd',
     ],
 )
 async def test_exec_refuses_paths_outside_the_workspace(exec_tool: ExecTool, command: str) -> None:

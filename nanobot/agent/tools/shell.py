@@ -176,7 +176,9 @@ def _outside_candidates(command: str) -> list[str]:
         if raw == "/" and _quoted_alone(text, start):
             continue
         first = raw[1:].split("/", 1)[0]
-        if first and not _EXPANDS.search(first):
+        # `/e'tc'/passwd`: a first part a quote cuts short is checked as given
+        cut_by_quote = "/" not in raw[1:] and text[match.end(1) : match.end(1) + 1] in ("'", '"')
+        if first and not _EXPANDS.search(first) and not cut_by_quote:
             exists = bool(glob.glob("/" + first)) if glob.has_magic(first) else os.path.lexists("/" + first)
             if not exists:
                 continue
