@@ -768,6 +768,20 @@ async def test_a_preview_of_an_answer_never_finished_says_so(server, gateway_fac
     assert server.calls_to("editMessageText")[-1].params["text"].startswith("CUT BY THE STOP")
 
 
+async def test_a_stopped_preview_shows_all_the_session_keeps_as_shown(server, gateway_factory) -> None:
+    """The text streamed in the last half second before /stop was still waiting for the next edit:
+    the marked preview left it out while the session saved it as what the user had read."""
+    gw = await gateway_factory(make_config(server, streaming=True)).start(respond=False)
+    meta = {"stream_id": "s-late"}
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "SHOWN ", kind="stream_delta", metadata=meta))
+    await server.wait_for("sendMessage")
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "WAITING", kind="stream_delta", metadata=meta))
+    end = OutboundMessage("telegram", "555", "", kind="stream_end", metadata={**meta, "interrupted": True})
+    await gw.bus.publish_outbound(end)  # within the edit interval: WAITING was not shown yet
+    edit = (await server.wait_for("editMessageText"))[-1]
+    assert edit.params["text"].startswith("SHOWN WAITING …") and "[interrupted" in edit.params["text"], edit.params
+
+
 async def test_a_streamed_turns_interim_text_and_answer_are_two_messages_in_order(server, gateway_factory) -> None:
     """With sendProgress off the interim text the user had watched stream was overwritten by the
     answer; with it on, the answer went into the first message, above the interim note."""

@@ -75,12 +75,14 @@ class StreamPreviews:
 
     async def interrupt(self, key: str) -> None:
         """A reply that will not be completed (stopped, failed, the gateway stopping): its preview,
-        if one was shown, says so instead of passing for the whole answer."""
+        if one was shown, says so instead of passing for the whole answer, and shows all the text
+        that came (after /stop the session keeps that as what the user was shown; the last half
+        second of it was still waiting for the next edit)."""
         preview = await self.take(key)
         bot = self._bot()
         if preview is None or preview.message_id is None or bot is None:
             return
-        text = cut_to(preview.shown.rstrip() + INTERRUPTED_MARK, TELEGRAM_MAX_CHARS)
+        text = cut_to(preview.text.rstrip(), TELEGRAM_MAX_CHARS - len(INTERRUPTED_MARK)) + INTERRUPTED_MARK
         try:
             await bot.edit_message_text(text, chat_id=preview.chat_id, message_id=preview.message_id)
         except TelegramError as exc:
