@@ -210,6 +210,28 @@ async def test_stop_on_a_channel_that_does_not_stream_saves_nothing_as_shown(
         assert "PARTIAL" not in str(saved), (key, saved)
 
 
+async def test_stop_in_a_chat_stops_a_report_streaming_into_it_from_a_jobs_session(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    """A heartbeat's or cron job's sub-agent reports in the job's session, answering into the chat:
+    the user watched it come, sent /stop and was told "Nothing is running." while it ran on."""
+    loop, agent, bus = running
+    fake_llm.push(Reply(content="the weather report, finished after the stop", delay_s=SLOW_REPLY_S))
+    report = InboundMessage(
+        channel="system", sender_id="u1", chat_id="c1", content="[sub-agent report] the weather",
+        session_key_override="heartbeat:main", metadata={"origin_channel": "telegram", "origin_chat_id": "c1"},
+    )
+    await bus.publish_inbound(report)
+    await wait_for(lambda: len(fake_llm.requests) == 1)
+    await bus.publish_inbound(inbound("/stop", chat_id="other"))  # another chat's /stop reaches nothing
+    assert (await next_outbound(bus, timeout_s=10)).content == NOTHING_RUNNING_REPLY
+    await bus.publish_inbound(inbound("/stop"))
+    assert (await next_outbound(bus, timeout_s=10)).content == STOPPED_REPLY
+    await wait_for(lambda: not loop.in_flight())
+    await asyncio.sleep(SLOW_REPLY_S + 0.5)  # when the report's answer would have come
+    assert not [out for out in drain_outbound(bus) if out.kind == "message"]
+
+
 async def test_stop_gives_up_only_the_stopped_turn(
     running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
 ) -> None:

@@ -54,6 +54,7 @@ class _SessionSlot:
     # order, so those it saves (SessionRecords.keep_unanswered) land in the transcript as they were sent.
     tasks: dict[asyncio.Task[None], None] = field(default_factory=dict)
     running: asyncio.Task[None] | None = None
+    reply_target: tuple[str, str] | None = None  # the chat the running turn answers (channel, chat id)
     user_stopped: bool = False  # the running turn is being cancelled by /stop
 
 
@@ -214,7 +215,7 @@ class AgentLoop:
 
     async def _immediate(self, ctx: MessageContext) -> str:
         if ctx.command == "stop":
-            return await self.stop_session(ctx.session_key)
+            return await self.stop_session(ctx.session_key, (ctx.reply_channel, ctx.reply_chat_id))
         if ctx.command == "status":
             return self.agent.status_text(ctx)
         return HELP_TEXT
@@ -237,6 +238,7 @@ class AgentLoop:
                 # running from here: a /stop also reaches a turn still waiting for a free turn slot
                 # (it said "Nothing is running." and the turn then ran anyway)
                 slot.running = asyncio.current_task()
+                slot.reply_target = (ctx.reply_channel, ctx.reply_chat_id)
                 try:
                     async with self._semaphore:
                         if not self._admitted_still(msg):
@@ -273,6 +275,7 @@ class AgentLoop:
                         out.metadata.update(self.agent.records.record_failure_reply(ctx, out.content))
                 finally:
                     slot.running = None
+                    slot.reply_target = None
                     slot.user_stopped = False
                 msg.ack()  # handled, answered or failed (a no-op once persisted)
         except asyncio.CancelledError:
@@ -320,18 +323,24 @@ class AgentLoop:
             return
         await self.bus.publish_outbound(out)
 
-    async def stop_session(self, session_key: str) -> str:
-        """Cancel the session's running turn and sub-agents; the messages queued behind the turn
-        are still answered (they are the user's words: dropping them would lose them)."""
-        slot = self._slots.get(session_key)
-        running = slot.running if slot is not None else None
-        if running is not None and not running.done():
-            assert slot is not None
-            slot.user_stopped = True
-            running.cancel()
-            await asyncio.wait([running], timeout=STOP_WAIT_S)  # it records where it stopped
+    async def stop_session(self, session_key: str, chat: tuple[str, str] | None = None) -> str:
+        """Cancel the session's running turn and sub-agents, and any other session's turn answering
+        into `chat` (a sub-agent's report of a heartbeat or cron job runs in that job's session: the
+        user watched it stream, sent /stop and was told nothing was running). The messages queued
+        behind a turn are still answered (they are the user's words: dropping them would lose them)."""
+        slots = [
+            slot for key, slot in self._slots.items()
+            if key == session_key or (chat is not None and slot.reply_target == chat)
+        ]
+        stopped = [slot.running for slot in slots if slot.running is not None and not slot.running.done()]
+        for slot in slots:
+            if slot.running is not None and not slot.running.done():
+                slot.user_stopped = True
+                slot.running.cancel()
+        if stopped:
+            await asyncio.wait(stopped, timeout=STOP_WAIT_S)  # each records where it stopped
         cancelled_sub = self.agent.cancel_subagents(session_key)
-        if running is None and not cancelled_sub:
+        if not stopped and not cancelled_sub:
             return NOTHING_RUNNING_REPLY
         return STOPPED_REPLY
 
