@@ -266,3 +266,15 @@ async def test_under_landlock_the_model_learns_why_the_top_folder_refuses_new_fi
     out = await tool.execute(OWNER, command="echo hi > notes.txt")
     assert "Permission denied" in out and "write_file" in out and "[exit code" in out, out
     assert (await tool.execute(OWNER, command="echo hi > media/notes.txt && cat media/notes.txt")) == "hi\n"
+
+
+async def test_under_landlock_a_refused_read_gets_no_top_folder_hint(nano_home: Path) -> None:
+    """Every "Permission denied" got the top-folder hint, also a refused read outside: it sent the
+    model the wrong way."""
+    require_sandbox("landlock")
+    tool = ExecTool(nano_home / "workspace", ExecToolConfig(sandbox="landlock"), restrict=False,
+                    private_dirs=(nano_home,), private_files=(nano_home / "config.json",))
+    out = await tool.execute(OWNER, command=f"cat {nano_home / 'config.json'}")
+    assert "[exit code" in out and "top folder" not in out, out
+    for command in ("mkdir proj", "touch notes.txt", "git init -q"):
+        assert "top folder" in await tool.execute(OWNER, command=command), command

@@ -12,7 +12,6 @@ the model a clear message; commands compute paths at run time, so it is never th
 
 from __future__ import annotations
 
-import glob
 import math
 import os
 import re
@@ -45,9 +44,18 @@ LANDLOCK_TOP_FOLDER = (
 )
 # A slash that starts a word (not one after a glob: `ls -d */` lists the workspace's folders).
 _ABS_PATH_RE = re.compile(r"(?<![\w.~:/*?\]-])(/[^\s'\";|&<>()]*)")
-_ARITHMETIC = re.compile(r"\$\(\([^()]*\)\)")  # $((6 / 3)) divides
-# A first path part the shell may still expand into a folder's name: such a path is checked as given.
-_EXPANDS = re.compile(r"[{$`\\]")
+_ARITHMETIC = re.compile(r"\$\(\([\w\s+\-*/%<>=!&|^~?:,.]*\)\)")  # $((6 / 3)) divides; nothing else inside
+# A first path part the shell may still expand into a folder's name (a variable, an escape, a glob
+# bash matches and Python's glob may not, brace expansion): such a path is checked as given.
+_EXPANDS = re.compile(r"[{}$`\\,\[*?]")
+# `~`, `~user`, also where bash expands it after `{`, `,` or `(` (`{~root,x}/.profile`)
+_TILDE = re.compile(r"(?<![\w/.~*-])~")
+# A failed command's words when it tried to create something (Landlock's read-only top folder).
+_NOT_CREATED = re.compile(
+    r"cannot (create|touch|make|mkdir|lock|open .* for writing)|could not (create|lock)|Read-only file system"
+    r"|Permission denied: '[^/']+'|^(/bin/)?bash: line \d+: [^/:\s]+: Permission denied",
+    re.IGNORECASE | re.MULTILINE,
+)
 # Programs and devices a command may name although they are outside the workspace.
 _ALLOWED_SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib", "/dev/null", "/dev/stdout", "/dev/stderr")
 
@@ -107,7 +115,7 @@ class ExecTool(Tool):
         if self.restrict:
             if re.search(r"(^|[\s/'\"])\.\.(/|\s|$)", command):
                 raise ToolError("command refused: '..' path segments are not allowed (restrictToWorkspace)")
-            if re.search(r"(^|[\s=:'\"])~|\$\{?HOME\b", command):
+            if _TILDE.search(command) or re.search(r"\$\{?HOME\b", command):
                 # HOME is the workspace inside the sandbox, so the old "outside the workspace" was
                 # false; the model means the user's home, which a command never reaches
                 raise ToolError(
@@ -159,16 +167,17 @@ class ExecTool(Tool):
         text = text or "(no output)"
         if not result.returncode:
             return text
-        if self.status.active == "landlock" and ("Permission denied" in text or "Read-only file system" in text):
+        at_top = re.escape(str(self.workspace)) + r"/[^/\s:]+: Permission denied"  # git init: <ws>/.git
+        if self.status.active == "landlock" and (_NOT_CREATED.search(text) or re.search(at_top, text)):
             text += f"\n[{LANDLOCK_TOP_FOLDER}]"  # the model's first file at the top failed with no reason
         return f"{text}\n[exit code {result.returncode}]"
 
 
 def _outside_candidates(command: str) -> list[str]:
-    """The words of `command` that may name an absolute path. Left out: a slash quoted alone (a
-    delimiter: `cut -d'/'`, `tr '/' _`), and a path whose first part names nothing at the root of
-    this machine (an awk or sed address `/error/`, a URL path `/api/v2/`, `print(6 /2)`): it can
-    reach nothing outside. A first part with a glob counts when the glob matches something."""
+    """The words of `command` that may name an absolute path. Left out: a slash quoted alone as a
+    delimiter (`cut -d'/'`), and a path whose first part names nothing at the root of this machine
+    (an awk or sed address `/error/`, a URL path `/api/v2/`, `print(6 /2)`): it can reach nothing
+    outside. A first part the shell may expand (a glob, a variable, braces) is checked as given."""
     text = _ARITHMETIC.sub(" ", command)
     found = []
     for match in _ABS_PATH_RE.finditer(text):
@@ -176,20 +185,22 @@ def _outside_candidates(command: str) -> list[str]:
         if raw == "/" and _quoted_alone(text, start):
             continue
         first = raw[1:].split("/", 1)[0]
-        # `/e'tc'/passwd`: a first part a quote cuts short is checked as given
-        cut_by_quote = "/" not in raw[1:] and text[match.end(1) : match.end(1) + 1] in ("'", '"')
-        if first and not _EXPANDS.search(first) and not cut_by_quote:
-            exists = bool(glob.glob("/" + first)) if glob.has_magic(first) else os.path.lexists("/" + first)
-            if not exists:
-                continue
+        after, before = text[match.end(1) : match.end(1) + 1], text[start - 1 : start] if start else ""
+        # `/e'tc'/passwd`, `/@(tmp)`: a first part a quote or a parenthesis cuts short; `{/tmp,x}`
+        as_given = ("/" not in raw[1:] and after in ("'", '"', "(")) or before in ("{", ",")
+        if first and not as_given and not _EXPANDS.search(first) and not os.path.lexists("/" + first):
+            continue  # it names nothing at the root of this machine
         found.append(raw)
     return found
 
 
 def _quoted_alone(text: str, at: int) -> bool:
-    """Whether the slash at `at` is a quoted word of its own ('/' or "/" ended by a quote)."""
+    """Whether the slash at `at` is quoted alone and stuck to what comes before it (`cut -d'/'`,
+    `split("/")`): an argument, not the root (`cd '/'` is the root)."""
     quote = text[at - 1] if at else ""
     if quote not in ("'", '"') or text[at + 1 : at + 2] != quote:
+        return False
+    if at < 2 or text[at - 2].isspace():
         return False
     after = text[at + 2 : at + 3]
     return not after or after.isspace() or after in ";|&)"
