@@ -594,8 +594,9 @@ async def test_an_open_disk_is_the_owners_not_the_groups(make_config, tmp_path: 
     assert "sent" in sent or "queued" in sent, sent
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "cp1252", "utf-16"])
 async def test_an_open_disk_does_not_attach_the_daemons_environment_or_its_keys(
-    make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+    make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoding: str  # noqa: ANN001
 ) -> None:
     """With tools.restrictToWorkspace false a steered model attached /proc/self/environ (the
     provider key and bot tokens in clear) to a message; a file of the user holding nanobot's key
@@ -607,7 +608,7 @@ async def test_an_open_disk_does_not_attach_the_daemons_environment_or_its_keys(
     register_secret(key)
     dotenv = tmp_path / "project" / ".env"
     dotenv.parent.mkdir()
-    dotenv.write_text(f"OPENAI_API_KEY={key}\nDEBUG=1\n", encoding="utf-8")
+    dotenv.write_text(f"# clé de l'API\nOPENAI_API_KEY={key}\nDEBUG=1\n", encoding=encoding)
     config, _ = make_config(**{"tools.restrictToWorkspace": False})
     runtime = make_runtime(config)
     tools = runtime.agent.tools
@@ -621,4 +622,6 @@ async def test_an_open_disk_does_not_attach_the_daemons_environment_or_its_keys(
     finally:
         await runtime.aclose()
     [attached] = sent.files
-    assert key.encode() not in attached.data and b"DEBUG=1" in attached.data, attached.data
+    for form in ("utf-8", "utf-16-le", "utf-16-be"):
+        assert key.encode(form) not in attached.data, attached.data
+    assert "DEBUG=1" in attached.data.decode("utf-16" if encoding == "utf-16" else "utf-8"), attached.data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import errno
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.secrets import mask
 from nanobot.util.nofollow import read_regular_bytes
+from nanobot.util.text import decode_text
 
 MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024  # the most any channel takes (Telegram: 50 MB)
 MAX_ATTACHMENTS = 10  # per message (Discord's limit); they are held in memory until sent
@@ -152,10 +154,12 @@ def _copy_of(name: str, own: str) -> bool:
 
 def _masked(data: bytes) -> bytes:
     """A text attachment with the known secrets masked, as read_file shows it (a project's .env
-    holding nanobot's provider key); other bytes as they are."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data
+    holding nanobot's provider key; read the way read_file reads it: UTF-8, a Windows-1252 line, a
+    UTF-16 file with its byte order mark); other bytes as they are."""
+    if b"\0" in data and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data  # binary (an image, a PDF's streams): no text to mask
+    text = decode_text(data)
     masked = mask(text)
-    return data if masked == text else masked.encode("utf-8")
+    if masked == text:
+        return data
+    return masked.encode("utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8")
