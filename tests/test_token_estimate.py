@@ -101,6 +101,9 @@ def test_wide_forms_and_combining_marks_are_not_under_counted(text: str, cl100k)
         "\n" * 5_000,
         "\t" * 5_000,
         "x\n\n\t\t" * 2_000,
+        "Totals follow." + "\r\n" * 8_000,  # blank lines after punctuation (a Windows file)
+        "}" + "\n" * 8_000,
+        "\r" * 8_000,
     ],
 )
 def test_runs_of_whitespace_are_not_under_counted(text: str, cl100k) -> None:  # noqa: ANN001

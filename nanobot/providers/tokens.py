@@ -120,15 +120,18 @@ def _piece_cost(piece: str) -> float:
         return (1.0 if length <= 6 else 1.0 + (length - 6) / 5) + 0.8 * steps
     if last.isdigit():
         return 1.0
-    # punctuation: JSON's `":"`, `","`, `":{"` are single tokens; longer runs split
-    return 1.0 if length <= 4 else 1.0 + (length - 4) / 2.5
+    # punctuation: JSON's `":"`, `","`, `":{"` are single tokens; longer runs split; a long run of
+    # blank lines it takes along (a Windows file's `.\r\n\r\n…`) costs like whitespace alone
+    tail = len(piece) - len(core)
+    blank_lines = _whitespace_cost(piece[len(core):]) if tail > 2 else 0.0
+    return (1.0 if length <= 4 else 1.0 + (length - 4) / 2.5) + blank_lines
 
 
 #: how many of one whitespace character (or CRLF pair) a token holds when they repeat: a run of
 #: spaces merges far (indentation costs a token or two), tabs, newlines and CRLFs much less, and
 #: alternating kinds hardly at all (15,600 characters of blank lines indented with spaces and tabs
 #: are ~7,600 tokens; counted as one run of 2 they took a paste, or a read file, past the window)
-_REPEATS_PER_TOKEN = {" ": 64, "\n": 12, "\t": 8, "\r\n": 4}
+_REPEATS_PER_TOKEN = {" ": 64, "\n": 12, "\t": 8, "\r\n": 4, "\r": 1}
 _WHITESPACE_UNIT = re.compile(r"\r\n|\s")
 
 
