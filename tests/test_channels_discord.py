@@ -332,6 +332,18 @@ async def test_a_reply_routed_while_discord_reconnects_is_sent_when_it_is_back(s
     assert [c.params["content"] for c in sends] == ["during the outage", "after it"]
 
 
+async def test_a_reply_routed_before_discord_is_connected_goes_out_once_it_is(server, gateway_factory) -> None:
+    """A reply sent again at start (after a crash) was routed before the login finished: it failed at
+    once ("discord is reconnecting") and waited for the chat's next message, which may never come."""
+    server.fail_next("get_me", 503, 3)  # the first logins fail: Discord connects a second later
+    gw = gateway_factory(make_config(server))
+    gw.channel.reconnect_max_delay_s = 0.3
+    await gw.manager.start_all()
+    await gw.bus.publish_outbound(OutboundMessage("discord", str(DM_CHANNEL_ID), "the reply of before the crash"))
+    sends = await server.wait_for("send_message", count=1, timeout=10)
+    assert [c.params["content"] for c in sends] == ["the reply of before the crash"]
+
+
 async def test_a_rate_limited_login_waits_as_long_as_discord_says(server, gateway_factory) -> None:
     """Told to wait 120 s, the login was tried again after 0.5, 1, 2, 4 s: each try another 429."""
     server.fail_next("get_me", 429, 100, retry_after=120, message="You are being rate limited.", **{"global": False})

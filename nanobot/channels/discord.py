@@ -47,6 +47,9 @@ MESSAGE_CACHE = 200  # messages discord.py keeps (it resolves replies from this 
 # A longer retry_after raises discord.RateLimited (nanobot waits it, capped) instead of discord.py
 # sleeping it inside send(); 30 s is the smallest value discord.py accepts.
 MAX_RATELIMIT_WAIT_S = 30.0
+# A send routed while the client logs in (the replies sent again at start) or logs in again waits this
+# long for it: failing at once, the reply waited for the chat's next message, which may never come.
+CONNECT_WAIT_S = 30.0
 # What discord.py's HTTPClient.request retries itself before raising: 5xx it calls transient, and
 # connection resets by errno (macOS/BSD, Windows).
 _LIBRARY_RETRIED_STATUSES = frozenset({500, 502, 504, 524})
@@ -306,8 +309,21 @@ class DiscordChannel(Channel):
         if self.client is not None and self.state == "running":
             await self.client.http.send_typing(int(chat_id))
 
+    async def _connected_target(self, chat_id: str) -> discord.PartialMessageable:
+        """`_target`, once the client is logged in: waited for (at most CONNECT_WAIT_S) while the
+        channel is starting or retrying its connection."""
+        deadline = asyncio.get_running_loop().time() + CONNECT_WAIT_S
+        while (
+            self.state in ("starting", "retrying")
+            and not self._stopping
+            and (self.client is None or self.client.is_closed() or self.client.user is None)
+            and asyncio.get_running_loop().time() < deadline
+        ):
+            await asyncio.sleep(0.1)
+        return self._target(chat_id)
+
     async def _send_text(self, msg: OutboundMessage) -> None:
-        target = self._target(msg.chat_id)
+        target = await self._connected_target(msg.chat_id)
         parts = capped_parts(split_message(markdown_to_discord(msg.content), DISCORD_MAX_CHARS), str)
         steps = SentSteps(msg)  # a reply sent again after an outage goes on where it stopped
         for index, part in enumerate(parts):
