@@ -232,6 +232,35 @@ async def test_stop_in_a_chat_stops_a_report_streaming_into_it_from_a_jobs_sessi
     assert not [out for out in drain_outbound(bus) if out.kind == "message"]
 
 
+async def test_stop_in_a_chat_leaves_a_cron_jobs_own_turn_alone(
+    running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
+) -> None:
+    """The cross-session /stop reached a cron job's own turn too (it shows nothing in the chat): the
+    user's /stop of their own answer lost a reminder due then, recorded as run "ok"."""
+    from nanobot.agent.cron_turn import run_cron_job
+    from nanobot.scheduler.cron_run import run_and_deliver
+    from nanobot.scheduler.cron_store import CronJob, CronSchedule, DeliverTo
+
+    loop, agent, bus = running
+    fake_llm.push(Reply(content="REMINDER: take the pills", delay_s=SLOW_REPLY_S),
+                  Reply(content="my long answer", delay_s=SLOW_REPLY_S))
+    job = CronJob("j1", "pills", "remind me to take the pills",
+                  CronSchedule(kind="at", at="2026-01-01T09:00:00+00:00"), deliver_to=DeliverTo("telegram", "c1"))
+    delivered: list[str] = []
+
+    async def deliver(channel: str, chat_id: str, text: str) -> None:
+        delivered.append(text)
+
+    job_run = asyncio.create_task(run_and_deliver(job, lambda j: run_cron_job(bus, j, agent.sessions), deliver))
+    await wait_for(lambda: len(fake_llm.requests) == 1)  # the job's turn is running
+    await bus.publish_inbound(inbound("write me a long essay"))
+    await wait_for(lambda: len(fake_llm.requests) == 2)
+    await bus.publish_inbound(inbound("/stop"))  # meant for the essay
+    assert (await next_outbound(bus, timeout_s=10)).content == STOPPED_REPLY
+    await asyncio.wait_for(job_run, SLOW_REPLY_S + 5)
+    assert delivered == ["REMINDER: take the pills"]
+
+
 async def test_stop_gives_up_only_the_stopped_turn(
     running: tuple[AgentLoop, Agent, MessageBus], fake_llm: FakeLLMServer
 ) -> None:

@@ -54,7 +54,7 @@ class _SessionSlot:
     # order, so those it saves (SessionRecords.keep_unanswered) land in the transcript as they were sent.
     tasks: dict[asyncio.Task[None], None] = field(default_factory=dict)
     running: asyncio.Task[None] | None = None
-    reply_target: tuple[str, str] | None = None  # the chat the running turn answers (channel, chat id)
+    reply_target: tuple[str, str] | None = None  # the chat a running sub-agent report answers
     user_stopped: bool = False  # the running turn is being cancelled by /stop
 
 
@@ -238,7 +238,10 @@ class AgentLoop:
                 # running from here: a /stop also reaches a turn still waiting for a free turn slot
                 # (it said "Nothing is running." and the turn then ran anyway)
                 slot.running = asyncio.current_task()
-                slot.reply_target = (ctx.reply_channel, ctx.reply_chat_id)
+                # a sub-agent's report streams into its chat from another session (a heartbeat's,
+                # a cron job's): that chat's /stop reaches it. A job's own turn shows nothing there
+                # (its reply is delivered by the job, which a /stop would lose without a word).
+                slot.reply_target = (ctx.reply_channel, ctx.reply_chat_id) if msg.channel == SYSTEM_CHANNEL else None
                 try:
                     async with self._semaphore:
                         if not self._admitted_still(msg):
