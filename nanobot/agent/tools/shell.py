@@ -13,7 +13,6 @@ the model a clear message; commands compute paths at run time, so it is never th
 from __future__ import annotations
 
 import math
-import os
 import re
 import shlex
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 from loguru import logger
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
+from nanobot.agent.tools.shell_guard import HOME_TILDE, outside_candidates
 from nanobot.config.paths import media_prefix
 from nanobot.config.schema import ExecToolConfig
 from nanobot.sandbox import ROOT_WARNING, Limits, Sandbox, SandboxUnavailable, detect, runs_as_root
@@ -42,14 +42,6 @@ LANDLOCK_TOP_FOLDER = (
     "top folder or in memory/: work inside a sub-folder (write_file makes one: write a file into it), and "
     "note that HOME is that top folder"
 )
-# A slash that starts a word (not one after a glob: `ls -d */` lists the workspace's folders).
-_ABS_PATH_RE = re.compile(r"(?<![\w.~:/*?\]-])(/[^\s'\";|&<>()]*)")
-_ARITHMETIC = re.compile(r"\$\(\([\w\s+\-*/%<>=!&|^~?:,.]*\)\)")  # $((6 / 3)) divides; nothing else inside
-# A first path part the shell may still expand into a folder's name (a variable, an escape, a glob
-# bash matches and Python's glob may not, brace expansion): such a path is checked as given.
-_EXPANDS = re.compile(r"[{}$`\\,\[*?]")
-# `~`, `~user`, also where bash expands it after `{`, `,` or `(` (`{~root,x}/.profile`)
-_TILDE = re.compile(r"(?<![\w/.~*-])~")
 # A failed command's words when it tried to create something (Landlock's read-only top folder).
 _NOT_CREATED = re.compile(
     r"cannot (create|touch|make|mkdir|lock|open .* for writing)|could not (create|lock)|Read-only file system"
@@ -115,7 +107,7 @@ class ExecTool(Tool):
         if self.restrict:
             if re.search(r"(^|[\s/'\"])\.\.(/|\s|$)", command):
                 raise ToolError("command refused: '..' path segments are not allowed (restrictToWorkspace)")
-            if _TILDE.search(command) or re.search(r"\$\{?HOME\b", command):
+            if HOME_TILDE.search(command) or re.search(r"\$\{?HOME\b", command):
                 # HOME is the workspace inside the sandbox, so the old "outside the workspace" was
                 # false; the model means the user's home, which a command never reaches
                 raise ToolError(
@@ -123,7 +115,7 @@ class ExecTool(Tool):
                     "workspace as HOME); use paths relative to the workspace, the current folder "
                     "(restrictToWorkspace)"
                 )
-            for raw in _outside_candidates(command):
+            for raw in outside_candidates(command):
                 if raw.startswith(_ALLOWED_SYSTEM_PREFIXES):
                     continue
                 if not Path(raw).resolve().is_relative_to(self.workspace):
@@ -172,35 +164,3 @@ class ExecTool(Tool):
             text += f"\n[{LANDLOCK_TOP_FOLDER}]"  # the model's first file at the top failed with no reason
         return f"{text}\n[exit code {result.returncode}]"
 
-
-def _outside_candidates(command: str) -> list[str]:
-    """The words of `command` that may name an absolute path. Left out: a slash quoted alone as a
-    delimiter (`cut -d'/'`), and a path whose first part names nothing at the root of this machine
-    (an awk or sed address `/error/`, a URL path `/api/v2/`, `print(6 /2)`): it can reach nothing
-    outside. A first part the shell may expand (a glob, a variable, braces) is checked as given."""
-    text = _ARITHMETIC.sub(" ", command)
-    found = []
-    for match in _ABS_PATH_RE.finditer(text):
-        raw, start = match.group(1), match.start(1)
-        if raw == "/" and _quoted_alone(text, start):
-            continue
-        first = raw[1:].split("/", 1)[0]
-        after, before = text[match.end(1) : match.end(1) + 1], text[start - 1 : start] if start else ""
-        # `/e'tc'/passwd`, `/@(tmp)`: a first part a quote or a parenthesis cuts short; `{/tmp,x}`
-        as_given = ("/" not in raw[1:] and after in ("'", '"', "(")) or before in ("{", ",")
-        if first and not as_given and not _EXPANDS.search(first) and not os.path.lexists("/" + first):
-            continue  # it names nothing at the root of this machine
-        found.append(raw)
-    return found
-
-
-def _quoted_alone(text: str, at: int) -> bool:
-    """Whether the slash at `at` is quoted alone and stuck to what comes before it (`cut -d'/'`,
-    `split("/")`): an argument, not the root (`cd '/'` is the root)."""
-    quote = text[at - 1] if at else ""
-    if quote not in ("'", '"') or text[at + 1 : at + 2] != quote:
-        return False
-    if at < 2 or text[at - 2].isspace():
-        return False
-    after = text[at + 2 : at + 3]
-    return not after or after.isspace() or after in ";|&)"
