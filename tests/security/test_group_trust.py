@@ -594,7 +594,7 @@ async def test_an_open_disk_is_the_owners_not_the_groups(make_config, tmp_path: 
     assert "sent" in sent or "queued" in sent, sent
 
 
-@pytest.mark.parametrize("encoding", ["utf-8", "cp1252", "utf-16"])
+@pytest.mark.parametrize("encoding", ["utf-8", "cp1252", "utf-16", "gbk"])
 async def test_an_open_disk_does_not_attach_the_daemons_environment_or_its_keys(
     make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoding: str  # noqa: ANN001
 ) -> None:
@@ -608,7 +608,8 @@ async def test_an_open_disk_does_not_attach_the_daemons_environment_or_its_keys(
     register_secret(key)
     dotenv = tmp_path / "project" / ".env"
     dotenv.parent.mkdir()
-    dotenv.write_text(f"# clé de l'API\nOPENAI_API_KEY={key}\nDEBUG=1\n", encoding=encoding)
+    comment = "# 接口调用的密钥" if encoding == "gbk" else "# clé de l'API"
+    dotenv.write_text(f"{comment}\nOPENAI_API_KEY={key}\nDEBUG=1\n", encoding=encoding)
     config, _ = make_config(**{"tools.restrictToWorkspace": False})
     runtime = make_runtime(config)
     tools = runtime.agent.tools
@@ -624,4 +625,5 @@ async def test_an_open_disk_does_not_attach_the_daemons_environment_or_its_keys(
     [attached] = sent.files
     for form in ("utf-8", "utf-16-le", "utf-16-be"):
         assert key.encode(form) not in attached.data, attached.data
-    assert "DEBUG=1" in attached.data.decode("utf-16" if encoding == "utf-16" else "utf-8"), attached.data
+    # the rest of the file as it was, in its own encoding (a GBK or Windows-1252 file stays one)
+    assert attached.data.decode(encoding) == dotenv.read_text(encoding=encoding).replace(key, "***")

@@ -15,7 +15,6 @@ from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.secrets import mask
 from nanobot.util.nofollow import read_regular_bytes
-from nanobot.util.text import decode_text
 
 MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024  # the most any channel takes (Telegram: 50 MB)
 MAX_ATTACHMENTS = 10  # per message (Discord's limit); they are held in memory until sent
@@ -153,13 +152,17 @@ def _copy_of(name: str, own: str) -> bool:
 
 
 def _masked(data: bytes) -> bytes:
-    """A text attachment with the known secrets masked, as read_file shows it (a project's .env
-    holding nanobot's provider key; read the way read_file reads it: UTF-8, a Windows-1252 line, a
-    UTF-16 file with its byte order mark); other bytes as they are."""
-    if b"\0" in data and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return data  # binary (an image, a PDF's streams): no text to mask
-    text = decode_text(data)
+    """An attachment with the known secrets masked, as read_file shows them (a project's .env holding
+    nanobot's provider key), and every other byte as it was: the keys and token shapes are ASCII, so
+    they are found in the bytes themselves (read one byte a character) whatever the file's encoding;
+    a UTF-16 file (its byte order mark) is read as such."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError:
+            return data
+        masked = mask(text)
+        return data if masked == text else masked.encode("utf-16")
+    text = data.decode("latin-1")  # one character per byte: the rest of the file comes back unchanged
     masked = mask(text)
-    if masked == text:
-        return data
-    return masked.encode("utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8")
+    return data if masked == text else masked.encode("latin-1", errors="replace")
