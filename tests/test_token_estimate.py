@@ -104,6 +104,8 @@ def test_wide_forms_and_combining_marks_are_not_under_counted(text: str, cl100k)
         "Totals follow." + "\r\n" * 8_000,  # blank lines after punctuation (a Windows file)
         "}" + "\n" * 8_000,
         "\r" * 8_000,
+        "- item 5.\r\r" * 2_000,  # bare CRs after punctuation
+        "a.\r" * 3_000,
     ],
 )
 def test_runs_of_whitespace_are_not_under_counted(text: str, cl100k) -> None:  # noqa: ANN001

@@ -122,8 +122,9 @@ def _piece_cost(piece: str) -> float:
         return 1.0
     # punctuation: JSON's `":"`, `","`, `":{"` are single tokens; longer runs split; a long run of
     # blank lines it takes along (a Windows file's `.\r\n\r\n…`) costs like whitespace alone
-    tail = len(piece) - len(core)
-    blank_lines = _whitespace_cost(piece[len(core):]) if tail > 2 else 0.0
+    tail = piece[len(core):]
+    # a bare CR (an old Mac file, a progress line) merges with nothing: a token each
+    blank_lines = _whitespace_cost(tail) if len(tail) > 2 else float(tail.count("\r") - tail.count("\r\n"))
     return (1.0 if length <= 4 else 1.0 + (length - 4) / 2.5) + blank_lines
 
 
