@@ -780,6 +780,15 @@ async def test_a_stopped_preview_shows_all_the_session_keeps_as_shown(server, ga
     await gw.bus.publish_outbound(end)  # within the edit interval: WAITING was not shown yet
     edit = (await server.wait_for("editMessageText"))[-1]
     assert edit.params["text"].startswith("SHOWN WAITING …") and "[interrupted" in edit.params["text"], edit.params
+    meta = {"stream_id": "s-long"}  # longer than one message: the rest follows, the mark at its end
+    long_text = "".join(f"Paragraph {n}: " + "words " * 15 + "\n\n" for n in range(60))
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", long_text, kind="stream_delta", metadata=meta))
+    await server.wait_for("sendMessage", count=2)
+    end = OutboundMessage("telegram", "555", "", kind="stream_end", metadata={**meta, "interrupted": True})
+    await gw.bus.publish_outbound(end)
+    await server.wait_for("sendMessage", count=3)
+    shown = server.calls_to("editMessageText")[-1].params["text"] + server.calls_to("sendMessage")[-1].params["text"]
+    assert "Paragraph 0:" in shown and "Paragraph 59:" in shown and shown.endswith("not finished]"), shown[-200:]
 
 
 async def test_a_streamed_turns_interim_text_and_answer_are_two_messages_in_order(server, gateway_factory) -> None:

@@ -18,7 +18,7 @@ from loguru import logger
 from telegram import Bot
 from telegram.error import RetryAfter, TelegramError
 
-from nanobot.channels.split import TELEGRAM_MAX_CHARS, cut_to
+from nanobot.channels.split import TELEGRAM_MAX_CHARS, cut_to, split_message
 from nanobot.util.retry import parse_retry_after
 
 INTERRUPTED_MARK = " …\n\n[interrupted: this answer was not finished]"
@@ -82,9 +82,12 @@ class StreamPreviews:
         bot = self._bot()
         if preview is None or preview.message_id is None or bot is None:
             return
-        text = cut_to(preview.text.rstrip(), TELEGRAM_MAX_CHARS - len(INTERRUPTED_MARK)) + INTERRUPTED_MARK
+        # longer than one message: the rest follows in messages of its own (the session keeps it all)
+        first, *rest = split_message(preview.text.rstrip() + INTERRUPTED_MARK, TELEGRAM_MAX_CHARS)
         try:
-            await bot.edit_message_text(text, chat_id=preview.chat_id, message_id=preview.message_id)
+            await bot.edit_message_text(first, chat_id=preview.chat_id, message_id=preview.message_id)
+            for part in rest:
+                await bot.send_message(preview.chat_id, part, message_thread_id=preview.topic)
         except TelegramError as exc:
             logger.debug("telegram: could not mark a stopped preview: {}", exc)
 
