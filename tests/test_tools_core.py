@@ -158,6 +158,16 @@ def test_html_to_text() -> None:
 
 
 @pytest.fixture
+def sandboxed_exec(tmp_path: Path) -> ExecTool:
+    from nanobot.sandbox import detect
+
+    assert detect("bwrap").active == "bwrap", detect("bwrap").detail  # CI has it: a failure, not a skip
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ExecTool(ws, ExecToolConfig(sandbox="bwrap", timeout_s=10, max_output_chars=1000), restrict=True)
+
+
+@pytest.fixture
 def exec_tool(tmp_path: Path) -> ExecTool:
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -238,19 +248,44 @@ async def test_exec_refuses_paths_outside_the_workspace(exec_tool: ExecTool, com
         "python3 -c 'print(~5)'",
         "echo $((~0 & 255))",
         "grep -c '[^~]' app.log",
+        "p=src/app/main.py; IFS='/' read -ra parts <<< \"$p\"; echo ${#parts[@]}",
+        "dir=out; for f in \"$dir\"/*.txt; do wc -l \"$f\"; done",
+        "python3 -c 'import os; print(os.sep == \"/\")'",
         "python3 -c 'print(6 /2)'",
         "grep -c '/api/v2/' access.log",
     ],
 )
-async def test_exec_runs_commands_whose_slashes_name_no_outside_path(exec_tool: ExecTool, command: str) -> None:
-    """A slash after a glob, a quote or a space counted as an absolute path: listing the folders,
-    an awk or sed address, a find pattern and shell arithmetic were refused as "'/' lies outside
-    the workspace"; the model gave up on ordinary tasks."""
+async def test_exec_runs_commands_whose_slashes_name_no_outside_path(sandboxed_exec: ExecTool, command: str) -> None:
+    """In a sandbox, a slash after a glob, a quote or a space counted as an absolute path: listing
+    the folders, an awk or sed address, a find pattern and shell arithmetic were refused as "'/' lies
+    outside the workspace"; the model gave up on ordinary tasks. (Without a sandbox the guard is
+    all there is, and refuses them as before.)"""
     for name in ("app.log", "conf.ini", "paths.txt", "access.log"):
-        (exec_tool.workspace / name).write_text("# a\nerror here\n/api/v2/x\n")
-    (exec_tool.workspace / "tests").mkdir(exist_ok=True)
-    out = await exec_tool.execute(CTX, command=command)
+        (sandboxed_exec.workspace / name).write_text("# a\nerror here\n/api/v2/x\n")
+    (sandboxed_exec.workspace / "tests").mkdir(exist_ok=True)
+    (sandboxed_exec.workspace / "out").mkdir(exist_ok=True)
+    out = await sandboxed_exec.execute(CTX, command=command)
     assert "refused" not in out, out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat /etc/passwd",
+        'cat "/etc/passwd"',
+        "ls /",
+        "touch /tmp/outside.txt",
+        "cat /e*/passwd",
+        "cat /{etc,x}/passwd",
+        "cat {/etc,x}/passwd",
+        "cat /[^x]tc/passwd",
+        "ls {~root,x}/.profile",
+        "cat ~/.ssh/id_rsa",
+    ],
+)
+async def test_in_a_sandbox_the_guard_still_names_outside_paths(sandboxed_exec: ExecTool, command: str) -> None:
+    with pytest.raises(ToolError, match="refused"):
+        await sandboxed_exec.execute(CTX, command=command)
 
 
 async def test_the_home_folder_refusal_tells_the_model_what_home_is(exec_tool: ExecTool) -> None:

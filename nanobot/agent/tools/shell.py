@@ -48,6 +48,7 @@ _NOT_CREATED = re.compile(
     r"|Permission denied: '[^/']+'|^(/bin/)?bash: line \d+: [^/:\s]+: Permission denied",
     re.IGNORECASE | re.MULTILINE,
 )
+_OLD_TILDE = re.compile(r"(^|[\s=:'\"])~")  # any ~ after a space or a quote: without a sandbox, all count
 # Programs and devices a command may name although they are outside the workspace.
 _ALLOWED_SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib", "/dev/null", "/dev/stdout", "/dev/stderr")
 
@@ -107,7 +108,10 @@ class ExecTool(Tool):
         if self.restrict:
             if re.search(r"(^|[\s/'\"])\.\.(/|\s|$)", command):
                 raise ToolError("command refused: '..' path segments are not allowed (restrictToWorkspace)")
-            if HOME_TILDE.search(command) or re.search(r"\$\{?HOME\b", command):
+            sandboxed = self.status.active in ("bwrap", "landlock")
+            if HOME_TILDE.search(command) or _OLD_TILDE.search(command) and not sandboxed or re.search(
+                r"\$\{?HOME\b", command
+            ):
                 # HOME is the workspace inside the sandbox, so the old "outside the workspace" was
                 # false; the model means the user's home, which a command never reaches
                 raise ToolError(
@@ -115,7 +119,7 @@ class ExecTool(Tool):
                     "workspace as HOME); use paths relative to the workspace, the current folder "
                     "(restrictToWorkspace)"
                 )
-            for raw in outside_candidates(command):
+            for raw in outside_candidates(command, sandboxed):
                 if raw.startswith(_ALLOWED_SYSTEM_PREFIXES):
                     continue
                 if not Path(raw).resolve().is_relative_to(self.workspace):

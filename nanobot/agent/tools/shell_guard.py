@@ -1,11 +1,12 @@
 """The exec tool's path guard: the words of a command that may name a path outside the workspace.
 
-A first filter in front of the sandbox (with restrictToWorkspace): it gives the model a clear
-refusal for `cat /etc/passwd` or `ls ~/.ssh`. Commands compute paths at run time, so nothing rests
-on it; but it must neither refuse ordinary commands (an awk address `/error/`, `ls -d */`,
-`cut -d '/'`, `$((total / 60))`) nor let through what it refused before. So it reads the command as
-bash would, far enough: what single quotes keep literal, what double quotes expand, where a glob,
-braces or a variable may still turn a first path part into the name of a folder at the root.
+A first filter (with restrictToWorkspace) that gives the model a clear refusal for `cat /etc/passwd`
+or `ls ~/.ssh`. Commands compute paths at run time, so nothing rests on it. With the sandbox off it
+is all there is: every word starting with a slash counts. In a sandbox (bubblewrap, Landlock), whose
+walls hold whatever passes, it must not refuse ordinary commands (an awk address `/error/`,
+`ls -d */`, `cut -d '/'`, `$((total / 60))`): it reads the command as bash would, far enough — what
+single quotes keep literal, what double quotes expand, where a glob, braces or a variable may still
+turn a first path part into the name of a folder at the root.
 """
 
 from __future__ import annotations
@@ -22,20 +23,17 @@ _EXPANDS_UNQUOTED = re.compile(r"[{}$`\\,\[*?@!+]")
 _EXPANDS_IN_DOUBLE_QUOTES = re.compile(r"[$`\\]")
 # `~`, `~user`, `~+`, also where bash expands it after `{`, `,`, `(`, `=` or `:` (`{~root,x}/.profile`)
 HOME_TILDE = re.compile(r"(?:^|(?<=[\s{,(=:'\"]))~(?=[A-Za-z_/+-]|$|[\s,})])")
-# commands whose lone '/' argument is a character, not a folder (tr '/' '_', cut -d '/')
-_DELIMITER_COMMANDS = frozenset(
-    {"tr", "cut", "awk", "gawk", "sed", "grep", "egrep", "fgrep", "rg", "printf", "echo", "sort", "paste",
-     "join", "column", "split", "csplit"}
-)
-_OPTION_BEFORE = re.compile(r"(?:^|\s)--?[A-Za-z][\w-]*(?:=|\s*)$")
-_SEGMENT_START = re.compile(r"[|;&(\n`]")
 
 
-def outside_candidates(command: str) -> list[str]:
-    """The absolute paths `command` may name. Left out: a slash quoted alone as a character (`tr '/'
-    _`), a slash after a glob (`*/`), and a path whose first part names nothing at the root of this
-    machine (an awk or sed address, a URL path, `print(6 /2)`), unless the shell may still expand
-    that part (a glob, braces, a variable; single quotes expand nothing)."""
+def outside_candidates(command: str, sandboxed: bool) -> list[str]:
+    """The absolute paths `command` may name. Without a sandbox (the guard is all there is) every
+    word that starts with a slash. In a sandbox, whose walls hold whatever passes here, left out: a
+    slash quoted alone (a character: `tr '/' _`, `IFS='/'`), a slash after a glob (`*/`) or going
+    on from a quoted word or a variable (`"$dir"/*.txt`), and a path whose first part names nothing
+    at the root of this machine (an awk or sed address, a URL path, `print(6 /2)`), unless the shell
+    may still expand that part (a glob, braces, a variable; single quotes expand nothing)."""
+    if not sandboxed:
+        return _ABS_PATH.findall(command)
     text = _ARITHMETIC.sub(" ", command)
     found = []
     for match in _ABS_PATH.finditer(text):
@@ -44,8 +42,10 @@ def outside_candidates(command: str) -> list[str]:
         before = text[start - 1] if start else ""
         if before in "*?" and before and text[start - 2 : start - 1] != "$":
             continue  # `ls -d */`, `find -path '*/tests/*'`: inside a glob, relative
+        if not quote and before in ("'", '"', "}"):
+            continue  # after a closing quote or a variable: `"$dir"/*.txt`, `${out}/x`
         if raw == "/":
-            if not _delimiter(text, start):
+            if not _quoted_alone(text, start):
                 found.append(raw)
             continue
         first = raw[1:].split("/", 1)[0]
@@ -72,17 +72,8 @@ def _quote_at(text: str, at: int) -> str:
     return quote
 
 
-def _delimiter(text: str, at: int) -> bool:
-    """Whether the lone slash at `at` is a character given to a program, not the root folder:
-    quoted alone and given to an option (`-d '/'`, `-F'/'`), to a call inside a program's text
-    (`split("/")`), or to a command that takes characters (`tr '/' _`). `cd '/'`, `x='/'` and
-    `$'/'` are the root."""
+def _quoted_alone(text: str, at: int) -> bool:
+    """Whether the slash at `at` is quoted alone ('/' or "/"): a character given to a program
+    (`tr '/' _`, `IFS='/'`, `split("/")`); `cd '/'` is the root, which the sandbox holds."""
     quote = text[at - 1] if at else ""
-    if quote not in ("'", '"') or text[at + 1 : at + 2] != quote:
-        return False
-    before = text[: at - 1]
-    if before.endswith("(") or _OPTION_BEFORE.search(before):
-        return True
-    segment = _SEGMENT_START.split(before)[-1].split()
-    words = [word for word in segment if "=" not in word or word.startswith("-")]  # VAR=x tr …
-    return bool(words) and os.path.basename(words[0]) in _DELIMITER_COMMANDS
+    return quote in ("'", '"') and text[at + 1 : at + 2] == quote
