@@ -72,6 +72,24 @@ def mask(text: str) -> str:
     return _SHAPES.sub(_mask_shape, text)
 
 
+def masked_pieces(text: str) -> dict[str, str]:
+    """What `mask(text)` replaces, each with its replacement: registered secrets and token shapes."""
+    pieces: dict[str, str] = {}
+    pattern = _pattern
+    if pattern is not None:
+        pieces.update((found, _MASK) for found in pattern.findall(text))
+        text = pattern.sub(_MASK, text)
+    pieces.update((match.group(), _mask_shape(match)) for match in _SHAPES.finditer(text))
+    return pieces
+
+
+def registered_in(data: bytes) -> bool:
+    """Whether `data` holds a registered secret's UTF-8 bytes (a binary file: nothing to mask in it)."""
+    with _lock:
+        known = list(_secrets)
+    return any(secret.encode("utf-8") in data for secret in known)
+
+
 def mask_then_cut(text: str, max_chars: int) -> str:
     """The start of `text` for a log line or an error: masked first, then cut (cut first, a secret
     across the cut kept its first characters unmasked: a provider's error page echoing a key)."""

@@ -627,3 +627,34 @@ async def test_an_open_disk_does_not_attach_the_daemons_environment_or_its_keys(
         assert key.encode(form) not in attached.data, attached.data
     # the rest of the file as it was, in its own encoding (a GBK or Windows-1252 file stays one)
     assert attached.data.decode(encoding) == dotenv.read_text(encoding=encoding).replace(key, "***")
+
+
+async def test_attachments_without_a_secret_go_byte_for_byte_and_a_binary_with_a_key_not_at_all(
+    make_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    """Masking read every attachment one byte a character: a UTF-8 CSV's "ń" before "sk-…" made a
+    token shape of a town's name, and a database holding the key was cut short, corrupt for good."""
+    from nanobot.secrets import register_secret
+
+    key = "sk-live-binary-0123456789abcdef"
+    register_secret(key)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    csv = folder / "towns.csv"
+    csv.write_bytes("id,town\n1,Gdańsk-Wrzeszcz-Przymorze-Wielkie\n".encode())
+    database = folder / "app.db"
+    database.write_bytes(b"SQLite format 3\0" + b"\0" * 100 + f'{{"openai": "{key}"}}'.encode() + b"\0" * 100)
+    image = folder / "photo.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(range(256)))
+    config, _ = make_config(**{"tools.restrictToWorkspace": False})
+    runtime = make_runtime(config)
+    tools = runtime.agent.tools
+    tools.get("message").confirm_timeout_s = 0.1  # type: ignore[union-attr]  # no channel runs here
+    try:
+        refused = await tools.execute("message", {"content": "db", "media": [str(database)]}, OWNER)
+        await tools.execute("message", {"content": "files", "media": [str(csv), str(image)]}, OWNER)
+        sent = await asyncio.wait_for(runtime.bus.consume_outbound(), 5)
+    finally:
+        await runtime.aclose()
+    assert refused.startswith("Error:") and "nanobot's keys" in refused, refused
+    assert [f.data for f in sent.files] == [csv.read_bytes(), image.read_bytes()]

@@ -13,8 +13,9 @@ from nanobot.agent.tools.files import PathGuard
 from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.bus.queue import MessageBus
-from nanobot.secrets import mask
+from nanobot.secrets import masked_pieces, registered_in
 from nanobot.util.nofollow import read_regular_bytes
+from nanobot.util.text import decode_text
 
 MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024  # the most any channel takes (Telegram: 50 MB)
 MAX_ATTACHMENTS = 10  # per message (Discord's limit); they are held in memory until sent
@@ -93,7 +94,10 @@ class MessageTool(Tool):
                 if exc.errno == errno.EFBIG:
                     raise ToolError(f"cannot attach {item!r}: larger than {MAX_ATTACHMENT_BYTES // 2**20} MB") from None
                 raise ToolError(f"cannot attach {item!r}: {exc.strerror or exc}") from None
-            files.append(OutboundFile(path.name, _masked(data)))
+            try:
+                files.append(OutboundFile(path.name, _masked(data)))
+            except ToolError as exc:
+                raise ToolError(f"cannot attach {item!r}: {exc}") from None
         return files
 
     def _nanobots_own(self, path: Path) -> bool:
@@ -152,17 +156,22 @@ def _copy_of(name: str, own: str) -> bool:
 
 
 def _masked(data: bytes) -> bytes:
-    """An attachment with the known secrets masked, as read_file shows them (a project's .env holding
-    nanobot's provider key), and every other byte as it was: the keys and token shapes are ASCII, so
-    they are found in the bytes themselves (read one byte a character) whatever the file's encoding;
-    a UTF-16 file (its byte order mark) is read as such."""
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        try:
-            text = data.decode("utf-16")
-        except UnicodeDecodeError:
-            return data
-        masked = mask(text)
-        return data if masked == text else masked.encode("utf-16")
-    text = data.decode("latin-1")  # one character per byte: the rest of the file comes back unchanged
-    masked = mask(text)
-    return data if masked == text else masked.encode("latin-1", errors="replace")
+    """An attachment with the known secrets masked where read_file shows them masked (a project's
+    .env holding nanobot's provider key), every other byte as it was: the text is read as read_file
+    reads it (UTF-8, a Windows-1252 line, UTF-16 by its byte order mark), and each masked piece —
+    ASCII: keys and token shapes — is replaced in the bytes in the file's own encoding. A binary
+    file holding one of nanobot's keys is refused: masking would corrupt it."""
+    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    if b"\0" in data and not utf16:
+        if registered_in(data):
+            raise ToolError("it holds one of nanobot's keys, which are never sent")
+        return data
+    pieces = masked_pieces(decode_text(data))
+    if utf16:
+        order = "utf-16-le" if data.startswith(codecs.BOM_UTF16_LE) else "utf-16-be"
+        encode = lambda text: text.encode(order)  # noqa: E731
+    else:
+        encode = lambda text: text.encode("utf-8", errors="replace")  # noqa: E731
+    for piece, replacement in sorted(pieces.items(), key=lambda item: -len(item[0])):
+        data = data.replace(encode(piece), encode(replacement))
+    return data
