@@ -787,8 +787,10 @@ async def test_a_stopped_preview_shows_all_the_session_keeps_as_shown(server, ga
     end = OutboundMessage("telegram", "555", "", kind="stream_end", metadata={**meta, "interrupted": True})
     await gw.bus.publish_outbound(end)
     await server.wait_for("sendMessage", count=3)
-    shown = server.calls_to("editMessageText")[-1].params["text"] + server.calls_to("sendMessage")[-1].params["text"]
-    assert "Paragraph 0:" in shown and "Paragraph 59:" in shown and shown.endswith("not finished]"), shown[-200:]
+    first = server.calls_to("editMessageText")[-1].params["text"]
+    assert "Paragraph 0:" in first and "[interrupted: what came before the stop follows below]" in first
+    rest = server.calls_to("sendMessage")[-1].params["text"]
+    assert "Paragraph 59:" in rest and rest.endswith("not finished]"), rest[-200:]
 
 
 async def test_a_streamed_turns_interim_text_and_answer_are_two_messages_in_order(server, gateway_factory) -> None:

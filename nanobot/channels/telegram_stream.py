@@ -22,6 +22,7 @@ from nanobot.channels.split import TELEGRAM_MAX_CHARS, cut_to, split_message
 from nanobot.util.retry import parse_retry_after
 
 INTERRUPTED_MARK = " …\n\n[interrupted: this answer was not finished]"
+CONTINUED_MARK = " …\n\n[interrupted: what came before the stop follows below]"
 STREAM_EDIT_INTERVAL_S = 0.5  # at most two edits a second per streamed reply (Telegram flood limits)
 
 
@@ -82,11 +83,14 @@ class StreamPreviews:
         bot = self._bot()
         if preview is None or preview.message_id is None or bot is None:
             return
-        # longer than one message: the rest follows in messages of its own (the session keeps it all)
-        first, *rest = split_message(preview.text.rstrip() + INTERRUPTED_MARK, TELEGRAM_MAX_CHARS)
+        # Longer than one message: the rest follows in messages of its own (the session keeps it all).
+        # The preview is marked first, so a send that fails (a flood limit, the stop's time running
+        # out) never leaves it looking complete.
+        parts = split_message(preview.text.rstrip() + INTERRUPTED_MARK, TELEGRAM_MAX_CHARS - len(CONTINUED_MARK))
+        first = parts[0] if len(parts) == 1 else parts[0].rstrip() + CONTINUED_MARK
         try:
             await bot.edit_message_text(first, chat_id=preview.chat_id, message_id=preview.message_id)
-            for part in rest:
+            for part in parts[1:]:
                 await bot.send_message(preview.chat_id, part, message_thread_id=preview.topic)
         except TelegramError as exc:
             logger.debug("telegram: could not mark a stopped preview: {}", exc)
