@@ -212,3 +212,29 @@ def test_a_cut_off_answer_names_the_limit_that_cut_it(home: Path) -> None:
     result = run_cli("agent", "-m", story, home=home, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "output limit (providers.local.maxTokens)" in result.stdout, result.stdout
+
+
+class _OverflowingLlama(_RecordingLlama):
+    def create_chat_completion(self, messages: list[dict], **_: object) -> dict:
+        raise ValueError("Requested tokens (6050) exceed context window of 2048")
+
+
+async def test_a_prompt_over_the_window_is_a_context_overflow_not_a_bare_error() -> None:
+    """llama.cpp's "exceed context window" reached the user as "The embedded model failed:
+    ValueError", and the turn could not tell it apart to ask again with less history."""
+    from nanobot.providers.base import LLMError
+
+    with pytest.raises(LLMError) as failed:
+        await _provider_with(_OverflowingLlama([])).chat(CONVERSATION)
+    assert failed.value.kind == "context_overflow" and "providers.local.nCtx" in str(failed.value)
+
+
+def test_a_long_paste_on_a_lowered_nctx_is_cut_to_fit_and_answered(home: Path) -> None:
+    """providers.local.nCtx was not the prompt budget's window (8,192 tokens were assumed): a paste
+    longer than a lowered nCtx failed every time."""
+    (home / "config.json").write_text(json.dumps({"providers": {"local": {"nCtx": 2048, "maxTokens": 32}}}))
+    paste = "Summarize: " + "The quick brown fox jumps over the lazy dog near the river bank. " * 480
+    result = run_cli("agent", "-m", paste, home=home, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "could not get an answer" not in result.stdout and result.stdout.strip(), result.stdout[-500:]
+

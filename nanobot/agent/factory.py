@@ -282,7 +282,12 @@ def _turn_limits(config: Config, small: bool) -> tuple[int, int, Budget, set[str
     """(context window, reply tokens, prompt budget, tools offered (None: all), tool steps) for the
     provider: the embedded small model gets its own smaller limits and only the core tools."""
     d = config.agents.defaults
-    window = min(d.context_window_tokens, SMALL_LOCAL_WINDOW_TOKENS) if small else d.context_window_tokens
+    # the embedded model's window is the context llama.cpp allocates (providers.local.nCtx): a lower
+    # one was ignored, and a long paste failed every time instead of being cut to fit
+    window = (
+        min(d.context_window_tokens, SMALL_LOCAL_WINDOW_TOKENS, config.providers.local.n_ctx)
+        if small else d.context_window_tokens
+    )
     max_tokens = min(d.max_tokens, config.providers.local.max_tokens) if small else reply_tokens(d.max_tokens, window)
     if small:
         from nanobot.providers.local import CORE_TOOLS, LOCAL_BOOTSTRAP_MAX_CHARS, LOCAL_MAX_TOOL_ITERATIONS

@@ -173,7 +173,14 @@ class LocalProvider(LLMProvider):
                 raise
             except Exception as exc:  # noqa: BLE001
                 logger.warning("local model failed: {}", exc)
-                raise LLMError(f"The embedded model failed: {type(exc).__name__}") from exc
+                if "exceed context window" in str(exc):  # llama.cpp: "Requested tokens (N) exceed …"
+                    # the turn's window logic then leaves older history out and asks again
+                    raise LLMError(
+                        f"The prompt is longer than the embedded model's window ({self.cfg.n_ctx} tokens, "
+                        "providers.local.nCtx)",
+                        kind="context_overflow",
+                    ) from exc
+                raise LLMError(f"The embedded model failed: {type(exc).__name__}: {str(exc)[:200]}") from exc
 
     def _generate(self, kwargs: dict[str, Any], stop: threading.Event) -> dict[str, Any]:
         """One completion, in a worker thread. The thread lock, not the asyncio one, guards the
