@@ -225,3 +225,19 @@ async def test_the_answer_at_the_tool_step_limit_fits_the_window(make_config, fa
     finally:
         await runtime.aclose()
     assert reply == "All sixteen parts read: the report is complete.", reply
+
+
+@pytest.mark.parametrize("window", [3072, 65536])
+async def test_the_system_prompt_asks_only_for_the_memory_tools_a_turn_is_offered(make_config, window: int) -> None:  # noqa: ANN001
+    """On a 3,072-token window turns are offered the core file tools only, yet the system prompt
+    told the model to call memory_search: a real model wrote that section into its replies, and the
+    archive into HISTORY.md."""
+    config = small(make_config, window, 512)
+    runtime = build_runtime(config)
+    try:
+        system = runtime.agent.context.system_prompt(True)
+        offered = runtime.agent.estimator.offered(system)[0]
+    finally:
+        await runtime.aclose()
+    searchable = offered is None or "memory_search" in offered
+    assert ("memory_search" in system) == searchable, (window, offered)

@@ -235,8 +235,9 @@ class ContextBuilder:
         )
         return f"""# nanobot
 
-You are nanobot, a helpful personal AI assistant. You can read and write files, run shell commands,
-fetch web pages, schedule tasks, and remember things across conversations.
+You are nanobot, a helpful personal AI assistant. You work with the tools each conversation gives
+you (files; where offered, shell commands, web pages, scheduled tasks) and remember things across
+conversations.
 
 Workspace: {ws}
 - Long-term memory: memory/MEMORY.md (facts about the user and their world; {where})

@@ -223,6 +223,13 @@ def build_runtime(
     # only through that backend's runtime context, never also through MEMORY.md.
     context = context_with(budget, long_term.owns_memory_file)
     estimator = PromptEstimator(context, tools, tool_names, settings.budget_tokens)
+    offered = estimator.offered(context.system_prompt(True))[0]
+    if extra and offered is not None and "memory_search" not in offered:
+        # a small window offers the core file tools only: the recall section told the model to call
+        # memory_search, which it then wrote into its replies (and the archive into HISTORY.md)
+        extra.clear()
+        context = context_with(budget, long_term.owns_memory_file)
+        estimator = PromptEstimator(context, tools, tool_names, settings.budget_tokens)
     runner = runner_with(max_iterations)
     lifecycle = MemoryLifecycle(
         sessions,
