@@ -181,35 +181,40 @@ async def test_exec_runs_in_the_workspace(exec_tool: ExecTool) -> None:
     assert (exec_tool.workspace / "f.txt").read_text() == "hi\n"
 
 
+OUTSIDE_EVEN_IN_A_SANDBOX = [
+    "cat /etc/passwd",
+    'cat "/etc/passwd"',
+    "ls /",
+    "touch /tmp/outside.txt",
+    "cat /e*/passwd",
+    "cat /{etc,x}/passwd",
+    "cat {/etc,x}/passwd",
+    "cat /[^x]tc/passwd",
+    "ls {~root,x}/.profile",
+    "cat ~/.ssh/id_rsa",
+]
+
+
 @pytest.mark.parametrize(
     "command",
     [
-        "cat /etc/passwd",
+        *OUTSIDE_EVEN_IN_A_SANDBOX,
         "ls ../",
         "cp x ../../y",
-        "cat ~/.ssh/id_rsa",
         "echo $HOME/x",
-        "touch /tmp/outside.txt",
-        'cat "/etc/passwd"',
-        "ls /",
         "cd / && ls",
         "cat '/'etc/passwd",
         "find / -name '*.key'",
         "cp notes.txt /etc/new-file",
         "echo $((6 / 3)) > /tmp/x",
-        "cat /e*/passwd",
-        "cat /{etc,x}/passwd",
         "cat /\\etc/passwd",
         "cat /e'tc'/passwd",
         'cat /e"tc/pass"wd',
         "echo $((`cat /etc/passwd >&2`0))",
         "cd '/' && cat etc/passwd",
         "find '/' -maxdepth 3 -name passwd",
-        "cat /[^x]tc/passwd",
         "cat /[[:lower:]]tc/passwd",
         "cat /@(etc)/passwd",
-        "cat {/etc,x}/passwd",
-        "ls {~root,x}/.profile",
         "a=(~root); ls -d ${a[0]}",
         "echo '$((' ; cat /etc/hostname ; echo '))'",
         "cd $'/' && cat etc/hostname",
@@ -222,8 +227,12 @@ async def test_exec_runs_in_the_workspace(exec_tool: ExecTool) -> None:
     ],
 )
 async def test_exec_refuses_paths_outside_the_workspace(exec_tool: ExecTool, command: str) -> None:
+    await _refused(exec_tool, command)
+
+
+async def _refused(tool: ExecTool, command: str) -> None:
     with pytest.raises(ToolError, match="refused"):
-        await exec_tool.execute(CTX, command=command)
+        await tool.execute(CTX, command=command)
 
 
 @pytest.mark.parametrize(
@@ -268,24 +277,9 @@ async def test_exec_runs_commands_whose_slashes_name_no_outside_path(sandboxed_e
     assert "refused" not in out, out
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        "cat /etc/passwd",
-        'cat "/etc/passwd"',
-        "ls /",
-        "touch /tmp/outside.txt",
-        "cat /e*/passwd",
-        "cat /{etc,x}/passwd",
-        "cat {/etc,x}/passwd",
-        "cat /[^x]tc/passwd",
-        "ls {~root,x}/.profile",
-        "cat ~/.ssh/id_rsa",
-    ],
-)
+@pytest.mark.parametrize("command", OUTSIDE_EVEN_IN_A_SANDBOX)
 async def test_in_a_sandbox_the_guard_still_names_outside_paths(sandboxed_exec: ExecTool, command: str) -> None:
-    with pytest.raises(ToolError, match="refused"):
-        await sandboxed_exec.execute(CTX, command=command)
+    await _refused(sandboxed_exec, command)
 
 
 async def test_the_home_folder_refusal_tells_the_model_what_home_is(exec_tool: ExecTool) -> None:
