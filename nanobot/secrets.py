@@ -83,6 +83,15 @@ def masked_pieces(text: str) -> dict[str, str]:
     return pieces
 
 
+def mask_registered_bytes(data: bytes) -> bytes:
+    """`data` with each registered secret's UTF-8 bytes replaced by ***, whatever the text around."""
+    with _lock:
+        known = sorted(_secrets, key=len, reverse=True)
+    for secret in known:
+        data = data.replace(secret.encode("utf-8"), _MASK.encode())
+    return data
+
+
 def registered_in(data: bytes) -> bool:
     """Whether `data` holds a registered secret's UTF-8 bytes (a binary file: nothing to mask in it)."""
     with _lock:

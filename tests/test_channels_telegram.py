@@ -791,6 +791,14 @@ async def test_a_stopped_preview_shows_all_the_session_keeps_as_shown(server, ga
     assert "Paragraph 0:" in first and "[interrupted: what came before the stop follows below]" in first
     rest = server.calls_to("sendMessage")[-1].params["text"]
     assert "Paragraph 59:" in rest and rest.endswith("not finished]"), rest[-200:]
+    meta = {"stream_id": "s-just-fits"}  # one message with its mark: no second one, no "follows below"
+    await gw.bus.publish_outbound(OutboundMessage("telegram", "555", "y" * 4_020, kind="stream_delta", metadata=meta))
+    await server.wait_for("sendMessage", count=4)
+    end = OutboundMessage("telegram", "555", "", kind="stream_end", metadata={**meta, "interrupted": True})
+    await gw.bus.publish_outbound(end)
+    edit = (await server.wait_for("editMessageText", count=3))[-1].params["text"]
+    await asyncio.sleep(0.3)
+    assert edit.endswith("not finished]") and "follows below" not in edit and len(server.calls_to("sendMessage")) == 4
 
 
 async def test_a_streamed_turns_interim_text_and_answer_are_two_messages_in_order(server, gateway_factory) -> None:

@@ -86,7 +86,10 @@ class StreamPreviews:
         # Longer than one message: the rest follows in messages of its own (the session keeps it all).
         # The preview is marked first, so a send that fails (a flood limit, the stop's time running
         # out) never leaves it looking complete.
-        parts = split_message(preview.text.rstrip() + INTERRUPTED_MARK, TELEGRAM_MAX_CHARS - len(CONTINUED_MARK))
+        parts = split_message(preview.text.rstrip() + INTERRUPTED_MARK, TELEGRAM_MAX_CHARS)
+        if len(parts) > 1:  # room in the first part for its own mark; the mark at the end never split
+            parts = split_message(preview.text.rstrip(), TELEGRAM_MAX_CHARS - len(CONTINUED_MARK))
+            parts[-1] = parts[-1].rstrip() + INTERRUPTED_MARK
         first = parts[0] if len(parts) == 1 else parts[0].rstrip() + CONTINUED_MARK
         try:
             await bot.edit_message_text(first, chat_id=preview.chat_id, message_id=preview.message_id)

@@ -656,5 +656,26 @@ async def test_attachments_without_a_secret_go_byte_for_byte_and_a_binary_with_a
         sent = await asyncio.wait_for(runtime.bus.consume_outbound(), 5)
     finally:
         await runtime.aclose()
-    assert refused.startswith("Error:") and "nanobot's keys" in refused, refused
+    assert refused.startswith("Error:") and "a key or a token" in refused, refused
     assert [f.data for f in sent.files] == [csv.read_bytes(), image.read_bytes()]
+
+
+def test_masking_an_attachment_finds_what_read_file_masks() -> None:
+    """A Windows-1252 secret with an umlaut, a Bearer token after a no-break space, a token shape in
+    a file with one NUL byte and a file with a UTF-16 byte order mark that is no UTF-16: each was
+    sent as it was, while read_file masked it."""
+    from nanobot.agent.tools.base import ToolError
+    from nanobot.agent.tools.message import _masked
+    from nanobot.secrets import register_secret
+
+    secret = "Kennwört-Geheim-2024"
+    register_secret(secret)
+    token = "abcdefghijklmnopqrstuvwx1234"
+    assert secret.encode("cp1252") not in _masked(b"password=" + secret.encode("cp1252") + b"\n")
+    assert token.encode() not in _masked(b"Authorization: Bearer\xa0" + token.encode() + b"\nCaf\xe9\n")
+    with pytest.raises(ToolError, match="a key or a token"):
+        _masked(b"log\0\nOPENAI_API_KEY=sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX\n")
+    register_secret("sk-proj-REGISTERED-0123456789")
+    stray_mark = b"\xff\xfe" + b"OPENAI_API_KEY=sk-proj-REGISTERED-0123456789\n"  # "UTF-16" read as CJK
+    assert b"sk-proj-REGISTERED-0123456789" not in _masked(stray_mark)
+

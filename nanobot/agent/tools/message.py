@@ -13,7 +13,7 @@ from nanobot.agent.tools.files import PathGuard
 from nanobot.agent.tools.policy import TrustPolicy
 from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.bus.queue import MessageBus
-from nanobot.secrets import masked_pieces, registered_in
+from nanobot.secrets import mask_registered_bytes, masked_pieces, registered_in
 from nanobot.util.nofollow import read_regular_bytes
 from nanobot.util.text import decode_text
 
@@ -161,17 +161,27 @@ def _masked(data: bytes) -> bytes:
     reads it (UTF-8, a Windows-1252 line, UTF-16 by its byte order mark), and each masked piece —
     ASCII: keys and token shapes — is replaced in the bytes in the file's own encoding. A binary
     file holding one of nanobot's keys is refused: masking would corrupt it."""
-    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and _decodes(data, "utf-16")
     if b"\0" in data and not utf16:
-        if registered_in(data):
-            raise ToolError("it holds one of nanobot's keys, which are never sent")
+        if registered_in(data) or masked_pieces(data.decode("latin-1")):
+            raise ToolError("it holds a key or a token, which are never sent")
         return data
-    pieces = masked_pieces(decode_text(data))
-    if utf16:
-        order = "utf-16-le" if data.startswith(codecs.BOM_UTF16_LE) else "utf-16-be"
-        encode = lambda text: text.encode(order)  # noqa: E731
-    else:
-        encode = lambda text: text.encode("utf-8", errors="replace")  # noqa: E731
+    pieces = masked_pieces(decode_text(data) if not utf16 else data.decode("utf-16"))
+    encodings = (("utf-16-le" if data.startswith(codecs.BOM_UTF16_LE) else "utf-16-be"),) if utf16 else (
+        "utf-8", "cp1252"  # decode_text reads a line that is not UTF-8 as Windows-1252
+    )
     for piece, replacement in sorted(pieces.items(), key=lambda item: -len(item[0])):
-        data = data.replace(encode(piece), encode(replacement))
-    return data
+        for encoding in encodings:
+            try:
+                data = data.replace(piece.encode(encoding), replacement.encode(encoding))
+            except UnicodeEncodeError:
+                continue
+    return mask_registered_bytes(data)  # also where the text was read otherwise (a stray byte order mark)
+
+
+def _decodes(data: bytes, encoding: str) -> bool:
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError:
+        return False
+    return True
