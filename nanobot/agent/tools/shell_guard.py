@@ -36,9 +36,10 @@ def outside_candidates(command: str, sandboxed: bool) -> list[str]:
         return _ABS_PATH.findall(command)
     text = _ARITHMETIC.sub(" ", command)
     found = []
+    quotes = _QuoteScan(text)
     for match in _ABS_PATH.finditer(text):
         raw, start, end = match.group(1), match.start(1), match.end(1)
-        quote = _quote_at(text, start)
+        quote = quotes.at(start)
         before = text[start - 1] if start else ""
         if before in "*?" and before and text[start - 2 : start - 1] != "$":
             continue  # `ls -d */`, `find -path '*/tests/*'`: inside a glob, relative
@@ -58,18 +59,26 @@ def outside_candidates(command: str, sandboxed: bool) -> list[str]:
     return found
 
 
-def _quote_at(text: str, at: int) -> str:
-    """The quote `text[at]` stands in: "'", '"' or "" (as bash reads it, without $'…' escapes)."""
-    quote, k = "", 0
-    while k < at:
-        ch = text[k]
-        if ch == "\\" and quote != "'":
-            k += 2
-            continue
-        if ch in ("'", '"') and quote in ("", ch):
-            quote = "" if quote == ch else ch
-        k += 1
-    return quote
+class _QuoteScan:
+    """The quote a position of `text` stands in: "'", '"' or "" (as bash reads it, without $'…'
+    escapes), asked for positions in increasing order: one pass over the text for all of them (a
+    scan from the start for each slash took 17 s for a 24 KB command of 8,000 paths)."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.k, self.quote = text, 0, ""
+
+    def at(self, pos: int) -> str:
+        text, k, quote = self.text, self.k, self.quote
+        while k < pos:
+            ch = text[k]
+            if ch == "\\" and quote != "'":
+                k += 2
+                continue
+            if ch in ("'", '"') and quote in ("", ch):
+                quote = "" if quote == ch else ch
+            k += 1
+        self.k, self.quote = k, quote
+        return quote
 
 
 def _quoted_alone(text: str, at: int) -> bool:
