@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nanobot.agent.factory import build_runtime
+from nanobot.bus.events import InboundMessage
 from nanobot.providers.tokens import count_messages, count_tools
 from tests.agent_helpers import status_of
 from tests.fakes.llm_server import FakeLLMServer, Reply
@@ -235,9 +236,64 @@ async def test_the_system_prompt_asks_only_for_the_memory_tools_a_turn_is_offere
     config = small(make_config, window, 512)
     runtime = build_runtime(config)
     try:
-        system = runtime.agent.context.system_prompt(True)
-        offered = runtime.agent.estimator.offered(system)[0]
+        system, offered, _ = runtime.agent.estimator.prompt(True, None)
     finally:
         await runtime.aclose()
     searchable = offered is None or "memory_search" in offered
     assert ("memory_search" in system) == searchable, (window, offered)
+
+
+def recall_mismatches(server: FakeLLMServer) -> list[tuple[bool, bool]]:
+    """(the recall section asks for memory_search, memory_search offered) of each chat turn where
+    they disagree."""
+    seen = []
+    for body in turns(server):
+        offered = "memory_search" in {t["function"]["name"] for t in body.get("tools") or []}
+        asked = "## Memory recall" in str(body["messages"][0]["content"])
+        if asked != offered:
+            seen.append((asked, offered))
+    return seen
+
+
+async def test_a_group_turn_is_not_asked_to_call_memory_search(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """A group (memory.shareInGroups off) is never offered memory_search, yet its system prompt told
+    the model to call it before answering about people and dates: a model writes the call into
+    its reply. The owner's chat keeps both."""
+    config = small(make_config, 65536, 1024)
+    fake_llm.responder = lambda body: Reply(content="Noted.")
+    runtime = build_runtime(config)
+    runtime.loop.start()
+    try:
+        await runtime.bus.request(InboundMessage("telegram", "5", "-100", "who was at the meeting?", is_group=True))
+        await runtime.ask("who was at the meeting?", session_key="telegram:5", sender_id="5")
+    finally:
+        await runtime.aclose()
+    group, owner = turns(fake_llm)
+    assert "## Memory recall" not in str(group["messages"][0]["content"])
+    assert "## Memory recall" in str(owner["messages"][0]["content"])
+    assert recall_mismatches(fake_llm) == []
+
+
+async def test_memory_grown_after_start_takes_the_recall_section_with_the_tool(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """The section was decided once at start: a MEMORY.md that grew past the room for the memory
+    tools left the turn without memory_search but still told to call it."""
+    mismatches = []
+    for window in range(3328, 4224, 128):
+        fake_llm.requests.clear()
+        config = small(make_config, window, 256)
+        fake_llm.responder = lambda body: Reply(content="Noted.")
+        memory_file = config.workspace_path / "memory" / "MEMORY.md"
+        memory_file.parent.mkdir(parents=True, exist_ok=True)
+        memory_file.write_text("# Memory\n")
+        runtime = build_runtime(config)
+        try:
+            await runtime.ask("hello", session_key="telegram:5", sender_id="5")
+            memory_file.write_text("# Memory\n" + "".join(f"- fact {n}: the blue folder holds plan {n}\n"
+                                                          for n in range(120)))
+            await runtime.ask("hello again", session_key="telegram:5", sender_id="5")
+        finally:
+            await runtime.aclose()
+        mismatches += [(window, m) for m in recall_mismatches(fake_llm)]
+    assert mismatches == []

@@ -241,10 +241,9 @@ class Agent:
         vision = bool(msg.media) and self._vision()
 
         stored = self.records.stored(msg, ctx)
-        system = self.context.system_prompt(ctx.memory_private)
+        system, tool_names, tool_tokens = self.estimator.prompt(ctx.memory_private, ctx.tool_context())
         budget = self.lifecycle.budget_tokens
         system_tokens = count_message({"role": "system", "content": system})
-        tool_names, tool_tokens = self.estimator.offered(system)
         image_room = (budget - system_tokens - tool_tokens) // 2  # the rest for the text and the history
 
         def as_message(text: str) -> dict[str, Any]:

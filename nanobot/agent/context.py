@@ -90,7 +90,7 @@ class ContextBuilder:
         *,
         budget: Budget | None = None,
         skills: SkillsSource | None = None,
-        extra_sections: list[str] | None = None,
+        tool_sections: dict[str, str] | None = None,
         include_memory_file: bool = True,
         compact: bool = False,
     ) -> None:
@@ -99,11 +99,13 @@ class ContextBuilder:
         self.tz = tz
         self.budget = budget or Budget()
         self.skills = skills
-        self.extra_sections = [s for s in (extra_sections or []) if s]
+        # a section per tool that tells the model how to use it: only in prompts offering the tool
+        # (a model told to call memory_search where it was not offered wrote the call into its reply)
+        self.tool_sections = {name: text for name, text in (tool_sections or {}).items() if text}
         self.compact = compact  # tiny local models: a short identity and memory, nothing else
         # False when an external memory backend supplies long-term memory through the runtime block
         self.include_memory_file = include_memory_file
-        self._cache: dict[bool, tuple[tuple[Any, ...], str]] = {}
+        self._cache: dict[tuple[bool, frozenset[str]], tuple[tuple[Any, ...], str]] = {}
         self._warned: dict[str, object] = {}  # what was last warned of, per file
         self._skills_sig: tuple[float, tuple[Any, ...]] | None = None
         # checked on every prompt build: plain strings, no pathlib work per turn
@@ -141,17 +143,18 @@ class ContextBuilder:
             self._skills_sig = (now, self.skills.signature())
         return self._skills_sig[1]
 
-    def system_prompt(self, memory_private: bool = True) -> str:
+    def system_prompt(self, memory_private: bool = True, without: frozenset[str] = frozenset()) -> str:
         """The system prompt; identical bytes for as long as its files do not change.
 
-        `memory_private`: the owner's MEMORY.md may be shown (see MessageContext.memory_private)."""
-        private = memory_private
+        `memory_private`: the owner's MEMORY.md may be shown (see MessageContext.memory_private).
+        `without`: tools the turn is not offered; their sections are left out."""
+        key = (memory_private, frozenset(without & self.tool_sections.keys()))
         signature = self._signature()
-        cached = self._cache.get(private)
+        cached = self._cache.get(key)
         if cached is not None and cached[0] == signature:
             return cached[1]
-        text = self._build(private)
-        self._cache[private] = (signature, text)
+        text = self._build(*key)
+        self._cache[key] = (signature, text)
         return text
 
     def _warn_once(self, name: str, size: int, cap: int) -> None:
@@ -166,7 +169,7 @@ class ContextBuilder:
                 "{} is {} characters, over its {}-character budget: truncated in the prompt", name, size, cap
             )
 
-    def _build(self, private: bool) -> str:
+    def _build(self, private: bool, without: frozenset[str]) -> str:
         if self.compact:
             memory = self._memory_section(private) if private and holds_facts(self.memory.read_memory()) else ""
             return "\n\n".join(p for p in (COMPACT_IDENTITY, memory) if p)
@@ -202,7 +205,7 @@ class ContextBuilder:
                     f"{summary.strip()}"
                 )
         parts.append(self._memory_section(private))
-        parts.extend(self.extra_sections)
+        parts.extend(text for name, text in sorted(self.tool_sections.items()) if name not in without)
         return "\n\n---\n\n".join(p for p in parts if p)
 
     def _read_bootstrap(self, name: str) -> str:

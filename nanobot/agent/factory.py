@@ -192,11 +192,11 @@ def build_runtime(
         mcp = MCPManager(config.tools.mcp_servers, schema_budget_tokens=window // MCP_SCHEMA_SHARE_DIVISOR)
         closers.append(mcp.aclose)
 
-    extra = []
+    tool_sections = {}
     if search_on:
         from nanobot.agent.tools.memory import memory_prompt_section
 
-        extra.append(memory_prompt_section())
+        tool_sections["memory_search"] = memory_prompt_section()
 
     def context_with(prompt_budget: Budget, include_memory_file: bool) -> ContextBuilder:
         return ContextBuilder(
@@ -205,7 +205,7 @@ def build_runtime(
             tz,
             budget=prompt_budget,
             skills=skills,
-            extra_sections=extra,
+            tool_sections=tool_sections,
             compact=small,
             include_memory_file=include_memory_file,
         )
@@ -223,13 +223,6 @@ def build_runtime(
     # only through that backend's runtime context, never also through MEMORY.md.
     context = context_with(budget, long_term.owns_memory_file)
     estimator = PromptEstimator(context, tools, tool_names, settings.budget_tokens)
-    offered = estimator.offered(context.system_prompt(True))[0]
-    if extra and offered is not None and "memory_search" not in offered:
-        # a small window offers the core file tools only: the recall section told the model to call
-        # memory_search, which it then wrote into its replies (and the archive into HISTORY.md)
-        extra.clear()
-        context = context_with(budget, long_term.owns_memory_file)
-        estimator = PromptEstimator(context, tools, tool_names, settings.budget_tokens)
     runner = runner_with(max_iterations)
     lifecycle = MemoryLifecycle(
         sessions,

@@ -5,12 +5,16 @@ each turn; the memory lifecycle uses it to decide when to flush and consolidate.
 so that each gets it complete at construction. Both price the same tools: on a small window those
 that fit beside the system prompt (`offered`; the lifecycle priced every schema, counted every turn
 over the budget and consolidated the whole history away while the real prompt fitted).
+
+`prompt` decides a turn's system prompt and tools together: a tool's section of the prompt (the
+memory-recall instructions) only beside the tool, which the window or the chat's trust may withhold.
 """
 
 from __future__ import annotations
 
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.prompt_fit import MESSAGE_ROOM_TOKENS, tools_within
+from nanobot.agent.tools.base import ToolContext
 from nanobot.agent.tools.registry import ToolRegistry
 from nanobot.providers.tokens import count_message
 from nanobot.session.history import history_tokens
@@ -31,11 +35,30 @@ class PromptEstimator:
         system_tokens = count_message({"role": "system", "content": system})
         return tools_within(self.tools, self.tool_names, self.budget_tokens - system_tokens - MESSAGE_ROOM_TOKENS)
 
+    def prompt(self, memory_private: bool, ctx: ToolContext | None) -> tuple[str, set[str] | None, int]:
+        """(system prompt, tool names, their schemas' tokens) of a turn in `ctx` (None: the trust
+        policy withholds nothing). A tool section is left out where its tool is not offered — left
+        out of the budget, or withheld in this chat — and the tools are then those left, without any
+        withheld (the room the section took does not bring its tool back: the two go together)."""
+        system = self.context.system_prompt(memory_private)
+        names, tokens = self.offered(system)
+        usable = set(self.tools.names) if names is None else names
+        if ctx is not None:
+            usable = self.tools.offered(usable, ctx) or set()
+        missing = frozenset(self.context.tool_sections.keys() - usable)
+        if not missing:
+            return system, names, tokens
+        return (
+            self.context.system_prompt(memory_private, without=missing),
+            usable,
+            self.tools.schema_tokens(usable),
+        )
+
     @staticmethod
     def with_system(session: Session, system: str, tool_tokens: int) -> int:
         # count_message memoises the (long, stable) system prompt; the history sum is memoised too
         return count_message({"role": "system", "content": system}) + tool_tokens + history_tokens(session)
 
     def __call__(self, session: Session, memory_private: bool) -> int:
-        system = self.context.system_prompt(memory_private)
-        return self.with_system(session, system, self.offered(system)[1])
+        system, _, tool_tokens = self.prompt(memory_private, None)
+        return self.with_system(session, system, tool_tokens)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def status_report(agent: Agent, ctx: MessageContext) -> str:
     session_key, session = ctx.session_key, agent.sessions.get(ctx.session_key)
     # what this chat's next turn is offered: the tools that fit the prompt budget, then its trust
-    within_budget = agent.estimator.offered(agent.context.system_prompt(ctx.memory_private))[0]
+    within_budget = agent.estimator.prompt(ctx.memory_private, ctx.tool_context())[1]
     offered = agent.tools.offered(within_budget, ctx.tool_context())
     uptime_s = int(time.time() - agent.stats.started_at)
     lines = [

@@ -160,7 +160,7 @@ def _masked(data: bytes) -> bytes:
     .env holding nanobot's provider key), every other byte as it was: the text is read as read_file
     reads it (UTF-8, a Windows-1252 line, UTF-16 by its byte order mark), and each masked piece —
     ASCII: keys and token shapes — is replaced in the bytes in the file's own encoding. A binary
-    file holding one of nanobot's keys is refused: masking would corrupt it."""
+    file holding one of nanobot's keys or a token shape is refused: masking would corrupt it."""
     utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and _decodes(data, "utf-16")
     if b"\0" in data and not utf16:
         if registered_in(data) or masked_pieces(data.decode("latin-1")):
