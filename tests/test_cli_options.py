@@ -116,3 +116,43 @@ def test_a_config_path_that_is_no_regular_file_is_a_config_error(home: Path) -> 
                        (str(home), "a folder, not a config file")):
         result = run_cli("status", "-c", path, home=home, timeout=30)
         assert result.returncode == 2 and said in result.stderr, (path, result.stderr)
+
+
+def test_a_tilde_the_shell_left_in_the_config_path_is_expanded(home: Path) -> None:
+    """`--config=~/work.json`: the shell expands no ~ after `=`; the file was checked as expanded but
+    read as ./~/work.json (missing: the defaults), so the job went into the default workspace."""
+    user_home = home / "user"
+    user_home.mkdir()
+    (user_home / "work.json").write_text(json.dumps({"agents": {"defaults": {"workspace": str(home / "work-ws")}}}))
+    env = {"HOME": str(user_home)}
+    for args in (("cron", "add", "--config=~/work.json"), ("--config=~/work.json", "cron", "add")):
+        result = run_cli(*args, "-m", "water the plants", "--every", "3600", home=home, env=env)
+        assert result.returncode == 0, result.stderr
+    jobs = json.loads((home / "work-ws" / "cron" / "jobs.json").read_text())
+    assert len(jobs["jobs"]) == 2, jobs
+    assert not (home / "workspace" / "cron" / "jobs.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "named"),
+    [
+        ({"agents": {"defaults": {"workspace": "~nosuchuser4821/nanobot"}}}, {}, "agents.defaults.workspace"),
+        ({"agents": {"defaults": {"workspace": "ws\u0000x"}}}, {}, "agents.defaults.workspace"),
+        ({"logging": {"file": "~nosuchuser4821/nanobot.log"}}, {}, "logging.file"),
+        ({}, {"NANOBOT_HOME": "~nosuchuser4821/nb"}, "NANOBOT_HOME"),
+    ],
+)
+def test_a_path_no_file_can_have_is_a_config_error(
+    home: Path, config: dict, env: dict[str, str], named: str
+) -> None:
+    """`~alice/…` on a machine without alice, or a NUL character: every command ended in a traceback
+    and exit 1 (a restart loop under systemd), and doctor called the config valid."""
+    path = home / "c.json"
+    path.write_text(json.dumps(config))
+    for args in (("status", "-c", str(path)), ("cron", "list", "-c", str(path))):
+        result = run_cli(*args, home=home, env=env)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert named in result.stderr, result.stderr
+    doctor = run_cli("doctor", "-c", str(path), "--timeout", "1", home=home, env=env)
+    assert doctor.returncode in (1, 2) and "Traceback" not in doctor.stderr, doctor.stderr
+    assert named in doctor.stdout + doctor.stderr

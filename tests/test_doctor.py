@@ -415,6 +415,25 @@ def test_an_emptied_jobs_file_fails_the_check(home: Path, fake_llm: FakeLLMServe
     assert jobs.read_bytes() == b""  # left as it is for the user to restore
 
 
+def test_a_hand_written_schedule_with_a_misspelled_key_is_kept_and_named(home: Path, fake_llm: FakeLLMServer) -> None:
+    """A job written into jobs.json by hand with "cron" for "expr": `cron list` showed `cron 'None'`,
+    doctor said ok, and the next `cron add` rewrote the file without the user's expression."""
+    _setup(home, fake_llm.url)
+    jobs = home / "workspace" / "cron" / "jobs.json"
+    jobs.parent.mkdir(parents=True, exist_ok=True)
+    jobs.write_text(json.dumps({"version": 1, "jobs": [{
+        "id": "standup", "message": "remind me of the standup",
+        "schedule": {"kind": "cron", "cron": "0 9 * * 1-5", "tz": "Europe/Berlin"}}]}))
+    code, checks = _doctor(home)
+    assert code == 1 and checks["cron jobs"]["status"] == "fail", checks["cron jobs"]
+    assert "standup" in checks["cron jobs"]["detail"] and "schedule.expr" in checks["cron jobs"]["detail"]
+    listing = run_cli("cron", "list", home=home)
+    assert "unusable" in listing.stdout and "unknown there: cron" in listing.stdout, listing.stdout
+    assert run_cli("cron", "add", "-m", "water the plants", "--every", "3600", home=home).returncode == 0
+    kept = json.loads(jobs.read_text())["jobs"][0]["schedule"]
+    assert kept["cron"] == "0 9 * * 1-5" and kept["tz"] == "Europe/Berlin", kept
+
+
 @pytest.mark.parametrize("root", [True, False])
 def test_a_gateway_run_as_root_is_warned_that_its_commands_are_root_too(
     root: bool, monkeypatch: pytest.MonkeyPatch
@@ -429,3 +448,38 @@ def test_a_gateway_run_as_root_is_warned_that_its_commands_are_root_too(
     check = check_sandbox(Config())
     assert sandbox_mod.detect("auto").active in ("bwrap", "landlock")
     assert (check.status, "runs as root" in check.detail) == (("warn", True) if root else ("ok", False)), check
+
+
+@pytest.mark.skipif(not can_mount_privately(), reason="needs user and mount namespaces")
+def test_fix_on_a_read_only_home_still_shows_the_report(home: Path, fake_llm: FakeLLMServer) -> None:
+    """A home mounted read-only (a `:ro` volume) with a memory index: plain doctor said what was
+    wrong, --fix printed one `Error: [Errno 30] Read-only file system` line and no report at all."""
+    import shlex
+
+    _setup(home, fake_llm.url)
+    assert run_cli("memory", "reindex", home=home).returncode == 0
+    (home / "workspace" / "memory" / ".index.sqlite").write_bytes(b"damaged")  # --fix would rebuild it
+    quoted = shlex.quote(str(home))
+    mount = f"mount --bind {quoted} {quoted} && mount -o remount,ro,bind {quoted} && "
+    result = _in_namespace(home, mount, "doctor", "--fix", "--json", "--timeout", "2")
+    assert "Traceback" not in result.stderr and result.returncode == 1, result.stderr
+    checks = {c["part"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["files"]["status"] == "fail" and "not writable" in checks["files"]["detail"]
+    assert checks["memory index"]["status"] == "fail", checks["memory index"]
+    assert "Read-only file system" in checks["memory index"]["detail"], checks["memory index"]
+
+
+def test_a_file_where_a_workspace_folder_belongs_fails_and_is_kept(home: Path, fake_llm: FakeLLMServer) -> None:
+    """A file named memory in the workspace: every search failed, yet doctor said "missing folders
+    (--fix repairs)" and healthy, and --fix stopped with one `[Errno 20]` line."""
+    import shutil
+
+    _setup(home, fake_llm.url)
+    memory = home / "workspace" / "memory"
+    shutil.rmtree(memory)
+    memory.write_text("my notes\n")
+    for args in ((), ("--fix",)):
+        code, checks = _doctor(home, *args)
+        assert code == 1 and checks["files"]["status"] == "fail", checks["files"]
+        assert "not folders" in checks["files"]["detail"] and "memory" in checks["files"]["detail"]
+    assert memory.read_text() == "my notes\n"  # the user's file, never deleted

@@ -334,3 +334,19 @@ def test_a_home_that_is_a_file_is_a_usage_error(home: Path) -> None:
     result = run_cli("onboard", home=home, env={"NANOBOT_HOME": str(a_file)})
     assert result.returncode == 2 and "is not a folder" in result.stderr and "Errno" not in result.stderr, result.stderr
     assert a_file.read_text() == "x"
+
+
+def test_onboard_keeps_a_link_whose_target_is_not_there_yet(home: Path) -> None:
+    """MEMORY.md and USER.md linked into a sync folder not mounted yet: onboard and doctor --fix
+    replaced both links with templates, and the synced memory was no longer used once it came back."""
+    assert run_cli("onboard", home=home).returncode == 0
+    workspace = home / "workspace"
+    synced = home / "sync-not-mounted"
+    for rel in ("memory/MEMORY.md", "USER.md"):
+        (workspace / rel).unlink()
+        (workspace / rel).symlink_to(synced / Path(rel).name)
+    assert run_cli("onboard", home=home).returncode == 0
+    run_cli("doctor", "--fix", "--timeout", "1", home=home)
+    for rel in ("memory/MEMORY.md", "USER.md"):
+        assert (workspace / rel).is_symlink(), rel
+        assert os.readlink(workspace / rel) == str(synced / Path(rel).name)

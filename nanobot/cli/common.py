@@ -35,11 +35,13 @@ _root: dict[str, str | None] = {"log_level": None}
 
 
 def _inherit_root_config(ctx: typer.Context, value: Path | None) -> Path | None:
-    """A subcommand without its own -c uses the one given before the subcommand."""
-    if value is not None:
-        return value
-    root = ctx.find_root()
-    return root.params.get("config") if root is not ctx else None
+    """A subcommand without its own -c uses the one given before the subcommand. A leading ~ is
+    expanded here, once: the shell leaves `--config=~/x` alone, and the file was checked as
+    ~/x but read as ./~/x (missing: the defaults ran, into another workspace)."""
+    if value is None:
+        root = ctx.find_root()
+        value = root.params.get("config") if root is not ctx else None
+    return Path(os.path.expanduser(value)) if value is not None else None
 
 
 CONFIG_HELP = "Config file (default: $NANOBOT_HOME/config.json); also accepted before the subcommand."

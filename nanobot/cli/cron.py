@@ -24,6 +24,7 @@ from nanobot.cli.common import (
 from nanobot.config.schema import Config
 from nanobot.errors import UserError
 from nanobot.scheduler.cron import CronJob, CronService, CronStoreError, DeliverTo, jobs_path
+from nanobot.scheduler.schedules import schedule_problem
 from nanobot.util.text import one_line, truncate_head, typed_text
 
 app = command_group(help="Manage scheduled jobs.")
@@ -67,7 +68,8 @@ def list_jobs(
     as_json: bool = typer.Option(False, "--json", help="Print the jobs as JSON."),
 ) -> None:
     """List all jobs."""
-    jobs = _load(_service(config))
+    service = _service(config)
+    jobs = _load(service)
     if as_json:
         typer.echo(json.dumps([j.to_dict() for j in jobs], indent=2, ensure_ascii=False))
         return
@@ -77,6 +79,8 @@ def list_jobs(
     for job in jobs:
         target = f"{job.deliver_to.channel}:{job.deliver_to.chat_id}" if job.deliver_to else "-"
         state = "enabled" if job.enabled else "disabled"
+        if job.enabled and (problem := schedule_problem(job, service.tz)):
+            state = f"unusable ({problem})"  # the gateway disables it at its start: said here first
         out(
             f"{job.id}\t{one_line(job.name)}\t{job.schedule.describe()}\t{state}\tnext={job.next_run_at or '-'}"
             f"\tto={target}\tlast={job.last_status or '-'}"

@@ -163,6 +163,9 @@ def load_config(path: Path | None = None) -> Config:
     except SettingsError:
         raise ConfigError(_format_env_json_error()) from None
     _check_memory_backend(config, path)
+    # the paths are resolved here once, so a path no file can have is a config error for every
+    # command (doctor said "config valid" of a log file the gateway then failed on)
+    _ = (config.workspace_path, config.log_file_path)
     return config
 
 

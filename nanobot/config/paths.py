@@ -15,6 +15,7 @@ from pathlib import Path
 
 from loguru import logger
 
+from nanobot.errors import ConfigError
 from nanobot.util.fs import ensure_private_dir, repair_private
 
 HOME_ENV = "NANOBOT_HOME"
@@ -62,22 +63,37 @@ OWNER_STEERING = (*BOOTSTRAP_FILES, HEARTBEAT_FILE, SKILLS_DIR)
 def nanobot_home() -> Path:
     """The home folder: $NANOBOT_HOME, default ~/.nanobot."""
     raw = os.environ.get(HOME_ENV, "").strip()
-    return Path(raw).expanduser() if raw else Path.home() / NANOBOT_DIR
+    return expanded_path(raw, HOME_ENV) if raw else Path.home() / NANOBOT_DIR
+
+
+def expanded_path(raw: str, setting: str) -> Path:
+    """`raw` with ~ and $VARS expanded. A path no file can have is a ConfigError naming `setting`:
+    `~alice/…` on a machine without alice, or a NUL character, failed every command with a
+    traceback and exit 1 (a restart loop under systemd)."""
+    if "\0" in raw:
+        raise ConfigError(f"{setting}: {raw!r} holds a NUL character, which no path can")
+    try:
+        return Path(os.path.expandvars(raw)).expanduser()
+    except RuntimeError:  # ~name of a user this machine does not have
+        raise ConfigError(f"{setting}: {raw!r} starts with the home folder of a user this machine "
+                          "does not have") from None
 
 
 def default_config_path() -> Path:
     return nanobot_home() / CONFIG_FILE
 
 
-def resolve_in_home(configured: str) -> Path:
+def resolve_in_home(configured: str, setting: str) -> Path:
     """A configured path: ``~`` and $VARS expanded, a relative one in $NANOBOT_HOME whatever the
     current folder (the service runs from /)."""
-    return (nanobot_home() / Path(os.path.expandvars(configured.strip())).expanduser()).resolve()
+    return (nanobot_home() / expanded_path(configured.strip(), setting)).resolve()
 
 
 def resolve_workspace(configured: str) -> Path:
     """The workspace folder: the configured path (see resolve_in_home) or $NANOBOT_HOME/workspace."""
-    return resolve_in_home(configured) if configured.strip() else (nanobot_home() / "workspace").resolve()
+    if not configured.strip():
+        return (nanobot_home() / "workspace").resolve()
+    return resolve_in_home(configured, "agents.defaults.workspace")
 
 
 MAX_SESSION_STEM_CHARS = 120

@@ -87,7 +87,7 @@ class Config(BaseSettings):
         service's folder, /, it was /nanobot.log); None: stderr only."""
         from nanobot.config.paths import resolve_in_home
 
-        return resolve_in_home(self.logging.file) if self.logging.file.strip() else None
+        return resolve_in_home(self.logging.file, "logging.file") if self.logging.file.strip() else None
 
 
 def json_schema() -> dict:

@@ -4,6 +4,7 @@ a file that exists (the user's edits are theirs)."""
 
 from __future__ import annotations
 
+import os
 from importlib.resources import files
 from pathlib import Path
 
@@ -26,7 +27,9 @@ def template_files() -> list[Path]:
 
 
 def missing_templates(workspace: Path) -> list[Path]:
-    return [rel for rel in template_files() if not (workspace / rel).exists()]
+    """The templates with nothing at their place: a link counts, even one whose target is missing
+    (a sync folder not mounted yet), or onboard replaced the user's link with a template for good."""
+    return [rel for rel in template_files() if not os.path.lexists(workspace / rel)]
 
 
 def copy_templates(workspace: Path) -> list[Path]:

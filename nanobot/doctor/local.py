@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from nanobot.config.loader import load_config, read_config_dict
@@ -96,7 +97,7 @@ def check_heartbeat_target(cfg: Config) -> Check | None:
 
 def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
     workspace = cfg.workspace_path
-    checks = [check_sandbox(cfg), check_files(workspace, config_path, fix=fix)]
+    checks = [check_sandbox(cfg), _guarded("files", lambda: check_files(workspace, config_path, fix=fix))]
     if heartbeat := check_heartbeat_target(cfg):
         checks.append(heartbeat)
     if workspace_problem(workspace) or moved_workspace_hint(workspace):
@@ -108,20 +109,36 @@ def local_checks(cfg: Config, config_path: Path, *, fix: bool) -> list[Check]:
         check_disk(workspace),
         check_gateway(cfg, config_path),
         check_service(),
-        check_index(cfg, fix=fix),
+        _guarded("memory index", lambda: check_index(cfg, fix=fix)),
         check_archives(cfg),
         check_jobs(cfg),
     ]
 
 
+def _guarded(part: str, check: Callable[[], Check]) -> Check:
+    """A check (and its --fix) whose file error is its own failed line: one `Error: [Errno 30]` line
+    replaced the whole report on a read-only home, in the very case plain doctor pointed to --fix."""
+    try:
+        return check()
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return Check(part, "fail", f"could not check or repair it: {exc.strerror or exc}{where}")
+
+
 def check_jobs(cfg: Config) -> Check:
     """The scheduled jobs' file can be read (a damaged or emptied one runs no reminder at all)."""
     from nanobot.scheduler.cron_store import CronStore, CronStoreError, jobs_path
+    from nanobot.scheduler.schedules import schedule_problem
+    from nanobot.timeutil import resolve_tz
 
     try:
         jobs = CronStore(jobs_path(cfg.workspace_path)).load()
     except CronStoreError as exc:
         return Check("cron jobs", "fail", str(exc))
+    tz = resolve_tz(cfg.agents.defaults.timezone)
+    unusable = [f"{job.id}: {problem}" for job in jobs if job.enabled and (problem := schedule_problem(job, tz))]
+    if unusable:  # a hand-edited job that never runs (the gateway disables it at start)
+        return Check("cron jobs", "fail", "unusable schedule: " + "; ".join(unusable) + " (fix it in jobs.json)")
     return Check("cron jobs", "ok", f"{len(jobs)} job(s), {sum(j.enabled for j in jobs)} enabled")
 
 
@@ -191,6 +208,17 @@ def check_files(workspace: Path, config_path: Path, *, fix: bool) -> Check:
     loose = [p for p in (home, config_path, workspace) if p.exists() and _loose(p)]
     # and what nanobot owns inside the workspace (transcripts, memory): every file of it is 0600
     loose += [found for name in WORKSPACE_FOLDERS if name != SKILLS_DIR and (found := _first_loose(workspace / name))]
+    # a file where a folder belongs: every search and reindex failed while doctor said "missing
+    # folders, --fix repairs" (and --fix cannot: the file is the user's, not nanobot's to delete)
+    blocked = [name for name in WORKSPACE_FOLDERS if os.path.lexists(workspace / name)
+               and not (workspace / name).is_dir()]
+    if blocked:
+        return Check(
+            "files",
+            "fail",
+            f"not folders in {workspace}: " + ", ".join(blocked) + " (nanobot keeps its files in these "
+            "folders: move what is there aside, then run nanobot doctor --fix)",
+        )
     missing = [name for name in WORKSPACE_FOLDERS if not (workspace / name).is_dir()]
     # the agent's identity and instructions: without them it runs on the bare system prompt
     gone = [str(rel) for rel in missing_templates(workspace)]

@@ -51,13 +51,20 @@ class CronSchedule:
     every_s: int | None = None
     expr: str | None = None  # five-field crontab: minute hour day month weekday
     tz: str = ""  # empty: the service's time zone
+    # keys nanobot does not know (a hand-edited "cron" for "expr"), kept on rewrite: adding another
+    # job rewrote the file without them, and the user's expression was gone
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         if self.kind == "at":
             return f"at {self.at}"
         if self.kind == "every":
             return f"every {self.every_s}s"
-        return f"cron '{self.expr}'" + (f" ({self.tz})" if self.tz else "")
+        shown = f"'{self.expr}'" if self.expr else "(no expression)"
+        return f"cron {shown}" + (f" ({self.tz})" if self.tz else "")
+
+
+_SCHEDULE_KEYS = frozenset(f for f in CronSchedule.__dataclass_fields__ if f != "extra")
 
 
 @dataclass
@@ -86,6 +93,8 @@ class CronJob:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         extra = data.pop("extra")
+        schedule = data["schedule"]
+        data["schedule"] = {**schedule.pop("extra"), **schedule}
         return {**extra, **data}
 
     @classmethod
@@ -103,6 +112,7 @@ class CronJob:
                 every_s=sched.get("every_s"),
                 expr=sched.get("expr"),
                 tz=sched.get("tz") or "",
+                extra={k: v for k, v in sched.items() if k not in _SCHEDULE_KEYS},
             ),
             deliver_to=DeliverTo(str(target["channel"]), str(target["chat_id"])) if target else None,
             enabled=_switch(data.get("enabled", True)),

@@ -30,7 +30,7 @@ from loguru import logger
 from nanobot.scheduler.clock import ClockWatch, interval_run_after_step_back
 from nanobot.scheduler.cron_run import Deliver, send_notice
 from nanobot.scheduler.cron_store import MAX_STATUS_CHARS, CronJob, CronSchedule, CronStore, CronStoreError
-from nanobot.scheduler.schedules import build_trigger, next_fire, to_iso
+from nanobot.scheduler.schedules import build_trigger, next_fire, problem_text, to_iso
 from nanobot.timeutil import now as tz_now
 from nanobot.timeutil import parse_iso, resolve_tz
 from nanobot.util.text import truncate_head
@@ -160,7 +160,7 @@ class CronTimers(ABC):
             return self._add_timer(job, moment, catch_up_allowed)
         except Exception as exc:  # noqa: BLE001 - any failure here is this one job's
             self._unschedule(job.id)
-            reason = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            reason = problem_text(exc)
             logger.error("cron: job {} has an unusable schedule and is disabled: {}", job.id, reason)
             return {"enabled": False, "next_run_at": None, "last_status": clipped_status(f"error: {reason}")}
 

@@ -197,7 +197,27 @@ def build_trigger(job: CronJob, default_tz: tzinfo) -> BaseTrigger:
         # list run times backwards without end (the gateway froze, then filled its memory)
         every = checked_every(sched.every_s)
         return IntervalTrigger(seconds=every, start_date=created + timedelta(seconds=every), timezone=zone)
-    return crontab_trigger(str(sched.expr), zone)
+    unknown = f"; unknown there: {', '.join(sorted(sched.extra))}" if sched.extra else ""
+    if sched.kind != "cron":
+        raise ValueError(f"schedule kind {sched.kind!r} is none of at, every, cron{unknown}")
+    if not isinstance(sched.expr, str) or not sched.expr.strip():
+        raise ValueError(f"a cron schedule without its crontab expression in schedule.expr{unknown}")
+    return crontab_trigger(sched.expr, zone)
+
+
+def problem_text(exc: Exception) -> str:
+    """A schedule's failure as its job's status says it."""
+    return str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+
+
+def schedule_problem(job: CronJob, default_tz: tzinfo) -> str | None:
+    """Why a job's schedule cannot run (a jobs.json edited by hand: a misspelled key, a malformed
+    time), None when it can: what the gateway would disable the job for, said before it does."""
+    try:
+        build_trigger(job, default_tz)
+    except Exception as exc:  # noqa: BLE001 - any failure here is the schedule's
+        return problem_text(exc)
+    return None
 
 
 def repeats_last_run(job: CronJob, now: datetime, default_tz: tzinfo) -> bool:
