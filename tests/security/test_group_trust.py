@@ -679,3 +679,31 @@ def test_masking_an_attachment_finds_what_read_file_masks() -> None:
     stray_mark = b"\xff\xfe" + b"OPENAI_API_KEY=sk-proj-REGISTERED-0123456789\n"  # "UTF-16" read as CJK
     assert b"sk-proj-REGISTERED-0123456789" not in _masked(stray_mark)
 
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"log\0\nAuthorization: Bearer\xc2\xa0abcdefghijklmnopqrstuvwx1234\n",  # NUL; UTF-8 no-break space
+        b"\xff\xfe\x00\x00OPENAI_API_KEY=sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX\n",  # UTF-32 mark: read_file says cp1252
+        b"Authorization: Bearer\xc2\xa0\n\xa0abcdefghijklmnopqrstuvwx1234 caf\xe9\n",  # spaces of two encodings
+    ],
+)
+def test_an_attachment_never_carries_a_token_read_file_masks(data: bytes) -> None:
+    """The review's three files: read_file showed `***`, the attachment carried the token in clear
+    (shapes looked for in a Latin-1 reading, a UTF-32 mark taken for UTF-16, a token's whitespace in
+    lines of two encodings). Masked in place, or refused."""
+    from nanobot.agent.tools.base import ToolError
+    from nanobot.agent.tools.message import _masked
+    from nanobot.secrets import mask
+    from nanobot.util.text import decode_text
+
+    token = b"abcdefghijklmnopqrstuvwx1234" if b"Bearer" in data else b"sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX"
+    assert token.decode() not in mask(decode_text(data))  # what read_file shows
+    try:
+        sent = _masked(data)
+    except ToolError as exc:
+        assert "never sent" in str(exc)
+        return
+    assert token not in sent
+

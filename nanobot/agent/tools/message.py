@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import codecs
 import errno
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from nanobot.bus.events import OutboundFile, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.secrets import mask_registered_bytes, masked_pieces, registered_in
 from nanobot.util.nofollow import read_regular_bytes
-from nanobot.util.text import decode_text
+from nanobot.util.text import decode_text, utf16_encoding
 
 MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024  # the most any channel takes (Telegram: 50 MB)
 MAX_ATTACHMENTS = 10  # per message (Discord's limit); they are held in memory until sent
@@ -158,30 +157,26 @@ def _copy_of(name: str, own: str) -> bool:
 def _masked(data: bytes) -> bytes:
     """An attachment with the known secrets masked where read_file shows them masked (a project's
     .env holding nanobot's provider key), every other byte as it was: the text is read as read_file
-    reads it (UTF-8, a Windows-1252 line, UTF-16 by its byte order mark), and each masked piece —
-    ASCII: keys and token shapes — is replaced in the bytes in the file's own encoding. A binary
-    file holding one of nanobot's keys or a token shape is refused: masking would corrupt it."""
-    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and _decodes(data, "utf-16")
-    if b"\0" in data and not utf16:
-        if registered_in(data) or masked_pieces(data.decode("latin-1")):
+    reads it (`decode_text`: UTF-8, a Windows-1252 line, UTF-16 by its byte order mark), and each
+    masked piece — ASCII: keys and token shapes — is replaced in the bytes in the file's own
+    encoding. What is still there after that (a piece across lines of two encodings) and a binary
+    file holding one of nanobot's keys or a token shape are refused: masking would corrupt it."""
+    utf16 = utf16_encoding(data)
+    text = decode_text(data)
+    if b"\0" in data and utf16 is None:
+        if registered_in(data) or masked_pieces(data.decode("latin-1")) or masked_pieces(text):
             raise ToolError("it holds a key or a token, which are never sent")
         return data
-    pieces = masked_pieces(decode_text(data) if not utf16 else data.decode("utf-16"))
-    encodings = (("utf-16-le" if data.startswith(codecs.BOM_UTF16_LE) else "utf-16-be"),) if utf16 else (
-        "utf-8", "cp1252"  # decode_text reads a line that is not UTF-8 as Windows-1252
-    )
-    for piece, replacement in sorted(pieces.items(), key=lambda item: -len(item[0])):
+    encodings = (utf16,) if utf16 else ("utf-8", "cp1252")  # decode_text reads a line not UTF-8 as cp1252
+    for piece, replacement in sorted(masked_pieces(text).items(), key=lambda item: -len(item[0])):
         for encoding in encodings:
             try:
                 data = data.replace(piece.encode(encoding), replacement.encode(encoding))
             except UnicodeEncodeError:
                 continue
-    return mask_registered_bytes(data)  # also where the text was read otherwise (a stray byte order mark)
+    data = mask_registered_bytes(data)  # also where the text was read otherwise (a stray byte order mark)
+    if masked_pieces(decode_text(data)):
+        raise ToolError("it holds a key or a token that cannot be masked in place, and they are never sent")
+    return data
 
 
-def _decodes(data: bytes, encoding: str) -> bool:
-    try:
-        data.decode(encoding)
-    except UnicodeDecodeError:
-        return False
-    return True
