@@ -297,3 +297,27 @@ async def test_memory_grown_after_start_takes_the_recall_section_with_the_tool(
             await runtime.aclose()
         mismatches += [(window, m) for m in recall_mismatches(fake_llm)]
     assert mismatches == []
+
+
+async def test_a_group_sessions_estimate_prices_the_tools_its_turns_are_sent(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """The memory lifecycle priced a group's next prompt with every tool and the recall section,
+    which its turns never get (memory tools, MCP servers withheld there): its talk was consolidated
+    before its prompt was full."""
+    from nanobot.providers.tokens import count_message
+    from nanobot.session.history import history_tokens
+
+    config = small(make_config, 65536, 1024)
+    fake_llm.responder = lambda body: Reply(content="Noted.")
+    runtime = build_runtime(config)
+    runtime.loop.start()
+    try:
+        await runtime.bus.request(InboundMessage("telegram", "5", "-100", "who was at the meeting?", is_group=True))
+        session = runtime.agent.sessions.get("telegram:-100")
+        estimate = runtime.agent.estimator(session, False)
+    finally:
+        await runtime.aclose()
+    sent = turns(fake_llm)[-1]
+    expected = count_message(sent["messages"][0]) + count_tools(sent["tools"]) + history_tokens(session)
+    assert estimate == expected, (estimate, expected)

@@ -60,5 +60,8 @@ class PromptEstimator:
         return count_message({"role": "system", "content": system}) + tool_tokens + history_tokens(session)
 
     def __call__(self, session: Session, memory_private: bool) -> int:
-        system, _, tool_tokens = self.prompt(memory_private, None)
+        # the chat's trust as the session recorded it: a group's turns are offered neither the
+        # memory tools nor MCP servers, and priced with them its talk was consolidated early
+        ctx = ToolContext(is_group=session.metadata.get("is_group") is True, guest=bool(session.metadata.get("guest")))
+        system, _, tool_tokens = self.prompt(memory_private, ctx)
         return self.with_system(session, system, tool_tokens)
