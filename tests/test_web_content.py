@@ -196,6 +196,11 @@ SEARCH_PAGES: dict[str, tuple[dict[str, str], bytes]] = {
     # many links and no snippet: the lazy pattern spanning link to snippet ran for minutes
     "/ddg-bare": ({"Content-Type": "text/html"}, "".join(_ddg_result(k, False) for k in range(400)).encode()),
     "/deep.json": ({"Content-Type": "application/json"}, b"[" * 100_000 + b"]" * 100_000),
+    # link tags that never close: every `<a` scanned to the end of the page twice over (cubic)
+    "/ddg-open": ({"Content-Type": "text/html"}, b'<a class="result__a" ' * 1_200),
+    # closers without their `>`: each scanned to the end of the page (quadratic)
+    "/open-closers": ({"Content-Type": "text/html"}, b"<p>Lead</p><script>" + b"</script " * 40_000),
+    "/huge-ref": ({"Content-Type": "text/html"}, b"<p>Useful text</p>&#" + b"1" * 5_000 + b"; &#65;&#x42;"),
     "/utf16-meta": ({"Content-Type": "text/html"}, b'<meta charset="utf-16"><p>Opening hours: 9 to 17</p>'),
     "/closers": (
         {"Content-Type": "text/html"},
@@ -233,6 +238,19 @@ async def test_pages_are_cut_where_a_browser_cuts_them(search_port: int) -> None
     text = await tool.execute(CTX, url=f"http://127.0.0.1:{search_port}/closers")
     assert "PRICE: 42 EUR" in text and "Cart" in text and "Outro" in text, text
     assert "x()" not in text and "a{}" not in text and "y()" not in text, text
+
+
+async def test_hostile_markup_is_read_within_the_deadline(search_port: int) -> None:
+    """A page (or a search answer) built to make one regex run for minutes held the interpreter
+    lock: every chat froze and the tool only said, long after, that it did not finish in time. A
+    numeric character reference of 5,000 digits failed the whole fetch with a ValueError."""
+    cfg = WebSearchConfig(provider="duckduckgo", base_url=f"http://127.0.0.1:{search_port}/ddg-open")
+    assert (await WebSearchTool(cfg, timeout_s=5).execute(CTX, query="x")).startswith("No results")
+    tool = WebFetchTool(WebToolConfig(allow_hosts=[f"127.0.0.1:{search_port}"], timeout_s=5))
+    text = await tool.execute(CTX, url=f"http://127.0.0.1:{search_port}/open-closers")
+    assert "Lead" in text and "</script" in text, text[:200]  # unclosed: shown, as before
+    text = await tool.execute(CTX, url=f"http://127.0.0.1:{search_port}/huge-ref")
+    assert "Useful text" in text and "\ufffd" in text and "AB" in text, text
 
 
 @pytest.mark.parametrize("url", ["http://[::1", "https://[::1%/", "http://[vfoo]/", f"http://{'a' * 300}.org/"])

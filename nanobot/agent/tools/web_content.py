@@ -20,7 +20,12 @@ if TYPE_CHECKING:
 _SKIPPED_TAGS = ("script", "style", "noscript", "svg", "head")
 # the tag name ends where a browser ends it: `<svg-icon>` is another element, `</script >` a closer
 _SKIPPED_BLOCK = re.compile(rf"(?i)<({'|'.join(_SKIPPED_TAGS)})(?=[\s/>])")
-_CLOSER = {tag: re.compile(rf"(?i)</{tag}(?=[\s/>])[^>]*>") for tag in _SKIPPED_TAGS}
+# the closer's name only: its `>` is found with str.find (a `[^>]*>` in the pattern scanned to the end
+# of the page for every `</script ` without one, quadratic: a 2 MB page held the daemon 8 minutes)
+_CLOSER = {tag: re.compile(rf"(?i)</{tag}(?=[\s/>])") for tag in _SKIPPED_TAGS}
+# a numeric character reference of 8+ decimal or 7+ hex digits is past U+10FFFF: U+FFFD, as a browser
+# shows it (html.unescape turned its digits into an int: over 4,300 digits a ValueError failed the fetch)
+_HUGE_CHAR_REF = re.compile(r"&#(?:0*[1-9][0-9]{7,}|[xX]0*[1-9a-fA-F][0-9a-fA-F]{6,});?")
 
 
 def _drop_blocks(markup: str) -> str:
@@ -33,15 +38,16 @@ def _drop_blocks(markup: str) -> str:
         if m.start() < pos:
             continue
         tag = m.group(1).lower()
-        found = None
+        close_end = -1
         if m.end() < closed_from.get(tag, len(markup) + 1):
             found = _CLOSER[tag].search(markup, m.end())
-        if found is None:
+            close_end = markup.find(">", found.end()) if found is not None else -1
+        if close_end < 0:  # no closer, or none with its `>`: nor will a later opener find one
             closed_from[tag] = min(closed_from.get(tag, len(markup) + 1), m.end())
             continue  # unclosed: left for the tag stripper, as before
         out.append(markup[pos : m.start()])
         out.append(" ")
-        pos = found.end()
+        pos = close_end + 1
     out.append(markup[pos:])
     return "".join(out)
 
@@ -50,7 +56,7 @@ def html_to_text(markup: str) -> str:
     markup = _drop_blocks(markup)
     markup = re.sub(r"(?i)<br\s*/?>|</(p|div|li|h[1-6]|tr|section|article)>", "\n", markup)
     markup = re.sub(r"<[^<>]+>", " ", markup)  # [^<>]: a run of '<' costs linear, not quadratic, time
-    text = html.unescape(markup)
+    text = html.unescape(_HUGE_CHAR_REF.sub("\ufffd", markup))
     text = re.sub(r"[ \t\r\f\v]+", " ", text)
     text = re.sub(r" *\n *", "\n", text)  # tags replaced by spaces leave them at line edges
     return re.sub(r"\n\s*\n+", "\n\n", text).strip()
