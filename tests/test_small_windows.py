@@ -299,23 +299,25 @@ async def test_memory_grown_after_start_takes_the_recall_section_with_the_tool(
     assert mismatches == []
 
 
+@pytest.mark.parametrize("share", [False, True])
 async def test_a_group_sessions_estimate_prices_the_tools_its_turns_are_sent(
-    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+    make_config, fake_llm: FakeLLMServer, share: bool  # noqa: ANN001
 ) -> None:
     """The memory lifecycle priced a group's next prompt with every tool and the recall section,
-    which its turns never get (memory tools, MCP servers withheld there): its talk was consolidated
-    before its prompt was full."""
+    which its turns never get (memory tools, exec, MCP servers withheld there): its talk was
+    consolidated before its prompt was full. With memory shared the section stays and exec was
+    still priced."""
     from nanobot.providers.tokens import count_message
     from nanobot.session.history import history_tokens
 
-    config = small(make_config, 65536, 1024)
+    config = small(make_config, 65536, 1024, **{"memory.shareInGroups": share})
     fake_llm.responder = lambda body: Reply(content="Noted.")
     runtime = build_runtime(config)
     runtime.loop.start()
     try:
         await runtime.bus.request(InboundMessage("telegram", "5", "-100", "who was at the meeting?", is_group=True))
         session = runtime.agent.sessions.get("telegram:-100")
-        estimate = runtime.agent.estimator(session, False)
+        estimate = runtime.agent.estimator(session, share)
     finally:
         await runtime.aclose()
     sent = turns(fake_llm)[-1]

@@ -37,22 +37,19 @@ class PromptEstimator:
 
     def prompt(self, memory_private: bool, ctx: ToolContext | None) -> tuple[str, set[str] | None, int]:
         """(system prompt, tool names, their schemas' tokens) of a turn in `ctx` (None: the trust
-        policy withholds nothing). A tool section is left out where its tool is not offered — left
-        out of the budget, or withheld in this chat — and the tools are then those left, without any
-        withheld (the room the section took does not bring its tool back: the two go together)."""
+        policy withholds nothing): the tools within the budget less those withheld in this chat, as
+        the runner sends them. A tool section is left out where its tool is not offered, and the
+        room it took does not bring the tool back (the two go together)."""
         system = self.context.system_prompt(memory_private)
         names, tokens = self.offered(system)
-        usable = set(self.tools.names) if names is None else names
-        if ctx is not None:
-            usable = self.tools.offered(usable, ctx) or set()
+        within = set(self.tools.names) if names is None else names
+        usable = (self.tools.offered(within, ctx) or set()) if ctx is not None else within
         missing = frozenset(self.context.tool_sections.keys() - usable)
-        if not missing:
+        if missing:
+            system = self.context.system_prompt(memory_private, without=missing)
+        if usable == within:
             return system, names, tokens
-        return (
-            self.context.system_prompt(memory_private, without=missing),
-            usable,
-            self.tools.schema_tokens(usable),
-        )
+        return system, usable, self.tools.schema_tokens(usable)  # priced as sent: without the withheld
 
     @staticmethod
     def with_system(session: Session, system: str, tool_tokens: int) -> int:
