@@ -36,10 +36,10 @@ class PromptEstimator:
         return tools_within(self.tools, self.tool_names, self.budget_tokens - system_tokens - MESSAGE_ROOM_TOKENS)
 
     def prompt(self, memory_private: bool, ctx: ToolContext | None) -> tuple[str, set[str] | None, int]:
-        """(system prompt, tool names, their schemas' tokens) of a turn in `ctx` (None: the trust
-        policy withholds nothing): the tools within the budget less those withheld in this chat, as
-        the runner sends them. A tool section is left out where its tool is not offered, and the
-        room it took does not bring the tool back (the two go together)."""
+        """(system prompt, the tool names within the budget (None: all), the tokens of the schemas a
+        turn in `ctx` is sent: those tools less the ones its trust withholds; `ctx` None withholds
+        none). A tool section is left out where its tool is not offered (out of the budget, or
+        withheld)."""
         system = self.context.system_prompt(memory_private)
         names, tokens = self.offered(system)
         within = set(self.tools.names) if names is None else names
@@ -47,9 +47,9 @@ class PromptEstimator:
         missing = frozenset(self.context.tool_sections.keys() - usable)
         if missing:
             system = self.context.system_prompt(memory_private, without=missing)
-        if usable == within:
-            return system, names, tokens
-        return system, usable, self.tools.schema_tokens(usable)  # priced as sent: without the withheld
+        # the runner leaves the withheld out of the schemas it sends (and, called anyway, the policy
+        # says why they are refused): priced as sent
+        return system, names, tokens if usable == within else self.tools.schema_tokens(usable)
 
     @staticmethod
     def with_system(session: Session, system: str, tool_tokens: int) -> int:
