@@ -14,6 +14,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from apscheduler.triggers.combining import OrTrigger
 from typer.testing import CliRunner
 
 from nanobot.agent.tools.base import ToolContext, ToolError
@@ -31,7 +32,7 @@ from nanobot.scheduler.cron import (
     jobs_path,
 )
 from nanobot.scheduler.cron_store import CronStore
-from nanobot.scheduler.schedules import make_schedule, next_fire, to_iso
+from nanobot.scheduler.schedules import crontab_trigger, make_schedule, next_fire, to_iso
 
 UTCZ = ZoneInfo("UTC")
 WAIT_S = 5.0
@@ -136,6 +137,13 @@ def test_day_of_month_and_weekday_together_mean_either_as_in_crontab() -> None:
     assert [d.date().isoformat() for d in first_runs("0 9 1 * *", 2)] == ["2026-12-01", "2027-01-01"]
     with pytest.raises(ValueError, match="never runs"):
         make_schedule(expr="0 9 30 2 *", default_tz=UTCZ, now=now)
+    # a part that never runs is left out, as crontab ignores it: the scheduler searched it to year
+    # 9999 at every computation (1.5 s each; with a list of 1,000 days a minute of frozen gateway)
+    assert [d.date().isoformat() for d in first_runs("0 9 31 2 1", 2)] == ["2027-02-01", "2027-02-08"]  # Mondays
+    assert not isinstance(crontab_trigger("* * 31 2,4,6,9,11 0-6", UTCZ), OrTrigger)
+    with pytest.raises(ValueError, match="longer than 200 characters") as refused:
+        make_schedule(expr="0 0 " + ",".join(["31"] * 2000) + " 2 *", default_tz=UTCZ, now=now)
+    assert len(str(refused.value)) < 200  # the 6 KB expression is not echoed back whole
 
 
 @pytest.mark.parametrize(
@@ -758,19 +766,28 @@ def test_a_run_the_model_could_not_answer_is_a_failure(
     assert job["last_status"].startswith("error:"), job
 
 
-async def test_a_failure_notice_still_reaches_the_jobs_chat(tmp_path: Path) -> None:
+async def test_a_failure_notice_reaches_the_jobs_chat_once_per_run_of_failures(tmp_path: Path) -> None:
+    """While the provider was down an every-minute job posted the same "Sorry, …" every minute,
+    naming neither the job nor that it would go on: the chat is told once, with the job's name."""
     delivered: list[tuple[str, str, str]] = []
+    answers = iter([None, None, "the plants are watered", None])
 
     async def on_job(job: CronJob) -> str:
-        raise JobFailed("Sorry, the model could not answer (HTTP 500).")
+        answer = next(answers)
+        if answer is None:
+            raise JobFailed("Sorry, the model could not answer (HTTP 500).")
+        return answer
 
     async def deliver(channel: str, chat_id: str, text: str) -> None:
         delivered.append((channel, chat_id, text))
 
     svc = CronService(tmp_path / "jobs.json", on_job, "UTC", deliver=deliver)
-    job = svc.add("n", "m", every_s=3600, deliver_to=DeliverTo("telegram", "42"))
-    await svc.run_now(job.id)
-    assert delivered == [("telegram", "42", "Sorry, the model could not answer (HTTP 500).")]
+    job = svc.add("water the plants", "m", every_s=3600, deliver_to=DeliverTo("telegram", "42"))
+    for _ in range(4):  # fails, fails again, answers, fails
+        await svc.run_now(job.id)
+    notice = ("Sorry, the model could not answer (HTTP 500).\n\n"
+              f'(Scheduled job "water the plants", {job.id}: while it keeps failing, this is not said again.)')
+    assert [text for _, _, text in delivered] == [notice, "the plants are watered", notice], delivered
     assert svc.get(job.id).last_status.startswith("error: Sorry, the model could not answer")
 
 
@@ -939,6 +956,9 @@ async def test_a_hand_written_unschedulable_job_is_disabled_and_the_others_still
     }
     # a sign typo: the scheduler listed run times backwards without end (frozen gateway, then OOM)
     negative_every = {**huge_every, "id": "neg1", "name": "negative", "schedule": {"kind": "every", "every_s": -60}}
+    # a 6 KB crontab a steered model could not add any more: searched to year 9999 at every start
+    long_cron = {**huge_every, "id": "long1", "name": "long", "schedule": {
+        "kind": "cron", "expr": "0 0 " + ",".join(["31"] * 2000) + " 2 *"}}
     normal = {
         "id": "norm1",
         "name": "normal",
@@ -947,7 +967,8 @@ async def test_a_hand_written_unschedulable_job_is_disabled_and_the_others_still
         "deliver_to": {"channel": "telegram", "chat_id": "5"},
         "created_at": created,
     }
-    path.write_text(json.dumps({"version": 1, "jobs": [far, huge_every, negative_every, normal]}), encoding="utf-8")
+    path.write_text(json.dumps({"version": 1, "jobs": [far, huge_every, negative_every, long_cron, normal]}),
+                    encoding="utf-8")
     rec = Recorder(reply="on time")
     svc = service(path, rec)
     await svc.start()
@@ -958,7 +979,8 @@ async def test_a_hand_written_unschedulable_job_is_disabled_and_the_others_still
         await svc.stop()
     assert rec.delivered[0] == ("telegram", "5", "on time")
     jobs = {j.id: j for j in svc.list()}
-    for bad in ("far1", "huge1", "neg1"):
+    assert "longer than 200 characters" in str(jobs["long1"].last_status)
+    for bad in ("far1", "huge1", "neg1", "long1"):
         assert not jobs[bad].enabled and jobs[bad].next_run_at is None
         assert jobs[bad].last_status is not None and jobs[bad].last_status.startswith("error: "), jobs[bad]
     assert "OverflowError" in str(jobs["far1"].last_status) and "'every' must be" in str(jobs["neg1"].last_status)

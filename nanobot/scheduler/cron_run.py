@@ -4,7 +4,7 @@
 job's chat, returning `Outcome(result, status, error)`: status "ok", "skipped: …" (JobRefused: the
 sender who asked for it is no longer allowed; or the job was removed or switched off while its turn
 ran, so its result is not sent), "error: …" (the turn failed; a failure notice of the model,
-JobFailed, is still delivered) or "error: delivery failed: …" (the chat never got it).
+JobFailed, is still delivered, naming the job, at the first failure of a run of them) or "error: delivery failed: …" (the chat never got it).
 `send_notice(job, deliver, text)` tells the job's chat something about the job (best effort).
 """
 
@@ -18,6 +18,7 @@ from loguru import logger
 
 from nanobot.logs import prompts_logged
 from nanobot.scheduler.cron_store import CronJob
+from nanobot.util.text import one_line
 
 OnJob = Callable[[CronJob], Awaitable[str | None]]
 Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
@@ -74,9 +75,23 @@ async def run_and_deliver(
         if not still_wanted():  # "stop that reminder" said while it ran: its result must not follow
             logger.info("cron: job {} was removed or switched off during its run; its result is not sent", job.id)
             return Outcome(result, "skipped: removed or switched off during its run", error)
-        delivered = await _deliver_result(job, deliver, result)
+        text = result
+        if isinstance(error, JobFailed):
+            if failing_already(job):  # a provider down: an every-minute job said so every minute
+                logger.info("cron: job {} failed again; its chat was told at its first failure", job.id)
+                return Outcome(result, status, error)
+            name = one_line(job.name)
+            name = name if len(name) <= 60 else name[:59] + "…"
+            text = f'{result}\n\n(Scheduled job "{name}", {job.id}: while it keeps failing, this is not said again.)'
+        delivered = await _deliver_result(job, deliver, text)
         status = delivered if error is None else status
     return Outcome(result, status, error)
+
+
+def failing_already(job: CronJob) -> bool:
+    """Whether the job's last run failed in its turn (its chat was told then), not in delivery."""
+    last = job.last_status or ""
+    return last.startswith("error: ") and not last.startswith("error: delivery failed")
 
 
 async def _deliver_result(job: CronJob, deliver: Deliver | None, result: str) -> str:

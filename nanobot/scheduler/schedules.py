@@ -24,6 +24,11 @@ MIN_EVERY_S = 1
 # UTC (or an interval that reaches past it) raises OverflowError on every start of the gateway.
 MAX_AT_AHEAD = timedelta(days=100 * 365 + 25)  # 100 years, leap days included
 MAX_EVERY_S = 10 * 366 * 24 * 3600  # about 10 years
+MAX_CRON_EXPR_CHARS = 200  # a crontab line of lists for every field fits; a 6 KB one was a weapon
+#: every date a five-field crontab can name comes within this (29 February: 2096, then 2104). The
+#: scheduler searches to year 9999 for a part that never runs: seconds to minutes of the event
+#: loop, at every start and after every run of the job, when its other part did run.
+FIRES_WITHIN = timedelta(days=9 * 366)
 
 
 # ----------------------------------------------------------------------------- time helpers
@@ -104,6 +109,8 @@ def crontab_trigger(expr: str, tz: tzinfo) -> BaseTrigger:
     matching either one runs the job (`0 9 1 * 1`: the 1st and every Monday); a trigger given both
     would need both at once (a Monday the 1st, months away).
     """
+    if len(expr) > MAX_CRON_EXPR_CHARS:
+        raise ValueError(f"longer than {MAX_CRON_EXPR_CHARS} characters")
     fields = expr.split()
     if len(fields) != 5:
         raise ValueError(f"expected 5 fields (minute hour day month weekday), got {len(fields)}")
@@ -111,15 +118,24 @@ def crontab_trigger(expr: str, tz: tzinfo) -> BaseTrigger:
     from apscheduler.triggers.combining import OrTrigger
     from apscheduler.triggers.cron import CronTrigger
 
-    def cron(day_field: str, weekday_field: str) -> CronTrigger:
+    def cron(day_field: str, weekday_field: str, end: datetime | None = None) -> CronTrigger:
         return CronTrigger(
-            minute=minute, hour=hour, day=day_field, month=month, day_of_week=weekday_field, timezone=tz
+            minute=minute, hour=hour, day=day_field, month=month, day_of_week=weekday_field, timezone=tz,
+            end_date=end,
         )
 
+    now = datetime.now(tz)
+
+    def runs(day_field: str, weekday_field: str) -> bool:  # searched no further than FIRES_WITHIN
+        return cron(day_field, weekday_field, now + FIRES_WITHIN).get_next_fire_time(None, now) is not None
+
     weekdays = _weekday_field(weekday)
-    if day.startswith("*") or weekday.startswith("*"):
-        return cron(day, weekdays)
-    return OrTrigger([cron(day, "*"), cron("*", weekdays)])
+    parts = [(day, weekdays)] if day.startswith("*") or weekday.startswith("*") else [(day, "*"), ("*", weekdays)]
+    # a part that never runs is left out, as crontab ignores it (`0 9 31 2 1`: Mondays)
+    running = [cron(*part) for part in parts if runs(*part)]
+    if not running:
+        raise ValueError("it never runs (a date that does not exist, such as 30 February)")
+    return running[0] if len(running) == 1 else OrTrigger(running)
 
 
 def checked_every(every_s: object) -> int:
@@ -171,14 +187,13 @@ def make_schedule(
     if every_s is not None:
         return CronSchedule(kind="every", every_s=checked_every(every_s), tz=tz)
     expr = " ".join(str(expr).split())
+    shown = expr if len(expr) <= 80 else expr[:60] + "…"
     try:
         trigger = crontab_trigger(expr, zone)
     except ValueError as exc:
-        raise ValueError(f"invalid cron expression {expr!r}: {exc}") from None
-    if trigger.get_next_fire_time(None, now) is None:
-        raise ValueError(
-            f"cron expression {expr!r} never runs (a date that does not exist, such as 30 February)"
-        )
+        raise ValueError(f"invalid cron expression {shown!r}: {exc}") from None
+    if trigger.get_next_fire_time(None, now) is None:  # the last run before the scheduler's end
+        raise ValueError(f"cron expression {shown!r} never runs")
     return CronSchedule(kind="cron", expr=expr, tz=tz)
 
 
