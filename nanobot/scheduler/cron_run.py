@@ -4,7 +4,8 @@
 job's chat, returning `Outcome(result, status, error)`: status "ok", "skipped: …" (JobRefused: the
 sender who asked for it is no longer allowed; or the job was removed or switched off while its turn
 ran, so its result is not sent), "error: …" (the turn failed; a failure notice of the model,
-JobFailed, is still delivered, naming the job, at the first failure of a run of them) or "error: delivery failed: …" (the chat never got it).
+JobFailed, is still delivered, naming the job, at the first failure of a run of them) or
+"error: delivery failed: …" (the chat never got it).
 `send_notice(job, deliver, text)` tells the job's chat something about the job (best effort).
 """
 
