@@ -495,6 +495,23 @@ TG = ToolContext(channel="telegram", chat_id="42", session_key="telegram:42")
 DC = ToolContext(channel="discord", chat_id="9", session_key="discord:9")
 
 
+async def test_a_chats_jobs_together_run_at_most_once_a_minute(tool: CronTool) -> None:
+    """The once-a-minute floor held per job: one steered turn added a hundred jobs of every 60 s, a
+    hundred turns and messages a minute into one chat."""
+    for n in range(2):  # 30 runs an hour each
+        assert "Scheduled job" in await tool.execute(TG, action="add", message=f"ping {n}", every_seconds=120)
+    with pytest.raises(ToolError, match="up to 90 times an hour, more than 60"):
+        await tool.execute(TG, action="add", message="ping 2", every_seconds=120)
+    with pytest.raises(ToolError, match="more than 60"):
+        await tool.execute(TG, action="add", message="every five minutes", cron_expr="*/5 * * * *")
+    soon = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    assert "Scheduled job" in await tool.execute(TG, action="add", message="once", at=soon)  # runs once
+    assert "Scheduled job" in await tool.execute(DC, action="add", message="other chat", every_seconds=60)
+    first = tool.service.list()[0]
+    await tool.execute(TG, action="remove", job_id=first.id)
+    assert "Scheduled job" in await tool.execute(TG, action="add", message="five", cron_expr="*/5 * * * *")
+
+
 async def test_tool_add_list_remove_scoped_to_the_chat(tool: CronTool) -> None:
     out = await tool.execute(
         TG,

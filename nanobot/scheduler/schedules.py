@@ -138,6 +138,30 @@ def crontab_trigger(expr: str, tz: tzinfo) -> BaseTrigger:
     return running[0] if len(running) == 1 else OrTrigger(running)
 
 
+def most_runs_per_hour(schedule: CronSchedule) -> float:
+    """The most times a schedule runs in one hour: 3600 / every_s, a crontab's minutes (`*/5`: 12),
+    0 for a one-shot job. A schedule that does not parse counts 0 (it never runs)."""
+    if schedule.kind == "every":
+        return 3600 / schedule.every_s if isinstance(schedule.every_s, int) and schedule.every_s > 0 else 0
+    if schedule.kind != "cron" or not schedule.expr:
+        return 0
+    minutes: set[int] = set()
+    try:
+        for part in schedule.expr.split()[0].split(","):
+            span, _, step = part.partition("/")
+            if span == "*":
+                low, high = 0, 59
+            elif "-" in span:
+                low, high = (int(n) for n in span.split("-", 1))
+            else:
+                low = int(span)
+                high = 59 if step else low
+            minutes.update(range(low, high + 1, int(step) if step else 1))
+    except ValueError:
+        return 0
+    return len(minutes)
+
+
 def checked_every(every_s: object) -> int:
     """A job's interval in whole seconds within MIN_EVERY_S..MAX_EVERY_S; ValueError otherwise."""
     if isinstance(every_s, bool) or not isinstance(every_s, int) or every_s < MIN_EVERY_S:

@@ -18,10 +18,15 @@ from nanobot.scheduler.cron import (
     DeliverTo,
     cron_session_key,
 )
+from nanobot.scheduler.cron_store import CronSchedule
 from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY
+from nanobot.scheduler.schedules import most_runs_per_hour
 from nanobot.util.text import truncate_head
 
 MIN_TOOL_EVERY_S = 60  # the LLM may not schedule anything more often than once a minute
+# nor, over all of a chat's jobs together, more runs an hour than one a minute: a hundred jobs of
+# every_seconds=60 (one steered turn) were a hundred turns and messages a minute into the chat
+MAX_TOOL_RUNS_PER_HOUR = 60
 MAX_NAME_CHARS = 80
 UNREACHABLE_CHANNELS = frozenset({"cli"})  # the terminal: nothing receives a job's result there later
 MAX_MESSAGE_CHARS = 4000
@@ -95,6 +100,7 @@ class CronTool(Tool):
         if every is not None and (not isinstance(every, int) or every < MIN_TOOL_EVERY_S):
             raise ToolError(f"'every_seconds' must be an integer >= {MIN_TOOL_EVERY_S}")
         name = truncate_head(str(args.get("name") or message), MAX_NAME_CHARS, marker="")  # never half an emoji
+        self._check_rate(ctx, every, args.get("cron_expr"))
         try:
             job = self.service.add(
                 name,
@@ -111,6 +117,18 @@ class CronTool(Tool):
         except ValueError as exc:
             raise ToolError(str(exc)) from None
         return f"Scheduled job {job.id} ({job.schedule.describe()}); next run {job.next_run_at}."
+
+    def _check_rate(self, ctx: ToolContext, every: int | None, expr: object) -> None:
+        """Refuse a job that would make this chat's jobs run more than MAX_TOOL_RUNS_PER_HOUR times
+        in an hour (`nanobot cron add`, the owner's own command, has no such limit)."""
+        kind = "every" if every is not None else "cron" if isinstance(expr, str) and expr.strip() else "at"
+        new = most_runs_per_hour(CronSchedule(kind=kind, every_s=every, expr=expr if kind == "cron" else None))
+        current = sum(most_runs_per_hour(j.schedule) for j in self.service.list() if j.enabled and self._own(ctx, j))
+        if new and current + new > MAX_TOOL_RUNS_PER_HOUR:
+            raise ToolError(
+                f"this chat's jobs would run up to {current + new:.0f} times an hour, more than "
+                f"{MAX_TOOL_RUNS_PER_HOUR}: remove some (action=list) or schedule this one less often"
+            )
 
     def _list(self, ctx: ToolContext) -> str:
         jobs = [j for j in self.service.list() if self._own(ctx, j)]
