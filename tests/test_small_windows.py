@@ -323,3 +323,30 @@ async def test_a_group_sessions_estimate_prices_the_tools_its_turns_are_sent(
     sent = turns(fake_llm)[-1]
     expected = count_message(sent["messages"][0]) + count_tools(sent["tools"]) + history_tokens(session)
     assert estimate == expected, (estimate, expected)
+
+
+async def test_a_message_the_model_counts_far_above_the_estimate_is_cut_until_it_fits(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """A model whose tokenizer splits digits one by one (the embedded demo model) refused a CSV
+    paste that the estimate said fits: with no history left to leave out, the turn failed every
+    time. The message is now cut in its middle until the model takes it; the transcript keeps it."""
+    config = small(make_config, 65536, 512)
+    paste = "".join(f"{n:06d},{n * 7 % 1000:04d},{n * 13 % 997:05d}\n" for n in range(2_000))
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if len(str(body["messages"][-1]["content"])) > 12_000:  # this model's real limit
+            return Reply(status=400, error_message="maximum context length exceeded (context_length_exceeded)")
+        return Reply(content="Two thousand rows.")
+
+    fake_llm.responder = answer
+    runtime = build_runtime(config)
+    try:
+        reply = await runtime.ask(paste + "How many rows?", session_key="telegram:1")
+    finally:
+        await runtime.aclose()
+    assert reply == "Two thousand rows.", reply
+    sent = turns(fake_llm)[-1]["messages"][-1]["content"]
+    assert "000000,0000,00000" in sent and "How many rows?" in sent and "omitted" in sent, sent[-300:]
+    saved = (config.workspace_path / "sessions" / "telegram_1.jsonl").read_text()
+    assert all(f"{n:06d}," in saved for n in range(2_000))  # the whole paste is kept

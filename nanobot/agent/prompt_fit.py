@@ -84,6 +84,21 @@ def halved_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | Non
     return [messages[0], *keep, *messages[current:]]
 
 
+MIN_CUT_MESSAGE_CHARS = 2_000  # a message this short is not cut further: the window itself is too small
+
+
+def halved_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """`messages` with the turn's user message (the last one) cut to half its length in its
+    middle; None when it is not last (a resumed turn's steps follow it), holds images, or is short.
+    For a model whose tokenizer counts a text far above the estimate (digits one by one: a CSV
+    paste) and refuses it although no history is left."""
+    last = messages[-1]
+    content = last.get("content")
+    if last.get("role") != "user" or not isinstance(content, str) or len(content) < MIN_CUT_MESSAGE_CHARS:
+        return None
+    return [*messages[:-1], {**last, "content": truncate_middle(content, len(content) // 2)}]
+
+
 def fit_history(
     session: Session,
     indices: list[int],
@@ -129,21 +144,27 @@ async def run_within_window(
 ) -> TurnResult:
     """`run(messages)`; when the provider refuses the prompt as longer than the model's window
     (smaller than contextWindowTokens says), again with the older half of the history left out,
-    until it fits or no history is left (it stays in the transcript and memory). Not once the
-    turn saved tool steps: a prompt without them would redo them."""
+    until it fits or no history is left (it stays in the transcript and memory), then with the
+    message cut in its middle (the transcript keeps it whole). Not once the turn saved tool
+    steps: a prompt without them would redo them."""
     prompt, tokens = messages, prompt_tokens
     while True:
         try:
             return await run(prompt, tokens)
         except LLMError as exc:
-            shorter = halved_history(prompt) if exc.kind == "context_overflow" and not stepped else None
+            shorter = None
+            if exc.kind == "context_overflow" and not stepped:
+                shorter = halved_history(prompt) or halved_message(prompt)
             if shorter is None:
                 raise
+            change = (
+                f"with {len(shorter)} of its {len(messages)} messages" if len(shorter) < len(prompt)
+                else f"with its message cut to {len(shorter[-1]['content'])} characters"
+            )
             logger.warning(
-                "{}: the provider refused the prompt as longer than the model's window; trying with {} "
-                "of its {} messages. Set agents.defaults.contextWindowTokens to the model's window",
+                "{}: the provider refused the prompt as longer than the model's window; trying {}. Set "
+                "agents.defaults.contextWindowTokens to the model's window",
                 session_key,
-                len(shorter),
-                len(messages),
+                change,
             )
             prompt, tokens = shorter, None
