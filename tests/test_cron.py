@@ -137,11 +137,17 @@ def test_day_of_month_and_weekday_together_mean_either_as_in_crontab() -> None:
     assert [d.date().isoformat() for d in first_runs("0 9 1 * *", 2)] == ["2026-12-01", "2027-01-01"]
     with pytest.raises(ValueError, match="never runs"):
         make_schedule(expr="0 9 30 2 *", default_tz=UTCZ, now=now)
-    # a part that never runs is left out, as crontab ignores it: the scheduler searched it to year
+    # a date on a weekday decades apart still runs (a 9-year search refused 1 March on a Sunday)
+    assert [d.date().isoformat() for d in first_runs("0 9 1 3 */7", 1)] == ["2037-03-01"]
+    assert [d.date().isoformat() for d in first_runs("0 9 29 2 */7", 1)] == ["2032-02-29"]
+    every_minute = ",".join(str(m) for m in range(60))  # 169 characters: valid, and refused at 200
+    runs = first_runs(f"{every_minute} * * * *", 2)
+    assert runs[1] - runs[0] == timedelta(minutes=1)
+
     # 9999 at every computation (1.5 s each; with a list of 1,000 days a minute of frozen gateway)
     assert [d.date().isoformat() for d in first_runs("0 9 31 2 1", 2)] == ["2027-02-01", "2027-02-08"]  # Mondays
     assert not isinstance(crontab_trigger("* * 31 2,4,6,9,11 0-6", UTCZ), OrTrigger)
-    with pytest.raises(ValueError, match="longer than 200 characters") as refused:
+    with pytest.raises(ValueError, match="longer than 512 characters") as refused:
         make_schedule(expr="0 0 " + ",".join(["31"] * 2000) + " 2 *", default_tz=UTCZ, now=now)
     assert len(str(refused.value)) < 200  # the 6 KB expression is not echoed back whole
 
@@ -808,6 +814,33 @@ async def test_a_failure_notice_reaches_the_jobs_chat_once_per_run_of_failures(t
     assert svc.get(job.id).last_status.startswith("error: Sorry, the model could not answer")
 
 
+async def test_a_failure_the_chat_never_heard_of_is_told_at_the_next_one(tmp_path: Path) -> None:
+    """The review: a failure notice whose send failed (the network down with the provider), a turn
+    that failed without a notice, or a run by hand into the terminal counted as told, and every
+    later failure stayed silent until the job succeeded."""
+    delivered: list[str] = []
+    sends_fail = [True]
+    failures = iter([JobFailed("Sorry, the model could not answer."), RuntimeError("boom"),
+                     JobFailed("Sorry, the model could not answer."), JobFailed("Sorry, the model could not answer.")])
+
+    async def on_job(job: CronJob) -> str:
+        raise next(failures)
+
+    async def deliver(channel: str, chat_id: str, text: str) -> None:
+        if sends_fail[0]:
+            raise ConnectionError("network unreachable")
+        delivered.append(text)
+
+    svc = CronService(tmp_path / "jobs.json", on_job, "UTC", deliver=deliver)
+    job = svc.add("water the plants", "m", every_s=3600, deliver_to=DeliverTo("telegram", "42"))
+    await svc.run_now(job.id)  # the notice's send fails
+    sends_fail[0] = False
+    await svc.run_now(job.id)  # a failure without a notice
+    await svc.run_now(job.id)  # told now
+    await svc.run_now(job.id)  # not again
+    assert len(delivered) == 1 and delivered[0].startswith("Sorry, the model could not answer."), delivered
+
+
 def test_cli_run_without_provider_credentials_exits_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -996,7 +1029,7 @@ async def test_a_hand_written_unschedulable_job_is_disabled_and_the_others_still
         await svc.stop()
     assert rec.delivered[0] == ("telegram", "5", "on time")
     jobs = {j.id: j for j in svc.list()}
-    assert "longer than 200 characters" in str(jobs["long1"].last_status)
+    assert "longer than 512 characters" in str(jobs["long1"].last_status)
     for bad in ("far1", "huge1", "neg1", "long1"):
         assert not jobs[bad].enabled and jobs[bad].next_run_at is None
         assert jobs[bad].last_status is not None and jobs[bad].last_status.startswith("error: "), jobs[bad]

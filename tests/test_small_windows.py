@@ -350,3 +350,35 @@ async def test_a_message_the_model_counts_far_above_the_estimate_is_cut_until_it
     assert "000000,0000,00000" in sent and "How many rows?" in sent and "omitted" in sent, sent[-300:]
     saved = (config.workspace_path / "sessions" / "telegram_1.jsonl").read_text()
     assert all(f"{n:06d}," in saved for n in range(2_000))  # the whole paste is kept
+
+
+@pytest.mark.parametrize("share", [False, True])
+async def test_a_retried_group_turn_is_priced_as_sent(make_config, fake_llm: FakeLLMServer, share: bool) -> None:  # noqa: ANN001
+    """A group's prompt refused as over the window is priced again by the runner: it counted the
+    schemas of tools the group is never sent (exec, the memory tools, MCP servers), so tool results
+    were cut smaller than the real prompt needed."""
+    from nanobot.providers.tokens import count_message
+
+    config = small(make_config, 65536, 1024, **{"memory.shareInGroups": share})
+    calls = {"n": 0}
+
+    def respond(body: dict[str, Any]) -> Reply:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second turn's first request
+            return Reply(status=400, error_message="maximum context length exceeded (context_length_exceeded)")
+        return Reply(content="Noted.")
+
+    fake_llm.responder = respond
+    runtime = build_runtime(config)
+    runner = runtime.agent.runner
+    priced: list[int] = []
+    real = runner._tokens
+    runner._tokens = lambda convo, names: priced.append(real(convo, names)) or priced[-1]  # type: ignore[method-assign]
+    runtime.loop.start()
+    try:
+        for text in ("first message in the group", "second message in the group"):
+            await runtime.bus.request(InboundMessage("telegram", "5", "-100", text, is_group=True))
+    finally:
+        await runtime.aclose()
+    sent = turns(fake_llm)[-1]
+    assert priced == [sum(count_message(m) for m in sent["messages"]) + count_tools(sent.get("tools") or [])]

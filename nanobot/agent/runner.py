@@ -154,11 +154,12 @@ class TurnRunner:
         result = TurnResult(content="", usage=usage if usage is not None else Usage())
         echo_source = _last_user_text(convo)  # what a weak model may repeat before its answer
         # a tool the trust policy refuses here is not offered; called anyway, the policy says why
-        schemas = self.tools.schemas(self.tools.offered(tool_names, ctx))
+        offered = self.tools.offered(tool_names, ctx)
+        schemas = self.tools.schemas(offered)
         budget = self.prompt_budget_tokens
         used = 0
-        if budget is not None:
-            used = prompt_tokens if prompt_tokens is not None else self._tokens(convo, tool_names)
+        if budget is not None:  # priced as sent: without the tools this chat's trust withholds
+            used = prompt_tokens if prompt_tokens is not None else self._tokens(convo, offered)
         cut_in_a_row = 0  # replies whose tool calls the output limit cut off, one after another
         note = ""  # said to the user after the answer, not saved with it
         for iteration in range(1, self.max_iterations + 1):

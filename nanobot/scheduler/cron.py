@@ -259,7 +259,11 @@ class CronService(CronTimers):
     async def _execute(self, job: CronJob, scheduled: bool, raise_errors: bool = False) -> str | None:
         started = tz_now(self.tz)
         outcome = await run_and_deliver(job, self._on_job, self._deliver, lambda: self._still_wanted(job.id, scheduled))
-        update: dict[str, Any] = {"last_run_at": to_iso(started), "last_status": clipped_status(outcome.status)}
+        update: dict[str, Any] = {
+            "last_run_at": to_iso(started),
+            "last_status": clipped_status(outcome.status),
+            "failure_told": outcome.failure_told,
+        }
         if scheduled:
             if job.schedule.kind == "at":
                 update.update(enabled=False, next_run_at=None)

@@ -44,6 +44,7 @@ class Outcome:
     result: str | None  # the turn's reply (or the failure notice), None when there was none
     status: str
     error: Exception | None  # the turn's failure, for a caller that re-raises it (the CLI)
+    failure_told: bool = False  # the job's chat knows of this failure (told now, or at an earlier run)
 
 
 def shown_name(job: CronJob) -> str:
@@ -76,23 +77,19 @@ async def run_and_deliver(
         if not still_wanted():  # "stop that reminder" said while it ran: its result must not follow
             logger.info("cron: job {} was removed or switched off during its run; its result is not sent", job.id)
             return Outcome(result, "skipped: removed or switched off during its run", error)
-        text = result
-        if isinstance(error, JobFailed):
-            if failing_already(job):  # a provider down: an every-minute job said so every minute
-                logger.info("cron: job {} failed again; its chat was told at its first failure", job.id)
-                return Outcome(result, status, error)
-            name = one_line(job.name)
-            name = name if len(name) <= 60 else name[:59] + "…"
-            text = f'{result}\n\n(Scheduled job "{name}", {job.id}: while it keeps failing, this is not said again.)'
+        if error is None:
+            return Outcome(result, await _deliver_result(job, deliver, result), error)
+        if job.failure_told:  # a provider down: an every-minute job said so every minute
+            logger.info("cron: job {} failed again; its chat was told at an earlier failure", job.id)
+            return Outcome(result, status, error, failure_told=True)
+        name = one_line(job.name)
+        name = name if len(name) <= 60 else name[:59] + "…"
+        text = f'{result}\n\n(Scheduled job "{name}", {job.id}: while it keeps failing, this is not said again.)'
         delivered = await _deliver_result(job, deliver, text)
-        status = delivered if error is None else status
+        # told only when it reached the chat (not run by hand into a terminal, not a failed send)
+        told = delivered == "ok" and job.deliver_to is not None
+        return Outcome(result, status, error, failure_told=told)
     return Outcome(result, status, error)
-
-
-def failing_already(job: CronJob) -> bool:
-    """Whether the job's last run failed in its turn (its chat was told then), not in delivery."""
-    last = job.last_status or ""
-    return last.startswith("error: ") and not last.startswith("error: delivery failed")
 
 
 async def _deliver_result(job: CronJob, deliver: Deliver | None, result: str) -> str:

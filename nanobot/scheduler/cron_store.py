@@ -88,6 +88,8 @@ class CronJob:
     last_run_at: str | None = None
     last_status: str | None = None  # "ok", "error: ...", "missed: ..."
     next_run_at: str | None = None
+    # the chat was told of the failure its last run ended in (told once, not at every failing run)
+    failure_told: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept on rewrite
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +123,7 @@ class CronJob:
             last_run_at=data.get("last_run_at"),
             last_status=data.get("last_status"),
             next_run_at=data.get("next_run_at"),
+            failure_told=data.get("failure_told") is True,
             extra={k: v for k, v in data.items() if k not in known},
         )
 

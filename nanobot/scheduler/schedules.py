@@ -24,11 +24,12 @@ MIN_EVERY_S = 1
 # UTC (or an interval that reaches past it) raises OverflowError on every start of the gateway.
 MAX_AT_AHEAD = timedelta(days=100 * 365 + 25)  # 100 years, leap days included
 MAX_EVERY_S = 10 * 366 * 24 * 3600  # about 10 years
-MAX_CRON_EXPR_CHARS = 200  # a crontab line of lists for every field fits; a 6 KB one was a weapon
-#: every date a five-field crontab can name comes within this (29 February: 2096, then 2104). The
-#: scheduler searches to year 9999 for a part that never runs: seconds to minutes of the event
-#: loop, at every start and after every run of the job, when its other part did run.
-FIRES_WITHIN = timedelta(days=9 * 366)
+MAX_CRON_EXPR_CHARS = 512  # every minute, hour, day, month and weekday listed (~360) fits; 6 KB was a weapon
+#: a five-field crontab that runs at all runs within this: a date on a given weekday (29 February
+#: on a Monday, the day and weekday fields both restricted, one starting with *) comes back at
+#: most 40 years on in the Gregorian calendar. The scheduler searches to year 9999 for a part that
+#: never runs: seconds to minutes of the event loop, at every start and after every run of the job.
+FIRES_WITHIN = timedelta(days=41 * 366)
 
 
 # ----------------------------------------------------------------------------- time helpers
