@@ -84,8 +84,11 @@ async def test_the_owners_own_entries_carry_no_label(runtime) -> None:  # noqa: 
     assert "From:" not in note.read_text()
 
 
-async def test_a_group_gets_no_flush_into_the_owners_daily_note(make_config, script) -> None:  # noqa: ANN001
-    config, _ = make_config(**{**SMALL_WINDOW, "memory.flush.softThresholdTokens": 4000})
+@pytest.mark.parametrize("share", [False, True])
+async def test_a_group_gets_no_flush_into_the_owners_daily_note(make_config, script, share: bool) -> None:  # noqa: ANN001
+    """With memory.shareInGroups on, a group's talk was flushed into the owner's daily note, which
+    names no origin: a member's "the owner's new IBAN is …" came back from search as the owner's."""
+    config, _ = make_config(**{**SMALL_WINDOW, "memory.flush.softThresholdTokens": 4000, "memory.shareInGroups": share})
     copy_templates(config.workspace_path)
     rt = build_runtime(config)
     try:

@@ -189,8 +189,10 @@ class MemoryLifecycle:
 
     async def maybe_flush(self, session: Session, private: bool) -> None:
         """At most one flush per compaction cycle (the cycle is the consolidation pointer's value)."""
-        if not private or not self.settings.flush_enabled:
-            return  # a group's or a guest's talk is no note of the owner's day
+        if not private or _origin(session) != "" or not self.settings.flush_enabled:
+            # a group's or a guest's talk is no note of the owner's day, shared memory or not: the
+            # daily note carries no origin, and a member's claim came back as the owner's own fact
+            return
         if session.metadata.get("flushed_at") == session.last_consolidated:
             return
         if self.estimator(session, private) + self._last_user_tokens(session) <= self.flush_threshold_tokens:
