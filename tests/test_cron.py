@@ -506,16 +506,37 @@ async def test_a_chats_jobs_together_run_at_most_once_a_minute(tool: CronTool) -
     hundred turns and messages a minute into one chat."""
     for n in range(2):  # 30 runs an hour each
         assert "Scheduled job" in await tool.execute(TG, action="add", message=f"ping {n}", every_seconds=120)
-    with pytest.raises(ToolError, match="up to 90 times an hour, more than 60"):
+    with pytest.raises(ToolError, match="could run 90 times in one hour, more than 60"):
         await tool.execute(TG, action="add", message="ping 2", every_seconds=120)
     with pytest.raises(ToolError, match="more than 60"):
         await tool.execute(TG, action="add", message="every five minutes", cron_expr="*/5 * * * *")
-    soon = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
-    assert "Scheduled job" in await tool.execute(TG, action="add", message="once", at=soon)  # runs once
     assert "Scheduled job" in await tool.execute(DC, action="add", message="other chat", every_seconds=60)
     first = tool.service.list()[0]
     await tool.execute(TG, action="remove", job_id=first.id)
     assert "Scheduled job" in await tool.execute(TG, action="add", message="five", cron_expr="*/5 * * * *")
+
+
+
+async def test_jobs_added_together_count_at_the_hour_they_all_run(tool: CronTool) -> None:
+    """The review: the limit summed average rates, so a hundred jobs of every two hours (0.5 an
+    hour each) or a hundred one-shot reminders for the same moment all passed, and fired together."""
+    for n in range(60):
+        await tool.execute(TG, action="add", message=f"ping {n}", every_seconds=7200)
+    with pytest.raises(ToolError, match="more than 60"):
+        await tool.execute(TG, action="add", message="ping 60", every_seconds=7200)
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
+    with pytest.raises(ToolError, match="more than 60"):
+        await tool.execute(TG, action="add", message="at once", at=tomorrow.isoformat())
+    for job in tool.service.list():
+        await tool.execute(TG, action="remove", job_id=job.id)
+    for day in range(30):  # reminders on different days are fine
+        moment = (tomorrow + timedelta(days=day)).isoformat()
+        assert "Scheduled job" in await tool.execute(TG, action="add", message=f"day {day}", at=moment)
+    for minute in range(1, 60):  # the same hour holds at most 60 (with day 0's)
+        moment = (tomorrow + timedelta(minutes=minute)).isoformat()
+        assert "Scheduled job" in await tool.execute(TG, action="add", message=f"m {minute}", at=moment)
+    with pytest.raises(ToolError, match="could run 61 times in one hour"):
+        await tool.execute(TG, action="add", message="one more", at=(tomorrow + timedelta(minutes=30)).isoformat())
 
 
 async def test_tool_add_list_remove_scoped_to_the_chat(tool: CronTool) -> None:

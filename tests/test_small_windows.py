@@ -382,3 +382,28 @@ async def test_a_retried_group_turn_is_priced_as_sent(make_config, fake_llm: Fak
         await runtime.aclose()
     sent = turns(fake_llm)[-1]
     assert priced == [sum(count_message(m) for m in sent["messages"]) + count_tools(sent.get("tools") or [])]
+
+
+async def test_a_refused_prompt_after_a_question_given_up_is_not_sent_for_ever(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """The review: a history of one message (a question given up with /stop) came back whole from
+    the halving, and a model refusing the prompt as too long got the same prompt without end."""
+    from nanobot.session.store import SessionStore
+
+    config = small(make_config, 65536, 512)
+    config.workspace_path.mkdir(parents=True, exist_ok=True)
+    sessions = SessionStore(config.workspace_path)
+    session = sessions.get("telegram:1")
+    sessions.append(session, {"role": "user", "content": "an earlier question, given up with /stop",
+                               "timestamp": "2026-11-29T08:00:00+00:00", "sender_id": "1"})
+    sessions.close()
+    fake_llm.responder = lambda body: Reply(status=400, error_message="maximum context length exceeded "
+                                            "(context_length_exceeded)")
+    runtime = build_runtime(config)
+    try:
+        reply = await runtime.ask("hello", session_key="telegram:1")
+    finally:
+        await runtime.aclose()
+    assert len(turns(fake_llm)) == 2, len(turns(fake_llm))  # as it was, then without the history
+    assert reply and "hello" not in reply, reply

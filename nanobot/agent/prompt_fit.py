@@ -79,7 +79,9 @@ def halved_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | Non
     history = messages[1:current]
     if not history:
         return None
-    starts = [k for k, m in enumerate(history) if m.get("role") == "user" and k >= len(history) // 2]
+    # k >= 1: a history of one message (a question given up with /stop) came back whole, and the
+    # turn sent the same refused prompt again without end
+    starts = [k for k, m in enumerate(history) if m.get("role") == "user" and k >= max(1, len(history) // 2)]
     keep = history[starts[0] :] if starts else []
     return [messages[0], *keep, *messages[current:]]
 

@@ -8,6 +8,7 @@ never earlier than the real one.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -139,11 +140,14 @@ def crontab_trigger(expr: str, tz: tzinfo) -> BaseTrigger:
     return running[0] if len(running) == 1 else OrTrigger(running)
 
 
-def most_runs_per_hour(schedule: CronSchedule) -> float:
-    """The most times a schedule runs in one hour: 3600 / every_s, a crontab's minutes (`*/5`: 12),
-    0 for a one-shot job. A schedule that does not parse counts 0 (it never runs)."""
+def most_runs_per_hour(schedule: CronSchedule) -> int:
+    """The most times a repeating schedule runs in any one hour: an interval's ceil(3600 / every_s)
+    (every two hours is still once in some hour: jobs added together fire together), a crontab's
+    minutes (`*/5`: 12); 0 for a one-shot job (counted by its time) and for a schedule that does
+    not parse (it never runs)."""
     if schedule.kind == "every":
-        return 3600 / schedule.every_s if isinstance(schedule.every_s, int) and schedule.every_s > 0 else 0
+        every = schedule.every_s
+        return math.ceil(3600 / every) if isinstance(every, int) and every > 0 else 0
     if schedule.kind != "cron" or not schedule.expr:
         return 0
     minutes: set[int] = set()

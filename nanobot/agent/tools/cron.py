@@ -7,6 +7,7 @@ schedule further jobs, so a job can never multiply itself.
 
 from __future__ import annotations
 
+from datetime import tzinfo
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
@@ -21,6 +22,7 @@ from nanobot.scheduler.cron import (
 from nanobot.scheduler.cron_store import CronSchedule
 from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY
 from nanobot.scheduler.schedules import most_runs_per_hour
+from nanobot.timeutil import parse_iso
 from nanobot.util.text import truncate_head
 
 MIN_TOOL_EVERY_S = 60  # the LLM may not schedule anything more often than once a minute
@@ -100,7 +102,7 @@ class CronTool(Tool):
         if every is not None and (not isinstance(every, int) or every < MIN_TOOL_EVERY_S):
             raise ToolError(f"'every_seconds' must be an integer >= {MIN_TOOL_EVERY_S}")
         name = truncate_head(str(args.get("name") or message), MAX_NAME_CHARS, marker="")  # never half an emoji
-        self._check_rate(ctx, every, args.get("cron_expr"))
+        self._check_rate(ctx, every, args.get("cron_expr"), args.get("at"))
         try:
             job = self.service.add(
                 name,
@@ -118,16 +120,22 @@ class CronTool(Tool):
             raise ToolError(str(exc)) from None
         return f"Scheduled job {job.id} ({job.schedule.describe()}); next run {job.next_run_at}."
 
-    def _check_rate(self, ctx: ToolContext, every: int | None, expr: object) -> None:
-        """Refuse a job that would make this chat's jobs run more than MAX_TOOL_RUNS_PER_HOUR times
-        in an hour (`nanobot cron add`, the owner's own command, has no such limit)."""
+    def _check_rate(self, ctx: ToolContext, every: int | None, expr: object, at: object) -> None:
+        """Refuse a job that would let this chat's jobs run more than MAX_TOOL_RUNS_PER_HOUR times
+        in one hour: the repeating ones at their busiest, plus the most one-shot reminders due
+        within any hour (`nanobot cron add`, the owner's own command, has no such limit)."""
         kind = "every" if every is not None else "cron" if isinstance(expr, str) and expr.strip() else "at"
-        new = most_runs_per_hour(CronSchedule(kind=kind, every_s=every, expr=expr if kind == "cron" else None))
-        current = sum(most_runs_per_hour(j.schedule) for j in self.service.list() if j.enabled and self._own(ctx, j))
-        if new and current + new > MAX_TOOL_RUNS_PER_HOUR:
+        new = CronSchedule(kind=kind, every_s=every, expr=expr if kind == "cron" else None)
+        own = [j for j in self.service.list() if j.enabled and self._own(ctx, j)]
+        repeating = sum(most_runs_per_hour(s) for s in (new, *(j.schedule for j in own)))
+        due = [str(j.schedule.at) for j in own if j.schedule.kind == "at"]
+        if kind == "at" and isinstance(at, str):
+            due.append(at)
+        most = repeating + _most_within_an_hour(due, self.service.tz)
+        if most > MAX_TOOL_RUNS_PER_HOUR:
             raise ToolError(
-                f"this chat's jobs would run up to {current + new:.0f} times an hour, more than "
-                f"{MAX_TOOL_RUNS_PER_HOUR}: remove some (action=list) or schedule this one less often"
+                f"this chat's jobs could run {most} times in one hour, more than {MAX_TOOL_RUNS_PER_HOUR}: "
+                "remove some (action=list) or schedule this one less often"
             )
 
     def _list(self, ctx: ToolContext) -> str:
@@ -146,3 +154,20 @@ class CronTool(Tool):
         # that turn's answer; a removal from elsewhere while it runs stops it
         self.service.remove(job_id, by_its_own_run=ctx.session_key == cron_session_key(job_id))
         return f"Removed job {job_id} ({job.name})."
+
+
+def _most_within_an_hour(times: list[str], tz: tzinfo) -> int:
+    """The most of these one-shot times (ISO; one that does not parse is left out) within an hour."""
+    moments = []
+    for text in times:
+        try:
+            moments.append(parse_iso(text, tz).timestamp())
+        except (ValueError, OverflowError):
+            continue
+    moments.sort()
+    most = start = 0
+    for end, moment in enumerate(moments):
+        while moment - moments[start] >= 3600:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
