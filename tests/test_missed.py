@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nanobot.bus.events import DELIVERY_KEY, RESUME_KEY, OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.gateway.missed import (
@@ -278,3 +280,21 @@ async def test_a_guests_message_answered_at_start_is_a_guests(tmp_path: Path) ->
         admits=lambda *_: True, listed=lambda channel, sender, username: sender == "555",
     )
     assert count == 1 and bus.inbound.get_nowait().guest
+
+
+@pytest.mark.parametrize("bad", ["fifo", "folder"])
+async def test_one_transcript_that_cannot_be_read_leaves_the_other_chats_answered(tmp_path: Path, bad: str) -> None:
+    """A FIFO named like a transcript hung the gateway's start (the open blocked before any channel
+    ran) and any turn of that chat froze every chat; a folder (or another user's file) there made
+    the whole check fail, so no chat's unanswered message was answered after a crash."""
+    import os
+
+    store = store_with(tmp_path, {"telegram:555": [user("please answer", 30)], "telegram:1": [user("x", 30)]})
+    blocked = tmp_path / "sessions" / "telegram_1.jsonl"
+    blocked.unlink()
+    os.mkfifo(blocked) if bad == "fifo" else blocked.mkdir()
+    bus = MessageBus()
+    assert await answer_missed(store, bus, ["telegram"], within_s=600, now=NOW.timestamp()) == 1
+    assert bus.inbound.get_nowait().content == "please answer"
+    with pytest.raises(OSError):  # a turn of that chat fails at once, and alone
+        SessionStore(tmp_path).get("telegram:1")

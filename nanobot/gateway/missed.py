@@ -128,10 +128,14 @@ def _archived_replies(
         return []
     found: list[Missed] = []
     for _stem, path in sessions.archived_since(recent_s):
-        channel, _, chat_id = sessions.key_of(path).partition(":")
-        if channel not in channels or not chat_id:
+        try:
+            channel, _, chat_id = sessions.key_of(path).partition(":")
+            if channel not in channels or not chat_id:
+                continue
+            session = sessions.load_archived(path)
+        except OSError as exc:  # one unreadable archive must not cancel every chat's check
+            logger.error("{} cannot be read ({}); not checked for undelivered replies", path.name, exc.strerror or exc)
             continue
-        session = sessions.load_archived(path)
         try:
             for index in undelivered_replies(session):
                 message = session.messages[index]
@@ -150,10 +154,18 @@ def _archived_replies(
 def live_sessions(sessions: SessionStore, channels: Collection[str]) -> Iterator[Session]:
     """The live session of every chat of `channels`."""
     for stem in sessions.list_keys():
-        key = sessions.key_of(sessions.dir / f"{stem}.jsonl")
-        channel, _, chat_id = key.partition(":")
-        if channel in channels and chat_id and session_file_name(key) == f"{stem}.jsonl":
-            yield sessions.get(key)
+        try:
+            key = sessions.key_of(sessions.dir / f"{stem}.jsonl")
+            channel, _, chat_id = key.partition(":")
+            if not (channel in channels and chat_id and session_file_name(key) == f"{stem}.jsonl"):
+                continue
+            session = sessions.get(key)
+        except OSError as exc:  # one unreadable transcript (another user's, once run with sudo)
+            # cancelled the check of every other chat: their unanswered messages were never answered
+            logger.error("sessions/{}.jsonl cannot be read ({}); its chat is not checked for unanswered "
+                         "messages", stem, exc.strerror or exc)
+            continue
+        yield session
 
 
 def sender_of(missed: Missed) -> tuple[str, str | None]:

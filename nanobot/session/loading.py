@@ -28,6 +28,7 @@ from loguru import logger
 
 from nanobot.session.message_log import COLD_MARGIN, MessageLog, parse_message_line
 from nanobot.session.session import Session, message_problem, valid_metadata, valid_pointer
+from nanobot.util.nofollow import open_regular
 
 READ_BUFFER = 1 << 20
 
@@ -74,7 +75,9 @@ def load_transcript(key: str, path: Path, count_caps: Mapping[str, int]) -> Load
     """The session in the file at `path` (empty when there is none)."""
     session = Session(key=key, path=path, count_caps=count_caps)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        # a regular file only, opened without blocking: a FIFO named like a transcript (a stray
+        # mkfifo, a restore keeping special files) hung the open, and with it every chat
+        fd = open_regular(path)
     except FileNotFoundError:
         return Loaded(session, None)
     try:

@@ -22,6 +22,7 @@ from loguru import logger
 from nanobot.providers.tokens import count_message
 from nanobot.session.message_log import MessageLog
 from nanobot.util.fs import append_whole
+from nanobot.util.nofollow import open_regular
 from nanobot.util.text import with_attachment_notes
 
 METADATA_FORMAT = 1
@@ -98,7 +99,7 @@ def sender_label(message: Mapping[str, Any]) -> str:
 def first_metadata(path: Path, key: str) -> dict[str, Any]:
     """The first metadata line holding `key` among the first few lines of a transcript ({} if none)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open(open_regular(path), encoding="utf-8", errors="replace") as fh:  # never a FIFO's open
             for _, line in zip(range(METADATA_SCAN_LINES), fh, strict=False):
                 try:
                     obj = json.loads(line)

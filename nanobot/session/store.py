@@ -61,6 +61,7 @@ from nanobot.session.transcripts import (
 )
 from nanobot.timeutil import seconds_since
 from nanobot.util.fs import ensure_private_dir, fd_lock, file_lock_waiting, open_private, unused_path
+from nanobot.util.nofollow import is_regular
 
 __all__ = ["Session", "SessionStore", "StorageError"]
 
@@ -171,7 +172,7 @@ class SessionStore:
         """Session file stems on disk (keys with ':' shown as '_')."""
         if not self.dir.exists():
             return []
-        return sorted(p.stem for p in self.dir.glob("*.jsonl"))
+        return sorted(p.stem for p in self.dir.glob("*.jsonl") if is_regular(p))
 
     # ------------------------------------------------------------------ writing
     def _handle(self, session: Session) -> IO[str]:
@@ -364,6 +365,8 @@ class SessionStore:
             return []
         found = []
         for path in sorted(self.archive_dir.glob(f"*{TRANSCRIPT_SUFFIX}")):
+            if not is_regular(path):
+                continue
             stem = archived_stem(path)
             try:
                 age_s = seconds_since(path.stat().st_mtime, time.time())
