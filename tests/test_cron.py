@@ -539,6 +539,27 @@ async def test_jobs_added_together_count_at_the_hour_they_all_run(tool: CronTool
         await tool.execute(TG, action="add", message="one more", at=(tomorrow + timedelta(minutes=30)).isoformat())
 
 
+
+async def test_reminders_that_never_run_together_are_not_counted_together(tool: CronTool) -> None:
+    """The review: yearly birthday crontabs (09:00, each on its own date) counted as one run an hour
+    each, all in the same hour: the 61st was refused though no two ever run together; a naive `at`
+    with the tool's `tz` was placed in the service's zone."""
+    for n in range(61):
+        expr = f"0 9 {n % 28 + 1} {n // 28 + 1} *"
+        out = await tool.execute(TG, action="add", message=f"birthday {n}", cron_expr=expr)
+        assert "Scheduled job" in out, (n, out)
+    soon = datetime.now(UTC) + timedelta(days=2)
+    for n in range(30):  # due together at 14:00 UTC
+        await tool.execute(DC, action="add", message=f"r {n}", at=soon.replace(hour=14, minute=0).isoformat())
+    for n in range(30):
+        await tool.execute(DC, action="add", message=f"s {n}", at=soon.replace(hour=14, minute=30).isoformat())
+    naive_tokyo = soon.replace(hour=23, minute=0).strftime("%Y-%m-%dT%H:%M:%S")  # 14:00 UTC in Tokyo
+    with pytest.raises(ToolError, match="could run 61 times"):
+        await tool.execute(DC, action="add", message="tokyo", at=naive_tokyo, tz="Asia/Tokyo")
+    naive_utc = soon.replace(hour=23, minute=0).strftime("%Y-%m-%dT%H:%M:%S")
+    assert "Scheduled job" in await tool.execute(DC, action="add", message="late", at=naive_utc)
+
+
 async def test_tool_add_list_remove_scoped_to_the_chat(tool: CronTool) -> None:
     out = await tool.execute(
         TG,

@@ -7,7 +7,6 @@ schedule further jobs, so a job can never multiply itself.
 
 from __future__ import annotations
 
-from datetime import tzinfo
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
@@ -19,10 +18,10 @@ from nanobot.scheduler.cron import (
     DeliverTo,
     cron_session_key,
 )
-from nanobot.scheduler.cron_store import CronSchedule
 from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY
-from nanobot.scheduler.schedules import most_runs_per_hour
-from nanobot.timeutil import parse_iso
+from nanobot.scheduler.run_rate import busiest_hour
+from nanobot.scheduler.schedules import make_schedule, to_iso
+from nanobot.timeutil import now as tz_now
 from nanobot.util.text import truncate_head
 
 MIN_TOOL_EVERY_S = 60  # the LLM may not schedule anything more often than once a minute
@@ -102,7 +101,7 @@ class CronTool(Tool):
         if every is not None and (not isinstance(every, int) or every < MIN_TOOL_EVERY_S):
             raise ToolError(f"'every_seconds' must be an integer >= {MIN_TOOL_EVERY_S}")
         name = truncate_head(str(args.get("name") or message), MAX_NAME_CHARS, marker="")  # never half an emoji
-        self._check_rate(ctx, every, args.get("cron_expr"), args.get("at"))
+        self._check_rate(ctx, args)
         try:
             job = self.service.add(
                 name,
@@ -120,18 +119,21 @@ class CronTool(Tool):
             raise ToolError(str(exc)) from None
         return f"Scheduled job {job.id} ({job.schedule.describe()}); next run {job.next_run_at}."
 
-    def _check_rate(self, ctx: ToolContext, every: int | None, expr: object, at: object) -> None:
+    def _check_rate(self, ctx: ToolContext, args: dict[str, Any]) -> None:
         """Refuse a job that would let this chat's jobs run more than MAX_TOOL_RUNS_PER_HOUR times
-        in one hour: the repeating ones at their busiest, plus the most one-shot reminders due
-        within any hour (`nanobot cron add`, the owner's own command, has no such limit)."""
-        kind = "every" if every is not None else "cron" if isinstance(expr, str) and expr.strip() else "at"
-        new = CronSchedule(kind=kind, every_s=every, expr=expr if kind == "cron" else None)
+        in their busiest hour (scheduler/run_rate.py; `nanobot cron add`, the owner's own
+        command, has no such limit). A schedule that is no schedule is left to `add` to refuse."""
+        now = tz_now(self.service.tz)
+        try:
+            schedule = make_schedule(
+                at=args.get("at") or None, every_s=args.get("every_seconds"), expr=args.get("cron_expr") or None,
+                tz=str(args.get("tz") or ""), default_tz=self.service.tz, now=now,
+            )
+        except ValueError:
+            return
+        new = CronJob(id="new", name="", message="", schedule=schedule, created_at=to_iso(now))
         own = [j for j in self.service.list() if j.enabled and self._own(ctx, j)]
-        repeating = sum(most_runs_per_hour(s) for s in (new, *(j.schedule for j in own)))
-        due = [str(j.schedule.at) for j in own if j.schedule.kind == "at"]
-        if kind == "at" and isinstance(at, str):
-            due.append(at)
-        most = repeating + _most_within_an_hour(due, self.service.tz)
+        most = busiest_hour([*own, new], self.service.tz, now)
         if most > MAX_TOOL_RUNS_PER_HOUR:
             raise ToolError(
                 f"this chat's jobs could run {most} times in one hour, more than {MAX_TOOL_RUNS_PER_HOUR}: "
@@ -155,19 +157,3 @@ class CronTool(Tool):
         self.service.remove(job_id, by_its_own_run=ctx.session_key == cron_session_key(job_id))
         return f"Removed job {job_id} ({job.name})."
 
-
-def _most_within_an_hour(times: list[str], tz: tzinfo) -> int:
-    """The most of these one-shot times (ISO; one that does not parse is left out) within an hour."""
-    moments = []
-    for text in times:
-        try:
-            moments.append(parse_iso(text, tz).timestamp())
-        except (ValueError, OverflowError):
-            continue
-    moments.sort()
-    most = start = 0
-    for end, moment in enumerate(moments):
-        while moment - moments[start] >= 3600:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
