@@ -560,6 +560,20 @@ async def test_reminders_that_never_run_together_are_not_counted_together(tool: 
     assert "Scheduled job" in await tool.execute(DC, action="add", message="late", at=naive_utc)
 
 
+
+@pytest.mark.parametrize("kind", ["at", "every", "cron"])
+async def test_jobs_that_all_run_weeks_ahead_count_together(tool: CronTool, kind: str) -> None:
+    """The review: runs beyond the eight days looked at were not counted at all, so a hundred
+    reminders (or every-ten-days jobs, or yearly crontabs) for one moment in nine days all passed."""
+    moment = (datetime.now(UTC) + timedelta(days=9)).replace(minute=0, second=0, microsecond=0)
+    args = {"at": {"at": moment.isoformat()}, "every": {"every_seconds": 864_000},
+            "cron": {"cron_expr": f"0 {moment.hour} {moment.day} {moment.month} *", "tz": "UTC"}}[kind]
+    for n in range(60):
+        assert "Scheduled job" in await tool.execute(TG, action="add", message=f"ping {n}", **args)
+    with pytest.raises(ToolError, match="could run 61 times"):
+        await tool.execute(TG, action="add", message="ping 60", **args)
+
+
 async def test_tool_add_list_remove_scoped_to_the_chat(tool: CronTool) -> None:
     out = await tool.execute(
         TG,

@@ -296,5 +296,20 @@ async def test_one_transcript_that_cannot_be_read_leaves_the_other_chats_answere
     bus = MessageBus()
     assert await answer_missed(store, bus, ["telegram"], within_s=600, now=NOW.timestamp()) == 1
     assert bus.inbound.get_nowait().content == "please answer"
-    with pytest.raises(OSError):  # a turn of that chat fails at once, and alone
+    with pytest.raises(OSError, match="not a regular file.*remove it"):  # a turn of that chat fails at once, alone
         SessionStore(tmp_path).get("telegram:1")
+
+
+def test_a_linked_transcript_is_named_as_one(tmp_path: Path, logs: list[str]) -> None:
+    """The review: a transcript that is a symbolic link failed every turn with a bare "[Errno 40]"
+    (the write had said what it was and to remove it), and the crash check skipped it unsaid."""
+    import os
+
+    store_with(tmp_path, {"telegram:5": [user("hello", 30)]})
+    linked = tmp_path / "sessions" / "telegram_5.jsonl"
+    os.replace(linked, tmp_path / "elsewhere.jsonl")
+    linked.symlink_to(tmp_path / "elsewhere.jsonl")
+    with pytest.raises(OSError, match="symbolic link or not a regular file.*remove it"):
+        SessionStore(tmp_path).get("telegram:5")
+    assert SessionStore(tmp_path).list_keys() == []
+    assert any("telegram_5.jsonl is not a regular file" in line for line in logs), logs

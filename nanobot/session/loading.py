@@ -27,7 +27,7 @@ from typing import IO, Any
 from loguru import logger
 
 from nanobot.session.message_log import COLD_MARGIN, MessageLog, parse_message_line
-from nanobot.session.session import Session, message_problem, valid_metadata, valid_pointer
+from nanobot.session.session import Session, StorageError, message_problem, valid_metadata, valid_pointer
 from nanobot.util.nofollow import open_regular
 
 READ_BUFFER = 1 << 20
@@ -80,6 +80,10 @@ def load_transcript(key: str, path: Path, count_caps: Mapping[str, int]) -> Load
         fd = open_regular(path)
     except FileNotFoundError:
         return Loaded(session, None)
+    except OSError as exc:  # a link (ELOOP), a FIFO, a folder: said as what it is, for every turn
+        cause = OSError(exc.errno, f"{path} is a symbolic link or not a regular file: nanobot never reads or "
+                        "writes a conversation through one (remove it)")
+        raise StorageError(path, cause) from exc
     try:
         st = os.fstat(fd)
         size = st.st_size

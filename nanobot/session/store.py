@@ -172,7 +172,14 @@ class SessionStore:
         """Session file stems on disk (keys with ':' shown as '_')."""
         if not self.dir.exists():
             return []
-        return sorted(p.stem for p in self.dir.glob("*.jsonl") if is_regular(p))
+        stems = []
+        for path in self.dir.glob("*.jsonl"):
+            if is_regular(path):
+                stems.append(path.stem)
+            else:
+                logger.warning("sessions/{} is not a regular file (a link, a FIFO or a folder): its chat is "
+                               "skipped; remove it", path.name)
+        return sorted(stems)
 
     # ------------------------------------------------------------------ writing
     def _handle(self, session: Session) -> IO[str]:

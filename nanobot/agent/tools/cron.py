@@ -7,6 +7,7 @@ schedule further jobs, so a job can never multiply itself.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
@@ -18,6 +19,7 @@ from nanobot.scheduler.cron import (
     DeliverTo,
     cron_session_key,
 )
+from nanobot.scheduler.cron_store import MAX_JOBS_PER_CHAT, finished
 from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY
 from nanobot.scheduler.run_rate import busiest_hour
 from nanobot.scheduler.schedules import make_schedule, to_iso
@@ -70,6 +72,9 @@ class CronTool(Tool):
         action = kwargs.get("action")
         try:
             if action == "add":
+                self._check_add(ctx, kwargs)
+                # the chat's run times, a few thousand trigger steps with a hundred jobs: off the loop
+                await asyncio.to_thread(self._check_rate, ctx, kwargs)
                 return self._add(ctx, kwargs)
             if action == "list":
                 return self._list(ctx)
@@ -83,7 +88,8 @@ class CronTool(Tool):
         target = job.deliver_to
         return target is not None and target.channel == ctx.channel and target.chat_id == ctx.chat_id
 
-    def _add(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+    def _check_add(self, ctx: ToolContext, args: dict[str, Any]) -> None:
+        """What refuses an add before its schedule is looked at (cheap checks first)."""
         if ctx.session_key.startswith(CRON_SESSION_PREFIX):
             raise ToolError("a scheduled job cannot schedule further jobs")
         if ctx.channel in UNREACHABLE_CHANNELS:
@@ -100,8 +106,14 @@ class CronTool(Tool):
         every = args.get("every_seconds")
         if every is not None and (not isinstance(every, int) or every < MIN_TOOL_EVERY_S):
             raise ToolError(f"'every_seconds' must be an integer >= {MIN_TOOL_EVERY_S}")
+        own = sum(1 for j in self.service.list() if self._own(ctx, j) and not finished(j))
+        if own >= MAX_JOBS_PER_CHAT:  # as `add` would say, before the rate check, which takes time
+            raise ToolError(f"this chat has {MAX_JOBS_PER_CHAT} jobs already; remove some first")
+
+    def _add(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        message = str(args.get("message") or "").strip()
+        every = args.get("every_seconds")
         name = truncate_head(str(args.get("name") or message), MAX_NAME_CHARS, marker="")  # never half an emoji
-        self._check_rate(ctx, args)
         try:
             job = self.service.add(
                 name,
