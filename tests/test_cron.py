@@ -540,14 +540,9 @@ async def test_jobs_added_together_count_at_the_hour_they_all_run(tool: CronTool
 
 
 
-async def test_reminders_that_never_run_together_are_not_counted_together(tool: CronTool) -> None:
-    """The review: yearly birthday crontabs (09:00, each on its own date) counted as one run an hour
-    each, all in the same hour: the 61st was refused though no two ever run together; a naive `at`
-    with the tool's `tz` was placed in the service's zone."""
-    for n in range(61):
-        expr = f"0 9 {n % 28 + 1} {n // 28 + 1} *"
-        out = await tool.execute(TG, action="add", message=f"birthday {n}", cron_expr=expr)
-        assert "Scheduled job" in out, (n, out)
+async def test_a_naive_reminder_with_the_tools_tz_is_counted_in_its_own_hour(tool: CronTool) -> None:
+    """The review: a naive `at` with the tool's `tz` was placed in the service's zone, so a reminder
+    was refused beside nothing due and the 61st for one moment passed."""
     soon = datetime.now(UTC) + timedelta(days=2)
     for n in range(30):  # due together at 14:00 UTC
         await tool.execute(DC, action="add", message=f"r {n}", at=soon.replace(hour=14, minute=0).isoformat())
@@ -559,6 +554,24 @@ async def test_reminders_that_never_run_together_are_not_counted_together(tool: 
     naive_utc = soon.replace(hour=23, minute=0).strftime("%Y-%m-%dT%H:%M:%S")
     assert "Scheduled job" in await tool.execute(DC, action="add", message="late", at=naive_utc)
 
+
+async def test_adds_of_one_reply_run_in_parallel_still_see_each_other(tool: CronTool) -> None:
+    """The review: a reply's tool calls run four at a time, and each passed the hourly check in a
+    thread before any of them was added: 63 reminders for one hour."""
+    moment = (datetime.now(UTC) + timedelta(days=3)).replace(minute=0, second=0, microsecond=0).isoformat()
+    for n in range(57):
+        await tool.execute(TG, action="add", message=f"r {n}", at=moment)
+    outcomes = await asyncio.gather(*(tool.execute(TG, action="add", message=f"p {n}", at=moment) for n in range(16)),
+                                    return_exceptions=True)
+    assert sum(isinstance(o, str) for o in outcomes) == 3, outcomes
+
+
+async def test_every_minute_of_one_hour_far_ahead_counts_sixty(tool: CronTool) -> None:
+    """The review: `* 9 15 3 *` (every minute of one hour next March) counted as its first runs
+    only, so two of them (120 runs in that hour) passed."""
+    assert "Scheduled job" in await tool.execute(TG, action="add", message="a", cron_expr="* 9 15 3 *")
+    with pytest.raises(ToolError, match="could run 120 times"):
+        await tool.execute(TG, action="add", message="b", cron_expr="* 9 15 3 *")
 
 
 @pytest.mark.parametrize("kind", ["at", "every", "cron"])

@@ -16,6 +16,7 @@ meanwhile is left for the next re-read. Two passes over that snapshot keep the p
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from array import array
@@ -80,7 +81,10 @@ def load_transcript(key: str, path: Path, count_caps: Mapping[str, int]) -> Load
         fd = open_regular(path)
     except FileNotFoundError:
         return Loaded(session, None)
-    except OSError as exc:  # a link (ELOOP), a FIFO, a folder: said as what it is, for every turn
+    except OSError as exc:
+        if exc.errno not in (None, errno.ELOOP):
+            raise  # EACCES, EMFILE…: the file is a transcript, said with its own reason
+        # a link (ELOOP) or a FIFO or folder (open_regular's check, no errno): said as what it is
         cause = OSError(exc.errno, f"{path} is a symbolic link or not a regular file: nanobot never reads or "
                         "writes a conversation through one (remove it)")
         raise StorageError(path, cause) from exc

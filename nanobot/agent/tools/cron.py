@@ -7,7 +7,6 @@ schedule further jobs, so a job can never multiply itself.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from nanobot.agent.tools.base import Tool, ToolContext, ToolError
@@ -72,9 +71,9 @@ class CronTool(Tool):
         action = kwargs.get("action")
         try:
             if action == "add":
+                # checked and added with no await between: parallel calls of one reply see each other
                 self._check_add(ctx, kwargs)
-                # the chat's run times, a few thousand trigger steps with a hundred jobs: off the loop
-                await asyncio.to_thread(self._check_rate, ctx, kwargs)
+                self._check_rate(ctx, kwargs)
                 return self._add(ctx, kwargs)
             if action == "list":
                 return self._list(ctx)
@@ -107,7 +106,7 @@ class CronTool(Tool):
         if every is not None and (not isinstance(every, int) or every < MIN_TOOL_EVERY_S):
             raise ToolError(f"'every_seconds' must be an integer >= {MIN_TOOL_EVERY_S}")
         own = sum(1 for j in self.service.list() if self._own(ctx, j) and not finished(j))
-        if own >= MAX_JOBS_PER_CHAT:  # as `add` would say, before the rate check, which takes time
+        if own >= MAX_JOBS_PER_CHAT:  # as `add` would say
             raise ToolError(f"this chat has {MAX_JOBS_PER_CHAT} jobs already; remove some first")
 
     def _add(self, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -145,7 +144,7 @@ class CronTool(Tool):
             return
         new = CronJob(id="new", name="", message="", schedule=schedule, created_at=to_iso(now))
         own = [j for j in self.service.list() if j.enabled and self._own(ctx, j)]
-        most = busiest_hour([*own, new], self.service.tz, now)
+        most = busiest_hour([*own, new], self.service.tz)
         if most > MAX_TOOL_RUNS_PER_HOUR:
             raise ToolError(
                 f"this chat's jobs could run {most} times in one hour, more than {MAX_TOOL_RUNS_PER_HOUR}: "
