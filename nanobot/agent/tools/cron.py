@@ -167,4 +167,3 @@ class CronTool(Tool):
         # that turn's answer; a removal from elsewhere while it runs stops it
         self.service.remove(job_id, by_its_own_run=ctx.session_key == cron_session_key(job_id))
         return f"Removed job {job_id} ({job.name})."
-

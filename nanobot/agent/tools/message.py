@@ -178,5 +178,3 @@ def _masked(data: bytes) -> bytes:
     if masked_pieces(decode_text(data)):
         raise ToolError("it holds a key or a token that cannot be masked in place, and they are never sent")
     return data
-
-
