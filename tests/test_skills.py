@@ -13,7 +13,7 @@ from loguru import logger
 from typer.testing import CliRunner
 
 from nanobot.cli.skills import app as skills_app
-from nanobot.skills.loader import BUILTIN_SKILLS_DIR, SkillsLoader, parse_skill_file
+from nanobot.skills.loader import BUILTIN_SKILLS_DIR, SkillError, SkillsLoader, parse_skill_file
 
 
 def write_skill(base: Path, folder: str, frontmatter: str, body: str = "Do the thing.") -> Path:
@@ -170,6 +170,25 @@ def test_always_on_skills_are_inlined_and_the_rest_summarised(dirs: tuple[Path, 
         "- deploy: How to deploy. (skills/deploy/SKILL.md)",
         "- gated: Needs a token. (skills/gated/SKILL.md) [unavailable, missing env:NO_SUCH_ENV_X1]",
     ]
+
+
+def test_a_skill_requiring_a_withheld_tool_is_left_out_of_that_turn(dirs: tuple[Path, Path]) -> None:
+    """`requires.tools`: a group withholding memory_search was still told by the memory skill to
+    search memory."""
+    workspace, builtin = dirs
+    write_skill(builtin, "recall", "description: r\nalways: true\nrequires: {tools: [memory_search]}", body="Search.")
+    write_skill(workspace / "skills", "ops", "description: Run ops.\nrequires: {tools: [exec, read_file]}")
+    write_skill(workspace / "skills", "plain", "description: Plain.")
+    loader = SkillsLoader(workspace, builtin)
+    assert loader.required_tools() == {"memory_search", "exec", "read_file"}
+    assert loader.always_on_content(10_000) == "## Skill: recall\n\nSearch."
+    assert [line.split(":")[0] for line in loader.summary().splitlines()] == ["- ops", "- plain"]
+    group = frozenset({"memory_search", "memory_get", "exec"})
+    assert loader.always_on_content(10_000, group) == ""
+    assert loader.summary(None, group).splitlines() == ["- plain: Plain. (skills/plain/SKILL.md)"]
+    assert loader.always_on_content(10_000, frozenset({"web_fetch"})) == "## Skill: recall\n\nSearch."
+    with pytest.raises(SkillError, match="requires.tools"):
+        parse_skill_file(write_skill(builtin, "bad", "description: b\nrequires: {tools: {exec: 1}}"), "builtin")
 
 
 def test_always_on_content_shares_its_budget(dirs: tuple[Path, Path]) -> None:

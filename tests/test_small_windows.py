@@ -272,6 +272,27 @@ async def test_a_group_turn_is_not_asked_to_call_memory_search(make_config, fake
     assert "## Memory recall" not in str(group["messages"][0]["content"])
     assert "## Memory recall" in str(owner["messages"][0]["content"])
     assert recall_mismatches(fake_llm) == []
+    # the always-on memory skill told the group's model to search memory too
+    assert "## Skill: memory" not in str(group["messages"][0]["content"])
+    assert "## Skill: memory" in str(owner["messages"][0]["content"])
+
+
+async def test_a_group_sharing_memory_keeps_the_memory_skill(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """With memory.shareInGroups on a group is offered memory_search: the skill and the recall
+    section stay in its prompt."""
+    config = small(make_config, 65536, 1024)
+    config.memory.share_in_groups = True
+    fake_llm.responder = lambda body: Reply(content="Noted.")
+    runtime = build_runtime(config)
+    runtime.loop.start()
+    try:
+        await runtime.bus.request(InboundMessage("telegram", "5", "-100", "who was at the meeting?", is_group=True))
+    finally:
+        await runtime.aclose()
+    (group,) = turns(fake_llm)
+    assert "memory_search" in {t["function"]["name"] for t in group.get("tools") or []}
+    assert "## Skill: memory" in str(group["messages"][0]["content"])
+    assert recall_mismatches(fake_llm) == []
 
 
 async def test_memory_grown_after_start_takes_the_recall_section_with_the_tool(

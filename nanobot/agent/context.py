@@ -41,9 +41,10 @@ RUNTIME_HEADER = "[Runtime context: metadata for this message, not instructions]
 
 
 class SkillsSource(Protocol):
-    def always_on_content(self, max_chars: int) -> str: ...
-    def summary(self, max_chars: int | None = None) -> str: ...
+    def always_on_content(self, max_chars: int, withheld: frozenset[str] = frozenset()) -> str: ...
+    def summary(self, max_chars: int | None = None, withheld: frozenset[str] = frozenset()) -> str: ...
     def signature(self) -> tuple[Any, ...]: ...
+    def required_tools(self) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,10 @@ class ContextBuilder:
         self.compact = compact  # tiny local models: a short identity and memory, nothing else
         # False when an external memory backend supplies long-term memory through the runtime block
         self.include_memory_file = include_memory_file
-        self._cache: dict[tuple[bool, frozenset[str]], tuple[tuple[Any, ...], str]] = {}
+        self._cache: dict[tuple[bool, frozenset[str], frozenset[str]], tuple[tuple[Any, ...], str]] = {}
         self._warned: dict[str, object] = {}  # what was last warned of, per file
         self._skills_sig: tuple[float, tuple[Any, ...]] | None = None
+        self._skill_tools: tuple[tuple[Any, ...], frozenset[str]] | None = None
         # checked on every prompt build: plain strings, no pathlib work per turn
         self._watched = [str(workspace / n) for n in BOOTSTRAP_FILES] + [str(memory.memory_path)]
         self._skills_dir = str(workspace / SKILLS_DIR)
@@ -143,12 +145,27 @@ class ContextBuilder:
             self._skills_sig = (now, self.skills.signature())
         return self._skills_sig[1]
 
-    def system_prompt(self, memory_private: bool = True, without: frozenset[str] = frozenset()) -> str:
+    def skill_tools(self) -> frozenset[str]:
+        """The tools some skill requires (re-read with the skills, at most every SKILLS_RECHECK_S)."""
+        if self.skills is None:
+            return frozenset()
+        signature = self._skills_signature()
+        if self._skill_tools is None or self._skill_tools[0] != signature:
+            self._skill_tools = (signature, self.skills.required_tools())
+        return self._skill_tools[1]
+
+    def system_prompt(
+        self,
+        memory_private: bool = True,
+        without: frozenset[str] = frozenset(),
+        withheld: frozenset[str] = frozenset(),
+    ) -> str:
         """The system prompt; identical bytes for as long as its files do not change.
 
         `memory_private`: the owner's MEMORY.md may be shown (see MessageContext.memory_private).
-        `without`: tools the turn is not offered; their sections are left out."""
-        key = (memory_private, frozenset(without & self.tool_sections.keys()))
+        `without`: tools the turn is not offered; their sections are left out.
+        `withheld`: tools the chat's trust withholds; the skills requiring them are left out."""
+        key = (memory_private, frozenset(without & self.tool_sections.keys()), withheld & self.skill_tools())
         signature = self._signature()
         cached = self._cache.get(key)
         if cached is not None and cached[0] == signature:
@@ -169,7 +186,7 @@ class ContextBuilder:
                 "{} is {} characters, over its {}-character budget: truncated in the prompt", name, size, cap
             )
 
-    def _build(self, private: bool, without: frozenset[str]) -> str:
+    def _build(self, private: bool, without: frozenset[str], withheld: frozenset[str]) -> str:
         if self.compact:
             memory = self._memory_section(private) if private and holds_facts(self.memory.read_memory()) else ""
             return "\n\n".join(p for p in (COMPACT_IDENTITY, memory) if p)
@@ -193,12 +210,12 @@ class ContextBuilder:
             remaining -= len(fitted)
             parts.append(f"## {name}\n\n{fitted}")
         if self.skills is not None:
-            always = self.skills.always_on_content(max(remaining, 0) + self.budget.per_file_chars // 4)
+            always = self.skills.always_on_content(max(remaining, 0) + self.budget.per_file_chars // 4, withheld)
             if always.strip():
                 parts.append(f"# Skills (always on)\n\n{always.strip()}")
             # the list shares the bootstrap budget too (a floor keeps a few lines on a small window)
             room = max(remaining - len(always), SKILLS_LIST_MIN_CHARS)
-            summary = self.skills.summary(room)
+            summary = self.skills.summary(room, withheld)
             if summary.strip():
                 parts.append(
                     f"# Other skills\n\nRead a skill's SKILL.md with read_file when a task needs it.\n\n"

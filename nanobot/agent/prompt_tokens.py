@@ -39,14 +39,18 @@ class PromptEstimator:
         """(system prompt, the tool names within the budget (None: all), the tokens of the schemas a
         turn in `ctx` is sent: those tools less the ones its trust withholds; `ctx` None withholds
         none). A tool section is left out where its tool is not offered (out of the budget, or
-        withheld)."""
+        withheld); a skill requiring a tool, where the chat's trust withholds it."""
         system = self.context.system_prompt(memory_private)
         names, tokens = self.offered(system)
         within = set(self.tools.names) if names is None else names
         usable = (self.tools.offered(within, ctx) or set()) if ctx is not None else within
         missing = frozenset(self.context.tool_sections.keys() - usable)
-        if missing:
-            system = self.context.system_prompt(memory_private, without=missing)
+        # by trust alone: a small window leaves memory_search out of an owner's turn, whose memory
+        # skill (MEMORY.md, forgetting) still applies; a group's turn withholds it on any window
+        trusted = self.tools.offered(None, ctx) if ctx is not None else None
+        withheld = frozenset() if trusted is None else self.context.skill_tools() & (set(self.tools.names) - trusted)
+        if missing or withheld:
+            system = self.context.system_prompt(memory_private, without=missing, withheld=withheld)
         # the runner leaves the withheld out of the schemas it sends (and, called anyway, the policy
         # says why they are refused): priced as sent
         return system, names, tokens if usable == within else self.tools.schema_tokens(usable)

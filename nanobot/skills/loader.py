@@ -7,8 +7,12 @@ A SKILL.md starts with YAML frontmatter:
     name: github              # default: the folder name
     description: Work with GitHub through the gh CLI.
     always: false             # true: the body is inlined in the system prompt
-    requires: {bins: [gh], env: [GITHUB_TOKEN]}
+    requires: {bins: [gh], env: [GITHUB_TOKEN], tools: [exec]}
     ---
+
+`requires.tools`: the skill is left out of the prompt of a chat whose trust withholds one of these
+tools: a group or guest chat is not offered the owner's memory tools, so the memory skill is not
+shown there. A tool left out for the context budget, or one nanobot does not have, hides nothing.
 
 Everything here is deterministic for the same files and environment, so the system prompt built
 from it stays byte-identical across turns (prompt cache).
@@ -56,6 +60,7 @@ class Skill:
     always: bool = False
     available: bool = True
     missing: list[str] = field(default_factory=list)  # "bin:<name>" / "env:<NAME>"
+    tools: tuple[str, ...] = ()  # left out of chats whose trust withholds one of these tools
     body: str = field(default="", repr=False)
 
 
@@ -108,7 +113,7 @@ def parse_skill_file(path: Path, source: str, beneath: Path | None = None) -> Sk
     always = meta.get("always", False)
     if not isinstance(always, bool):
         raise SkillError(f"'always' must be true or false, not {reprlib.repr(always)}")
-    bins, env = _requirements(meta.get("requires"))
+    bins, env, tools = _requirements(meta.get("requires"))
     missing = [f"bin:{b}" for b in bins if shutil.which(b) is None]
     missing += [f"env:{e}" for e in env if not os.environ.get(e)]
     return Skill(
@@ -119,26 +124,30 @@ def parse_skill_file(path: Path, source: str, beneath: Path | None = None) -> Sk
         always=always,
         available=not missing,
         missing=missing,
+        tools=tuple(tools),
         body=text[match.end() :].strip(),
     )
 
 
-def _requirements(raw: Any) -> tuple[list[str], list[str]]:
+_REQUIREMENT_KEYS = ("bins", "env", "tools")
+
+
+def _requirements(raw: Any) -> tuple[list[str], list[str], list[str]]:
     if raw is None:
-        return [], []
+        return [], [], []
     if not isinstance(raw, dict):
-        raise SkillError("'requires' must be a mapping like {bins: [...], env: [...]}")
-    unknown = sorted(set(raw) - {"bins", "env"})
+        raise SkillError("'requires' must be a mapping like {bins: [...], env: [...], tools: [...]}")
+    unknown = sorted(set(raw) - set(_REQUIREMENT_KEYS))
     if unknown:
         raise SkillError(f"unknown key(s) in 'requires': {', '.join(map(str, unknown))}")
     lists: list[list[str]] = []
-    for key in ("bins", "env"):
+    for key in _REQUIREMENT_KEYS:
         value = raw.get(key) or []
         value = [value] if isinstance(value, str) else value
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
             raise SkillError(f"'requires.{key}' must be a list of names")
         lists.append([v.strip() for v in value])
-    return lists[0], lists[1]
+    return lists[0], lists[1], lists[2]
 
 
 class SkillsLoader:
@@ -204,9 +213,17 @@ class SkillsLoader:
         except ValueError:
             return skill.path.as_posix()
 
-    def always_on_content(self, max_chars: int) -> str:
-        """The available always-on skills' bodies, sharing `max_chars` fairly (never more in total)."""
-        skills = [s for s in self.list_skills() if s.always and s.available]
+    def required_tools(self) -> frozenset[str]:
+        """Every tool some skill requires: a chat withholding one of them has a prompt of its own."""
+        return frozenset(tool for s in self.list_skills() for tool in s.tools)
+
+    def _for_turn(self, withheld: frozenset[str]) -> list[Skill]:
+        return [s for s in self.list_skills() if not withheld.intersection(s.tools)]
+
+    def always_on_content(self, max_chars: int, withheld: frozenset[str] = frozenset()) -> str:
+        """The available always-on skills' bodies, sharing `max_chars` fairly (never more in total);
+        a skill requiring a tool in `withheld` (by the chat's trust) is left out."""
+        skills = [s for s in self._for_turn(withheld) if s.always and s.available]
         if not skills or max_chars <= 0:
             return ""
         blocks = {s.name: f"## Skill: {s.name}\n\n{s.body}".rstrip() for s in skills}
@@ -236,13 +253,14 @@ class SkillsLoader:
         )
         return pointer if len(pointer) <= share else ""
 
-    def summary(self, max_chars: int | None = None) -> str:
-        """One line per skill that is not inlined: name, description, where to read it, availability.
+    def summary(self, max_chars: int | None = None, withheld: frozenset[str] = frozenset()) -> str:
+        """One line per skill that is not inlined: name, description, where to read it, availability;
+        none for a skill requiring a tool in `withheld`.
 
         Within `max_chars`: the lines that fit, then the other skills by name only, then (if even the
         names do not fit) how many more there are and where to list them. Without a cap many skills
         crowded the conversation out of the prompt, or the prompt out of the context window."""
-        lines, names = self._summary_lines()
+        lines, names = self._summary_lines(withheld)
         text = "\n".join(lines)
         if max_chars is None or len(text) <= max_chars:
             return text
@@ -271,14 +289,14 @@ class SkillsLoader:
             tail = prefix + ", ".join(listed) + (f" and {more}" if left else "")
         return "\n".join([*shown, tail])
 
-    def _summary_lines(self) -> tuple[list[str], list[str]]:
+    def _summary_lines(self, withheld: frozenset[str]) -> tuple[list[str], list[str]]:
         """The summary's lines and the skills' names, in the same order: first the skills not at
         skills/<name>/SKILL.md (built-ins, a folder named otherwise), whose path a bare name in the
         "More skills" tail would get wrong (with 400 workspace skills the built-ins were named
         there, at a path that does not exist), then the rest by name."""
         lines, names = [], []
         standard = f"{SKILLS_DIR}/{{}}/{SKILL_FILE}"
-        skills = sorted(self.list_skills(), key=lambda s: self.display_path(s) == standard.format(s.name))
+        skills = sorted(self._for_turn(withheld), key=lambda s: self.display_path(s) == standard.format(s.name))
         for s in skills:
             if s.always and s.available:
                 continue
