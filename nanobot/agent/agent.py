@@ -37,6 +37,7 @@ from nanobot.memory.lifecycle import MemoryLifecycle
 from nanobot.memory.seam import FileMemory, LongTermMemory, TurnRecord
 from nanobot.providers.base import LLMError, LLMProvider
 from nanobot.providers.tokens import count_message
+from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY, is_heartbeat_ok
 from nanobot.session.history import build_history, history_indices
 from nanobot.session.session import delivery_of
 from nanobot.session.store import Session, SessionStore
@@ -126,8 +127,8 @@ class Agent:
         trust was the session's for good: a removed user's words went into the owner's MEMORY.md,
         and an approved guest's never did."""
         logger.info(
-            "{}: the sender is {} now; the conversation so far is archived under its former trust",
-            ctx.session_key, "a guest" if ctx.guest else "no guest",
+            "{}: the chat is {} now; the conversation so far is archived under its former trust",
+            ctx.session_key, "a guest's" if ctx.guest else "shared" if ctx.is_group else "the owner's",
         )
         if cancelled := self.cancel_subagents(ctx.session_key):  # they work under the former trust
             logger.info("{}: {} sub-agent(s) of the former trust stopped", ctx.session_key, cancelled)
@@ -206,7 +207,8 @@ class Agent:
             logger.warning("{}: a sub-agent's report from before the chat's trust changed is dropped", ctx.session_key)
             return None
         reply, failed = await self._turn(msg, ctx)
-        if not reply:
+        heartbeat_ok = ctx.session_key == HEARTBEAT_SESSION_KEY and msg.reply_future is None and is_heartbeat_ok(reply)
+        if not reply or heartbeat_ok:  # a sub-agent's report answered in the heartbeat's words
             return None
         metadata: dict[str, Any] = (
             {"stream_id": msg.metadata.get("stream_id")} if self.settings.stream else {}
@@ -283,6 +285,7 @@ class Agent:
         # whole: what /stop saves as shown must be what the chat was shown.
         streamed = (
             self.settings.stream and msg.reply_future is None and ctx.reply_channel in self.settings.streaming_channels
+            and ctx.session_key != HEARTBEAT_SESSION_KEY  # its HEARTBEAT_OK would show as it is typed
         )
         stream_base = f"{ctx.session_key}:{time.monotonic_ns()}"
         later_calls = itertools.count(1)

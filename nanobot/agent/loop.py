@@ -35,6 +35,7 @@ from nanobot.agent.message_context import SYSTEM_CHANNEL, MessageContext
 from nanobot.bus.commands import COMMANDS, HELP_TEXT
 from nanobot.bus.events import TERMINAL_CHANNEL, InboundMessage, OutboundMessage
 from nanobot.bus.queue import MessageBus
+from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY
 from nanobot.session.store import StorageError
 from nanobot.util.fs import cannot_write
 from nanobot.util.tasks import finish_or_cancel
@@ -239,9 +240,11 @@ class AgentLoop:
                 # (it said "Nothing is running." and the turn then ran anyway)
                 slot.running = asyncio.current_task()
                 # a sub-agent's report streams into its chat from another session (a heartbeat's,
-                # a cron job's): that chat's /stop reaches it. A job's own turn shows nothing there
-                # (its reply is delivered by the job, which a /stop would lose without a word).
-                slot.reply_target = (ctx.reply_channel, ctx.reply_chat_id) if msg.channel == SYSTEM_CHANNEL else None
+                # a cron job's), and a heartbeat's turn acts there (the message tool, sub-agents)
+                # every interval: that chat's /stop reaches them. A cron job's own turn shows
+                # nothing there (its reply is delivered by the job, which a /stop would lose).
+                acts_in_chat = msg.channel == SYSTEM_CHANNEL or ctx.session_key == HEARTBEAT_SESSION_KEY
+                slot.reply_target = (ctx.reply_channel, ctx.reply_chat_id) if acts_in_chat else None
                 try:
                     async with self._semaphore:
                         if not self._admitted_still(msg):

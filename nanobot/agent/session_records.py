@@ -90,9 +90,15 @@ class SessionRecords:
 
     @staticmethod
     def trust_changed(session: Session, ctx: MessageContext) -> bool:
-        """Whether the session was recorded as a guest's and this message is not, or the reverse."""
+        """Whether the session was recorded as a guest's and this message is not, or the reverse;
+        or as shared and this message is not, or the reverse (a chat is one or the other for good,
+        but the heartbeat's session follows gateway.heartbeat.target, and a job's its chat)."""
         recorded = session.metadata
-        return "is_group" in recorded and bool(session.messages) and bool(recorded.get("guest")) != ctx.guest
+        return (
+            "is_group" in recorded
+            and bool(session.messages)
+            and (bool(recorded.get("guest")) != ctx.guest or bool(recorded.get("is_group")) != ctx.is_group)
+        )
 
     def record_identity(self, session: Session, ctx: MessageContext, msg: InboundMessage) -> None:
         """`_first_metadata` with a session's first message, unless the session has it already (one

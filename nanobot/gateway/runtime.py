@@ -30,16 +30,15 @@ from types import FrameType
 
 from loguru import logger
 
-from nanobot.agent.cron_turn import chat_trust, job_chat
 from nanobot.agent.factory import build_runtime
-from nanobot.bus.events import InboundMessage, OutboundMessage
+from nanobot.bus.events import OutboundMessage
 from nanobot.bus.queue import MessageBus
 from nanobot.config.schema import Config
 from nanobot.errors import UserError
+from nanobot.gateway.heartbeat_turns import HeartbeatTurns
 from nanobot.logs import prompts_logged
 from nanobot.providers.base import LLMProvider
-from nanobot.scheduler.cron_store import DeliverTo
-from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY, HeartbeatService, resolve_heartbeat_target
+from nanobot.scheduler.heartbeat import HeartbeatService
 from nanobot.service.state import (
     GatewayAlreadyRunning,
     GatewayLock,
@@ -68,7 +67,6 @@ def handled_signals() -> tuple[signal.Signals, ...]:
     must outlive its terminal, as it asked to)."""
     ignored = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     return tuple(s for s in _HANDLED_SIGNALS if not (s == signal.SIGHUP and ignored))
-_INTERNAL_CHANNELS = ("cli", "cron", "heartbeat", "system")
 
 
 class Gateway:
@@ -102,15 +100,16 @@ class Gateway:
         self.channels.on_delivered = self._delivered
         self.cron = self.runtime.cron
         hb = config.gateway.heartbeat
-        self._unreachable_target: tuple[str, str] | None = None  # said once (see _heartbeat_target)
         self.lock: GatewayLock | None = None  # given by run()
+        self.heartbeat_turns = HeartbeatTurns(hb.target, self.agent, self.bus, lambda: self.channels)
         self.heartbeat = (
             HeartbeatService(
                 self.workspace,
                 hb.interval_s,
-                self._heartbeat_tasks,
-                self._heartbeat_target,
+                self.heartbeat_turns.run,
+                self.heartbeat_turns.target,
                 self._deliver,
+                last_beat=self.heartbeat_turns.last_beat,
             )
             if hb.enabled
             else None
@@ -134,54 +133,6 @@ class Gateway:
 
     async def _deliver(self, channel: str, chat_id: str, text: str) -> None:
         await self.bus.publish_outbound(OutboundMessage(channel=channel, chat_id=chat_id, content=text))
-
-    def _heartbeat_target(self) -> tuple[str, str] | None:
-        """Where the heartbeat reports: gateway.heartbeat.target, or the owner's last private chat
-        (a user still on allowFrom, or paired). None on a channel that is not running: the tasks
-        would be done (a model call every beat) for a reply nobody can be sent."""
-        target = resolve_heartbeat_target(
-            self.config.gateway.heartbeat.target,
-            lambda: self.agent.sessions.last_private_chat(_INTERNAL_CHANNELS, self.channels.lists),
-        )
-        if target is not None and target[0] not in self.channels.channels:
-            if self._unreachable_target != target:  # said once per target, not every beat
-                self._unreachable_target = target
-                logger.error(
-                    "heartbeat: gateway.heartbeat.target {}:{} is on channel {!r}, which is not running "
-                    "(running: {}); the heartbeat's tasks are not done",
-                    *target,
-                    target[0],
-                    ", ".join(self.channels.channels) or "none",
-                )
-            return None
-        return target
-
-    async def _heartbeat_tasks(self, prompt: str, target: tuple[str, str]) -> str | None:
-        """The heartbeat's prompt (its instructions and HEARTBEAT.md) as one inbound message in the
-        heartbeat's own session, through the agent loop like any chat message. It answers in the
-        target chat: a sub-agent it starts reports there (on an internal channel the report was
-        dropped), and so does the `message` tool. It runs with the trust of that chat, as a cron
-        job does: a group (or a guest's chat) as target gets a group's tools and no MEMORY.md."""
-        channel, chat_id = target
-        chat = job_chat(self.agent.sessions, DeliverTo(channel, chat_id))
-        shared, guest = chat_trust(chat, channel, self.channels.lists)
-        out = await self.bus.request(
-            InboundMessage(
-                channel=channel,
-                sender_id="user",
-                chat_id=chat_id,
-                content=prompt,
-                session_key_override=HEARTBEAT_SESSION_KEY,
-                is_group=shared,
-                guest=guest,
-            )
-        )
-        if out is not None and out.metadata.get("failed"):
-            # The user did not ask for this beat: a failure notice every interval while the
-            # provider is down would only be noise. The next beat tries again.
-            logger.warning("heartbeat: the tasks could not be done: {}", out.content)
-            return None
-        return out.content if out is not None else None
 
     # ------------------------------------------------------------------ signals
     def _handle_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -296,7 +247,7 @@ class Gateway:
         await self.cron.start()
         if self.heartbeat is not None:
             if self.config.gateway.heartbeat.target:
-                self._heartbeat_target()  # a target on a channel that is off is said at start
+                self.heartbeat_turns.target()  # a target on a channel that is off is said at start
             await self.heartbeat.start()
         self._refresh_state(self.state)
         beat_s = beat_interval_s(self.config.gateway.watchdog_interval_s)

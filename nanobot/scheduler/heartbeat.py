@@ -10,13 +10,15 @@ When there are tasks, `on_tasks(prompt, target)` runs them (the gateway gives it
 answering in the target chat, so what the turn sends on its own, a sub-agent's report or the
 `message` tool, reaches that chat too) and the reply goes to `resolve_target()`
 (gateway.heartbeat.target, or the most recently active private chat of an allowed user). A reply
-that is empty or just HEARTBEAT_OK is not delivered.
+that is empty or just HEARTBEAT_OK is not delivered. The first beat comes an interval after the
+last one that ran tasks (`last_beat`), so restarts neither skip the tasks nor run them twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -40,9 +42,13 @@ HEARTBEAT_PROMPT = (
     f"{HEARTBEAT_OK} and nothing else; otherwise reply with what the user should know.\n\n"
 )
 
+#: a restart finds a beat overdue: it runs this long after the start (the channels connect first)
+OVERDUE_BEAT_DELAY_S = 10.0
+
 OnTasks = Callable[[str, tuple[str, str]], Awaitable[str | None]]  # (prompt, (channel, chat_id))
 ResolveTarget = Callable[[], tuple[str, str] | None]
 Deliver = Callable[[str, str, str], Awaitable[None]]  # (channel, chat_id, text)
+LastBeat = Callable[[], float | None]  # the Unix time the tasks last ran, None when never
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _HEADING = re.compile(r"^#{1,6}(\s|$)")
@@ -102,12 +108,14 @@ class HeartbeatService:
         on_tasks: OnTasks,
         resolve_target: ResolveTarget,
         deliver: Deliver,
+        last_beat: LastBeat | None = None,
     ) -> None:
         self.workspace = workspace
         self.interval_s = interval_s
         self._on_tasks = on_tasks
         self._resolve_target = resolve_target
         self._deliver = deliver
+        self._last_beat = last_beat
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -116,8 +124,9 @@ class HeartbeatService:
 
     async def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="heartbeat")
-            logger.info("heartbeat: every {}s from {}", self.interval_s, self.file)
+            first_s = self.first_delay_s()
+            self._task = asyncio.create_task(self._loop(first_s), name="heartbeat")
+            logger.info("heartbeat: every {}s from {}, next in {:.0f}s", self.interval_s, self.file, first_s)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -125,9 +134,26 @@ class HeartbeatService:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
-    async def _loop(self) -> None:
+    def first_delay_s(self, now: float | None = None) -> float:
+        """Seconds to the first beat: an interval after the last one that ran tasks (a gateway
+        restarted more often than the interval waited a whole one each time and never ran them),
+        soon when that is past, a whole interval when none ever ran."""
+        try:
+            last = self._last_beat() if self._last_beat is not None else None
+        except Exception as exc:  # noqa: BLE001 - an unreadable session only costs the head start
+            logger.warning("heartbeat: when it last ran is unknown ({}); first beat in {}s", exc, self.interval_s)
+            last = None
+        if last is None:
+            return float(self.interval_s)
+        due = last + self.interval_s - (time.time() if now is None else now)
+        # a clock set back makes the last beat look recent: never more than one interval
+        return min(float(self.interval_s), max(OVERDUE_BEAT_DELAY_S, due))
+
+    async def _loop(self, first_s: float) -> None:
+        delay_s = first_s
         while True:
-            await asyncio.sleep(self.interval_s)
+            await asyncio.sleep(delay_s)
+            delay_s = self.interval_s
             try:
                 await self.tick()
             except asyncio.CancelledError:

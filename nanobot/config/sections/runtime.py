@@ -12,12 +12,15 @@ LogLevelName = Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", 
 LOG_LEVELS: tuple[str, ...] = get_args(LogLevelName)
 # `info` is accepted too: the level is upper-cased before it is checked.
 LogLevel = Annotated[LogLevelName, BeforeValidator(lambda v: v.strip().upper() if isinstance(v, str) else v)]
+# longer ended the heartbeat's task at its first sleep (asyncio cannot wait 10**400 seconds)
+MAX_HEARTBEAT_INTERVAL_S = 366 * 24 * 3600
 
 
 class HeartbeatConfig(Section):
     enabled: bool = Field(True, description="Periodically read HEARTBEAT.md and let the agent do the tasks "
                           "listed there.")
-    interval_s: int = Field(1800, ge=1, description="Seconds between heartbeats.")
+    interval_s: int = Field(1800, ge=1, le=MAX_HEARTBEAT_INTERVAL_S, description="Seconds between heartbeats "
+                            "(at most a year).")
     target: str = Field("", description="Where heartbeat replies go, as `channel:chat_id`; empty: the most "
                         "recently active private chat.")
 
