@@ -208,8 +208,27 @@ def test_failing_systemctl_is_reported(
     monkeypatch.setenv("FAKE_SYSTEMCTL_FAIL", "enable")
     with pytest.raises(
         ServiceError, match="systemctl enable --now nanobot.service exited 1: .*Access denied"
-    ):
+    ) as failed:
         install_unit(spec(tmp_path), tmp_path / "nanobot.service", Systemctl(False, exe))
+    # the unit stays (`service status` says installed): the error says where, and how to start it
+    assert (tmp_path / "nanobot.service").exists()
+    assert f"The unit was written to {tmp_path / 'nanobot.service'}" in str(failed.value)
+    assert "systemctl daemon-reload && systemctl enable --now nanobot.service" in str(failed.value)
+
+
+def test_status_says_when_systemctl_is_not_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It printed the unit's path and the gateway line only: "no systemd here" read as "systemd
+    says nothing"."""
+    cfg, _ = write_config(tmp_path)
+    (tmp_path / "nobin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "nobin"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    result = CliRunner().invoke(cli_app(), ["service", "status", "--user", "-c", str(cfg)])
+    assert result.exit_code == 0, result.output
+    assert "systemd: systemctl not found here; whether the unit runs is not known" in result.stdout.splitlines()
+    assert unit_status(tmp_path / "nanobot.service", Systemctl(True, "")) == {
+        "installed": False, "path": str(tmp_path / "nanobot.service"), "systemctl": "not found"
+    }
 
 
 def test_status_when_systemd_is_not_running(

@@ -287,6 +287,8 @@ def status(
     if "active" in info:
         out(f"active: {info['active']}")
         out(f"enabled: {info['enabled']}")
+    elif "systemctl" in info:  # said, or "nothing about systemd" read as "systemd says nothing"
+        out("systemd: systemctl not found here; whether the unit runs is not known")
     summary = gateway_summary(cfg.workspace_path)
     if summary["running"]:
         uptime = summary["uptime_s"]

@@ -262,15 +262,21 @@ def install_unit(spec: UnitSpec, path: Path, systemctl: Systemctl | None) -> lis
     """Write the unit; with systemctl, reload and `enable --now` it. Returns notices for the user."""
     write_unit(render_unit(spec), path)
     notes = [f"wrote {path}"]
+    scope = "--user " if spec.user_unit else ""
+    start = f"systemctl {scope}daemon-reload && systemctl {scope}enable --now {UNIT_NAME}"
     if systemctl is None or not systemctl.available:
-        scope = "--user " if spec.user_unit else ""
-        notes.append(
-            f"systemctl not used; start it with: systemctl {scope}daemon-reload && "
-            f"systemctl {scope}enable --now {UNIT_NAME}"
-        )
+        notes.append(f"systemctl not used; start it with: {start}")
         return notes
-    systemctl.must("daemon-reload")
-    systemctl.must("enable", "--now", UNIT_NAME)
+    try:
+        systemctl.must("daemon-reload")
+        systemctl.must("enable", "--now", UNIT_NAME)
+    except ServiceError as exc:
+        # the unit is in place (and `service status` says installed): where no service manager
+        # answers (a container, WSL) the user was told only the error
+        raise ServiceError(
+            f"{exc}\nThe unit was written to {path}; start it once systemd answers: {start} "
+            "(or install with --no-systemctl)"
+        ) from None
     notes.append(f"enabled and started {UNIT_NAME}")
     return notes
 
@@ -308,11 +314,14 @@ def uninstall_unit(path: Path, systemctl: Systemctl | None) -> list[str]:
 
 
 def unit_status(path: Path, systemctl: Systemctl | None) -> dict[str, str | bool]:
-    """installed, path, and (with systemctl) active / enabled as systemctl reports them."""
+    """installed, path, and (with systemctl) active / enabled as systemctl reports them, or
+    systemctl "not found" when it was to be asked and is not on PATH."""
     status: dict[str, str | bool] = {"installed": path.exists(), "path": str(path)}
     if systemctl is not None and systemctl.available:
         status["active"] = systemctl.query("is-active")
         status["enabled"] = systemctl.query("is-enabled")
+    elif systemctl is not None:
+        status["systemctl"] = "not found"
     return status
 
 
