@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import re
 import threading
@@ -23,6 +24,10 @@ _SECRET_NAME = re.compile(
 )
 # Query parameters that carry a credential without saying so (signed URLs, OAuth codes).
 _SECRET_QUERY = re.compile(r"(sig|signature|code|.*[-_]signature|.*[-_]credential)", re.IGNORECASE)
+# `Bearer <token>` / `Basic <base64>` anywhere in a value, whatever its name
+_SCHEME_CREDENTIAL = re.compile(r"\b(?i:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{6,}")
+MAX_JSON_SETTING_CHARS = 65_536  # a setting holding JSON (headers) is read for credentials up to this
+MAX_JSON_DEPTH = 2  # JSON in a string in JSON: no further
 # A user name alone in a URL (`https://<token>@host`) is a token when it is this long.
 _TOKEN_AS_USER_CHARS = 16
 _lock = threading.Lock()
@@ -221,17 +226,25 @@ def _register_url(url: object) -> None:
         return
 
 
-def _register_tree(value: object, key: str = "") -> None:
-    """Every credential-named string in a nested config block, and the credentials of its URLs."""
+def _register_tree(value: object, key: str = "", depth: int = 0) -> None:
+    """Every credential-named string in a nested config block, the credentials of its URLs, of its
+    `Bearer`/`Basic` values, and of the strings in it that hold JSON."""
     if isinstance(value, dict):
         for k, v in value.items():
-            _register_tree(v, str(k))
+            _register_tree(v, str(k), depth)
     elif isinstance(value, list):
         for v in value:
-            _register_tree(v, key)
+            _register_tree(v, key, depth)
     elif isinstance(value, str):
         if _SECRET_NAME.search(key):
             register_secret(value)
             _register_scheme_credential(value)
         elif "://" in value:
             _register_url(value)
+        # whatever the name: a header given as a setting (`AUTH_HEADER="Bearer x"`), or headers as
+        # JSON (`OPENAPI_MCP_HEADERS='{"Authorization": "Bearer x"}'`), as servers document them
+        for match in _SCHEME_CREDENTIAL.finditer(value):
+            _register_scheme_credential(match.group())
+        if value.lstrip()[:1] in ("{", "[") and len(value) <= MAX_JSON_SETTING_CHARS and depth < MAX_JSON_DEPTH:
+            with contextlib.suppress(ValueError, RecursionError):
+                _register_tree(json.loads(value), key, depth + 1)

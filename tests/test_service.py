@@ -210,10 +210,16 @@ def test_failing_systemctl_is_reported(
         ServiceError, match="systemctl enable --now nanobot.service exited 1: .*Access denied"
     ) as failed:
         install_unit(spec(tmp_path), tmp_path / "nanobot.service", Systemctl(False, exe))
-    # the unit stays (`service status` says installed): the error says where, and how to start it
+    # the unit stays (`service status` says installed): the error says where, and where to look
     assert (tmp_path / "nanobot.service").exists()
-    assert f"The unit was written to {tmp_path / 'nanobot.service'}" in str(failed.value)
-    assert "systemctl daemon-reload && systemctl enable --now nanobot.service" in str(failed.value)
+    assert f"The unit was written to {tmp_path / 'nanobot.service'} but did not start" in str(failed.value)
+    assert "see systemctl status nanobot.service and journalctl -u nanobot.service" in str(failed.value)
+    # no service manager answers at all (a container, WSL): how to start it once one does
+    monkeypatch.setenv("FAKE_SYSTEMCTL_FAIL", "daemon-reload")
+    with pytest.raises(ServiceError, match="daemon-reload exited 1") as failed:
+        install_unit(spec(tmp_path, user_unit=True), tmp_path / "user.service", Systemctl(True, exe))
+    assert f"The unit was written to {tmp_path / 'user.service'}; start it once systemd answers" in str(failed.value)
+    assert "systemctl --user daemon-reload && systemctl --user enable --now nanobot.service" in str(failed.value)
 
 
 def test_status_says_when_systemctl_is_not_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

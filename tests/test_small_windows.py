@@ -295,6 +295,46 @@ async def test_a_group_sharing_memory_keeps_the_memory_skill(make_config, fake_l
     assert recall_mismatches(fake_llm) == []
 
 
+async def test_with_memory_search_off_a_group_is_still_not_shown_the_memory_skill(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """memory_search is not there at all: the skill was never "withheld" and told groups and
+    guests how to edit and forget the owner's MEMORY.md. Trust decides, not registration."""
+    config = small(make_config, 65536, 1024, **{"memory.search.enabled": False})
+    fake_llm.responder = lambda body: Reply(content="Noted.")
+    runtime = build_runtime(config)
+    runtime.loop.start()
+    try:
+        await runtime.bus.request(InboundMessage("telegram", "5", "-100", "who was at the meeting?", is_group=True))
+        await runtime.ask("who was at the meeting?", session_key="telegram:5", sender_id="5")
+    finally:
+        await runtime.aclose()
+    group, owner = turns(fake_llm)
+    assert "## Skill: memory" not in str(group["messages"][0]["content"])
+    assert "## Skill: memory" in str(owner["messages"][0]["content"])
+
+
+async def test_the_owner_using_a_groups_session_from_the_terminal_archives_nothing(
+    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+) -> None:
+    """`nanobot agent -s telegram:<group>` sends no is_group: compared for every session, it
+    archived the group's conversation, and the group's next message archived it again."""
+    config = small(make_config, 65536, 1024)
+    fake_llm.responder = lambda body: Reply(content="Noted.")
+    runtime = build_runtime(config)
+    runtime.loop.start()
+    try:
+        group = InboundMessage("telegram", "42", "-100777", "saturday: picnic at the lake", is_group=True)
+        await runtime.bus.request(group)
+        await runtime.ask("what did the group plan?", session_key="telegram:-100777")
+        await runtime.bus.request(InboundMessage("telegram", "42", "-100777", "bring a blanket", is_group=True))
+    finally:
+        await runtime.aclose()
+    assert not list((config.workspace_path / "sessions" / "archive").glob("*.jsonl"))
+    asked = [r for r in turns(fake_llm) if "what did the group plan?" in str(r["messages"][-1]["content"])]
+    assert "picnic at the lake" in str(asked[0]["messages"])
+
+
 async def test_memory_grown_after_start_takes_the_recall_section_with_the_tool(
     make_config, fake_llm: FakeLLMServer  # noqa: ANN001
 ) -> None:

@@ -46,9 +46,9 @@ class PromptEstimator:
         usable = (self.tools.offered(within, ctx) or set()) if ctx is not None else within
         missing = frozenset(self.context.tool_sections.keys() - usable)
         # by trust alone: a small window leaves memory_search out of an owner's turn, whose memory
-        # skill (MEMORY.md, forgetting) still applies; a group's turn withholds it on any window
-        trusted = self.tools.offered(None, ctx) if ctx is not None else None
-        withheld = frozenset() if trusted is None else self.context.skill_tools() & (set(self.tools.names) - trusted)
+        # skill (MEMORY.md, forgetting) still applies; a group's turn withholds it on any window,
+        # also where memory search is off (the tool is not there, the owner's memory still private)
+        withheld = frozenset(self.tools.withheld(self.context.skill_tools(), ctx)) if ctx is not None else frozenset()
         if missing or withheld:
             system = self.context.system_prompt(memory_private, without=missing, withheld=withheld)
         # the runner leaves the withheld out of the schemas it sends (and, called anyway, the policy

@@ -26,6 +26,8 @@ from loguru import logger
 
 from nanobot.agent.message_context import SPAWN_DEPTH_KEY, MessageContext
 from nanobot.bus.events import DELIVERY_KEY, RESUME_KEY, InboundMessage
+from nanobot.scheduler.cron_store import CRON_SESSION_PREFIX
+from nanobot.scheduler.heartbeat import HEARTBEAT_SESSION_KEY
 from nanobot.session.message_log import MessageLog
 from nanobot.session.session import delivery_of
 from nanobot.session.store import Session, SessionStore
@@ -91,14 +93,15 @@ class SessionRecords:
     @staticmethod
     def trust_changed(session: Session, ctx: MessageContext) -> bool:
         """Whether the session was recorded as a guest's and this message is not, or the reverse;
-        or as shared and this message is not, or the reverse (a chat is one or the other for good,
-        but the heartbeat's session follows gateway.heartbeat.target, and a job's its chat)."""
+        for the heartbeat's session (it follows gateway.heartbeat.target) and a cron job's (its
+        chat may be talked in since), also as shared and this message is not, or the reverse. Not
+        for a chat's own session: the owner's `nanobot agent -s telegram:<group>` is no group turn."""
         recorded = session.metadata
-        return (
-            "is_group" in recorded
-            and bool(session.messages)
-            and (bool(recorded.get("guest")) != ctx.guest or bool(recorded.get("is_group")) != ctx.is_group)
-        )
+        if "is_group" not in recorded or not session.messages:
+            return False
+        follows_target = ctx.session_key == HEARTBEAT_SESSION_KEY or ctx.session_key.startswith(CRON_SESSION_PREFIX)
+        shared_changed = follows_target and bool(recorded.get("is_group")) != ctx.is_group
+        return bool(recorded.get("guest")) != ctx.guest or shared_changed
 
     def record_identity(self, session: Session, ctx: MessageContext, msg: InboundMessage) -> None:
         """`_first_metadata` with a session's first message, unless the session has it already (one

@@ -269,13 +269,19 @@ def install_unit(spec: UnitSpec, path: Path, systemctl: Systemctl | None) -> lis
         return notes
     try:
         systemctl.must("daemon-reload")
-        systemctl.must("enable", "--now", UNIT_NAME)
     except ServiceError as exc:
         # the unit is in place (and `service status` says installed): where no service manager
         # answers (a container, WSL) the user was told only the error
         raise ServiceError(
             f"{exc}\nThe unit was written to {path}; start it once systemd answers: {start} "
             "(or install with --no-systemctl)"
+        ) from None
+    try:
+        systemctl.must("enable", "--now", UNIT_NAME)
+    except ServiceError as exc:  # systemd answered: the unit would not enable or start
+        raise ServiceError(
+            f"{exc}\nThe unit was written to {path} but did not start: see systemctl {scope}status "
+            f"{UNIT_NAME} and journalctl {scope}-u {UNIT_NAME}"
         ) from None
     notes.append(f"enabled and started {UNIT_NAME}")
     return notes

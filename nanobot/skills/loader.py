@@ -12,7 +12,7 @@ A SKILL.md starts with YAML frontmatter:
 
 `requires.tools`: the skill is left out of the prompt of a chat whose trust withholds one of these
 tools: a group or guest chat is not offered the owner's memory tools, so the memory skill is not
-shown there. A tool left out for the context budget, or one nanobot does not have, hides nothing.
+shown there (with memory search off too). A tool left out for the context budget hides nothing.
 
 Everything here is deterministic for the same files and environment, so the system prompt built
 from it stays byte-identical across turns (prompt cache).

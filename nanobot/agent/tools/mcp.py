@@ -8,7 +8,6 @@ imported lazily, on first connect: importing it costs seconds.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
@@ -17,13 +16,10 @@ from nanobot.agent.tools.base import Tool, ToolContext
 from nanobot.agent.tools.mcp_connection import (
     RETRY_BASE_S,
     SHUTDOWN_TIMEOUT_S,
-    TOOL_NAME_RE,
     ConnectionLost,
     MCPServerConnection,
-    render_result,
-    tool_enabled,
-    tool_name,
 )
+from nanobot.agent.tools.mcp_naming import TOOL_NAME_RE, masked_schema, render_result, tool_enabled, tool_name
 from nanobot.config.schema import MCPServerConfig
 from nanobot.providers.tokens import count_tools
 from nanobot.secrets import mask
@@ -57,7 +53,7 @@ class MCPTool(Tool):
         # A server's text goes to the model with every request and is shown by `mcp list`: a token
         # of its own config in a description (built from that config) was sent as it was
         self.description = mask(((remote.description or "").strip() or fallback)[:MAX_DESCRIPTION_CHARS])
-        schema = json.loads(mask(json.dumps(dict(remote.input_schema or {}))))
+        schema = masked_schema(dict(remote.input_schema or {}))
         schema["type"] = "object"
         if not isinstance(schema.get("properties"), dict):  # null or a list: no schema validator takes it
             schema["properties"] = {}
@@ -94,15 +90,12 @@ class MCPManager:
         self._left_out_reported: tuple[str, ...] = ()
         self._registered: set[str] = set()  # names register_into put into a registry
 
-    def _names(self, conn: MCPServerConnection) -> list[str]:
-        """The wrapped names of a server's tools, in its listing's order; they depend on nothing but
-        the configured server names and its own tools (not on which servers are up)."""
-        taken: set[str] = set()
-        names: list[str] = []
-        for remote in conn.remote_tools:  # the last known list, also while idle or failed
-            names.append(tool_name(conn.name, remote.name, taken, self.connections))
-            taken.add(names[-1])
-        return names
+    @staticmethod
+    def _names(conn: MCPServerConnection) -> list[str]:
+        """The wrapped names of a server's tools, in its listing's order (the last known list, also
+        while idle or failed); they depend on nothing but the configured server names and its own
+        listing (not on which servers are up, nor on enabledTools)."""
+        return list(conn.tool_names)
 
     async def tools(self) -> list[Tool]:
         """Connect servers not yet connected (failed ones after their backoff) and return their tools."""
@@ -113,7 +106,11 @@ class MCPManager:
             if conn.state != "ready":
                 continue
             for remote, name in zip(conn.remote_tools, self._names(conn), strict=True):
-                tool = MCPTool(conn, remote, name)
+                try:
+                    tool = MCPTool(conn, remote, name)
+                except (RecursionError, ValueError, TypeError) as exc:  # a schema nested beyond reason
+                    logger.warning("MCP server {}: tool {!r} skipped: {}", conn.name, remote.name, exc)
+                    continue
                 cost = count_tools([tool.to_schema()])
                 if self.schema_budget_tokens is not None and used + cost > self.schema_budget_tokens:
                     left_out.append(name)

@@ -1,17 +1,13 @@
 """One MCP server's connection: a long-lived owner task per server holds the transport and the
 ClientSession (anyio requires a context manager to be exited by the task that entered it); tool
 calls reach it as jobs answered through futures, so any task may call, a hung call times out on its
-own, and shutdown is clean. Also the naming and result-rendering rules for MCP tools.
+own, and shutdown is clean. How its tools are named and shown: mcp_naming.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
-import hashlib
-import json
 import math
-import re
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -19,6 +15,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
+from nanobot.agent.tools.mcp_naming import enabled_in_listing, listing_names, render_result, schema_fits
 from nanobot.agent.tools.mcp_transport import (
     HttpErrorStatus,
     StderrTail,
@@ -30,75 +27,23 @@ from nanobot.agent.tools.mcp_transport import (
 from nanobot.config.schema import MCPServerConfig
 from nanobot.util.extras import install_hint
 from nanobot.util.retry import backoff_s
-from nanobot.util.text import truncate_head
 
-SHUTDOWN_TIMEOUT_S = 5.0  # per server; the stdio transport itself needs up to ~4 s for a stubborn child
+# The stdio transport's own stop of a server: 0.5 s to flush, 2 s to exit once its stdin closes,
+# 2 s after SIGTERM, 2 s to reap after SIGKILL. Cancelled before it ends (waits of 5 s did), a
+# server ignoring SIGTERM was never killed: one more process left running at each retry.
+STDIO_STOP_S = 6.5
+SHUTDOWN_TIMEOUT_S = STDIO_STOP_S + 1.5  # per server
 CALL_GRACE_S = 5.0  # beyond tool_timeout before the caller stops waiting on a wedged transport
 RETRY_BASE_S = 5.0  # first backoff after a failed start; doubles up to RETRY_MAX_S
 RETRY_MAX_S = 300.0
-MAX_TOOL_NAME_CHARS = 64
-MAX_RESULT_CHARS = 100_000
 MAX_LIST_PAGES = 50
-MAX_SCHEMA_CHARS = 8_000  # a tool's input schema, sent with every request: its text is prompt too
 MAX_TOOLS_PER_SERVER = 128
-TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 State = Literal["idle", "connecting", "ready", "failed"]
 
 
 class ConnectionLost(Exception):
     """The session died under a call (process exit, closed stream, expired HTTP session)."""
-
-
-def tool_name(server: str, tool: str, taken: set[str] | None = None, servers: Collection[str] = ()) -> str:
-    """``mcp_<server>_<tool>`` sanitised to ^[A-Za-z0-9_-]{1,64}$. A long name, one already `taken`
-    (two tools of one server alike once sanitised) and every name of a server whose prefix overlaps
-    another configured server's (`a` and `a_b`: both could give `mcp_a_b_c`) get a hash of the
-    (server, tool) pair: a name never depends on which servers happen to be up."""
-    raw = f"mcp_{server}_{tool}"
-    name = _UNSAFE.sub("_", raw)
-    prefix = _UNSAFE.sub("_", f"mcp_{server}_")
-    overlapping = any(
-        other != server and (p.startswith(prefix) or prefix.startswith(p))
-        for other in servers
-        for p in (_UNSAFE.sub("_", f"mcp_{other}_"),)
-    )
-    if len(name) > MAX_TOOL_NAME_CHARS or (taken is not None and name in taken) or overlapping:
-        # the pair, where two servers could spell the same raw name; the raw name otherwise (the
-        # names of long tools stay what earlier versions called them)
-        digest = hashlib.sha1((f"{server}\0{tool}" if overlapping else raw).encode()).hexdigest()[:8]
-        name = f"{name[: MAX_TOOL_NAME_CHARS - 9]}_{digest}"
-    return name
-
-
-def tool_enabled(server: str, tool: str, patterns: list[str], servers: Collection[str] = ()) -> bool:
-    """enabledTools entries are globs over the server's tool name or the wrapped mcp_ name: as `mcp
-    list` shows it (hashed when server names overlap), or as earlier versions showed it, unhashed
-    (configs written then switched the tools off silently)."""
-    names = {tool, tool_name(server, tool, servers=servers), _UNSAFE.sub("_", f"mcp_{server}_{tool}")}
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns for name in names)
-
-
-def render_result(result: Any) -> str:
-    """A CallToolResult as text for the LLM; an isError result becomes ``Error: ...``."""
-    parts: list[str] = []
-    for block in result.content or []:
-        kind = getattr(block, "type", "")
-        if kind == "text":
-            parts.append(block.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind} {block.mime_type}, {len(block.data)} base64 chars]")
-        elif kind == "resource":
-            text = getattr(block.resource, "text", None)
-            parts.append(text if isinstance(text, str) else f"[binary resource {block.resource.uri}]")
-        elif kind == "resource_link":
-            parts.append(f"[resource link {block.uri}]")
-    if not parts and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    text = "\n".join(parts) or "(no output)"
-    text = truncate_head(text, MAX_RESULT_CHARS, marker="\n[... truncated at {limit} chars]")
-    return f"Error: {text}" if result.is_error else text
 
 
 def _new_future() -> asyncio.Future[Any]:
@@ -152,6 +97,7 @@ class MCPServerConnection:
         self.state: State = "idle"
         self.error = ""
         self.remote_tools: list[Any] = []  # mcp Tool objects that pass enabledTools
+        self.tool_names: list[str] = []  # their wrapped names, given by the whole listing
         self.listing_changes = 0  # times a reconnect brought another list of tools
         self._gen: _Generation | None = None
         self._lock = asyncio.Lock()
@@ -190,7 +136,8 @@ class MCPServerConnection:
 
     async def _await_ready(self, gen: _Generation) -> bool:
         try:
-            listing = await asyncio.wait_for(asyncio.shield(gen.ready), self.cfg.connect_timeout_s + CALL_GRACE_S)
+            # past connectTimeoutS the transport stops the server: time for that to finish
+            listing = await asyncio.wait_for(asyncio.shield(gen.ready), self.cfg.connect_timeout_s + SHUTDOWN_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - any start failure is reported, never raised
             await self._retire(gen)
             # a server that did not answer in time was stopped by nanobot: its exit is not news
@@ -203,17 +150,19 @@ class MCPServerConnection:
             self._mark_failed(describe_error(exc) + said)
             return False
         patterns = self.cfg.enabled_tools
-        enabled = [t for t in listing if tool_enabled(self.name, t.name, patterns, self.servers)]
-        unmatched = [
-            p for p in patterns if not any(tool_enabled(self.name, t.name, [p], self.servers) for t in listing)
-        ]
+        remote = [t.name for t in listing]
+        names = dict(zip(remote, listing_names(self.name, remote, self.servers), strict=True))
+        on = enabled_in_listing(self.name, remote, patterns, self.servers)
+        enabled = [t for t, is_on in zip(listing, on, strict=True) if is_on]
+        unmatched = [p for p in patterns if not any(enabled_in_listing(self.name, remote, [p], self.servers))]
         if unmatched and unmatched != self.unmatched_patterns:  # a typo turns a tool off without a word
             logger.warning("MCP server {}: enabledTools {} match none of its tools", self.name, unmatched)
         self.unmatched_patterns = unmatched
-        tools = [t for t in enabled if _schema_fits(self.name, t)][:MAX_TOOLS_PER_SERVER]
+        tools = [t for t in enabled if schema_fits(self.name, t)][:MAX_TOOLS_PER_SERVER]
         if [t.name for t in tools] != [t.name for t in self.remote_tools] and self.remote_tools:
             self.listing_changes += 1  # a server upgraded while running: the agent registers again
         self.remote_tools = tools
+        self.tool_names = [names[t.name] for t in tools]
         if len(enabled) > MAX_TOOLS_PER_SERVER:
             logger.warning(
                 "MCP server {}: {} tools, only the first {} are used (narrow it with enabledTools)",
@@ -367,17 +316,6 @@ class MCPServerConnection:
         await self._retire(self._gen)
         if self.state == "ready":
             self.state = "idle"
-
-
-def _schema_fits(server: str, tool: Any) -> bool:
-    size = len(json.dumps(tool.input_schema or {}, ensure_ascii=False, default=str))
-    if size > MAX_SCHEMA_CHARS:
-        logger.warning(
-            "MCP server {}: tool {!r} skipped, its input schema has {} characters (at most {})",
-            server, tool.name, size, MAX_SCHEMA_CHARS,
-        )
-        return False
-    return True
 
 
 def _settle(future: asyncio.Future[Any], result: Any = None, exc: BaseException | None = None) -> None:

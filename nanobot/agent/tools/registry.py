@@ -7,6 +7,7 @@ None (only tests and tools run for the owner alone pass it) treats every caller 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from loguru import logger
@@ -63,6 +64,11 @@ class ToolRegistry:
         names = set(self._tools) if only is None else set(only)
         withheld = self.policy.withheld(names, ctx) if self.policy is not None else set()
         return only if not withheld else names - withheld
+
+    def withheld(self, names: Collection[str], ctx: ToolContext) -> set[str]:
+        """Which of `names`, registered or not, the trust policy refuses in `ctx` whatever the
+        arguments."""
+        return self.policy.withheld(set(names), ctx) if self.policy is not None else set()
 
     def schemas(self, only: set[str] | None = None) -> list[dict[str, Any]]:
         """Schemas sorted by name, so the tool list is byte-stable across turns (prompt cache)."""
