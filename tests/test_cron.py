@@ -1231,3 +1231,45 @@ async def test_a_job_stopped_while_its_turn_runs_sends_no_result(tmp_path: Path,
     assert rec.delivered == [("telegram", "42", "time for your meds")] * expected
     after = svc.get(job.id)
     assert after is None if change != "switch off" else after.last_status.startswith("skipped: removed or switched off")
+
+
+async def test_a_bad_bookkeeping_time_in_a_hand_edited_job_does_not_switch_it_off(tmp_path: Path) -> None:
+    """`next_run_at: "soon"` or `created_at: "yesterday"` (times nanobot keeps for itself) were
+    taken as the schedule's: the gateway disabled a good hourly job for good."""
+    path = tmp_path / "jobs.json"
+    every = {"kind": "every", "every_s": 3600}
+    jobs = [
+        {"id": "a1", "name": "tea", "message": "drink tea", "schedule": every, "next_run_at": "soon"},
+        {"id": "a2", "name": "walk", "message": "go for a walk", "schedule": every, "created_at": "yesterday"},
+        {"id": "a3", "name": "water", "message": "drink water", "schedule": every, "next_run_at": 12345},
+    ]
+    path.write_text(json.dumps({"version": 1, "jobs": jobs}))
+    svc = service(path, Recorder())
+    await svc.start()
+    try:
+        saved = {job.id: job for job in svc.list()}
+    finally:
+        await svc.stop()
+    soon = datetime.now(UTC) + timedelta(minutes=59)
+    for job in saved.values():
+        assert job.enabled and job.last_status is None, job
+        assert job.next_run_at is not None and datetime.fromisoformat(job.next_run_at) > soon, job
+    assert datetime.fromisoformat(saved["a2"].created_at) > datetime.now(UTC) - timedelta(minutes=1)
+
+
+def test_two_jobs_with_one_id_stay_two_jobs(tmp_path: Path) -> None:
+    """A job block copied in jobs.json and left with its id: the gateway scheduled one, gave both
+    its run times, and `cron remove` deleted both."""
+    path = tmp_path / "jobs.json"
+    jobs = [
+        {"id": "a1", "name": "tea", "message": "drink tea", "schedule": {"kind": "every", "every_s": 3600}},
+        {"id": "a1", "name": "water", "message": "drink water", "schedule": {"kind": "every", "every_s": 60}},
+        {"id": "a1-2", "name": "stretch", "message": "stretch", "schedule": {"kind": "every", "every_s": 600}},
+    ]
+    path.write_text(json.dumps({"version": 1, "jobs": jobs}))
+    loaded = CronStore(path).load()
+    assert [(j.id, j.name) for j in loaded] == [("a1", "tea"), ("a1-3", "water"), ("a1-2", "stretch")]
+    assert CronStore(path).load() == loaded  # the same ids at every load, until the file is written
+    svc = CronService(path, Recorder().on_job, "UTC")
+    assert svc.remove("a1")
+    assert [(j.id, j.name) for j in CronStore(path).load()] == [("a1-3", "water"), ("a1-2", "stretch")]

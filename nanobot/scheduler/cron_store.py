@@ -9,6 +9,7 @@ half-written file and two writers never lose each other's jobs.
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -118,14 +119,42 @@ class CronJob:
             ),
             deliver_to=DeliverTo(str(target["channel"]), str(target["chat_id"])) if target else None,
             enabled=_switch(data.get("enabled", True)),
-            created_at=str(data.get("created_at") or ""),
+            created_at=_moment(data, "created_at") or "",
             created_by=str(data.get("created_by") or ""),
-            last_run_at=data.get("last_run_at"),
+            last_run_at=_moment(data, "last_run_at"),
             last_status=data.get("last_status"),
-            next_run_at=data.get("next_run_at"),
+            next_run_at=_moment(data, "next_run_at"),
             failure_told=data.get("failure_told") is True,
             extra={k: v for k, v in data.items() if k not in known},
         )
+
+
+def _moment(data: dict[str, Any], key: str) -> str | None:
+    """A time nanobot keeps for itself (`next_run_at`, `created_at`, `last_run_at`); one edited into
+    something else ("soon", 12345) is left out and worked out again: taken as the schedule's, it had
+    the gateway switch a good job off for good."""
+    value = data.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and parse_iso_or_none(value) is not None:
+        return value
+    logger.warning("cron: job {}: {} {!r} is not a time; it is worked out again", data.get("id"), key, value)
+    return None
+
+
+def with_unique_ids(jobs: list[CronJob]) -> list[CronJob]:
+    """A job whose id an earlier one has (a block copied in jobs.json) gets `<id>-2` (-3, ...): with
+    one id both shared their run times, one never ran, and `cron remove` deleted both."""
+    ids = {job.id for job in jobs}
+    seen: set[str] = set()
+    for job in jobs:
+        if job.id in seen:
+            new_id = next(f"{job.id}-{n}" for n in itertools.count(2) if f"{job.id}-{n}" not in ids)
+            logger.warning("cron: two jobs have the id {}; the later one ({!r}) is {} now", job.id, job.name, new_id)
+            ids.add(new_id)
+            job.id = new_id
+        seen.add(job.id)
+    return jobs
 
 
 def finished(job: CronJob) -> bool:
@@ -219,7 +248,7 @@ class CronStore:
             items = data["jobs"] if isinstance(data, dict) else data
             if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
                 raise ValueError("'jobs' must be a list of objects")
-            return [CronJob.from_dict(item) for item in items]
+            return with_unique_ids([CronJob.from_dict(item) for item in items])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CronStoreError(f"{self.path}: not a valid jobs file ({exc}); fix or remove it") from None
 
