@@ -24,8 +24,9 @@ _SECRET_NAME = re.compile(
 )
 # Query parameters that carry a credential without saying so (signed URLs, OAuth codes).
 _SECRET_QUERY = re.compile(r"(sig|signature|code|.*[-_]signature|.*[-_]credential)", re.IGNORECASE)
-# `Bearer <token>` / `Basic <base64>` anywhere in a value, whatever its name
-_SCHEME_CREDENTIAL = re.compile(r"\b(?i:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{6,}")
+# a value that is `Bearer <token>` / `Basic <base64>` / `token <token>` and nothing else
+_SCHEME_CREDENTIAL = re.compile(r"\s*(?i:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{6,}\s*")
+_HEADERS_NAME = re.compile(r"HEADERS?$", re.IGNORECASE)  # a setting holding headers, maybe as JSON
 MAX_JSON_SETTING_CHARS = 65_536  # a setting holding JSON (headers) is read for credentials up to this
 MAX_JSON_DEPTH = 2  # JSON in a string in JSON: no further
 # A user name alone in a URL (`https://<token>@host`) is a token when it is this long.
@@ -33,6 +34,7 @@ _TOKEN_AS_USER_CHARS = 16
 _lock = threading.Lock()
 _secrets: set[str] = set()
 _pattern: re.Pattern[str] | None = None
+_pattern_stale = False  # secrets were added since _pattern was compiled
 
 # Token shapes that must never be logged even if nobody registered them.
 _SHAPES = re.compile(
@@ -50,15 +52,25 @@ _PLACEHOLDER = re.compile(r"[a-z]+(?:[-_][a-z]+)*")
 
 def register_secret(value: str | None) -> None:
     """Remember a secret so `mask` hides it wherever it appears."""
-    global _pattern
+    global _pattern_stale
     if not value or len(value) < MIN_SECRET_CHARS or _PLACEHOLDER.fullmatch(value):
         return
     with _lock:
         if value in _secrets:
             return
         _secrets.add(value)
-        ordered = sorted(_secrets, key=len, reverse=True)
-        _pattern = re.compile("|".join(re.escape(s) for s in ordered))
+        _pattern_stale = True  # compiled at the next use: once per start, not once per secret
+
+
+def _registered_pattern() -> re.Pattern[str] | None:
+    global _pattern, _pattern_stale
+    if _pattern_stale:
+        with _lock:
+            if _pattern_stale:
+                ordered = sorted(_secrets, key=len, reverse=True)
+                _pattern = re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None
+                _pattern_stale = False
+    return _pattern
 
 
 def _mask_shape(match: re.Match[str]) -> str:
@@ -71,7 +83,7 @@ def _mask_shape(match: re.Match[str]) -> str:
 
 def mask(text: str) -> str:
     """`text` with every registered secret and every known token shape replaced by ***."""
-    pattern = _pattern
+    pattern = _registered_pattern()
     if pattern is not None:
         text = pattern.sub(_MASK, text)
     return _SHAPES.sub(_mask_shape, text)
@@ -80,7 +92,7 @@ def mask(text: str) -> str:
 def masked_pieces(text: str) -> dict[str, str]:
     """What `mask(text)` replaces, each with its replacement: registered secrets and token shapes."""
     pieces: dict[str, str] = {}
-    pattern = _pattern
+    pattern = _registered_pattern()
     if pattern is not None:
         pieces.update((found, _MASK) for found in pattern.findall(text))
         text = pattern.sub(_MASK, text)
@@ -192,6 +204,16 @@ def _register_scheme_credential(value: str) -> None:
             register_secret(base64.b64decode(credential, validate=True).decode().partition(":")[2])
 
 
+def _token_like(credential: str, basic: str) -> bool:
+    """A `Basic` credential that decodes to `user:password`, or a token: long, or holding digits
+    ("Basic English" is a phrase, not a header)."""
+    if basic.lower() == "basic":
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            return ":" in base64.b64decode(credential, validate=True).decode()
+        return False
+    return len(credential) >= 16 or (len(credential) >= 8 and any(c.isdigit() for c in credential))
+
+
 def _register_args(args: object) -> None:
     """Credentials in a command line: URLs with them, `--api-key X` / `--password=X`, `API_KEY=X`."""
     if not isinstance(args, list):
@@ -241,10 +263,12 @@ def _register_tree(value: object, key: str = "", depth: int = 0) -> None:
             _register_scheme_credential(value)
         elif "://" in value:
             _register_url(value)
-        # whatever the name: a header given as a setting (`AUTH_HEADER="Bearer x"`), or headers as
-        # JSON (`OPENAPI_MCP_HEADERS='{"Authorization": "Bearer x"}'`), as servers document them
-        for match in _SCHEME_CREDENTIAL.finditer(value):
-            _register_scheme_credential(match.group())
-        if value.lstrip()[:1] in ("{", "[") and len(value) <= MAX_JSON_SETTING_CHARS and depth < MAX_JSON_DEPTH:
+        # whatever the name, a value that is a credential header (`AUTH_HEADER="Bearer x"`, as a
+        # bridge documents it); a header-named one holding JSON, its headers
+        # (`OPENAPI_MCP_HEADERS='{"Authorization": "Bearer x"}'`). Not a scan of every text: a
+        # commit message saying "token Refresh" made a word a secret in every tool result.
+        if _SCHEME_CREDENTIAL.fullmatch(value) and _token_like(value.split()[-1], basic=value.split()[0]):
+            _register_scheme_credential(value)
+        elif _HEADERS_NAME.search(key) and value.lstrip()[:1] == "{" and depth < MAX_JSON_DEPTH:
             with contextlib.suppress(ValueError, RecursionError):
-                _register_tree(json.loads(value), key, depth + 1)
+                _register_tree(json.loads(value[:MAX_JSON_SETTING_CHARS]), key, depth + 1)

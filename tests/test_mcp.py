@@ -192,6 +192,11 @@ async def test_a_call_stuck_behind_a_wedged_stdio_pipe_times_out_and_is_never_se
     from nanobot.agent.tools import mcp_connection
 
     monkeypatch.setattr(mcp_connection, "CALL_GRACE_S", 0.2)  # 5 s in use: the same path, sooner
+
+    async def kept(*_: object) -> None:  # the session stays, as for a server answering its ping late
+        return None
+
+    monkeypatch.setattr(mcp_connection.MCPServerConnection, "_restart_unless_answering", kept)
     log, listing = tmp_path / "calls.log", tmp_path / "tools.txt"
     listing.write_text("pause,upload,pay")
     script = Path(fakes.__file__).with_name("mcp_raw_server.py")

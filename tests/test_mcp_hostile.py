@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from nanobot.agent.tools.base import ToolContext
 from nanobot.agent.tools.mcp import MCPManager
 from nanobot.agent.tools.mcp_transport import STDERR_TAIL_MAX_CHARS, StderrTail
@@ -139,3 +141,60 @@ def test_credentials_in_settings_of_any_name_are_masked() -> None:
     said = mask(f"API token {notion} is invalid; {bridge} is invalid; Notion-Version 2022-06-28; setup done")
     assert notion not in said and bridge not in said
     assert "2022-06-28" in said and "setup done" in said  # ordinary values stay
+
+
+async def test_a_session_that_answers_no_ping_after_a_timeout_is_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stdio server wedged (its 100 MB result line held the client's reader for minutes): every
+    later call waited out toolTimeout and none reconnected. A server that is only slow, and still
+    answers a ping, keeps its session (and its state)."""
+    from nanobot.agent.tools import mcp_connection
+
+    monkeypatch.setattr(mcp_connection, "CALL_GRACE_S", 0.2)
+    monkeypatch.setattr(mcp_connection, "PING_TIMEOUT_S", 2.0)
+    server, _ = raw_server(tmp_path, "pause,echo_args", tool_timeout=0.5)
+    manager = MCPManager({"h": server})
+    registry = ToolRegistry(None)
+    try:
+        await manager.register_into(registry)
+        conn = manager.connections["h"]
+        first = conn._gen
+        slow = await registry.execute("mcp_h_pause", {"seconds": 1}, ToolContext())
+        assert "timed out" in slow and conn._gen is first  # it answered the ping once it was done
+        wedged = await registry.execute("mcp_h_pause", {"seconds": 60}, ToolContext())
+        assert "timed out" in wedged
+        started = time.monotonic()
+        answer = await registry.execute("mcp_h_echo_args", {"n": 1}, ToolContext())
+        assert answer == '{"n": 1}' and time.monotonic() - started < 5
+        assert conn._gen is not first
+    finally:
+        await manager.aclose()
+
+
+async def test_a_tool_listed_twice_keeps_two_names(tmp_path: Path) -> None:
+    """Named by its remote name, a tool listed twice got the second's hashed name twice, and an
+    entry naming the plain one switched on a tool registered under another."""
+    server, _ = raw_server(tmp_path, "read,read")
+    manager = MCPManager({"h": server})
+    try:
+        names = await manager.register_into(ToolRegistry(None))
+    finally:
+        await manager.aclose()
+    assert len(names) == len(set(names)) == 2 and "mcp_h_read" in names
+
+
+def test_only_a_value_that_is_a_credential_counts_as_one() -> None:
+    """Scanning every text of the environment for `token <word>` made words of a commit message
+    ("Fix token Refresh ...") secrets, masked in every tool result; JSON in any setting registered
+    `{"sort_key": "CreatedAt"}`."""
+    from nanobot.secrets import register_env_secrets
+
+    register_env_secrets({
+        "CI_COMMIT_MESSAGE": "Fix token Refresh in the Basic Settings page",
+        "GREETING": "Basic English",
+        "APP_SETTINGS": json.dumps({"sort_key": "CreatedAt"}),
+        "UPSTREAM_AUTH_VALUE": "token Gh7Qx2Lm9Zp4",
+    })
+    assert mask("Click Refresh, in English, ordered by CreatedAt") == "Click Refresh, in English, ordered by CreatedAt"
+    assert "Gh7Qx2Lm9Zp4" not in mask("the server says Gh7Qx2Lm9Zp4 is wrong")

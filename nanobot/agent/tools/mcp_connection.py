@@ -34,12 +34,18 @@ from nanobot.util.retry import backoff_s
 STDIO_STOP_S = 6.5
 SHUTDOWN_TIMEOUT_S = STDIO_STOP_S + 1.5  # per server
 CALL_GRACE_S = 5.0  # beyond tool_timeout before the caller stops waiting on a wedged transport
+PING_TIMEOUT_S = 5.0  # after a call timed out: a session that does not answer a ping is restarted
+_PING = "\0ping"  # a job that pings the server instead of calling a tool (no tool has this name)
 RETRY_BASE_S = 5.0  # first backoff after a failed start; doubles up to RETRY_MAX_S
 RETRY_MAX_S = 300.0
 MAX_LIST_PAGES = 50
 MAX_TOOLS_PER_SERVER = 128
 
 State = Literal["idle", "connecting", "ready", "failed"]
+
+
+class Restarted(Exception):  # noqa: N818 - what happened, not an error kind
+    """The session was ended under a call because it answered nothing (the call may have run)."""
 
 
 class ConnectionLost(Exception):
@@ -50,7 +56,7 @@ def _new_future() -> asyncio.Future[Any]:
     return asyncio.get_running_loop().create_future()
 
 
-@dataclass
+@dataclass(eq=False)  # one job is one call: kept in sets by identity
 class _Job:
     tool: str
     args: dict[str, Any]
@@ -76,6 +82,7 @@ class _Generation:
     stderr: StderrTail | None = None
     http_status: HttpErrorStatus = field(default_factory=HttpErrorStatus)
     live: bool = False
+    running: set[_Job] = field(default_factory=set)  # calls sent and not answered yet
 
     def __post_init__(self) -> None:
         # Mark a start failure as retrieved even when nobody awaits it any more (a retired attempt).
@@ -151,18 +158,20 @@ class MCPServerConnection:
             return False
         patterns = self.cfg.enabled_tools
         remote = [t.name for t in listing]
-        names = dict(zip(remote, listing_names(self.name, remote, self.servers), strict=True))
+        # by position: a server listing one tool twice gave both the second's (hashed) name
+        named = zip(listing, listing_names(self.name, remote, self.servers), strict=True)
         on = enabled_in_listing(self.name, remote, patterns, self.servers)
-        enabled = [t for t, is_on in zip(listing, on, strict=True) if is_on]
+        enabled = [(t, name) for (t, name), is_on in zip(named, on, strict=True) if is_on]
         unmatched = [p for p in patterns if not any(enabled_in_listing(self.name, remote, [p], self.servers))]
         if unmatched and unmatched != self.unmatched_patterns:  # a typo turns a tool off without a word
             logger.warning("MCP server {}: enabledTools {} match none of its tools", self.name, unmatched)
         self.unmatched_patterns = unmatched
-        tools = [t for t in enabled if schema_fits(self.name, t)][:MAX_TOOLS_PER_SERVER]
+        kept = [(t, name) for t, name in enabled if schema_fits(self.name, t)][:MAX_TOOLS_PER_SERVER]
+        tools = [t for t, _ in kept]
         if [t.name for t in tools] != [t.name for t in self.remote_tools] and self.remote_tools:
             self.listing_changes += 1  # a server upgraded while running: the agent registers again
         self.remote_tools = tools
-        self.tool_names = [names[t.name] for t in tools]
+        self.tool_names = [name for _, name in kept]
         if len(enabled) > MAX_TOOLS_PER_SERVER:
             logger.warning(
                 "MCP server {}: {} tools, only the first {} are used (narrow it with enabledTools)",
@@ -251,9 +260,13 @@ class MCPServerConnection:
         if job.future.done():
             return
         started = time.monotonic()
+        gen.running.add(job)
         try:
             with anyio.CancelScope() as job.scope:
-                result = await session.call_tool(job.tool, job.args, read_timeout_seconds=job.timeout_s)
+                if job.tool == _PING:
+                    result = await session.send_ping()
+                else:
+                    result = await session.call_tool(job.tool, job.args, read_timeout_seconds=job.timeout_s)
                 _settle(job.future, result=result)
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
             waited_s = time.monotonic() - started
@@ -267,6 +280,7 @@ class MCPServerConnection:
             else:
                 _settle(job.future, exc=exc)
         finally:
+            gen.running.discard(job)
             _settle(job.future, exc=ConnectionLost("connection closed during the call"))
 
     async def call(self, tool: str, args: dict[str, Any]) -> str:
@@ -283,6 +297,11 @@ class MCPServerConnection:
                 _settle(job.future, exc=ConnectionLost("connection closed"))
             try:
                 result = await asyncio.wait_for(asyncio.shield(job.future), timeout_s + CALL_GRACE_S)
+            except Restarted:
+                return (
+                    f"Error: MCP server '{self.name}' stopped answering and was restarted during the call "
+                    f"to '{tool}'; it may or may not have run"
+                )
             except ConnectionLost as exc:
                 gen.stop.set()  # whatever ended the call, this session is done; the retry starts a new one
                 if attempt == 0:
@@ -291,6 +310,7 @@ class MCPServerConnection:
                 return f"Error: MCP server '{self.name}' connection lost: {exc}"
             except TimeoutError:
                 job.abandon()
+                await self._restart_unless_answering(gen)
                 return f"Error: MCP tool '{tool}' on server '{self.name}' timed out after {timeout_s:g}s"
             except asyncio.CancelledError:
                 job.abandon()
@@ -299,6 +319,24 @@ class MCPServerConnection:
                 return f"Error: MCP tool '{tool}' on server '{self.name}' failed: {describe_error(exc)}"
             return render_result(result)
         return f"Error: MCP server '{self.name}' is not available"
+
+    async def _restart_unless_answering(self, gen: _Generation) -> None:
+        """After a call timed out: a session that answers no ping either is wedged (a stdio
+        server's 100 MB result line held the client's reader for minutes, and every later call
+        waited out toolTimeout, never reconnecting): it is ended, so the next call starts afresh. A
+        slow tool on a server that still answers keeps its session (and the server its state)."""
+        ping = _Job(_PING, {}, PING_TIMEOUT_S, asyncio.get_running_loop().create_future())
+        gen.jobs.put_nowait(ping)
+        try:
+            await asyncio.wait_for(asyncio.shield(ping.future), PING_TIMEOUT_S)
+        except TimeoutError:
+            ping.abandon()
+            logger.warning("MCP server {}: a call timed out and a ping got no answer; it is restarted", self.name)
+            for job in list(gen.running):  # never sent again on the new session: it may have run
+                _settle(job.future, exc=Restarted())
+            gen.stop.set()
+        except Exception:  # noqa: BLE001, S110 - a lost connection reconnects at the next call anyway
+            pass
 
     async def _retire(self, gen: _Generation | None) -> None:
         """Stop a generation's owner task and wait for it (bounded)."""
