@@ -556,3 +556,27 @@ async def test_a_name_streamed_in_pieces_is_one_name(fake_llm: FakeLLMServer) ->
     fake_llm.push(Reply(raw_body=_sse(*pieces)))
     response = await build("direct", fake_llm.url).chat(MESSAGES, TOOLS, on_delta=_sink([]))
     assert [(c.name, c.arguments) for c in response.tool_calls] == [("read_file", {"path": "x"})]
+
+
+def test_the_first_litellm_call_is_not_timed_out_by_its_import(fake_llm: FakeLLMServer) -> None:
+    """litellm's import (~5 s) ran inside the first request's timeout: the first attempt failed
+    unsent (CI saw a retried timeout make one request instead of two), and with no retries the
+    first message of a fresh gateway failed. It runs before, in a thread."""
+    import subprocess
+    import sys
+
+    fake_llm.push(Reply(content="hello back"))
+    script = (
+        "import asyncio, sys\n"
+        "from tests.test_provider_contract import build, MESSAGES\n"
+        "provider = build('litellm', sys.argv[1], retries=0, timeout_s=1.0)\n"
+        "print(asyncio.run(provider.chat(MESSAGES)).content)\n"
+    )
+    from pathlib import Path
+
+    done = subprocess.run(
+        [sys.executable, "-c", script, fake_llm.url],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "hello back"

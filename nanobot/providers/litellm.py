@@ -7,6 +7,7 @@ the rest of the code asks this module through `import_litellm()` or the provider
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -80,6 +81,10 @@ class LiteLLMProvider(RemoteProvider):
         if self.extra_headers:
             kw["extra_headers"] = self.extra_headers
         return kw
+
+    async def _prepare(self) -> None:
+        if _litellm is None:  # ~5 s: in a thread, so the event loop (other chats) goes on meanwhile
+            await asyncio.to_thread(import_litellm)
 
     async def _complete(self, request: dict[str, Any]) -> Any:
         return _check_response(await import_litellm().acompletion(**self._kwargs(request)))

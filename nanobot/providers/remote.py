@@ -91,7 +91,12 @@ class RemoteProvider(LLMProvider):
     async def _open_stream(self, request: dict[str, Any]) -> AsyncIterator[Any]:
         """Send `request` as a stream (usage included) and return the async iterator of chunks."""
 
+    async def _prepare(self) -> None:
+        """Work before the first request that is not the request (a library's import): done here,
+        outside the request's timeout, which it used up (the first attempt failed unsent)."""
+
     async def _chat(self, call: ChatRequest) -> LLMResponse:
+        await self._prepare()
         messages = without_images(call.messages) if self.images_refused else call.messages
         request: dict[str, Any] = {"model": self._model, "messages": messages}
         if call.max_tokens:
