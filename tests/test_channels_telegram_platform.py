@@ -276,3 +276,67 @@ async def test_a_topics_downloads_are_named_after_the_topic(server, gateway_fact
     name = Path(got.media[0]).name
     assert got.chat_id == "-100777:42" and name.startswith(media_prefix("telegram", "-100777:42")), name
     assert not name.startswith(media_prefix("telegram", "-100777"))
+
+
+async def test_a_text_sent_after_a_photo_does_not_join_the_paste_before_it(server, gateway_factory) -> None:
+    """A long paste, a photo, a question: the question joined the paste and reached the agent
+    before the photo it was about."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    first = "".join(f"log line {n:04d} ok\n" for n in range(260))[:4096]
+    server.push_message(first)
+    await asyncio.sleep(0.05)
+    info = server.add_file("p1", "photos/p1.jpg", b"\xff\xd8photo")
+    server.push_message("the photo", photo=[{**info, "width": 4, "height": 3}])
+    server.push_message("what do both show?")
+    order = []
+    for _ in range(3):
+        msg = await gw.inbound()
+        order.append(msg.content)
+        msg.ack()
+    assert order == [first, "the photo", "what do both show?"]
+
+
+async def test_one_update_that_cannot_be_handled_does_not_deafen_the_bot(
+    server, gateway_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone UTF-16 surrogate in a text (any sender can send one) raised before the update was
+    handled: it stayed pending and unconfirmed, served first at every poll and after a restart, and
+    once 100 updates were behind it Telegram handed the bot nothing new."""
+    from nanobot.channels import telegram as telegram_module
+
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    server.push_message("hi \ud800 there")
+    surrogate = await gw.inbound()
+    assert surrogate.content == "hi \ufffd there"
+    surrogate.ack()
+
+    real_paste_of = telegram_module.paste_of
+
+    def breaks_on_boom(update, albums):  # noqa: ANN001, ANN202 - whatever may still raise there
+        if update.message is not None and update.message.text == "boom":
+            raise RuntimeError("cannot handle this one")
+        return real_paste_of(update, albums)
+
+    monkeypatch.setattr(telegram_module, "paste_of", breaks_on_boom)
+    boom = server.push_message("boom")
+    server.push_message("still there?")
+    after = await gw.inbound()
+    assert after.content == "still there?"
+    after.ack()
+    for _ in range(100):
+        if boom not in server.held_ids():
+            break
+        await asyncio.sleep(0.05)
+    assert boom not in server.held_ids()  # confirmed: never served again
+
+
+async def test_a_getfile_path_climbing_out_of_the_file_url_is_not_fetched(server, gateway_factory) -> None:
+    """The library puts the file URL in front of the path, so `../../bot<token>/getMe` passed the
+    check and the API's answer was saved as the user's document."""
+    from tests.test_channels_telegram import TOKEN
+
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    info = server.add_file("x", f"../../bot{TOKEN}/getMe", b"never served")
+    server.push_message("read it", document={**info, "file_name": "d.txt"})
+    got = await gw.inbound()
+    assert got.media == [] and '"d.txt": download failed' in got.content, got.content

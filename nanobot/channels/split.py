@@ -52,8 +52,9 @@ _MARKUP_ONLY = re.compile(r"^(?:\s|[#>*+\-|`~=_]|\d+[.)])*$")
 
 
 def utf16_len(text: str) -> int:
-    """Length in UTF-16 code units, the way Telegram and Discord count message characters."""
-    return len(text.encode("utf-16-le")) // 2
+    """Length in UTF-16 code units, the way Telegram and Discord count message characters (a lone
+    surrogate, which a sender can put in a message's JSON, counts as one: it raised)."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 Measure = Callable[[str], int]

@@ -47,6 +47,7 @@ from nanobot.channels.telegram_media import (
     chat_of,
     download_media,
     inbound_metadata,
+    paste_key,
     paste_of,
     sender_of,
     shared_as_text,
@@ -216,7 +217,15 @@ class TelegramChannel(Channel):
             if not self._acks.is_new(update.update_id):
                 continue
             self._acks.receive(update.update_id)
-            self._dispatch(update)
+            try:
+                self._dispatch(update)
+            except Exception as exc:  # noqa: BLE001 - one update that cannot be handled is dropped
+                # Kept pending, it held the confirmed offset for good: served first at every poll
+                # (and after a restart), it failed again, and once Telegram's 100 pending updates
+                # were behind it no message reached the bot, while status said "running".
+                logger.opt(exception=exc).error("telegram: update {} cannot be handled: dropped", update.update_id)
+                self._acks.handled(update.update_id)
+                self._acks.release(update.update_id)
 
     def _dispatch(self, update: Update) -> None:
         """Handle the update in a task of its own, after its chat's earlier ones: one chat's slow
@@ -225,6 +234,8 @@ class TelegramChannel(Channel):
         album = album_of(update) or paste_of(update, self._albums)
         if album is not None and self._albums.join(album, update):
             return  # the album's first part gathers it
+        if (paste := paste_key(update.message)) is not None and paste != album:
+            self._albums.close(paste)  # this message comes after what the sender's paste holds
         chat = update.effective_chat.id if update.effective_chat is not None else 0
         task = asyncio.create_task(self._handle_in_turn(update, self._newest.get(chat), album))
         self._newest[chat] = task

@@ -166,10 +166,11 @@ def download_url(base_file_url: str, file_path: str | None) -> str:
     document, or an absolute path a Bot API server answered (any file the daemon can read,
     config.json with its keys, copied into media/ where the chat's tools read it). Here a path is
     always one under the API's file URL; an absolute one, or one that climbs out, is refused."""
-    if file_path and file_path.startswith(base_file_url + "/"):
-        url = file_path  # the library put the file URL in front (no local file of that name)
-    elif file_path and not file_path.startswith("/") and ".." not in PurePosixPath(file_path).parts:
-        url = f"{base_file_url}/{file_path}"
+    relative = file_path or ""
+    if relative.startswith(base_file_url + "/"):  # the library put the file URL in front
+        relative = relative[len(base_file_url) + 1 :]  # checked as well: `../../bot<token>/getMe`
+    if relative and not relative.startswith("/") and ".." not in PurePosixPath(relative).parts:
+        url = f"{base_file_url}/{relative}"
     else:
         raise TelegramError(f"getFile gave a path nanobot does not download from: {file_path!r}")
     parts = urlsplit(url)
@@ -212,17 +213,24 @@ def album_of(update: Update) -> AlbumKey | None:
 PASTE_PART_UNITS = 4000
 
 
+def paste_key(message: Message | None) -> AlbumKey | None:
+    """The key a sender's long paste gathers under: per topic and per sender (channels posting in
+    a group share one `from` user)."""
+    sender = sender_of(message) if message is not None else None
+    if message is None or sender is None:
+        return None
+    return (message.chat.id, f"paste:{chat_of(message)}:{sender.id}")
+
+
 def paste_of(update: Update, albums: Albums) -> AlbumKey | None:
     """The key gathering a long paste the app sent as several messages (one turn, not one per piece,
     the first answered with the question still unsent), or None."""
     message = update.message
-    sender = sender_of(message) if message is not None else None
-    if message is None or sender is None or not message.text or message.media_group_id:
+    key = paste_key(message)
+    if key is None or message is None or not message.text or message.media_group_id:
         return None
-    if message.text.startswith("/"):  # a command (/stop) is never a paste's piece
+    if message.text.startswith("/") or albums.is_closed(key):  # a command (/stop) is never a piece
         return None
-    # per topic and per sender (channels posting in a group share one `from` user)
-    key = (message.chat.id, f"paste:{chat_of(message)}:{sender.id}")
     if albums.is_open(key) or utf16_len(message.text) >= PASTE_PART_UNITS:
         return key
     return None
@@ -239,6 +247,7 @@ class Albums:
         self._polls_started = 0
         self._last_poll_done = 0
         self._joined_at: dict[AlbumKey, int] = {}
+        self._closed: set[AlbumKey] = set()  # gathering what it has, joined by nothing more
 
     def poll_started(self) -> int:
         self._polls_started += 1
@@ -249,7 +258,17 @@ class Albums:
         self._last_poll_done = max(self._last_poll_done, poll)
 
     def is_open(self, key: AlbumKey) -> bool:
-        return key in self._open
+        return key in self._open and key not in self._closed
+
+    def is_closed(self, key: AlbumKey) -> bool:
+        return key in self._closed
+
+    def close(self, key: AlbumKey) -> None:
+        """A message of the sender that cannot join their paste (a photo) came: the paste goes on
+        with what it has, and their later texts come after that message, in the order sent (they
+        joined the paste and reached the agent before the photo sent between them)."""
+        if key in self._open:
+            self._closed.add(key)
 
     def join(self, key: AlbumKey, update: Update) -> bool:
         """Add a part to its album; False when the album is new (this part's handler gathers it)."""
@@ -268,6 +287,8 @@ class Albums:
         deadline = asyncio.get_running_loop().time() + ALBUM_MAX_WAIT_S
         try:
             while True:
+                if key in self._closed:
+                    break
                 seen = len(parts)
                 await asyncio.sleep(ALBUM_QUIET_S)
                 polled = self._last_poll_done > self._joined_at[key]
@@ -275,4 +296,5 @@ class Albums:
                     break
         finally:
             del self._open[key], self._joined_at[key]
+            self._closed.discard(key)
         return sorted(parts, key=lambda u: u.update_id)
