@@ -481,3 +481,28 @@ async def test_clean_stop(server, gateway_factory) -> None:
             await asyncio.sleep(0.01)
     await gw.channel.stop()
     assert gw.channel.state == "stopped"
+
+
+async def test_stop_is_not_held_behind_the_chats_download(server, gateway_factory) -> None:
+    """/stop took the chat's lock like any message: behind a big photo still downloading (or a
+    flood filling the bus) it could stop nothing until those were through."""
+    gw = await gateway_factory(make_config(server)).start()
+    server.download_delay_s = 3.0
+    server.push_message("and this", attachments=[server.add_attachment("big.png", b"\x89PNG-big")])
+    await asyncio.sleep(0.2)
+    server.push_message("/stop")
+    stop = await asyncio.wait_for(gw.bus.consume_ahead(), 1.5)
+    assert stop.content == "/stop"
+    assert (await gw.inbound()).media  # the photo still arrives, whole
+
+
+async def test_a_download_cut_by_a_stop_asks_for_the_file_again(server, gateway_factory) -> None:
+    """Discord serves nothing again: a photo still downloading at a stop was saved as "download
+    failed", and the next start answered without a word about it."""
+    gw = await gateway_factory(make_config(server)).start()
+    server.download_delay_s = 30.0
+    server.push_message("see", attachments=[server.add_attachment("slow.png", b"\x89PNG-slow")])
+    await asyncio.sleep(0.3)
+    await gw.channel.stop()
+    msg = await gw.inbound()
+    assert msg.media == [] and '[file "slow.png": not downloaded, nanobot was stopping: send it again]' in msg.content

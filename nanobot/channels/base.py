@@ -334,6 +334,11 @@ class Channel(Connection, ABC):
     def status(self) -> dict[str, Any]:
         return {"state": self.state, "error": self.last_error}
 
+    @property
+    def stopping(self) -> bool:
+        """stop() has begun (a download it cuts short is no failure of the file)."""
+        return False
+
     def media_dir(self) -> Path:
         return ensure_private_dir(self.workspace / MEDIA_DIR)
 
@@ -373,7 +378,9 @@ class Channel(Connection, ABC):
                 # a download cut short (full disk, dropped connection) must not stay behind as a file
                 path.unlink(missing_ok=True)
                 logger.warning("{}: could not download {}: {}", self.name, item.filename, exc)
-                got.notes.append(f"[file {shown}: download failed]")
+                # cut by a stop (Discord serves nothing again): the next start's answer asks for it
+                why = "not downloaded, nanobot was stopping: send it again" if self.stopping else "download failed"
+                got.notes.append(f"[file {shown}: {why}]")
                 continue
             kind = media_util.media_type(item.mime, item.filename, voice=item.voice)
             got.paths.append(str(path))

@@ -30,7 +30,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from loguru import logger
 
-from nanobot.bus.commands import for_another_bot, starts_with_command
+from nanobot.bus.commands import answered_ahead, for_another_bot, starts_with_command
 from nanobot.bus.events import OutboundMessage
 from nanobot.channels.base import Channel
 from nanobot.channels.connection import RETRY_AFTER_MAX_S, PermanentChannelError
@@ -47,6 +47,7 @@ MESSAGE_CACHE = 200  # messages discord.py keeps (it resolves replies from this 
 # A longer retry_after raises discord.RateLimited (nanobot waits it, capped) instead of discord.py
 # sleeping it inside send(); 30 s is the smallest value discord.py accepts.
 MAX_RATELIMIT_WAIT_S = 30.0
+_ANY_MENTION = re.compile(r"<@[!&]?\d+>")  # a user's or a role's: `@bot /stop` in a guild
 # A send routed while the client logs in (the replies sent again at start) or logs in again waits this
 # long for it: failing at once, the reply waited for the chat's next message, which may never come.
 CONNECT_WAIT_S = 30.0
@@ -173,6 +174,10 @@ class DiscordChannel(Channel):
                 with contextlib.suppress(Exception):
                     await client.close()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
     async def stop(self) -> None:
         self._stopping = True
         await self._stop_all_typing()
@@ -213,6 +218,11 @@ class DiscordChannel(Channel):
         # discord.py runs each message's handler as a task of its own: a message after a photo was
         # published while the photo still downloaded, and answered without it. One chat's messages
         # take this lock in the order they came (asyncio locks are fair), other chats do not wait.
+        # /stop, /status and /help are answered ahead of the chat's queue: behind the lock, /stop
+        # waited for a photo's download, or for a flood's turns, before it could stop anything.
+        if not message.attachments and answered_ahead(_ANY_MENTION.sub("", message.content).strip()):
+            await self._handle_message(message)
+            return
         async with self._chat_locks.hold(message.channel.id):
             await self._handle_message(message)
 
