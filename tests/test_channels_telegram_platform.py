@@ -340,3 +340,24 @@ async def test_a_getfile_path_climbing_out_of_the_file_url_is_not_fetched(server
     server.push_message("read it", document={**info, "file_name": "d.txt"})
     got = await gw.inbound()
     assert got.media == [] and '"d.txt": download failed' in got.content, got.content
+
+
+async def test_a_paste_right_after_a_photo_is_still_one_turn(server, gateway_factory) -> None:
+    """The photo closed the earlier paste, and its key stayed closed until that paste was handed on:
+    a second paste sent meanwhile was split, its first piece answered without the question."""
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    a = "".join(f"line A{n:04d} ok\n" for n in range(400))[:4096]
+    b = "".join(f"line B{n:04d} ok\n" for n in range(400))[:4096]
+    server.push_message(a)
+    await asyncio.sleep(0.05)
+    info = server.add_file("p2", "photos/p2.jpg", b"\xff\xd8photo")
+    server.push_message("the photo", photo=[{**info, "width": 4, "height": 3}])
+    await asyncio.sleep(0.3)
+    server.push_message(b)
+    server.push_message("B tail\nWhat differs between A and B?")
+    order = []
+    for _ in range(3):
+        msg = await gw.inbound()
+        order.append(msg.content)
+        msg.ack()
+    assert order == [a, "the photo", b + "\nB tail\nWhat differs between A and B?"]

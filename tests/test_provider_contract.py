@@ -569,7 +569,7 @@ def test_the_first_litellm_call_is_not_timed_out_by_its_import(fake_llm: FakeLLM
     script = (
         "import asyncio, sys\n"
         "from tests.test_provider_contract import build, MESSAGES\n"
-        "provider = build('litellm', sys.argv[1], retries=0, timeout_s=1.0)\n"
+        "provider = build('litellm', sys.argv[1], retries=0, timeout_s=3.0)\n"
         "print(asyncio.run(provider.chat(MESSAGES)).content)\n"
     )
     from pathlib import Path
@@ -580,3 +580,17 @@ def test_the_first_litellm_call_is_not_timed_out_by_its_import(fake_llm: FakeLLM
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "hello back"
+
+
+async def test_litellm_that_will_not_import_is_a_model_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Imported before the request's try, its failure escaped chat() as a raw exception: the user
+    got "something went wrong" and the memory's callers, which catch LLMError, a traceback."""
+    import sys
+
+    from nanobot.providers import litellm as litellm_route
+
+    monkeypatch.setattr(litellm_route, "_litellm", None)
+    monkeypatch.setitem(sys.modules, "litellm", None)  # `import litellm` raises ModuleNotFoundError
+    provider = litellm_route.LiteLLMProvider("anthropic/claude-3-5-haiku", api_key="k", max_retries=0)
+    with pytest.raises(LLMError, match="ModuleNotFoundError"):
+        await provider.chat(MESSAGES)

@@ -229,7 +229,7 @@ def paste_of(update: Update, albums: Albums) -> AlbumKey | None:
     key = paste_key(message)
     if key is None or message is None or not message.text or message.media_group_id:
         return None
-    if message.text.startswith("/") or albums.is_closed(key):  # a command (/stop) is never a piece
+    if message.text.startswith("/"):  # a command (/stop) is never a paste's piece
         return None
     if albums.is_open(key) or utf16_len(message.text) >= PASTE_PART_UNITS:
         return key
@@ -247,7 +247,6 @@ class Albums:
         self._polls_started = 0
         self._last_poll_done = 0
         self._joined_at: dict[AlbumKey, int] = {}
-        self._closed: set[AlbumKey] = set()  # gathering what it has, joined by nothing more
 
     def poll_started(self) -> int:
         self._polls_started += 1
@@ -258,17 +257,15 @@ class Albums:
         self._last_poll_done = max(self._last_poll_done, poll)
 
     def is_open(self, key: AlbumKey) -> bool:
-        return key in self._open and key not in self._closed
-
-    def is_closed(self, key: AlbumKey) -> bool:
-        return key in self._closed
+        return key in self._open
 
     def close(self, key: AlbumKey) -> None:
         """A message of the sender that cannot join their paste (a photo) came: the paste goes on
         with what it has, and their later texts come after that message, in the order sent (they
-        joined the paste and reached the agent before the photo sent between them)."""
-        if key in self._open:
-            self._closed.add(key)
+        joined the paste and reached the agent before the photo sent between them). The key is
+        free at once: a new long paste opens a gathering of its own."""
+        if self._open.pop(key, None) is not None:
+            self._joined_at.pop(key, None)
 
     def join(self, key: AlbumKey, update: Update) -> bool:
         """Add a part to its album; False when the album is new (this part's handler gathers it)."""
@@ -287,14 +284,14 @@ class Albums:
         deadline = asyncio.get_running_loop().time() + ALBUM_MAX_WAIT_S
         try:
             while True:
-                if key in self._closed:
-                    break
                 seen = len(parts)
                 await asyncio.sleep(ALBUM_QUIET_S)
+                if self._open.get(key) is not parts:  # closed: it takes nothing more
+                    break
                 polled = self._last_poll_done > self._joined_at[key]
                 if seen == len(parts) and (polled or asyncio.get_running_loop().time() >= deadline):
                     break
         finally:
-            del self._open[key], self._joined_at[key]
-            self._closed.discard(key)
+            if self._open.get(key) is parts:
+                del self._open[key], self._joined_at[key]
         return sorted(parts, key=lambda u: u.update_id)

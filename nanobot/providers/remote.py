@@ -96,7 +96,11 @@ class RemoteProvider(LLMProvider):
         outside the request's timeout, which it used up (the first attempt failed unsent)."""
 
     async def _chat(self, call: ChatRequest) -> LLMResponse:
-        await self._prepare()
+        try:
+            await self._prepare()
+        except Exception as exc:  # noqa: BLE001 - a library that will not import: a model failure
+            logger.warning("LLM call not made: {}: {}", type(exc).__name__, mask_then_cut(str(exc), 300))
+            raise to_llm_error(exc, classify(exc)) from exc
         messages = without_images(call.messages) if self.images_refused else call.messages
         request: dict[str, Any] = {"model": self._model, "messages": messages}
         if call.max_tokens:
