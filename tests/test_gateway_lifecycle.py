@@ -129,6 +129,7 @@ class Harness:
         stop_delay_s: float = 0.0,
         provider: LLMProvider | None = None,
         heartbeat_target: str = "",
+        config_path: str = "config.json",
     ):
         self.workspace = tmp_path / "ws"
         self.config = Config.model_validate(
@@ -146,6 +147,7 @@ class Harness:
         self.exits: list[tuple[int, float]] = []
         self.gateway = Gateway(
             self.config,
+            config_path,
             provider=self.provider,
             force_exit=lambda code: self.exits.append((code, time.monotonic())),
         )
@@ -214,6 +216,32 @@ async def test_in_flight_turn_finishes_within_the_grace_period(tmp_path: Path) -
     ]
     assert h.channel.state == "stopped"
     assert signal.getsignal(signal.SIGTERM) is not h.gateway._handle_signal  # handlers restored
+
+
+async def test_sighup_with_a_config_that_does_not_load_keeps_the_gateway_running(
+    tmp_path: Path, logs: list[str]
+) -> None:
+    """`kill -HUP` after a typo: the gateway exited 129 and its restart exited 2 on the broken file,
+    which systemd does not retry: the bot was offline for good. A deleted config.json came back as
+    the defaults (no channels, the demo model) with health saying healthy."""
+    config = tmp_path / "config.json"
+    config.write_text('{"agents": {"defaults": {"model": "scripted-model"}}}')
+    h = await Harness(tmp_path, config_path=str(config)).start()
+    for broken in ('{"agents": {"defaults": {"model": "scripted', None):
+        if broken is None:
+            config.unlink()
+        else:
+            config.write_text(broken)
+        kill_self(signal.SIGHUP)
+        await asyncio.sleep(0.5)
+        assert h.task is not None and not h.task.done()
+        await h.say("still there?")
+        await h.wait_sent("reply: still there?")
+    assert sum("SIGHUP: reload refused, the running config stays" in line for line in logs) == 2
+    config.write_text('{"agents": {"defaults": {"model": "scripted-model"}}}')
+    kill_self(signal.SIGHUP)
+    code, _ = await h.stopped()
+    assert code == 128 + signal.SIGHUP and h.exits == []
 
 
 async def test_sighup_lets_the_turn_finish_and_ends_so_that_systemd_restarts_it(tmp_path: Path) -> None:
@@ -390,7 +418,7 @@ def test_serve_does_not_wait_for_worker_threads(tmp_path: Path, monkeypatch: pyt
     model load): the stop would wait for them. `serve` returns once the gateway has stopped."""
     release = threading.Event()
 
-    async def gateway_leaving_a_thread_busy(_config: Config, _path: str) -> int:
+    async def gateway_leaving_a_thread_busy(_config: Config, _path: str, _digest: str | None) -> int:
         asyncio.get_running_loop().run_in_executor(None, release.wait, 30.0)
         await asyncio.sleep(0.05)
         return 0
@@ -421,3 +449,29 @@ async def test_messages_arriving_before_ready_are_answered(tmp_path: Path) -> No
     kill_self()
     assert (await h.stopped())[0] == 0
     assert SessionStore(h.workspace).get(f"test:{CHAT}").messages[-1]["content"] == "reply: early bird"
+
+
+def test_a_config_link_pointed_at_another_file_is_named_a_change(tmp_path: Path) -> None:
+    """The gateway recorded the link's target: once config.json pointed at another file, status
+    compared that file with nothing and said no word, showing its model as the one in use."""
+    from nanobot.service.config_watch import config_changed_note, config_digest
+    from nanobot.service.state import GatewayState
+
+    first, second, link = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "config.json"
+    first.write_text('{"agents": {"defaults": {"model": "model-a"}}}')
+    second.write_text('{"agents": {"defaults": {"model": "model-b"}}}')
+    link.symlink_to(first)
+    state = GatewayState(tmp_path / "ws")
+    state.loaded_config(link)
+
+    def note() -> str | None:
+        summary = {"running": True, "pid": 1, "config": {"path": state.config_path, "sha256": state.config_digest}}
+        return config_changed_note(summary, link)
+
+    assert note() is None
+    link.unlink()
+    link.symlink_to(second)
+    assert note() is not None and "config.json changed since the gateway" in str(note())
+    # the digest of what the gateway read at start, not of the file when it got round to it
+    state.loaded_config(link, config_digest(first))
+    assert note() is not None

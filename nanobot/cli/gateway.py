@@ -9,7 +9,11 @@ def gateway(config: ConfigOption = None) -> None:
     """Run the gateway (enabled channels, cron, heartbeat) until SIGINT/SIGTERM; exit 0 when stopped."""
     from nanobot.logs import setup_logging
     from nanobot.secrets import register_config_secrets
+    from nanobot.service.config_watch import config_digest
 
+    # of the bytes about to be read: taken after the slow start, an edit made meanwhile went unseen
+    # (`status` showed the new model as in use, with no "changed since" note)
+    digest = config_digest(config_path(config).expanduser())
     cfg = load_cli_config(config)
     register_config_secrets(cfg)
     # -v/-q and NANOBOT_LOG_LEVEL win over logging.level
@@ -19,5 +23,5 @@ def gateway(config: ConfigOption = None) -> None:
     from nanobot.gateway.process import exit_now, serve
 
     # A second gateway (GatewayAlreadyRunning) or a provider config error propagate as user errors.
-    code = serve(cfg, str(config_path(config)))
+    code = serve(cfg, str(config_path(config)), digest)
     exit_now(code)  # shut down already: skip the slow interpreter teardown and worker threads

@@ -24,7 +24,7 @@ from nanobot.service.state import GatewayLock
 LEFTOVER_TASKS_WAIT_S = 1.0
 
 
-async def run_gateway(config: Config, config_path: str = "config.json") -> int:
+async def run_gateway(config: Config, config_path: str = "config.json", config_digest: str | None = None) -> int:
     """Run until a signal; returns the exit code. Raises GatewayAlreadyRunning for a second gateway."""
     lock = GatewayLock(config.workspace_path)
     lock.acquire()
@@ -36,7 +36,7 @@ async def run_gateway(config: Config, config_path: str = "config.json") -> int:
     }
     try:
         try:
-            gateway = Gateway(config, config_path)
+            gateway = Gateway(config, config_path, config_digest=config_digest)
         finally:
             Gateway._restore_signals(previous)  # type: ignore[arg-type]
         return await gateway.run(early_signals=early, lock=lock)
@@ -44,7 +44,7 @@ async def run_gateway(config: Config, config_path: str = "config.json") -> int:
         lock.release()
 
 
-def serve(config: Config, config_path: str = "config.json") -> int:
+def serve(config: Config, config_path: str = "config.json", config_digest: str | None = None) -> int:
     """Run the gateway in a new event loop until it stops; its exit code.
 
     Unlike `asyncio.run`, this does not wait for the default executor's worker threads at the end:
@@ -56,7 +56,7 @@ def serve(config: Config, config_path: str = "config.json") -> int:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        code = loop.run_until_complete(run_gateway(config, config_path))
+        code = loop.run_until_complete(run_gateway(config, config_path, config_digest))
         leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
         for task in leftovers:
             task.cancel()

@@ -39,6 +39,7 @@ from nanobot.gateway.heartbeat_turns import HeartbeatTurns
 from nanobot.logs import prompts_logged
 from nanobot.providers.base import LLMProvider
 from nanobot.scheduler.heartbeat import HeartbeatService
+from nanobot.secrets import mask_then_cut
 from nanobot.service.state import (
     GatewayAlreadyRunning,
     GatewayLock,
@@ -62,6 +63,11 @@ _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_HANGUP = 128 + signal.SIGHUP
 
 
+def _on_a_terminal() -> bool:
+    """SIGHUP there is the terminal closing (stop), not a reload request."""
+    return any(os.isatty(fd) for fd in (0, 1, 2))
+
+
 def handled_signals() -> tuple[signal.Signals, ...]:
     """The signals that stop the gateway; SIGHUP not when ignored already (`nohup nanobot gateway`
     must outlive its terminal, as it asked to)."""
@@ -77,6 +83,7 @@ class Gateway:
         *,
         provider: LLMProvider | None = None,
         force_exit: Callable[[int], object] = os._exit,
+        config_digest: str | None = None,
     ) -> None:
         self.config = config
         self.workspace = config.workspace_path
@@ -115,7 +122,7 @@ class Gateway:
             else None
         )
         self.state = GatewayState(self.workspace)
-        self.state.loaded_config(Path(config_path))
+        self.state.loaded_config(Path(config_path), config_digest)  # the one read at start
         self.force_exit = force_exit  # injectable so tests can observe a forced exit
         self.ready = asyncio.Event()  # set once the agent loop takes messages
         self._stop = asyncio.Event()
@@ -125,6 +132,9 @@ class Gateway:
         self._deadline_off = threading.Event()
         self._stop_started = 0.0  # event-loop time of the stop request
         self._exit_code = 0  # what run() returns: EXIT_HANGUP after a SIGHUP
+        self.config_path = Path(config_path)
+        self._reload_checks: set[asyncio.Task[None]] = set()
+        self._config_existed = self.config_path.exists()  # deleted since: a reload would lose it
 
     @property
     def shutdown_budget_s(self) -> float:
@@ -137,6 +147,12 @@ class Gateway:
     # ------------------------------------------------------------------ signals
     def _handle_signal(self, signum: int, _frame: FrameType | None) -> None:
         """Runs in the main thread between bytecodes, whatever the event loop is doing."""
+        reload = signum == signal.SIGHUP and not self._stop.is_set() and not _on_a_terminal()
+        if reload and self._event_loop is not None:
+            # a reload: the config is checked first (a restart on a broken one exits 2, which
+            # systemd does not retry: one typo and a `kill -HUP` took the bot offline for good)
+            self._event_loop.call_soon_threadsafe(self._reload_if_valid)
+            return
         self._signals += 1
         if self._signals > 1:
             # No logging here: the interrupted code may hold the logger's lock.
@@ -147,6 +163,26 @@ class Gateway:
         self._deadline_armed.set()
         if self._event_loop is not None:
             self._event_loop.call_soon_threadsafe(self.request_stop, signum)
+
+    def _reload_if_valid(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._check_then_reload())
+        self._reload_checks.add(task)
+        task.add_done_callback(self._reload_checks.discard)
+
+    async def _check_then_reload(self) -> None:
+        """SIGHUP: restart (exit 129, the service manager starts it again) with a config that loads;
+        with one that does not, say why and keep running on the config it has."""
+        from nanobot.config.loader import load_config
+
+        try:
+            if self._config_existed and not self.config_path.exists():
+                raise UserError(f"{self.config_path} is gone")
+            await asyncio.to_thread(load_config, self.config_path)
+        except Exception as exc:  # noqa: BLE001 - any reason the restart would fail
+            logger.error("SIGHUP: reload refused, the running config stays: {}", mask_then_cut(str(exc), 500))
+            return
+        self._deadline_armed.set()
+        self.request_stop(signal.SIGHUP)
 
     def request_stop(self, signum: int | None = None) -> None:
         """Begin a graceful shutdown (what the first SIGINT/SIGTERM does); arms the hard deadline."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,10 @@ def config_changed_note(summary: dict[str, Any], config_path: Path) -> str | Non
     file holds now: a key or token rotated in the file is used only after a restart, and until then
     the chat said "check the API key in the config" of a key that was already right."""
     started = summary.get("config") or {}
-    if not summary.get("running") or started.get("path") != str(Path(config_path).resolve()):
+    # the path as the gateway was given it (a re-pointed link changes what it names), or resolved
+    # (a state written by an earlier version; the same file reached through another link)
+    named = {os.path.abspath(config_path), str(Path(config_path).resolve())}
+    if not summary.get("running") or started.get("path") not in named:
         return None
     if config_digest(config_path) == started.get("sha256"):
         return None

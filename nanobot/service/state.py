@@ -309,11 +309,13 @@ class GatewayState:
         self.config_path: str | None = None  # the config.json it loaded, and that file's digest then
         self.config_digest: str | None = None
 
-    def loaded_config(self, path: Path) -> None:
-        """Record the config file the gateway started with: status and doctor then say when the
-        file changed since (a rotated key or token is used only after a restart)."""
-        self.config_path = str(Path(path).resolve())
-        self.config_digest = config_digest(Path(path))
+    def loaded_config(self, path: Path, digest: str | None = None) -> None:
+        """Record the config file the gateway started with (`digest`: of what it read; default,
+        of the file now): status and doctor then say when the file changed since (a rotated key or
+        token is used only after a restart). The path as given, not resolved: a config.json link
+        pointed at another file is a change."""
+        self.config_path = os.path.abspath(path)
+        self.config_digest = digest if digest is not None else config_digest(Path(path))
 
     def set_channel(self, name: str, state: str, error: str | None = None) -> None:
         """Record a channel's state (e.g. starting, running, stopped, failed) and its last error."""
