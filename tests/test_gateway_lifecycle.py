@@ -418,7 +418,7 @@ def test_serve_does_not_wait_for_worker_threads(tmp_path: Path, monkeypatch: pyt
     model load): the stop would wait for them. `serve` returns once the gateway has stopped."""
     release = threading.Event()
 
-    async def gateway_leaving_a_thread_busy(_config: Config, _path: str, _digest: str | None) -> int:
+    async def gateway_leaving_a_thread_busy(_config: Config, _path: str, _digest: str | None, _early: object) -> int:
         asyncio.get_running_loop().run_in_executor(None, release.wait, 30.0)
         await asyncio.sleep(0.05)
         return 0
@@ -475,3 +475,35 @@ def test_a_config_link_pointed_at_another_file_is_named_a_change(tmp_path: Path)
     # the digest of what the gateway read at start, not of the file when it got round to it
     state.loaded_config(link, config_digest(first))
     assert note() is not None
+
+
+def test_a_sighup_in_the_first_moments_of_a_start_is_a_clean_129(tmp_path: Path, make_config) -> None:  # noqa: ANN001
+    """Before the gateway's handlers (config read, logging set up, the heavy imports) a SIGHUP
+    killed the process: systemd takes that death for a clean exit, so Restart=on-failure left the
+    bot down. It is remembered from the command's first line and honoured once it can stop."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    _, path = make_config(**{"agents.defaults.workspace": str(tmp_path / "ws")})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOBOT_")}
+    env.update({"NANOBOT_HOME": str(path.parent), "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nanobot", "gateway", "-c", str(path)],
+        env=env, cwd=str(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    time.sleep(0.6)  # the interpreter is up; the gateway's own handlers are seconds away
+    proc.send_signal(signal.SIGHUP)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGHUP, out.decode(errors="replace")[-2000:]
+
+
+def test_only_the_gateway_command_remembers_early_signals() -> None:
+    """Any other command keeps Ctrl-C as it is (a `cron add --message gateway` is no gateway)."""
+    from nanobot.cli.early_signals import command_of
+
+    assert command_of(["-c", "x.json", "-v", "gateway"]) == "gateway"
+    assert command_of(["--config=x.json", "gateway", "-c", "y"]) == "gateway"
+    assert command_of(["cron", "add", "--message", "gateway"]) == "cron"
+    assert command_of(["-q"]) is None

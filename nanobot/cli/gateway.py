@@ -7,6 +7,9 @@ from nanobot.cli.common import ConfigOption, config_path, load_cli_config, log_l
 
 def gateway(config: ConfigOption = None) -> None:
     """Run the gateway (enabled channels, cron, heartbeat) until SIGINT/SIGTERM; exit 0 when stopped."""
+    from nanobot.cli.early_signals import remember, remembered
+
+    remember()  # the console script did already; called in process too (tests, `nanobot.cli.app`)
     from nanobot.logs import setup_logging
     from nanobot.secrets import register_config_secrets
     from nanobot.service.config_watch import config_digest
@@ -23,5 +26,5 @@ def gateway(config: ConfigOption = None) -> None:
     from nanobot.gateway.process import exit_now, serve
 
     # A second gateway (GatewayAlreadyRunning) or a provider config error propagate as user errors.
-    code = serve(cfg, str(config_path(config)), digest)
+    code = serve(cfg, str(config_path(config)), digest, remembered)
     exit_now(code)  # shut down already: skip the slow interpreter teardown and worker threads

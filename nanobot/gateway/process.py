@@ -24,13 +24,15 @@ from nanobot.service.state import GatewayLock
 LEFTOVER_TASKS_WAIT_S = 1.0
 
 
-async def run_gateway(config: Config, config_path: str = "config.json", config_digest: str | None = None) -> int:
+async def run_gateway(
+    config: Config, config_path: str = "config.json", config_digest: str | None = None, early: list[int] | None = None
+) -> int:
     """Run until a signal; returns the exit code. Raises GatewayAlreadyRunning for a second gateway."""
     lock = GatewayLock(config.workspace_path)
     lock.acquire()
     # Building the agent and importing the channel libraries takes a while: a signal meanwhile is
     # remembered and honoured as soon as the gateway can shut down cleanly.
-    early: list[int] = []
+    early = early if early is not None else []  # those the command line remembered, and the next
     previous = {
         sig: signal.signal(sig, lambda signum, _frame: early.append(signum)) for sig in handled_signals()
     }
@@ -44,7 +46,9 @@ async def run_gateway(config: Config, config_path: str = "config.json", config_d
         lock.release()
 
 
-def serve(config: Config, config_path: str = "config.json", config_digest: str | None = None) -> int:
+def serve(
+    config: Config, config_path: str = "config.json", config_digest: str | None = None, early: list[int] | None = None
+) -> int:
     """Run the gateway in a new event loop until it stops; its exit code.
 
     Unlike `asyncio.run`, this does not wait for the default executor's worker threads at the end:
@@ -56,7 +60,7 @@ def serve(config: Config, config_path: str = "config.json", config_digest: str |
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        code = loop.run_until_complete(run_gateway(config, config_path, config_digest))
+        code = loop.run_until_complete(run_gateway(config, config_path, config_digest, early))
         leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
         for task in leftovers:
             task.cancel()

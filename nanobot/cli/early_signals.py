@@ -1,0 +1,32 @@
+"""Stop signals that come before the gateway can act on them.
+
+`nanobot gateway` takes seconds to read its config and import what it needs before its own signal
+handlers are in place; a SIGHUP meanwhile killed the process, a death systemd takes for a clean exit
+(Restart=on-failure then left the bot down), and a SIGTERM lost the clean stop. `remember()` runs on
+the command's first line; the gateway honours what `remembered` holds once it can stop cleanly.
+"""
+
+from __future__ import annotations
+
+import signal
+
+remembered: list[int] = []
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def remember() -> None:
+    """Keep each stop signal for later (a signal ignored already, as `nohup` leaves SIGHUP, stays so)."""
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, lambda signum, _frame: remembered.append(signum))
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand of a `nanobot` command line (`-c X`, `--config=X`, `-v` and `-q` before it)."""
+    args = iter(argv)
+    for arg in args:
+        if arg in ("-c", "--config"):
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
