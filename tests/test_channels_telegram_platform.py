@@ -288,11 +288,7 @@ async def test_a_text_sent_after_a_photo_does_not_join_the_paste_before_it(serve
     info = server.add_file("p1", "photos/p1.jpg", b"\xff\xd8photo")
     server.push_message("the photo", photo=[{**info, "width": 4, "height": 3}])
     server.push_message("what do both show?")
-    order = []
-    for _ in range(3):
-        msg = await gw.inbound()
-        order.append(msg.content)
-        msg.ack()
+    order = list(await _taken(gw, 3, "content"))  # in the order they came
     assert order == [first, "the photo", "what do both show?"]
 
 
@@ -355,9 +351,5 @@ async def test_a_paste_right_after_a_photo_is_still_one_turn(server, gateway_fac
     await asyncio.sleep(0.3)
     server.push_message(b)
     server.push_message("B tail\nWhat differs between A and B?")
-    order = []
-    for _ in range(3):
-        msg = await gw.inbound()
-        order.append(msg.content)
-        msg.ack()
+    order = list(await _taken(gw, 3, "content"))  # in the order they came
     assert order == [a, "the photo", b + "\nB tail\nWhat differs between A and B?"]

@@ -255,11 +255,8 @@ def recall_mismatches(server: FakeLLMServer) -> list[tuple[bool, bool]]:
     return seen
 
 
-async def test_a_group_turn_is_not_asked_to_call_memory_search(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
-    """A group (memory.shareInGroups off) is never offered memory_search, yet its system prompt told
-    the model to call it before answering about people and dates: a model writes the call into
-    its reply. The owner's chat keeps both."""
-    config = small(make_config, 65536, 1024)
+async def group_then_owner(config, fake_llm: FakeLLMServer) -> tuple[dict[str, Any], dict[str, Any]]:  # noqa: ANN001
+    """The model requests of one group turn, then one of the owner's private chat."""
     fake_llm.responder = lambda body: Reply(content="Noted.")
     runtime = build_runtime(config)
     runtime.loop.start()
@@ -269,6 +266,15 @@ async def test_a_group_turn_is_not_asked_to_call_memory_search(make_config, fake
     finally:
         await runtime.aclose()
     group, owner = turns(fake_llm)
+    return group, owner
+
+
+async def test_a_group_turn_is_not_asked_to_call_memory_search(make_config, fake_llm: FakeLLMServer) -> None:  # noqa: ANN001
+    """A group (memory.shareInGroups off) is never offered memory_search, yet its system prompt told
+    the model to call it before answering about people and dates: a model writes the call into
+    its reply. The owner's chat keeps both."""
+    config = small(make_config, 65536, 1024)
+    group, owner = await group_then_owner(config, fake_llm)
     assert "## Memory recall" not in str(group["messages"][0]["content"])
     assert "## Memory recall" in str(owner["messages"][0]["content"])
     assert recall_mismatches(fake_llm) == []
@@ -301,15 +307,7 @@ async def test_with_memory_search_off_a_group_is_still_not_shown_the_memory_skil
     """memory_search is not there at all: the skill was never "withheld" and told groups and
     guests how to edit and forget the owner's MEMORY.md. Trust decides, not registration."""
     config = small(make_config, 65536, 1024, **{"memory.search.enabled": False})
-    fake_llm.responder = lambda body: Reply(content="Noted.")
-    runtime = build_runtime(config)
-    runtime.loop.start()
-    try:
-        await runtime.bus.request(InboundMessage("telegram", "5", "-100", "who was at the meeting?", is_group=True))
-        await runtime.ask("who was at the meeting?", session_key="telegram:5", sender_id="5")
-    finally:
-        await runtime.aclose()
-    group, owner = turns(fake_llm)
+    group, owner = await group_then_owner(config, fake_llm)
     assert "## Skill: memory" not in str(group["messages"][0]["content"])
     assert "## Skill: memory" in str(owner["messages"][0]["content"])
 
