@@ -353,3 +353,20 @@ async def test_a_paste_right_after_a_photo_is_still_one_turn(server, gateway_fac
     server.push_message("B tail\nWhat differs between A and B?")
     order = list(await _taken(gw, 3, "content"))  # in the order they came
     assert order == [a, "the photo", b + "\nB tail\nWhat differs between A and B?"]
+
+
+async def test_a_paste_closed_before_its_handler_ran_is_not_lost(server, gateway_factory) -> None:
+    """A paste and a photo in one getUpdates (after a restart, or behind a slow turn): the photo
+    closed the paste before its handler gathered it, and the paste was lost, never confirmed."""
+    paste = "".join(f"line A{n:04d} ok\n" for n in range(400))[:4096]
+    info = server.add_file("p3", "photos/p3.jpg", b"\xff\xd8photo")
+    server.push_message(paste)
+    server.push_message("A tail: what is this?")
+    server.push_message("the photo", photo=[{**info, "width": 4, "height": 3}])
+    gw = await gateway_factory(make_config(server)).start(respond=False)
+    assert list(await _taken(gw, 2, "content")) == [paste + "\nA tail: what is this?", "the photo"]
+    for _ in range(100):
+        if not server.held_ids():
+            break
+        await asyncio.sleep(0.05)
+    assert server.held_ids() == []

@@ -157,10 +157,11 @@ class Harness:
             self.config, self.gateway.bus, self.workspace, channels={"test": self.channel}
         )
         self.task: asyncio.Task[int] | None = None
+        self.early: list[int] = []  # signals that came while the gateway was built
 
     async def _run(self) -> int:
         with GatewayLock(self.workspace):  # as run_gateway does
-            return await self.gateway.run()
+            return await self.gateway.run(early_signals=self.early)
 
     async def start(self) -> Harness:
         self.task = asyncio.create_task(self._run())
@@ -227,7 +228,9 @@ async def test_sighup_with_a_config_that_does_not_load_keeps_the_gateway_running
     config = tmp_path / "config.json"
     config.write_text('{"agents": {"defaults": {"model": "scripted-model"}}}')
     h = await Harness(tmp_path, config_path=str(config)).start()
-    for broken in ('{"agents": {"defaults": {"model": "scripted', None):
+    (tmp_path / "afile").write_text("not a folder")
+    unusable_workspace = json.dumps({"agents": {"defaults": {"workspace": str(tmp_path / "afile" / "ws")}}})
+    for broken in ('{"agents": {"defaults": {"model": "scripted', unusable_workspace, None):
         if broken is None:
             config.unlink()
         else:
@@ -237,11 +240,26 @@ async def test_sighup_with_a_config_that_does_not_load_keeps_the_gateway_running
         assert h.task is not None and not h.task.done()
         await h.say("still there?")
         await h.wait_sent("reply: still there?")
-    assert sum("SIGHUP: reload refused, the running config stays" in line for line in logs) == 2
+    assert sum("SIGHUP: reload refused, the running config stays" in line for line in logs) == 3
     config.write_text('{"agents": {"defaults": {"model": "scripted-model"}}}')
     kill_self(signal.SIGHUP)
     code, _ = await h.stopped()
     assert code == 128 + signal.SIGHUP and h.exits == []
+
+
+async def test_a_sighup_while_the_gateway_was_built_checks_the_config_too(tmp_path: Path, logs: list[str]) -> None:
+    """Remembered while the agent was built, it restarted the gateway unchecked: a config broken
+    meanwhile made the restart exit 2, for good."""
+    config = tmp_path / "config.json"
+    config.write_text('{"agents": {"defaults": {"model": "scripted')
+    h = Harness(tmp_path, config_path=str(config))
+    h.early = [signal.SIGHUP]
+    await h.start()
+    await asyncio.sleep(0.5)
+    assert h.task is not None and not h.task.done()
+    assert any("SIGHUP: reload refused" in line for line in logs)
+    kill_self(signal.SIGTERM)
+    assert (await h.stopped())[0] == 0
 
 
 async def test_sighup_lets_the_turn_finish_and_ends_so_that_systemd_restarts_it(tmp_path: Path) -> None:
@@ -464,11 +482,14 @@ def test_a_config_link_pointed_at_another_file_is_named_a_change(tmp_path: Path)
     state = GatewayState(tmp_path / "ws")
     state.loaded_config(link)
 
-    def note() -> str | None:
-        summary = {"running": True, "pid": 1, "config": {"path": state.config_path, "sha256": state.config_digest}}
-        return config_changed_note(summary, link)
+    def note(path: Path = link) -> str | None:
+        started = {"path": state.config_path, "target": state.config_target, "sha256": state.config_digest}
+        return config_changed_note({"running": True, "pid": 1, "config": started}, path)
 
     assert note() is None
+    first.write_text('{"agents": {"defaults": {"model": "model-a2"}}}')  # a key rotated in the file
+    assert note(first) is not None  # named by its own path (the link's target): the same config
+    first.write_text('{"agents": {"defaults": {"model": "model-a"}}}')
     link.unlink()
     link.symlink_to(second)
     assert note() is not None and "config.json changed since the gateway" in str(note())

@@ -232,12 +232,13 @@ class TelegramChannel(Channel):
         download or voice transcription holds no other chat back (and no poll), and a chat's
         messages still reach the agent in order."""
         album = album_of(update) or paste_of(update, self._albums)
-        if album is not None and self._albums.join(album, update):
+        parts = self._albums.join(album, update) if album is not None else None
+        if album is not None and parts is None:
             return  # the album's first part gathers it
         if (paste := paste_key(update.message)) is not None and paste != album:
             self._albums.close(paste)  # this message comes after what the sender's paste holds
         chat = update.effective_chat.id if update.effective_chat is not None else 0
-        task = asyncio.create_task(self._handle_in_turn(update, self._newest.get(chat), album))
+        task = asyncio.create_task(self._handle_in_turn(update, self._newest.get(chat), album, parts))
         self._newest[chat] = task
         self._handlers.add(task)
 
@@ -249,14 +250,18 @@ class TelegramChannel(Channel):
         task.add_done_callback(done)
 
     async def _handle_in_turn(
-        self, update: Update, before: asyncio.Task[None] | None, album: tuple[int, str] | None = None
+        self,
+        update: Update,
+        before: asyncio.Task[None] | None,
+        album: tuple[int, str] | None = None,
+        parts: list[Update] | None = None,
     ) -> None:
         updates = [update]
         try:
             if before is not None:
                 await asyncio.wait([before])
-            if album is not None:
-                updates = await self._albums.gather(album)
+            if album is not None and parts is not None:
+                updates = await self._albums.gather(album, parts)
             published = await self._handle_update(updates)
         except asyncio.CancelledError:
             raise  # stays pending: Telegram serves it again

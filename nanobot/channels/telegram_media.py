@@ -267,26 +267,27 @@ class Albums:
         if self._open.pop(key, None) is not None:
             self._joined_at.pop(key, None)
 
-    def join(self, key: AlbumKey, update: Update) -> bool:
-        """Add a part to its album; False when the album is new (this part's handler gathers it)."""
+    def join(self, key: AlbumKey, update: Update) -> list[Update] | None:
+        """Add a part to its album: None when it joined one, else the new album's parts (this
+        part's handler gathers them: `gather(key, parts)`)."""
         self._joined_at[key] = self._polls_started
         parts = self._open.get(key)
         if parts is None:
-            self._open[key] = [update]
-            return False
+            parts = self._open[key] = [update]
+            return parts
         parts.append(update)
-        return True
+        return None
 
-    async def gather(self, key: AlbumKey) -> list[Update]:
+    async def gather(self, key: AlbumKey, parts: list[Update]) -> list[Update]:
         """All parts of the album, in the order they were sent, once no new one came for a while
-        and a later poll succeeded (or polls kept failing for ALBUM_MAX_WAIT_S)."""
-        parts = self._open[key]
+        and a later poll succeeded (or polls kept failing for ALBUM_MAX_WAIT_S), or once it was
+        closed (`parts` is held from the start: a paste closed before its handler ran was lost)."""
         deadline = asyncio.get_running_loop().time() + ALBUM_MAX_WAIT_S
         try:
-            while True:
+            while self._open.get(key) is parts:  # closed: it takes nothing more
                 seen = len(parts)
                 await asyncio.sleep(ALBUM_QUIET_S)
-                if self._open.get(key) is not parts:  # closed: it takes nothing more
+                if self._open.get(key) is not parts:
                     break
                 polled = self._last_poll_done > self._joined_at[key]
                 if seen == len(parts) and (polled or asyncio.get_running_loop().time() >= deadline):

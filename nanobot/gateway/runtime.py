@@ -173,11 +173,15 @@ class Gateway:
         """SIGHUP: restart (exit 129, the service manager starts it again) with a config that loads;
         with one that does not, say why and keep running on the config it has."""
         from nanobot.config.loader import load_config
+        from nanobot.config.paths import workspace_problem
 
         try:
             if self._config_existed and not self.config_path.exists():
                 raise UserError(f"{self.config_path} is gone")
-            await asyncio.to_thread(load_config, self.config_path)
+            config = await asyncio.to_thread(load_config, self.config_path)
+            # what the start checks besides (a workspace that is a file: the restart exited 2)
+            if problem := workspace_problem(config.workspace_path):
+                raise UserError(f"agents.defaults.workspace: cannot use {config.workspace_path}: {problem}")
         except Exception as exc:  # noqa: BLE001 - any reason the restart would fail
             logger.error("SIGHUP: reload refused, the running config stays: {}", mask_then_cut(str(exc), 500))
             return
@@ -262,6 +266,9 @@ class Gateway:
         threading.Thread(target=self._watch_deadline, name="shutdown-deadline", daemon=True).start()
         previous = self._install_signals()
         for signum in early_signals or []:  # in the loop already: act now, not on the next turn
+            if signum == signal.SIGHUP and not _on_a_terminal():
+                self._reload_if_valid()  # the config may have changed since it was read
+                continue
             self._signals += 1
             if self._signals > 1:
                 self.force_exit(EXIT_FORCED)

@@ -33,10 +33,12 @@ def config_changed_note(summary: dict[str, Any], config_path: Path) -> str | Non
     file holds now: a key or token rotated in the file is used only after a restart, and until then
     the chat said "check the API key in the config" of a key that was already right."""
     started = summary.get("config") or {}
-    # the path as the gateway was given it (a re-pointed link changes what it names), or resolved
-    # (a state written by an earlier version; the same file reached through another link)
+    # the path as the gateway was given it (a re-pointed link changes what it names) or its target
+    # then, against this path as given or resolved now: the same file named through another link
+    # (NANOBOT_HOME a link, `cd` into it) is the same config
+    recorded = {started.get("path"), started.get("target")} - {None}
     named = {os.path.abspath(config_path), str(Path(config_path).resolve())}
-    if not summary.get("running") or started.get("path") not in named:
+    if not summary.get("running") or not recorded & named:
         return None
     if config_digest(config_path) == started.get("sha256"):
         return None

@@ -307,14 +307,17 @@ class GatewayState:
         self.pending_tasks = 0
         self.interval_s: float | None = None  # the watchdog's beat interval, set by run_watchdog
         self.config_path: str | None = None  # the config.json it loaded, and that file's digest then
+        self.config_target: str | None = None  # that path resolved (links followed) at start
         self.config_digest: str | None = None
 
     def loaded_config(self, path: Path, digest: str | None = None) -> None:
         """Record the config file the gateway started with (`digest`: of what it read; default,
         of the file now): status and doctor then say when the file changed since (a rotated key or
         token is used only after a restart). The path as given, not resolved: a config.json link
-        pointed at another file is a change."""
+        pointed at another file is a change (its target is kept too: the same file named through
+        another link, or from a folder reached through one, is the same config)."""
         self.config_path = os.path.abspath(path)
+        self.config_target = str(Path(path).resolve())
         self.config_digest = digest if digest is not None else config_digest(Path(path))
 
     def set_channel(self, name: str, state: str, error: str | None = None) -> None:
@@ -336,7 +339,7 @@ class GatewayState:
         if self.interval_s is not None:  # readers judge staleness by it, not by their own config
             data["watchdog_interval_s"] = self.interval_s
         if self.config_digest is not None:
-            data["config"] = {"path": self.config_path, "sha256": self.config_digest}
+            data["config"] = {"path": self.config_path, "target": self.config_target, "sha256": self.config_digest}
         return data
 
     def write(self) -> None:
