@@ -78,6 +78,7 @@ class MemoryFlusher:
     async def flush(self, messages: list[dict[str, Any]], *, private: bool) -> bool:
         """Run the flush turn. True when it completed (with or without notes), False on failure."""
         transcript = render_transcript(messages)
+        forgets = self.memory.forget_count  # a fact forgotten while the model writes stays out
         try:
             if self.small_model:
                 notes = await self._small(messages, transcript)
@@ -89,7 +90,7 @@ class MemoryFlusher:
         if isinstance(notes, Refusal):
             return False
         for note in notes:
-            self.memory.append_daily(note)
+            self.memory.append_daily(note, forgotten_since=forgets)
         logger.info("memory flush: {}", f"{len(notes)} note(s) saved" if notes else "nothing to store")
         return True
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 from loguru import logger
 
 from nanobot.memory.fact_lines import KEPT_FACTS_HEADING, fact_lines, restored_lines, still_there
-from nanobot.memory.store import MAX_DROPPED_FACT_SHARE, MIN_FACTS_FOR_PROTECTION, normalise_fact, tombstone
+from nanobot.memory.fact_words import fact_words
+from nanobot.memory.store import (
+    MAX_DROPPED_FACT_SHARE,
+    MIN_FACTS_FOR_PROTECTION,
+    SAME_BULLET_SHARE,
+    normalise_fact,
+    tombstone,
+)
 
 
 def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[str]]:
@@ -46,11 +53,21 @@ def protect_memory(old: str, new: str, forgotten: set[str]) -> tuple[str, list[s
 
 def three_way_merge(base: str, ours: str, theirs: str) -> str:
     """Line-level merge for concurrent consolidations: `ours` plus the lines another writer added
-    since `base`, minus the lines another writer removed since `base`."""
+    since `base`, minus the lines another writer removed since `base` — also where `ours` reworded
+    one ("- Bank card PIN: 4821" for a removed "- Bank card PIN is 4821": a forget, or the owner's
+    own edit, made while a consolidation ran, was undone by its rewording)."""
     base_set = {normalise_fact(x) for x in base.splitlines() if x.strip()}
     theirs_set = {normalise_fact(x) for x in theirs.splitlines() if x.strip()}
+    removed = [w for x in base.splitlines() if x.strip() and normalise_fact(x) not in theirs_set
+               if len(w := fact_words(x)) >= 2]
+
+    def restates_removed(line: str) -> bool:
+        words = fact_words(line)
+        return any(fact <= words and len(fact) >= SAME_BULLET_SHARE * len(words) for fact in removed)
+
     ours_lines = [x for x in ours.splitlines()
-                  if not x.strip() or normalise_fact(x) in theirs_set or normalise_fact(x) not in base_set]
+                  if not x.strip() or normalise_fact(x) in theirs_set
+                  or (normalise_fact(x) not in base_set and not restates_removed(x))]
     ours_set = {normalise_fact(x) for x in ours_lines if x.strip()}
     added = [x for x in theirs.splitlines() if x.strip() and normalise_fact(x) not in base_set
              and normalise_fact(x) not in ours_set]

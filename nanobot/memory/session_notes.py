@@ -91,11 +91,12 @@ async def write_session_note(
     # named by the day the conversation ended, not the day it was summarised: a /new retried at the
     # next start, or done at shutdown, is processed days later, and "today" would then find it
     ended = last_time(messages, memory.tz, memory.now())
+    forgets = memory.forget_count  # a fact forgotten while the model writes stays out of the note
     try:
         note = await (_small(provider, messages, transcript) if small_model else _with_tool(provider, transcript))
         if not isinstance(note, Refusal):
             slug, title, summary = note
-            return memory.write_session_note(slug, f"# {title}\n\n{header}\n\n{summary}", ended)
+            return memory.write_session_note(slug, f"# {title}\n\n{header}\n\n{summary}", ended, forgets)
         logger.warning("session note: no usable summary ({}); writing a raw excerpt", note.logged_reason)
     except LLMError as exc:
         logger.warning("session note call failed ({}); writing a raw excerpt", exc)

@@ -109,6 +109,10 @@ class MemoryStore:
         self._depth = 0
         self._listeners: list[Callable[[Path], None]] = []
         self._legacy_warned: set[tuple[str, int]] = set()  # (file, size) read as Windows-1252
+        # the facts forgotten in this process, numbered: a note whose model call began before one
+        # leaves its bullets out (`forgotten_since`), or the forget missed the note being written
+        self.forget_count = 0
+        self._forgets: list[tuple[int, frozenset[str]]] = []
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -239,14 +243,15 @@ class MemoryStore:
         if entry:
             self._append(self.history_path, entry)
 
-    def append_daily(self, text: str, when: datetime | None = None) -> Path:
-        """Append to today's daily note, skipping bullet lines the file already holds."""
+    def append_daily(self, text: str, when: datetime | None = None, forgotten_since: int | None = None) -> Path:
+        """Append to today's daily note, skipping bullet lines the file already holds (and those
+        saying a fact forgotten after `forgotten_since`, a `forget_count`)."""
         path = self.daily_path(when)
         with self.locked():
             existing = {line.strip() for line in self.read(path.name).splitlines() if line.strip()}
             fresh = [
                 line
-                for line in text.strip().splitlines()
+                for line in self.without_forgotten(text, forgotten_since).strip().splitlines()
                 if not (line.strip().startswith(("-", "*")) and line.strip() in existing)
             ]
             if not any(line.strip() for line in fresh):
@@ -256,12 +261,16 @@ class MemoryStore:
             self._append(path, "\n".join(fresh))
         return path
 
-    def write_session_note(self, slug: str, text: str, when: datetime | None = None) -> Path:
-        """A new `memory/YYYY-MM-DD-<slug>.md` (a -2, -3 suffix on collisions)."""
+    def write_session_note(
+        self, slug: str, text: str, when: datetime | None = None, forgotten_since: int | None = None
+    ) -> Path:
+        """A new `memory/YYYY-MM-DD-<slug>.md` (a -2, -3 suffix on collisions), without the bullets
+        saying a fact forgotten after `forgotten_since`."""
         when = when or self.now()
         base = f"{when.strftime('%Y-%m-%d')}-{slugify(slug)}"
         with self.locked():
             path = unused_path(self.dir, base, ".md")
+            text = self.without_forgotten(text, forgotten_since)
             atomic_write(path, text.rstrip("\n") + "\n", beneath=self.workspace)
         self._changed(path)
         return path
@@ -349,6 +358,9 @@ class MemoryStore:
         .backups/notes/, as for any rewrite): "- Sister Ann also lives in Lyon now" is another fact
         than "- Lives in Lyon"."""
         wanted = [w for w in (fact_words(f) for f in facts) if len(w) >= 2]
+        for words in wanted:
+            self.forget_count += 1
+            self._forgets = [*self._forgets[-(MAX_FORGOTTEN - 1):], (self.forget_count, frozenset(words))]
         if not wanted or not self.dir.is_dir():
             return
         for path in sorted(self.dir.iterdir()):
@@ -365,6 +377,13 @@ class MemoryStore:
             logger.info("memory: {} line(s) of {} went with the facts the user asked to forget",
                         len(lines) - len(kept), path.name)
             self._changed(path)
+
+    def without_forgotten(self, text: str, since: int | None) -> str:
+        """`text` without its bullets saying a fact forgotten after `since` (a `forget_count`)."""
+        wanted = [set(words) for number, words in self._forgets if since is not None and number > since]
+        if not wanted:
+            return text
+        return "".join(line for line in text.splitlines(keepends=True) if not _says_one_of(line, wanted))
 
     def _write_forgotten(self, lines: list[str]) -> None:
         with self.locked():
