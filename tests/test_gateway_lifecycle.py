@@ -528,3 +528,6 @@ def test_only_the_gateway_command_remembers_early_signals() -> None:
     assert command_of(["--config=x.json", "gateway", "-c", "y"]) == "gateway"
     assert command_of(["cron", "add", "--message", "gateway"]) == "cron"
     assert command_of(["-q"]) is None
+    assert command_of(["-vc", "x.json", "gateway"]) == "gateway"  # grouped: -v -c x.json
+    assert command_of(["-vc", "gateway", "agent"]) == "agent"  # a config file named "gateway"
+    assert command_of(["-vcx.json", "gateway"]) == "gateway" and command_of(["--", "gateway"]) == "gateway"

@@ -22,11 +22,17 @@ def remember() -> None:
 
 
 def command_of(argv: list[str]) -> str | None:
-    """The subcommand of a `nanobot` command line (`-c X`, `--config=X`, `-v` and `-q` before it)."""
+    """The subcommand of a `nanobot` command line, read as the CLI reads its root options: `-c X`,
+    `--config X`, `--config=X`, grouped short flags (`-vc X`, `-vcX`), `--` before the command."""
     args = iter(argv)
     for arg in args:
-        if arg in ("-c", "--config"):
+        if arg == "--":
+            return next(args, None)
+        if arg == "--config":
             next(args, None)
+        elif arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]:
+            if arg.endswith("c"):  # `-c X` / `-vc X`: the next word is the config's path
+                next(args, None)
         elif not arg.startswith("-"):
             return arg
     return None
