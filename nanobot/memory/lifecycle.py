@@ -285,9 +285,10 @@ class MemoryLifecycle:
         """Archive the transcript now (after any running consolidation), process it in the background."""
         async with self.lock_for(session):
             archived = self.sessions.archive(session, self.memory.now(), pending=True)
+            forgets = self.memory.forget_count  # what is forgotten from now on stays out of its note
         if archived is None:
             return
-        self.track(self._process_archive(archived, session.key), f"archive:{session.key}")
+        self.track(self._process_archive(archived, session.key, forgets), f"archive:{session.key}")
 
     def archive_at_shutdown(self, session: Session) -> bool:
         """Archive the transcript now, without waiting: for a `/new` a shutdown cancelled. Its
@@ -298,14 +299,16 @@ class MemoryLifecycle:
         self.sessions.archive(session, self.memory.now(), pending=True)
         return True
 
-    async def _process_archive(self, archived: Path, session_key: str) -> None:
+    async def _process_archive(self, archived: Path, session_key: str, forgets: int = 0) -> None:
+        """`forgets`: the store's forget_count when it was archived (0, one archived before this
+        process started: every forget made in it came later)."""
         with self.sessions.claim_archive(archived) as mine:
             if mine:
-                await self._consolidate_archive(archived, session_key)
+                await self._consolidate_archive(archived, session_key, forgets)
             else:
                 logger.info("archive {} is processed by another process (or was already)", archived.name)
 
-    async def _consolidate_archive(self, archived: Path, session_key: str) -> None:
+    async def _consolidate_archive(self, archived: Path, session_key: str, forgets: int) -> None:
         old = self.sessions.load_archived(archived)
         private = memory_private(
             bool(old.metadata.get("is_group", False)), self.settings.share_in_groups, bool(old.metadata.get("guest"))
@@ -327,6 +330,7 @@ class MemoryLifecycle:
                 session_key,
                 small_model=self.consolidator.small_model,
                 origin=origin,
+                forgotten_since=forgets,
             )
             self.sessions.set_metadata(old, note_written=True)
         self.sessions.release(old)

@@ -58,7 +58,12 @@ def three_way_merge(base: str, ours: str, theirs: str) -> str:
     own edit, made while a consolidation ran, was undone by its rewording)."""
     base_set = {normalise_fact(x) for x in base.splitlines() if x.strip()}
     theirs_set = {normalise_fact(x) for x in theirs.splitlines() if x.strip()}
-    removed = [w for x in base.splitlines() if x.strip() and normalise_fact(x) not in theirs_set
+    ours_all = {normalise_fact(x) for x in ours.splitlines() if x.strip()}
+    # lines the other writer removed or changed that `ours` no longer has as they were either: what
+    # `ours` wrote instead may be their rewording (a line `ours` kept has no rewording in it: its
+    # new "- Mother lives in Lyon" beside a kept "- Lives in Lyon" is a new fact)
+    removed = [w for x in base.splitlines()
+               if x.strip() and normalise_fact(x) not in theirs_set and normalise_fact(x) not in ours_all
                if len(w := fact_words(x)) >= 2]
 
     def restates_removed(line: str) -> bool:

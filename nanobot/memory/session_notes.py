@@ -77,6 +77,7 @@ async def write_session_note(
     *,
     small_model: bool = False,
     origin: str = "",
+    forgotten_since: int | None = None,
 ) -> Path | None:
     """Write the note (LLM summary, or a raw excerpt as fallback). None when the session was too short.
     `origin` (seam.memory_origin) is named in the header of a conversation not the owner's own."""
@@ -91,7 +92,8 @@ async def write_session_note(
     # named by the day the conversation ended, not the day it was summarised: a /new retried at the
     # next start, or done at shutdown, is processed days later, and "today" would then find it
     ended = last_time(messages, memory.tz, memory.now())
-    forgets = memory.forget_count  # a fact forgotten while the model writes stays out of the note
+    # a fact forgotten since the conversation ended (while it was consolidated, or the note written)
+    forgets = memory.forget_count if forgotten_since is None else forgotten_since
     try:
         note = await (_small(provider, messages, transcript) if small_model else _with_tool(provider, transcript))
         if not isinstance(note, Refusal):
