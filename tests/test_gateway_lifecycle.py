@@ -531,3 +531,4 @@ def test_only_the_gateway_command_remembers_early_signals() -> None:
     assert command_of(["-vc", "x.json", "gateway"]) == "gateway"  # grouped: -v -c x.json
     assert command_of(["-vc", "gateway", "agent"]) == "agent"  # a config file named "gateway"
     assert command_of(["-vcx.json", "gateway"]) == "gateway" and command_of(["--", "gateway"]) == "gateway"
+    assert command_of(["-c/home/u/.nanobotrc", "gateway"]) == "gateway" and command_of(["-cc", "agent"]) == "agent"

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nanobot.memory.memory_merge import three_way_merge
 from nanobot.memory.store import MemoryStore
 from tests.agent_helpers import make_runtime
@@ -49,12 +51,14 @@ def test_notes_written_after_a_forget_leave_the_forgotten_fact_out(tmp_path: Pat
     assert "4821 again" in memory.read(memory.daily_path().name)
 
 
+@pytest.mark.parametrize("how", ["asked", "by hand"])
 async def test_a_forget_during_a_consolidation_is_not_undone_by_its_rewording(
-    make_config, fake_llm: FakeLLMServer  # noqa: ANN001
+    make_config, fake_llm: FakeLLMServer, how: str  # noqa: ANN001
 ) -> None:
-    """The owner asked to forget their PIN (edit_file removed it) while another chat's consolidation,
-    whose answer still held it reworded ("- Bank card PIN: 4821"), ran: the PIN came back into
-    MEMORY.md, and so into every private chat's prompt."""
+    """The owner asked to forget their PIN (edit_file removed it), or deleted it from MEMORY.md
+    themselves, while another chat's consolidation, whose answer still held it reworded ("- Bank
+    card PIN: 4821"), ran: the PIN came back into MEMORY.md, and so into every private chat's
+    prompt (by hand also once the validation had put the original line back word for word)."""
     model_memory = BASE.replace(PIN, "- Bank card PIN: 4821") + "- Likes green tea\n"
 
     def respond(body: dict[str, Any]) -> Reply:
@@ -79,7 +83,11 @@ async def test_a_forget_during_a_consolidation_is_not_undone_by_its_rewording(
     try:
         await runtime.ask("I like green tea. " + " ".join(f"word{i}" for i in range(900)), session_key="telegram:555")
         assert runtime.agent.lifecycle.pending()  # its consolidation runs in the background
-        await runtime.ask("Please forget my bank card PIN", session_key="cli:direct")
+        if how == "asked":
+            await runtime.ask("Please forget my bank card PIN", session_key="cli:direct")
+        else:
+            await asyncio.sleep(0.5)
+            memory_md.write_text(BASE.replace(PIN + "\n", ""))
         assert "4821" not in memory_md.read_text()
         await runtime.settle(20)
     finally:

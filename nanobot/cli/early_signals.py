@@ -31,8 +31,8 @@ def command_of(argv: list[str]) -> str | None:
         if arg == "--config":
             next(args, None)
         elif arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]:
-            if arg.endswith("c"):  # `-c X` / `-vc X`: the next word is the config's path
-                next(args, None)
+            if arg.index("c", 1) == len(arg) - 1:  # `-c X` / `-vc X`: the next word is its path
+                next(args, None)  # (`-cx.c`: what follows the first c is the path)
         elif not arg.startswith("-"):
             return arg
     return None

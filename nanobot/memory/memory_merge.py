@@ -58,7 +58,9 @@ def three_way_merge(base: str, ours: str, theirs: str) -> str:
     own edit, made while a consolidation ran, was undone by its rewording)."""
     base_set = {normalise_fact(x) for x in base.splitlines() if x.strip()}
     theirs_set = {normalise_fact(x) for x in theirs.splitlines() if x.strip()}
-    ours_all = {normalise_fact(x) for x in ours.splitlines() if x.strip()}
+    # as the model wrote it: a line the validation put back under KEPT_FACTS_HEADING word for word
+    # (it missed it, having reworded it) is no line the model kept
+    ours_all = {normalise_fact(x) for x in ours.split(KEPT_FACTS_HEADING)[0].splitlines() if x.strip()}
     # lines the other writer removed or changed that `ours` no longer has as they were either: what
     # `ours` wrote instead may be their rewording (a line `ours` kept has no rewording in it: its
     # new "- Mother lives in Lyon" beside a kept "- Lives in Lyon" is a new fact)
