@@ -16,30 +16,23 @@ import pytest
 from pydantic import ValidationError
 
 from nanobot.bus.events import InboundMessage
-from nanobot.channels.manager import ChannelManager
 from nanobot.config.schema import Config
 from nanobot.gateway.runtime import Gateway
 from nanobot.scheduler.heartbeat import OVERDUE_BEAT_DELAY_S, HeartbeatService
-from tests.conftest import config_dict
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.test_gateway_lifecycle import RecordingChannel
+from tests.test_heartbeat_trust import OWNER, SECRET
+from tests.test_heartbeat_trust import gateway as trust_gateway
 
-OWNER = "555"
 GROUP = "-100777"
-SECRET = "OWNER-SECRET-PIN-4242"
 
 
-def gateway(tmp_path: Path, url: str, target: str) -> tuple[Gateway, RecordingChannel]:
-    settings: dict[str, Any] = {
-        "agents.defaults.workspace": str(tmp_path / "ws"),
-        "gateway.heartbeat": {"enabled": True, "target": target},
-    }
-    gw = Gateway(Config.model_validate(config_dict(url, **settings)), str(tmp_path / "config.json"))
-    allow = type("Allow", (), {"allow_from": [OWNER]})()
-    channel = RecordingChannel(allow, gw.bus, gw.workspace)
-    gw.channels = ChannelManager(gw.config, gw.bus, gw.workspace, channels={"test": channel})
-    (gw.workspace / "memory").mkdir(parents=True, exist_ok=True)
-    (gw.workspace / "memory" / "MEMORY.md").write_text(f"- The owner's bank PIN is {SECRET}\n")
+def gateway(tmp_path: Path, url: str, target: str, tasks: str) -> tuple[Gateway, RecordingChannel]:
+    """The trust tests' gateway (owner-only allowFrom, a MEMORY.md holding SECRET), with `tasks`."""
+    gw = trust_gateway(tmp_path, url, target)
+    (gw.workspace / "HEARTBEAT.md").write_text(tasks)
+    channel = gw.channels.channels["test"]
+    assert isinstance(channel, RecordingChannel)
     return gw, channel
 
 
@@ -51,8 +44,7 @@ async def owner_says_hi(gw: Gateway, llm: FakeLLMServer) -> None:
 async def test_the_owners_stop_reaches_a_heartbeat_posting_into_their_chat(tmp_path: Path) -> None:
     """It said "Nothing is running." and the beat went on posting."""
     with FakeLLMServer() as llm:
-        gw, channel = gateway(tmp_path, llm.url, f"test:{OWNER}")
-        (gw.workspace / "HEARTBEAT.md").write_text("- post a status update every few seconds\n")
+        gw, channel = gateway(tmp_path, llm.url, f"test:{OWNER}", "- post a status update every few seconds\n")
         await gw.channels.start_all()
         gw.loop.start()
         try:
@@ -88,8 +80,8 @@ async def test_a_report_to_the_heartbeat_answered_heartbeat_ok_posts_nothing(tmp
         return Reply(content="HEARTBEAT_OK")  # after the spawn, and the report's turn
 
     with FakeLLMServer() as llm:
-        gw, channel = gateway(tmp_path, llm.url, f"test:{OWNER}")
-        (gw.workspace / "HEARTBEAT.md").write_text("- check the disk in the background; tell me if over 90%\n")
+        tasks = "- check the disk in the background; tell me if over 90%\n"
+        gw, channel = gateway(tmp_path, llm.url, f"test:{OWNER}", tasks)
         await gw.channels.start_all()
         gw.loop.start()
         try:
@@ -113,8 +105,7 @@ async def test_a_target_moved_to_a_group_does_not_take_the_private_beats_along(t
     """One session for every target: the group-trust beat was sent the owner's beats, which
     quoted MEMORY.md."""
     with FakeLLMServer() as llm:
-        gw, _ = gateway(tmp_path, llm.url, f"test:{OWNER}")
-        (gw.workspace / "HEARTBEAT.md").write_text("- remind me about my bank card\n")
+        gw, _ = gateway(tmp_path, llm.url, f"test:{OWNER}", "- remind me about my bank card\n")
         gw.loop.start()
         try:
             await owner_says_hi(gw, llm)
@@ -122,8 +113,7 @@ async def test_a_target_moved_to_a_group_does_not_take_the_private_beats_along(t
             assert SECRET in str(await gw.heartbeat.tick())
         finally:
             await gw.runtime.aclose()
-        gw, _ = gateway(tmp_path, llm.url, f"test:{GROUP}")
-        (gw.workspace / "HEARTBEAT.md").write_text("- post a good-morning note to the family group\n")
+        gw, _ = gateway(tmp_path, llm.url, f"test:{GROUP}", "- post a good-morning note to the family group\n")
         gw.loop.start()
         try:
             llm.push("Good morning everyone!")
@@ -138,8 +128,7 @@ async def test_a_target_moved_to_a_group_does_not_take_the_private_beats_along(t
 
 async def test_the_last_beat_is_read_from_the_heartbeats_session(tmp_path: Path) -> None:
     with FakeLLMServer() as llm:
-        gw, _ = gateway(tmp_path, llm.url, f"test:{OWNER}")
-        (gw.workspace / "HEARTBEAT.md").write_text("- water the plants\n")
+        gw, _ = gateway(tmp_path, llm.url, f"test:{OWNER}", "- water the plants\n")
         gw.loop.start()
         try:
             assert gw.heartbeat_turns.last_beat() is None
